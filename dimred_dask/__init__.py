@@ -1,0 +1,14 @@
+"""dimred-dask: distributed dimensionality reduction on chunked arrays."""
+from .errors import (ChunkingError, ConvergenceWarning, DimredError, DisconnectedGraphError,
+                     InputError, NotFittedError, OutputExistsError, StoreError,
+                     UncommittedOutputError)
+from .methods import PCA, PCAModel, pca
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PCA", "PCAModel", "pca",
+    "DimredError", "InputError", "ChunkingError", "StoreError", "OutputExistsError",
+    "UncommittedOutputError", "DisconnectedGraphError", "NotFittedError", "ConvergenceWarning",
+    "__version__",
+]

@@ -1,0 +1,72 @@
+"""Progress reporting for long computations, independent of who is listening.
+
+Library code calls ``report(stage, done, total)``; the caller decides where that goes by
+installing a reporter with ``reporting(callback)``: the CLI draws a terminal bar, a Prefect
+task moves a progress artifact, and with no reporter nothing happens. The reporter lives in a
+context variable, so concurrent runs in different threads do not see each other's progress.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import sys
+import time
+from typing import Callable
+
+Reporter = Callable[[str, float, float], None]
+
+_REPORTER: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar(
+    "dimred_dask_reporter", default=None)
+
+
+def report(stage: str, done: float, total: float) -> None:
+    cb = _REPORTER.get()
+    if cb is not None:
+        try:
+            cb(stage, float(done), float(total))
+        except Exception:  # a broken progress display must never break a computation
+            pass
+
+
+def has_reporter() -> bool:
+    return _REPORTER.get() is not None
+
+
+@contextlib.contextmanager
+def reporting(callback: Reporter | None):
+    token = _REPORTER.set(callback)
+    try:
+        yield
+    finally:
+        _REPORTER.reset(token)
+
+
+class TerminalBar:
+    """A one-line text progress bar on stderr, redrawn at most every ``interval`` seconds."""
+
+    def __init__(self, stream=None, width: int = 30, interval: float = 0.2):
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.interval = interval
+        self._last = 0.0
+        self._stage = None
+        self._t0 = time.perf_counter()
+
+    def __call__(self, stage: str, done: float, total: float) -> None:
+        now = time.perf_counter()
+        if stage != self._stage:
+            if self._stage is not None:
+                self.stream.write("\n")
+            self._stage, self._t0 = stage, now
+        finished = total > 0 and done >= total
+        if not finished and now - self._last < self.interval:
+            return
+        self._last = now
+        frac = 0.0 if total <= 0 else min(1.0, done / total)
+        fill = int(round(frac * self.width))
+        bar = "#" * fill + "-" * (self.width - fill)
+        self.stream.write(f"\r{stage:<22} [{bar}] {frac:6.1%} {now - self._t0:6.1f}s")
+        if finished:
+            self.stream.write("\n")
+            self._stage = None
+        self.stream.flush()

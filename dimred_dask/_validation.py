@@ -1,0 +1,250 @@
+"""Argument and array checks shared by every method.
+
+Checks that need only metadata (shape, dtype, chunks) run eagerly, on NumPy and dask input
+alike. Checks that need the values (finiteness) run eagerly for NumPy input; for dask input
+they are fused into the first pass a solver makes over the data (see
+``blocks.stats.BlockStats.nonfinite``) so that validation never costs a pass of its own.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .errors import ChunkingError, InputError, NotFittedError
+
+__all__ = [
+    "check_array",
+    "check_n_components",
+    "check_random_state",
+    "check_n_features",
+    "describe_nonfinite",
+    "is_dask",
+]
+
+
+class InputTypeError(InputError, TypeError):
+    """The input has a type that cannot be read as real numbers."""
+
+
+def is_dask(X) -> bool:
+    return type(X).__module__.startswith("dask.") and hasattr(X, "dask")
+
+
+def _is_sparse(X) -> bool:
+    return hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse")
+
+
+def describe_nonfinite(rows: np.ndarray, n_nan: int, n_inf: int, where: str) -> str:
+    """One sentence such as "12 NaN in rows 1042-1187 of 'X'"."""
+    parts = []
+    if n_nan:
+        parts.append(f"{n_nan} NaN")
+    if n_inf:
+        parts.append(f"{n_inf} inf")
+    rows = np.asarray(rows)
+    span = f"row {rows.min()}" if rows.min() == rows.max() else f"rows {rows.min()}-{rows.max()}"
+    return f"{' and '.join(parts)} in {span} of {where}"
+
+
+def nonfinite_error(method: str, rows, n_nan: int, n_inf: int, where: str) -> InputError:
+    return InputError(
+        f"{method} needs finite values; found {describe_nonfinite(rows, n_nan, n_inf, where)}.",
+        "impute or drop those rows before the run (NaN and inf cannot be embedded).",
+    )
+
+
+def _float_dtype(dtype) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype in (np.float32, np.float64):
+        return dtype
+    # integers, booleans, float16 and objects holding numbers are computed in float64
+    return np.dtype(np.float64)
+
+
+def check_array(
+    X,
+    *,
+    method: str = "this method",
+    where: str = "X",
+    min_samples: int = 2,
+    min_features: int = 1,
+    check_finite: bool = True,
+    allow_dask: bool = True,
+):
+    """Return ``X`` as a 2-D float32/float64 NumPy or dask array, or raise `InputError`.
+
+    float32 stays float32 and float64 stays float64; other real dtypes become float64.
+    For dask input nothing is computed: finiteness is left to the first pass of the solver.
+    """
+    if X is None:
+        raise InputError(f"{method} needs a 2-D array of samples x features; found None.",
+                         "pass an array of shape (n_samples, n_features).")
+    if _is_sparse(X):
+        raise InputTypeError(
+            f"{method} needs a dense array; found a sparse matrix of type {type(X).__name__}.",
+            "convert it with X.toarray() (dense input only for this method).",
+        )
+    if is_dask(X):
+        if not allow_dask:
+            raise InputTypeError(f"{method} needs an in-memory array here; found a dask array.",
+                                 "call .compute() first.")
+        return _check_dask(X, method=method, where=where, min_samples=min_samples,
+                           min_features=min_features)
+    if hasattr(X, "dtype") and np.dtype(X.dtype).kind == "c" or (
+        not hasattr(X, "dtype") and np.iscomplexobj(np.asarray(X))
+    ):
+        raise InputError(f"Complex data not supported: {method} needs real numbers; "
+                         f"found dtype {np.asarray(X).dtype} in {where}.",
+                         "pass the real part, the modulus or both as separate columns.")
+    arr = np.asarray(X) if not hasattr(X, "__array__") else X
+    arr = np.asarray(arr)
+    arr = _as_real(arr, method=method, where=where)
+    _check_shape(arr.shape, method=method, where=where, min_samples=min_samples,
+                 min_features=min_features)
+    if check_finite:
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            rows = np.nonzero(bad.any(axis=1))[0]
+            n_nan = int(np.isnan(arr).sum())
+            raise nonfinite_error(method, rows, n_nan, int(bad.sum()) - n_nan, where)
+    return arr
+
+
+def _as_real(arr: np.ndarray, *, method: str, where: str) -> np.ndarray:
+    kind = arr.dtype.kind
+    if kind in "fiub":
+        return arr.astype(_float_dtype(arr.dtype), copy=False)
+    if kind == "c":
+        raise InputError(f"Complex data not supported: {method} needs real numbers; "
+                         f"found dtype {arr.dtype} in {where}.",
+                         "pass the real part, the modulus or both as separate columns.")
+    if kind == "O":
+        try:
+            return arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InputTypeError(
+                f"{method} needs numbers; {where} has dtype object and a value that is not a "
+                f"number ({exc}; the float() argument must be a string or a real number).",
+                "select the numeric columns, or encode categories as numbers first.",
+            ) from None
+    raise InputTypeError(
+        f"{method} needs numbers; found dtype {arr.dtype} ({'text' if kind in 'US' else kind}) "
+        f"in {where} (a float() argument must be a string or a real number).",
+        "select the numeric columns (--columns for tables), or encode text as numbers first.",
+    )
+
+
+def _check_shape(shape, *, method, where, min_samples, min_features):
+    if len(shape) != 2:
+        raise InputError(
+            f"{method} needs a 2-D array of samples x features; found {len(shape)}-D input "
+            f"of shape {tuple(shape)} in {where}.",
+            "Reshape your data either using array.reshape(-1, 1) if your data has a single "
+            "feature or array.reshape(1, -1) if it contains a single sample.",
+        )
+    n, d = shape
+    if n == 0 or n is None or (isinstance(n, float) and np.isnan(n)):
+        if n == 0:
+            raise InputError(f"{method} needs at least {min_samples} samples; found 0 rows "
+                             f"(shape={tuple(shape)}) in {where}.",
+                             "check the input path and any row filter; the array is empty.")
+    if d == 0:
+        raise InputError(f"Found array with 0 feature(s) (shape={tuple(shape)}) while a minimum "
+                         f"of {min_features} is required by {method} ({where}).",
+                         "select at least one numeric column.")
+    if n is not None and not (isinstance(n, float) and np.isnan(n)) and n < min_samples:
+        raise InputError(
+            f"{method} needs at least {min_samples} samples; found {n} sample"
+            f"{'' if n == 1 else 's'} ({n} sample(s), shape={tuple(shape)}) in {where}.",
+            "a variance needs at least two rows: pass more samples.",
+        )
+    if d < min_features:
+        raise InputError(f"Found array with {d} feature(s) (shape={tuple(shape)}) while a minimum "
+                         f"of {min_features} is required by {method} ({where}).",
+                         "pass more features.")
+
+
+def _check_dask(X, *, method, where, min_samples, min_features):
+    if X.ndim != 2:
+        _check_shape(X.shape, method=method, where=where, min_samples=min_samples,
+                     min_features=min_features)
+    if any(np.isnan(c) for c in X.shape):
+        raise ChunkingError(
+            f"{method} needs known chunk sizes; {where} has unknown (NaN) chunk sizes.",
+            "call X.compute_chunk_sizes() or build the array with known lengths.")
+    kind = X.dtype.kind
+    if kind == "c":
+        raise InputError(f"Complex data not supported: {method} needs real numbers; "
+                         f"found dtype {X.dtype} in {where}.",
+                         "pass the real part, the modulus or both as separate columns.")
+    if kind not in "fiub":
+        raise InputTypeError(
+            f"{method} needs numbers; found dtype {X.dtype} in {where}.",
+            "select numeric columns, or encode text as numbers first.")
+    _check_shape(X.shape, method=method, where=where, min_samples=min_samples,
+                 min_features=min_features)
+    dtype = _float_dtype(X.dtype)
+    return X if X.dtype == dtype else X.astype(dtype)
+
+
+def check_n_components(n_components, n_samples: int, n_features: int, *, method: str = "PCA",
+                       allow_fraction: bool = True, allow_none: bool = True):
+    """Validate ``n_components``: an int in [1, min(n, d)], a fraction in (0, 1), or None."""
+    limit = min(n_samples, n_features)
+    if n_components is None and allow_none:
+        return limit
+    if isinstance(n_components, (bool, np.bool_)):
+        raise InputError(f"{method} needs n_components as an int or a fraction; found a bool.",
+                         "pass an int such as 2.")
+    if isinstance(n_components, numbers.Integral):
+        if not 1 <= n_components <= limit:
+            raise InputError(
+                f"{method} needs 1 <= n_components <= min(n_samples, n_features) = {limit}; "
+                f"found n_components={n_components} (data shape ({n_samples}, {n_features})).",
+                f"pass an n_components between 1 and {limit}, or a fraction of variance in (0, 1).",
+            )
+        return int(n_components)
+    if isinstance(n_components, numbers.Real) and allow_fraction:
+        if 0 < n_components < 1:
+            return float(n_components)
+        raise InputError(
+            f"{method} needs n_components as an int in [1, {limit}] or a fraction of variance "
+            f"in (0, 1); found {n_components}.",
+            "pass e.g. n_components=0.95 to keep 95% of the variance, or an int.",
+        )
+    raise InputError(f"{method} needs n_components as an int"
+                     f"{' or a fraction in (0, 1)' if allow_fraction else ''}; "
+                     f"found {n_components!r} of type {type(n_components).__name__}.",
+                     "pass an int such as 2.")
+
+
+def check_random_state(seed) -> np.random.Generator:
+    """A NumPy Generator from None, an int, a Generator or a legacy RandomState."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if seed is None or isinstance(seed, numbers.Integral):
+        return np.random.default_rng(seed)
+    if isinstance(seed, np.random.RandomState):
+        return np.random.default_rng(seed.randint(0, 2**31 - 1))
+    raise InputError(f"random_state must be None, an int or a numpy Generator; found {seed!r}.",
+                     "pass an int seed such as 0.")
+
+
+def check_n_features(estimator, X, n_features: int):
+    if X.shape[1] != n_features:
+        raise InputError(
+            f"X has {X.shape[1]} features, but {type(estimator).__name__} is expecting "
+            f"{n_features} features as input.",
+            "pass data with the same columns, in the same order, as the data it was fitted on.",
+        )
+
+
+def check_is_fitted(estimator, attribute: str):
+    if not hasattr(estimator, attribute):
+        raise NotFittedError(
+            f"This {type(estimator).__name__} instance is not fitted yet. Call 'fit' with "
+            "appropriate arguments before using this estimator.")
+
+
+__all__ += ["nonfinite_error", "InputTypeError", "check_is_fitted"]

@@ -1,0 +1,1 @@
+"""Pure NumPy/SciPy kernels on in-memory blocks. Nothing here imports dask."""

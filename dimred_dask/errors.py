@@ -1,0 +1,73 @@
+"""Typed errors and warnings.
+
+Every error says what was expected, what was found and how to fix it. `InputError`
+subclasses ``ValueError`` so code written against scikit-learn's conventions keeps working.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "DimredError",
+    "InputError",
+    "ChunkingError",
+    "StoreError",
+    "OutputExistsError",
+    "UncommittedOutputError",
+    "DisconnectedGraphError",
+    "NotFittedError",
+    "ConvergenceWarning",
+    "DimredWarning",
+]
+
+
+class DimredError(Exception):
+    """Base class of every error raised by dimred-dask."""
+
+
+def _compose(problem: str, fix: str | None) -> str:
+    return problem if not fix else f"{problem}\nFix: {fix}"
+
+
+class InputError(DimredError, ValueError):
+    """The input data or an argument is not what the method needs."""
+
+    def __init__(self, problem: str, fix: str | None = None):
+        self.problem = problem
+        self.fix = fix
+        super().__init__(_compose(problem, fix))
+
+
+class ChunkingError(InputError):
+    """The chunking of a dask/zarr array does not suit the computation."""
+
+
+class StoreError(DimredError, OSError):
+    """Reading or writing a store (local folder, object storage) failed."""
+
+    def __init__(self, problem: str, fix: str | None = None):
+        self.problem = problem
+        self.fix = fix
+        super().__init__(_compose(problem, fix))
+
+
+class OutputExistsError(StoreError, FileExistsError):
+    """The output location already holds data and ``overwrite`` was not given."""
+
+
+class UncommittedOutputError(StoreError):
+    """An output was read that has no ``_COMMITTED`` marker (a run that did not finish)."""
+
+
+class NotFittedError(DimredError, ValueError, AttributeError):
+    """A method that needs a fitted estimator was called before ``fit``."""
+
+
+class DisconnectedGraphError(InputError):
+    """A neighbour graph has more than one connected component."""
+
+
+class DimredWarning(UserWarning):
+    """Something worth knowing that does not stop the computation."""
+
+
+class ConvergenceWarning(DimredWarning):
+    """An iterative solver stopped before reaching its tolerance."""

@@ -1,0 +1,47 @@
+"""One pass over the rows: count, mean, centred scatter (optional) and a finiteness check.
+
+The finiteness check rides on this pass (a block with NaN/inf reports where they are instead
+of its statistics), so validating the values of a dask array costs no pass of its own.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._compute import compute
+from .._validation import is_dask, nonfinite_error
+from ..blocks.stats import BlockStats, block_stats, merge_many, merge_stats, tree_reduce
+
+NUMPY_BLOCK_ROWS = 32768
+
+
+def row_blocks(n: int, size: int):
+    return [(s, min(n, s + size)) for s in range(0, n, size)]
+
+
+def column_stats(X, *, gram: bool = True, method: str = "PCA", where: str = "X",
+                 stage: str = "moments") -> BlockStats:
+    """Mean, scatter and per-column sum of squares of ``X`` in float64, in one pass.
+
+    Raises `InputError` naming the rows when ``X`` holds NaN or inf.
+    """
+    if is_dask(X):
+        stats = _dask_stats(X, gram=gram, stage=stage)
+    else:
+        stats = merge_many(block_stats(X[a:b], a, gram=gram)
+                           for a, b in row_blocks(X.shape[0], NUMPY_BLOCK_ROWS))
+    if stats.nonfinite:
+        raise nonfinite_error(method, np.array(stats.bad_rows), stats.n_nan,
+                              stats.nonfinite - stats.n_nan, where)
+    return stats
+
+
+def _dask_stats(X, *, gram: bool, stage: str) -> BlockStats:
+    from dask import delayed
+
+    if X.numblocks[1] != 1:
+        X = X.rechunk({1: -1})
+    offsets = np.concatenate([[0], np.cumsum(X.chunks[0])[:-1]])
+    leaves = [delayed(block_stats, pure=True)(blk, int(off), gram=gram)
+              for blk, off in zip(X.to_delayed().ravel(), offsets)]
+    (stats,) = compute(tree_reduce(leaves, delayed(merge_stats, pure=True)), stage=stage)
+    return stats

@@ -1,0 +1,154 @@
+"""PCA solvers on NumPy or dask arrays. Each returns a `Spectrum` of the centred data.
+
+- ``covariance_eigh``: one pass (mean and d x d scatter in float64, blockwise), then ``eigh``.
+  Exact; the choice for up to a few thousand features.
+- ``tsqr_svd``: exact SVD of the tall centred matrix through its R factor (TSQR, Demmel et
+  al. 2012; ``dask.array.linalg.tsqr``): better conditioned than the scatter matrix.
+- ``randomized_eigh``: randomized subspace iteration (Halko, Martinsson & Tropp 2011,
+  Alg. 4.4/5.3) on the operator A = Xc^T Xc, never formed. Each power iteration is one pass
+  over the rows (A Q = sum_b Xb^T (Xb Q)); a final pass gives the Rayleigh-Ritz matrix.
+- ``dual_eigh``: n << d. Eigenvectors V of the n x n Gram Xc Xc^T, then U = Xc^T V S^-1
+  (seed 000, "Dual PCA").
+
+All eigen/singular vectors come out in descending order; signs are fixed by the caller.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+from .._compute import compute
+from .._validation import is_dask
+from ..blocks.stats import BlockStats, tree_reduce
+from .moments import NUMPY_BLOCK_ROWS, column_stats, row_blocks
+
+
+@dataclass
+class Spectrum:
+    mean: np.ndarray  # (d,)
+    components: np.ndarray  # (r, d) orthonormal rows, descending variance
+    variances: np.ndarray  # (r,) eigenvalues of the covariance (ddof=1)
+    total_variance: float  # trace of the covariance
+    n_samples: int
+    exact: bool  # whether ``variances`` is the whole spectrum (so fractions are allowed)
+    passes: int  # passes over the data
+
+
+def _from_eigh(w: np.ndarray, v: np.ndarray, stats: BlockStats, *, exact: bool, passes: int):
+    order = np.argsort(w)[::-1]
+    w = np.clip(w[order], 0.0, None)
+    return Spectrum(stats.mean, v[:, order].T.copy(), w, float(stats.sumsq.sum() / (stats.n - 1)),
+                    stats.n, exact, passes)
+
+
+def covariance_eigh(X, *, method="PCA", where="X") -> Spectrum:
+    stats = column_stats(X, gram=True, method=method, where=where, stage="covariance pass")
+    cov = stats.m2 / (stats.n - 1)
+    w, v = scipy.linalg.eigh(cov)
+    return _from_eigh(w, v, stats, exact=True, passes=1)
+
+
+def tsqr_svd(X, *, method="PCA", where="X") -> Spectrum:
+    stats = column_stats(X, gram=False, method=method, where=where, stage="mean pass")
+    n, d = X.shape
+    if is_dask(X):
+        import dask.array as da
+
+        rows = max(int(X.chunks[0][0]), d, 1)
+        Xc = (X.astype(np.float64) - stats.mean).rechunk({0: rows, 1: -1})
+        _, r = da.linalg.tsqr(Xc, compute_svd=False)
+        (r,) = compute(r, stage="tsqr pass")
+    else:
+        r = np.linalg.qr(np.asarray(X, dtype=np.float64) - stats.mean, mode="r")
+    _, s, vt = np.linalg.svd(r, full_matrices=False)
+    sp = _from_eigh(s**2 / (n - 1), vt.T, stats, exact=True, passes=2)
+    return sp
+
+
+def dual_eigh(X, *, method="PCA", where="X") -> Spectrum:
+    stats = column_stats(X, gram=False, method=method, where=where, stage="mean pass")
+    n = X.shape[0]
+    if is_dask(X):
+        Xc = X.astype(np.float64) - stats.mean
+        (gram,) = compute(Xc @ Xc.T, stage="dual Gram pass")
+    else:
+        Xc = np.asarray(X, dtype=np.float64) - stats.mean
+        gram = Xc @ Xc.T
+    lam, vecs = scipy.linalg.eigh(gram)
+    order = np.argsort(lam)[::-1]
+    lam, vecs = np.clip(lam[order], 0.0, None), vecs[:, order]
+    sigma = np.sqrt(lam)
+    keep = sigma > sigma[0] * max(n, X.shape[1]) * np.finfo(np.float64).eps if n else sigma > 0
+    if is_dask(X):
+        (proj,) = compute(Xc.T @ vecs[:, keep], stage="dual components pass")
+    else:
+        proj = Xc.T @ vecs[:, keep]
+    comps = (proj / sigma[keep]).T  # rows u_j = Xc^T v_j / sigma_j  (seed 000: U = X V S^-1)
+    comps = _complete_basis(comps, min(n, X.shape[1]))
+    var = np.zeros(comps.shape[0])
+    var[: keep.sum()] = lam[keep] / (n - 1)
+    return Spectrum(stats.mean, comps, var, float(stats.sumsq.sum() / (n - 1)), n, True, 3)
+
+
+def _complete_basis(rows: np.ndarray, r: int) -> np.ndarray:
+    """Extend orthonormal rows to ``r`` rows (directions of zero variance are arbitrary)."""
+    k, d = rows.shape
+    if k >= r:
+        return rows
+    rng = np.random.default_rng(0)
+    extra = rng.standard_normal((r - k, d))
+    extra -= (extra @ rows.T) @ rows
+    q, _ = np.linalg.qr(extra.T)
+    return np.vstack([rows, q.T[: r - k]])
+
+
+def randomized_eigh(X, n_components: int, *, n_oversamples: int = 10, n_iter: int = 4,
+                    random_state=None, method="PCA", where="X") -> Spectrum:
+    """Top ``n_components`` of the covariance by randomized subspace iteration."""
+    from .._validation import check_random_state
+
+    n, d = X.shape
+    stats = column_stats(X, gram=False, method=method, where=where, stage="mean pass")
+    rng = check_random_state(random_state)
+    width = min(d, n_components + n_oversamples)
+    q, _ = np.linalg.qr(rng.standard_normal((d, width)))
+    for it in range(n_iter):
+        aq, _ = _gram_products(X, stats.mean, q, stage=f"power iteration {it + 1}/{n_iter}")
+        q, _ = np.linalg.qr(aq)
+    _, small = _gram_products(X, stats.mean, q, stage="Rayleigh-Ritz pass", need_aq=False)
+    w, v = scipy.linalg.eigh(small)
+    sp = _from_eigh(w / (n - 1), q @ v, stats, exact=False, passes=n_iter + 2)
+    sp.components, sp.variances = sp.components[:n_components], sp.variances[:n_components]
+    return sp
+
+
+def _block_products(block, mean, q, need_aq):
+    """For one row block: (Xb - mean)^T (Xb - mean) q and ((Xb - mean) q)^T ((Xb - mean) q)."""
+    x = np.asarray(block)
+    qd = q.astype(x.dtype, copy=False)
+    y = (x @ qd).astype(np.float64) - (mean @ q)  # (Xb - 1 mean^T) q without a centred copy
+    small = y.T @ y
+    if not need_aq:
+        return None, small
+    aq = (x.T @ y.astype(x.dtype, copy=False)).astype(np.float64) - np.outer(mean, y.sum(axis=0))
+    return aq, small
+
+
+def _add_pairs(a, b):
+    return (None if a[0] is None else a[0] + b[0], a[1] + b[1])
+
+
+def _gram_products(X, mean, q, *, stage, need_aq=True):
+    if not is_dask(X):
+        return tree_reduce((_block_products(X[a:b], mean, q, need_aq)
+                            for a, b in row_blocks(X.shape[0], NUMPY_BLOCK_ROWS)), _add_pairs)
+    from dask import delayed
+
+    if X.numblocks[1] != 1:
+        X = X.rechunk({1: -1})
+    leaves = [delayed(_block_products, pure=True)(b, mean, q, need_aq)
+              for b in X.to_delayed().ravel()]
+    (res,) = compute(tree_reduce(leaves, delayed(_add_pairs, pure=True)), stage=stage)
+    return res

@@ -1,0 +1,37 @@
+"""Shared estimator plumbing (scikit-learn's protocol: get_params, set_params, clone)."""
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+
+from .._validation import is_dask
+
+
+class DimredEstimator(TransformerMixin, BaseEstimator):
+    """Base of every estimator. scikit-learn is used for its protocol only, not its numerics."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = False
+        return tags
+
+
+def sign_fix(rows: np.ndarray) -> np.ndarray:
+    """Flip each row so that its entry of largest magnitude is positive (deterministic signs)."""
+    rows = np.array(rows, dtype=np.float64, copy=True)
+    if rows.size == 0:
+        return rows
+    idx = np.argmax(np.abs(rows), axis=1)
+    signs = np.sign(rows[np.arange(rows.shape[0]), idx])
+    signs[signs == 0] = 1.0
+    return rows * signs[:, None]
+
+
+def rowwise(X, fn, n_out: int, dtype):
+    """Apply ``fn`` (a block of rows -> (rows, n_out)) lazily to dask input, eagerly to NumPy."""
+    if not is_dask(X):
+        return fn(X)
+    if X.numblocks[1] != 1:
+        X = X.rechunk({1: -1})
+    return X.map_blocks(fn, chunks=(X.chunks[0], (n_out,)), dtype=dtype)

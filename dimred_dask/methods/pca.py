@@ -1,0 +1,238 @@
+"""Principal component analysis: the function ``pca``, the `PCAModel` it returns, and `PCA`.
+
+Seed 000 (PCA, SVD view, dual PCA; encode / reconstruct training and test data) and
+seed 003 (PCA by SVD without forming the covariance) are the specification:
+
+    encode       Y = (X - mean) U            (U: the top-k principal directions, d x k)
+    reconstruct  X^ = Y U^T + mean
+    whiten       Y / sqrt(explained_variance)
+
+Solvers (``solver=``): ``covariance`` (one pass, exact), ``tsqr`` (exact SVD, two passes),
+``randomized`` (Halko et al., ``n_iter`` + 2 passes, for wide data), ``dual`` (n << d),
+``auto`` (covariance up to ``COVARIANCE_MAX_FEATURES`` features, else dual when
+n <= ``DUAL_MAX_SAMPLES``, else randomized).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._validation import (check_array, check_is_fitted, check_n_components, check_n_features,
+                           is_dask)
+from ..errors import InputError
+from ..linalg import covariance_eigh, dual_eigh, randomized_eigh, tsqr_svd
+from ._base import DimredEstimator, rowwise, sign_fix
+
+__all__ = ["PCA", "PCAModel", "pca", "SOLVERS"]
+
+SOLVERS = ("auto", "covariance", "tsqr", "randomized", "dual")
+COVARIANCE_MAX_FEATURES = 4096
+DUAL_MAX_SAMPLES = 4096
+
+
+@dataclass
+class PCAModel:
+    """A fitted PCA: small arrays only, so it travels between tasks and workers cheaply."""
+
+    components: np.ndarray  # (k, d), dtype of the input
+    mean: np.ndarray  # (d,)
+    explained_variance: np.ndarray  # (k,)
+    explained_variance_ratio: np.ndarray  # (k,)
+    singular_values: np.ndarray  # (k,)
+    noise_variance: float
+    n_samples: int
+    whiten: bool = False
+    solver: str = "covariance"
+    passes: int = 1
+    info: dict = field(default_factory=dict)
+
+    @property
+    def n_components(self) -> int:
+        return self.components.shape[0]
+
+    def _scale(self):
+        if not self.whiten:
+            return None
+        ev = np.asarray(self.explained_variance, dtype=np.float64)
+        return np.sqrt(np.where(ev > 0, ev, np.finfo(np.float64).tiny))
+
+    def transform(self, X):
+        """Encode: Y = (X - mean) U, divided by sqrt(variance) when whitening."""
+        dtype = X.dtype
+        w = self.components.T.astype(np.float64)
+        scale = self._scale()
+        if scale is not None:
+            w = w / scale
+        w, mu = w.astype(dtype), self.mean.astype(dtype)
+
+        def encode(block):
+            return (block - mu) @ w
+
+        return rowwise(X, encode, self.n_components, dtype)
+
+    def inverse_transform(self, Y):
+        """Reconstruct: X^ = Y U^T + mean (Y multiplied back by sqrt(variance) if whitened)."""
+        dtype = Y.dtype
+        u = self.components.astype(np.float64)
+        scale = self._scale()
+        if scale is not None:
+            u = u * scale[:, None]
+        u, mu = u.astype(dtype), self.mean.astype(dtype)
+
+        def decode(block):
+            return block @ u + mu
+
+        return rowwise(Y, decode, self.mean.shape[0], dtype)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays that make up the model, for writing to a store's ``model/`` group."""
+        return {"components_": self.components, "mean_": self.mean,
+                "explained_variance_": self.explained_variance,
+                "explained_variance_ratio_": self.explained_variance_ratio,
+                "singular_values_": self.singular_values}
+
+    def scalars(self) -> dict:
+        return {"noise_variance_": float(self.noise_variance), "n_samples": int(self.n_samples),
+                "whiten": bool(self.whiten), "solver": self.solver, "passes": int(self.passes),
+                **self.info}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, scalars: dict) -> "PCAModel":
+        extra = {k: v for k, v in scalars.items()
+                 if k not in ("noise_variance_", "n_samples", "whiten", "solver", "passes")}
+        return cls(np.asarray(arrays["components_"]), np.asarray(arrays["mean_"]),
+                   np.asarray(arrays["explained_variance_"]),
+                   np.asarray(arrays["explained_variance_ratio_"]),
+                   np.asarray(arrays["singular_values_"]), float(scalars["noise_variance_"]),
+                   int(scalars["n_samples"]), bool(scalars["whiten"]), scalars["solver"],
+                   int(scalars["passes"]), extra)
+
+
+def choose_solver(solver: str, n: int, d: int, n_components) -> str:
+    if solver not in SOLVERS:
+        raise InputError(f"PCA solver must be one of {', '.join(SOLVERS)}; found {solver!r}.",
+                         "pass solver='covariance' (exact, one pass) or leave the default 'auto'.")
+    if solver != "auto":
+        return solver
+    if d <= COVARIANCE_MAX_FEATURES:
+        return "covariance"
+    if n <= DUAL_MAX_SAMPLES:
+        return "dual"
+    return "randomized" if not isinstance(n_components, float) else "tsqr"
+
+
+def _spectrum(X, solver, k_request, n_oversamples, n_iter, random_state, where):
+    if solver == "covariance":
+        return covariance_eigh(X, where=where)
+    if solver == "tsqr":
+        return tsqr_svd(X, where=where)
+    if solver == "dual":
+        return dual_eigh(X, where=where)
+    if isinstance(k_request, float):
+        raise InputError(
+            f"PCA with solver='randomized' needs n_components as an int; found the fraction "
+            f"{k_request} (a fraction of variance needs the whole spectrum).",
+            "pass an int n_components, or use solver='covariance' / 'tsqr' / 'dual'.")
+    return randomized_eigh(X, k_request, n_oversamples=n_oversamples, n_iter=n_iter,
+                           random_state=random_state, where=where)
+
+
+def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
+        n_oversamples: int = 10, n_iter: int = 4, random_state=None, where: str = "X") -> PCAModel:
+    """Fit PCA to ``X`` (NumPy or dask, n_samples x n_features) and return the `PCAModel`.
+
+    ``n_components``: an int, a fraction of variance to keep in (0, 1), or None for
+    min(n_samples, n_features). Heavy work runs where ``X`` lives: NumPy in this process, dask
+    on the active distributed client. Nothing here writes anything.
+    """
+    X = check_array(X, method="PCA", where=where)
+    n, d = X.shape
+    k_request = check_n_components(n_components, n, d, method="PCA")
+    solver = choose_solver(solver, n, d, k_request)
+    sp = _spectrum(X, solver, k_request, n_oversamples, n_iter, random_state, where)
+    total = sp.total_variance
+    ratio_all = sp.variances / total if total > 0 else np.zeros_like(sp.variances)
+    if isinstance(k_request, float):
+        k = int(np.searchsorted(np.cumsum(ratio_all), k_request, side="right") + 1)
+        k = min(k, len(ratio_all))
+    else:
+        k = k_request
+    rank = min(n, d)
+    kept = sp.variances[:k]
+    noise = (total - kept.sum()) / (rank - k) if k < rank else 0.0
+    comps = sign_fix(sp.components[:k])
+    return PCAModel(comps.astype(X.dtype), sp.mean.astype(X.dtype), kept.astype(X.dtype),
+                    ratio_all[:k].astype(X.dtype), np.sqrt(kept * (n - 1)).astype(X.dtype),
+                    float(max(noise, 0.0)), n, bool(whiten), solver, sp.passes,
+                    {"total_variance": float(total), "exact": bool(sp.exact)})
+
+
+class PCA(DimredEstimator):
+    """Principal component analysis on NumPy or dask arrays.
+
+    Parameters
+    ----------
+    n_components : int, float in (0, 1) or None
+        Components to keep; a float keeps the fewest components that explain that fraction
+        of the variance; None keeps min(n_samples, n_features).
+    solver : {"auto", "covariance", "tsqr", "randomized", "dual"}
+    whiten : bool
+        Scale the projections to unit variance.
+    n_oversamples, n_iter : int
+        Randomized solver only: extra random directions and power iterations.
+    random_state : int, numpy Generator or None
+        Seeds the randomized solver; the same seed gives the same result on any cluster.
+
+    Attributes
+    ----------
+    components_, mean_, explained_variance_, explained_variance_ratio_, singular_values_,
+    noise_variance_, n_components_, n_features_in_, n_samples_, solver_
+    """
+
+    def __init__(self, n_components=None, *, solver="auto", whiten=False, n_oversamples=10,
+                 n_iter=4, random_state=None):
+        self.n_components = n_components
+        self.solver = solver
+        self.whiten = whiten
+        self.n_oversamples = n_oversamples
+        self.n_iter = n_iter
+        self.random_state = random_state
+
+    def fit(self, X, y=None):
+        model = pca(X, n_components=self.n_components, solver=self.solver, whiten=self.whiten,
+                    n_oversamples=self.n_oversamples, n_iter=self.n_iter,
+                    random_state=self.random_state)
+        self._model = model
+        self.components_ = model.components
+        self.mean_ = model.mean
+        self.explained_variance_ = model.explained_variance
+        self.explained_variance_ratio_ = model.explained_variance_ratio
+        self.singular_values_ = model.singular_values
+        self.noise_variance_ = model.noise_variance
+        self.n_components_ = model.n_components
+        self.n_features_in_ = model.mean.shape[0]
+        self.n_samples_ = model.n_samples
+        self.solver_ = model.solver
+        return self
+
+    def fit_transform(self, X, y=None):
+        return self.fit(X).transform(X)
+
+    def _checked(self, X, n_features):
+        check_is_fitted(self, "components_")
+        X = check_array(X, method="PCA", min_samples=1, check_finite=not is_dask(X))
+        check_n_features(self, X, n_features)
+        return X
+
+    def transform(self, X):
+        X = self._checked(X, self.n_features_in_)
+        return self._model.transform(X)
+
+    def inverse_transform(self, X):
+        X = self._checked(X, self.n_components_)
+        return self._model.inverse_transform(X)
+
+    def get_feature_names_out(self, input_features=None):
+        check_is_fitted(self, "components_")
+        return np.array([f"pca{i}" for i in range(self.n_components_)], dtype=object)
