@@ -1,0 +1,74 @@
+"""Make or connect to a dask.distributed Client.
+
+Order of choice: an explicit ``scheduler`` address; ``DASK_SCHEDULER_ADDRESS``; a client this
+process already has; else a new `LocalCluster` of worker processes sized from this machine
+(one single-threaded worker per core, memory split evenly, 10% held back for the OS).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+from .errors import DimredError
+
+__all__ = ["local_cluster_size", "cluster_client", "describe_cluster"]
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _memory_bytes() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
+def local_cluster_size(n_workers: int | None = None) -> dict:
+    cores = _cores()
+    n = n_workers or max(1, cores if cores <= 8 else cores // 2)
+    threads = max(1, cores // n)
+    memory = int(_memory_bytes() * 0.9 / n)
+    return {"n_workers": n, "threads_per_worker": threads, "memory_limit": memory}
+
+
+@contextlib.contextmanager
+def cluster_client(scheduler: str | None = None, *, n_workers: int | None = None,
+                   timeout: str = "30s"):
+    """Yield a Client; close what this call created, leave alone what it found."""
+    from distributed import Client, LocalCluster, default_client
+
+    address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    if address:
+        try:
+            client = Client(address, timeout=timeout)
+        except (OSError, TimeoutError) as exc:
+            raise DimredError(f"Could not connect to the Dask scheduler at {address} ({exc}). "
+                              "Fix: start it (dask scheduler) or check the address.") from None
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    try:
+        existing = default_client()
+    except ValueError:
+        existing = None
+    if existing is not None and existing.status == "running":
+        yield existing
+        return
+    size = local_cluster_size(n_workers)
+    with LocalCluster(processes=True, host="127.0.0.1", dashboard_address=None, **size) as cluster:
+        with Client(cluster) as client:
+            yield client
+
+
+def describe_cluster(client) -> dict:
+    info = client.scheduler_info()
+    workers = info.get("workers", {})
+    return {"scheduler": client.scheduler.address, "n_workers": len(workers),
+            "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+            "memory_limit_per_worker": [w.get("memory_limit") for w in workers.values()]}

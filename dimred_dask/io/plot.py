@@ -1,0 +1,36 @@
+"""A picture of the first two dimensions of an embedding: points, or density for large n."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+SCATTER_MAX = 20_000
+
+
+def embedding_png(Y: np.ndarray, *, title: str = "", n_total: int | None = None,
+                  labels: np.ndarray | None = None) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    Y = np.asarray(Y, dtype=np.float64)
+    fig, ax = plt.subplots(figsize=(6, 6), dpi=100)
+    x = Y[:, 0]
+    y = Y[:, 1] if Y.shape[1] > 1 else np.zeros_like(x)
+    if len(Y) > SCATTER_MAX:
+        hb = ax.hexbin(x, y, gridsize=120, bins="log", cmap="viridis", mincnt=1)
+        fig.colorbar(hb, ax=ax, label="points (log)")
+    else:
+        ax.scatter(x, y, s=3, c=labels if labels is not None else "tab:blue",
+                   cmap="tab10" if labels is not None else None, alpha=0.6, linewidths=0)
+    shown = f"{len(Y):,}" + (f" of {n_total:,}" if n_total and n_total != len(Y) else "")
+    ax.set_title(f"{title}\n{shown} points" if title else f"{shown} points", fontsize=10)
+    ax.set_xlabel("dimension 1")
+    ax.set_ylabel("dimension 2" if Y.shape[1] > 1 else "")
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()

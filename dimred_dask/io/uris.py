@@ -1,0 +1,117 @@
+"""Where data may be read from and written to, and what a URI may contain.
+
+A URI is a local path, ``file://``, ``s3://`` or ``memory://`` (the allowlist, extendable by
+``DIMRED_ALLOWED_SCHEMES``), optionally with ``#path`` naming an array inside a Zarr group.
+Credentials never travel in a URI: they come from the environment or storage options.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, urlsplit
+
+from ..errors import InputError
+
+DEFAULT_SCHEMES = ("file", "s3", "memory")
+_SECRET_QUERY_KEYS = ("awsaccesskeyid", "x-amz-credential", "x-amz-signature", "signature",
+                      "secret", "token", "password", "key", "sig", "access_key")
+
+
+def allowed_schemes() -> tuple[str, ...]:
+    extra = os.environ.get("DIMRED_ALLOWED_SCHEMES", "")
+    return DEFAULT_SCHEMES + tuple(s.strip() for s in extra.split(",") if s.strip())
+
+
+@dataclass(frozen=True)
+class Location:
+    """A checked URI: ``url`` without fragment, the fragment, and fsspec storage options."""
+
+    url: str
+    fragment: str | None = None
+    storage_options: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @property
+    def scheme(self) -> str:
+        return urlsplit(self.url).scheme if "://" in self.url else "file"
+
+    @property
+    def is_local(self) -> bool:
+        return "://" not in self.url
+
+    def __str__(self) -> str:
+        return self.url + (f"#{self.fragment}" if self.fragment else "")
+
+    def child(self, name: str) -> str:
+        return self.url.rstrip("/") + "/" + name
+
+
+def env_storage_options(scheme: str) -> dict:
+    """Storage options that come from the environment (S3 endpoint), never credentials."""
+    if scheme == "s3":
+        endpoint = os.environ.get("DIMRED_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            return {"client_kwargs": {"endpoint_url": endpoint}}
+    return {}
+
+
+def parse_uri(uri, *, role: str = "input", storage_options: dict | None = None) -> Location:
+    """Check ``uri`` and return a `Location`; raise `InputError` saying what to fix."""
+    if isinstance(uri, Location):
+        return uri
+    if not isinstance(uri, (str, os.PathLike)) or not str(uri).strip():
+        raise InputError(f"The {role} must be a path or URL; found {uri!r}.",
+                         "pass e.g. ./data.zarr or s3://bucket/data.zarr.")
+    text = os.fspath(uri).strip()
+    base, _, fragment = text.partition("#")
+    parts = urlsplit(base) if "://" in base else None
+    scheme = parts.scheme.lower() if parts else "file"
+    if scheme not in allowed_schemes():
+        raise InputError(
+            f"The {role} URL scheme {scheme!r} is not allowed ({text!r}); allowed: "
+            f"{', '.join(allowed_schemes())} and local paths.",
+            "use one of those schemes, or add it to DIMRED_ALLOWED_SCHEMES if you trust it.")
+    if parts is not None:
+        if "@" in parts.netloc or parts.password or parts.username:
+            raise InputError(
+                f"The {role} URL carries credentials ({scheme}://<user:secret>@...); URLs are "
+                "logged and stored in manifests, so they must not contain secrets.",
+                "remove them from the URL and set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
+                "(or pass storage options) instead.")
+        leaked = [k for k in parse_qs(parts.query) if k.lower() in _SECRET_QUERY_KEYS]
+        if leaked:
+            raise InputError(f"The {role} URL carries credentials in its query ({leaked}).",
+                             "drop the query and use environment credentials instead.")
+        path = parts.path
+    else:
+        path = base
+    segments = path.replace("\\", "/").split("/") + (fragment.split("/") if fragment else [])
+    if ".." in segments:
+        raise InputError(f"The {role} {text!r} contains a '..' segment (path traversal).",
+                         "give the resolved path (e.g. realpath) without '..'.")
+    if scheme == "file":
+        local = parts.path if parts is not None else base
+        url = os.path.abspath(os.path.expanduser(local))
+    else:
+        url = f"{scheme}://{parts.netloc}{posixpath.normpath(parts.path) if parts.path else ''}"
+        url = url.rstrip("/") if parts.path not in ("", "/") else url
+    so = {**env_storage_options(scheme), **(storage_options or {})}
+    return Location(url, fragment or None, so)
+
+
+def _key(loc: Location) -> str:
+    return loc.url.rstrip("/") + "/"
+
+
+def check_output_location(output: Location, input_: Location) -> None:
+    """Refuse an output equal to, inside, or containing the input."""
+    out_k, in_k = _key(output), _key(input_)
+    if out_k == in_k:
+        raise InputError(f"The output {output} is the input itself; a run would overwrite its data.",
+                         "choose another output location.")
+    if out_k.startswith(in_k):
+        raise InputError(f"The output {output} lies inside the input {input_.url}; writing there "
+                         "would change the input.", "choose an output outside the input.")
+    if in_k.startswith(out_k):
+        raise InputError(f"The output {output} contains the input {input_.url}; --overwrite would "
+                         "delete the input.", "choose an output that does not contain the input.")

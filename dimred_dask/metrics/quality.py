@@ -1,0 +1,67 @@
+"""Trustworthiness (Venna & Kaski 2001), kNN recall, reconstruction error, explained variance.
+
+They work on in-memory samples (a few thousand rows): the caller draws the sample with
+`sample_rows` and states its size in the manifest.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.spatial.distance import cdist
+
+from .._validation import check_random_state
+
+
+def sample_rows(n: int, size: int, random_state=0) -> np.ndarray:
+    """Sorted indices of ``min(n, size)`` rows drawn without replacement."""
+    if size >= n:
+        return np.arange(n)
+    rng = check_random_state(random_state)
+    return np.sort(rng.choice(n, size=size, replace=False))
+
+
+def _neighbour_order(X: np.ndarray) -> np.ndarray:
+    d = cdist(X, X, "sqeuclidean")
+    np.fill_diagonal(d, np.inf)
+    return np.argsort(d, axis=1, kind="stable")
+
+
+def trustworthiness(X, Y, n_neighbors: int = 5) -> float:
+    """1 - 2/(n k (2n - 3k - 1)) sum_i sum_{j in U_i} (r(i, j) - k), where U_i are the
+    embedding's k nearest neighbours of i that are not among its k nearest in X, and r(i, j)
+    is the rank of j by distance from i in X."""
+    X, Y = np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64)
+    n, k = X.shape[0], n_neighbors
+    if not 1 <= k < n / 2:
+        raise ValueError(f"trustworthiness needs 1 <= n_neighbors < n_samples / 2 = {n / 2}; "
+                         f"found {k}.")
+    order_x = _neighbour_order(X)
+    ranks = np.empty_like(order_x)
+    ranks[np.arange(n)[:, None], order_x] = np.arange(1, n + 1)[None, :]
+    nn_y = _neighbour_order(Y)[:, :k]
+    r = ranks[np.arange(n)[:, None], nn_y]
+    penalty = np.clip(r - k, 0, None).sum()
+    return float(1.0 - 2.0 / (n * k * (2.0 * n - 3.0 * k - 1.0)) * penalty)
+
+
+def knn_recall(X, Y, n_neighbors: int = 10) -> float:
+    """Mean fraction of each point's k nearest neighbours in X that are also its k nearest in Y."""
+    X, Y = np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64)
+    a = _neighbour_order(X)[:, :n_neighbors]
+    b = _neighbour_order(Y)[:, :n_neighbors]
+    hits = [len(np.intersect1d(a[i], b[i], assume_unique=True)) for i in range(len(a))]
+    return float(np.mean(hits) / n_neighbors)
+
+
+def reconstruction_error(X, X_hat, mean) -> float:
+    """||X - X_hat||^2 / ||X - mean||^2: the fraction of the sample's variance lost."""
+    X = np.asarray(X, dtype=np.float64)
+    num = ((X - np.asarray(X_hat, dtype=np.float64)) ** 2).sum()
+    den = ((X - np.asarray(mean, dtype=np.float64)) ** 2).sum()
+    return float(num / den) if den > 0 else 0.0
+
+
+def explained_variance_summary(explained_variance, ratio) -> dict:
+    ratio = np.asarray(ratio, dtype=np.float64)
+    return {"explained_variance": np.asarray(explained_variance, dtype=np.float64).tolist(),
+            "explained_variance_ratio": ratio.tolist(),
+            "explained_variance_ratio_total": float(ratio.sum())}
