@@ -50,15 +50,18 @@ class TerminalBar:
         self.interval = interval
         self._last = 0.0
         self._stage = None
+        self._done = None
         self._t0 = time.perf_counter()
 
     def __call__(self, stage: str, done: float, total: float) -> None:
         now = time.perf_counter()
+        finished = total > 0 and done >= total
+        if finished and stage == self._done:
+            return  # the end of a stage is drawn once
         if stage != self._stage:
             if self._stage is not None:
                 self.stream.write("\n")
             self._stage, self._t0 = stage, now
-        finished = total > 0 and done >= total
         if not finished and now - self._last < self.interval:
             return
         self._last = now
@@ -68,5 +71,5 @@ class TerminalBar:
         self.stream.write(f"\r{stage:<22} [{bar}] {frac:6.1%} {now - self._t0:6.1f}s")
         if finished:
             self.stream.write("\n")
-            self._stage = None
+            self._stage, self._done = None, stage
         self.stream.flush()

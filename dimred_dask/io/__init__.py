@@ -2,8 +2,8 @@
 from .fingerprint import array_fingerprint, digest_of
 from .plot import embedding_png
 from .read import InputArray, open_input, plan_row_chunk
-from .store import RunStore, open_output
+from .store import RunStore, open_output, save_array
 from .uris import Location, check_output_location, parse_uri
 
 __all__ = ["InputArray", "Location", "RunStore", "array_fingerprint", "check_output_location",
-           "digest_of", "embedding_png", "open_input", "open_output", "parse_uri", "plan_row_chunk"]
+           "digest_of", "embedding_png", "open_input", "open_output", "parse_uri", "plan_row_chunk", "save_array"]

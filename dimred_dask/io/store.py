@@ -109,6 +109,14 @@ class RunStore:
     def read_array(self, name: str) -> np.ndarray:
         return self.open_array(name)[...]
 
+    def write_attrs(self, name: str, attrs: dict) -> None:
+        """Set JSON attributes on the group ``name`` (created if missing)."""
+        g = self._group().require_group(name)
+        g.attrs.update(json.loads(json.dumps(attrs, default=_jsonable)))
+
+    def read_attrs(self, name: str) -> dict:
+        return dict(self._group("r")[name].attrs)
+
     def read_group(self, name: str) -> dict[str, np.ndarray]:
         g = self._group("r")[name]
         return {k: v[...] for k, v in g.arrays()}
@@ -166,3 +174,25 @@ def open_output(uri, *, storage_options: dict | None = None) -> RunStore:
             "contents may be partial.", "re-run the same command to finish it (committed stages "
             "are reused), or run with --overwrite.")
     return store
+
+
+def save_array(arr, uri, *, overwrite: bool = False, storage_options: dict | None = None,
+               chunks=None) -> str:
+    """Write a dask or NumPy array to a Zarr v3 array at ``uri`` (computed on the workers)."""
+    import dask.array as da
+    import zarr
+
+    loc = parse_uri(uri, role="output", storage_options=storage_options)
+    fs, root = fsspec.core.url_to_fs(loc.url, **loc.storage_options)
+    if fs.exists(root) and not overwrite:
+        raise OutputExistsError(f"{loc.url} exists already.", "pass overwrite=True or another path.")
+    darr = arr if hasattr(arr, "dask") else da.from_array(np.asarray(arr), chunks=chunks or "auto")
+    if chunks is not None:
+        darr = darr.rechunk(chunks)
+    target = zarr.create_array(store=loc.url, shape=darr.shape, dtype=darr.dtype,
+                               chunks=tuple(c[0] for c in darr.chunks), overwrite=True,
+                               zarr_format=3, storage_options=loc.storage_options or None)
+    from .._compute import compute
+
+    compute(da.store(darr, target, lock=False, compute=False), stage="write array")
+    return loc.url

@@ -1,0 +1,174 @@
+"""dimred-dask command line: run an embedding, make and run the demo, inspect an output."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from dimred_dask.errors import DimredError
+
+EPILOG = """examples:
+  dimred-dask demo
+  dimred-dask run --input data.zarr --output out.zarr --method pca --n-components 16
+  dimred-dask run --input s3://lab/cells.zarr#counts --output s3://lab/runs/pca16 \\
+      --method pca --n-components 0.95 --param solver=covariance --scheduler tcp://10.0.0.5:8786
+  dimred-dask run --input table.parquet --columns a,b,c --output out.zarr --method pca
+  dimred-dask inspect out.zarr
+
+environment:
+  DASK_SCHEDULER_ADDRESS   use this Dask scheduler instead of a local cluster
+  PREFECT_API_URL          report runs to this Prefect server (else a temporary local one)
+  AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
+                           object storage endpoint and credentials (never put them in a URL)
+"""
+
+
+def _local(uri: str) -> str:
+    """Resolve local paths (so '..' typed at a shell is fine); URLs pass unchanged."""
+    return uri if "://" in uri else os.path.abspath(os.path.expanduser(uri.split("#")[0])) + (
+        "#" + uri.split("#", 1)[1] if "#" in uri else "")
+
+
+def _params(args) -> dict:
+    from .methods import parse_param_value
+
+    params = {}
+    for item in args.param or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise DimredError(f"--param takes name=value; found {item!r}. "
+                              "Fix: e.g. --param solver=covariance")
+        params[name.strip().replace("-", "_")] = parse_param_value(value)
+    if args.n_components is not None:
+        params["n_components"] = parse_param_value(args.n_components)
+    return params
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dimred-dask", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Distributed dimensionality reduction: Prefect flows driving Dask over "
+                    "chunked Zarr arrays, with outputs written as Zarr run stores.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="embed an array and write a run store",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+    run.add_argument("--input", required=True, metavar="URI",
+                     help="Zarr array (uri#path inside a group), .npy, .parquet or .csv; local "
+                          "path, file://, s3:// or memory://")
+    run.add_argument("--output", required=True, metavar="URI", help="where the run store goes")
+    run.add_argument("--method", default="pca", help="embedding method (default: pca)")
+    run.add_argument("--n-components", metavar="K",
+                     help="components to keep: an int, or a fraction of variance in (0, 1)")
+    run.add_argument("--param", action="append", metavar="NAME=VALUE",
+                     help="a method parameter, repeatable (e.g. solver=randomized, whiten=true)")
+    run.add_argument("--columns", help="comma-separated numeric columns of a Parquet/CSV input")
+    run.add_argument("--scheduler", metavar="ADDR",
+                     help="tcp://host:port of an existing Dask scheduler (default: a local cluster)")
+    run.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    run.add_argument("--sample-size", type=int, default=2000,
+                     help="rows sampled for the quality metrics (default 2000)")
+    run.add_argument("--json", action="store_true", help="print the manifest as JSON")
+
+    demo = sub.add_parser("demo", help="make a synthetic dataset and embed it end to end")
+    demo.add_argument("--dir", default=".dimred-demo", help="folder for the data and the output")
+    demo.add_argument("--rows", type=int, default=200_000)
+    demo.add_argument("--features", type=int, default=256)
+    demo.add_argument("--rank", type=int, default=16, help="rank of the signal under the noise")
+    demo.add_argument("--n-components", type=int, default=16)
+    demo.add_argument("--scheduler", metavar="ADDR")
+
+    ins = sub.add_parser("inspect", help="print a run's manifest and metrics")
+    ins.add_argument("uri", help="the run store")
+    ins.add_argument("--json", action="store_true", help="the whole manifest as JSON")
+    return p
+
+
+def print_summary(m: dict, stream=sys.stdout) -> None:
+    met, model = m.get("metrics", {}), m.get("model", {})
+    w = stream.write
+    w(f"output      {m['output']}\n")
+    w(f"method      {m['method']}  params {json.dumps(m['params'], sort_keys=True)}\n")
+    w(f"input       {m['input']}  shape {m['input_meta']['shape']} {m['input_meta']['dtype']}\n")
+    if "explained_variance_ratio_total" in model:
+        w(f"explained variance ratio (total of {model['n_components']}): "
+          f"{model['explained_variance_ratio_total']:.6f}\n")
+    for k in ("trustworthiness", "knn_recall", "reconstruction_error"):
+        if k in met:
+            w(f"{k:<22}{met[k]:.6f}\n")
+    if "sample" in met:
+        w(f"metrics sample        {met['sample']} (k = {met.get('n_neighbors')})\n")
+    w("timings     " + ", ".join(f"{k} {v:.2f}s ({m['stages'][k]})" for k, v in
+                                 m["timings"].items()) + "\n")
+    if m.get("flow_run_id"):
+        w(f"flow run    {m['flow_run_id']}\n")
+
+
+def _quiet_logs() -> None:
+    for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.core",
+                 "distributed.worker", "distributed.http.proxy"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def cmd_run(args) -> int:
+    from .embed import embed
+
+    columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
+    manifest = embed(_local(args.input), _local(args.output), method=args.method,
+                     params=_params(args), scheduler=args.scheduler, overwrite=args.overwrite,
+                     columns=columns, sample_size=args.sample_size)
+    if args.json:
+        print(json.dumps(manifest, indent=2, sort_keys=True))
+    else:
+        print_summary(manifest)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    manifest = run_demo(args.dir, rows=args.rows, features=args.features, rank=args.rank,
+                        n_components=args.n_components, scheduler=args.scheduler)
+    print()
+    print_summary(manifest)
+    print(f"\nembedding   {manifest['output']}/embedding  (Zarr array)")
+    print(f"picture     {manifest['output']}/embedding.png")
+    print(f"manifest    {manifest['output']}/manifest.json")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from dimred_dask.io import open_output
+
+    store = open_output(_local(args.uri))
+    manifest = store.read_json("manifest.json")
+    if args.json:
+        print(json.dumps(manifest, indent=2, sort_keys=True))
+    else:
+        print_summary(manifest)
+    return 0
+
+
+def quiet_prefect_env() -> None:
+    """No telemetry from the temporary Prefect server: this machine talks to loopback only."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    quiet_prefect_env()
+    _quiet_logs()
+    if args.command in ("run", "demo"):
+        os.environ.setdefault("DIMRED_TERMINAL_PROGRESS", "1")
+    try:
+        return {"run": cmd_run, "demo": cmd_demo, "inspect": cmd_inspect}[args.command](args)
+    except DimredError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""The embedding flow: validate -> fit -> transform + write -> evaluate -> publish.
+
+Tasks pass URIs and small dicts, never arrays; the heavy work runs on the Dask cluster the
+flow connects to (``dimred_dask.cluster.cluster_client``). Each stage writes its results,
+then a marker ``_stages/<stage>.json`` with its fingerprint; re-running the same command
+after a crash reuses every stage whose marker matches. ``_COMMITTED`` is written last.
+"""
+from __future__ import annotations
+
+import platform
+import time
+from importlib import metadata
+
+import numpy as np
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+import dimred_dask
+from dimred_dask import metrics
+from dimred_dask._compute import compute
+from dimred_dask.cluster import cluster_client, describe_cluster
+from dimred_dask.io import (RunStore, array_fingerprint, check_output_location, digest_of,
+                            embedding_png, open_input, parse_uri)
+
+from .methods import get_method
+from .stages import chunk_sample, stage_progress, stage_reusable
+
+TASK_OPTS = {"cache_policy": NO_CACHE, "persist_result": False}
+PLOT_POINTS = 50_000
+
+
+def _open(spec: dict):
+    return open_input(spec["input"], columns=spec.get("columns"))
+
+
+@task(name="validate", **TASK_OPTS)
+def validate(spec: dict) -> dict:
+    """Check everything that can be checked without a full pass; write nothing."""
+    t0 = time.perf_counter()
+    adapter = get_method(spec["method"])
+    inp = _open(spec)
+    out = parse_uri(spec["output"], role="output")
+    check_output_location(out, inp.location)
+    params = adapter.check(spec["params"], inp.shape)
+    mode = RunStore(spec["output"]).check_writable(spec["overwrite"])
+    fp = array_fingerprint(inp.array, {"source": inp.meta})
+    get_run_logger().info("input %s: shape %s %s, fingerprint %s (%s); output mode %s",
+                          inp.location, inp.shape, inp.array.dtype, fp["digest"], fp["hashed"], mode)
+    return {"params": params, "mode": mode, "input_meta": inp.meta, "input_fingerprint": fp,
+            "shape": list(inp.shape), "row_chunks": list(inp.array.chunks[0]),
+            "seconds": time.perf_counter() - t0}
+
+
+def _fingerprints(spec: dict, v: dict) -> dict:
+    fit = digest_of("fit", v["input_fingerprint"]["digest"], spec["method"], v["params"],
+                    dimred_dask.__version__)
+    transform = digest_of("transform", fit)
+    evaluate = digest_of("evaluate", transform, spec["sample_size"])
+    return {"fit": fit, "transform": transform, "evaluate": evaluate}
+
+
+@task(name="fit", **TASK_OPTS)
+def fit(spec: dict, v: dict) -> dict:
+    t0 = time.perf_counter()
+    adapter, store = get_method(spec["method"]), RunStore(spec["output"])
+    fp = _fingerprints(spec, v)["fit"]
+    if (marker := stage_reusable(store, v["mode"], "fit", fp)) is not None:
+        return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
+    inp = _open(spec)
+    with stage_progress(f"fit {spec['method']}"):
+        model = adapter.fit(inp.array, v["params"])  # the first pass also checks finiteness
+    store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
+    adapter.save(model, store)
+    info = {"model": adapter.summary(model)}
+    store.mark_stage("fit", fp, {"info": info})
+    return {**info, "reused": False, "seconds": time.perf_counter() - t0}
+
+
+@task(name="transform-write", **TASK_OPTS)
+def transform_write(spec: dict, v: dict) -> dict:
+    t0 = time.perf_counter()
+    adapter, store = get_method(spec["method"]), RunStore(spec["output"])
+    fp = _fingerprints(spec, v)["transform"]
+    if (marker := stage_reusable(store, "resume", "transform", fp)) is not None:
+        return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
+    import dask.array as da
+
+    inp = _open(spec)
+    Y = adapter.transform(adapter.load(store), inp.array)
+    target = store.create_array("embedding", Y.shape, (Y.chunks[0][0], Y.shape[1]), Y.dtype)
+    with stage_progress("transform + write embedding"):
+        compute(da.store(Y, target, lock=False, compute=False), stage="transform + write")
+    info = {"embedding_shape": list(Y.shape), "embedding_dtype": str(Y.dtype),
+            "embedding_chunks": [int(Y.chunks[0][0]), int(Y.shape[1])]}
+    store.mark_stage("transform", fp, {"info": info})
+    return {**info, "reused": False, "seconds": time.perf_counter() - t0}
+
+
+@task(name="evaluate", **TASK_OPTS)
+def evaluate(spec: dict, v: dict) -> dict:
+    t0 = time.perf_counter()
+    adapter, store = get_method(spec["method"]), RunStore(spec["output"])
+    fp = _fingerprints(spec, v)["evaluate"]
+    if (marker := stage_reusable(store, "resume", "evaluate", fp)) is not None:
+        return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
+    import dask.array as da
+
+    inp = _open(spec)
+    idx, how = chunk_sample(inp.array.chunks[0], spec["sample_size"])
+    Y = da.from_zarr(store.open_array("embedding"))
+    Xs, Ys = compute(inp.array[idx], Y[idx], stage="sample")
+    k = int(min(10, max(1, len(idx) // 2 - 1)))
+    result = {"sample": how, "sample_size": int(len(idx)), "n_neighbors": k,
+              "trustworthiness": metrics.trustworthiness(Xs, Ys, k),
+              "knn_recall": metrics.knn_recall(Xs, Ys, k),
+              **adapter.sample_metrics(adapter.load(store), Xs, Ys)}
+    store.mark_stage("evaluate", fp, {"info": result})
+    return {**result, "reused": False, "seconds": time.perf_counter() - t0}
+
+
+def _versions() -> dict:
+    out = {"python": platform.python_version(), "dimred-dask": dimred_dask.__version__}
+    for pkg in ("numpy", "scipy", "dask", "distributed", "zarr", "prefect"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _flow_run_id() -> str | None:
+    from prefect.runtime import flow_run
+
+    return str(flow_run.id) if flow_run.id else None
+
+
+@task(name="publish", **TASK_OPTS)
+def publish(spec: dict, v: dict, stages: dict, cluster: dict) -> dict:
+    t0 = time.perf_counter()
+    import dask.array as da
+
+    store = RunStore(spec["output"])
+    Y = da.from_zarr(store.open_array("embedding"))
+    idx, _ = chunk_sample(Y.chunks[0], PLOT_POINTS, max_chunks=64, seed=1)
+    (Yp,) = compute(Y[idx], stage="plot sample")
+    store.write_bytes("embedding.png", embedding_png(Yp, title=f"{spec['method']} of "
+                                                     f"{spec['input']}", n_total=Y.shape[0]))
+    stages = {**stages, "publish": {"seconds": time.perf_counter() - t0, "reused": False}}
+    manifest = {
+        "method": spec["method"], "params": v["params"], "input": spec["input"],
+        "input_meta": v["input_meta"], "input_fingerprint": v["input_fingerprint"],
+        "output": store.url, "fingerprint": _fingerprints(spec, v)["evaluate"],
+        "versions": _versions(), "cluster": cluster, "flow_run_id": _flow_run_id(),
+        "timings": {k: round(s["seconds"], 4) for k, s in stages.items()},
+        "stages": {k: ("reused" if s.get("reused") else "computed") for k, s in stages.items()},
+        "model": stages["fit"]["model"],
+        "metrics": {k: stages["evaluate"][k] for k in stages["evaluate"]
+                    if k not in ("seconds", "reused")},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    store.commit(manifest)
+    _artifacts(manifest)
+    return manifest
+
+
+def _artifacts(m: dict) -> None:
+    model, met = m["model"], m["metrics"]
+    timing_rows = "\n".join(f"| {k} | {s:.2f} s | {m['stages'][k]} |" for k, s in m["timings"].items())
+    metric_rows = "\n".join(f"| {k} | {v:.6g} |" for k, v in met.items() if isinstance(v, float))
+    create_markdown_artifact(
+        key=f"{m['method']}-summary",
+        description="dimred-dask run summary",
+        markdown=(f"# {m['method']} embedding\n\n"
+                  f"- input: `{m['input']}` shape {m['input_meta']['shape']} "
+                  f"{m['input_meta']['dtype']}\n- output: `{m['output']}`\n"
+                  f"- parameters: `{m['params']}`\n"
+                  f"- explained variance (total ratio): "
+                  f"{model.get('explained_variance_ratio_total', float('nan')):.6f}\n"
+                  f"- metrics sample: {met.get('sample')}\n\n"
+                  f"| stage | wall time | |\n|---|---|---|\n{timing_rows}\n\n"
+                  f"| metric | value |\n|---|---|\n{metric_rows}\n"))
+    if "explained_variance" in model:
+        ratio = np.asarray(model["explained_variance_ratio"])
+        create_table_artifact(
+            key=f"{m['method']}-explained-variance", description="explained variance by component",
+            table=[{"component": i + 1, "variance": float(ev), "ratio": float(r),
+                    "cumulative": float(c)} for i, (ev, r, c) in
+                   enumerate(zip(model["explained_variance"], ratio, np.cumsum(ratio)))])
+
+
+@flow(name="embed", log_prints=True)
+def embed(input: str, output: str, method: str = "pca", params: dict | None = None,
+          scheduler: str | None = None, overwrite: bool = False, columns: list[str] | None = None,
+          sample_size: int = 2000) -> dict:
+    """Embed the array at ``input`` with ``method`` and write the run's store at ``output``."""
+    spec = {"input": input, "output": output, "method": method, "params": dict(params or {}),
+            "overwrite": overwrite, "columns": columns, "sample_size": int(sample_size)}
+    with cluster_client(scheduler) as client:
+        v = validate(spec)
+        stages = {"validate": {"seconds": v["seconds"], "reused": False}}
+        stages["fit"] = fit(spec, v)
+        stages["transform"] = transform_write(spec, v)
+        stages["evaluate"] = evaluate(spec, v)
+        manifest = publish(spec, v, stages, describe_cluster(client))
+    get_run_logger().info("committed %s (%s)", manifest["output"], manifest["timings"])
+    return manifest

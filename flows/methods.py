@@ -1,0 +1,100 @@
+"""How the flow drives each method: parameter checks, fit, saving/loading the model, transform,
+and the method's own metrics. Adding a method is adding an entry to ``METHODS``."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from dimred_dask import metrics
+from dimred_dask._validation import check_n_components
+from dimred_dask.errors import InputError
+from dimred_dask.methods.pca import SOLVERS, PCAModel, pca
+
+
+@dataclass(frozen=True)
+class MethodAdapter:
+    name: str
+    defaults: dict
+    check: Callable[[dict, tuple], dict]  # (params, shape) -> params, raising InputError
+    fit: Callable  # (X, params) -> model
+    save: Callable  # (model, store) -> None
+    load: Callable  # (store) -> model
+    transform: Callable  # (model, X) -> lazy embedding
+    summary: Callable  # (model) -> dict for the manifest
+    sample_metrics: Callable  # (model, X_sample, Y_sample) -> dict
+
+
+def parse_param_value(text: str):
+    """CLI values: JSON where it parses (numbers, true/false, null, lists), else the string."""
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        low = str(text).lower()
+        return {"true": True, "false": False, "none": None}.get(low, text)
+
+
+def _check_known(name: str, params: dict, defaults: dict) -> dict:
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise InputError(f"Unknown parameter(s) {unknown} for method {name!r}; it takes "
+                         f"{sorted(defaults)}.", "fix the --param names.")
+    return {**defaults, **params}
+
+
+PCA_DEFAULTS = {"n_components": 2, "solver": "auto", "whiten": False, "n_oversamples": 10,
+                "n_iter": 4, "random_state": 0}
+
+
+def _pca_check(params: dict, shape: tuple) -> dict:
+    p = _check_known("pca", params, PCA_DEFAULTS)
+    check_n_components(p["n_components"], shape[0], shape[1], method="PCA", allow_none=False)
+    if p["solver"] not in SOLVERS:
+        raise InputError(f"PCA solver must be one of {SOLVERS}; found {p['solver']!r}.",
+                         "pass --param solver=covariance (exact, one pass) or leave it out.")
+    if not isinstance(p["whiten"], bool):
+        raise InputError(f"whiten must be true or false; found {p['whiten']!r}.",
+                         "pass --param whiten=true.")
+    return p
+
+
+def _pca_fit(X, p: dict):
+    return pca(X, **p)
+
+
+def _pca_save(model: PCAModel, store) -> None:
+    for name, value in model.arrays().items():
+        store.write_array(f"model/{name}", value)
+    store.write_attrs("model", model.scalars())
+
+
+def _pca_load(store) -> PCAModel:
+    return PCAModel.from_arrays(store.read_group("model"), store.read_attrs("model"))
+
+
+def _pca_summary(model: PCAModel) -> dict:
+    return {"n_components": model.n_components, "solver": model.solver, "passes": model.passes,
+            "noise_variance": model.noise_variance,
+            **metrics.explained_variance_summary(model.explained_variance,
+                                                 model.explained_variance_ratio)}
+
+
+def _pca_sample_metrics(model: PCAModel, Xs: np.ndarray, Ys: np.ndarray) -> dict:
+    Xhat = model.inverse_transform(Ys)
+    return {"reconstruction_error": metrics.reconstruction_error(Xs, Xhat, model.mean)}
+
+
+METHODS = {
+    "pca": MethodAdapter("pca", PCA_DEFAULTS, _pca_check, _pca_fit, _pca_save, _pca_load,
+                         lambda m, X: m.transform(X), _pca_summary, _pca_sample_metrics),
+}
+
+
+def get_method(name: str) -> MethodAdapter:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise InputError(f"Unknown method {name!r}; available: {sorted(METHODS)}.",
+                         "pass --method pca.") from None

@@ -1,0 +1,66 @@
+"""Stage helpers for the flows: progress artifacts, stage markers, row samples."""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+import numpy as np
+
+from dimred_dask._progress import TerminalBar, reporting
+
+TERMINAL_ENV = "DIMRED_TERMINAL_PROGRESS"
+
+
+@contextlib.contextmanager
+def stage_progress(title: str, *, min_interval: float = 1.0):
+    """Report progress of a stage to a Prefect progress artifact (and the terminal if the CLI
+    asked for it). The artifact moves at most once per ``min_interval`` seconds."""
+    from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+    try:
+        artifact_id = create_progress_artifact(progress=0.0, description=title)
+    except Exception:  # outside a run, or the API is unreachable: progress is optional
+        artifact_id = None
+    bar = TerminalBar() if os.environ.get(TERMINAL_ENV) else None
+    state = {"last": 0.0, "pct": 0.0}
+
+    def callback(stage: str, done: float, total: float):
+        if bar is not None:
+            bar(f"{title}: {stage}", done, total)
+        pct = 100.0 * done / total if total else 0.0
+        now = time.monotonic()
+        if artifact_id is not None and (now - state["last"] >= min_interval or pct >= 100.0):
+            state["last"], state["pct"] = now, pct
+            update_progress_artifact(artifact_id, progress=min(pct, 100.0),
+                                     description=f"{title}: {stage}")
+
+    with reporting(callback):
+        yield
+    if artifact_id is not None:
+        update_progress_artifact(artifact_id, progress=100.0, description=f"{title}: done")
+
+
+def chunk_sample(chunks, size: int, *, max_chunks: int = 8, seed: int = 0) -> tuple[np.ndarray, str]:
+    """Sorted row indices of a sample of ``size`` rows drawn from at most ``max_chunks`` row
+    chunks, so that sampling reads a few chunks rather than the whole array."""
+    rng = np.random.default_rng(seed)
+    sizes = np.asarray(chunks, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    n = int(sizes.sum())
+    if size >= n:
+        return np.arange(n), f"all {n} rows"
+    picked = np.sort(rng.choice(len(sizes), size=min(max_chunks, len(sizes)), replace=False))
+    pool = np.concatenate([np.arange(starts[i], starts[i] + sizes[i]) for i in picked])
+    idx = np.sort(rng.choice(pool, size=min(size, len(pool)), replace=False))
+    return idx, f"{len(idx)} rows from {len(picked)} of {len(sizes)} chunks (seed {seed})"
+
+
+def stage_reusable(store, mode: str, stage: str, fingerprint: str) -> dict | None:
+    """The stage's marker if it was committed for this exact fingerprint, else None."""
+    if mode != "resume":
+        return None
+    marker = store.stage_marker(stage)
+    if marker and marker.get("fingerprint") == fingerprint:
+        return marker
+    return None
