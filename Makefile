@@ -1,0 +1,36 @@
+# The two commands a new user needs: `make demo` and `make test`. Both create the virtual
+# environment (.venv) and install the pinned dependencies on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
+export DO_NOT_TRACK ?= 1
+
+.PHONY: install demo test bench bench-big freeze clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,s3,bench]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/dimred-dask demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests -q
+
+bench: $(STAMP)
+	$(BIN)/python -m bench pca
+
+bench-big: $(STAMP)
+	$(BIN)/python -m bench pca --big
+
+freeze: $(STAMP)
+	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^dimred' > constraints.txt
+
+clean:
+	rm -rf $(VENV) .dimred-demo .pytest_cache
