@@ -80,7 +80,7 @@ def dual_eigh(X, *, method="PCA", where="X") -> Spectrum:
     order = np.argsort(lam)[::-1]
     lam, vecs = np.clip(lam[order], 0.0, None), vecs[:, order]
     sigma = np.sqrt(lam)
-    keep = sigma > sigma[0] * max(n, X.shape[1]) * np.finfo(np.float64).eps if n else sigma > 0
+    keep = lam > lam[0] * max(n, X.shape[1]) * np.finfo(np.float64).eps  # numerically nonzero
     if is_dask(X):
         (proj,) = compute(Xc.T @ vecs[:, keep], stage="dual components pass")
     else:

@@ -1,0 +1,72 @@
+"""Shared fixtures: a real LocalCluster of worker processes, a real Prefect API
+(prefect_test_harness), a real S3-compatible server (moto) on 127.0.0.1.
+
+Environment set here, before any worker process starts, so that workers inherit it:
+dummy AWS credentials and the loopback S3 endpoint (a free port chosen now, the server
+started on it when a test asks for it), Prefect telemetry off.
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+import numpy as np
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+S3_PORT = _free_port()
+S3_ENDPOINT = f"http://127.0.0.1:{S3_PORT}"
+os.environ.update({
+    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": S3_ENDPOINT,
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+})
+os.environ.pop("DASK_SCHEDULER_ADDRESS", None)
+
+
+@pytest.fixture(scope="session")
+def client():
+    """Two single-threaded worker processes (the machine has 2 cores)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield PREFECT_API_URL.value()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=S3_PORT, verbose=False)
+    server.start()
+    yield S3_ENDPOINT
+    server.stop()
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+def low_rank(rng, n=600, d=20, rank=5, dtype=np.float64, offset=3.0):
+    """Low rank plus small noise, shifted away from the origin (means matter)."""
+    w = rng.standard_normal((rank, d)) * np.linspace(5, 1, rank)[:, None]
+    x = rng.standard_normal((n, rank)) @ w + 0.1 * rng.standard_normal((n, d)) + offset
+    return x.astype(dtype)
