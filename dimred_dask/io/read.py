@@ -174,7 +174,9 @@ def _open_npy(loc: Location, *, columns, fmt, row_chunk):
     with fs.open(path, "rb") as f:
         try:
             version = np.lib.format.read_magic(f)
-            shape, fortran, dtype = np.lib.format._read_array_header(f, version)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, fortran, dtype = read_header(f)
         except ValueError as exc:
             raise InputError(f"{loc} is not a valid .npy file ({exc}).",
                              "write it with numpy.save.") from None
@@ -207,7 +209,10 @@ def _open_table(loc: Location, *, columns, fmt, row_chunk):
         raise InputError(f"Could not read {loc} as {fmt} ({type(exc).__name__}: {exc}).",
                          f"check that it is a valid {fmt} file.") from None
     available = list(df.columns)
-    numeric = [c for c in available if np.dtype(df[c].dtype).kind in "fiub"]
+    from pandas.api.types import is_complex_dtype, is_numeric_dtype
+
+    numeric = [c for c in available
+               if is_numeric_dtype(df[c].dtype) and not is_complex_dtype(df[c].dtype)]
     if columns is None:
         chosen = numeric
         if not chosen:
