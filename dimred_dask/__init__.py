@@ -1,6 +1,6 @@
 """dimred-dask: distributed dimensionality reduction on chunked arrays."""
 from .errors import (ChunkingError, ConvergenceWarning, DimredError, DisconnectedGraphError,
-                     InputError, NotFittedError, OutputExistsError, StoreError,
+                     InputError, InputTypeError, NotFittedError, OutputExistsError, StoreError,
                      UncommittedOutputError)
 from .methods import PCA, PCAModel, pca
 
@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "PCA", "PCAModel", "pca",
-    "DimredError", "InputError", "ChunkingError", "StoreError", "OutputExistsError",
+    "DimredError", "InputError", "InputTypeError", "ChunkingError", "StoreError", "OutputExistsError",
     "UncommittedOutputError", "DisconnectedGraphError", "NotFittedError", "ConvergenceWarning",
     "__version__",
 ]

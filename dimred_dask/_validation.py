@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from .errors import ChunkingError, InputError, NotFittedError
+from .errors import ChunkingError, InputError, InputTypeError, NotFittedError
 
 __all__ = [
     "check_array",
@@ -21,10 +21,6 @@ __all__ = [
     "describe_nonfinite",
     "is_dask",
 ]
-
-
-class InputTypeError(InputError, TypeError):
-    """The input has a type that cannot be read as real numbers."""
 
 
 def is_dask(X) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = [
     "DimredError",
     "InputError",
+    "InputTypeError",
     "ChunkingError",
     "StoreError",
     "OutputExistsError",
@@ -34,6 +35,10 @@ class InputError(DimredError, ValueError):
         self.problem = problem
         self.fix = fix
         super().__init__(_compose(problem, fix))
+
+
+class InputTypeError(InputError, TypeError):
+    """The input has a type that cannot be read as real numbers (text, objects, sparse)."""
 
 
 class ChunkingError(InputError):

@@ -19,6 +19,7 @@ from prefect.cache_policies import NO_CACHE
 import dimred_dask
 from dimred_dask import metrics
 from dimred_dask._compute import compute
+from dimred_dask._validation import check_array
 from dimred_dask.cluster import cluster_client, describe_cluster
 from dimred_dask.io import (RunStore, array_fingerprint, check_output_location, digest_of,
                             embedding_png, open_input, parse_uri)
@@ -42,6 +43,7 @@ def validate(spec: dict) -> dict:
     inp = _open(spec)
     out = parse_uri(spec["output"], role="output")
     check_output_location(out, inp.location)
+    check_array(inp.array, method=spec["method"].upper(), where=f"'{inp.location}'")  # metadata only
     params = adapter.check(spec["params"], inp.shape)
     mode = RunStore(spec["output"]).check_writable(spec["overwrite"])
     fp = array_fingerprint(inp.array, {"source": inp.meta})

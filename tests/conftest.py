@@ -30,6 +30,10 @@ os.environ.update({
 })
 os.environ.pop("DASK_SCHEDULER_ADDRESS", None)
 
+# Import Prefect now, outside any test's captured output: it binds its log handlers to the
+# streams it finds at import time.
+import flows.embed  # noqa: E402,F401
+
 
 @pytest.fixture(scope="session")
 def client():

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import fsspec
 import numpy as np
 
-from ..errors import ChunkingError, InputError, StoreError
+from ..errors import ChunkingError, InputError, InputTypeError, StoreError
 from .uris import Location, parse_uri
 
 TARGET_CHUNK_BYTES = 64 * 2**20
@@ -88,7 +88,7 @@ def open_input(uri, *, columns=None, storage_options=None, row_chunk: int | None
         raise InputError(f"Complex data not supported: {loc} has dtype {arr.dtype}.",
                          "store the real part and the modulus as separate real columns.")
     if kind not in "fiub":
-        raise InputError(f"The input {loc} has dtype {arr.dtype}; methods need real numbers.",
+        raise InputTypeError(f"The input {loc} has dtype {arr.dtype}; methods need real numbers.",
                          "store a numeric dtype (float32/float64), or select numeric columns.")
     if arr.numblocks[1] != 1:  # irregular or split feature axis: one chunk across features
         arr = arr.rechunk({1: -1})
@@ -125,7 +125,7 @@ def _zarr_node(loc: Location):
 def _refuse_pickle(node, loc: Location) -> None:
     text = str(node.metadata.to_dict()).lower()
     if "pickle" in text or np.dtype(node.dtype).kind == "O":
-        raise InputError(f"The Zarr array {loc} uses an object dtype or a pickle codec; unpickling "
+        raise InputTypeError(f"The Zarr array {loc} uses an object dtype or a pickle codec; unpickling "
                          "would run code from the data.",
                          "rewrite the array with a numeric dtype (e.g. float32) and no object codec.")
 
@@ -182,7 +182,7 @@ def _open_npy(loc: Location, *, columns, fmt, row_chunk):
                              "write it with numpy.save.") from None
         offset = f.tell()
     if dtype.hasobject:
-        raise InputError(f"The .npy file {loc} holds Python objects (loading would unpickle).",
+        raise InputTypeError(f"The .npy file {loc} holds Python objects (loading would unpickle).",
                          "save a numeric array instead.")
     if fortran and len(shape) > 1:
         raise InputError(f"The .npy file {loc} is in Fortran order; rows cannot be read in chunks.",
@@ -216,7 +216,8 @@ def _open_table(loc: Location, *, columns, fmt, row_chunk):
     if columns is None:
         chosen = numeric
         if not chosen:
-            raise InputError(f"{loc} has no numeric columns (columns: {available}).",
+            raise InputTypeError(f"Methods need numbers; {loc} has no numeric columns "
+                                 f"(columns: {available}).",
                              "convert the columns you want to numbers.")
     else:
         chosen = list(columns)
@@ -226,7 +227,7 @@ def _open_table(loc: Location, *, columns, fmt, row_chunk):
                              "fix --columns.")
         bad = [c for c in chosen if c not in numeric]
         if bad:
-            raise InputError(f"Columns {bad} of {loc} are not numeric "
+            raise InputTypeError(f"Columns {bad} of {loc} are not numeric "
                              f"({', '.join(f'{c}: {df[c].dtype}' for c in bad)}).",
                              f"choose numeric columns, e.g. --columns {','.join(numeric[:4])}.")
     arr = df[chosen].to_dask_array(lengths=True)

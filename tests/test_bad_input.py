@@ -1,0 +1,124 @@
+"""Bad input gets a typed error saying what to fix, through the API, the flow and the CLI,
+and nothing is written to the output."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import zarr
+
+from dimred_dask import InputError, InputTypeError, OutputExistsError, pca
+
+
+def _good(n=60, d=5):
+    return np.random.default_rng(0).standard_normal((n, d)).astype(np.float32)
+
+
+def _with(value, rows):
+    x = _good()
+    x[rows, 1] = value
+    return x
+
+
+def _strings():
+    return np.array([["a", "b"], ["c", "d"], ["e", "f"]])
+
+
+# (id, array for the API and the file, params, error type, message pattern)
+ARRAY_CASES = [
+    ("nan", _with(np.nan, [5, 6, 7]), {}, InputError, r"finite values; found 3 NaN in rows 5-7"),
+    ("inf", _with(np.inf, [9]), {}, InputError, r"finite values; found 1 inf in row 9"),
+    ("strings", _strings(), {}, InputTypeError, r"need(s)? numbers"),
+    ("zero-rows", np.zeros((0, 5), np.float32), {}, InputError, r"found 0 rows"),
+    ("one-row", _good(1), {"n_components": 1}, InputError, r"found 1 sample"),
+    ("one-dimensional", np.arange(10.0), {}, InputError, r"2-D"),
+    ("k-too-large", _good(), {"n_components": 6}, InputError, r"n_components <= min\(n_samples, n_features\) = 5"),
+    ("k-zero", _good(), {"n_components": 0}, InputError, r"found n_components=0"),
+    ("k-negative", _good(), {"n_components": -2}, InputError, r"found n_components=-2"),
+]
+
+
+def _write(tmp_path, X, name="in") -> str:
+    if X.dtype.kind == "U":  # text: a CSV whose only columns are strings
+        path = tmp_path / f"{name}.csv"
+        np.savetxt(path, X, fmt="%s", delimiter=",", header="a,b", comments="")
+        return str(path)
+    path = tmp_path / f"{name}.zarr"
+    zarr.create_array(str(path), shape=X.shape, dtype=X.dtype,
+                      chunks=tuple(max(1, s) for s in X.shape))[...] = X
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ARRAY_CASES, ids=[c[0] for c in ARRAY_CASES])
+def test_api(case):
+    _, X, params, err, pattern = case
+    with pytest.raises(err, match=pattern) as info:
+        pca(X, **{"n_components": 2, **params})
+    assert "Fix:" in str(info.value)
+
+
+def _uri_cases(tmp_path):
+    good = _write(tmp_path, _good())
+    committed = tmp_path / "done.zarr"
+    return [  # (id, input, output, overwrite, error type, pattern)
+        ("missing-input", str(tmp_path / "nope.zarr"), str(tmp_path / "o1"), InputError, "does not exist"),
+        ("unknown-scheme", "ftp://example.org/x.zarr", str(tmp_path / "o2"), InputError, "scheme 'ftp' is not allowed"),
+        ("credentials-in-url", "s3://AKIAXX:secret@bucket/x.zarr", str(tmp_path / "o3"), InputError, "credentials"),
+        ("output-is-input", good, good, InputError, "is the input itself"),
+        ("output-inside-input", good, good + "/out", InputError, "inside the input"),
+        ("existing-output", good, str(committed), OutputExistsError, "committed run already"),
+    ]
+
+
+URI_IDS = ["missing-input", "unknown-scheme", "credentials-in-url", "output-is-input",
+           "output-inside-input", "existing-output"]
+
+
+def _make_committed(path):
+    from dimred_dask.io import RunStore
+
+    store = RunStore(str(path))
+    store.prepare("new", {"method": "pca"})
+    store.commit({"fingerprint": "earlier"})
+
+
+def _snapshot(path):
+    if not os.path.exists(path):
+        return None
+    return sorted((os.path.relpath(os.path.join(r, f), path), os.path.getmtime(os.path.join(r, f)))
+                  for r, _, fs in os.walk(path) for f in fs)
+
+
+def _cases_for_run(tmp_path):
+    out = []
+    for cid, X, params, err, pattern in ARRAY_CASES:
+        out.append((cid, _write(tmp_path, X, cid), str(tmp_path / f"out-{cid}"),
+                    {"n_components": 2, **params}, err, pattern))
+    for cid, inp, outp, err, pattern in _uri_cases(tmp_path):
+        out.append((cid, inp, outp, {"n_components": 2}, err, pattern))
+    _make_committed(tmp_path / "done.zarr")
+    return out
+
+
+ALL_IDS = [c[0] for c in ARRAY_CASES] + URI_IDS
+
+
+@pytest.mark.parametrize("cid", ALL_IDS)
+def test_flow_and_cli(cid, tmp_path, client, prefect_api, capsys):
+    from flows.cli import main
+    from flows.embed import embed
+
+    case = {c[0]: c for c in _cases_for_run(tmp_path)}[cid]
+    _, inp, out, params, err, pattern = case
+    before = _snapshot(out)
+    with pytest.raises(err, match=pattern):
+        embed(inp, out, method="pca", params=params)
+    assert _snapshot(out) == before, "a refused run must not write to its output"
+    argv = ["run", "--input", inp, "--output", out, "--method", "pca"]
+    argv += [a for k, v in params.items() for a in ("--param", f"{k}={v}")]
+    assert main(argv) == 2
+    stderr = capsys.readouterr().err
+    assert err.__name__ in stderr and "Fix:" in stderr
+    assert __import__("re").search(pattern, stderr), stderr
+    assert _snapshot(out) == before
