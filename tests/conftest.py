@@ -67,10 +67,3 @@ def s3_server():
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
-
-
-def low_rank(rng, n=600, d=20, rank=5, dtype=np.float64, offset=3.0):
-    """Low rank plus small noise, shifted away from the origin (means matter)."""
-    w = rng.standard_normal((rank, d)) * np.linspace(5, 1, rank)[:, None]
-    x = rng.standard_normal((n, rank)) @ w + 0.1 * rng.standard_normal((n, d)) + offset
-    return x.astype(dtype)

@@ -9,7 +9,7 @@ import pytest
 
 from dimred_dask import PCA, OutputExistsError
 from dimred_dask.io import open_output, save_array
-from tests.conftest import low_rank
+from tests.data import low_rank
 
 STAGES = ("validate", "fit", "transform", "evaluate", "publish")
 

@@ -7,7 +7,7 @@ import pytest
 from sklearn.decomposition import PCA as SkPCA
 
 from dimred_dask import PCA, InputError, pca
-from tests.conftest import low_rank
+from tests.data import low_rank
 
 # Exact solvers agree with a float64 LAPACK SVD to rounding: ~1e-12 relative in float64;
 # in float32, the input itself carries 6e-8 relative rounding, amplified by the condition of

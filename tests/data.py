@@ -1,0 +1,11 @@
+"""Small synthetic data sets shared by the tests."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def low_rank(rng, n=600, d=20, rank=5, dtype=np.float64, offset=3.0):
+    """Low rank plus small noise, shifted away from the origin (means matter)."""
+    w = rng.standard_normal((rank, d)) * np.linspace(5, 1, rank)[:, None]
+    x = rng.standard_normal((n, rank)) @ w + 0.1 * rng.standard_normal((n, d)) + offset
+    return x.astype(dtype)

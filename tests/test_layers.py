@@ -1,0 +1,84 @@
+"""DESIGN.md section 2 as a test: one-way imports between the layers."""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PKG = ROOT / "dimred_dask"
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    """Absolute module names imported by a file (relative imports resolved)."""
+    rel = path.relative_to(ROOT).with_suffix("")
+    package = list(rel.parts[:-1]) if rel.name != "__init__" else list(rel.parts[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module
+            found.add(mod)
+            found.update(f"{mod}.{a.name}" for a in node.names)
+    return found
+
+
+def _layer(path: pathlib.Path) -> str:
+    parts = path.relative_to(PKG).parts
+    return parts[0].removesuffix(".py") if len(parts) > 1 else "top:" + parts[0].removesuffix(".py")
+
+
+def _files():
+    return sorted(PKG.rglob("*.py"))
+
+
+def test_nothing_in_the_package_imports_prefect():
+    bad = [str(f) for f in _files() if any(m.split(".")[0] == "prefect" for m in _imports(f))]
+    assert not bad
+
+
+def test_blocks_are_pure_in_memory_kernels():
+    for f in (PKG / "blocks").rglob("*.py"):
+        mods = _imports(f)
+        assert not any(m.split(".")[0] in ("dask", "distributed", "zarr", "fsspec") for m in mods), f
+        assert not any(m.startswith("dimred_dask.") and not m.startswith("dimred_dask.blocks")
+                       for m in mods), f
+
+
+def test_only_io_touches_storage_libraries():
+    for f in _files():
+        if _layer(f) == "io":
+            continue
+        assert not any(m.split(".")[0] in ("zarr", "fsspec", "s3fs") for m in _imports(f)), f
+
+
+def test_one_way_imports():
+    # a layer may import from the layers listed for it (and the shared top-level modules)
+    allowed = {
+        "blocks": {"blocks"},
+        "linalg": {"blocks", "linalg"},
+        "pairwise": {"blocks", "linalg", "pairwise"},
+        "graphs": {"blocks", "linalg", "pairwise", "graphs"},
+        "methods": {"blocks", "linalg", "pairwise", "graphs", "methods"},
+        "metrics": {"blocks", "linalg", "pairwise", "graphs", "metrics"},
+        "io": {"io"},
+    }
+    shared = {"errors", "_validation", "_compute", "_progress"}
+    for f in _files():
+        layer = _layer(f)
+        if layer not in allowed:
+            continue
+        for m in _imports(f):
+            if not m.startswith("dimred_dask."):
+                continue
+            target = m.split(".")[1]
+            assert target in allowed[layer] | shared, f"{f.relative_to(ROOT)} imports {m}"
+
+
+def test_modules_stay_small():
+    for f in list(_files()) + sorted((ROOT / "flows").rglob("*.py")):
+        assert len(f.read_text().splitlines()) <= 800, f
