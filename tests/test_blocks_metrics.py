@@ -32,6 +32,14 @@ def test_float32_scatter_accuracy(rng):
     exact = Xc.T @ Xc
     err = np.abs(stats.m2 - exact).max() / np.abs(exact).max()
     assert err < FLOAT32_SCATTER_RTOL
+    # each centred value x - shift is rounded to float32 (6e-8 of |x - shift|, a few standard
+    # deviations at most) before its float64 sum: the mean is within 6e-8 std of exact
+    spread = 6e-8 * X64.std(0)
+    assert np.all(np.abs(stats.mean - X64.mean(0)) <= spread)
+    np.testing.assert_allclose(stats.sumsq, np.diag(exact), rtol=FLOAT32_SCATTER_RTOL)
+    moments = block_stats(X, gram=False)
+    assert np.all(np.abs(moments.mean - X64.mean(0)) <= spread)
+    np.testing.assert_allclose(moments.sumsq, np.diag(exact), rtol=FLOAT32_SCATTER_RTOL)
 
 
 def test_nonfinite_blocks_report_rows(rng):

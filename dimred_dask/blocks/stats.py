@@ -33,43 +33,65 @@ class BlockStats:
 
 
 def block_stats(block: np.ndarray, offset: int = 0, *, gram: bool = True) -> BlockStats:
-    """Statistics of one row block. ``offset`` is the global index of its first row."""
+    """Statistics of one row block. ``offset`` is the global index of its first row.
+
+    One pass over the block, panel by panel: each panel is shifted by a reference row vector
+    (the first panel's mean), then its column sums, and its Gram matrix or sums of squares,
+    are added in float64 while the panel is in cache. NaN and inf propagate into the sums, so
+    a finite result proves a finite block; only a non-finite one is scanned to name the rows.
+    """
     x = np.asarray(block)
     n, d = x.shape
-    finite = np.isfinite(x)
-    if not finite.all():
-        bad = np.nonzero(~finite.all(axis=1))[0]
-        n_bad = int((~finite).sum())
-        return BlockStats(n, np.zeros(d), None, np.zeros(d), n_bad, int(np.isnan(x).sum()),
-                          (offset + int(bad[0]), offset + int(bad[-1])))
     if n == 0:
         return BlockStats(0, np.zeros(d), np.zeros((d, d)) if gram else None, np.zeros(d))
-    mean = x.mean(axis=0, dtype=np.float64)
-    m2 = _centred_scatter(x, mean) if gram else None
-    if m2 is not None:
-        sumsq = np.diag(m2).copy()
-    else:
-        sumsq = ((x - mean) ** 2).sum(axis=0, dtype=np.float64)
-    return BlockStats(n, mean, m2, sumsq)
+    work = np.float32 if x.dtype == np.float32 else np.float64
+    with np.errstate(invalid="ignore", over="ignore"):
+        # the reference is exactly representable in the working precision, so the shifted
+        # sums below are relative to exactly this vector
+        shift = x[:PANEL_ROWS].mean(axis=0, dtype=np.float64).astype(work).astype(np.float64)
+        s1, s2 = _shifted_sums(x, shift.astype(work), gram)
+    if not (np.isfinite(s1).all() and np.isfinite(s2).all()):
+        bad = _nonfinite(x, offset)
+        if bad is not None:
+            return bad
+    delta = s1 / n
+    mean = shift + delta
+    if gram:
+        m2 = s2 - n * np.outer(delta, delta)
+        return BlockStats(n, mean, m2, np.diag(m2).copy())
+    return BlockStats(n, mean, None, s2 - n * delta**2)
 
 
-def _centred_scatter(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
-    d = x.shape[1]
-    if x.dtype != np.float32:
-        xc = x.astype(np.float64) - mean
-        return xc.T @ xc
-    out = np.zeros((d, d))
-    shift = mean.astype(np.float32)
-    buf = np.empty((min(PANEL_ROWS, x.shape[0]), d), dtype=np.float32)
-    for start in range(0, x.shape[0], PANEL_ROWS):
+def _nonfinite(x: np.ndarray, offset: int) -> BlockStats | None:
+    finite = np.isfinite(x)
+    if finite.all():
+        return None  # finite values whose sums overflowed: left to the caller's checks
+    rows = np.nonzero(~finite.all(axis=1))[0]
+    return BlockStats(x.shape[0], np.zeros(x.shape[1]), None, np.zeros(x.shape[1]),
+                      int((~finite).sum()), int(np.isnan(x).sum()),
+                      (offset + int(rows[0]), offset + int(rows[-1])))
+
+
+def _shifted_sums(x: np.ndarray, shift: np.ndarray, gram: bool):
+    """sum(x - shift) and sum((x - shift)^T (x - shift)) (or its diagonal), in float64.
+
+    ``shift`` has the working dtype: float32 blocks are multiplied in float32 (see the module
+    docstring), everything else in float64.
+    """
+    n, d = x.shape
+    s1 = np.zeros(d)
+    s2 = np.zeros((d, d)) if gram else np.zeros(d)
+    buf = np.empty((min(PANEL_ROWS, n), d), dtype=shift.dtype)
+    for start in range(0, n, PANEL_ROWS):
         panel = x[start:start + PANEL_ROWS]
         b = buf[: panel.shape[0]]
-        np.subtract(panel, shift, out=b)
-        out += b.T @ b
-    # the float32 shift differs from the float64 mean by rounding; correct it exactly
-    delta = mean - shift.astype(np.float64)
-    out -= x.shape[0] * np.outer(delta, delta)
-    return out
+        np.subtract(panel, shift, out=b, casting="unsafe")
+        s1 += b.sum(axis=0, dtype=np.float64)
+        if gram:
+            s2 += b.T @ b
+        else:
+            s2 += np.einsum("ij,ij->j", b, b, dtype=np.float64)
+    return s1, s2
 
 
 def merge_stats(a: BlockStats, b: BlockStats) -> BlockStats:

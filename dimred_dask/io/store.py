@@ -177,8 +177,11 @@ def open_output(uri, *, storage_options: dict | None = None) -> RunStore:
 
 
 def save_array(arr, uri, *, overwrite: bool = False, storage_options: dict | None = None,
-               chunks=None) -> str:
-    """Write a dask or NumPy array to a Zarr v3 array at ``uri`` (computed on the workers)."""
+               chunks=None, compressors="auto") -> str:
+    """Write a dask or NumPy array to a Zarr v3 array at ``uri`` (computed on the workers).
+
+    ``compressors``: zarr's default ("auto"), or None for raw chunks (data that does not
+    compress, such as noise, only costs CPU to compress)."""
     import dask.array as da
     import zarr
 
@@ -191,7 +194,7 @@ def save_array(arr, uri, *, overwrite: bool = False, storage_options: dict | Non
         darr = darr.rechunk(chunks)
     target = zarr.create_array(store=loc.url, shape=darr.shape, dtype=darr.dtype,
                                chunks=tuple(c[0] for c in darr.chunks), overwrite=True,
-                               zarr_format=3, storage_options=loc.storage_options or None)
+                               zarr_format=3, compressors=compressors, storage_options=loc.storage_options or None)
     from .._compute import compute
 
     compute(da.store(darr, target, lock=False, compute=False), stage="write array")

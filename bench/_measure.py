@@ -1,0 +1,66 @@
+"""Timing and memory measurement shared by the benchmarks."""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import threading
+import time
+
+import psutil
+
+
+class PeakRSS:
+    """Samples the summed RSS of this process and the given pids (e.g. Dask workers) every
+    ``interval`` seconds; ``peak`` is the largest sum minus the sum at the start."""
+
+    def __init__(self, pids=(), interval: float = 0.02):
+        self.procs = [psutil.Process()] + [psutil.Process(p) for p in pids if p != os.getpid()]
+        self.interval = interval
+        self.peak = 0
+        self.per_process_peak = {p.pid: 0 for p in self.procs}
+
+    def _sample(self):
+        total = 0
+        for p in self.procs:
+            try:
+                rss = p.memory_info().rss
+            except psutil.Error:
+                continue
+            self.per_process_peak[p.pid] = max(self.per_process_peak[p.pid], rss)
+            total += rss
+        return total
+
+    def __enter__(self):
+        self.base = self._sample()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._sample() - self.base)
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def timed(fn, repeat: int, pids=()):
+    """Run ``fn`` ``repeat`` times; return (median seconds, all times, peak RSS bytes, last)."""
+    times, peak, out = [], 0, None
+    for _ in range(repeat):
+        with PeakRSS(pids) as mem:
+            t0 = time.perf_counter()
+            out = fn()
+            times.append(time.perf_counter() - t0)
+        peak = max(peak, mem.peak)
+    return statistics.median(times), times, peak, out
+
+
+def machine() -> str:
+    return (f"{psutil.cpu_count(logical=True)} cores, "
+            f"{psutil.virtual_memory().total / 2**30:.1f} GiB, {platform.machine()}, "
+            f"Python {platform.python_version()}")
