@@ -30,7 +30,7 @@ bench-big: $(STAMP)
 	$(BIN)/python -m bench pca --big
 
 freeze: $(STAMP)
-	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^dimred' > constraints.txt
+	$(BIN)/python -m pip freeze --all --exclude-editable | grep -v '^dimred\|^pip==' > constraints.txt
 
 clean:
 	rm -rf $(VENV) .dimred-demo .pytest_cache

@@ -1,6 +1,7 @@
 """dimred-dask: distributed dimensionality reduction on chunked arrays."""
-from .errors import (ChunkingError, ConvergenceWarning, DimredError, DisconnectedGraphError,
-                     InputError, InputTypeError, NotFittedError, OutputExistsError, StoreError,
+from .errors import (ChunkingError, ConvergenceWarning, DimredError, DimredWarning, DisconnectedGraphError,
+                     InputError, InputTypeError, NotFittedError, OutputExistsError, StageError,
+                     StoreError,
                      UncommittedOutputError)
 from .methods import PCA, PCAModel, pca
 
@@ -10,5 +11,6 @@ __all__ = [
     "PCA", "PCAModel", "pca",
     "DimredError", "InputError", "InputTypeError", "ChunkingError", "StoreError", "OutputExistsError",
     "UncommittedOutputError", "DisconnectedGraphError", "NotFittedError", "ConvergenceWarning",
+    "DimredWarning", "StageError",
     "__version__",
 ]

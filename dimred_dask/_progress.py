@@ -45,13 +45,17 @@ class TerminalBar:
     """A one-line text progress bar on stderr, redrawn at most every ``interval`` seconds."""
 
     def __init__(self, stream=None, width: int = 30, interval: float = 0.2):
-        self.stream = stream or sys.stderr
+        self._stream = stream  # None: whatever sys.stderr is when drawing
         self.width = width
         self.interval = interval
         self._last = 0.0
         self._stage = None
         self._done = None
         self._t0 = time.perf_counter()
+
+    @property
+    def stream(self):
+        return self._stream or sys.stderr
 
     def __call__(self, stage: str, done: float, total: float) -> None:
         now = time.perf_counter()

@@ -2,7 +2,10 @@
 
 Order of choice: an explicit ``scheduler`` address; ``DASK_SCHEDULER_ADDRESS``; a client this
 process already has; else a new `LocalCluster` of worker processes sized from this machine
-(one single-threaded worker per core, memory split evenly, 10% held back for the OS).
+(one worker process per core with two threads each, memory split evenly, 10% held back for
+the OS). Workers run BLAS single-threaded (distributed sets OPENBLAS_NUM_THREADS=1), so the
+second thread overlaps reading the next chunk with computing on the current one: measured on
+the out-of-core PCA benchmark (bench/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -27,10 +30,10 @@ def _memory_bytes() -> int:
     return int(psutil.virtual_memory().total)
 
 
-def local_cluster_size(n_workers: int | None = None) -> dict:
+def local_cluster_size(n_workers: int | None = None, threads_per_worker: int = 2) -> dict:
     cores = _cores()
     n = n_workers or max(1, cores if cores <= 8 else cores // 2)
-    threads = max(1, cores // n)
+    threads = max(1, threads_per_worker * cores // n)
     memory = int(_memory_bytes() * 0.9 / n)
     return {"n_workers": n, "threads_per_worker": threads, "memory_limit": memory}
 
@@ -48,10 +51,8 @@ def cluster_client(scheduler: str | None = None, *, n_workers: int | None = None
         except (OSError, TimeoutError) as exc:
             raise DimredError(f"Could not connect to the Dask scheduler at {address} ({exc}). "
                               "Fix: start it (dask scheduler) or check the address.") from None
-        try:
+        with client:  # entered, so it is the *current* client (get_client) in this context
             yield client
-        finally:
-            client.close()
         return
     try:
         existing = default_client()

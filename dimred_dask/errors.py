@@ -11,6 +11,7 @@ __all__ = [
     "InputTypeError",
     "ChunkingError",
     "StoreError",
+    "StageError",
     "OutputExistsError",
     "UncommittedOutputError",
     "DisconnectedGraphError",
@@ -47,6 +48,15 @@ class ChunkingError(InputError):
 
 class StoreError(DimredError, OSError):
     """Reading or writing a store (local folder, object storage) failed."""
+
+    def __init__(self, problem: str, fix: str | None = None):
+        self.problem = problem
+        self.fix = fix
+        super().__init__(_compose(problem, fix))
+
+
+class StageError(DimredError, RuntimeError):
+    """A stage of a run failed for a reason outside the input (workers lost, memory)."""
 
     def __init__(self, problem: str, fix: str | None = None):
         self.problem = problem

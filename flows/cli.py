@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--scheduler", metavar="ADDR",
                      help="tcp://host:port of an existing Dask scheduler (default: a local cluster)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    run.add_argument("--chunk-rows", type=int, metavar="N",
+                     help="rows per chunk (default: planned from the workers' memory)")
     run.add_argument("--sample-size", type=int, default=2000,
                      help="rows sampled for the quality metrics (default 2000)")
     run.add_argument("--json", action="store_true", help="print the manifest as JSON")
@@ -118,7 +120,7 @@ def cmd_run(args) -> int:
     columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
     manifest = embed(_local(args.input), _local(args.output), method=args.method,
                      params=_params(args), scheduler=args.scheduler, overwrite=args.overwrite,
-                     columns=columns, sample_size=args.sample_size)
+                     columns=columns, sample_size=args.sample_size, chunk_rows=args.chunk_rows)
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
     else:
@@ -161,13 +163,17 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     quiet_prefect_env()
     _quiet_logs()
-    if args.command in ("run", "demo"):
-        os.environ.setdefault("DIMRED_TERMINAL_PROGRESS", "1")
+    previous = os.environ.get("DIMRED_TERMINAL_PROGRESS")
+    if args.command in ("run", "demo") and previous is None:
+        os.environ["DIMRED_TERMINAL_PROGRESS"] = "1"  # for this command only
     try:
         return {"run": cmd_run, "demo": cmd_demo, "inspect": cmd_inspect}[args.command](args)
     except DimredError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if previous is None:
+            os.environ.pop("DIMRED_TERMINAL_PROGRESS", None)
 
 
 if __name__ == "__main__":

@@ -18,21 +18,60 @@ from prefect.cache_policies import NO_CACHE
 
 import dimred_dask
 from dimred_dask import metrics
-from dimred_dask._compute import compute
+from dimred_dask._compute import active_client, compute
 from dimred_dask._validation import check_array
 from dimred_dask.cluster import cluster_client, describe_cluster
-from dimred_dask.io import (RunStore, array_fingerprint, check_output_location, digest_of,
-                            embedding_png, open_input, parse_uri)
+from dimred_dask.errors import InputError, StageError
+from dimred_dask.io import (Lease, RunStore, array_fingerprint, check_output_location, digest_of,
+                            embedding_png, open_input, parse_uri, plan_row_chunk)
+from dimred_dask.io.read import TARGET_CHUNK_BYTES
 
 from .methods import get_method
-from .stages import chunk_sample, stage_progress, stage_reusable
+from .stages import (chunk_sample, fault_point, log_execution, stage_errors, stage_progress,
+                     stage_reusable)
 
 TASK_OPTS = {"cache_policy": NO_CACHE, "persist_result": False}
 PLOT_POINTS = 50_000
 
 
-def _open(spec: dict):
-    return open_input(spec["input"], columns=spec.get("columns"))
+def _open(spec: dict, v: dict | None = None):
+    return open_input(spec["input"], columns=spec.get("columns"),
+                      row_chunk=(v or {}).get("row_chunk") or spec.get("chunk_rows"))
+
+
+def _worker_memory() -> int | None:
+    """The smallest memory limit among the cluster's workers (None if unlimited/unknown)."""
+    client = active_client()
+    if client is None:
+        return None
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    return min(limits) if limits and min(limits) > 0 else None
+
+
+# A chunk may use at most this share of a worker's memory: the kernels hold the chunk, a
+# panel buffer and their output, and the worker may run two tasks at once.
+CHUNK_MEMORY_SHARE = 0.25
+
+
+def _plan_chunks(spec: dict, inp) -> tuple[int, int | None]:
+    """Rows per chunk from the workers' memory, or the forced ``chunk_rows`` if it fits."""
+    n, d = inp.shape
+    itemsize = inp.array.dtype.itemsize
+    memory = _worker_memory()
+    if spec.get("chunk_rows"):
+        rows = int(spec["chunk_rows"])
+        if memory and rows * d * itemsize > CHUNK_MEMORY_SHARE * memory:
+            raise StageError(
+                f"Stage 'validate': chunks of {rows} rows are {rows * d * itemsize / 2**20:,.0f} "
+                f"MiB, more than {CHUNK_MEMORY_SHARE:.0%} of a worker's memory limit "
+                f"({memory / 2**20:,.0f} MiB); the workers would be killed for memory.",
+                f"leave --chunk-rows out (planned from memory), or pass at most "
+                f"{int(CHUNK_MEMORY_SHARE * memory / (d * itemsize))}.")
+        return rows, memory
+    target = TARGET_CHUNK_BYTES if not memory else min(TARGET_CHUNK_BYTES,
+                                                        int(CHUNK_MEMORY_SHARE * memory))
+    base = (inp.meta.get("stored_chunks") or [1])[0]
+    return plan_row_chunk(n, d, itemsize, base=base, target_bytes=target), memory
 
 
 @task(name="validate", **TASK_OPTS)
@@ -44,14 +83,20 @@ def validate(spec: dict) -> dict:
     out = parse_uri(spec["output"], role="output")
     check_output_location(out, inp.location)
     check_array(inp.array, method=spec["method"].upper(), where=f"'{inp.location}'")  # metadata only
+    if spec["sample_size"] < 10:
+        raise InputError(f"sample_size must be at least 10; found {spec['sample_size']}.",
+                         "pass --sample-size 2000 (the default) or more.")
     params = adapter.check(spec["params"], inp.shape)
     mode = RunStore(spec["output"]).check_writable(spec["overwrite"])
+    row_chunk, memory = _plan_chunks(spec, inp)
+    inp = _open(spec, {"row_chunk": row_chunk})
     fp = array_fingerprint(inp.array, {"source": inp.meta})
     get_run_logger().info("input %s: shape %s %s, fingerprint %s (%s); output mode %s",
                           inp.location, inp.shape, inp.array.dtype, fp["digest"], fp["hashed"], mode)
     return {"params": params, "mode": mode, "input_meta": inp.meta, "input_fingerprint": fp,
-            "shape": list(inp.shape), "row_chunks": list(inp.array.chunks[0]),
-            "seconds": time.perf_counter() - t0}
+            "shape": list(inp.shape), "row_chunk": row_chunk, "worker_memory": memory,
+            "chunk_bytes": row_chunk * inp.shape[1] * inp.array.dtype.itemsize,
+            "n_chunks": len(inp.array.chunks[0]), "seconds": time.perf_counter() - t0}
 
 
 def _fingerprints(spec: dict, v: dict) -> dict:
@@ -69,14 +114,21 @@ def fit(spec: dict, v: dict) -> dict:
     fp = _fingerprints(spec, v)["fit"]
     if (marker := stage_reusable(store, v["mode"], "fit", fp)) is not None:
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
-    inp = _open(spec)
-    with stage_progress(f"fit {spec['method']}"):
+    inp = _open(spec, v)
+    with stage_errors("fit", **_mem(v)), stage_progress(f"fit {spec['method']}"):
         model = adapter.fit(inp.array, v["params"])  # the first pass also checks finiteness
-    store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
-    adapter.save(model, store)
-    info = {"model": adapter.summary(model)}
-    store.mark_stage("fit", fp, {"info": info})
+    with stage_errors("fit", **_mem(v)):
+        store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
+        adapter.save(model, store)
+        info = {"model": adapter.summary(model)}
+        store.mark_stage("fit", fp, {"info": info})
+    log_execution("fit", fp, spec["output"])
+    fault_point("fit")
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
+
+
+def _mem(v: dict) -> dict:
+    return {"worker_memory": v.get("worker_memory"), "chunk_bytes": v.get("chunk_bytes")}
 
 
 @task(name="transform-write", **TASK_OPTS)
@@ -84,18 +136,27 @@ def transform_write(spec: dict, v: dict) -> dict:
     t0 = time.perf_counter()
     adapter, store = get_method(spec["method"]), RunStore(spec["output"])
     fp = _fingerprints(spec, v)["transform"]
-    if (marker := stage_reusable(store, "resume", "transform", fp)) is not None:
+    marker = stage_reusable(store, "resume", "transform", fp)
+    if marker is not None and store.chunk_count("embedding") == marker["info"]["stored_chunks"]:
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
     import dask.array as da
 
-    inp = _open(spec)
-    Y = adapter.transform(adapter.load(store), inp.array)
-    target = store.create_array("embedding", Y.shape, (Y.chunks[0][0], Y.shape[1]), Y.dtype)
-    with stage_progress("transform + write embedding"):
-        compute(da.store(Y, target, lock=False, compute=False), stage="transform + write")
-    info = {"embedding_shape": list(Y.shape), "embedding_dtype": str(Y.dtype),
-            "embedding_chunks": [int(Y.chunks[0][0]), int(Y.shape[1])]}
-    store.mark_stage("transform", fp, {"info": info})
+    inp = _open(spec, v)
+    with stage_errors("transform", **_mem(v)):
+        Y = adapter.transform(adapter.load(store), inp.array)
+        target = store.create_array("embedding", Y.shape, (Y.chunks[0][0], Y.shape[1]), Y.dtype)
+        with stage_progress("transform + write embedding"):
+            compute(da.store(Y, target, lock=False, compute=False), stage="transform + write")
+        info = {"embedding_shape": list(Y.shape), "embedding_dtype": str(Y.dtype),
+                "embedding_chunks": [int(Y.chunks[0][0]), int(Y.shape[1])],
+                "stored_chunks": int(target.nchunks)}
+        if store.chunk_count("embedding") != info["stored_chunks"]:
+            raise StageError(f"Stage 'transform': {store.chunk_count('embedding')} of "
+                             f"{info['stored_chunks']} embedding chunks are in the store.",
+                             "re-run the same command; the stage will be redone.")
+        store.mark_stage("transform", fp, {"info": info})
+    log_execution("transform", fp, spec["output"])
+    fault_point("transform")
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
 
 
@@ -108,16 +169,19 @@ def evaluate(spec: dict, v: dict) -> dict:
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
     import dask.array as da
 
-    inp = _open(spec)
+    inp = _open(spec, v)
     idx, how = chunk_sample(inp.array.chunks[0], spec["sample_size"])
     Y = da.from_zarr(store.open_array("embedding"))
-    Xs, Ys = compute(inp.array[idx], Y[idx], stage="sample")
+    with stage_errors("evaluate", **_mem(v)):
+        Xs, Ys = compute(inp.array[idx], Y[idx], stage="sample")
     k = int(min(10, max(1, len(idx) // 2 - 1)))
     result = {"sample": how, "sample_size": int(len(idx)), "n_neighbors": k,
               "trustworthiness": metrics.trustworthiness(Xs, Ys, k),
               "knn_recall": metrics.knn_recall(Xs, Ys, k),
               **adapter.sample_metrics(adapter.load(store), Xs, Ys)}
     store.mark_stage("evaluate", fp, {"info": result})
+    log_execution("evaluate", fp, spec["output"])
+    fault_point("evaluate")
     return {**result, "reused": False, "seconds": time.perf_counter() - t0}
 
 
@@ -152,6 +216,8 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict) -> dict:
     manifest = {
         "method": spec["method"], "params": v["params"], "input": spec["input"],
         "input_meta": v["input_meta"], "input_fingerprint": v["input_fingerprint"],
+        "chunking": {"row_chunk": v["row_chunk"], "n_chunks": v["n_chunks"],
+                     "chunk_bytes": v["chunk_bytes"], "worker_memory_limit": v["worker_memory"]},
         "output": store.url, "fingerprint": _fingerprints(spec, v)["evaluate"],
         "versions": _versions(), "cluster": cluster, "flow_run_id": _flow_run_id(),
         "timings": {k: round(s["seconds"], 4) for k, s in stages.items()},
@@ -162,6 +228,7 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict) -> dict:
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     store.commit(manifest)
+    log_execution("publish", manifest["fingerprint"], spec["output"])
     _artifacts(manifest)
     return manifest
 
@@ -194,16 +261,28 @@ def _artifacts(m: dict) -> None:
 @flow(name="embed", log_prints=True)
 def embed(input: str, output: str, method: str = "pca", params: dict | None = None,
           scheduler: str | None = None, overwrite: bool = False, columns: list[str] | None = None,
-          sample_size: int = 2000) -> dict:
-    """Embed the array at ``input`` with ``method`` and write the run's store at ``output``."""
+          sample_size: int = 2000, chunk_rows: int | None = None) -> dict:
+    """Embed the array at ``input`` with ``method`` and write the run's store at ``output``.
+
+    Credentials never come in as parameters (they would be stored by Prefect): they come from
+    the environment of the flow and of the Dask workers.
+    """
     spec = {"input": input, "output": output, "method": method, "params": dict(params or {}),
-            "overwrite": overwrite, "columns": columns, "sample_size": int(sample_size)}
+            "overwrite": overwrite, "columns": columns, "sample_size": int(sample_size),
+            "chunk_rows": chunk_rows}
     with cluster_client(scheduler) as client:
         v = validate(spec)
-        stages = {"validate": {"seconds": v["seconds"], "reused": False}}
-        stages["fit"] = fit(spec, v)
-        stages["transform"] = transform_write(spec, v)
-        stages["evaluate"] = evaluate(spec, v)
-        manifest = publish(spec, v, stages, describe_cluster(client))
+        lease = Lease(RunStore(output), holder=f"flow run {_flow_run_id()}").acquire()
+        done = False
+        try:
+            with lease.keepalive():
+                stages = {"validate": {"seconds": v["seconds"], "reused": False}}
+                stages["fit"] = fit(spec, v)
+                stages["transform"] = transform_write(spec, v)
+                stages["evaluate"] = evaluate(spec, v)
+                manifest = publish(spec, v, stages, describe_cluster(client))
+                done = True
+        finally:
+            lease.release(remove_empty_root=not done)
     get_run_logger().info("committed %s (%s)", manifest["output"], manifest["timings"])
     return manifest

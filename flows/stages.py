@@ -64,3 +64,62 @@ def stage_reusable(store, mode: str, stage: str, fingerprint: str) -> dict | Non
     if marker and marker.get("fingerprint") == fingerprint:
         return marker
     return None
+
+
+EXECUTION_LOG_ENV = "DIMRED_EXECUTION_LOG"
+FAULT_ENV = "DIMRED_FAULT_INJECT"
+
+
+def log_execution(stage: str, fingerprint: str, output: str) -> None:
+    """Append one line per stage actually computed (not reused) to the file named by
+    ``DIMRED_EXECUTION_LOG``: an execution count that survives the process."""
+    path = os.environ.get(EXECUTION_LOG_ENV)
+    if path:
+        import json
+
+        with open(path, "a") as f:
+            f.write(json.dumps({"stage": stage, "fingerprint": fingerprint, "output": output,
+                                "pid": os.getpid(), "time": time.time()}) + "\n")
+
+
+def fault_point(after_stage: str) -> None:
+    """Fault injection for the crash tests: ``DIMRED_FAULT_INJECT=kill-after:<stage>`` makes
+    this process SIGKILL itself right after that stage committed. Unset, it does nothing."""
+    if os.environ.get(FAULT_ENV, "") == f"kill-after:{after_stage}":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _fmt_bytes(n) -> str:
+    return "unknown" if not n else f"{n / 2**20:,.0f} MiB"
+
+
+@contextlib.contextmanager
+def stage_errors(stage: str, *, worker_memory=None, chunk_bytes=None):
+    """Turn infrastructure failures inside a stage into errors that name the stage, the
+    memory and the fix. Typed errors of our own pass through unchanged."""
+    from distributed.scheduler import KilledWorker
+
+    from dimred_dask.errors import DimredError, StageError, StoreError
+
+    try:
+        yield
+    except DimredError:
+        raise
+    except KilledWorker as exc:
+        raise StageError(
+            f"Stage {stage!r} failed: Dask worker processes died repeatedly while running "
+            f"{getattr(exc, 'task', '?')!r} (each worker may use {_fmt_bytes(worker_memory)}; the "
+            f"input chunks are {_fmt_bytes(chunk_bytes)} each).",
+            "if they ran out of memory, pass a smaller --chunk-rows or give the workers more "
+            "memory; the worker logs say why they died.") from exc
+    except PermissionError as exc:
+        raise StoreError(f"Stage {stage!r}: access denied by the storage ({exc}).",
+                         "check the credentials (AWS_* variables) and the bucket policy.") from exc
+    except FileNotFoundError as exc:
+        raise StoreError(f"Stage {stage!r}: not found in the storage ({exc}).",
+                         "check that the bucket and the path exist.") from exc
+    except OSError as exc:
+        raise StoreError(f"Stage {stage!r}: storage error that did not clear after retries "
+                         f"({exc}).", "check the storage endpoint and try again.") from exc

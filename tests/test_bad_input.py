@@ -36,7 +36,23 @@ ARRAY_CASES = [
     ("k-too-large", _good(), {"n_components": 6}, InputError, r"n_components <= min\(n_samples, n_features\) = 5"),
     ("k-zero", _good(), {"n_components": 0}, InputError, r"found n_components=0"),
     ("k-negative", _good(), {"n_components": -2}, InputError, r"found n_components=-2"),
+    ("complex", _good().astype(np.complex64), {}, InputError, r"Complex data not supported"),
+    ("n-by-1", _good(d=1), {}, InputError, r"n_components <= min\(n_samples, n_features\) = 1"),
 ]
+
+
+def _write_pickle_codec(tmp_path, name: str) -> str:
+    """A Zarr v2 array of Python objects behind a pickle filter (reading would unpickle)."""
+    import json
+    import pickle
+
+    path = tmp_path / f"{name}.zarr"
+    path.mkdir()
+    (path / ".zarray").write_text(json.dumps({
+        "zarr_format": 2, "shape": [3, 2], "chunks": [3, 2], "dtype": "|O", "order": "C",
+        "compressor": None, "fill_value": None, "filters": [{"id": "pickle", "protocol": 5}]}))
+    (path / "0.0").write_bytes(pickle.dumps(np.array([[1, 2], [3, 4], [5, 6]], dtype=object)))
+    return str(path)
 
 
 def _write(tmp_path, X, name="in") -> str:
@@ -68,11 +84,16 @@ def _uri_cases(tmp_path):
         ("output-is-input", good, good, InputError, "is the input itself"),
         ("output-inside-input", good, good + "/out", InputError, "inside the input"),
         ("existing-output", good, str(committed), OutputExistsError, "committed run already"),
+        ("pickle-codec", _write_pickle_codec(tmp_path, "pickled"), str(tmp_path / "o4"),
+         InputTypeError, "pickle codec"),
+        # a URL: the CLI resolves '..' in plain local paths typed at a shell, URLs it passes on
+        ("dot-dot-traversal", f"file://{tmp_path}/sub/../in.zarr", str(tmp_path / "o5"), InputError,
+         r"'\.\.' segment"),
     ]
 
 
 URI_IDS = ["missing-input", "unknown-scheme", "credentials-in-url", "output-is-input",
-           "output-inside-input", "existing-output"]
+           "output-inside-input", "existing-output", "pickle-codec", "dot-dot-traversal"]
 
 
 def _make_committed(path):
@@ -97,11 +118,16 @@ def _cases_for_run(tmp_path):
                     {"n_components": 2, **params}, err, pattern))
     for cid, inp, outp, err, pattern in _uri_cases(tmp_path):
         out.append((cid, inp, outp, {"n_components": 2}, err, pattern))
+    good = _write(tmp_path, _good(), "good")
+    out.append(("unknown-parameter", good, str(tmp_path / "o6"), {"n_components": 2, "colour": 1},
+                InputError, r"Unknown parameter\(s\) \['colour'\]"))
+    out.append(("sample-size-too-small", good, str(tmp_path / "o7"),
+                {"n_components": 2, "__sample_size": 3}, InputError, "sample_size must be at least 10"))
     _make_committed(tmp_path / "done.zarr")
     return out
 
 
-ALL_IDS = [c[0] for c in ARRAY_CASES] + URI_IDS
+ALL_IDS = [c[0] for c in ARRAY_CASES] + URI_IDS + ["unknown-parameter", "sample-size-too-small"]
 
 
 @pytest.mark.parametrize("cid", ALL_IDS)
@@ -111,14 +137,42 @@ def test_flow_and_cli(cid, tmp_path, client, prefect_api, capsys):
 
     case = {c[0]: c for c in _cases_for_run(tmp_path)}[cid]
     _, inp, out, params, err, pattern = case
+    params = dict(params)
+    sample_size = params.pop("__sample_size", 2000)
     before = _snapshot(out)
     with pytest.raises(err, match=pattern):
-        embed(inp, out, method="pca", params=params)
+        embed(inp, out, method="pca", params=params, sample_size=sample_size)
     assert _snapshot(out) == before, "a refused run must not write to its output"
-    argv = ["run", "--input", inp, "--output", out, "--method", "pca"]
+    argv = ["run", "--input", inp, "--output", out, "--method", "pca",
+            "--sample-size", str(sample_size)]
     argv += [a for k, v in params.items() for a in ("--param", f"{k}={v}")]
     assert main(argv) == 2
     stderr = capsys.readouterr().err
     assert err.__name__ in stderr and "Fix:" in stderr
     assert __import__("re").search(pattern, stderr), stderr
     assert _snapshot(out) == before
+
+
+def test_unknown_method_refused(client, prefect_api, tmp_path):
+    from flows.cli import main
+    from flows.embed import embed
+
+    good = _write(tmp_path, _good(), "good")
+    with pytest.raises(InputError, match=r"Unknown method 'tsnee'; available: \['pca'\]"):
+        embed(good, str(tmp_path / "o"), method="tsnee")
+    assert main(["run", "--input", good, "--output", str(tmp_path / "o"), "--method", "x"]) == 2
+    assert not (tmp_path / "o").exists()
+
+
+def test_zero_variance_columns_warn_but_run(client, prefect_api, tmp_path, caplog):
+    """A constant column is harmless for PCA: a warning, not a failure."""
+    from dimred_dask import DimredWarning
+    from flows.embed import embed
+
+    X = _good(200, 6)
+    X[:, [2, 4]] = 7.0
+    with pytest.warns(DimredWarning, match=r"2 of 6 columns .* zero variance \(columns 2, 4\)"):
+        model = pca(X, n_components=3)
+    assert np.allclose(model.components[:, [2, 4]], 0.0)
+    m = embed(_write(tmp_path, X, "constant"), str(tmp_path / "o"), params={"n_components": 3})
+    assert m["model"]["n_components"] == 3

@@ -122,9 +122,22 @@ def _zarr_node(loc: Location):
     return node
 
 
+def _raw_metadata(loc: Location) -> str:
+    """The array's metadata document as text (v3 zarr.json or v2 .zarray), or ''."""
+    fs, path = _fs(loc)
+    base = path.rstrip("/") + (f"/{loc.fragment.strip('/')}" if loc.fragment else "")
+    for name in ("zarr.json", ".zarray"):
+        try:
+            return fs.cat_file(f"{base}/{name}").decode("utf-8", "replace")
+        except (FileNotFoundError, OSError):
+            continue
+    return ""
+
+
 def _refuse_pickle(node, loc: Location) -> None:
-    text = str(node.metadata.to_dict()).lower()
-    if "pickle" in text or np.dtype(node.dtype).kind == "O":
+    text = (str(node.metadata.to_dict()) if node is not None else _raw_metadata(loc)).lower()
+    kind = np.dtype(node.dtype).kind if node is not None else ""
+    if "pickle" in text or kind == "O" or '"|o"' in text:
         raise InputTypeError(f"The Zarr array {loc} uses an object dtype or a pickle codec; unpickling "
                          "would run code from the data.",
                          "rewrite the array with a numeric dtype (e.g. float32) and no object codec.")
@@ -133,6 +146,7 @@ def _refuse_pickle(node, loc: Location) -> None:
 def _open_zarr(loc: Location, *, columns, fmt, row_chunk):
     import dask.array as da
 
+    _refuse_pickle(None, loc)  # from the raw metadata, before zarr would build any codec
     node = _zarr_node(loc)
     _refuse_pickle(node, loc)
     if node.ndim != 2:

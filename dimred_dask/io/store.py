@@ -23,6 +23,7 @@ COMMITTED = "_COMMITTED"
 MANIFEST = "manifest.json"
 STAGES = "_stages"
 STORE_ATTR = "dimred_dask_run"
+LEASE = "_LEASE"
 
 
 class RunStore:
@@ -41,11 +42,23 @@ class RunStore:
         return f"{self.root.rstrip('/')}/{name}"
 
     # ---- state -----------------------------------------------------------------------------
-    def exists(self) -> bool:
+    def _entries(self) -> list[str]:
         try:
-            return self.fs.exists(self.root) and bool(self.fs.ls(self.root))
+            return [e for e in self.fs.ls(self.root, detail=False)
+                    if e.rstrip("/").rsplit("/", 1)[-1] != LEASE]
         except FileNotFoundError:
-            return False
+            return []
+
+    def exists(self) -> bool:
+        """Whether the location holds anything but a lease."""
+        return bool(self._entries())
+
+    def chunk_count(self, name: str) -> int:
+        """Stored chunk objects of the array ``name`` (Zarr v3 keys under ``<name>/c/``)."""
+        try:
+            return len(self.fs.find(self._path(f"{name}/c")))
+        except FileNotFoundError:
+            return 0
 
     def committed(self) -> bool:
         return self.fs.exists(self._path(COMMITTED))
@@ -78,13 +91,14 @@ class RunStore:
     def prepare(self, mode: str, attrs: dict) -> None:
         import zarr
 
-        if mode == "overwrite":
-            self.fs.rm(self.root, recursive=True)
+        if mode == "overwrite":  # everything but the lease this run holds
+            for entry in self._entries():
+                self.fs.rm(entry, recursive=True)
         if mode == "resume":
             return
-        zarr.open_group(store=self.url, mode="w", zarr_format=3,
-                        storage_options=self.location.storage_options or None,
-                        attributes={STORE_ATTR: attrs})
+        g = zarr.open_group(store=self.url, mode="a", zarr_format=3,
+                            storage_options=self.location.storage_options or None)
+        g.attrs.update({STORE_ATTR: attrs})
 
     # ---- arrays ----------------------------------------------------------------------------
     def _group(self, mode="a"):

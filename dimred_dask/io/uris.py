@@ -46,13 +46,19 @@ class Location:
         return self.url.rstrip("/") + "/" + name
 
 
+S3_MAX_ATTEMPTS = 6  # botocore "standard" retries: transient 5xx/throttling, with backoff
+
+
 def env_storage_options(scheme: str) -> dict:
-    """Storage options that come from the environment (S3 endpoint), never credentials."""
-    if scheme == "s3":
-        endpoint = os.environ.get("DIMRED_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
-        if endpoint:
-            return {"client_kwargs": {"endpoint_url": endpoint}}
-    return {}
+    """Storage options from the environment (S3 endpoint) and the retry policy; never
+    credentials, which each process (workers included) reads from its own environment."""
+    if scheme != "s3":
+        return {}
+    so: dict = {"config_kwargs": {"retries": {"max_attempts": S3_MAX_ATTEMPTS, "mode": "standard"}}}
+    endpoint = os.environ.get("DIMRED_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        so["client_kwargs"] = {"endpoint_url": endpoint}
+    return so
 
 
 def parse_uri(uri, *, role: str = "input", storage_options: dict | None = None) -> Location:

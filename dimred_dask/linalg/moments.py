@@ -41,6 +41,7 @@ def _dask_stats(X, *, gram: bool, stage: str) -> BlockStats:
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
     offsets = np.concatenate([[0], np.cumsum(X.chunks[0])[:-1]])
+    # the merge order is fixed by this list, so results do not depend on the schedule
     leaves = [delayed(block_stats, pure=True)(blk, int(off), gram=gram)
               for blk, off in zip(X.to_delayed().ravel(), offsets)]
     (stats,) = compute(tree_reduce(leaves, delayed(merge_stats, pure=True)), stage=stage)

@@ -34,13 +34,18 @@ class Spectrum:
     n_samples: int
     exact: bool  # whether ``variances`` is the whole spectrum (so fractions are allowed)
     passes: int  # passes over the data
+    constant_columns: np.ndarray | None = None  # indices of zero-variance columns
 
 
 def _from_eigh(w: np.ndarray, v: np.ndarray, stats: BlockStats, *, exact: bool, passes: int):
     order = np.argsort(w)[::-1]
     w = np.clip(w[order], 0.0, None)
     return Spectrum(stats.mean, v[:, order].T.copy(), w, float(stats.sumsq.sum() / (stats.n - 1)),
-                    stats.n, exact, passes)
+                    stats.n, exact, passes, _constant(stats))
+
+
+def _constant(stats: BlockStats) -> np.ndarray:
+    return np.nonzero(stats.sumsq <= 0)[0]
 
 
 def covariance_eigh(X, *, method="PCA", where="X") -> Spectrum:
@@ -89,7 +94,8 @@ def dual_eigh(X, *, method="PCA", where="X") -> Spectrum:
     comps = _complete_basis(comps, min(n, X.shape[1]))
     var = np.zeros(comps.shape[0])
     var[: keep.sum()] = lam[keep] / (n - 1)
-    return Spectrum(stats.mean, comps, var, float(stats.sumsq.sum() / (n - 1)), n, True, 3)
+    return Spectrum(stats.mean, comps, var, float(stats.sumsq.sum() / (n - 1)), n, True, 3,
+                    _constant(stats))
 
 
 def _complete_basis(rows: np.ndarray, r: int) -> np.ndarray:

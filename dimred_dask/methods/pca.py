@@ -14,13 +14,14 @@ n <= ``DUAL_MAX_SAMPLES``, else randomized).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .._validation import (check_array, check_is_fitted, check_n_components, check_n_features,
                            is_dask)
-from ..errors import InputError
+from ..errors import DimredWarning, InputError
 from ..linalg import covariance_eigh, dual_eigh, randomized_eigh, tsqr_svd
 from ._base import DimredEstimator, rowwise, sign_fix
 
@@ -151,6 +152,7 @@ def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
     k_request = check_n_components(n_components, n, d, method="PCA")
     solver = choose_solver(solver, n, d, k_request)
     sp = _spectrum(X, solver, k_request, n_oversamples, n_iter, random_state, where)
+    _warn_constant(sp, d, where)
     total = sp.total_variance
     ratio_all = sp.variances / total if total > 0 else np.zeros_like(sp.variances)
     if isinstance(k_request, float):
@@ -166,6 +168,17 @@ def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
                     ratio_all[:k].astype(X.dtype), np.sqrt(kept * (n - 1)).astype(X.dtype),
                     float(max(noise, 0.0)), n, bool(whiten), solver, sp.passes,
                     {"total_variance": float(total), "exact": bool(sp.exact)})
+
+
+def _warn_constant(sp, d: int, where: str) -> None:
+    const = sp.constant_columns
+    if const is None or len(const) == 0:
+        return
+    shown = ", ".join(map(str, const[:10])) + (" ..." if len(const) > 10 else "")
+    warnings.warn(DimredWarning(
+        f"PCA: {len(const)} of {d} columns of {where} have zero variance (columns {shown}); "
+        "they carry no information and get zero weight in every component. Drop them to save "
+        "memory and time."), stacklevel=3)
 
 
 class PCA(DimredEstimator):
