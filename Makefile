@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+SYSTEM_STAMP := $(VENV)/.system-stamp
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export DO_NOT_TRACK ?= 1
 
@@ -15,12 +16,21 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,s3,bench]"
 	@touch $(STAMP)
 
+# Debian's chromium, for the test that screenshots a run in the Prefect UI.
+$(SYSTEM_STAMP): $(STAMP)
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium (UI screenshot test) ..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "make test needs chromium: sudo apt-get install chromium" >&2; exit 1; fi; }
+	@touch $@
+
 install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/dimred-dask demo
 
-test: $(STAMP)
+test: $(STAMP) $(SYSTEM_STAMP)
 	$(BIN)/python -m pytest tests -q
 
 bench: $(STAMP)

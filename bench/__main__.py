@@ -15,7 +15,9 @@ def main(argv=None) -> int:
     p.add_argument("--rows", type=int, default=None, help="rows of the data (default per bench)")
     p.add_argument("--repeat", type=int, default=3, help="timed repetitions (median reported)")
     p.add_argument("--gib", type=float, default=None, help="--big: size of the array in GiB")
-    p.add_argument("--dir", default=None, help="--big: where to write the array")
+    p.add_argument("--dir", default=None, help="--big: where to write the array (kept)")
+    p.add_argument("--workers", type=int, default=None, help="--big: worker processes")
+    p.add_argument("--threads", type=int, default=2, help="--big: threads per worker")
     args = p.parse_args(argv)
     from . import pca
 

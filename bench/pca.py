@@ -154,7 +154,7 @@ def main_big(args) -> int:
     folder = os.path.abspath(args.dir or os.path.join(os.path.dirname(__file__), "_data"))
     os.makedirs(folder, exist_ok=True)
     path, out = os.path.join(folder, "big.zarr"), os.path.join(folder, "big-pca")
-    size = {**local_cluster_size(), "memory_limit": 2 * 2**30}
+    size = {**local_cluster_size(args.workers, args.threads), "memory_limit": 2 * 2**30}
     print(f"# bench pca --big: {gib:.1f} GiB float32 x 512 on disk at {path}; {machine()}; "
           f"workers {size}")
     with LocalCluster(processes=True, host="127.0.0.1", dashboard_address=None, **size) as cl, \

@@ -62,7 +62,8 @@ def cluster_client(scheduler: str | None = None, *, n_workers: int | None = None
         yield existing
         return
     size = local_cluster_size(n_workers)
-    with LocalCluster(processes=True, host="127.0.0.1", dashboard_address=None, **size) as cluster:
+    with LocalCluster(processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                      **size) as cluster:
         with Client(cluster) as client:
             yield client
 
@@ -70,6 +71,11 @@ def cluster_client(scheduler: str | None = None, *, n_workers: int | None = None
 def describe_cluster(client) -> dict:
     info = client.scheduler_info()
     workers = info.get("workers", {})
-    return {"scheduler": client.scheduler.address, "n_workers": len(workers),
+    try:
+        dashboard = client.dashboard_link if info.get("services", {}).get("dashboard") else None
+    except Exception:
+        dashboard = None
+    return {"scheduler": client.scheduler.address, "dashboard": dashboard,
+            "n_workers": len(workers),
             "threads": sum(w.get("nthreads", 0) for w in workers.values()),
             "memory_limit_per_worker": [w.get("memory_limit") for w in workers.values()]}

@@ -246,7 +246,9 @@ def _artifacts(m: dict) -> None:
                   f"- parameters: `{m['params']}`\n"
                   f"- explained variance (total ratio): "
                   f"{model.get('explained_variance_ratio_total', float('nan')):.6f}\n"
-                  f"- metrics sample: {met.get('sample')}\n\n"
+                  f"- metrics sample: {met.get('sample')}\n"
+                  f"- Dask dashboard: {m['cluster'].get('dashboard') or 'not running'} "
+                  f"(scheduler {m['cluster'].get('scheduler')})\n\n"
                   f"| stage | wall time | |\n|---|---|---|\n{timing_rows}\n\n"
                   f"| metric | value |\n|---|---|\n{metric_rows}\n"))
     if "explained_variance" in model:
