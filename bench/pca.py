@@ -129,14 +129,14 @@ def _write_big(path: str, gib: float, d: int = 512, chunk_rows: int = 32_768):
     return n
 
 
-def _read_pass(path: str, reverse: bool = False) -> float:
+def _read_pass(path: str) -> float:
     """One full read of the array on the cluster (one value kept per chunk)."""
     from dask import compute, delayed
 
     from dimred_dask.io import open_input
 
     blocks = list(open_input(path).array.to_delayed().ravel())
-    firsts = [delayed(lambda b: float(b[0, 0]))(b) for b in (blocks[::-1] if reverse else blocks)]
+    firsts = [delayed(lambda b: float(b[0, 0]))(b) for b in blocks]
     t0 = time.perf_counter()
     compute(*firsts)
     return time.perf_counter() - t0
@@ -164,9 +164,6 @@ def main_big(args) -> int:
         print(f"  wrote {n} rows in {time.perf_counter() - t0:.1f} s", flush=True)
         reads = [_read_pass(path) for _ in range(2)]
         print(f"  two sequential reads: {reads[0]:.1f} + {reads[1]:.1f} s", flush=True)
-        alternating = [_read_pass(path, reverse=True), _read_pass(path)]
-        print(f"  two reads, the first in reverse chunk order (as the PCA passes): "
-              f"{alternating[0]:.1f} + {alternating[1]:.1f} s", flush=True)
         pids = list(client.run(os.getpid).values())
         workers_before = set(client.scheduler_info()["workers"])
         with PeakRSS(pids, interval=0.25) as rss:
@@ -178,8 +175,6 @@ def main_big(args) -> int:
     restarted = workers_before != workers_after
     budget = 1.3 * sum(reads)
     print(json.dumps({"rows": n, "gib": round(n * 512 * 4 / 2**30, 1), "reads_s": reads,
-                      "reads_alternating_order_s": alternating,
-                      "ratio_to_two_reads_alternating": total / sum(alternating),
                       "embed_total_s": total, "stage_timings_s": m["timings"],
                       "passes_over_data": {"fit": m["model"]["passes"], "transform": 1,
                                            "validate+evaluate": "sampled chunks only"},

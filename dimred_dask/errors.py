@@ -29,13 +29,17 @@ def _compose(problem: str, fix: str | None) -> str:
     return problem if not fix else f"{problem}\nFix: {fix}"
 
 
-class InputError(DimredError, ValueError):
-    """The input data or an argument is not what the method needs."""
+class _Explained:
+    """An error made of what went wrong (``problem``) and what to do (``fix``)."""
 
     def __init__(self, problem: str, fix: str | None = None):
         self.problem = problem
         self.fix = fix
         super().__init__(_compose(problem, fix))
+
+
+class InputError(_Explained, DimredError, ValueError):
+    """The input data or an argument is not what the method needs."""
 
 
 class InputTypeError(InputError, TypeError):
@@ -46,22 +50,24 @@ class ChunkingError(InputError):
     """The chunking of a dask/zarr array does not suit the computation."""
 
 
-class StoreError(DimredError, OSError):
+def storage_error(exc: OSError, where: str) -> "StoreError":
+    """The `StoreError` for an OSError met while reading or writing ``where``."""
+    if isinstance(exc, PermissionError):
+        return StoreError(f"{where}: access denied by the storage ({exc}).",
+                          "check the credentials (AWS_* variables) and the bucket policy.")
+    if isinstance(exc, FileNotFoundError):
+        return StoreError(f"{where}: not found in the storage ({exc}).",
+                          "check that the bucket and the path exist.")
+    return StoreError(f"{where}: storage error that did not clear after retries ({exc}).",
+                      "check the storage endpoint (AWS_ENDPOINT_URL) and try again.")
+
+
+class StoreError(_Explained, DimredError, OSError):
     """Reading or writing a store (local folder, object storage) failed."""
 
-    def __init__(self, problem: str, fix: str | None = None):
-        self.problem = problem
-        self.fix = fix
-        super().__init__(_compose(problem, fix))
 
-
-class StageError(DimredError, RuntimeError):
+class StageError(_Explained, DimredError, RuntimeError):
     """A stage of a run failed for a reason outside the input (workers lost, memory)."""
-
-    def __init__(self, problem: str, fix: str | None = None):
-        self.problem = problem
-        self.fix = fix
-        super().__init__(_compose(problem, fix))
 
 
 class OutputExistsError(StoreError, FileExistsError):

@@ -101,7 +101,7 @@ def stage_errors(stage: str, *, worker_memory=None, chunk_bytes=None):
     memory and the fix. Typed errors of our own pass through unchanged."""
     from distributed.scheduler import KilledWorker
 
-    from dimred_dask.errors import DimredError, StageError, StoreError
+    from dimred_dask.errors import DimredError, StageError, storage_error
 
     try:
         yield
@@ -114,12 +114,5 @@ def stage_errors(stage: str, *, worker_memory=None, chunk_bytes=None):
             f"input chunks are {_fmt_bytes(chunk_bytes)} each).",
             "if they ran out of memory, pass a smaller --chunk-rows or give the workers more "
             "memory; the worker logs say why they died.") from exc
-    except PermissionError as exc:
-        raise StoreError(f"Stage {stage!r}: access denied by the storage ({exc}).",
-                         "check the credentials (AWS_* variables) and the bucket policy.") from exc
-    except FileNotFoundError as exc:
-        raise StoreError(f"Stage {stage!r}: not found in the storage ({exc}).",
-                         "check that the bucket and the path exist.") from exc
     except OSError as exc:
-        raise StoreError(f"Stage {stage!r}: storage error that did not clear after retries "
-                         f"({exc}).", "check the storage endpoint and try again.") from exc
+        raise storage_error(exc, f"Stage {stage!r}") from exc

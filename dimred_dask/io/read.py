@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import fsspec
 import numpy as np
 
-from ..errors import ChunkingError, InputError, InputTypeError, StoreError
+from ..errors import ChunkingError, InputError, InputTypeError, StoreError, storage_error
 from .uris import Location, parse_uri
 
 TARGET_CHUNK_BYTES = 64 * 2**20
@@ -49,12 +49,8 @@ def _exists(loc: Location) -> bool:
     fs, path = _fs(loc)
     try:
         return fs.exists(path)
-    except PermissionError as exc:
-        raise StoreError(f"Access to {loc.url} was denied ({exc}).",
-                         "check the credentials and the bucket policy.") from None
     except OSError as exc:
-        raise StoreError(f"Could not reach {loc.url}: {exc}.",
-                         "check the endpoint (AWS_ENDPOINT_URL) and the network.") from None
+        raise storage_error(exc, f"Opening {loc.url}") from None
 
 
 def detect_format(loc: Location) -> str:
