@@ -87,15 +87,7 @@ def check_array(
                                  "call .compute() first.")
         return _check_dask(X, method=method, where=where, min_samples=min_samples,
                            min_features=min_features)
-    if hasattr(X, "dtype") and np.dtype(X.dtype).kind == "c" or (
-        not hasattr(X, "dtype") and np.iscomplexobj(np.asarray(X))
-    ):
-        raise InputError(f"Complex data not supported: {method} needs real numbers; "
-                         f"found dtype {np.asarray(X).dtype} in {where}.",
-                         "pass the real part, the modulus or both as separate columns.")
-    arr = np.asarray(X) if not hasattr(X, "__array__") else X
-    arr = np.asarray(arr)
-    arr = _as_real(arr, method=method, where=where)
+    arr = _as_real(np.asarray(X), method=method, where=where)  # complex, text: refused
     _check_shape(arr.shape, method=method, where=where, min_samples=min_samples,
                  min_features=min_features)
     if check_finite:
@@ -140,16 +132,15 @@ def _check_shape(shape, *, method, where, min_samples, min_features):
             "feature or array.reshape(1, -1) if it contains a single sample.",
         )
     n, d = shape
-    if n == 0 or n is None or (isinstance(n, float) and np.isnan(n)):
-        if n == 0:
-            raise InputError(f"{method} needs at least {min_samples} samples; found 0 rows "
-                             f"(shape={tuple(shape)}) in {where}.",
-                             "check the input path and any row filter; the array is empty.")
+    if n == 0:
+        raise InputError(f"{method} needs at least {min_samples} samples; found 0 rows "
+                         f"(shape={tuple(shape)}) in {where}.",
+                         "check the input path and any row filter; the array is empty.")
     if d == 0:
         raise InputError(f"Found array with 0 feature(s) (shape={tuple(shape)}) while a minimum "
                          f"of {min_features} is required by {method} ({where}).",
                          "select at least one numeric column.")
-    if n is not None and not (isinstance(n, float) and np.isnan(n)) and n < min_samples:
+    if n < min_samples:
         raise InputError(
             f"{method} needs at least {min_samples} samples; found {n} sample"
             f"{'' if n == 1 else 's'} ({n} sample(s), shape={tuple(shape)}) in {where}.",
