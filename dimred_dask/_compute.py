@@ -29,22 +29,57 @@ def compute(*collections, stage: str = "compute"):
         return dask.compute(*collections, scheduler="threads")
     futures = client.compute(list(collections))
     if has_reporter():
-        _follow(futures, stage)
+        _follow(client, futures, stage)
     return tuple(client.gather(futures))
 
 
-def _follow(futures, stage: str) -> None:
+def _follow(client, futures, stage: str, poll: float = 0.25) -> None:
+    """Wait for ``futures``, reporting progress from a scheduler feed in the meantime.
+
+    The waiting is done on the futures themselves; the feed (all tasks of the graph, counted
+    by the scheduler) only supplies numbers. It runs in a daemon thread and is aborted at the
+    end, so it can never hold up a computation: when several clients share keys, the feed
+    may stop before its keys look finished to it.
+    """
+    import threading
+
+    from distributed import wait
     from distributed.diagnostics.progressbar import TextProgressBar
+
+    latest = {"done": 0, "total": 0}
 
     class _Feed(TextProgressBar):
         def _draw_bar(self, remaining=0, all=0, **kwargs):
-            report(stage, all - remaining, all)
+            latest["done"], latest["total"] = all - remaining, all
 
-        def _draw_stop(self, remaining=0, all=0, status=None, **kwargs):
-            if status == "finished":
-                report(stage, all, all)
+        def _draw_stop(self, **kwargs):
+            pass
 
     try:
-        _Feed(futures, interval="250ms", start=True)
-    except Exception:  # progress is best effort; the gather below raises real errors
-        pass
+        feed = _Feed(futures, interval="250ms", start=False)
+    except Exception:
+        feed = None
+    if feed is not None:
+        def listen():
+            try:
+                feed._loop_runner.run_sync(feed.listen)
+            except Exception:
+                pass
+
+        threading.Thread(target=listen, daemon=True, name="dimred-progress").start()
+    try:
+        while True:
+            try:
+                wait(futures, timeout=poll)
+                break
+            except TimeoutError:
+                if latest["total"]:
+                    report(stage, latest["done"], latest["total"])
+        report(stage, max(latest["total"], 1), max(latest["total"], 1))
+    finally:
+        comm = getattr(feed, "comm", None)
+        if comm is not None:
+            try:
+                feed._loop_runner.loop.add_callback(comm.abort)
+            except Exception:
+                pass

@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--scheduler", metavar="ADDR",
                      help="tcp://host:port of an existing Dask scheduler (default: a local cluster)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    run.add_argument("--credentials-block", metavar="NAME",
+                     help="a Prefect Secret block with aws_access_key_id / aws_secret_access_key "
+                          "for s3:// (default: the AWS_* environment of each process)")
     run.add_argument("--chunk-rows", type=int, metavar="N",
                      help="rows per chunk (default: planned from the workers' memory)")
     run.add_argument("--sample-size", type=int, default=2000,
@@ -120,7 +123,8 @@ def cmd_run(args) -> int:
     columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
     manifest = embed(_local(args.input), _local(args.output), method=args.method,
                      params=_params(args), scheduler=args.scheduler, overwrite=args.overwrite,
-                     columns=columns, sample_size=args.sample_size, chunk_rows=args.chunk_rows)
+                     columns=columns, sample_size=args.sample_size, chunk_rows=args.chunk_rows,
+                     credentials_block=args.credentials_block)
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
     else:

@@ -23,7 +23,8 @@ from dimred_dask._validation import check_array
 from dimred_dask.cluster import cluster_client, describe_cluster
 from dimred_dask.errors import InputError, StageError
 from dimred_dask.io import (Lease, RunStore, array_fingerprint, check_output_location, digest_of,
-                            embedding_png, open_input, parse_uri, plan_row_chunk)
+                            embedding_png, open_input, parse_uri, plan_row_chunk,
+                            run_storage_options)
 from dimred_dask.io.read import TARGET_CHUNK_BYTES
 
 from .methods import get_method
@@ -260,15 +261,50 @@ def _artifacts(m: dict) -> None:
                    enumerate(zip(model["explained_variance"], ratio, np.cumsum(ratio)))])
 
 
+S3_SECRET_KEYS = {"aws_access_key_id": "key", "aws_secret_access_key": "secret",
+                  "aws_session_token": "token", "key": "key", "secret": "secret", "token": "token"}
+
+
+def _block_credentials(name: str) -> dict:
+    """s3fs options from a Prefect Secret block holding a JSON object with
+    aws_access_key_id / aws_secret_access_key (and optionally aws_session_token)."""
+    from prefect.blocks.system import Secret
+
+    try:
+        value = Secret.load(name).get()
+    except ValueError as exc:
+        raise InputError(f"No Prefect Secret block named {name!r} ({exc}).",
+                         "create it: Secret(value={'aws_access_key_id': ..., "
+                         "'aws_secret_access_key': ...}).save(name)") from None
+    if not isinstance(value, dict) or not {"key", "secret"} <= {
+            S3_SECRET_KEYS.get(k) for k in value}:
+        raise InputError(f"The Secret block {name!r} must hold a JSON object with "
+                         "aws_access_key_id and aws_secret_access_key (its value is not shown).",
+                         "save it again with those two fields.")
+    return {S3_SECRET_KEYS[k]: v for k, v in value.items() if k in S3_SECRET_KEYS}
+
+
 @flow(name="embed", log_prints=True)
 def embed(input: str, output: str, method: str = "pca", params: dict | None = None,
           scheduler: str | None = None, overwrite: bool = False, columns: list[str] | None = None,
-          sample_size: int = 2000, chunk_rows: int | None = None) -> dict:
+          sample_size: int = 2000, chunk_rows: int | None = None,
+          credentials_block: str | None = None) -> dict:
     """Embed the array at ``input`` with ``method`` and write the run's store at ``output``.
 
-    Credentials never come in as parameters (they would be stored by Prefect): they come from
-    the environment of the flow and of the Dask workers.
+    Credentials never come in as parameters (Prefect stores parameters): they come from the
+    environment of the flow and of the Dask workers, or from the Prefect Secret block named by
+    ``credentials_block`` (object storage credentials for this run only).
     """
+    if credentials_block:
+        with run_storage_options("s3", _block_credentials(credentials_block)):
+            return _embed(input, output, method, params, scheduler, overwrite, columns,
+                          sample_size, chunk_rows)
+    return _embed(input, output, method, params, scheduler, overwrite, columns, sample_size,
+                  chunk_rows)
+
+
+def _embed(input, output, method, params, scheduler, overwrite, columns, sample_size,
+           chunk_rows) -> dict:
     spec = {"input": input, "output": output, "method": method, "params": dict(params or {}),
             "overwrite": overwrite, "columns": columns, "sample_size": int(sample_size),
             "chunk_rows": chunk_rows}

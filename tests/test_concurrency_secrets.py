@@ -140,3 +140,46 @@ def test_canary_secret_appears_nowhere(prefect_api, s3_server, tmp_path, rng, mo
     assert len(seen) > 6
     assert all(canary not in text for text in seen)
     assert "NaN" in "".join(seen)  # the failing run's error did reach the logs
+
+
+def test_credentials_from_a_prefect_secret_block(prefect_api, s3_server, tmp_path, rng,
+                                                 monkeypatch, capfd, caplog):
+    """Workers started with no AWS credentials at all: the run can only read and write S3
+    with the Secret block's credentials (canaries), and they show up nowhere."""
+    import boto3
+    import fsspec
+    from distributed import Client, LocalCluster
+    from prefect.blocks.system import Secret
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from flows.embed import embed
+
+    key_id, secret = f"AKIACANARY{uuid.uuid4().hex[:8].upper()}", f"CANARY{uuid.uuid4().hex}"
+    Secret(value={"aws_access_key_id": key_id, "aws_secret_access_key": secret}).save(
+        "s3-canary", overwrite=True)
+    bucket = f"block-{os.urandom(4).hex()}"
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket=bucket)
+    save_array(low_rank(rng, n=1500, d=6, dtype=np.float32), f"s3://{bucket}/in.zarr",
+               chunks=(500, 6))
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster) as c:
+        assert not any(c.run(lambda: "AWS_SECRET_ACCESS_KEY" in os.environ).values())
+        m = embed(f"s3://{bucket}/in.zarr", f"s3://{bucket}/out", params={"n_components": 2},
+                  scheduler=cluster.scheduler_address, credentials_block="s3-canary")
+    assert m["output"] == f"s3://{bucket}/out"
+    fs = fsspec.filesystem("s3", client_kwargs={"endpoint_url": s3_server}, key="testing",
+                           secret="testing")
+    stored = _everything_text(fs, f"{bucket}/out")
+    assert "_COMMITTED" in str(fs.find(f"{bucket}/out"))
+    out, err = capfd.readouterr()
+    seen = [stored, out, err, caplog.text]
+    with get_client(sync_client=True) as pc:
+        run = pc.read_flow_runs(flow_run_filter=FlowRunFilter(
+            id=FlowRunFilterId(any_=[uuid.UUID(m["flow_run_id"])])))[0]
+        seen.append(run.model_dump_json())
+        assert run.parameters["credentials_block"] == "s3-canary"
+        seen += [a.model_dump_json() for a in pc.read_artifacts()]
+    assert not any(key_id in t or secret in t for t in seen)

@@ -6,6 +6,8 @@ Credentials never travel in a URI: they come from the environment or storage opt
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import posixpath
 from dataclasses import dataclass, field
@@ -44,6 +46,23 @@ class Location:
 
     def child(self, name: str) -> str:
         return self.url.rstrip("/") + "/" + name
+
+
+# Storage options for this run only (e.g. credentials from a secret store), by scheme. A
+# context variable: concurrent runs in other threads do not see each other's.
+_RUN_OPTIONS: contextvars.ContextVar[dict] = contextvars.ContextVar("dimred_run_storage_options",
+                                                                    default={})
+
+
+@contextlib.contextmanager
+def run_storage_options(scheme: str, options: dict):
+    """Add ``options`` (e.g. ``{"key": ..., "secret": ...}``) to every ``scheme`` URI parsed
+    in this context. They travel to the workers inside the Dask graph, never to Prefect."""
+    token = _RUN_OPTIONS.set({**_RUN_OPTIONS.get(), scheme: dict(options)})
+    try:
+        yield
+    finally:
+        _RUN_OPTIONS.reset(token)
 
 
 S3_MAX_ATTEMPTS = 6  # botocore "standard" retries: transient 5xx/throttling, with backoff
@@ -101,7 +120,8 @@ def parse_uri(uri, *, role: str = "input", storage_options: dict | None = None) 
     else:
         url = f"{scheme}://{parts.netloc}{posixpath.normpath(parts.path) if parts.path else ''}"
         url = url.rstrip("/") if parts.path not in ("", "/") else url
-    so = {**env_storage_options(scheme), **(storage_options or {})}
+    so = {**env_storage_options(scheme), **_RUN_OPTIONS.get().get(scheme, {}),
+          **(storage_options or {})}
     return Location(url, fragment or None, so)
 
 
