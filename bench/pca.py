@@ -99,7 +99,6 @@ def main(args) -> int:
                     lambda: dml.PCA(K, svd_solver="randomized", random_state=0).fit(Xd), pids)
         except ImportError:
             print("  dask-ml not installed: pip install 'dimred-dask[bench]'")
-        del Xd
     add("sklearn PCA randomized (in process)",
         lambda: SkPCA(K, svd_solver="randomized", random_state=0).fit(X))
     add("sklearn PCA full (in process)", lambda: SkPCA(K, svd_solver="full").fit(X), repeat=1)

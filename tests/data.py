@@ -9,3 +9,13 @@ def low_rank(rng, n=600, d=20, rank=5, dtype=np.float64, offset=3.0):
     w = rng.standard_normal((rank, d)) * np.linspace(5, 1, rank)[:, None]
     x = rng.standard_normal((n, rank)) @ w + 0.1 * rng.standard_normal((n, d)) + offset
     return x.astype(dtype)
+
+
+def zarr_input(tmp_path, rng, *, n: int, d: int, chunk_rows: int):
+    """A float32 low-rank array saved as ``<tmp_path>/in.zarr``; returns (uri, array)."""
+    from dimred_dask.io import save_array
+
+    X = low_rank(rng, n=n, d=d, dtype=np.float32)
+    uri = str(tmp_path / "in.zarr")
+    save_array(X, uri, chunks=(chunk_rows, d))
+    return uri, X

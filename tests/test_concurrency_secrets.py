@@ -12,7 +12,7 @@ import pytest
 
 from dimred_dask import PCA
 from dimred_dask.io import Lease, LeaseHeldError, RunStore, open_output, save_array
-from tests.data import low_rank
+from tests.data import low_rank, zarr_input
 
 BIN = os.path.dirname(sys.executable)
 EXPECTED_TOP = {"zarr.json", "embedding", "model", "manifest.json", "embedding.png", "_stages",
@@ -26,10 +26,7 @@ def _spawn(args, env):
 
 @pytest.fixture
 def data(tmp_path, rng):
-    X = low_rank(rng, n=6000, d=16, dtype=np.float32)
-    uri = str(tmp_path / "in.zarr")
-    save_array(X, uri, chunks=(1000, 16))
-    return uri, X
+    return zarr_input(tmp_path, rng, n=6000, d=16, chunk_rows=1000)
 
 
 def test_four_runs_at_once_each_with_its_own_keys(client, prefect_api, data, tmp_path):

@@ -17,7 +17,6 @@ from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from dimred_dask import StageError, StoreError
 from dimred_dask.io import open_output, save_array
-from tests.data import low_rank
+from tests.data import low_rank, zarr_input
 
 BIN = os.path.dirname(sys.executable)
 
@@ -71,10 +71,7 @@ def fresh_cluster():
 
 @pytest.fixture
 def data(tmp_path, rng):
-    X = low_rank(rng, n=24_000, d=32, dtype=np.float32)
-    uri = str(tmp_path / "in.zarr")
-    save_array(X, uri, chunks=(1500, 32))
-    return uri, X
+    return zarr_input(tmp_path, rng, n=24000, d=32, chunk_rows=1500)
 
 
 def _chunks_equal(a: str, b: str):

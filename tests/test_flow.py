@@ -8,18 +8,15 @@ import numpy as np
 import pytest
 
 from dimred_dask import PCA, OutputExistsError
-from dimred_dask.io import open_output, save_array
-from tests.data import low_rank
+from dimred_dask.io import open_output
+from tests.data import zarr_input
 
 STAGES = ("validate", "fit", "transform", "evaluate", "publish")
 
 
 @pytest.fixture
 def data_uri(tmp_path, rng):
-    X = low_rank(rng, n=3000, d=24, dtype=np.float32)
-    uri = str(tmp_path / "in.zarr")
-    save_array(X, uri, chunks=(500, 24))
-    return uri, X
+    return zarr_input(tmp_path, rng, n=3000, d=24, chunk_rows=500)
 
 
 def _flow_run_and_artifacts(run_id: str):

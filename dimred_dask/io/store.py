@@ -17,7 +17,7 @@ import fsspec
 import numpy as np
 
 from ..errors import OutputExistsError, StoreError, UncommittedOutputError
-from .uris import Location, parse_uri
+from .uris import parse_uri
 
 COMMITTED = "_COMMITTED"
 MANIFEST = "manifest.json"
