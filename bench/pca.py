@@ -79,7 +79,7 @@ def main(args) -> int:
         print(f"  {name:<48} {med:8.3f} s  err {rows[-1]['err']:.2e}", flush=True)
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
         pids = list(client.run(os.getpid).values())
         Xd = da.from_array(X, chunks=(25_000, 512)).persist()
         client.wait_for_workers(2)
@@ -156,7 +156,7 @@ def main_big(args) -> int:
     size = {**local_cluster_size(args.workers, args.threads), "memory_limit": 2 * 2**30}
     print(f"# bench pca --big: {gib:.1f} GiB float32 x 512 on disk at {path}; {machine()}; "
           f"workers {size}")
-    with LocalCluster(processes=True, host="127.0.0.1", dashboard_address=None, **size) as cl, \
+    with LocalCluster(processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0", **size) as cl, \
             Client(cl) as client:
         t0 = time.perf_counter()
         n = _write_big(path, gib)

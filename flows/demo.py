@@ -18,8 +18,9 @@ def run_demo(folder: str = ".dimred-demo", *, rows: int = 200_000, features: int
     with cluster_client(scheduler) as client:
         if not os.path.exists(os.path.join(data, "zarr.json")):
             t0 = time.perf_counter()
-            print(f"making {rows:,} x {features} float32 (rank {rank} + noise) at {data} ...")
-            X = low_rank_plus_noise(rows, features, rank=rank, chunk_rows=25_000)
+            print(f"making {rows:,} x {features} float32 (6 clusters in rank {rank}, plus noise) "
+                  f"at {data} ...")
+            X = low_rank_plus_noise(rows, features, rank=rank, chunk_rows=25_000, clusters=6)
             save_array(X, data, overwrite=True)
             print(f"  written in {time.perf_counter() - t0:.1f} s")
         print(f"embedding with PCA (k = {n_components}) on {len(client.scheduler_info()['workers'])}"

@@ -109,7 +109,7 @@ def test_canary_secret_appears_nowhere(prefect_api, s3_server, tmp_path, rng, mo
     bad[17, 3] = np.nan
     run_ids = []
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster, Client(cluster) as c:
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
         assert set(c.run(lambda: os.environ["AWS_SECRET_ACCESS_KEY"]).values()) == {canary}
         save_array(X, f"s3://{bucket}/good.zarr", chunks=(500, 8))
         save_array(bad, f"s3://{bucket}/bad.zarr", chunks=(500, 8))
@@ -162,7 +162,7 @@ def test_credentials_from_a_prefect_secret_block(prefect_api, s3_server, tmp_pat
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster, Client(cluster) as c:
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
         assert not any(c.run(lambda: "AWS_SECRET_ACCESS_KEY" in os.environ).values())
         m = embed(f"s3://{bucket}/in.zarr", f"s3://{bucket}/out", params={"n_components": 2},
                   scheduler=cluster.scheduler_address, credentials_block="s3-canary")

@@ -59,7 +59,7 @@ def fresh_cluster():
     def make(**kwargs):
         with dask.config.set({"distributed.scheduler.allowed-failures": kwargs.pop("failures", 3)}):
             cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                   host="127.0.0.1", dashboard_address=None, **kwargs)
+                                   host="127.0.0.1", dashboard_address="127.0.0.1:0", **kwargs)
         made.append(cluster)
         return cluster
 
