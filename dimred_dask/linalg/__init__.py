@@ -1,6 +1,12 @@
-"""Linear algebra on NumPy and dask arrays: one-pass moments, PCA solvers."""
+"""Linear algebra on NumPy and dask arrays: one-pass moments, PCA solvers, symmetric
+eigensolvers, Nyström."""
+from .eigen import DENSE_MAX, EIGEN_SOLVERS, Eigen, choose_eigen_solver, top_eigh
 from .moments import column_stats, row_blocks
+from .nystrom import (LANDMARK_METHODS, NystromMap, choose_landmarks, nystrom_error,
+                      nystrom_features, nystrom_map, take_rows)
 from .pca_solvers import Spectrum, covariance_eigh, dual_eigh, randomized_eigh, tsqr_svd
 
 __all__ = ["column_stats", "row_blocks", "Spectrum", "covariance_eigh", "dual_eigh",
-           "randomized_eigh", "tsqr_svd"]
+           "randomized_eigh", "tsqr_svd", "DENSE_MAX", "EIGEN_SOLVERS", "Eigen",
+           "choose_eigen_solver", "top_eigh", "LANDMARK_METHODS", "NystromMap",
+           "choose_landmarks", "nystrom_error", "nystrom_features", "nystrom_map", "take_rows"]

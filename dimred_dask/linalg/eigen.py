@@ -1,0 +1,159 @@
+"""Top (or bottom) eigenpairs of a symmetric n x n matrix: NumPy array or (lazy) dask array.
+
+Solvers (``solver=``):
+
+- ``dense``: the whole matrix in memory, LAPACK ``eigh`` (``subset_by_index``). Exact; for
+  n up to a few thousand. The whole spectrum's negative part is reported as well.
+- ``randomized``: randomized subspace iteration (Halko, Martinsson & Tropp 2011, Alg. 4.4 and
+  5.3): Q = orth(A Omega), ``n_iter`` times Q = orth(A Q), then Rayleigh-Ritz on Q^T A Q.
+  Each product A Q is one pass over the matrix (for a lazy kernel matrix: its blocks are
+  recomputed, never all held at once). ``n_iter + 2`` passes in all.
+- ``lanczos``: implicitly restarted Lanczos (ARPACK through ``scipy.sparse.linalg.eigsh``) over a
+  ``LinearOperator`` whose matvec is one dask pass. Exact to ``tol``; a pass per matvec, so
+  it suits a matrix that is persisted in cluster memory or stored in Zarr.
+- ``auto``: dense up to ``DENSE_MAX`` rows, else randomized.
+
+Subspace iteration finds the eigenvalues of largest magnitude; for an indefinite matrix the
+top ``k`` algebraic ones are picked among ``k + n_oversamples`` Ritz values, which is exact
+when the negative part is smaller in magnitude (the case for kernel and MDS matrices of data).
+``which="SA"`` returns the smallest (most negative) eigenpairs instead: Lanczos asks ARPACK for
+them directly; subspace iteration runs on the positive semidefinite sigma I - A, with sigma
+>= the largest eigenvalue (``shift``, e.g. from a "LA" call first).
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg
+
+from .._compute import compute
+from .._validation import check_random_state, is_dask
+from ..errors import ConvergenceWarning, InputError
+
+__all__ = ["Eigen", "top_eigh", "EIGEN_SOLVERS", "DENSE_MAX"]
+
+EIGEN_SOLVERS = ("auto", "dense", "randomized", "lanczos")
+DENSE_MAX = 4000
+
+
+@dataclass
+class Eigen:
+    values: np.ndarray  # (k,) descending for "LA", ascending for "SA"
+    vectors: np.ndarray  # (n, k) orthonormal columns, float64
+    solver: str
+    passes: int  # passes over the matrix (0 when it was in memory)
+    spectrum: np.ndarray | None = None  # the whole spectrum (dense solver only), descending
+    info: dict = field(default_factory=dict)
+
+
+def choose_eigen_solver(solver: str, n: int) -> str:
+    if solver not in EIGEN_SOLVERS:
+        raise InputError(f"eigen solver must be one of {', '.join(EIGEN_SOLVERS)}; found "
+                         f"{solver!r}.", "pass solver='auto' (dense up to "
+                         f"{DENSE_MAX} rows, randomized above).")
+    if solver == "auto":
+        return "dense" if n <= DENSE_MAX else "randomized"
+    return solver
+
+
+def _matmul(A, Q, stage: str) -> np.ndarray:
+    if is_dask(A):
+        (out,) = compute(A @ Q, stage=stage)
+        return np.asarray(out, dtype=np.float64)
+    return np.asarray(A @ Q.astype(A.dtype, copy=False), dtype=np.float64)
+
+
+def top_eigh(A, k: int, *, solver: str = "auto", which: str = "LA", n_oversamples: int = 10,
+             n_iter: int = 4, tol: float = 0.0, random_state=0, shift: float | None = None,
+             stage: str = "eigensolver") -> Eigen:
+    """The ``k`` largest (``which="LA"``) or smallest (``"SA"``) eigenpairs of symmetric ``A``."""
+    n = A.shape[0]
+    if A.ndim != 2 or A.shape[1] != n:
+        raise InputError(f"An eigensolver needs a square matrix; found shape {A.shape}.",
+                         "pass the n x n kernel or distance matrix.")
+    if not 1 <= k <= n:
+        raise InputError(f"Asked for {k} eigenpairs of a {n} x {n} matrix.",
+                         f"ask for between 1 and {n}.")
+    solver = choose_eigen_solver(solver, n)
+    if which not in ("LA", "SA"):
+        raise InputError(f"which must be 'LA' or 'SA'; found {which!r}.", "pass which='LA'.")
+    if solver == "dense":
+        return _dense(A, k, which, stage)
+    if solver == "lanczos":
+        w, v, passes = _lanczos(A, k, which, tol, random_state, stage)
+        return Eigen(w, v, solver, passes)
+    if which == "LA":
+        w, v, passes = _randomized(A, k, n_oversamples, n_iter, random_state, stage, None)
+        return Eigen(w, v, solver, passes)
+    if shift is None:
+        raise InputError("The smallest eigenvalues by subspace iteration need shift >= the "
+                         "largest eigenvalue; found shift=None.",
+                         "pass shift=<largest eigenvalue> (from a which='LA' call), or use "
+                         "solver='lanczos'.")
+    w, v, passes = _randomized(A, k, n_oversamples, n_iter, random_state, stage, float(shift))
+    return Eigen(float(shift) - w, v, solver, passes, info={"shift": float(shift)})
+
+
+def _dense(A, k, which, stage) -> Eigen:
+    passes = 0
+    if is_dask(A):
+        (A,) = compute(A, stage=f"{stage}: matrix")
+        passes = 1
+    A = np.asarray(A, dtype=np.float64)
+    w, v = scipy.linalg.eigh(A)  # the whole spectrum: needed for the negative part anyway
+    order = np.argsort(w)[::-1]
+    w, v = w[order], v[:, order]
+    if which == "LA":
+        vals, vecs = w[:k], v[:, :k]
+    else:
+        vals, vecs = w[::-1][:k], v[:, ::-1][:, :k]
+    return Eigen(vals.copy(), np.ascontiguousarray(vecs), "dense", passes, spectrum=w)
+
+
+def _randomized(A, k, n_oversamples, n_iter, random_state, stage, shift):
+    """Top-k of A, or of shift*I - A when ``shift`` is given."""
+    n = A.shape[0]
+
+    def product(q, label):
+        aq = _matmul(A, q, label)
+        return aq if shift is None else shift * q - aq
+
+    rng = check_random_state(random_state)
+    width = min(n, k + max(int(n_oversamples), 0))
+    q, _ = np.linalg.qr(rng.standard_normal((n, width)))
+    for it in range(int(n_iter)):
+        q, _ = np.linalg.qr(product(q, f"{stage}: power iteration {it + 1}/{n_iter}"))
+    aq = product(q, f"{stage}: Rayleigh-Ritz")
+    small = q.T @ aq
+    w, v = scipy.linalg.eigh((small + small.T) / 2)
+    order = np.argsort(w)[::-1][:k]
+    return w[order], q @ v[:, order], int(n_iter) + 1
+
+
+def _lanczos(A, k, which, tol, random_state, stage):
+    from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
+
+    n = A.shape[0]
+    if k >= n - 1:
+        raise InputError(f"The Lanczos solver needs k < n - 1; found k={k}, n={n}.",
+                         "use solver='dense' for so small a matrix.")
+    count = {"passes": 0}
+
+    def matvec(v):
+        count["passes"] += 1
+        return _matmul(A, np.asarray(v, dtype=np.float64).reshape(n, -1),
+                       f"{stage}: Lanczos matvec {count['passes']}").ravel()
+
+    op = LinearOperator((n, n), matvec=matvec, dtype=np.float64)
+    v0 = check_random_state(random_state).uniform(-1, 1, n)
+    try:
+        w, v = eigsh(op, k=k, which=which, tol=tol, v0=v0)
+    except ArpackNoConvergence as exc:
+        warnings.warn(f"Lanczos did not converge: {len(exc.eigenvalues)} of {k} eigenpairs "
+                      "converged; returning them. Raise tol or use solver='randomized'.",
+                      ConvergenceWarning, stacklevel=3)
+        w, v = exc.eigenvalues, exc.eigenvectors
+    order = np.argsort(w)[::-1] if which == "LA" else np.argsort(w)
+    return w[order], v[:, order], count["passes"]

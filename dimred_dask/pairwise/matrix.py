@@ -1,0 +1,145 @@
+"""Lazy n x m distance and kernel matrices between chunked arrays, and double centering.
+
+``pairwise_kernels(X)`` / ``pairwise_distances(X)`` with dask input return a dask array whose
+block (i, j) is ``blocks.kernels`` applied to row chunk i of X and row chunk j of Y. For X
+against itself only the blocks with i <= j are computed; block (j, i) is the transpose of
+block (i, j) (the matrix is symmetric by construction, exactly, not to rounding). With NumPy
+input the result is a NumPy array.
+
+``double_center(M)`` returns H M H (H = I - 11^T/n) without forming H: the row means, the
+column means and the grand mean are dask reductions, and the centred matrix is the lazy
+expression M - r 1^T - 1 c^T + g. ``-0.5 * double_center(D**2)`` is classical MDS's B.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._validation import is_dask
+from ..blocks.kernels import check_kernel, check_metric, distance_block, kernel_block
+
+__all__ = ["pairwise_kernels", "pairwise_distances", "double_center", "center_stats",
+           "blockwise"]
+
+
+def _full_columns(X):
+    return X if X.numblocks[1] == 1 else X.rechunk({1: -1})
+
+
+def _zero_diagonal(block):
+    block = np.array(block, copy=True)
+    np.fill_diagonal(block, 0)
+    return block
+
+
+def blockwise(fn, X, Y=None, *, dtype=None, square_chunks: int | None = None,
+              zero_diagonal: bool = False):
+    """The lazy matrix [fn(X_i, Y_j)]_ij over row chunks; symmetric-by-mirroring when Y is None.
+
+    ``square_chunks`` rechunks X (and Y) to that many rows per chunk first, so the blocks of the
+    result are square (the layout the on-disk matrix of a run uses). ``zero_diagonal`` sets
+    the diagonal of a symmetric distance matrix to exactly 0 (rounding leaves ~1e-8 there).
+    """
+    import dask.array as da
+    from dask import delayed
+
+    dtype = np.dtype(dtype or X.dtype)
+    X = _full_columns(X)
+    if square_chunks:
+        X = X.rechunk({0: square_chunks})
+    sym = Y is None
+    if not sym:
+        Y = _full_columns(Y)
+        if square_chunks:
+            Y = Y.rechunk({0: square_chunks})
+    xs = X.to_delayed().ravel()
+    ys = xs if sym else Y.to_delayed().ravel()
+    rx, ry = X.chunks[0], (X.chunks[0] if sym else Y.chunks[0])
+    f = delayed(fn, pure=True)
+    tr = delayed(np.transpose, pure=True)
+    rows = []
+    for i, xi in enumerate(xs):
+        row = []
+        for j, yj in enumerate(ys):
+            if sym and j < i:
+                blk = tr(rows[j][i])  # the mirrored block: delayed, reused, never recomputed
+            else:
+                blk = f(xi, yj)
+                if sym and i == j and zero_diagonal:
+                    blk = delayed(_zero_diagonal, pure=True)(blk)
+            row.append(blk)
+        rows.append(row)
+    arrays = [[da.from_delayed(rows[i][j], shape=(rx[i], ry[j]), dtype=dtype)
+               for j in range(len(ys))] for i in range(len(xs))]
+    return da.block(arrays)
+
+
+def pairwise_kernels(X, Y=None, *, kernel: str = "gaussian", gamma=None, width=None,
+                     degree: int = 3, coef0: float = 1.0, square_chunks: int | None = None):
+    """Kernel matrix K_ij = k(x_i, y_j); lazy for dask input (see the module docstring)."""
+    params = check_kernel(kernel, X.shape[1], gamma=gamma, width=width, degree=degree,
+                          coef0=coef0)
+    return _pairwise(kernel_block, params, X, Y, square_chunks, zero_diagonal=False)
+
+
+def pairwise_distances(X, Y=None, *, metric: str = "euclidean", p: float = 2.0,
+                       square_chunks: int | None = None):
+    """Distance matrix D_ij = d(x_i, y_j); lazy for dask input."""
+    params = check_metric(metric, p)
+    return _pairwise(distance_block, params, X, Y, square_chunks, zero_diagonal=True)
+
+
+class _Bound:
+    """A picklable block function with its parameters bound (dask hashes it by value)."""
+
+    def __init__(self, fn, params: dict):
+        self.fn, self.params = fn, dict(params)
+
+    def __call__(self, a, b):
+        return self.fn(np.asarray(a), np.asarray(b), **self.params)
+
+    def __dask_tokenize__(self):
+        return (self.fn.__module__, self.fn.__name__, sorted(self.params.items()))
+
+
+def _pairwise(fn, params, X, Y, square_chunks, zero_diagonal):
+    bound = _Bound(fn, params)
+    if is_dask(X) or is_dask(Y):
+        import dask.array as da
+
+        X = X if is_dask(X) else da.from_array(np.asarray(X))
+        if Y is not None and not is_dask(Y):
+            Y = da.from_array(np.asarray(Y), chunks=(X.chunks[0][0], -1))
+        return blockwise(bound, X, Y, dtype=X.dtype, square_chunks=square_chunks,
+                         zero_diagonal=zero_diagonal)
+    X = np.asarray(X)
+    out = bound(X, X if Y is None else np.asarray(Y))
+    if Y is None:  # the same exact symmetry as the blockwise path
+        out = np.triu(out) + np.triu(out, 1).T
+        if zero_diagonal:
+            np.fill_diagonal(out, 0)
+    return out
+
+
+def center_stats(M):
+    """Row means (n,) and grand mean of a square matrix, float64; lazy for dask input.
+
+    For a symmetric M the column means equal the row means, which is what the kernels and
+    distances here produce.
+    """
+    r = M.mean(axis=1, dtype=np.float64)
+    return r, r.mean()
+
+
+def double_center(M, stats=None):
+    """H M H for a symmetric M: M - r 1^T - 1 r^T + g. Lazy when M is a dask array.
+
+    ``stats`` = (row means, grand mean), computed beforehand (e.g. in one pass with other
+    reductions); by default they are part of the same lazy expression.
+    """
+    r, g = stats if stats is not None else center_stats(M)
+    dtype = M.dtype
+    if is_dask(M):
+        # float64 means, cast back per block: the expression fuses into M's blocks
+        return (M - r[:, None] - r[None, :] + g).astype(dtype)
+    r = np.asarray(r, dtype=np.float64)
+    return (M - r[:, None] - r[None, :] + g).astype(dtype)
