@@ -46,6 +46,11 @@ class Eigen:
     passes: int  # passes over the matrix (0 when it was in memory)
     spectrum: np.ndarray | None = None  # the whole spectrum (dense solver only), descending
     info: dict = field(default_factory=dict)
+    product: np.ndarray | None = None  # A @ vectors (free from Rayleigh-Ritz), (n, k)
+
+    def applied(self) -> np.ndarray:
+        """A @ vectors: exact for the randomized solver's Ritz vectors, vectors * values else."""
+        return self.product if self.product is not None else self.vectors * self.values
 
 
 def choose_eigen_solver(solver: str, n: int) -> str:
@@ -85,14 +90,15 @@ def top_eigh(A, k: int, *, solver: str = "auto", which: str = "LA", n_oversample
         w, v, passes = _lanczos(A, k, which, tol, random_state, stage)
         return Eigen(w, v, solver, passes)
     if which == "LA":
-        w, v, passes = _randomized(A, k, n_oversamples, n_iter, random_state, stage, None)
-        return Eigen(w, v, solver, passes)
+        w, v, passes, av = _randomized(A, k, n_oversamples, n_iter, random_state, stage, None)
+        return Eigen(w, v, solver, passes, product=av)
     if shift is None:
         raise InputError("The smallest eigenvalues by subspace iteration need shift >= the "
                          "largest eigenvalue; found shift=None.",
                          "pass shift=<largest eigenvalue> (from a which='LA' call), or use "
                          "solver='lanczos'.")
-    w, v, passes = _randomized(A, k, n_oversamples, n_iter, random_state, stage, float(shift))
+    w, v, passes, _ = _randomized(A, k, n_oversamples, n_iter, random_state, stage,
+                                  float(shift))
     return Eigen(float(shift) - w, v, solver, passes, info={"shift": float(shift)})
 
 
@@ -129,7 +135,7 @@ def _randomized(A, k, n_oversamples, n_iter, random_state, stage, shift):
     small = q.T @ aq
     w, v = scipy.linalg.eigh((small + small.T) / 2)
     order = np.argsort(w)[::-1][:k]
-    return w[order], q @ v[:, order], int(n_iter) + 1
+    return w[order], q @ v[:, order], int(n_iter) + 1, aq @ v[:, order]
 
 
 def _lanczos(A, k, which, tol, random_state, stage):

@@ -28,6 +28,16 @@ def sign_fix(rows: np.ndarray) -> np.ndarray:
     return rows * signs[:, None]
 
 
+def column_signs(vectors: np.ndarray) -> np.ndarray:
+    """The +-1 per column that `sign_fix` would apply to ``vectors.T`` (largest entry positive)."""
+    v = np.asarray(vectors)
+    if v.size == 0:
+        return np.ones(v.shape[1] if v.ndim == 2 else 0)
+    signs = np.sign(v[np.argmax(np.abs(v), axis=0), np.arange(v.shape[1])])
+    signs[signs == 0] = 1.0
+    return signs
+
+
 def rowwise(X, fn, n_out: int, dtype):
     """Apply ``fn`` (a block of rows -> (rows, n_out)) lazily to dask input, eagerly to NumPy."""
     if not is_dask(X):

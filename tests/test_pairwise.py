@@ -1,0 +1,170 @@
+"""The blockwise distance / kernel engine and the symmetric eigensolvers, against scikit-learn,
+SciPy and NumPy on small data."""
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.metrics.pairwise import pairwise_distances as sk_distances
+from sklearn.metrics.pairwise import pairwise_kernels as sk_kernels
+
+from dimred_dask.errors import InputError
+from dimred_dask.linalg import choose_landmarks, nystrom_error, nystrom_map, top_eigh
+from dimred_dask.pairwise import (check_kernel, double_center, pairwise_distances,
+                                  pairwise_kernels)
+
+# float64 kernels agree with scikit-learn's to rounding (both are one GEMM plus elementwise)
+KERNEL_RTOL = 1e-12
+# euclidean distances from a Gram expansion lose ~sqrt(eps) * ||x|| on near-equal points
+DISTANCE_ATOL = 1e-7
+
+KERNEL_CASES = [
+    ("linear", {}, "linear", {}),
+    ("polynomial", {"degree": 2, "gamma": 0.5, "coef0": 1.0}, "poly",
+     {"degree": 2, "gamma": 0.5, "coef0": 1.0}),
+    ("gaussian", {"width": 2.0}, "rbf", {"gamma": 0.25}),
+    ("gaussian", {}, "rbf", {"gamma": 1 / 7}),
+    ("laplacian", {"gamma": 0.3}, "laplacian", {"gamma": 0.3}),
+    ("sigmoid", {"gamma": 0.1, "coef0": 0.5}, "sigmoid", {"gamma": 0.1, "coef0": 0.5}),
+    ("cosine", {}, "cosine", {}),
+]
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    return rng.standard_normal((230, 7)), rng.standard_normal((61, 7))
+
+
+@pytest.mark.parametrize("kernel,params,sk_name,sk_params", KERNEL_CASES)
+def test_kernels_match_sklearn_and_are_exactly_symmetric(client, data, kernel, params,
+                                                         sk_name, sk_params):
+    X, Y = data
+    ref = sk_kernels(X, metric=sk_name, **sk_params)
+    lazy = pairwise_kernels(da.from_array(X, chunks=(50, 7)), kernel=kernel, **params)
+    K = lazy.compute()
+    np.testing.assert_allclose(K, ref, rtol=KERNEL_RTOL, atol=1e-14)
+    assert (K == K.T).all()  # mirrored blocks: symmetric exactly, not to rounding
+    np.testing.assert_allclose(pairwise_kernels(X, kernel=kernel, **params), ref,
+                               rtol=KERNEL_RTOL, atol=1e-14)
+    cross = pairwise_kernels(da.from_array(X, chunks=(50, 7)), da.from_array(Y, chunks=(20, 7)),
+                             kernel=kernel, **params).compute()
+    np.testing.assert_allclose(cross, sk_kernels(X, Y, metric=sk_name, **sk_params),
+                               rtol=KERNEL_RTOL, atol=1e-14)
+
+
+def test_upper_triangle_only_is_computed(data):
+    X, _ = data
+    lazy = pairwise_kernels(da.from_array(X, chunks=(50, 7)))
+    names = {str(k[0] if isinstance(k, tuple) else k) for k in dict(lazy.__dask_graph__())}
+    nb = 5  # 230 rows in chunks of 50
+    assert sum("_Bound" in n for n in names) == nb * (nb + 1) // 2  # blocks i <= j
+    assert sum(n.startswith("transpose") for n in names) == nb * (nb - 1) // 2  # mirrored
+
+
+@pytest.mark.parametrize("metric,p", [("euclidean", 2), ("sqeuclidean", 2), ("cosine", 2),
+                                      ("manhattan", 2), ("chebyshev", 2), ("minkowski", 3)])
+def test_distances_match_sklearn(data, metric, p):
+    X, Y = data
+    kw = {"p": p} if metric == "minkowski" else {}
+    D = pairwise_distances(da.from_array(X, chunks=(40, 7)), metric=metric, p=p).compute()
+    np.testing.assert_allclose(D, sk_distances(X, metric=metric, **kw), atol=DISTANCE_ATOL)
+    assert (np.diag(D) == 0).all() and (D == D.T).all()
+    np.testing.assert_allclose(pairwise_distances(X, Y, metric=metric, p=p),
+                               sk_distances(X, Y, metric=metric, **kw), atol=DISTANCE_ATOL)
+
+
+def test_float32_stays_float32(data):
+    X = data[0].astype(np.float32)
+    assert pairwise_kernels(da.from_array(X, chunks=(50, 7))).dtype == np.float32
+    assert pairwise_distances(X).dtype == np.float32
+
+
+def test_double_centering_equals_HKH_without_forming_H(client, data):
+    X, _ = data
+    n = X.shape[0]
+    K = pairwise_kernels(da.from_array(X, chunks=(50, 7)))
+    H = np.eye(n) - np.ones((n, n)) / n
+    Kn = K.compute()
+    np.testing.assert_allclose(double_center(K).compute(), H @ Kn @ H, atol=1e-13)
+    D2 = pairwise_distances(X, metric="sqeuclidean")
+    np.testing.assert_allclose(-0.5 * double_center(D2), -0.5 * H @ D2 @ H, atol=1e-12)
+
+
+def test_square_chunks_layout(data):
+    X, _ = data
+    K = pairwise_kernels(da.from_array(X, chunks=(50, 7)), square_chunks=64)
+    assert K.chunks == ((64, 64, 64, 38),) * 2
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"kernel": "gaussian", "gamma": 0}, "gamma"), ({"kernel": "gaussian", "gamma": -1}, "gamma"),
+    ({"kernel": "gaussian", "width": 0.0}, "width"), ({"kernel": "polynomial", "degree": 0},
+                                                       "degree"),
+    ({"kernel": "polynomial", "degree": 2.5}, "degree"), ({"kernel": "rbff"}, "Unknown kernel"),
+    ({"kernel": "sigmoid", "coef0": float("nan")}, "coef0"),
+    ({"kernel": "laplacian", "width": 1.0}, "width"),
+    ({"kernel": "gaussian", "gamma": 1.0, "width": 1.0}, "not both"),
+])
+def test_kernel_parameters_out_of_range_are_refused(bad, match):
+    params = dict(bad)
+    with pytest.raises(InputError, match=match) as err:
+        check_kernel(params.pop("kernel"), 5, **params)
+    assert "Fix:" in str(err.value)
+
+
+def test_minkowski_p_below_one_is_refused(data):
+    with pytest.raises(InputError, match="p >= 1"):
+        pairwise_distances(data[0], metric="minkowski", p=0.5)
+
+
+# Subspace iteration with 4 power iterations and 10 extra vectors on a kernel spectrum that
+# decays like this one's: measured 1e-6 relative error of the top eigenvalues; 1e-4 leaves room
+# for other seeds without hiding a wrong answer (a missed eigenvalue is off by > 1e-2 here).
+RANDOMIZED_RTOL = 1e-4
+
+
+@pytest.mark.parametrize("solver", ["dense", "randomized", "lanczos"])
+def test_eigensolvers_match_numpy(client, data, solver):
+    X, _ = data
+    Kc = double_center(pairwise_kernels(da.from_array(X, chunks=(50, 7)), width=3.0))
+    w, v = np.linalg.eigh(Kc.compute())
+    eig = top_eigh(Kc, 4, solver=solver, random_state=0)
+    rtol = RANDOMIZED_RTOL if solver == "randomized" else 1e-10
+    np.testing.assert_allclose(eig.values, w[::-1][:4], rtol=rtol)
+    overlap = np.abs(np.sum(eig.vectors * v[:, ::-1][:, :4], axis=0))
+    np.testing.assert_allclose(overlap, 1.0, atol=1e-3 if solver == "randomized" else 1e-8)
+
+
+@pytest.mark.parametrize("solver", ["dense", "randomized", "lanczos"])
+def test_smallest_eigenvalues_of_an_indefinite_matrix(data, solver):
+    X, _ = data
+    B = -0.5 * double_center(pairwise_distances(X, metric="chebyshev") ** 2)
+    w = np.linalg.eigvalsh(B)
+    assert w[0] < 0  # chebyshev distances are not Euclidean: B has a negative part
+    top = top_eigh(B, 1, solver="dense").values[0]
+    eig = top_eigh(B, 3, solver=solver, which="SA", shift=top, n_iter=40)
+    np.testing.assert_allclose(eig.values, w[:3], rtol=1e-3 if solver == "randomized" else 1e-9)
+
+
+def test_randomized_smallest_needs_a_shift(data):
+    with pytest.raises(InputError, match="shift"):
+        top_eigh(np.eye(20), 2, solver="randomized", which="SA")
+
+
+@pytest.mark.parametrize("method", ["uniform", "kmeans++", "kmeans"])
+def test_nystrom_error_shrinks_with_landmarks(data, method):
+    X = np.vstack([data[0], data[1]])
+    kern = check_kernel("gaussian", 7, width=4.0)
+    errors = []
+    for m in (10, 60, 200):
+        L, _ = choose_landmarks(X, m, method, random_state=0)
+        errors.append(nystrom_error(X[:100], nystrom_map(L, kern)))
+    assert errors[0] > errors[1] > errors[2]
+    L, idx = choose_landmarks(X, X.shape[0], "uniform", random_state=0)  # all points
+    assert nystrom_error(X[:100], nystrom_map(L, kern)) < 1e-6
+
+
+def test_landmarks_are_reproducible(client, data):
+    X = da.from_array(data[0], chunks=(50, 7))
+    a, _ = choose_landmarks(X, 20, "kmeans", random_state=5)
+    b, _ = choose_landmarks(X, 20, "kmeans", random_state=5)
+    np.testing.assert_array_equal(a, b)
