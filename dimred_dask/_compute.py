@@ -40,17 +40,29 @@ def _follow(client, futures, stage: str, poll: float = 0.25) -> None:
     by the scheduler) only supplies numbers. It runs in a daemon thread and is aborted at the
     end, so it can never hold up a computation: when several clients share keys, the feed
     may stop before its keys look finished to it.
+
+    The feed starts only when the work outlives the first ``poll``, and the futures are held
+    until it has seen its keys once: a feed whose keys were already released would wait for
+    them on the scheduler until the scheduler closes.
     """
     import threading
 
     from distributed import wait
     from distributed.diagnostics.progressbar import TextProgressBar
 
+    try:
+        wait(futures, timeout=poll)
+        report(stage, 1, 1)
+        return
+    except TimeoutError:
+        pass
     latest = {"done": 0, "total": 0}
+    seen = threading.Event()
 
     class _Feed(TextProgressBar):
         def _draw_bar(self, remaining=0, all=0, **kwargs):
             latest["done"], latest["total"] = all - remaining, all
+            seen.set()
 
         def _draw_stop(self, **kwargs):
             pass
@@ -77,6 +89,8 @@ def _follow(client, futures, stage: str, poll: float = 0.25) -> None:
                     report(stage, latest["done"], latest["total"])
         report(stage, max(latest["total"], 1), max(latest["total"], 1))
     finally:
+        if feed is not None:
+            seen.wait(timeout=5.0)  # the futures (so the keys) are still held here
         comm = getattr(feed, "comm", None)
         if comm is not None:
             try:

@@ -15,6 +15,9 @@ EPILOG = """examples:
   dimred-dask run --input s3://lab/cells.zarr#counts --output s3://lab/runs/pca16 \\
       --method pca --n-components 0.95 --param solver=covariance --scheduler tcp://10.0.0.5:8786
   dimred-dask run --input table.parquet --columns a,b,c --output out.zarr --method pca
+  dimred-dask run --input data.zarr --output kpca.zarr --method kpca --param kernel=gaussian \
+      --param width=3.0 --param solver=nystrom --param n_landmarks=2000
+  dimred-dask run --input data.zarr --labels y.zarr --output spca.zarr --method spca
   dimred-dask inspect out.zarr
 
 environment:
@@ -59,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Zarr array (uri#path inside a group), .npy, .parquet or .csv; local "
                           "path, file://, s3:// or memory://")
     run.add_argument("--output", required=True, metavar="URI", help="where the run store goes")
-    run.add_argument("--method", default="pca", help="embedding method (default: pca)")
+    run.add_argument("--method", default="pca", help="embedding method: pca, kpca, mds, landmark-mds, spca, kspca (default: pca)")
     run.add_argument("--n-components", metavar="K",
                      help="components to keep: an int, or a fraction of variance in (0, 1)")
     run.add_argument("--param", action="append", metavar="NAME=VALUE",
@@ -67,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--columns", help="comma-separated numeric columns of a Parquet/CSV input")
     run.add_argument("--scheduler", metavar="ADDR",
                      help="tcp://host:port of an existing Dask scheduler (default: a local cluster)")
+    run.add_argument("--labels", metavar="URI",
+                     help="labels / targets, one per input row (supervised: spca, kspca)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing output")
     run.add_argument("--credentials-block", metavar="NAME",
                      help="a Prefect Secret block with aws_access_key_id / aws_secret_access_key "
@@ -124,7 +129,8 @@ def cmd_run(args) -> int:
     manifest = embed(_local(args.input), _local(args.output), method=args.method,
                      params=_params(args), scheduler=args.scheduler, overwrite=args.overwrite,
                      columns=columns, sample_size=args.sample_size, chunk_rows=args.chunk_rows,
-                     credentials_block=args.credentials_block)
+                     credentials_block=args.credentials_block, labels=args.labels and
+                     _local(args.labels))
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
     else:

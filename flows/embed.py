@@ -88,6 +88,7 @@ def validate(spec: dict) -> dict:
         raise InputError(f"sample_size must be at least 10; found {spec['sample_size']}.",
                          "pass --sample-size 2000 (the default) or more.")
     params = adapter.check(spec["params"], inp.shape)
+    labels_fp = _check_labels(spec, adapter, inp)
     mode = RunStore(spec["output"]).check_writable(spec["overwrite"])
     row_chunk, memory = _plan_chunks(spec, inp)
     inp = _open(spec, {"row_chunk": row_chunk})
@@ -95,29 +96,103 @@ def validate(spec: dict) -> dict:
     get_run_logger().info("input %s: shape %s %s, fingerprint %s (%s); output mode %s",
                           inp.location, inp.shape, inp.array.dtype, fp["digest"], fp["hashed"], mode)
     return {"params": params, "mode": mode, "input_meta": inp.meta, "input_fingerprint": fp,
+            "labels_fingerprint": labels_fp,
             "shape": list(inp.shape), "row_chunk": row_chunk, "worker_memory": memory,
             "chunk_bytes": row_chunk * inp.shape[1] * inp.array.dtype.itemsize,
             "n_chunks": len(inp.array.chunks[0]), "seconds": time.perf_counter() - t0}
 
 
+def _open_labels(spec: dict, v: dict | None = None):
+    return open_input(spec["labels"], allow_1d=True, role="labels",
+                      row_chunk=(v or {}).get("row_chunk"))
+
+
+def _check_labels(spec: dict, adapter, inp) -> str | None:
+    """Labels (supervised methods): present exactly when needed, one row per input row."""
+    if not adapter.needs_labels:
+        if spec.get("labels"):
+            raise InputError(f"Method {spec['method']!r} is unsupervised; found --labels "
+                             f"{spec['labels']}.", "drop --labels, or use --method spca/kspca.")
+        return None
+    if not spec.get("labels"):
+        raise InputError(f"Method {spec['method']!r} needs labels (one per row of the input); "
+                         "found none.", "pass --labels URI (a 1-D array or one column).")
+    lab = _open_labels(spec)
+    if lab.shape[0] != inp.shape[0]:
+        raise InputError(f"The labels {lab.location} have {lab.shape[0]} rows; the input has "
+                         f"{inp.shape[0]}.", "pass the labels of exactly these rows, in order.")
+    return array_fingerprint(lab.array, {"source": lab.meta})["digest"]
+
+
 def _fingerprints(spec: dict, v: dict) -> dict:
     fit = digest_of("fit", v["input_fingerprint"]["digest"], spec["method"], v["params"],
-                    dimred_dask.__version__)
+                    dimred_dask.__version__, v.get("labels_fingerprint"),
+                    (v.get("kernel") or {}).get("fingerprint"))
     transform = digest_of("transform", fit)
     evaluate = digest_of("evaluate", transform, spec["sample_size"])
     return {"fit": fit, "transform": transform, "evaluate": evaluate}
 
 
+KERNEL_ARRAY = "kernel/matrix"
+KERNEL_CHUNK_BYTES = 64 * 2**20  # square chunks of the stored matrix: 4096 x 4096 float32
+
+
+@task(name="kernel", **TASK_OPTS)
+def kernel_stage(spec: dict, v: dict) -> dict:
+    """Write the n x n kernel or distance matrix the method's solver reads several times
+    (square chunks, in the run's store), or say that the method does not need one."""
+    t0 = time.perf_counter()
+    adapter, store = get_method(spec["method"]), RunStore(spec["output"])
+    need = adapter.matrix(v["params"], tuple(v["shape"])) if adapter.matrix else None
+    if need is None:
+        return {"needed": False, "reused": False, "seconds": time.perf_counter() - t0}
+    import dask.array as da
+
+    from dimred_dask.pairwise import pairwise_distances, pairwise_kernels
+
+    fp = digest_of("kernel", v["input_fingerprint"]["digest"], need, dimred_dask.__version__)
+    marker = stage_reusable(store, v["mode"], "kernel", fp)
+    if marker is not None and store.chunk_count(KERNEL_ARRAY) == marker["info"]["stored_chunks"]:
+        return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
+    inp = _open(spec, v)
+    itemsize = inp.array.dtype.itemsize
+    side = int(max(256, min(v["shape"][0], (KERNEL_CHUNK_BYTES // itemsize) ** 0.5)))
+    params = {k: val for k, val in need.items() if k != "kind"}
+    with stage_errors("kernel", **_mem(v)):
+        if need["kind"] == "kernel":
+            M = pairwise_kernels(inp.array, square_chunks=side, **params)
+        else:
+            M = pairwise_distances(inp.array, square_chunks=side, **params)
+        store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
+        target = store.create_array(KERNEL_ARRAY, M.shape, (side, side), M.dtype)
+        with stage_progress(f"{need['kind']} matrix -> store"):
+            compute(da.store(M, target, lock=False, compute=False), stage="kernel matrix")
+        info = {"needed": True, "array": KERNEL_ARRAY, "kind": need["kind"],
+                "shape": list(M.shape), "chunk": side, "dtype": str(M.dtype),
+                "bytes": int(M.nbytes), "stored_chunks": int(target.nchunks), "fingerprint": fp}
+        store.mark_stage("kernel", fp, {"info": info})
+    log_execution("kernel", fp, spec["output"])
+    fault_point("kernel")
+    return {**info, "reused": False, "seconds": time.perf_counter() - t0}
+
+
 @task(name="fit", **TASK_OPTS)
 def fit(spec: dict, v: dict) -> dict:
     t0 = time.perf_counter()
+    import dask.array as da
+
     adapter, store = get_method(spec["method"]), RunStore(spec["output"])
     fp = _fingerprints(spec, v)["fit"]
     if (marker := stage_reusable(store, v["mode"], "fit", fp)) is not None:
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
     inp = _open(spec, v)
+    extras = {}
+    if adapter.needs_labels:
+        extras["labels"] = _open_labels(spec, v).array
+    if (v.get("kernel") or {}).get("array"):
+        extras["matrix"] = da.from_zarr(store.open_array(v["kernel"]["array"]))
     with stage_errors("fit", **_mem(v)), stage_progress(f"fit {spec['method']}"):
-        model = adapter.fit(inp.array, v["params"])  # the first pass also checks finiteness
+        model = adapter.fit(inp.array, v["params"], **extras)  # first pass checks finiteness
     with stage_errors("fit", **_mem(v)):
         store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
         adapter.save(model, store)
@@ -222,7 +297,9 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict) -> dict:
         "output": store.url, "fingerprint": _fingerprints(spec, v)["evaluate"],
         "versions": _versions(), "cluster": cluster, "flow_run_id": _flow_run_id(),
         "timings": {k: round(s["seconds"], 4) for k, s in stages.items()},
-        "stages": {k: ("reused" if s.get("reused") else "computed") for k, s in stages.items()},
+        "stages": {k: ("not needed" if s.get("needed") is False else
+                       "reused" if s.get("reused") else "computed") for k, s in stages.items()},
+        "labels": spec.get("labels"),
         "model": stages["fit"]["model"],
         "metrics": {k: stages["evaluate"][k] for k in stages["evaluate"]
                     if k not in ("seconds", "reused")},
@@ -288,26 +365,25 @@ def _block_credentials(name: str) -> dict:
 def embed(input: str, output: str, method: str = "pca", params: dict | None = None,
           scheduler: str | None = None, overwrite: bool = False, columns: list[str] | None = None,
           sample_size: int = 2000, chunk_rows: int | None = None,
-          credentials_block: str | None = None) -> dict:
+          credentials_block: str | None = None, labels: str | None = None) -> dict:
     """Embed the array at ``input`` with ``method`` and write the run's store at ``output``.
 
     Credentials never come in as parameters (Prefect stores parameters): they come from the
     environment of the flow and of the Dask workers, or from the Prefect Secret block named by
-    ``credentials_block`` (object storage credentials for this run only).
+    ``credentials_block`` (object storage credentials for this run only). ``labels``: the
+    URI of the labels / targets of the supervised methods (spca, kspca), one per input row.
     """
-    if credentials_block:
-        with run_storage_options("s3", _block_credentials(credentials_block)):
-            return _embed(input, output, method, params, scheduler, overwrite, columns,
-                          sample_size, chunk_rows)
-    return _embed(input, output, method, params, scheduler, overwrite, columns, sample_size,
-                  chunk_rows)
-
-
-def _embed(input, output, method, params, scheduler, overwrite, columns, sample_size,
-           chunk_rows) -> dict:
     spec = {"input": input, "output": output, "method": method, "params": dict(params or {}),
             "overwrite": overwrite, "columns": columns, "sample_size": int(sample_size),
-            "chunk_rows": chunk_rows}
+            "chunk_rows": chunk_rows, "labels": labels}
+    if credentials_block:
+        with run_storage_options("s3", _block_credentials(credentials_block)):
+            return _embed(spec, scheduler)
+    return _embed(spec, scheduler)
+
+
+def _embed(spec: dict, scheduler) -> dict:
+    output = spec["output"]
     with cluster_client(scheduler) as client:
         v = validate(spec)
         lease = Lease(RunStore(output), holder=f"flow run {_flow_run_id()}").acquire()
@@ -315,6 +391,10 @@ def _embed(input, output, method, params, scheduler, overwrite, columns, sample_
         try:
             with lease.keepalive():
                 stages = {"validate": {"seconds": v["seconds"], "reused": False}}
+                stages["kernel"] = kernel_stage(spec, v)
+                if stages["kernel"]["needed"]:
+                    # the kernel stage prepared the store: later stages resume in it
+                    v = {**v, "kernel": stages["kernel"], "mode": "resume"}
                 stages["fit"] = fit(spec, v)
                 stages["transform"] = transform_write(spec, v)
                 stages["evaluate"] = evaluate(spec, v)

@@ -11,6 +11,8 @@ import numpy as np
 from dimred_dask import metrics
 from dimred_dask._validation import check_n_components
 from dimred_dask.errors import InputError
+from dimred_dask.linalg import LANDMARK_METHODS
+from dimred_dask.methods.kpca import KernelPCAModel, check_kpca_params, kernel_pca
 from dimred_dask.methods.pca import SOLVERS, PCAModel, pca
 
 
@@ -25,6 +27,10 @@ class MethodAdapter:
     transform: Callable  # (model, X) -> lazy embedding
     summary: Callable  # (model) -> dict for the manifest
     sample_metrics: Callable  # (model, X_sample, Y_sample) -> dict
+    # the n x n matrix the method's solver reads several times, written to the run's store by
+    # the kernel stage: (params, shape) -> None or {"kind": "kernel"|"distance", ...}
+    matrix: Callable | None = None
+    needs_labels: bool = False  # supervised: the flow passes labels=<dask array>
 
 
 def parse_param_value(text: str):
@@ -60,7 +66,7 @@ def _pca_check(params: dict, shape: tuple) -> dict:
     return p
 
 
-def _pca_fit(X, p: dict):
+def _pca_fit(X, p: dict, **_):
     return pca(X, **p)
 
 
@@ -86,9 +92,67 @@ def _pca_sample_metrics(model: PCAModel, Xs: np.ndarray, Ys: np.ndarray) -> dict
     return {"reconstruction_error": metrics.reconstruction_error(Xs, Xhat, model.mean)}
 
 
+KPCA_DEFAULTS = {"n_components": 2, "kernel": "gaussian", "gamma": None, "width": None,
+                 "degree": 3, "coef0": 1.0, "solver": "auto", "n_landmarks": 1000,
+                 "landmarks": "kmeans++", "n_oversamples": 20, "n_iter": 6, "tol": 0.0,
+                 "random_state": 0}
+
+
+def _kpca_check(params: dict, shape: tuple) -> dict:
+    p = _check_known("kpca", params, KPCA_DEFAULTS)
+    n, d = shape
+    if p["solver"] in ("auto", "nystrom") and isinstance(p["n_landmarks"], int) and \
+            p["n_landmarks"] > n and "n_landmarks" not in params:
+        p["n_landmarks"] = n  # the default, on data smaller than it
+    k, solver, kern = check_kpca_params(
+        n, d, n_components=p["n_components"], solver=p["solver"], n_landmarks=p["n_landmarks"],
+        kernel_params={q: p[q] for q in ("kernel", "gamma", "width", "degree", "coef0")})
+    if p["landmarks"] not in LANDMARK_METHODS:
+        raise InputError(f"landmarks must be one of {LANDMARK_METHODS}; found "
+                         f"{p['landmarks']!r}.", "pass --param landmarks=kmeans++.")
+    return {**p, "solver": solver}
+
+
+def _kpca_matrix(p: dict, shape: tuple):
+    if p["solver"] not in ("randomized", "lanczos"):
+        return None  # dense holds K in memory once; Nyström never forms it
+    return {"kind": "kernel", **{q: p[q] for q in ("kernel", "gamma", "width", "degree",
+                                                    "coef0")}}
+
+
+def _kpca_fit(X, p: dict, matrix=None, **_):
+    return kernel_pca(X, kernel_matrix=matrix, **p)
+
+
+def _save_model(model, store) -> None:
+    for name, value in model.arrays().items():
+        store.write_array(f"model/{name}", value)
+    store.write_attrs("model", model.scalars())
+
+
+def _kpca_transform(model: KernelPCAModel, X):
+    if model.solver == "nystrom":
+        return model.transform(X)
+    import dask.array as da  # exact solvers: the training embedding is already known
+
+    return da.from_array(model.training_embedding().astype(X.dtype),
+                         chunks=(X.chunks[0], model.n_components))
+
+
+def _eigen_summary(model) -> dict:
+    lam = np.asarray(model.eigenvalues, dtype=np.float64)
+    info = {k: v for k, v in model.scalars().items() if k != "n_samples"}
+    return {"n_components": int(lam.size), "eigenvalues": lam.tolist(), **info}
+
+
 METHODS = {
     "pca": MethodAdapter("pca", PCA_DEFAULTS, _pca_check, _pca_fit, _pca_save, _pca_load,
                          lambda m, X: m.transform(X), _pca_summary, _pca_sample_metrics),
+    "kpca": MethodAdapter("kpca", KPCA_DEFAULTS, _kpca_check, _kpca_fit, _save_model,
+                          lambda store: KernelPCAModel.from_arrays(store.read_group("model"),
+                                                                   store.read_attrs("model")),
+                          _kpca_transform, _eigen_summary, lambda m, Xs, Ys: {},
+                          matrix=_kpca_matrix),
 }
 
 
@@ -97,4 +161,4 @@ def get_method(name: str) -> MethodAdapter:
         return METHODS[name]
     except KeyError:
         raise InputError(f"Unknown method {name!r}; available: {sorted(METHODS)}.",
-                         "pass --method pca.") from None
+                         f"pass --method with one of {', '.join(sorted(METHODS))}.") from None

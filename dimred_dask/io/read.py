@@ -63,8 +63,12 @@ def detect_format(loc: Location) -> str:
     return "zarr"
 
 
-def open_input(uri, *, columns=None, storage_options=None, row_chunk: int | None = None) -> InputArray:
-    """Open ``uri`` as a lazy 2-D dask array; refuse what cannot be embedded, reading no data."""
+def open_input(uri, *, columns=None, storage_options=None, row_chunk: int | None = None,
+               allow_1d: bool = False, role: str = "input") -> InputArray:
+    """Open ``uri`` as a lazy 2-D dask array; refuse what cannot be embedded, reading no data.
+
+    ``allow_1d``: a 1-D array (labels, targets) is returned as one column.
+    """
     loc = parse_uri(uri, role="input", storage_options=storage_options)
     if not _exists(loc):
         raise InputError(f"The input {loc} does not exist.",
@@ -75,6 +79,8 @@ def open_input(uri, *, columns=None, storage_options=None, row_chunk: int | None
                          "drop --columns, or select columns when writing the array.")
     opener = {"zarr": _open_zarr, "npy": _open_npy, "parquet": _open_table, "csv": _open_table}[fmt]
     arr, meta = opener(loc, columns=columns, fmt=fmt, row_chunk=row_chunk)
+    if allow_1d and arr.ndim == 1:
+        arr = arr[:, None]
     if arr.ndim != 2:
         raise InputError(f"The input {loc} is {arr.ndim}-D with shape {arr.shape}; methods need a "
                          "2-D array of samples x features.",
