@@ -1,0 +1,65 @@
+"""The embed flow with the kernel methods: the kernel stage (its own marker, its matrix reused),
+labels for the supervised methods, and each method's output against its API."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dimred_dask import KernelPCA
+from dimred_dask.io import open_output, save_array
+
+
+@pytest.fixture
+def clustered(tmp_path):
+    rng = np.random.default_rng(4)
+    centres = rng.standard_normal((3, 8)) * 4
+    y = np.repeat(np.arange(3), 400)
+    X = (centres[y] + rng.standard_normal((1200, 8))).astype(np.float32)
+    uri = str(tmp_path / "in.zarr")
+    save_array(X, uri, chunks=(300, 8))
+    return uri, X, y
+
+
+def _same_up_to_sign(a, b, atol):
+    signs = np.sign(np.sum(a * b, axis=0))
+    np.testing.assert_allclose(a * signs, b, atol=atol)
+
+
+def test_kpca_kernel_stage_is_written_and_reused(client, prefect_api, clustered, tmp_path):
+    from flows.embed import embed
+
+    uri, X, _ = clustered
+    out = tmp_path / "kpca.zarr"
+    params = {"n_components": 2, "solver": "randomized", "width": 6.0}
+    first = embed(uri, str(out), method="kpca", params=params)
+    assert first["stages"]["kernel"] == "computed"
+    store = open_output(str(out))
+    K = store.open_array("kernel/matrix")
+    assert K.shape == (1200, 1200) and K.chunks[0] == K.chunks[1]  # square chunks
+    ref = KernelPCA(2, width=6.0, solver="dense").fit(X.astype(np.float64))
+    np.testing.assert_allclose(first["model"]["eigenvalues"], ref.eigenvalues_, rtol=1e-4)
+    _same_up_to_sign(store.read_array("embedding").astype(np.float64), ref.embedding_, 2e-3)
+    # an unfinished run (no _COMMITTED): the kernel and every later stage are reused
+    (out / "_COMMITTED").unlink()
+    second = embed(uri, str(out), method="kpca", params=params)
+    assert second["stages"]["kernel"] == second["stages"]["fit"] == "reused"
+    # the model is gone but the kernel is there: the kernel is reused, the fit recomputed from it
+    (out / "_COMMITTED").unlink()
+    (out / "_stages" / "fit.json").unlink()
+    third = embed(uri, str(out), method="kpca", params=params)
+    assert third["stages"]["kernel"] == "reused" and third["stages"]["fit"] == "computed"
+    np.testing.assert_allclose(third["model"]["eigenvalues"], first["model"]["eigenvalues"],
+                               rtol=1e-12)
+
+
+def test_kpca_nystrom_needs_no_kernel_matrix(client, prefect_api, clustered, tmp_path):
+    from flows.embed import embed
+
+    uri, X, _ = clustered
+    out = tmp_path / "nys.zarr"
+    m = embed(uri, str(out), method="kpca",
+              params={"n_components": 2, "solver": "nystrom", "n_landmarks": 300})
+    assert m["stages"]["kernel"] == "not needed"
+    assert not (out / "kernel").exists()
+    assert 0 < m["model"]["approximation_error"] < 0.1
+    assert m["metrics"]["trustworthiness"] > 0.8
