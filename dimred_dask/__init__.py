@@ -3,12 +3,16 @@ from .errors import (ChunkingError, ConvergenceWarning, DimredError, DimredWarni
                      InputError, InputTypeError, NotFittedError, OutputExistsError, StageError,
                      StoreError,
                      UncommittedOutputError)
-from .methods import PCA, KernelPCA, KernelPCAModel, PCAModel, kernel_pca, pca
+from .methods import (MDS, PCA, KernelPCA, KernelPCAModel, LandmarkMDS, LandmarkMDSModel,
+                      MDSModel, PCAModel, check_distance_matrix, classical_mds, kernel_pca,
+                      landmark_mds, pca)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "PCA", "PCAModel", "pca", "KernelPCA", "KernelPCAModel", "kernel_pca",
+    "MDS", "MDSModel", "classical_mds", "LandmarkMDS", "LandmarkMDSModel", "landmark_mds",
+    "check_distance_matrix",
     "DimredError", "InputError", "InputTypeError", "ChunkingError", "StoreError", "OutputExistsError",
     "UncommittedOutputError", "DisconnectedGraphError", "NotFittedError", "ConvergenceWarning",
     "DimredWarning", "StageError",

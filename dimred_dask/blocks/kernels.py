@@ -18,76 +18,15 @@ at zero, so cancellation cannot make them negative.
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 from scipy.spatial.distance import cdist
-
-from ..errors import InputError
 
 METRICS = ("euclidean", "sqeuclidean", "cosine", "manhattan", "chebyshev", "minkowski")
 KERNELS = ("linear", "polynomial", "gaussian", "laplacian", "sigmoid", "cosine")
 KERNEL_ALIASES = {"rbf": "gaussian", "poly": "polynomial"}
 KERNEL_PARAMS = ("gamma", "width", "degree", "coef0")
-
-
-def _real(value, name: str, *, kernel: str, positive: bool, fix: str) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)
-    if not ok or (positive and value <= 0):
-        need = "a positive finite number" if positive else "a finite number"
-        raise InputError(f"The {kernel} kernel needs {name} as {need}; found {value!r}.", fix)
-    return float(value)
-
-
-def check_kernel(kernel: str, n_features: int, *, gamma=None, width=None, degree=3,
-                 coef0=1.0) -> dict:
-    """Resolve and check kernel parameters; returns ``{"kernel": ..., "gamma": ...}``.
-
-    Raises `InputError` for an unknown kernel or a parameter out of range.
-    """
-    name = KERNEL_ALIASES.get(kernel, kernel)
-    if name not in KERNELS:
-        raise InputError(f"Unknown kernel {kernel!r}; the kernels are {', '.join(KERNELS)}.",
-                         "pass kernel='gaussian' (the default) or another from that list.")
-    if width is not None:
-        if name != "gaussian":
-            raise InputError(f"width (the seeds' c) is a parameter of the gaussian kernel only; "
-                             f"found width={width!r} with kernel={name!r}.",
-                             "pass gamma instead, or kernel='gaussian'.")
-        if gamma is not None:
-            raise InputError(f"Pass gamma or width, not both; found gamma={gamma!r}, "
-                             f"width={width!r}.", "drop one (gamma = 1 / width**2).")
-        c = _real(width, "width", kernel=name, positive=True,
-                  fix="pass width > 0, e.g. the median distance between points.")
-        gamma = 1.0 / (c * c)
-    if gamma is None:
-        gamma = 1.0 / max(n_features, 1)
-    out = {"kernel": name, "gamma": _real(gamma, "gamma", kernel=name, positive=True,
-                                          fix="pass gamma > 0 (the default is 1 / n_features).")}
-    if name == "polynomial":
-        if (not isinstance(degree, numbers.Integral) or isinstance(degree, bool)
-                or degree < 1):
-            raise InputError(f"The polynomial kernel needs degree as an int >= 1; found "
-                             f"{degree!r}.", "pass degree=2 or 3.")
-        out["degree"] = int(degree)
-    if name in ("polynomial", "sigmoid"):
-        out["coef0"] = _real(coef0, "coef0", kernel=name, positive=False,
-                             fix="pass a finite coef0 such as 1.0.")
-    return out
-
-
-def check_metric(metric: str, p=2.0) -> dict:
-    if metric not in METRICS:
-        raise InputError(f"Unknown metric {metric!r}; the metrics are {', '.join(METRICS)}.",
-                         "pass metric='euclidean' (the default) or another from that list.")
-    out = {"metric": metric}
-    if metric == "minkowski":
-        ok = isinstance(p, numbers.Real) and not isinstance(p, bool) and p >= 1
-        if not ok or not np.isfinite(p):
-            raise InputError(f"The minkowski metric needs p >= 1 (finite); found p={p!r} "
-                             "(p < 1 is not a metric).", "pass p=1 (manhattan), 2 or 3.")
-        out["p"] = float(p)
-    return out
+# Parameter checks (with the project's typed errors) live in ``pairwise.params``: this module
+# stays pure NumPy/SciPy.
 
 
 def _work(a: np.ndarray) -> np.dtype:
@@ -133,7 +72,7 @@ def cosine_similarity_block(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def kernel_block(a: np.ndarray, b: np.ndarray, kernel: str = "gaussian", gamma: float = 1.0,
                  degree: int = 3, coef0: float = 1.0, **_) -> np.ndarray:
-    """The kernel matrix k(a_i, b_j) for parameters resolved by `check_kernel`."""
+    """The kernel matrix k(a_i, b_j) for parameters resolved by `pairwise.check_kernel`."""
     work = _work(a)
     a, b = np.asarray(a, dtype=work), np.asarray(b, dtype=work)
     if kernel == "gaussian":
@@ -155,4 +94,4 @@ def kernel_block(a: np.ndarray, b: np.ndarray, kernel: str = "gaussian", gamma: 
         return k ** degree
     if kernel == "sigmoid":
         return np.tanh(k, out=k)
-    raise InputError(f"Unknown kernel {kernel!r}.", "resolve it with check_kernel first.")
+    raise ValueError(f"Unknown kernel {kernel!r}; resolve it with pairwise.check_kernel first.")

@@ -1,5 +1,9 @@
 """One module per method: a function core plus a scikit-learn style estimator."""
 from .kpca import KernelPCA, KernelPCAModel, kernel_pca
+from .mds import (MDS, LandmarkMDS, LandmarkMDSModel, MDSModel, check_distance_matrix,
+                  classical_mds, landmark_mds)
 from .pca import PCA, PCAModel, pca
 
-__all__ = ["PCA", "PCAModel", "pca", "KernelPCA", "KernelPCAModel", "kernel_pca"]
+__all__ = ["PCA", "PCAModel", "pca", "KernelPCA", "KernelPCAModel", "kernel_pca", "MDS", "LandmarkMDS",
+           "MDSModel", "LandmarkMDSModel", "classical_mds", "landmark_mds",
+           "check_distance_matrix"]

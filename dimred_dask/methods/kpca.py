@@ -39,11 +39,11 @@ import scipy.linalg
 from .._compute import active_client, compute
 from .._validation import (check_array, check_is_fitted, check_n_components, check_n_features,
                            check_random_state, is_dask)
-from ..blocks.kernels import check_kernel, kernel_block
+from ..blocks.kernels import kernel_block
 from ..errors import DimredWarning, InputError
 from ..linalg import (DENSE_MAX, choose_landmarks, column_stats, nystrom_error, nystrom_map,
                       take_rows, top_eigh)
-from ..pairwise import center_stats, double_center, pairwise_kernels
+from ..pairwise import center_stats, check_kernel, double_center, pairwise_kernels
 from ._base import DimredEstimator, column_signs, rowwise, sign_fix
 
 __all__ = ["KernelPCA", "KernelPCAModel", "kernel_pca", "KPCA_SOLVERS"]

@@ -1,5 +1,6 @@
 """Blockwise distance and kernel matrices between chunked arrays, and double centering."""
-from ..blocks.kernels import KERNELS, METRICS, check_kernel, check_metric
+from ..blocks.kernels import KERNELS, METRICS
+from .params import check_kernel, check_metric
 from .matrix import blockwise, center_stats, double_center, pairwise_distances, pairwise_kernels
 
 __all__ = ["KERNELS", "METRICS", "check_kernel", "check_metric", "blockwise", "center_stats",

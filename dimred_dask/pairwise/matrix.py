@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import is_dask
-from ..blocks.kernels import check_kernel, check_metric, distance_block, kernel_block
+from ..blocks.kernels import distance_block, kernel_block
+from .params import check_kernel, check_metric
 
 __all__ = ["pairwise_kernels", "pairwise_distances", "double_center", "center_stats",
            "blockwise"]

@@ -1,0 +1,782 @@
+"""Classical (Torgerson) MDS and landmark MDS: `classical_mds` / `MDS` and `landmark_mds` /
+`LandmarkMDS`, the `MDSModel` and `LandmarkMDSModel` they return, `check_distance_matrix`.
+
+Seed 001 (Lecture 41, MDS) is the specification of classical MDS:
+
+    D2 = [d_ij^2],  J = I - 11^T/n,  B = -1/2 J D2 J = V Lambda V^T,  Y = V_k Lambda_k^1/2
+
+For Euclidean distances B = Xc Xc^T: Y is the PCA scores up to sign, the eigenvalues are
+(n - 1) times PCA's variances and ``explained_variance_ratio`` (lambda / trace B) is PCA's.
+Input: data rows with a metric from ``METRICS``, or an n x n distance matrix with
+``metric="precomputed"`` (NumPy or dask, e.g. from Zarr), checked by `check_distance_matrix`.
+
+Out of sample (de Silva & Tenenbaum 2003): x with squared distances delta_x to the n
+training points maps to y = -1/2 Lambda_k^-1/2 V_k^T (delta_x - mean_delta), mean_delta the
+column means of D2. A training point gets back V_k Lambda_k^1/2 (V is orthogonal to 1).
+
+Landmark MDS (de Silva & Tenenbaum 2003): m landmarks (max-min over a uniform sample of
+``LANDMARK_SAMPLE_FACTOR * m`` rows, or uniform rows), classical MDS of their m x m squared
+distances, then every point triangulated as above from its squared distances to the
+landmarks (L# = V_k Lambda_k^-1/2, delta_mu the landmarks' mean). The paper's optional last
+step (``align=True``), a PCA of the triangulated points (one pass: mean and k x k scatter),
+moves the origin to the data's centroid and the axes onto its principal axes, so landmark
+MDS of low-rank Euclidean data is classical MDS up to sign. O(n m), row block by row block.
+
+A non-Euclidean dissimilarity (manhattan, chebyshev, a precomputed matrix) makes B
+indefinite. Reported: the negative eigenvalues (all with the dense solver, the k most
+negative otherwise), ``negative_mass`` = sum |lambda < 0| / sum |lambda| (dense only) and
+``negative_ratio`` = |lambda_min| / lambda_max (subspace iteration on lambda_max I - B gives
+a lower bound; dense and Lanczos are exact). Eigenvalues above -n eps lambda_max are
+rounding, not negative; kept components not above +n eps lambda_max are zeroed, with a warning.
+
+Stress: Kruskal's stress-1, sqrt(sum (d_ij - ||y_i - y_j||)^2 / sum d_ij^2) over pairs, exact
+up to ``STRESS_MAX_ROWS`` points, else on a random sample of that many rows (see ``info``).
+"""
+from __future__ import annotations
+
+import numbers
+import warnings
+from dataclasses import dataclass, field, fields, replace
+
+import numpy as np
+from scipy.spatial.distance import cdist
+
+from .._compute import compute
+from .._validation import (check_array, check_is_fitted, check_n_features, check_random_state,
+                           describe_nonfinite, is_dask, nonfinite_error)
+from ..blocks.kernels import METRICS, distance_block
+from ..blocks.landmarks import maxmin
+from ..errors import DimredWarning, InputError
+from ..linalg import choose_eigen_solver, column_stats, take_rows, top_eigh
+from ..pairwise import center_stats, check_metric, double_center, pairwise_distances
+from ._base import DimredEstimator, rowwise, sign_fix
+
+__all__ = ["LANDMARK_CHOICES", "MDS", "MDS_SOLVERS", "LandmarkMDS", "LandmarkMDSModel",
+           "MDSModel", "check_distance_matrix", "classical_mds", "landmark_mds"]
+
+MDS_SOLVERS = ("auto", "dense", "randomized", "lanczos")
+LANDMARK_CHOICES = ("maxmin", "uniform")
+STRESS_MAX_ROWS = 2000  # stress is exact up to this many points, sampled above
+DEFAULT_N_LANDMARKS = 1000  # n_landmarks=None: min(n_samples, this)
+LANDMARK_SAMPLE_FACTOR = 10  # max-min runs on a uniform sample of this many times m rows
+# A precomputed D counts as symmetric with a zero diagonal when max|D - D^T| and max|d_ii|
+# are at most this times max|D|. float64: 1e-8 is far above the rounding left by computing
+# d(x, y) and d(y, x) separately (~1e-15) and far below a real asymmetry. float32 (a matrix
+# read from a store) carries 6e-8 relative rounding per entry: 100 float32 epsilons.
+SYMMETRY_RTOL = {np.dtype(np.float64): 1e-8, np.dtype(np.float32): 1e-5}
+
+
+# --------------------------------------------------------------------------- models
+
+
+class _Triangulating:
+    """``transform`` and save/load shared by the two models.
+
+    A point x maps to (delta_x - sq_means) @ proj + offset, delta_x its squared distances to
+    the reference points (training rows or landmarks); for a precomputed model the rows given
+    to ``transform`` are the distances from the new points to the n training points.
+    """
+
+    _ARRAYS: tuple = ()
+
+    @property
+    def n_components(self) -> int:
+        return int(self.proj.shape[1])
+
+    @property
+    def explained_variance_ratio(self) -> np.ndarray:
+        """lambda / trace(B): PCA's explained variance ratio for Euclidean distances."""
+        return self.eigenvalues / self.trace if self.trace > 0 else np.zeros_like(self.eigenvalues)
+
+    def transform(self, X):
+        """Embed rows of X (NumPy, or lazily row block by row block for dask)."""
+        dtype = X.dtype
+        proj, mean_sq = np.asarray(self.proj, np.float64), np.asarray(self.sq_means, np.float64)
+        offset = np.zeros(proj.shape[1]) if self.offset is None else np.asarray(self.offset)
+        metric, shift, ref = dict(self.metric), self.shift, self._reference()
+        if ref is not None and shift is not None:
+            ref = ref - shift.astype(ref.dtype)
+
+        def encode(block):
+            block = np.asarray(block)
+            if ref is None:  # precomputed: the block holds distances to the training points
+                delta = np.asarray(block, np.float64) ** 2
+            else:
+                if shift is not None:
+                    block = block - shift.astype(block.dtype)
+                delta = _sq_block(block, ref.astype(block.dtype, copy=False), metric)
+            return ((delta - mean_sq) @ proj + offset).astype(dtype)
+
+        return rowwise(X, encode, proj.shape[1], dtype)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays that make up the model, for a store's ``model/`` group."""
+        return {f"{n}_": np.asarray(getattr(self, n)) for n in self._ARRAYS
+                if getattr(self, n) is not None}
+
+    def scalars(self) -> dict:
+        """Everything else (JSON-able), for the manifest."""
+        out = {f.name: _plain(getattr(self, f.name)) for f in fields(self)
+               if f.name not in self._ARRAYS and f.name != "info"}
+        return {**out, **{k: _plain(v) for k, v in self.info.items()}}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, scalars: dict):
+        names = {f.name for f in fields(cls)}
+        kw = {n: np.asarray(arrays[f"{n}_"]) for n in cls._ARRAYS if f"{n}_" in arrays}
+        kw.update({k: v for k, v in scalars.items() if k in names and k not in cls._ARRAYS})
+        kw["metric"] = dict(kw["metric"])
+        kw["info"] = {k: v for k, v in scalars.items() if k not in names}
+        return cls(**kw)
+
+
+def _plain(v):
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v.item() if isinstance(v, np.generic) else v
+
+
+@dataclass
+class MDSModel(_Triangulating):
+    """A fitted classical MDS. Data input keeps the training rows (``X_fit``): the
+    triangulation of a new point needs its distances to all of them."""
+
+    embedding: np.ndarray  # (n, k) V_k Lambda_k^1/2, sign-fixed columns, dtype of the input
+    eigenvalues: np.ndarray  # (k,) top eigenvalues of B, descending, float64
+    negative_eigenvalues: np.ndarray  # ascending (most negative first), float64
+    proj: np.ndarray  # (n, k) -1/2 V_k Lambda_k^-1/2 (zero columns for dropped components)
+    sq_means: np.ndarray  # (n,) mean_delta: column means of D2
+    metric: dict  # resolved metric parameters, or {"metric": "precomputed"}
+    solver: str
+    n_samples: int
+    trace: float  # trace(B), the sum of all eigenvalues (Euclidean: the total scatter)
+    stress: float
+    negative_ratio: float | None  # |lambda_min| / lambda_max (None: not measured)
+    negative_mass: float | None = None  # sum |lambda < 0| / sum |lambda| (dense solver)
+    X_fit: np.ndarray | None = None  # (n, d) training rows; None for precomputed
+    shift: np.ndarray | None = None  # (d,) subtracted before Euclidean distances (accuracy)
+    offset: np.ndarray | None = None  # (k,) always zero here; kept for the shared transform
+    info: dict = field(default_factory=dict)
+
+    _ARRAYS = ("embedding", "eigenvalues", "negative_eigenvalues", "proj", "sq_means", "X_fit",
+               "shift", "offset")
+
+    def _reference(self):
+        return self.X_fit
+
+    @property
+    def n_features_in(self) -> int:
+        return self.n_samples if self.X_fit is None else int(self.X_fit.shape[1])
+
+
+@dataclass
+class LandmarkMDSModel(_Triangulating):
+    """A fitted landmark MDS: the m landmarks and an m x k triangulation, nothing of size n."""
+
+    landmarks: np.ndarray  # (m, d) landmark points (rows of X)
+    landmark_indices: np.ndarray  # (m,) their row numbers in X, ascending
+    eigenvalues: np.ndarray  # (k,) top eigenvalues of the landmarks' B, descending
+    negative_eigenvalues: np.ndarray  # of the landmarks' B, ascending
+    proj: np.ndarray  # (m, k): -1/2 L# (times the alignment rotation)
+    sq_means: np.ndarray  # (m,) delta_mu: column means of the landmarks' D2
+    offset: np.ndarray  # (k,) from the alignment (zero without it)
+    metric: dict
+    n_samples: int
+    trace: float  # trace of the landmarks' B
+    stress: float
+    negative_ratio: float | None
+    negative_mass: float | None = None
+    shift: np.ndarray | None = None
+    info: dict = field(default_factory=dict)
+
+    _ARRAYS = ("landmarks", "landmark_indices", "eigenvalues", "negative_eigenvalues", "proj",
+               "sq_means", "offset", "shift")
+
+    def _reference(self):
+        return self.landmarks
+
+    @property
+    def n_landmarks(self) -> int:
+        return int(self.landmarks.shape[0])
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def _check_metric(metric, p, method: str) -> dict:
+    if metric == "precomputed":
+        return {"metric": "precomputed"}
+    if not isinstance(metric, str) or metric not in METRICS:
+        raise InputError(f"{method} needs metric as one of {', '.join(METRICS)} or "
+                         f"'precomputed'; found {metric!r}.",
+                         "pass metric='euclidean' (the default), or metric='precomputed' with "
+                         "an n x n distance matrix.")
+    return check_metric(metric, p)
+
+
+def _check_int(value, name: str, low: int, high: int, method: str, why: str, fix: str) -> int:
+    if (not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_))
+            or not low <= value <= high):
+        raise InputError(f"{method} needs {name} as an int in [{low}, {high}] ({why}); found "
+                         f"{name}={value!r}.", fix)
+    return int(value)
+
+
+def _check_n_components(n_components, n: int, method: str) -> int:
+    if n < 2:
+        raise InputError(f"{method} needs at least 2 samples; found {n} sample(s).",
+                         "pass more samples.")
+    return _check_int(n_components, "n_components", 1, n - 1, method,
+                      f"B = -1/2 J D2 J of n_samples={n} points has rank at most n - 1",
+                      f"pass n_components between 1 and {n - 1}.")
+
+
+def _check_solver(solver, method: str) -> str:
+    if solver not in MDS_SOLVERS:
+        raise InputError(f"{method} solver must be one of {', '.join(MDS_SOLVERS)}; found "
+                         f"{solver!r}.", "pass solver='auto' (dense up to a few thousand "
+                         "points, randomized above).")
+    return solver
+
+
+# --------------------------------------------------------------------------- distances
+
+
+def _sq_block(a: np.ndarray, b: np.ndarray, metric: dict) -> np.ndarray:
+    """Squared distances between two row blocks, float64."""
+    if metric["metric"] == "euclidean":
+        return distance_block(a, b, "sqeuclidean").astype(np.float64)
+    return distance_block(a, b, **metric).astype(np.float64) ** 2
+
+
+def _shift(X, metric: dict):
+    """A centre subtracted before Euclidean distances (they are translation invariant): the
+    distances are assembled from norms, which loses digits far from the origin."""
+    if metric["metric"] != "euclidean":
+        return None
+    if is_dask(X):
+        head = take_rows(X, np.arange(min(X.shape[0], X.chunks[0][0])), "MDS: centre")
+        return head.mean(axis=0, dtype=np.float64)
+    return X.mean(axis=0, dtype=np.float64)
+
+
+def _squared_matrix(X, metric: dict, shift):
+    """D2 of the rows of X, float64, exactly symmetric with a zero diagonal; lazy for dask."""
+    if shift is not None:
+        X = X - shift.astype(X.dtype)
+    if metric["metric"] == "euclidean":
+        return pairwise_distances(X, metric="sqeuclidean").astype(np.float64)
+    return pairwise_distances(X, **metric).astype(np.float64) ** 2
+
+
+def _evaluate(*objs, stage: str):
+    """The values of ``objs``: dask ones computed together in one `compute`, others as is."""
+    lazy = [i for i, o in enumerate(objs) if is_dask(o)]
+    out = list(objs)
+    if lazy:
+        for i, v in zip(lazy, compute(*[objs[i] for i in lazy], stage=stage)):
+            out[i] = v
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- precomputed D
+
+
+def _as_square(D, where: str, method: str):
+    D = check_array(D, method=method, where=where, check_finite=False)
+    if D.shape[0] != D.shape[1]:
+        raise InputError(
+            f"{method} with metric='precomputed' needs a square n x n distance matrix; found "
+            f"shape {tuple(D.shape)} in {where}.",
+            "pass the distances between all pairs of the n points (D[i, j] = d(x_i, x_j)), or "
+            "pass the data rows with a metric such as metric='euclidean'.")
+    return D
+
+
+def _value_checks(D) -> dict:
+    """Per-row reductions that locate every kind of bad entry; lazy (one pass) for dask."""
+    import dask.array as da
+
+    xp = da if is_dask(D) else np
+    bad = ~xp.isfinite(D)
+    safe = xp.where(bad, 0, D)
+    asym = abs(safe - safe.T)
+    return {"bad_rows": bad.sum(axis=1), "bad_cols": bad.argmax(axis=1),
+            "n_nan": xp.isnan(D).sum(), "n_neg": (safe < 0).sum(),
+            "row_min": safe.min(axis=1), "min_cols": safe.argmin(axis=1),
+            "asym": asym.max(axis=1), "asym_cols": asym.argmax(axis=1),
+            "diag": xp.diagonal(safe), "absmax": abs(safe).max()}
+
+
+def _refuse_bad_values(D, v: dict, where: str, method: str) -> bool:
+    """Raise `InputError` naming the first bad entry; True when D needs exact cleaning."""
+    if v["bad_rows"].sum():
+        rows = np.nonzero(v["bad_rows"])[0]
+        i, total, n_nan = int(rows[0]), int(v["bad_rows"].sum()), int(v["n_nan"])
+        found = describe_nonfinite(rows, n_nan, total - n_nan, where)
+        raise InputError(
+            f"{method} needs finite distances; found {found} (the first at "
+            f"{where}[{i}, {int(v['bad_cols'][i])}]).",
+            "recompute the missing distances, or drop those points (their rows and columns).")
+    i = int(np.argmin(v["row_min"]))
+    if v["row_min"][i] < 0:
+        j, others = int(v["min_cols"][i]), int(v["n_neg"]) - 1
+        more = f" ({others} other negative entries)" if others else ""
+        raise InputError(
+            f"{method} needs distances >= 0; found {where}[{i}, {j}] = {v['row_min'][i]:.6g} "
+            f"< 0{more}.", "pass distances, not similarities or signed differences; a "
+            "similarity s converts to a distance as sqrt(s_ii + s_jj - 2 s_ij).")
+    rtol = SYMMETRY_RTOL.get(np.dtype(D.dtype), 1e-8)
+    tol = rtol * float(v["absmax"])
+    i = int(np.argmax(np.abs(v["diag"])))
+    if abs(v["diag"][i]) > tol:
+        raise InputError(
+            f"{method} needs a zero diagonal (d(x, x) = 0); found {where}[{i}, {i}] = "
+            f"{v['diag'][i]:.6g} (more than {rtol:g} * max|D| from 0).",
+            "set the diagonal to 0 (np.fill_diagonal(D, 0)) if it is noise; a matrix of "
+            "similarities must be converted to distances first.")
+    i = int(np.argmax(v["asym"]))
+    if v["asym"][i] > tol:
+        j = int(v["asym_cols"][i])
+        a, b = _evaluate(D[i, j], D[j, i], stage="MDS: asymmetric entries")
+        raise InputError(
+            f"{method} needs a symmetric distance matrix; found {where}[{i}, {j}] = {float(a):.6g}"
+            f" but {where}[{j}, {i}] = {float(b):.6g} (max |D - D^T| = {v['asym'][i]:.3g} > "
+            f"{rtol:g} * max|D|).", "symmetrise it, D = (D + D.T) / 2, if the difference is "
+            "noise; a directed dissimilarity has no classical MDS.")
+    return bool(v["asym"].max() > 0 or np.abs(v["diag"]).max() > 0)
+
+
+def _cleaned(D):
+    """(D + D^T) / 2 with an exactly zero diagonal (removes asymmetry within tolerance)."""
+    S = (D + D.T) / 2
+    if is_dask(D):
+        import dask.array as da
+
+        return S - da.diag(da.diagonal(S))
+    np.fill_diagonal(S, 0)
+    return S
+
+
+def _checked_distances(D, where: str, method: str, extra=lambda _: ()):
+    """Validate D in one pass; ``extra(D)`` (more dask collections made from D) is computed
+    in the same pass. Returns (D, the values of extra(D))."""
+    D = _as_square(D, where, method)
+    checks = _value_checks(D)
+    values = _evaluate(*checks.values(), *extra(D), stage="MDS: check the distance matrix")
+    dirty = _refuse_bad_values(D, dict(zip(checks, values)), where, method)
+    rest = values[len(checks):]
+    if dirty:
+        D = _cleaned(D)
+        rest = _evaluate(*extra(D), stage="MDS: distance row means")
+    return D, rest
+
+
+def check_distance_matrix(D, *, where: str = "D", method: str = "MDS"):
+    """Return ``D`` (NumPy or dask, n x n) as a float matrix fit for MDS, or raise `InputError`.
+
+    Refused: not square; NaN or inf; a negative entry; a diagonal entry or an asymmetry
+    max|D - D^T| above ``SYMMETRY_RTOL`` * max|D|. Asymmetry and diagonal within the tolerance
+    are removed exactly. For a dask D all checks are one pass of reductions.
+    """
+    D, _ = _checked_distances(D, where, method, extra=lambda _: ())
+    return D
+
+
+def _distance_stats(D):
+    return center_stats(D.astype(np.float64) ** 2)
+
+
+# --------------------------------------------------------------------------- spectrum
+
+
+def _rounding_tol(lam_max: float, n: int, dtype) -> float:
+    return float(n * np.finfo(np.dtype(dtype)).eps * max(abs(lam_max), np.finfo(float).tiny))
+
+
+def _kept_scale(lam: np.ndarray, tol: float, method: str):
+    """(sqrt(lambda), lambda^-1/2), both zero for eigenvalues not above rounding."""
+    ok = lam > tol
+    if not ok.all():
+        warnings.warn(DimredWarning(
+            f"{method}: {int((~ok).sum())} of the {lam.size} requested components have "
+            f"eigenvalue <= {tol:.3g} (values {np.round(lam[~ok], 12).tolist()}): the "
+            "distances are realised in fewer dimensions, or B is not positive there. Those "
+            "components are set to 0. Ask for fewer components."), stacklevel=4)
+    root = np.sqrt(np.where(ok, lam, 1.0))
+    return np.where(ok, root, 0.0), np.where(ok, 1.0 / root, 0.0)
+
+
+def _negative_part(B, eig, k: int, tol: float, measure: bool, eig_kw: dict):
+    """(negative eigenvalues ascending, negative_mass or None, negative_ratio or None, passes)."""
+    lam_max = float(eig.values[0])
+    if eig.spectrum is not None:
+        sp = eig.spectrum
+        neg = np.sort(sp[sp < -tol])
+        total = float(np.abs(sp).sum())
+        mass = float(np.abs(neg).sum() / total) if total > 0 else 0.0
+        lowest, passes = float(sp[-1]), 0
+    elif measure:
+        low, passes = _lowest(B, eig, k, tol, eig_kw)
+        neg, mass, lowest = low[low < -tol], None, float(low[0])
+    else:
+        return np.zeros(0), None, None, 0
+    ratio = -lowest / lam_max if lam_max > 0 and -lowest > tol else 0.0
+    return np.asarray(neg, np.float64), mass, float(ratio), passes
+
+
+def _lowest(B, eig, k: int, tol: float, eig_kw: dict):
+    """The k smallest eigenvalues (ascending) and the passes they took. Lanczos asks for the
+    smallest one first: B of Euclidean distances has an (n - rank)-fold eigenvalue 0, where
+    ARPACK cannot converge to k > 1 copies; only a negative lambda_min calls for k more."""
+    stage = "MDS: negative eigenvalues"
+    if eig.solver != "lanczos":
+        low = top_eigh(B, k, solver=eig.solver, which="SA", shift=float(eig.values[0]),
+                       stage=stage, **eig_kw)
+        return np.asarray(low.values), int(low.passes)
+    low = top_eigh(B, 1, solver="lanczos", which="SA", stage=stage, **eig_kw)
+    if k == 1 or low.values[0] >= -tol:
+        return np.asarray(low.values), int(low.passes)
+    more = top_eigh(B, k, solver="lanczos", which="SA", stage=stage, **eig_kw)
+    return np.asarray(more.values), int(low.passes) + int(more.passes)
+
+
+def _eigen(B, k: int, n: int, dtype, solver: str, eig_kw: dict, measure: bool, method: str):
+    """Top-k eigenpairs of B (sign-fixed), the scales, and the negative part."""
+    eig = top_eigh(B, k, solver=solver, stage=f"{method} eigensolver", **eig_kw)
+    lam = np.asarray(eig.values, np.float64)
+    tol = _rounding_tol(lam[0], n, dtype)
+    vectors = sign_fix(np.asarray(eig.vectors).T).T
+    root, inv = _kept_scale(lam, tol, method)
+    neg, mass, ratio, passes = _negative_part(B, eig, k, tol, measure, eig_kw)
+    info = {"passes": int(eig.passes) + passes, "rounding_tol": tol,
+            "n_dropped_components": int((root == 0).sum()),
+            "negative_ratio_is_lower_bound": bool(measure and eig.solver == "randomized")}
+    return eig.solver, lam, vectors, root, inv, (neg, mass, ratio), info
+
+
+# --------------------------------------------------------------------------- stress
+
+
+def _stress_rows(n: int, rng):
+    if n <= STRESS_MAX_ROWS:
+        return np.arange(n), True
+    return np.sort(rng.choice(n, size=STRESS_MAX_ROWS, replace=False)), False
+
+
+def _kruskal_stress(d: np.ndarray, y: np.ndarray) -> float:
+    """Stress-1 of an embedding ``y`` of points with distance matrix ``d`` (over i < j)."""
+    d = np.asarray(d, np.float64)
+    y = np.asarray(y, np.float64)
+    iu = np.triu_indices(d.shape[0], 1)
+    dy = cdist(y, y)[iu]
+    d = d[iu]
+    den = float((d * d).sum())
+    return float(np.sqrt(((d - dy) ** 2).sum() / den)) if den > 0 else 0.0
+
+
+# --------------------------------------------------------------------------- classical MDS
+
+
+def classical_mds(X, *, n_components=2, metric="euclidean", p=2.0, solver="auto",
+                  n_oversamples=10, n_iter=4, random_state=0, measure_negative=True,
+                  where=None) -> MDSModel:
+    """Classical MDS of ``X`` (data rows, or an n x n distance matrix with
+    ``metric="precomputed"``), NumPy or dask; returns the `MDSModel`.
+
+    ``solver``: ``dense`` (whole spectrum in memory), ``randomized`` (subspace iteration over
+    the lazy B: ``n_iter + 1`` passes), ``lanczos``, or ``auto`` (dense up to
+    ``linalg.DENSE_MAX`` points). ``measure_negative=False`` skips the extra solve for the
+    most negative eigenvalues with the iterative solvers. ``where`` names the input in
+    errors ("D" for a precomputed matrix, "X" for data by default).
+    """
+    params = _check_metric(metric, p, "MDS")
+    where = where or ("D" if params["metric"] == "precomputed" else "X")
+    _check_solver(solver, "MDS")
+    rng = check_random_state(random_state)
+    if params["metric"] == "precomputed":
+        D, k, solver, D2, r, g = _precomputed_input(X, n_components, solver, where)
+        X_fit, shift, dtype = None, None, D.dtype
+    else:
+        X = check_array(X, method="MDS", where=where)
+        k = _check_n_components(n_components, X.shape[0], "MDS")
+        solver = choose_eigen_solver(solver, X.shape[0])
+        shift = _shift(X, params)
+        X_fit, D2, r, g = _data_input(X, params, shift, solver == "dense")
+        X_fit, dtype = check_array(X_fit, method="MDS", where=where), X.dtype
+    n = D2.shape[0]
+    r, g = np.asarray(r, np.float64), float(g)
+    B = -0.5 * double_center(D2, (r, g))
+    eig_kw = {"n_oversamples": n_oversamples, "n_iter": n_iter, "random_state": rng}
+    solver_, lam, vectors, root, inv, negative, info = _eigen(
+        B, k, n, dtype, solver, eig_kw, measure_negative, "MDS")
+    embedding = (vectors * root).astype(dtype)
+    idx, exact = _stress_rows(n, rng)
+    if X_fit is None:
+        (d_s,) = _evaluate(D[idx][:, idx], stage="MDS: stress sample")
+    else:
+        xs = X_fit[idx] if shift is None else X_fit[idx] - shift.astype(dtype)
+        d_s = distance_block(xs, xs, **params)
+    info.update({"stress_rows": int(idx.size), "stress_exact": exact,
+                 "passes": info["passes"] + int(is_dask(X))})  # + the first pass
+    return MDSModel(embedding, lam, negative[0], -0.5 * vectors * inv, r, params, solver_, n,
+                    n * g / 2, _kruskal_stress(d_s, embedding[idx]), negative[2], negative[1],
+                    X_fit=X_fit, shift=shift, offset=np.zeros(k), info=info)
+
+
+def _precomputed_input(D, n_components, solver: str, where: str):
+    """Validate D and compute the row means of D2 in the same pass (with the dense solver D
+    itself too, so that it is read once). Returns (D, k, solver, D2, row means, grand mean)."""
+    D = _as_square(D, where, "MDS")
+    k = _check_n_components(n_components, D.shape[0], "MDS")
+    solver = choose_eigen_solver(solver, D.shape[0])
+    if solver == "dense":
+        _, (D, r, g) = _checked_distances(D, where, "MDS",
+                                          extra=lambda M: (M, *_distance_stats(M)))
+    else:
+        D, (r, g) = _checked_distances(D, where, "MDS", extra=_distance_stats)
+    return D, k, solver, D.astype(np.float64) ** 2, r, g
+
+
+def _data_input(X, metric: dict, shift, dense: bool):
+    """(training rows in memory, D2, its row means, their mean) in one pass over X; D2 stays
+    lazy for the iterative solvers (each of their passes recomputes its blocks)."""
+    D2 = _squared_matrix(X, metric, shift)
+    if dense:
+        X_fit, D2 = _evaluate(X, D2, stage="MDS: distance matrix")
+        return (X_fit, D2, *center_stats(D2))
+    X_fit, r, g = _evaluate(X, *center_stats(D2), stage="MDS: distance row means")
+    return X_fit, D2, r, g
+
+
+# --------------------------------------------------------------------------- landmark MDS
+
+
+def _check_landmark_params(n: int, n_components, n_landmarks, landmarks):
+    if landmarks not in LANDMARK_CHOICES:
+        raise InputError(f"LandmarkMDS needs landmarks as one of {', '.join(LANDMARK_CHOICES)};"
+                         f" found {landmarks!r}.", "pass landmarks='maxmin' (the default, "
+                         "de Silva & Tenenbaum's choice) or 'uniform'.")
+    k = _check_n_components(n_components, n, "LandmarkMDS")
+    m = min(n, DEFAULT_N_LANDMARKS) if n_landmarks is None else n_landmarks
+    m = _check_int(m, "n_landmarks", k + 1, n, "LandmarkMDS",
+                   f"more than n_components={k}, at most n_samples={n}",
+                   f"pass n_landmarks between {k + 1} and {n} (a few hundred is usual), or "
+                   "None for min(n_samples, 1000).")
+    return k, m
+
+
+def _finite_rows(rows: np.ndarray, idx: np.ndarray, where: str) -> None:
+    bad = ~np.isfinite(rows)
+    if bad.any():
+        n_nan = int(np.isnan(rows).sum())
+        raise nonfinite_error("LandmarkMDS", idx[bad.any(axis=1)], n_nan,
+                              int(bad.sum()) - n_nan, where)
+
+
+def _choose_landmarks(X, m: int, how: str, metric: dict, rng, where: str):
+    """(landmark rows (m, d), their sorted row indices)."""
+    n = X.shape[0]
+    if how == "uniform":
+        idx = np.sort(rng.choice(n, size=m, replace=False))
+        rows = take_rows(X, idx, "LandmarkMDS: landmark rows")
+        _finite_rows(rows, idx, where)
+        return rows, idx
+    pool = np.sort(rng.choice(n, size=min(n, LANDMARK_SAMPLE_FACTOR * m), replace=False))
+    sample = take_rows(X, pool, "LandmarkMDS: landmark sample")
+    _finite_rows(sample, pool, where)
+    pick = np.sort(maxmin(sample, m, rng, metric["metric"], metric.get("p", 2.0)))
+    return sample[pick], pool[pick]
+
+
+def landmark_mds(X, *, n_components=2, n_landmarks=None, landmarks="maxmin",
+                 metric="euclidean", p=2.0, align=True, random_state=0,
+                 where="X") -> LandmarkMDSModel:
+    """Landmark MDS of the rows of ``X`` (NumPy or dask); returns the `LandmarkMDSModel`.
+
+    ``n_landmarks``: m in (n_components, n_samples]; None for min(n_samples, 1000).
+    ``align``: the final PCA of the triangulated points (one pass over X).
+    The embedding is ``model.transform(X)`` (lazy for dask).
+    """
+    params = _check_metric(metric, p, "LandmarkMDS")
+    if params["metric"] == "precomputed":
+        raise InputError("LandmarkMDS needs the data rows (it computes distances to the "
+                         "landmarks only); found metric='precomputed'.",
+                         "pass the data with a metric, or use MDS(metric='precomputed') for "
+                         "a full distance matrix.")
+    X = check_array(X, method="LandmarkMDS", where=where)
+    n = X.shape[0]
+    k, m = _check_landmark_params(n, n_components, n_landmarks, landmarks)
+    rng = check_random_state(random_state)
+    L, idx = _choose_landmarks(X, m, landmarks, params, rng, where)
+    shift = L.mean(axis=0, dtype=np.float64) if params["metric"] == "euclidean" else None
+    D2 = _squared_matrix(L, params, shift)
+    r, g = center_stats(D2)
+    B = -0.5 * double_center(D2, (r, g))
+    solver, lam, vectors, _, inv, negative, info = _eigen(
+        B, k, m, X.dtype, "auto", {"random_state": rng}, True, "LandmarkMDS")
+    info.update({"solver": solver, "landmark_method": landmarks, "aligned": bool(align),
+                 "passes": int(align)})  # passes over X: the alignment's (B is m x m, in memory)
+    model = LandmarkMDSModel(L, idx, lam, negative[0], -0.5 * vectors * inv,
+                             np.asarray(r, np.float64), np.zeros(k), params, n, m * float(g) / 2,
+                             float("nan"), negative[2], negative[1], shift=shift, info=info)
+    if align:
+        model = _align(model, X, where)
+    return _with_stress(model, X, params, rng)
+
+
+def _align(model: LandmarkMDSModel, X, where: str) -> LandmarkMDSModel:
+    """De Silva & Tenenbaum's last step: centre the triangulated points and rotate them onto
+    their principal axes (one pass: mean and k x k scatter); column signs so that each
+    column's largest landmark coordinate is positive."""
+    stats = column_stats(model.transform(X), gram=True, method="LandmarkMDS",
+                         where=f"the coordinates triangulated from {where}",
+                         stage="LandmarkMDS: alignment pass")
+    w, R = np.linalg.eigh((stats.m2 + stats.m2.T) / 2)
+    R = R[:, np.argsort(w)[::-1]]
+    proj, offset = model.proj @ R, (model.offset - stats.mean) @ R
+    at_landmarks = replace(model, proj=proj, offset=offset).transform(
+        model.landmarks.astype(np.float64))
+    top = np.argmax(np.abs(at_landmarks), axis=0)
+    signs = np.sign(at_landmarks[top, np.arange(at_landmarks.shape[1])])
+    signs[signs == 0] = 1.0
+    return replace(model, proj=proj * signs, offset=offset * signs)
+
+
+def _with_stress(model: LandmarkMDSModel, X, metric: dict, rng) -> LandmarkMDSModel:
+    idx, exact = _stress_rows(X.shape[0], rng)
+    xs = take_rows(X, idx, "LandmarkMDS: stress sample")
+    ref = xs if model.shift is None else xs - model.shift.astype(xs.dtype)
+    stress = _kruskal_stress(distance_block(ref, ref, **metric), model.transform(xs))
+    info = {**model.info, "stress_rows": int(idx.size), "stress_exact": exact}
+    return replace(model, stress=stress, info=info)
+
+
+# --------------------------------------------------------------------------- estimators
+
+
+def _like(arr: np.ndarray, X):
+    """``arr`` (n rows) as a dask array chunked like X's rows when X is dask."""
+    if not is_dask(X):
+        return arr
+    import dask.array as da
+
+    return da.from_array(arr, chunks=(X.chunks[0], arr.shape[1]))
+
+
+class _MDSBase(DimredEstimator):
+    _method = "MDS"
+
+    def _set_common(self, model):
+        self._model = model
+        self.eigenvalues_ = model.eigenvalues
+        self.explained_variance_ratio_ = model.explained_variance_ratio
+        self.negative_eigenvalues_ = model.negative_eigenvalues
+        self.negative_mass_ = model.negative_mass
+        self.negative_ratio_ = model.negative_ratio
+        self.stress_ = model.stress
+        self.n_components_ = model.n_components
+
+    def fit_transform(self, X, y=None):
+        return self.fit(X).embedding_
+
+    def transform(self, X):
+        check_is_fitted(self, "embedding_")
+        X = check_array(X, method=self._method, min_samples=1, check_finite=not is_dask(X))
+        check_n_features(self, X, self.n_features_in_)
+        return self._model.transform(X)
+
+    def get_feature_names_out(self, input_features=None):
+        check_is_fitted(self, "embedding_")
+        prefix = type(self).__name__.lower()
+        return np.array([f"{prefix}{i}" for i in range(self.n_components_)], dtype=object)
+
+
+class MDS(_MDSBase):
+    """Classical (Torgerson) multidimensional scaling on NumPy or dask arrays (seed 001).
+
+    Parameters
+    ----------
+    n_components : int in [1, n_samples - 1]
+    metric : one of ``METRICS`` or "precomputed" (then ``fit`` takes an n x n distance
+        matrix and ``transform`` the distances from new points to the n training points)
+    p : float, minkowski only
+    solver : {"auto", "dense", "randomized", "lanczos"}
+    n_oversamples, n_iter : randomized solver only
+    random_state : int, numpy Generator or None
+
+    Attributes
+    ----------
+    embedding_ (NumPy, or dask chunked like the input), eigenvalues_,
+    explained_variance_ratio_, negative_eigenvalues_, negative_mass_ (dense solver),
+    negative_ratio_, stress_, n_components_, n_features_in_, solver_
+    """
+
+    def __init__(self, n_components=2, *, metric="euclidean", p=2.0, solver="auto",
+                 n_oversamples=10, n_iter=4, random_state=0):
+        self.n_components = n_components
+        self.metric = metric
+        self.p = p
+        self.solver = solver
+        self.n_oversamples = n_oversamples
+        self.n_iter = n_iter
+        self.random_state = random_state
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.pairwise = self.metric == "precomputed"
+        return tags
+
+    def fit(self, X, y=None):
+        model = classical_mds(X, n_components=self.n_components, metric=self.metric, p=self.p,
+                              solver=self.solver, n_oversamples=self.n_oversamples,
+                              n_iter=self.n_iter, random_state=self.random_state)
+        self._set_common(model)
+        self.embedding_ = _like(model.embedding, X)
+        self.n_features_in_ = model.n_features_in
+        self.solver_ = model.solver
+        return self
+
+
+class LandmarkMDS(_MDSBase):
+    """Landmark MDS (de Silva & Tenenbaum 2003) on NumPy or dask arrays: O(n m), no n x n.
+
+    Parameters
+    ----------
+    n_components : int
+    n_landmarks : int in (n_components, n_samples], or None for min(n_samples, 1000)
+    landmarks : {"maxmin", "uniform"}
+    metric : one of ``METRICS``; p : float, minkowski only
+    random_state : int, numpy Generator or None
+
+    Attributes
+    ----------
+    embedding_ (lazy dask for dask input), eigenvalues_ (of the landmarks' B),
+    explained_variance_ratio_, negative_eigenvalues_, negative_mass_, negative_ratio_,
+    stress_, landmarks_ (m x d points), landmark_indices_, n_landmarks_, n_components_,
+    n_features_in_
+    """
+
+    _method = "LandmarkMDS"
+
+    def __init__(self, n_components=2, *, n_landmarks=None, landmarks="maxmin",
+                 metric="euclidean", p=2.0, random_state=0):
+        self.n_components = n_components
+        self.n_landmarks = n_landmarks
+        self.landmarks = landmarks
+        self.metric = metric
+        self.p = p
+        self.random_state = random_state
+
+    def fit(self, X, y=None):
+        X = check_array(X, method="LandmarkMDS")
+        model = landmark_mds(X, n_components=self.n_components, n_landmarks=self.n_landmarks,
+                             landmarks=self.landmarks, metric=self.metric, p=self.p,
+                             random_state=self.random_state)
+        self._set_common(model)
+        self.embedding_ = model.transform(X)
+        self.landmarks_ = model.landmarks
+        self.landmark_indices_ = model.landmark_indices
+        self.n_landmarks_ = model.n_landmarks
+        self.n_features_in_ = X.shape[1]
+        return self
