@@ -6,6 +6,8 @@ from .errors import (ChunkingError, ConvergenceWarning, DimredError, DimredWarni
 from .methods import (MDS, PCA, KernelPCA, KernelPCAModel, LandmarkMDS, LandmarkMDSModel,
                       MDSModel, PCAModel, check_distance_matrix, classical_mds, kernel_pca,
                       landmark_mds, pca)
+from .methods import (HSICResult, KernelSupervisedPCA, KernelSupervisedPCAModel, SupervisedPCA,
+                      SupervisedPCAModel, hsic, kernel_supervised_pca, supervised_pca)
 
 __version__ = "0.1.0"
 
@@ -13,6 +15,8 @@ __all__ = [
     "PCA", "PCAModel", "pca", "KernelPCA", "KernelPCAModel", "kernel_pca",
     "MDS", "MDSModel", "classical_mds", "LandmarkMDS", "LandmarkMDSModel", "landmark_mds",
     "check_distance_matrix",
+    "SupervisedPCA", "SupervisedPCAModel", "supervised_pca", "KernelSupervisedPCA",
+    "KernelSupervisedPCAModel", "kernel_supervised_pca", "hsic", "HSICResult",
     "DimredError", "InputError", "InputTypeError", "ChunkingError", "StoreError", "OutputExistsError",
     "UncommittedOutputError", "DisconnectedGraphError", "NotFittedError", "ConvergenceWarning",
     "DimredWarning", "StageError",

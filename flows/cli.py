@@ -118,7 +118,7 @@ def print_summary(m: dict, stream=sys.stdout) -> None:
 
 def _quiet_logs() -> None:
     for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.core",
-                 "distributed.worker", "distributed.http.proxy"):
+                 "distributed.worker", "distributed.http.proxy", "distributed.batched"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 

@@ -11,7 +11,12 @@ import numpy as np
 from dimred_dask import metrics
 from dimred_dask._validation import check_n_components
 from dimred_dask.errors import InputError
-from dimred_dask.linalg import LANDMARK_METHODS
+from dimred_dask.linalg import LANDMARK_METHODS, choose_eigen_solver
+from dimred_dask.methods.mds import (LANDMARK_CHOICES, LandmarkMDSModel, MDSModel,
+                                     classical_mds, landmark_mds)
+from dimred_dask.methods.spca import (KernelSupervisedPCAModel, SupervisedPCAModel,
+                                      kernel_supervised_pca, supervised_pca)
+from dimred_dask.pairwise import check_kernel, check_metric
 from dimred_dask.methods.kpca import KernelPCAModel, check_kpca_params, kernel_pca
 from dimred_dask.methods.pca import SOLVERS, PCAModel, pca
 
@@ -145,6 +150,136 @@ def _eigen_summary(model) -> dict:
     return {"n_components": int(lam.size), "eigenvalues": lam.tolist(), **info}
 
 
+MDS_DEFAULTS = {"n_components": 2, "metric": "euclidean", "p": 2.0, "solver": "auto",
+                "n_oversamples": 10, "n_iter": 4, "random_state": 0}
+
+
+def _mds_check(params: dict, shape: tuple) -> dict:
+    p = _check_known("mds", params, MDS_DEFAULTS)
+    n, d = shape
+    if p["metric"] == "precomputed":
+        if n != d:
+            raise InputError(f"MDS with metric=precomputed needs a square n x n distance matrix "
+                             f"as input; found shape ({n}, {d}).",
+                             "pass the distance matrix itself, or the data with a metric such "
+                             "as --param metric=euclidean.")
+    else:
+        check_metric(p["metric"], p["p"])
+    if not isinstance(p["n_components"], int) or not 1 <= p["n_components"] < n:
+        raise InputError(f"MDS needs 1 <= n_components < n_samples = {n}; found "
+                         f"{p['n_components']!r}.", f"pass an n_components below {n}.")
+    p["solver"] = choose_eigen_solver(p["solver"], n)
+    return p
+
+
+def _mds_matrix(p: dict, shape: tuple):
+    if p["metric"] == "precomputed" or p["solver"] == "dense":
+        return None  # the input is the matrix, or it is held in memory once
+    return {"kind": "distance", "metric": p["metric"], "p": p["p"]}
+
+
+def _mds_fit(X, p: dict, matrix=None, **_):
+    if matrix is None:
+        return classical_mds(X, **p)
+    # the distance matrix from the kernel stage: MDS of it, with the training rows kept so
+    # that new points can be placed by triangulation
+    model = classical_mds(matrix, **{**p, "metric": "precomputed", "p": 2.0})
+    return model
+
+
+def _model_loader(cls):
+    return lambda store: cls.from_arrays(store.read_group("model"), store.read_attrs("model"))
+
+
+def _mds_transform(model, X):
+    import dask.array as da  # the training embedding is part of the model
+
+    return da.from_array(np.asarray(model.embedding, dtype=X.dtype),
+                         chunks=(X.chunks[0], model.n_components))
+
+
+def _mds_summary(model) -> dict:
+    return {"n_components": int(model.n_components),
+            "eigenvalues": np.asarray(model.eigenvalues, dtype=float).tolist(),
+            "explained_variance_ratio": np.asarray(model.explained_variance_ratio,
+                                                   dtype=float).tolist(),
+            "negative_eigenvalues": np.asarray(model.negative_eigenvalues,
+                                               dtype=float)[:10].tolist(),
+            "negative_ratio": model.negative_ratio, "negative_mass": model.negative_mass,
+            "stress": float(model.stress), "metric": dict(model.metric),
+            **{k: v for k, v in model.info.items() if isinstance(v, (int, float, str, bool))}}
+
+
+LMDS_DEFAULTS = {"n_components": 2, "n_landmarks": None, "landmarks": "maxmin",
+                 "metric": "euclidean", "p": 2.0, "random_state": 0}
+
+
+def _lmds_check(params: dict, shape: tuple) -> dict:
+    p = _check_known("landmark-mds", params, LMDS_DEFAULTS)
+    if p["metric"] == "precomputed":
+        raise InputError("landmark-mds embeds data rows; found metric=precomputed.",
+                         "use --method mds --param metric=precomputed for a distance matrix.")
+    check_metric(p["metric"], p["p"])
+    n = shape[0]
+    if not isinstance(p["n_components"], int) or not 1 <= p["n_components"] < n:
+        raise InputError(f"landmark-mds needs 1 <= n_components < n_samples = {n}; found "
+                         f"{p['n_components']!r}.", f"pass an n_components below {n}.")
+    m = p["n_landmarks"]
+    if m is not None and (not isinstance(m, int) or not p["n_components"] < m <= n):
+        raise InputError(f"landmark-mds needs n_components < n_landmarks <= n_samples = {n}; "
+                         f"found n_landmarks={m!r}.",
+                         f"pass n_landmarks between {p['n_components'] + 1} and {n}.")
+    if p["landmarks"] not in LANDMARK_CHOICES:
+        raise InputError(f"landmarks must be one of {LANDMARK_CHOICES}; found "
+                         f"{p['landmarks']!r}.", "pass --param landmarks=maxmin.")
+    return p
+
+
+SPCA_DEFAULTS = {"n_components": 2, "label_kernel": "delta", "label_gamma": None,
+                 "label_width": None, "n_label_landmarks": 100, "bair_threshold": None,
+                 "bair_n_features": None, "random_state": 0}
+KSPCA_DEFAULTS = {"n_components": 2, "kernel": "gaussian", "gamma": None, "width": None,
+                  "degree": 3, "coef0": 1.0, "label_kernel": "delta", "label_gamma": None,
+                  "label_width": None, "n_label_landmarks": 100, "solver": "auto",
+                  "n_landmarks": 200, "landmarks": "kmeans++", "random_state": 0}
+
+
+def _supervised_check(name: str, defaults: dict):
+    def check(params: dict, shape: tuple) -> dict:
+        p = _check_known(name, params, defaults)
+        n, d = shape
+        limit = min(n - 1, d) if name == "spca" else n - 1
+        if not isinstance(p["n_components"], int) or not 1 <= p["n_components"] <= limit:
+            raise InputError(f"{name} needs 1 <= n_components <= {limit}; found "
+                             f"{p['n_components']!r} (data shape ({n}, {d})).",
+                             f"pass an n_components between 1 and {limit}.")
+        if name == "kspca":
+            check_kernel(p["kernel"], d, gamma=p["gamma"], width=p["width"],
+                         degree=p["degree"], coef0=p["coef0"])
+        return p
+    return check
+
+
+def _labels_vector(labels):
+    return labels[:, 0] if labels.ndim == 2 and labels.shape[1] == 1 else labels
+
+
+def _kspca_transform(model, X):
+    import dask.array as da  # the training embedding is part of the fit
+
+    if getattr(model, "embedding", None) is not None:
+        return da.from_array(np.asarray(model.embedding, dtype=X.dtype),
+                             chunks=(X.chunks[0], model.n_components))
+    return model.transform(X)
+
+
+def _supervised_summary(model) -> dict:
+    return {"n_components": int(np.asarray(model.eigenvalues).size),
+            "eigenvalues": np.asarray(model.eigenvalues, dtype=float).tolist(),
+            **{k: v for k, v in model.scalars().items()
+               if isinstance(v, (int, float, str, bool)) or v is None}}
+
+
 METHODS = {
     "pca": MethodAdapter("pca", PCA_DEFAULTS, _pca_check, _pca_fit, _pca_save, _pca_load,
                          lambda m, X: m.transform(X), _pca_summary, _pca_sample_metrics),
@@ -153,6 +288,26 @@ METHODS = {
                                                                    store.read_attrs("model")),
                           _kpca_transform, _eigen_summary, lambda m, Xs, Ys: {},
                           matrix=_kpca_matrix),
+    "mds": MethodAdapter("mds", MDS_DEFAULTS, _mds_check, _mds_fit, _save_model,
+                         _model_loader(MDSModel), _mds_transform, _mds_summary,
+                         lambda m, Xs, Ys: {}, matrix=_mds_matrix),
+    "landmark-mds": MethodAdapter("landmark-mds", LMDS_DEFAULTS, _lmds_check,
+                                  lambda X, p, **_: landmark_mds(X, **p), _save_model,
+                                  _model_loader(LandmarkMDSModel),
+                                  lambda m, X: m.transform(X), _mds_summary,
+                                  lambda m, Xs, Ys: {}),
+    "spca": MethodAdapter("spca", SPCA_DEFAULTS, _supervised_check("spca", SPCA_DEFAULTS),
+                          lambda X, p, labels=None, **_: supervised_pca(
+                              X, _labels_vector(labels), **p),
+                          _save_model, _model_loader(SupervisedPCAModel),
+                          lambda m, X: m.transform(X), _supervised_summary,
+                          lambda m, Xs, Ys: {}, needs_labels=True),
+    "kspca": MethodAdapter("kspca", KSPCA_DEFAULTS, _supervised_check("kspca", KSPCA_DEFAULTS),
+                           lambda X, p, labels=None, **_: kernel_supervised_pca(
+                               X, _labels_vector(labels), **p),
+                           _save_model, _model_loader(KernelSupervisedPCAModel),
+                           _kspca_transform, _supervised_summary, lambda m, Xs, Ys: {},
+                           needs_labels=True),
 }
 
 

@@ -63,3 +63,34 @@ def test_kpca_nystrom_needs_no_kernel_matrix(client, prefect_api, clustered, tmp
     assert not (out / "kernel").exists()
     assert 0 < m["model"]["approximation_error"] < 0.1
     assert m["metrics"]["trustworthiness"] > 0.8
+
+
+def test_mds_distance_stage_precomputed_and_landmark(client, prefect_api, clustered, tmp_path):
+    from flows.embed import embed
+
+    from dimred_dask import MDS
+
+    uri, X, _ = clustered
+    ref = MDS(2, solver="dense").fit(X.astype(np.float64))
+    m = embed(uri, str(tmp_path / "mds.zarr"), method="mds",
+              params={"n_components": 2, "solver": "randomized", "n_iter": 8})
+    assert m["stages"]["kernel"] == "computed"  # the distance matrix, written once
+    store = open_output(str(tmp_path / "mds.zarr"))
+    assert store.open_array("kernel/matrix").shape == (1200, 1200)
+    np.testing.assert_allclose(m["model"]["eigenvalues"], ref.eigenvalues_, rtol=1e-4)
+    _same_up_to_sign(store.read_array("embedding").astype(np.float64), ref.embedding_, 2e-2)
+    # a precomputed distance matrix as the input itself
+    D = store.read_array("kernel/matrix")
+    d_uri = str(tmp_path / "d.zarr")
+    save_array(D, d_uri, chunks=(400, 1200))
+    pre = embed(d_uri, str(tmp_path / "pre.zarr"), method="mds",
+                params={"n_components": 2, "metric": "precomputed", "solver": "dense"})
+    assert pre["stages"]["kernel"] == "not needed"
+    np.testing.assert_allclose(pre["model"]["eigenvalues"], ref.eigenvalues_, rtol=1e-4)
+    lm = embed(uri, str(tmp_path / "lmds.zarr"), method="landmark-mds",
+               params={"n_components": 2, "n_landmarks": 300})
+    Y = open_output(str(tmp_path / "lmds.zarr")).read_array("embedding").astype(np.float64)
+    from scipy.spatial import procrustes
+
+    assert procrustes(ref.embedding_, Y)[2] < 0.01
+    assert lm["model"]["stress"] < 0.2

@@ -3,7 +3,11 @@ from .kpca import KernelPCA, KernelPCAModel, kernel_pca
 from .mds import (MDS, LandmarkMDS, LandmarkMDSModel, MDSModel, check_distance_matrix,
                   classical_mds, landmark_mds)
 from .pca import PCA, PCAModel, pca
+from .spca import (HSICResult, KernelSupervisedPCA, KernelSupervisedPCAModel, SupervisedPCA,
+                   SupervisedPCAModel, hsic, kernel_supervised_pca, supervised_pca)
 
 __all__ = ["PCA", "PCAModel", "pca", "KernelPCA", "KernelPCAModel", "kernel_pca", "MDS", "LandmarkMDS",
            "MDSModel", "LandmarkMDSModel", "classical_mds", "landmark_mds",
-           "check_distance_matrix"]
+           "check_distance_matrix", "SupervisedPCA", "SupervisedPCAModel", "supervised_pca",
+           "KernelSupervisedPCA", "KernelSupervisedPCAModel", "kernel_supervised_pca", "hsic",
+           "HSICResult"]

@@ -1,0 +1,793 @@
+"""Supervised PCA (Barshan et al. 2011), Bair's supervised principal components, kernel
+supervised PCA and the HSIC independence test, on NumPy or dask arrays.
+
+Seed 000 (lectures 9-10) is the specification. Rows are points (n x d); H = I - 11^T/n; B is a
+kernel on the labels (n x n):
+
+    HSIC          tr(K H B H) / (n - 1)^2                       (K: a kernel on X)
+    SPCA          U = top-k eigenvectors of Q = Xc^T B Xc       (Xc = H X; d x d)
+                  encode y = U^T (x - mean), reconstruct x^ = U y + mean; B = I gives PCA
+    kernel SPCA   max tr(beta^T K H B H K beta) s.t. beta^T K beta = I, the generalised problem
+                  K H B H K beta = lambda K beta; embedding K beta (the seed's beta^T K with
+                  rows = points), a new point y = beta^T k(X_train, x)
+    Bair          s_j = X_j^T y / sqrt(X_j^T X_j), keep |s_j| > threshold, PCA on those features
+
+B is never formed: it is a factor Delta (n x r) with B = Delta Delta^T (``label_kernel``):
+
+    delta     class labels: one-hot indicators, B_ij = [y_i == y_j]; r = number of classes
+    linear    real targets y (n,) or (n, q): Delta = y; r = q
+    gaussian  real targets: Nyström factor (linalg.nystrom) of exp(-gamma ||y - y'||^2) with
+              ``n_label_landmarks`` landmarks; gamma defaults to 1 / q as in check_kernel
+    identity  B = I: Q = Xc^T Xc, which is PCA (computed by `pca`); y is not used
+
+Q = C C^T with C = Xc^T Delta (d x r): U and the eigenvalues are the left singular vectors of C
+and its squared singular values (a thin SVD; Q itself is never formed). C comes from one pass
+over the rows: each block gives its count, means and centred co-moment, merged pairwise in a
+fixed tree (Chan, Golub & LeVeque's update, the co-moment analogue of ``blocks.stats``): the
+value of X^T Delta - n mu_x mu_Delta^T without its cancellation. Q has rank <= r (delta:
+<= n_classes - 1, as H removes the constant); components past the rank carry no dependence on
+the labels and are completed by an arbitrary orthonormal basis (eigenvalue 0, DimredWarning).
+
+Bair's scores are the seed's s_j on centred data, s_jc = Xc_j^T Delta_c / ||Xc_j|| (uncentred,
+the mean of x_j would dominate), taking max_c |s_jc| over Delta's columns: the one-hot
+columns for classes, the targets for q real targets. They come from the same pass; the PCA of
+the kept columns (`pca`) is a second one.
+
+Kernel SPCA by reduction, not by regularisation. With a factor K ~ Phi Phi^T (n x p) and
+beta = P a such that K beta = Phi a, the problem is linear SPCA of the rows of Phi:
+a = top eigenvectors of Phi^T H B H Phi = (Phic^T Delta)(Phic^T Delta)^T, embedding Phi a.
+- ``dense``: Phi = V_+ S_+^1/2 from the eigendecomposition of K restricted to its positive part
+  (eigenvalues > KERNEL_RANK_RTOL * largest; an indefinite kernel's negative part is dropped);
+  beta = V_+ S_+^-1/2 a: the solution of eigh(KHBHK, K) on the range of K.
+- ``nystrom``: Phi = k(X, L) U_W S_W^-1/2 (linalg.nystrom), one pass over the rows, never n x n;
+  beta lives on the landmarks: y(x) = k(x, L) (U_W S_W^-1/2 a).
+The embedding is not centred (the seed's beta^T K). Eigenvalues are those of Q (resp.
+Phi^T H B H Phi), unscaled: sum(eigenvalues) / (n - 1)^2 is the HSIC between the projection
+(linear kernel) and the labels.
+"""
+from __future__ import annotations
+
+import numbers
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+import scipy.linalg
+
+from .._compute import compute
+from .._validation import (check_array, check_is_fitted, check_n_features, check_random_state,
+                           describe_nonfinite, is_dask, nonfinite_error)
+from ..blocks.kernels import kernel_block
+from ..blocks.stats import tree_reduce
+from ..errors import DimredWarning, InputError
+from ..linalg import (NystromMap, choose_landmarks, column_stats, nystrom_error, nystrom_features,
+                      nystrom_map, row_blocks, top_eigh)
+from ..linalg.moments import NUMPY_BLOCK_ROWS
+from ..linalg.pca_solvers import _complete_basis
+from ..pairwise import check_kernel, double_center, pairwise_kernels
+from ._base import DimredEstimator, rowwise, sign_fix
+from .kpca import _held_out
+from .pca import pca
+
+__all__ = ["SupervisedPCA", "SupervisedPCAModel", "supervised_pca", "KernelSupervisedPCA",
+           "KernelSupervisedPCAModel", "kernel_supervised_pca", "hsic", "HSICResult",
+           "LABEL_KERNELS"]
+
+LABEL_KERNELS = ("delta", "linear", "gaussian", "identity")
+KSPCA_SOLVERS = ("auto", "dense", "nystrom")
+HSIC_SOLVERS = ("auto", "exact", "lowrank")
+# dense kernel SPCA and exact HSIC hold n x n float64 matrices: 32 MB at 2000 rows
+DENSE_MAX_SAMPLES = 2000
+# singular values of C below RANK_RTOL * the largest are zero: C is accumulated in float64
+# (relative rounding ~1e-13 for the sizes here), so 1e-9 separates rounding from signal
+RANK_RTOL = 1e-9
+# eigenvalues of K kept in the dense kernel path, relative to the largest: a float64 kernel
+# matrix is exact to ~1e-15 relative, a float32 one to ~1e-7, so smaller ones are rounding
+KERNEL_RANK_RTOL = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-6}
+
+
+# ---------------------------------------------------------------- labels and their factor
+
+def _choice(value, allowed, name: str, method: str, default: str) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise InputError(f"{method} needs {name} in {', '.join(allowed)}; found {value!r}.",
+                         f"pass {name}='{default}' or another from that list.")
+    return value
+
+
+def check_labels(y, n: int, label_kernel: str, *, method: str):
+    """The labels as a 2-D (n, q) array (NumPy or dask); NumPy values are checked here."""
+    if y is None:
+        raise InputError(f"{method} requires y to be passed, but the target y is None.",
+                         "pass one label per row of X as y, or label_kernel='identity' (PCA).")
+    y = y if is_dask(y) else np.asarray(y)
+    if y.ndim not in (1, 2) or y.shape[0] != n:
+        raise InputError(f"{method} needs one label per row of X: X has {n} rows; y has shape "
+                         f"{tuple(y.shape)}.", f"pass y of shape ({n},) or ({n}, q), in the "
+                         "row order of X.")
+    y2 = y.reshape(-1, 1) if y.ndim == 1 else y
+    kind = y2.dtype.kind
+    if label_kernel == "delta" and y2.shape[1] != 1:
+        raise InputError(f"label_kernel='delta' needs one class label per row; found y of shape "
+                         f"{tuple(y.shape)}.", "pass a 1-D array of classes, or "
+                         "label_kernel='linear' for several real targets.")
+    if label_kernel != "delta" or kind == "c":
+        y2 = _real_labels(y2, label_kernel)
+        kind = "f"
+    if not is_dask(y2) and kind == "f":
+        bad = ~np.isfinite(y2)
+        if bad.any():
+            raise _bad_labels(method, describe_nonfinite(
+                np.nonzero(bad.any(axis=1))[0], int(np.isnan(y2).sum()),
+                int(bad.sum() - np.isnan(y2).sum()), "y"))
+    return y2
+
+
+def _real_labels(y2, label_kernel: str):
+    if y2.dtype.kind in "fiubO":
+        try:
+            return y2.astype(np.float64)
+        except (TypeError, ValueError):
+            pass
+    raise InputError(f"label_kernel={label_kernel!r} needs real-valued labels; found dtype "
+                     f"{y2.dtype} (Unknown label type).", "use label_kernel='delta' for class "
+                     "labels, or encode the targets as real numbers.")
+
+
+def _clip(m, n: int):
+    """At most n landmarks (anything but an int is left to choose_landmarks to refuse)."""
+    return min(m, n) if isinstance(m, numbers.Integral) and not isinstance(m, bool) else m
+
+
+def _bad_labels(method: str, what: str) -> InputError:
+    return InputError(f"{method} needs finite labels; found {what}.",
+                      "impute or drop those rows of X and y together.")
+
+
+def _align(y2, X):
+    """Labels with the row chunks of X (dask X), or in memory (NumPy X)."""
+    if is_dask(X):
+        import dask.array as da
+
+        if is_dask(y2):
+            return y2.rechunk({0: X.chunks[0], 1: -1})
+        return da.from_array(y2, chunks=(X.chunks[0], -1))
+    if is_dask(y2):
+        (y2,) = compute(y2, stage="labels")
+    return np.asarray(y2)
+
+
+@dataclass
+class LabelMap:
+    """Maps a block of labels to its rows of Delta (B = Delta Delta^T)."""
+
+    kind: str
+    classes: np.ndarray | None = None  # delta
+    nmap: NystromMap | None = None  # gaussian
+    n_targets: int = 1
+
+    @property
+    def rank(self) -> int:
+        if self.kind == "delta":
+            return len(self.classes)
+        return self.nmap.rank if self.kind == "gaussian" else self.n_targets
+
+    def factor(self, yb) -> np.ndarray:
+        yb = np.asarray(yb)
+        if self.kind == "delta":
+            return (yb[:, :1] == self.classes[None, :]).astype(np.float64)
+        if self.kind == "gaussian":
+            return np.asarray(self.nmap.features(yb.astype(np.float64)), dtype=np.float64)
+        return yb.astype(np.float64)
+
+
+def label_map(y2, kind: str, *, gamma=None, width=None, n_landmarks=100, random_state=0,
+              method: str = "Supervised PCA") -> LabelMap:
+    if kind == "delta":
+        if is_dask(y2):
+            import dask.array as da
+
+            (classes,) = compute(da.unique(y2[:, 0]), stage="labels: classes")
+        else:
+            classes = np.unique(y2[:, 0])
+        classes = np.asarray(classes)
+        if classes.dtype.kind == "f" and not np.isfinite(classes).all():
+            raise _bad_labels(method, "NaN or inf among the class labels of y")
+        if len(classes) < 2:
+            raise InputError(f"{method} with label_kernel='delta' needs at least 2 classes; "
+                             f"found 1 class ({classes[0]!r}) in y.", "pass labels of two or "
+                             "more classes, or real targets with label_kernel='linear'.")
+        return LabelMap("delta", classes=classes)
+    q = y2.shape[1]
+    if kind == "gaussian":
+        params = check_kernel("gaussian", q, gamma=gamma, width=width)
+        marks, _ = choose_landmarks(y2, _clip(n_landmarks, y2.shape[0]), "kmeans++", random_state)
+        if not np.isfinite(marks).all():
+            raise _bad_labels(method, "NaN or inf among the labels of y")
+        return LabelMap("gaussian", nmap=nystrom_map(marks, params), n_targets=q)
+    return LabelMap("linear", n_targets=q)
+
+
+def label_factor(y2, lmap: LabelMap):
+    """Delta for all rows: lazy (row chunks of y2) for dask, NumPy otherwise."""
+    if not is_dask(y2):
+        return lmap.factor(y2)
+    return y2.map_blocks(lmap.factor, chunks=(y2.chunks[0], (lmap.rank,)), dtype=np.float64)
+
+
+def prepare_labels(y, X, kind, *, gamma, width, n_landmarks, random_state, method):
+    y2 = _align(check_labels(y, X.shape[0], kind, method=method), X)
+    return y2, label_map(y2, kind, gamma=gamma, width=width, n_landmarks=n_landmarks,
+                         random_state=random_state, method=method)
+
+
+# ---------------------------------------------------------------- one pass: Xc^T Delta
+
+@dataclass
+class CrossStats:
+    n: int
+    mean_x: np.ndarray  # (p,)
+    mean_d: np.ndarray  # (r,)
+    cross: np.ndarray | None  # (p, r) centred co-moment (X - 1 mean_x^T)^T (Delta - 1 mean_d^T)
+    sumsq: np.ndarray  # (p,) centred sum of squares of each column of X
+    bad: tuple | None = None  # (which, n_nan, n_inf, first row, last row) of non-finite values
+
+
+def _bad_block(x, dl, offset):
+    for which, a in (("X", x), ("y", dl)):
+        finite = np.isfinite(a)
+        if not finite.all():
+            rows = np.nonzero(~finite.all(axis=1))[0]
+            n_nan = int(np.isnan(a).sum())
+            return which, n_nan, int((~finite).sum()) - n_nan, offset + int(rows[0]), \
+                offset + int(rows[-1])
+    return None
+
+
+def _cross_block(x, dl, offset: int = 0) -> CrossStats:
+    x, dl = np.asarray(x, dtype=np.float64), np.asarray(dl, dtype=np.float64)
+    p, r = x.shape[1], dl.shape[1]
+    if x.shape[0] == 0:
+        return CrossStats(0, np.zeros(p), np.zeros(r), np.zeros((p, r)), np.zeros(p))
+    with np.errstate(invalid="ignore", over="ignore"):
+        mx, md = x.mean(axis=0), dl.mean(axis=0)
+        xc = x - mx
+        cross, sumsq = xc.T @ (dl - md), np.einsum("ij,ij->j", xc, xc)
+    if not (np.isfinite(cross).all() and np.isfinite(sumsq).all()):
+        bad = _bad_block(x, dl, offset)
+        if bad is not None:
+            return CrossStats(x.shape[0], np.zeros(p), np.zeros(r), None, np.zeros(p), bad)
+    return CrossStats(x.shape[0], mx, md, cross, sumsq)
+
+
+def _merge_cross(a: CrossStats, b: CrossStats) -> CrossStats:
+    if a.bad or b.bad:
+        if a.bad and b.bad and a.bad[0] == b.bad[0]:
+            bad = (a.bad[0], a.bad[1] + b.bad[1], a.bad[2] + b.bad[2], min(a.bad[3], b.bad[3]),
+                   max(a.bad[4], b.bad[4]))
+        else:
+            bad = a.bad if a.bad and (a.bad[0] == "X" or not b.bad) else b.bad
+        return CrossStats(a.n + b.n, a.mean_x, a.mean_d, None, a.sumsq, bad)
+    if a.n == 0 or b.n == 0:
+        return b if a.n == 0 else a
+    n = a.n + b.n
+    dx, dd, w = b.mean_x - a.mean_x, b.mean_d - a.mean_d, a.n * b.n / n
+    return CrossStats(n, a.mean_x + dx * (b.n / n), a.mean_d + dd * (b.n / n),
+                      a.cross + b.cross + w * np.outer(dx, dd), a.sumsq + b.sumsq + w * dx**2)
+
+
+def cross_stats(F, D, *, method: str, where: str = "X", stage: str = "X^T H Delta pass"):
+    """Means, centred co-moment F_c^T Delta and column sums of squares of F, in one pass."""
+    if is_dask(F):
+        from dask import delayed
+
+        F = F if F.numblocks[1] == 1 else F.rechunk({1: -1})
+        D = D.rechunk({0: F.chunks[0], 1: -1})
+        offsets = np.concatenate([[0], np.cumsum(F.chunks[0])[:-1]])
+        leaves = [delayed(_cross_block, pure=True)(f, dl, int(o)) for f, dl, o in
+                  zip(F.to_delayed().ravel(), D.to_delayed().ravel(), offsets)]
+        (st,) = compute(tree_reduce(leaves, delayed(_merge_cross, pure=True)), stage=stage)
+    else:
+        st = tree_reduce([_cross_block(F[a:b], D[a:b], a)
+                          for a, b in row_blocks(F.shape[0], NUMPY_BLOCK_ROWS)], _merge_cross)
+    if st.bad is not None:
+        which, n_nan, n_inf, first, last = st.bad
+        if which == "X":
+            raise nonfinite_error(method, np.array([first, last]), n_nan, n_inf, where)
+        raise _bad_labels(method, f"NaN or inf in the labels (rows {first}-{last} of y)")
+    return st
+
+
+# ---------------------------------------------------------------- shared linear algebra
+
+def _check_k(k, n: int, d: int | None, method: str) -> int:
+    limit = n - 1 if d is None else min(n - 1, d)
+    what = "n_samples - 1" if d is None else "min(n_samples - 1, n_features)"
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral):
+        raise InputError(f"{method} needs n_components as an int; found {k!r}.",
+                         "pass an int such as 2.")
+    if not 1 <= k <= limit:
+        shape = f"({n}, {d})" if d is not None else f"({n}, ...)"
+        raise InputError(f"{method} needs 1 <= n_components <= {what} = {limit} (centred data "
+                         f"has rank at most n_samples - 1); found n_components={k} (data shape "
+                         f"{shape}).", f"pass n_components between 1 and {max(limit, 1)}.")
+    return int(k)
+
+
+def _top_directions(C: np.ndarray, k: int, method: str, stacklevel: int = 3):
+    """(U (p, k), eigenvalues (k,), rank) of C C^T by a thin SVD of C; completed past the rank."""
+    u, s, _ = scipy.linalg.svd(C, full_matrices=False)
+    if s.size == 0 or not s[0] > 0:
+        raise InputError(f"{method}: the labels carry no information (X^T H Delta = 0: the "
+                         "labels are constant, or uncorrelated with every column to rounding).",
+                         "check y; with no label information use PCA.")
+    rank = int(np.sum(s > RANK_RTOL * s[0]))
+    if k <= rank:
+        return u[:, :k], s[:k] ** 2, rank
+    extra = f"component {k} is" if k == rank + 1 else f"components {rank + 1}-{k} are"
+    warnings.warn(DimredWarning(
+        f"{method}: the label kernel gives only {rank} direction(s) of dependence, fewer than "
+        f"n_components={k}; {extra} an arbitrary orthonormal completion with eigenvalue 0. Use "
+        "fewer components (delta labels: at most n_classes - 1)."), stacklevel=stacklevel)
+    rows = _complete_basis(u[:, :rank].T, k)
+    return rows.T, np.concatenate([s[:rank] ** 2, np.zeros(k - rank)]), rank
+
+
+# ---------------------------------------------------------------- supervised PCA
+
+@dataclass
+class SupervisedPCAModel:
+    """A fitted supervised PCA: small arrays only."""
+
+    components: np.ndarray  # (k, d); zero on the features Bair's screening dropped
+    mean: np.ndarray  # (d,)
+    eigenvalues: np.ndarray  # (k,) eigenvalues of Q = Xc^T B Xc
+    n_samples: int
+    label_kernel: str = "delta"
+    selected_features: np.ndarray | None = None  # Bair: indices of the kept features
+    feature_scores: np.ndarray | None = None  # Bair: max_c |s_jc| for each feature
+    info: dict = field(default_factory=dict)
+
+    @property
+    def n_components(self) -> int:
+        return self.components.shape[0]
+
+    def transform(self, X):
+        """Encode: Y = (X - mean) U (lazy rowwise for dask input)."""
+        dtype = X.dtype
+        w, mu = self.components.T.astype(dtype), self.mean.astype(dtype)
+        return rowwise(X, lambda b: (b - mu) @ w, self.n_components, dtype)
+
+    def inverse_transform(self, Y):
+        """Reconstruct: X^ = Y U^T + mean."""
+        dtype = Y.dtype
+        u, mu = self.components.astype(dtype), self.mean.astype(dtype)
+        return rowwise(Y, lambda b: b @ u + mu, self.mean.shape[0], dtype)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {"components_": self.components, "mean_": self.mean,
+               "eigenvalues_": self.eigenvalues}
+        if self.selected_features is not None:
+            out["selected_features_"] = self.selected_features
+            out["feature_scores_"] = self.feature_scores
+        return out
+
+    def scalars(self) -> dict:
+        return {"n_samples": int(self.n_samples), "label_kernel": self.label_kernel, **self.info}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, scalars: dict) -> "SupervisedPCAModel":
+        extra = {k: v for k, v in scalars.items() if k not in ("n_samples", "label_kernel")}
+        opt = {k: (None if arrays.get(k + "_") is None else np.asarray(arrays[k + "_"]))
+               for k in ("selected_features", "feature_scores")}
+        return cls(np.asarray(arrays["components_"]), np.asarray(arrays["mean_"]),
+                   np.asarray(arrays["eigenvalues_"]), int(scalars["n_samples"]),
+                   scalars["label_kernel"], info=extra, **opt)
+
+
+def _check_bair(threshold, n_features, d: int, label_kernel: str, method: str):
+    if threshold is None and n_features is None:
+        return None
+    if threshold is not None and n_features is not None:
+        raise InputError(f"{method}: pass bair_threshold or bair_n_features, not both; found "
+                         f"{threshold!r} and {n_features!r}.", "drop one of them.")
+    if label_kernel == "identity":
+        raise InputError(f"{method}: Bair's screening scores features against the labels; "
+                         "label_kernel='identity' has none.",
+                         "pass label_kernel='delta' or 'linear' with y.")
+    if threshold is not None:
+        if (not isinstance(threshold, numbers.Real) or isinstance(threshold, bool)
+                or not np.isfinite(threshold) or threshold < 0):
+            raise InputError(f"bair_threshold must be a finite number >= 0; found "
+                             f"{threshold!r}.", "pass e.g. bair_threshold=1.0.")
+        return "threshold", float(threshold)
+    if (not isinstance(n_features, numbers.Integral) or isinstance(n_features, bool)
+            or not 1 <= n_features <= d):
+        raise InputError(f"bair_n_features must be an int in [1, {d}] (X has n_features={d}); "
+                         f"found {n_features!r}.",
+                         f"pass an int between 1 and {d}.")
+    return "n_features", int(n_features)
+
+
+def _bair(X, st: CrossStats, k: int, rule, label_kernel, where, method):
+    """Screen features by max_c |s_jc|, then PCA on the kept ones (zero weight elsewhere)."""
+    norms = np.sqrt(st.sumsq)
+    safe = np.where(norms > 0, norms, 1.0)
+    scores = np.where(norms > 0, np.abs(st.cross / safe[:, None]).max(axis=1), 0.0)
+    if rule[0] == "threshold":
+        keep = np.nonzero(scores > rule[1])[0]
+    else:
+        keep = np.sort(np.argsort(-scores, kind="stable")[: rule[1]])
+    if len(keep) < k:
+        raise InputError(f"{method}: Bair's screening keeps {len(keep)} feature(s) ({rule[0]} "
+                         f"{rule[1]}; the largest score is {scores.max():.4g}), fewer than "
+                         f"n_components={k}.", "lower bair_threshold, raise bair_n_features, "
+                         "or ask for fewer components.")
+    sub = pca(X[:, keep], n_components=k, where=f"{where}[:, kept features]")
+    comps = np.zeros((k, X.shape[1]), dtype=X.dtype)
+    comps[:, keep] = sub.components
+    n = st.n
+    return SupervisedPCAModel(comps, st.mean_x.astype(X.dtype),
+                              (sub.explained_variance * (n - 1)).astype(X.dtype), n, label_kernel,
+                              keep, scores, {"bair_rule": rule[0], "bair_value": rule[1],
+                                             "n_selected": int(len(keep)), "solver": sub.solver})
+
+
+def supervised_pca(X, y=None, *, n_components: int = 2, label_kernel: str = "delta",
+                   label_gamma=None, label_width=None, n_label_landmarks: int = 100,
+                   bair_threshold=None, bair_n_features=None, random_state=0,
+                   where: str = "X") -> SupervisedPCAModel:
+    """Fit supervised PCA (or Bair's screened PCA) of ``X`` (NumPy or dask) against ``y``."""
+    method = "Supervised PCA"
+    X = check_array(X, method=method, where=where)
+    n, d = X.shape
+    k = _check_k(n_components, n, d, method)
+    _choice(label_kernel, LABEL_KERNELS, "label_kernel", method, "delta")
+    rule = _check_bair(bair_threshold, bair_n_features, d, label_kernel, method)
+    if label_kernel == "identity":  # B = I: Q = Xc^T Xc, i.e. PCA
+        sub = pca(X, n_components=k, where=where)
+        return SupervisedPCAModel(sub.components, sub.mean,
+                                  (sub.explained_variance * (n - 1)).astype(X.dtype), n,
+                                  "identity", info={"solver": sub.solver})
+    y2, lmap = prepare_labels(y, X, label_kernel, gamma=label_gamma, width=label_width,
+                              n_landmarks=n_label_landmarks, random_state=random_state,
+                              method=method)
+    st = cross_stats(X, label_factor(y2, lmap), method=method, where=where,
+                     stage="supervised PCA: X^T H Delta pass")
+    if rule is not None:
+        return _bair(X, st, k, rule, label_kernel, where, method)
+    u, vals, rank = _top_directions(st.cross, k, method)
+    return SupervisedPCAModel(sign_fix(u.T).astype(X.dtype), st.mean_x.astype(X.dtype),
+                              vals.astype(X.dtype), n, label_kernel,
+                              info={"rank": rank, "label_rank": lmap.rank})
+
+
+# ---------------------------------------------------------------- kernel supervised PCA
+
+@dataclass
+class KernelSupervisedPCAModel:
+    """A fitted kernel SPCA: y(x) = k(x, reference) dual_coef."""
+
+    reference: np.ndarray  # (m, d): the training rows (dense) or the landmarks (nystrom)
+    dual_coef: np.ndarray  # (m, k): beta (dense) or U_W S_W^-1/2 a (nystrom)
+    eigenvalues: np.ndarray  # (k,) eigenvalues of Phi^T H B H Phi
+    kernel: dict  # resolved kernel parameters (blocks.kernels.check_kernel)
+    n_samples: int
+    solver: str = "dense"
+    label_kernel: str = "delta"
+    info: dict = field(default_factory=dict)
+    embedding: Any = field(default=None, repr=False)  # training embedding; not part of arrays()
+
+    @property
+    def n_components(self) -> int:
+        return self.dual_coef.shape[1]
+
+    def transform(self, X):
+        """y = k(x, reference) dual_coef for each row (lazy rowwise for dask input)."""
+        dtype, ref, kernel = X.dtype, self.reference, self.kernel
+        coef = self.dual_coef.astype(dtype)
+
+        def encode(block):
+            return kernel_block(block, ref.astype(block.dtype), **kernel) @ coef
+
+        return rowwise(X, encode, self.n_components, dtype)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"reference_": self.reference, "dual_coef_": self.dual_coef,
+                "eigenvalues_": self.eigenvalues}
+
+    def scalars(self) -> dict:
+        return {**self.info, **self.kernel, "n_samples": int(self.n_samples),
+                "solver": self.solver, "label_kernel": self.label_kernel}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, scalars: dict) -> "KernelSupervisedPCAModel":
+        keys = ("kernel", "gamma", "degree", "coef0")
+        kernel = {k: scalars[k] for k in keys if k in scalars}
+        info = {k: v for k, v in scalars.items()
+                if k not in keys + ("n_samples", "solver", "label_kernel")}
+        return cls(np.asarray(arrays["reference_"]), np.asarray(arrays["dual_coef_"]),
+                   np.asarray(arrays["eigenvalues_"]), kernel, int(scalars["n_samples"]),
+                   scalars["solver"], scalars["label_kernel"], info)
+
+
+def _dense_factor(X, params: dict, method: str):
+    """(training rows, Phi = V_+ S_+^1/2, V_+ S_+^-1/2) from the positive part of K."""
+    if is_dask(X):
+        (X,) = compute(X, stage="kernel SPCA: rows to memory")
+        X = np.asarray(X)
+    K = pairwise_kernels(X, **params)
+    eig = top_eigh(K, K.shape[0], solver="dense", stage="kernel SPCA: eigh(K)")
+    keep = eig.values > KERNEL_RANK_RTOL[X.dtype] * max(eig.values[0], 0.0)
+    if not keep.any():
+        raise InputError(f"{method}: the kernel matrix has no positive eigenvalue "
+                         f"({params}).", "use a positive semidefinite kernel such as gaussian.")
+    v, s = eig.vectors[:, keep], eig.values[keep]
+    return X, v * np.sqrt(s), v / np.sqrt(s), {"kernel_rank": int(keep.sum())}
+
+
+def _nystrom_factor(X, params, n_landmarks, landmarks, random_state):
+    m = _clip(n_landmarks, X.shape[0])
+    marks, idx = choose_landmarks(X, m, landmarks, random_state)
+    nmap = nystrom_map(marks, params)
+    held = _held_out(X, idx, random_state)  # rows apart from the landmarks, as KernelPCA
+    info = {"n_landmarks": int(m), "landmark_method": landmarks, "kernel_rank": nmap.rank,
+            "approximation_error": nystrom_error(held, nmap),
+            "approximation_error_rows": int(held.shape[0])}
+    return nmap, nystrom_features(X, nmap), info
+
+
+def _feature_directions(phi, y2, lmap, k: int, method: str, where: str):
+    """(a (p, k), eigenvalues, rank): linear SPCA of the rows of Phi."""
+    p = phi.shape[1]
+    if k > p:
+        raise InputError(f"{method}: the kernel's feature space has rank {p} here, fewer than "
+                         f"n_components={k}.", "ask for fewer components, use more landmarks or "
+                         "a kernel of higher rank (gaussian).")
+    if lmap is None:  # identity: kernel PCA, eigenvectors of Phic^T Phic
+        st = column_stats(phi, gram=True, method=method, where=where,
+                          stage="kernel SPCA: feature scatter pass")
+        w, v = scipy.linalg.eigh(st.m2)
+        order = np.argsort(w)[::-1][:k]
+        return v[:, order], np.clip(w[order], 0.0, None), p
+    st = cross_stats(phi, label_factor(y2, lmap), method=method, where=where,
+                     stage="kernel SPCA: Phi^T H Delta pass")
+    return _top_directions(st.cross, k, method, stacklevel=4)
+
+
+def kernel_supervised_pca(X, y=None, *, n_components: int = 2, kernel: str = "gaussian",
+                          gamma=None, width=None, degree: int = 3, coef0: float = 1.0,
+                          label_kernel: str = "delta", label_gamma=None, label_width=None,
+                          n_label_landmarks: int = 100, solver: str = "auto",
+                          n_landmarks: int = 200, landmarks: str = "kmeans++", random_state=0,
+                          where: str = "X") -> KernelSupervisedPCAModel:
+    """Fit kernel SPCA; ``solver``: dense (X and K in memory, exact), nystrom (n x m, lazy for
+    dask) or auto (dense up to DENSE_MAX_SAMPLES rows). ``embedding`` is K beta (training)."""
+    method = "Kernel supervised PCA"
+    X = check_array(X, method=method, where=where)
+    n, d = X.shape
+    k = _check_k(n_components, n, None, method)
+    _choice(label_kernel, LABEL_KERNELS, "label_kernel", method, "delta")
+    params = check_kernel(kernel, d, gamma=gamma, width=width, degree=degree, coef0=coef0)
+    solver = _choice(solver, KSPCA_SOLVERS, "solver", method, "auto")
+    solver = ("dense" if n <= DENSE_MAX_SAMPLES else "nystrom") if solver == "auto" else solver
+    y2, lmap = None, None
+    if label_kernel != "identity":
+        y2, lmap = prepare_labels(y, X, label_kernel, gamma=label_gamma, width=label_width,
+                                  n_landmarks=n_label_landmarks, random_state=random_state,
+                                  method=method)
+    if solver == "dense":
+        ref, phi, to_coef, info = _dense_factor(X, params, method)
+        y2 = None if y2 is None else _align(y2, ref)
+    else:
+        nmap, phi, info = _nystrom_factor(X, params, n_landmarks, landmarks, random_state)
+        ref, to_coef = nmap.landmarks, nmap.proj
+    a, vals, rank = _feature_directions(phi, y2, lmap, k, method, where)
+    a, dtype = sign_fix(a.T).T, X.dtype
+    emb = rowwise(phi, lambda b: (b @ a.astype(b.dtype)).astype(dtype), k, dtype)
+    if solver == "dense" and is_dask(X):
+        import dask.array as da
+
+        emb = da.from_array(emb, chunks=(X.chunks[0], k))
+    return KernelSupervisedPCAModel(np.asarray(ref).astype(dtype), (to_coef @ a).astype(dtype),
+                                    vals.astype(dtype), params, n, solver, label_kernel,
+                                    {**info, "rank": int(rank)}, emb)
+
+
+# ---------------------------------------------------------------- HSIC
+
+class HSICResult(NamedTuple):
+    statistic: float  # tr(K H B H) / (n - 1)^2
+    p_value: float  # (1 + #{permuted >= statistic}) / (1 + n_permutations); NaN without any
+
+
+def _p_value(stat: float, null: np.ndarray) -> float:
+    return float((1 + np.sum(null >= stat)) / (1 + len(null))) if len(null) else float("nan")
+
+
+def _exact_label_gram(y2, lmap, label_kernel, label_gamma, label_width):
+    if label_kernel == "gaussian":
+        params = check_kernel("gaussian", y2.shape[1], gamma=label_gamma, width=label_width)
+        return kernel_block(y2, y2, **params)
+    delta = lmap.factor(y2)
+    return delta @ delta.T
+
+
+def _hsic_exact(X, y2, lmap, params, label_args, perms):
+    if is_dask(X):
+        (X,) = compute(X, stage="HSIC: rows to memory")
+    X, n = np.asarray(X), X.shape[0]
+    y2 = _align(y2, X)
+    Kc = double_center(np.asarray(pairwise_kernels(X, **params), dtype=np.float64))
+    B = _exact_label_gram(y2, lmap, *label_args)
+    stat = float(np.sum(Kc * B))
+    null = np.array([np.sum(Kc * B[np.ix_(p, p)]) for p in perms])
+    return HSICResult(stat / (n - 1) ** 2, _p_value(stat, null))
+
+
+def _hsic_lowrank(X, y2, lmap, params, perms, n_landmarks, landmarks, random_state, method,
+                  where):
+    n = X.shape[0]
+    if params["kernel"] == "linear":
+        phi = X  # the exact factor: K = X X^T
+    else:
+        phi = _nystrom_factor(X, params, n_landmarks, landmarks, random_state)[1]
+    D = label_factor(y2, lmap)
+    if len(perms) and is_dask(phi):  # the permutations need both factors in memory: n x (p + r)
+        phi, D = compute(phi, D, stage="HSIC: low-rank factors")
+    st = cross_stats(phi, D, method=method, where=where, stage="HSIC: Phi^T H Delta pass")
+    stat = float(np.sum(st.cross**2))
+    if not len(perms):
+        return HSICResult(stat / (n - 1) ** 2, float("nan"))
+    phic, D = np.asarray(phi, dtype=np.float64) - st.mean_x, np.asarray(D, dtype=np.float64)
+    null = np.array([np.sum((phic.T @ D[p]) ** 2) for p in perms])
+    return HSICResult(stat / (n - 1) ** 2, _p_value(stat, null))
+
+
+def hsic(X, y, *, kernel: str = "gaussian", gamma=None, width=None, degree: int = 3,
+         coef0: float = 1.0, label_kernel: str = "delta", label_gamma=None, label_width=None,
+         n_permutations: int = 200, solver: str = "auto", n_landmarks: int = 200,
+         n_label_landmarks: int = 100, landmarks: str = "kmeans++", random_state=0,
+         where: str = "X") -> HSICResult:
+    """HSIC = tr(K H B H) / (n - 1)^2 and its permutation p-value (rows of the labels permuted).
+
+    ``solver``: ``exact`` (K and B n x n in memory), ``lowrank`` (K ~ Phi Phi^T: X itself for
+    the linear kernel, else Nyström; B = Delta Delta^T; statistic ||Phi_c^T Delta||_F^2 in one
+    pass; the permutations hold Phi and Delta, n x (p + r), in memory), ``auto`` (exact up to
+    DENSE_MAX_SAMPLES rows). The same ``random_state`` gives the same permutations in both.
+    """
+    method = "HSIC"
+    X = check_array(X, method=method, where=where)
+    n, d = X.shape
+    _choice(label_kernel, LABEL_KERNELS, "label_kernel", method, "delta")
+    if label_kernel == "identity":
+        raise InputError("HSIC with label_kernel='identity' (B = I) does not depend on y: "
+                         "every permutation gives the same value.", "pass label_kernel='delta' "
+                         "for classes, or 'linear' / 'gaussian' for real targets.")
+    params = check_kernel(kernel, d, gamma=gamma, width=width, degree=degree, coef0=coef0)
+    solver = _choice(solver, HSIC_SOLVERS, "solver", method, "auto")
+    solver = ("exact" if n <= DENSE_MAX_SAMPLES else "lowrank") if solver == "auto" else solver
+    if (not isinstance(n_permutations, numbers.Integral) or isinstance(n_permutations, bool)
+            or n_permutations < 0):
+        raise InputError(f"n_permutations must be an int >= 0; found {n_permutations!r}.",
+                         "pass e.g. n_permutations=200 (0: no p-value).")
+    y2 = _align(check_labels(y, n, label_kernel, method=method), X)
+    lmap = None
+    if solver == "lowrank" or label_kernel != "gaussian":
+        lmap = label_map(y2, label_kernel, gamma=label_gamma, width=label_width,
+                         n_landmarks=n_label_landmarks, random_state=random_state, method=method)
+    perm_rng = check_random_state(random_state)
+    perms = [perm_rng.permutation(n) for _ in range(int(n_permutations))]
+    if solver == "exact":
+        return _hsic_exact(X, y2, lmap, params, (label_kernel, label_gamma, label_width), perms)
+    return _hsic_lowrank(X, y2, lmap, params, perms, n_landmarks, landmarks, random_state,
+                         method, where)
+
+
+# ---------------------------------------------------------------- estimators
+
+class _SupervisedBase(DimredEstimator):
+    """fit calls the function core with the parameters (their names are its keywords)."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = self.label_kernel != "identity"
+        return tags
+
+    def _checked(self, X, n_features):
+        check_is_fitted(self, "n_features_in_")
+        X = check_array(X, method=type(self).__name__, min_samples=1,
+                        check_finite=not is_dask(X))
+        check_n_features(self, X, n_features)
+        return X
+
+    def transform(self, X):
+        return self._model.transform(self._checked(X, self.n_features_in_))
+
+    def get_feature_names_out(self, input_features=None):
+        check_is_fitted(self, "n_features_in_")
+        prefix = type(self).__name__.lower()
+        return np.array([f"{prefix}{i}" for i in range(self.n_components_)], dtype=object)
+
+
+class SupervisedPCA(_SupervisedBase):
+    """Supervised PCA (Barshan et al. 2011; Bair et al. 2006 with ``bair_*``).
+
+    Parameters
+    ----------
+    n_components : int
+    label_kernel : {"delta", "linear", "gaussian", "identity"}
+        B = Delta Delta^T on the labels (see the module docstring); identity gives PCA.
+    label_gamma, label_width, n_label_landmarks : gaussian label kernel only.
+    bair_threshold, bair_n_features : Bair's screening (one of them), then PCA on the kept
+        features.
+    random_state : seeds the gaussian label kernel's landmarks.
+
+    Attributes
+    ----------
+    components_, mean_, eigenvalues_, n_components_, n_features_in_, n_samples_,
+    selected_features_, feature_scores_ (Bair only, else None)
+    """
+
+    def __init__(self, n_components=2, *, label_kernel="delta", label_gamma=None,
+                 label_width=None, n_label_landmarks=100, bair_threshold=None,
+                 bair_n_features=None, random_state=0):
+        self.n_components, self.label_kernel = n_components, label_kernel
+        self.label_gamma, self.label_width = label_gamma, label_width
+        self.n_label_landmarks, self.random_state = n_label_landmarks, random_state
+        self.bair_threshold, self.bair_n_features = bair_threshold, bair_n_features
+
+    def fit(self, X, y=None):
+        self._model = m = supervised_pca(X, y, **self.get_params(deep=False))
+        self.components_, self.mean_, self.eigenvalues_ = m.components, m.mean, m.eigenvalues
+        self.selected_features_, self.feature_scores_ = m.selected_features, m.feature_scores
+        self.n_components_, self.n_features_in_ = m.n_components, m.mean.shape[0]
+        self.n_samples_ = m.n_samples
+        return self
+
+    def fit_transform(self, X, y=None):
+        return self.fit(X, y).transform(X)
+
+    def inverse_transform(self, X):
+        return self._model.inverse_transform(self._checked(X, self.n_components_))
+
+
+class KernelSupervisedPCA(_SupervisedBase):
+    """Kernel supervised PCA (Barshan et al. 2011), dense or Nyström.
+
+    Parameters
+    ----------
+    n_components : int
+    kernel, gamma, width, degree, coef0 : the kernel on X (blocks.kernels.check_kernel)
+    label_kernel, label_gamma, label_width, n_label_landmarks : the kernel on the labels
+    solver : {"auto", "dense", "nystrom"}
+    n_landmarks, landmarks : Nyström only
+    random_state : seeds the landmarks
+
+    Attributes
+    ----------
+    embedding_, eigenvalues_, dual_coef_, reference_ (training rows or landmarks),
+    n_components_, n_features_in_, n_samples_, solver_
+    """
+
+    def __init__(self, n_components=2, *, kernel="gaussian", gamma=None, width=None, degree=3,
+                 coef0=1.0, label_kernel="delta", label_gamma=None, label_width=None,
+                 n_label_landmarks=100, solver="auto", n_landmarks=200, landmarks="kmeans++",
+                 random_state=0):
+        self.n_components, self.kernel, self.gamma, self.width = n_components, kernel, gamma, width
+        self.degree, self.coef0, self.solver = degree, coef0, solver
+        self.label_kernel, self.label_gamma = label_kernel, label_gamma
+        self.label_width, self.n_landmarks, self.landmarks = label_width, n_landmarks, landmarks
+        self.n_label_landmarks, self.random_state = n_label_landmarks, random_state
+
+    def fit(self, X, y=None):
+        self._model = m = kernel_supervised_pca(X, y, **self.get_params(deep=False))
+        self.embedding_, self.eigenvalues_ = m.embedding, m.eigenvalues
+        self.dual_coef_, self.reference_ = m.dual_coef, m.reference
+        self.n_components_, self.n_features_in_ = m.n_components, m.reference.shape[1]
+        self.n_samples_, self.solver_ = m.n_samples, m.solver
+        return self
+
+    def fit_transform(self, X, y=None):
+        return self.fit(X, y).embedding_
