@@ -20,6 +20,34 @@ def _labels(n=60, classes=3):
     return (np.arange(n) % classes).astype(np.float32)
 
 
+def _distances(edit=None, n=30):
+    from scipy.spatial.distance import cdist
+
+    x = _data(n)
+    D = cdist(x, x).astype(np.float32)
+    if edit:
+        edit(D)
+    return D
+
+
+def _asymmetric(D):
+    D[3, 7] += 1.0
+
+
+def _negative(D):
+    D[3, 7] = D[7, 3] = -0.5
+
+
+def _diagonal(D):
+    np.fill_diagonal(D, 1.0)
+
+
+def _with_nan(y):
+    y = y.copy()
+    y[0] = np.nan
+    return y
+
+
 # (id, method, X, params, labels (array, or None), API call or None, error, message pattern)
 CASES = [
     ("kpca-gamma-zero", "kpca", _data(), {"gamma": 0.0}, None,
@@ -39,6 +67,39 @@ CASES = [
      InputError, r"n_landmarks <= n_samples=60"),
     ("labels-for-unsupervised", "kpca", _data(), {}, _labels(), None, InputError,
      r"unsupervised; found --labels"),
+    ("labels-missing", "spca", _data(), {}, None,
+     lambda X, y: dimred_dask.supervised_pca(X, None), InputError,
+     r"(needs labels|requires y)"),
+    ("labels-wrong-length", "spca", _data(), {}, _labels(50),
+     lambda X, y: dimred_dask.supervised_pca(X, y), InputError,
+     r"(one label per row of X: X has 60 rows|have 50 rows; the input has 60)"),
+    ("labels-single-class", "spca", _data(), {}, np.zeros(60, np.float32),
+     lambda X, y: dimred_dask.supervised_pca(X, y), InputError, r"at least 2 classes"),
+    ("labels-nan", "kspca", _data(), {}, _with_nan(_labels()),
+     lambda X, y: dimred_dask.kernel_supervised_pca(X, y), InputError, r"finite labels"),
+    ("kspca-k-equals-n", "kspca", _data(), {"n_components": 60}, _labels(),
+     lambda X, y: dimred_dask.kernel_supervised_pca(X, y, n_components=60), InputError,
+     r"n_components"),
+    ("distances-not-square", "mds", _data(), {"metric": "precomputed"}, None,
+     lambda X, y: dimred_dask.classical_mds(X, metric="precomputed"), InputError,
+     r"square n x n distance matrix"),
+    ("distances-asymmetric", "mds", _distances(_asymmetric), {"metric": "precomputed"}, None,
+     lambda X, y: dimred_dask.classical_mds(X, metric="precomputed"), InputError,
+     r"symmetric distance matrix; found D\[3, 7\]"),
+    ("distances-negative", "mds", _distances(_negative), {"metric": "precomputed"}, None,
+     lambda X, y: dimred_dask.classical_mds(X, metric="precomputed"), InputError,
+     r"distances >= 0; found D\[3, 7\] = -0.5"),
+    ("distances-nonzero-diagonal", "mds", _distances(_diagonal), {"metric": "precomputed"},
+     None, lambda X, y: dimred_dask.classical_mds(X, metric="precomputed"), InputError,
+     r"zero diagonal"),
+    ("mds-k-equals-n", "mds", _data(), {"n_components": 60}, None,
+     lambda X, y: dimred_dask.classical_mds(X, n_components=60), InputError, r"n_components"),
+    ("mds-minkowski-p", "mds", _data(), {"metric": "minkowski", "p": 0.5}, None,
+     lambda X, y: dimred_dask.classical_mds(X, metric="minkowski", p=0.5), InputError,
+     r"p >= 1"),
+    ("landmarks-above-n", "landmark-mds", _data(), {"n_landmarks": 100}, None,
+     lambda X, y: dimred_dask.landmark_mds(X, n_landmarks=100), InputError,
+     r"n_landmarks"),
 ]
 
 

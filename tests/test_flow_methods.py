@@ -94,3 +94,29 @@ def test_mds_distance_stage_precomputed_and_landmark(client, prefect_api, cluste
 
     assert procrustes(ref.embedding_, Y)[2] < 0.01
     assert lm["model"]["stress"] < 0.2
+
+
+def test_supervised_methods_take_labels_from_a_uri(client, prefect_api, clustered, tmp_path):
+    from flows.embed import embed
+
+    from dimred_dask import SupervisedPCA
+
+    uri, X, y = clustered
+    y_uri = str(tmp_path / "y.zarr")
+    save_array(y.astype(np.int32), y_uri, chunks=(300,))
+    m = embed(uri, str(tmp_path / "spca.zarr"), method="spca", params={"n_components": 2},
+              labels=y_uri)
+    assert m["labels"] == y_uri and m["stages"]["fit"] == "computed"
+    ref = SupervisedPCA(2).fit(X, y)
+    Y = open_output(str(tmp_path / "spca.zarr")).read_array("embedding")
+    _same_up_to_sign(Y.astype(np.float64), ref.transform(X).astype(np.float64), 1e-3)
+    k = embed(uri, str(tmp_path / "kspca.zarr"), method="kspca",
+              params={"n_components": 2, "solver": "nystrom", "n_landmarks": 200},
+              labels=y_uri)
+    assert k["metrics"]["trustworthiness"] > 0.8
+    # other labels, same data: the fit is not reused from a store with different labels
+    (tmp_path / "spca.zarr" / "_COMMITTED").unlink()
+    save_array((y[::-1]).astype(np.int32), str(tmp_path / "y2.zarr"), chunks=(300,))
+    again = embed(uri, str(tmp_path / "spca.zarr"), method="spca", params={"n_components": 2},
+                  labels=str(tmp_path / "y2.zarr"))
+    assert again["stages"]["fit"] == "computed"
