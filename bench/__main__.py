@@ -9,16 +9,39 @@ import sys
 def main(argv=None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("name", choices=["pca"], help="which benchmark")
+    p.add_argument("name", choices=["pca", "kpca", "mds"], help="which benchmark")
     p.add_argument("--big", action="store_true",
-                   help="out of core: a Zarr array on disk larger than memory (pca)")
+                   help="out of core: a Zarr array on disk larger than memory (pca); "
+                        "n = 1 000 000 Nyström on 4 GiB workers (kpca)")
+    p.add_argument("--exact-big", action="store_true",
+                   help="kpca: exact kernel PCA of n = 50 000 through a 10 GB kernel on disk")
     p.add_argument("--rows", type=int, default=None, help="rows of the data (default per bench)")
     p.add_argument("--repeat", type=int, default=3, help="timed repetitions (median reported)")
     p.add_argument("--gib", type=float, default=None, help="--big: size of the array in GiB")
-    p.add_argument("--dir", default=None, help="--big: where to write the array (kept)")
+    p.add_argument("--dir", default=None, help="--big: where to write the array (pca: kept; "
+                   "kpca, mds: default bench/_data, deleted unless --keep)")
     p.add_argument("--workers", type=int, default=None, help="--big: worker processes")
     p.add_argument("--threads", type=int, default=2, help="--big: threads per worker")
+    p.add_argument("--landmarks", type=int, default=None,
+                   help="kpca: Nyström landmarks m (default 2000, --big 1000); "
+                        "mds: landmarks (default 1000)")
+    p.add_argument("--peer-repeat", type=int, default=1,
+                   help="kpca, mds: timed repetitions of the slow peers and exact solvers")
+    p.add_argument("--keep", action="store_true",
+                   help="kpca, mds: keep what --big / --exact-big wrote under --dir")
     args = p.parse_args(argv)
+    if args.name == "kpca":
+        from . import kpca
+
+        if args.exact_big:
+            return kpca.main_exact_big(args)
+        if args.big:
+            return kpca.main_big(args)
+        return kpca.main(args)
+    if args.name == "mds":
+        from . import mds
+
+        return mds.main(args)
     from . import pca
 
     if args.big:
