@@ -1,0 +1,11 @@
+"""Neighbour graphs: the shared kNN graph (exact, NN-descent, partitioned), symmetrising,
+connectivity, edge weights and Laplacians."""
+from .connectivity import (SYMMETRIZE, check_connected, connected_components, graph_csr,
+                           join_components, symmetrize)
+from .knn import EXACT_MAX, KNN_BACKENDS, KNNGraph, check_n_neighbors, knn_graph, sample_recall
+from .laplacian import WEIGHTS, graph_weights, laplacian
+
+__all__ = ["KNNGraph", "knn_graph", "check_n_neighbors", "sample_recall", "KNN_BACKENDS",
+           "EXACT_MAX", "symmetrize", "connected_components", "check_connected",
+           "join_components", "graph_csr", "SYMMETRIZE", "graph_weights", "laplacian",
+           "WEIGHTS"]

@@ -1,0 +1,99 @@
+"""k nearest neighbours between in-memory blocks of rows (NumPy only).
+
+``block_topk(a, b, k, ...)`` returns, for every row of ``a``, the ``k`` nearest rows of ``b``
+(their indices offset by ``b_offset``, and distances), nearest first, ties broken by the
+smaller index so the result does not depend on the order blocks are visited in.
+``merge_topk`` merges two such candidate lists. Distances are computed in float64 (the
+expansion ||a||^2 + ||b||^2 - 2 a.b in float32 loses the small distances that decide
+who is nearest), and returned in float64.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels import distance_block
+
+PANEL_ROWS = 1024  # rows of ``a`` per distance panel: PANEL_ROWS x len(b) float64 at a time
+
+
+def _ordered_topk(d: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k smallest of each row of ``d`` (candidate indices ``idx``, same shape), sorted by
+    (distance, index)."""
+    k = min(k, d.shape[1])
+    if k < d.shape[1]:
+        part = np.argpartition(d, k - 1, axis=1)[:, :k]
+        kth = np.take_along_axis(d, part[:, k - 1:k], axis=1)
+        # include every tie of the k-th distance, so the tie-break by index is exact
+        if (d == kth).sum(axis=1).max() > 1:
+            part = np.argsort(d, axis=1, kind="stable")[:, : k + (d == kth).sum(axis=1).max()]
+        d_c = np.take_along_axis(d, part, axis=1)
+        i_c = np.take_along_axis(idx, part, axis=1)
+    else:
+        d_c, i_c = d, idx
+    order = np.lexsort((i_c, d_c), axis=1)[:, :k]
+    return np.take_along_axis(i_c, order, axis=1), np.take_along_axis(d_c, order, axis=1)
+
+
+def block_topk(a: np.ndarray, b: np.ndarray, k: int, *, b_offset: int = 0,
+               metric: str = "euclidean", p: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+    """(indices int64 (len(a), min(k, len(b))), distances float64) of the nearest rows of b."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    kk = min(k, b.shape[0])
+    out_i = np.empty((a.shape[0], kk), dtype=np.int64)
+    out_d = np.empty((a.shape[0], kk), dtype=np.float64)
+    cols = np.arange(b_offset, b_offset + b.shape[0], dtype=np.int64)
+    for s in range(0, a.shape[0], PANEL_ROWS):
+        d = distance_block(a[s:s + PANEL_ROWS], b, metric, p)
+        idx = np.broadcast_to(cols, d.shape)
+        out_i[s:s + PANEL_ROWS], out_d[s:s + PANEL_ROWS] = _ordered_topk(d, idx, kk)
+    return out_i, out_d
+
+
+def merge_topk(x: tuple, y: tuple, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Merge two candidate lists (indices, distances) of the same rows; duplicates of an
+    index (the same neighbour found twice) are kept once."""
+    idx = np.concatenate([x[0], y[0]], axis=1)
+    dist = np.concatenate([x[1], y[1]], axis=1)
+    order = np.lexsort((dist, idx), axis=1)  # group equal indices, nearest copy first
+    idx = np.take_along_axis(idx, order, axis=1)
+    dist = np.take_along_axis(dist, order, axis=1)
+    dup = np.zeros_like(idx, dtype=bool)
+    dup[:, 1:] = idx[:, 1:] == idx[:, :-1]
+    dist = np.where(dup, np.inf, dist)
+    return _ordered_topk(dist, idx, k)
+
+
+def drop_self(indices: np.ndarray, distances: np.ndarray, row_ids: np.ndarray, k: int):
+    """From k + 1 candidates per row, drop the row itself (or, when the row is not among them,
+    which happens only with more than k exact duplicates of it, the last candidate)."""
+    is_self = indices == row_ids[:, None]
+    has = is_self.any(axis=1)
+    is_self[~has, -1] = True  # no self: drop the farthest instead
+    keep = ~is_self
+    # exactly one False per row now (a row cannot list itself twice)
+    n = indices.shape[0]
+    return (indices[keep].reshape(n, -1)[:, :k], distances[keep].reshape(n, -1)[:, :k])
+
+
+def merge_candidates(point: np.ndarray, nbr: np.ndarray, dist: np.ndarray, n: int, k: int):
+    """Best ``k`` distinct neighbours per point from (point, neighbour, distance) triples
+    (the partitioned backend: a point's candidates from the cells it belongs to). Points
+    with fewer than k distinct candidates get -1 / inf padding."""
+    keep = point != nbr
+    point, nbr, dist = point[keep], nbr[keep], dist[keep]
+    order = np.lexsort((dist, nbr, point))
+    point, nbr, dist = point[order], nbr[order], dist[order]
+    first = np.ones(point.size, dtype=bool)
+    first[1:] = (point[1:] != point[:-1]) | (nbr[1:] != nbr[:-1])
+    point, nbr, dist = point[first], nbr[first], dist[first]
+    order = np.lexsort((nbr, dist, point))
+    point, nbr, dist = point[order], nbr[order], dist[order]
+    starts = np.searchsorted(point, np.arange(n))
+    rank = np.arange(point.size) - starts[point]
+    sel = rank < k
+    out_i = np.full((n, k), -1, dtype=np.int64)
+    out_d = np.full((n, k), np.inf, dtype=np.float64)
+    out_i[point[sel], rank[sel]] = nbr[sel]
+    out_d[point[sel], rank[sel]] = dist[sel]
+    return out_i, out_d

@@ -1,0 +1,144 @@
+"""Symmetrising a kNN graph, counting its components, and refusing or joining disconnected ones.
+
+A kNN graph is directed (j among i's neighbours does not imply the converse); the graph
+methods work on the undirected graph ``symmetrize`` makes. When it has several connected
+components, a method that needs one (Isomap's geodesics, LLE's and the Laplacian's null
+space, MVU's constraints) either refuses with `DisconnectedGraphError` naming the component
+sizes, or, with ``join=True``, adds for each component its shortest edge to another one
+(Boruvka rounds: every component links to its nearest other component, repeated until one
+is left; at most log2(components) rounds, each one exact pass per small component).
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components as _cc
+
+from .._validation import is_dask
+from ..blocks.neighbors import block_topk
+from ..errors import DisconnectedGraphError, InputError
+from .knn import KNNGraph
+
+__all__ = ["symmetrize", "connected_components", "check_connected", "join_components",
+           "SYMMETRIZE"]
+
+SYMMETRIZE = ("max", "mean", "min", "union")
+
+
+def symmetrize(graph, how: str = "max"):
+    """The undirected weighted graph of a `KNNGraph` (or a directed CSR matrix) as CSR.
+
+    ``max`` / ``union``: an edge listed in either direction, weight max(w_ij, w_ji) (equal
+    for exact distances); ``mean``: the mean where both directions are listed, else the one
+    weight; ``min``: keep an edge only where both directions are listed (mutual kNN).
+    """
+    if how not in SYMMETRIZE:
+        raise InputError(f"symmetrize must be one of {', '.join(SYMMETRIZE)}; found {how!r}.",
+                         "pass how='max'.")
+    A = graph.to_csr() if isinstance(graph, KNNGraph) else sp.csr_matrix(graph)
+    At = A.T.tocsr()
+    if how in ("max", "union"):
+        S = A.maximum(At)
+    elif how == "min":
+        S = A.minimum(At)
+    else:
+        both = A.multiply(At > 0)  # edges listed both ways: A + At counts them twice
+        S = (A + At - both.multiply(0.5) - both.T.multiply(0.5)).tocsr()
+    S = sp.csr_matrix(S)
+    S.eliminate_zeros()
+    S.sort_indices()
+    return S
+
+
+def connected_components(A) -> tuple[int, np.ndarray]:
+    """(count, labels) of the undirected graph with adjacency A (any sparse or KNNGraph)."""
+    if isinstance(A, KNNGraph):
+        A = A.to_csr()
+    return _cc(sp.csr_matrix(A), directed=True, connection="weak")
+
+
+def _sizes_text(labels: np.ndarray, limit: int = 8) -> str:
+    sizes = np.sort(np.bincount(labels))[::-1]
+    shown = ", ".join(str(int(s)) for s in sizes[:limit])
+    more = f" and {sizes.size - limit} more" if sizes.size > limit else ""
+    return f"{sizes.size} components of sizes {shown}{more}"
+
+
+def check_connected(graph: KNNGraph, *, method: str = "this method") -> None:
+    """Raise `DisconnectedGraphError` when the kNN graph has more than one component."""
+    count, labels = connected_components(graph)
+    if count > 1:
+        raise DisconnectedGraphError(
+            f"{method} needs a connected neighbour graph; the {graph.n_neighbors}-NN graph of "
+            f"the {graph.n_samples} rows has {_sizes_text(labels)}.",
+            f"raise n_neighbors (now {graph.n_neighbors}), or pass join_components=True to join "
+            "each component to its nearest one by its shortest edge, or embed the components "
+            "separately.")
+
+
+def _nearest_outside(X, members: np.ndarray, outside: np.ndarray, metric: str, p: float):
+    """(i in members, j in outside, distance) of the closest pair, exactly."""
+    from ..linalg.nystrom import take_rows
+
+    a = take_rows(X, members, "component rows") if is_dask(X) else np.asarray(X)[members]
+    best = (None, None, np.inf)
+    step = 20_000
+    for s in range(0, outside.size, step):
+        cols = outside[s:s + step]
+        b = take_rows(X, cols, "other rows") if is_dask(X) else np.asarray(X)[cols]
+        idx, dist = block_topk(a, b, 1, metric=metric, p=p)
+        r = int(np.argmin(dist[:, 0]))
+        if dist[r, 0] < best[2]:
+            best = (int(members[r]), int(cols[idx[r, 0]]), float(dist[r, 0]))
+    return best
+
+
+def join_components(graph: KNNGraph, X, *, max_rounds: int = 64) -> tuple[KNNGraph, list]:
+    """The graph with extra edges that make it connected, and the list of added edges
+    (i, j, distance). Extra edges go in ``info["extra_edges"]``; the neighbour lists keep
+    their k columns (the extra edges are added by `graph_csr`)."""
+    from ..blocks.kernels import METRICS
+
+    if graph.metric not in METRICS:
+        raise InputError(f"Joining components needs an exact distance; metric "
+                         f"{graph.metric!r} has none here.", "raise n_neighbors instead.")
+    p = float(graph.info.get("metric_kwds", {}).get("p", 2.0))
+    extra = [tuple(e) for e in graph.info.get("extra_edges", [])]
+    for _ in range(max_rounds):
+        count, labels = connected_components(graph_csr(graph, extra))
+        if count == 1:
+            break
+        sizes = np.bincount(labels)
+        largest = int(np.argmax(sizes))
+        added = set()
+        for c in range(count):
+            if c == largest:
+                continue
+            members = np.nonzero(labels == c)[0]
+            outside = np.nonzero(labels != c)[0]
+            i, j, d = _nearest_outside(X, members, outside, graph.metric, p)
+            key = (min(i, j), max(i, j))
+            if key not in added:
+                added.add(key)
+                extra.append((i, j, d))
+    else:
+        raise DisconnectedGraphError("Joining the components did not finish in "
+                                     f"{max_rounds} rounds.", "raise n_neighbors.")
+    info = {**graph.info, "extra_edges": [[int(i), int(j), float(d)] for i, j, d in extra],
+            "joined_components": True}
+    return KNNGraph(graph.indices, graph.distances, graph.metric, graph.backend, info), extra
+
+
+def graph_csr(graph: KNNGraph, extra=None, how: str = "max"):
+    """The symmetric weighted adjacency (distances) of the graph, with its extra edges."""
+    S = symmetrize(graph, how)
+    extra = graph.info.get("extra_edges", []) if extra is None else extra
+    if len(extra):
+        e = np.asarray(extra, dtype=np.float64).reshape(-1, 3)
+        i, j = e[:, 0].astype(np.int64), e[:, 1].astype(np.int64)
+        w = np.maximum(e[:, 2], np.finfo(np.float64).tiny)
+        n = S.shape[0]
+        E = sp.csr_matrix((np.concatenate([w, w]), (np.concatenate([i, j]),
+                                                    np.concatenate([j, i]))), shape=(n, n))
+        S = S.maximum(E).tocsr()
+    return S

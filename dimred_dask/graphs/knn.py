@@ -1,0 +1,355 @@
+"""The k-nearest-neighbour graph every graph method shares (Isomap, LLE, Laplacian
+eigenmaps, spectral clustering, t-SNE, UMAP, MVU).
+
+``knn_graph(X, n_neighbors)`` returns a `KNNGraph`: for each row its ``n_neighbors`` nearest
+other rows (the row itself excluded, also among exact duplicates of it), nearest first, ties
+broken by the smaller index. Backends (``backend=``):
+
+- ``exact``: brute force, blockwise. For dask input every (row chunk, column chunk) pair is a
+  task that keeps the k + 1 nearest candidates; candidates are merged by a tree over the column
+  chunks. O(n^2 d): for validation and for n up to ~100 000.
+- ``nndescent``: pynndescent's NN-descent (random projection trees, then neighbour-of-neighbour
+  refinement). For dask input it runs as one task on one worker, using that worker's cores
+  (numba threads); the data are gathered there (n x d must fit in one worker).
+- ``partitioned``: for data larger than one worker's memory. Coarse cells are k-means centres
+  of a sample; every row belongs to its ``overlap`` (default 2) nearest cells; NN-descent (or
+  brute force for small cells) runs inside each cell as its own task, on separate workers; the
+  candidates of a row from its cells are merged. Points near cell borders see both sides.
+- ``auto``: exact up to ``EXACT_MAX`` rows, nndescent above.
+
+The graph is held in memory as NumPy (n x k int64 indices and float64 distances: 16 bytes per
+edge, 240 MB for 1 000 000 x 15); the flow stores it in the run's store and reuses it by
+fingerprint. ``sample_recall`` measures the recall of a graph against exact neighbours on a
+sample of rows (one pass over the data).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._compute import compute
+from .._validation import check_array, check_random_state, is_dask
+from ..blocks.kernels import METRICS
+from ..blocks.landmarks import kmeans
+from ..blocks.neighbors import block_topk, drop_self, merge_candidates, merge_topk
+from ..errors import InputError
+
+__all__ = ["KNNGraph", "knn_graph", "check_n_neighbors", "sample_recall", "KNN_BACKENDS",
+           "EXACT_MAX"]
+
+KNN_BACKENDS = ("auto", "exact", "nndescent", "partitioned")
+EXACT_MAX = 20_000  # auto: brute force up to this many rows (n^2 d flops, ~1 s at 20 000 x 50)
+SMALL_CELL = 5_000  # partitioned: cells up to this size are searched by brute force
+NNDESCENT_METRICS = ("euclidean", "sqeuclidean", "cosine", "manhattan", "chebyshev",
+                     "minkowski", "correlation", "hamming", "jaccard", "canberra",
+                     "braycurtis", "haversine", "hellinger", "l1", "l2", "taxicab", "linf",
+                     "dot", "inner_product", "seuclidean", "mahalanobis", "wminkowski",
+                     "spearmanr", "true_angular", "jensen_shannon", "symmetric_kl")
+
+
+@dataclass
+class KNNGraph:
+    """A directed kNN graph: row i's neighbours ``indices[i]`` at ``distances[i]`` (ascending)."""
+
+    indices: np.ndarray  # (n, k) int64, self excluded
+    distances: np.ndarray  # (n, k) float64, ascending per row
+    metric: str = "euclidean"
+    backend: str = "exact"
+    info: dict = field(default_factory=dict)
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def n_neighbors(self) -> int:
+        return int(self.indices.shape[1])
+
+    def to_csr(self, mode: str = "distance"):
+        """The directed graph as an n x n CSR matrix: distances (``mode="distance"``; an exact
+        duplicate's edge is stored as a tiny positive number so it is not dropped as a zero) or
+        ones (``"connectivity"``)."""
+        import scipy.sparse as sp
+
+        n, k = self.indices.shape
+        data = (np.ones(n * k) if mode == "connectivity" else
+                np.maximum(self.distances.ravel(), np.finfo(np.float64).tiny))
+        valid = self.indices.ravel() >= 0
+        rows = np.repeat(np.arange(n), k)[valid]
+        return sp.csr_matrix((data[valid], (rows, self.indices.ravel()[valid])), shape=(n, n))
+
+    def subset(self, k: int) -> "KNNGraph":
+        """The graph of the ``k`` nearest neighbours (k <= n_neighbors): a stored graph with
+        more neighbours serves any method that needs fewer."""
+        if k > self.n_neighbors:
+            raise InputError(f"This graph has {self.n_neighbors} neighbours per row; asked "
+                             f"for {k}.", f"build a graph with n_neighbors >= {k}.")
+        return KNNGraph(self.indices[:, :k].copy(), self.distances[:, :k].copy(), self.metric,
+                        self.backend, dict(self.info))
+
+
+def check_n_neighbors(n_neighbors, n: int, method: str = "the kNN graph") -> int:
+    """1 <= n_neighbors < n, as an int, or an `InputError` that says so."""
+    if (not isinstance(n_neighbors, numbers.Integral) or isinstance(n_neighbors, bool)
+            or not 1 <= n_neighbors < n):
+        raise InputError(f"{method} needs an int n_neighbors with 1 <= n_neighbors < n_samples "
+                         f"= {n}; found {n_neighbors!r}.",
+                         f"pass n_neighbors between 1 and {n - 1} (5 to 30 is usual).")
+    return int(n_neighbors)
+
+
+def _check_metric(metric, backend: str, metric_kwds: dict) -> None:
+    if backend == "exact" and metric not in METRICS:
+        raise InputError(f"The exact kNN backend supports the metrics {', '.join(METRICS)}; "
+                         f"found {metric!r}.", "pass backend='nndescent' for other metrics.")
+    if backend != "exact" and metric not in NNDESCENT_METRICS:
+        raise InputError(f"Unknown kNN metric {metric!r}; the metrics are "
+                         f"{', '.join(NNDESCENT_METRICS)}.", "pass metric='euclidean'.")
+    if metric == "minkowski" and float(metric_kwds.get("p", 2.0)) < 1:
+        raise InputError(f"The minkowski metric needs p >= 1; found p={metric_kwds['p']!r}.",
+                         "pass metric_kwds={'p': 2}.")
+
+
+def choose_backend(backend: str, n: int) -> str:
+    if backend not in KNN_BACKENDS:
+        raise InputError(f"kNN backend must be one of {', '.join(KNN_BACKENDS)}; found "
+                         f"{backend!r}.", "pass backend='auto' (exact up to "
+                         f"{EXACT_MAX} rows, nndescent above).")
+    if backend == "auto":
+        return "exact" if n <= EXACT_MAX else "nndescent"
+    return backend
+
+
+def knn_graph(X, n_neighbors: int = 15, *, metric: str = "euclidean", metric_kwds=None,
+              backend: str = "auto", random_state=0, n_partitions=None, overlap: int = 2,
+              nndescent_kwds=None, where: str = "X") -> KNNGraph:
+    """The kNN graph of the rows of ``X`` (NumPy or dask). See the module docstring.
+
+    ``nndescent_kwds``: extra arguments of ``pynndescent.NNDescent`` (``n_trees``,
+    ``n_iters``, ``max_candidates``, ...). ``n_partitions`` / ``overlap``: the partitioned
+    backend's cell count (default: cells of about 200 000 rows) and cells per row.
+    """
+    X = check_array(X, method="The kNN graph", where=where)
+    n = X.shape[0]
+    k = check_n_neighbors(n_neighbors, n)
+    metric_kwds = dict(metric_kwds or {})
+    backend = choose_backend(backend, n)
+    _check_metric(metric, backend, metric_kwds)
+    t0 = time.perf_counter()
+    if backend == "exact":
+        idx, dist = _exact(X, k, metric, metric_kwds)
+        info = {}
+    elif backend == "nndescent":
+        idx, dist = _nndescent_any(X, k, metric, metric_kwds, random_state, nndescent_kwds)
+        info = {}
+    else:
+        idx, dist, info = _partitioned(X, k, metric, metric_kwds, random_state, n_partitions,
+                                       overlap, nndescent_kwds)
+    _refuse_all_duplicates(dist, n, where)
+    info.update({"n_neighbors": k, "seconds": round(time.perf_counter() - t0, 3),
+                 "n_rows_with_duplicates": int((dist[:, 0] == 0).sum()),
+                 **({"metric_kwds": metric_kwds} if metric_kwds else {})})
+    return KNNGraph(idx, dist, metric, backend, info)
+
+
+def _refuse_all_duplicates(dist: np.ndarray, n: int, where: str) -> None:
+    if np.isfinite(dist).all() and dist.max() == 0:
+        raise InputError(f"Every row of {where} has at least {dist.shape[1]} exact duplicates "
+                         f"(all {n} rows may be identical): a neighbour graph of them has no "
+                         "structure to embed.", "remove duplicate rows (np.unique(X, axis=0)) "
+                         "or check that the input was read correctly.")
+
+
+# --------------------------------------------------------------------------- exact
+
+
+def _exact(X, k: int, metric: str, kw: dict):
+    p = float(kw.get("p", 2.0))
+    if not is_dask(X):
+        idx, dist = block_topk(X, X, k + 1, metric=metric, p=p)
+        return drop_self(idx, dist, np.arange(X.shape[0]), k)
+    from dask import delayed
+
+    X = X if X.numblocks[1] == 1 else X.rechunk({1: -1})
+    blocks = X.to_delayed().ravel()
+    offsets = np.concatenate([[0], np.cumsum(X.chunks[0])[:-1]]).astype(int)
+    topk = delayed(block_topk, pure=True)
+    merge = delayed(merge_topk, pure=True)
+    finish = delayed(drop_self, pure=True)
+    rows = []
+    for i, xi in enumerate(blocks):
+        cands = [topk(xi, xj, k + 1, b_offset=int(offsets[j]), metric=metric, p=p)
+                 for j, xj in enumerate(blocks)]
+        while len(cands) > 1:  # tree merge over the column chunks
+            cands = [merge(cands[t], cands[t + 1], k + 1) if t + 1 < len(cands) else cands[t]
+                     for t in range(0, len(cands), 2)]
+        ids = np.arange(offsets[i], offsets[i] + X.chunks[0][i])
+        rows.append(finish(cands[0][0], cands[0][1], ids, k))
+    parts = compute(*rows, stage="exact kNN graph")
+    return (np.concatenate([q[0] for q in parts]), np.concatenate([q[1] for q in parts]))
+
+
+# --------------------------------------------------------------------------- NN-descent
+
+
+def _nndescent_kw(n: int, random_state, extra) -> dict:
+    seed = random_state if isinstance(random_state, numbers.Integral) else \
+        int(check_random_state(random_state).integers(2**31 - 1))
+    return {"random_state": int(seed), **dict(extra or {})}
+
+
+def nndescent(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kwds: dict):
+    """pynndescent on an in-memory block; (indices (len, k) int64, distances float64) with
+    self excluded. Runs where it is called (the client, or a worker's task)."""
+    from pynndescent import NNDescent
+
+    x = np.ascontiguousarray(x)
+    if x.shape[0] <= 4 * (k + 1):  # too small for NN-descent's trees: brute force
+        idx, dist = block_topk(x, x, k + 1, metric=metric if metric in METRICS else "euclidean",
+                               p=float(metric_kwds.get("p", 2.0)))
+        return drop_self(idx, dist, np.arange(x.shape[0]), k)
+    index = NNDescent(x, n_neighbors=k + 1, metric=metric, metric_kwds=metric_kwds or None,
+                      compressed=True, **kwds)
+    idx, dist = index.neighbor_graph
+    idx = idx.astype(np.int64)
+    dist = dist.astype(np.float64)
+    # NN-descent may leave -1 where it found fewer candidates; treat them as far away
+    dist[idx < 0] = np.inf
+    order = np.lexsort((idx, dist), axis=1)
+    idx, dist = np.take_along_axis(idx, order, 1), np.take_along_axis(dist, order, 1)
+    return drop_self(idx, dist, np.arange(x.shape[0]), k)
+
+
+def _gathered_nndescent(k, metric, metric_kwds, kwds, *chunks):
+    return nndescent(np.concatenate(chunks), k, metric, metric_kwds, kwds)
+
+
+def _nndescent_any(X, k, metric, metric_kwds, random_state, extra):
+    kw = _nndescent_kw(X.shape[0], random_state, extra)
+    if not is_dask(X):
+        return nndescent(X, k, metric, metric_kwds, kw)
+    from dask import delayed
+
+    X = X if X.numblocks[1] == 1 else X.rechunk({1: -1})
+    task = delayed(_gathered_nndescent, pure=True)(k, metric, metric_kwds, kw,
+                                                  *X.to_delayed().ravel())
+    (out,) = compute(task, stage="NN-descent kNN graph (one worker)")
+    return out
+
+
+# --------------------------------------------------------------------------- partitioned
+
+CELL_ROWS = 200_000  # partitioned: default rows per cell (before the overlap)
+
+
+def _nearest_cells(block: np.ndarray, centres: np.ndarray, overlap: int) -> np.ndarray:
+    from ..blocks.kernels import sqeuclidean_block
+
+    d = sqeuclidean_block(np.asarray(block, np.float64), centres)
+    part = np.argpartition(d, overlap - 1, axis=1)[:, :overlap] if overlap < d.shape[1] else \
+        np.tile(np.arange(d.shape[1]), (d.shape[0], 1))
+    return part.astype(np.int32)
+
+
+def _cell_knn(rows: np.ndarray, members: np.ndarray, k: int, metric: str, metric_kwds: dict,
+              kwds: dict):
+    """kNN inside one cell; (point, neighbour, distance) triples in global row numbers."""
+    kk = min(k, rows.shape[0] - 1)
+    if kk < 1:
+        return (np.empty(0, np.int64),) * 2 + (np.empty(0),)
+    if rows.shape[0] <= SMALL_CELL or metric not in NNDESCENT_METRICS:
+        idx, dist = block_topk(rows, rows, kk + 1, metric=metric,
+                               p=float(metric_kwds.get("p", 2.0)))
+        idx, dist = drop_self(idx, dist, np.arange(rows.shape[0]), kk)
+    else:
+        idx, dist = nndescent(rows, kk, metric, metric_kwds, kwds)
+    valid = idx >= 0
+    point = np.repeat(members, kk).reshape(-1, kk)[valid]
+    return point, members[idx[valid]], dist[valid]
+
+
+def _partitioned(X, k, metric, metric_kwds, random_state, n_partitions, overlap, extra):
+    n = X.shape[0]
+    rng = check_random_state(random_state)
+    if n_partitions is None:
+        n_partitions = max(2, math.ceil(overlap * n / CELL_ROWS))
+    if (not isinstance(n_partitions, numbers.Integral) or not 2 <= n_partitions <= n // 2
+            or not isinstance(overlap, numbers.Integral) or not 1 <= overlap <= n_partitions):
+        raise InputError(f"The partitioned kNN backend needs 2 <= n_partitions <= n/2 and "
+                         f"1 <= overlap <= n_partitions; found n_partitions={n_partitions!r}, "
+                         f"overlap={overlap!r} (n = {n}).",
+                         "leave n_partitions out (cells of ~200 000 rows) and overlap=2.")
+    from ..linalg.nystrom import take_rows
+
+    sample_idx = np.sort(rng.choice(n, size=min(n, 50 * n_partitions, 100_000), replace=False))
+    centres = kmeans(take_rows(X, sample_idx, "partition sample").astype(np.float64),
+                     int(n_partitions), rng).astype(np.float64)
+    if is_dask(X):
+        Xc = X if X.numblocks[1] == 1 else X.rechunk({1: -1})
+        cells = Xc.map_blocks(_nearest_cells, centres, overlap,
+                              chunks=(Xc.chunks[0], (overlap,)), dtype=np.int32)
+        (cells,) = compute(cells, stage="partition: nearest cells")
+    else:
+        cells = _nearest_cells(X, centres, overlap)
+    kw = _nndescent_kw(n, random_state, extra)
+    members = [np.sort(np.nonzero((cells == c).any(axis=1))[0]) for c in range(n_partitions)]
+    if is_dask(X):
+        from dask import delayed
+
+        task = delayed(_cell_knn, pure=True)
+        parts = compute(*[task(X[m], m, k, metric, metric_kwds, kw) for m in members if m.size],
+                        stage="partition: kNN inside each cell")
+    else:
+        parts = [_cell_knn(X[m], m, k, metric, metric_kwds, kw) for m in members if m.size]
+    idx, dist = merge_candidates(np.concatenate([q[0] for q in parts]),
+                                 np.concatenate([q[1] for q in parts]),
+                                 np.concatenate([q[2] for q in parts]), n, k)
+    sizes = [int(m.size) for m in members]
+    return idx, dist, {"n_partitions": int(n_partitions), "overlap": int(overlap),
+                       "cell_rows": {"min": min(sizes), "max": max(sizes)},
+                       "rows_short_of_k": int((idx < 0).any(axis=1).sum())}
+
+
+# --------------------------------------------------------------------------- recall
+
+
+def sample_recall(X, graph: KNNGraph, n_samples: int = 1000, random_state=0) -> dict:
+    """Recall of ``graph`` against exact neighbours on ``n_samples`` random rows: the share of
+    a row's listed neighbours that are within its exact k-th neighbour distance (so ties and
+    duplicates count as found). One pass over X (the sample against all rows)."""
+    n, k = graph.n_samples, graph.n_neighbors
+    if graph.metric not in METRICS:
+        return {"recall": None, "why": f"no exact reference for metric {graph.metric!r}"}
+    rng = check_random_state(random_state)
+    rows = np.sort(rng.choice(n, size=min(n, n_samples), replace=False))
+    from ..linalg.nystrom import take_rows
+
+    sample = take_rows(X, rows, "recall sample").astype(np.float64)
+    p = float(graph.info.get("metric_kwds", {}).get("p", 2.0))
+    if is_dask(X):
+        from dask import delayed
+
+        Xc = X if X.numblocks[1] == 1 else X.rechunk({1: -1})
+        offsets = np.concatenate([[0], np.cumsum(Xc.chunks[0])[:-1]]).astype(int)
+        topk = delayed(block_topk, pure=True)
+        cands = [topk(sample, xj, k + 1, b_offset=int(o), metric=graph.metric, p=p)
+                 for xj, o in zip(Xc.to_delayed().ravel(), offsets)]
+        cands = list(compute(*cands, stage="recall: exact neighbours of the sample"))
+        while len(cands) > 1:
+            cands = [merge_topk(cands[t], cands[t + 1], k + 1) if t + 1 < len(cands)
+                     else cands[t] for t in range(0, len(cands), 2)]
+        ex_i, ex_d = cands[0]
+    else:
+        ex_i, ex_d = block_topk(sample, X, k + 1, metric=graph.metric, p=p)
+    ex_i, ex_d = drop_self(ex_i, ex_d, rows, k)
+    kth = ex_d[:, -1:]
+    got = graph.distances[rows]
+    tol = 1e-5 * np.maximum(kth, 1e-12)  # NN-descent returns float32 distances
+    found = (got <= kth + tol) & np.isfinite(got)
+    return {"recall": float(found.mean()), "sample_rows": int(rows.size),
+            "exact_recall_by_index": float(np.mean([len(set(a) & set(b)) / k for a, b in
+                                                    zip(graph.indices[rows], ex_i)]))}
