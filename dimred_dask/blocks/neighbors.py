@@ -97,3 +97,21 @@ def merge_candidates(point: np.ndarray, nbr: np.ndarray, dist: np.ndarray, n: in
     out_i[point[sel], rank[sel]] = nbr[sel]
     out_d[point[sel], rank[sel]] = dist[sel]
     return out_i, out_d
+
+
+def reconstruction_weights_block(x: np.ndarray, neighbours: np.ndarray, reg: float = 1e-3):
+    """LLE's reconstruction weights (seed 000): for each row x_i of ``x`` (b, d) and its k
+    neighbours ``neighbours[i]`` (b, k, d), the w minimising ||x_i - sum_j w_j n_j||^2 with
+    sum_j w_j = 1: solve G w = 1 with G = Z Z^T, Z = N - x_i (the local Gram matrix), then
+    normalise w to sum 1. G is singular when k > d (and may be when points are degenerate), so
+    ``reg * trace(G)`` is added to its diagonal (scikit-learn's convention; a zero trace, all
+    neighbours equal to x_i, gets reg itself). float64; returns (b, k)."""
+    x = np.asarray(x, dtype=np.float64)
+    z = np.asarray(neighbours, dtype=np.float64) - x[:, None, :]
+    g = np.einsum("bkd,bld->bkl", z, z)
+    k = g.shape[1]
+    tr = np.trace(g, axis1=1, axis2=2)
+    ridge = np.where(tr > 0, reg * tr, reg)
+    g[:, np.arange(k), np.arange(k)] += ridge[:, None]
+    w = np.linalg.solve(g, np.ones((g.shape[0], k, 1)))[..., 0]
+    return w / w.sum(axis=1, keepdims=True)

@@ -4,8 +4,9 @@ from .connectivity import (SYMMETRIZE, check_connected, connected_components, gr
                            join_components, symmetrize)
 from .knn import EXACT_MAX, KNN_BACKENDS, KNNGraph, check_n_neighbors, knn_graph, sample_recall
 from .laplacian import WEIGHTS, graph_weights, laplacian
+from .weights import check_reg, reconstruction_weights
 
 __all__ = ["KNNGraph", "knn_graph", "check_n_neighbors", "sample_recall", "KNN_BACKENDS",
            "EXACT_MAX", "symmetrize", "connected_components", "check_connected",
            "join_components", "graph_csr", "SYMMETRIZE", "graph_weights", "laplacian",
-           "WEIGHTS"]
+           "WEIGHTS", "reconstruction_weights", "check_reg"]
