@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="tcp://host:port of an existing Dask scheduler (default: a local cluster)")
     run.add_argument("--labels", metavar="URI",
                      help="labels / targets, one per input row (supervised: spca, kspca)")
+    run.add_argument("--graph-cache", metavar="URI",
+                     help="where kNN graphs are shared between runs on the same data (default: "
+                          ".dimred-cache next to the output; 'none' turns it off)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing output")
     run.add_argument("--credentials-block", metavar="NAME",
                      help="a Prefect Secret block with aws_access_key_id / aws_secret_access_key "
@@ -130,7 +133,9 @@ def cmd_run(args) -> int:
                      params=_params(args), scheduler=args.scheduler, overwrite=args.overwrite,
                      columns=columns, sample_size=args.sample_size, chunk_rows=args.chunk_rows,
                      credentials_block=args.credentials_block, labels=args.labels and
-                     _local(args.labels))
+                     _local(args.labels), graph_cache=args.graph_cache and (
+                         args.graph_cache if args.graph_cache.lower() == "none"
+                         else _local(args.graph_cache)))
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
     else:

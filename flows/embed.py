@@ -27,6 +27,8 @@ from dimred_dask.io import (Lease, RunStore, array_fingerprint, check_output_loc
                             run_storage_options)
 from dimred_dask.io.read import TARGET_CHUNK_BYTES
 
+from .knn import (build_graph, connect, graph_fingerprint, graph_summary, load_graph,
+                  normalize_request, resolve_cache, save_graph)
 from .methods import get_method
 from .stages import (chunk_sample, fault_point, log_execution, stage_errors, stage_progress,
                      stage_reusable)
@@ -88,6 +90,8 @@ def validate(spec: dict) -> dict:
         raise InputError(f"sample_size must be at least 10; found {spec['sample_size']}.",
                          "pass --sample-size 2000 (the default) or more.")
     params = adapter.check(spec["params"], inp.shape)
+    graph_request = (normalize_request(adapter.graph(params, inp.shape), inp.shape,
+                                       spec["method"]) if adapter.graph else None)
     labels_fp = _check_labels(spec, adapter, inp)
     mode = RunStore(spec["output"]).check_writable(spec["overwrite"])
     row_chunk, memory = _plan_chunks(spec, inp)
@@ -96,7 +100,7 @@ def validate(spec: dict) -> dict:
     get_run_logger().info("input %s: shape %s %s, fingerprint %s (%s); output mode %s",
                           inp.location, inp.shape, inp.array.dtype, fp["digest"], fp["hashed"], mode)
     return {"params": params, "mode": mode, "input_meta": inp.meta, "input_fingerprint": fp,
-            "labels_fingerprint": labels_fp,
+            "labels_fingerprint": labels_fp, "graph_request": graph_request,
             "shape": list(inp.shape), "row_chunk": row_chunk, "worker_memory": memory,
             "chunk_bytes": row_chunk * inp.shape[1] * inp.array.dtype.itemsize,
             "n_chunks": len(inp.array.chunks[0]), "seconds": time.perf_counter() - t0}
@@ -127,10 +131,47 @@ def _check_labels(spec: dict, adapter, inp) -> str | None:
 def _fingerprints(spec: dict, v: dict) -> dict:
     fit = digest_of("fit", v["input_fingerprint"]["digest"], spec["method"], v["params"],
                     dimred_dask.__version__, v.get("labels_fingerprint"),
-                    (v.get("kernel") or {}).get("fingerprint"))
+                    (v.get("kernel") or {}).get("fingerprint"),
+                    (v.get("knn") or {}).get("fingerprint"))
     transform = digest_of("transform", fit)
     evaluate = digest_of("evaluate", transform, spec["sample_size"])
     return {"fit": fit, "transform": transform, "evaluate": evaluate}
+
+
+@task(name="knn", **TASK_OPTS)
+def knn_stage(spec: dict, v: dict) -> dict:
+    """The kNN graph the method needs (flows/knn.py): reused from this run's store, from the
+    shared cache, or computed; checked for connectivity before anything is written."""
+    t0 = time.perf_counter()
+    request = v.get("graph_request")
+    if request is None:
+        return {"needed": False, "reused": False, "seconds": time.perf_counter() - t0}
+    store = RunStore(spec["output"])
+    fp = graph_fingerprint(v["input_fingerprint"]["digest"], request)
+    marker = stage_reusable(store, v["mode"], "knn", fp)
+    if marker is not None and store.chunk_count("graph/indices") + store.chunk_count(
+            "graph/distances") == marker["info"]["stored_chunks"]:
+        return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
+    inp = _open(spec, v)
+    cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location.url)
+    graph = cache.load(fp) if cache is not None else None
+    source = "cache" if graph is not None else None
+    with stage_errors("knn", **_mem(v)):
+        if graph is None:
+            with stage_progress(f"kNN graph ({request['n_neighbors']} neighbours)"):
+                graph, _ = build_graph(inp.array, request)
+        graph = connect(graph, inp.array, request, spec["method"])  # may refuse: nothing written
+        store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
+        chunks = save_graph(store, graph)
+        info = {"needed": True, "fingerprint": fp, "stored_chunks": chunks,
+                "source": source or "computed", "cache": cache.url if cache else None,
+                **graph_summary(graph)}
+        store.mark_stage("knn", fp, {"info": info})
+    if cache is not None and source is None:
+        info["cached"] = cache.save(fp, graph)
+    log_execution("knn", fp, spec["output"])
+    fault_point("knn")
+    return {**info, "reused": source == "cache", "seconds": time.perf_counter() - t0}
 
 
 KERNEL_ARRAY = "kernel/matrix"
@@ -191,6 +232,8 @@ def fit(spec: dict, v: dict) -> dict:
         extras["labels"] = _open_labels(spec, v).array
     if (v.get("kernel") or {}).get("array"):
         extras["matrix"] = da.from_zarr(store.open_array(v["kernel"]["array"]))
+    if (v.get("knn") or {}).get("needed"):
+        extras["graph"] = load_graph(store)
     with stage_errors("fit", **_mem(v)), stage_progress(f"fit {spec['method']}"):
         model = adapter.fit(inp.array, v["params"], **extras)  # first pass checks finiteness
     with stage_errors("fit", **_mem(v)):
@@ -298,7 +341,10 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict) -> dict:
         "versions": _versions(), "cluster": cluster, "flow_run_id": _flow_run_id(),
         "timings": {k: round(s["seconds"], 4) for k, s in stages.items()},
         "stages": {k: ("not needed" if s.get("needed") is False else
+                       "reused from cache" if s.get("source") == "cache" else
                        "reused" if s.get("reused") else "computed") for k, s in stages.items()},
+        "graph": ({q: val for q, val in stages["knn"].items() if q not in ("reused", "seconds")}
+                  if stages.get("knn", {}).get("needed") else None),
         "labels": spec.get("labels"),
         "model": stages["fit"]["model"],
         "metrics": {k: stages["evaluate"][k] for k in stages["evaluate"]
@@ -365,17 +411,20 @@ def _block_credentials(name: str) -> dict:
 def embed(input: str, output: str, method: str = "pca", params: dict | None = None,
           scheduler: str | None = None, overwrite: bool = False, columns: list[str] | None = None,
           sample_size: int = 2000, chunk_rows: int | None = None,
-          credentials_block: str | None = None, labels: str | None = None) -> dict:
+          credentials_block: str | None = None, labels: str | None = None,
+          graph_cache: str | None = None) -> dict:
     """Embed the array at ``input`` with ``method`` and write the run's store at ``output``.
 
     Credentials never come in as parameters (Prefect stores parameters): they come from the
     environment of the flow and of the Dask workers, or from the Prefect Secret block named by
     ``credentials_block`` (object storage credentials for this run only). ``labels``: the
     URI of the labels / targets of the supervised methods (spca, kspca), one per input row.
+    ``graph_cache``: where kNN graphs are shared between runs (flows/knn.py; default
+    ``.dimred-cache`` next to the output, ``"none"`` to turn it off).
     """
     spec = {"input": input, "output": output, "method": method, "params": dict(params or {}),
             "overwrite": overwrite, "columns": columns, "sample_size": int(sample_size),
-            "chunk_rows": chunk_rows, "labels": labels}
+            "chunk_rows": chunk_rows, "labels": labels, "graph_cache": graph_cache}
     if credentials_block:
         with run_storage_options("s3", _block_credentials(credentials_block)):
             return _embed(spec, scheduler)
@@ -391,6 +440,9 @@ def _embed(spec: dict, scheduler) -> dict:
         try:
             with lease.keepalive():
                 stages = {"validate": {"seconds": v["seconds"], "reused": False}}
+                stages["knn"] = knn_stage(spec, v)
+                if stages["knn"]["needed"]:
+                    v = {**v, "knn": stages["knn"], "mode": "resume"}
                 stages["kernel"] = kernel_stage(spec, v)
                 if stages["kernel"]["needed"]:
                     # the kernel stage prepared the store: later stages resume in it

@@ -36,6 +36,10 @@ class MethodAdapter:
     # the kernel stage: (params, shape) -> None or {"kind": "kernel"|"distance", ...}
     matrix: Callable | None = None
     needs_labels: bool = False  # supervised: the flow passes labels=<dask array>
+    # the kNN graph the method needs (flows/knn.py): (params, shape) -> None or a request
+    # {"n_neighbors": ..., "metric": ..., "backend": ..., "join_components": ..., "connected": ...};
+    # the flow passes graph=<KNNGraph> to fit
+    graph: Callable | None = None
 
 
 def parse_param_value(text: str):

@@ -1,0 +1,191 @@
+"""The knn stage: one kNN graph per dataset and parameter set, shared by every graph method.
+
+A method's adapter asks for a graph with ``adapter.graph(params, shape)`` -> None or a request:
+
+    {"n_neighbors": 15, "metric": "euclidean", "metric_kwds": {}, "backend": "auto",
+     "join_components": False, "connected": True, "nndescent_kwds": {}, "n_partitions": None,
+     "recall_sample": 1000}
+
+``connected``: the method needs one component (Isomap, LLE, MVU ...): a disconnected graph is
+refused with `DisconnectedGraphError` (sizes and fix), or joined when ``join_components``.
+
+The graph goes to the run's store (``graph/indices``, ``graph/distances``, attributes on
+``graph``) with the stage marker ``_stages/knn.json``. Its fingerprint is the input's content
+digest, the request (without ``connected``, which is a check, not content) and the package
+version. A content-addressed cache shares graphs between runs: ``<cache>/knn-<fingerprint>``,
+where ``<cache>`` is the flow's ``graph_cache`` argument, else ``DIMRED_GRAPH_CACHE``, else
+``.dimred-cache`` next to the output (``runs/isomap`` -> ``runs/.dimred-cache``); ``none``
+turns it off. A second method run on the same data with the same graph parameters reads the
+graph from there (the manifest says "reused from cache") instead of computing it.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+import dimred_dask
+from dimred_dask.errors import InputError
+from dimred_dask.graphs import (KNN_BACKENDS, KNNGraph, check_connected, check_n_neighbors,
+                                connected_components, graph_csr, join_components, knn_graph,
+                                sample_recall)
+from dimred_dask.io import Lease, LeaseHeldError, RunStore, digest_of, parse_uri
+
+__all__ = ["normalize_request", "graph_fingerprint", "save_graph", "load_graph", "GraphCache",
+           "resolve_cache", "build_graph", "CACHE_ENV"]
+
+CACHE_ENV = "DIMRED_GRAPH_CACHE"
+REQUEST_DEFAULTS = {"n_neighbors": 15, "metric": "euclidean", "metric_kwds": {},
+                    "backend": "auto", "join_components": False, "connected": True,
+                    "nndescent_kwds": {}, "n_partitions": None, "recall_sample": 1000,
+                    "random_state": 0}
+GRAPH_ROWS_PER_CHUNK = 262_144
+
+
+def normalize_request(request: dict, shape: tuple, method: str) -> dict:
+    """The request with defaults filled in and checked (no data read): InputError if bad."""
+    unknown = sorted(set(request) - set(REQUEST_DEFAULTS))
+    if unknown:
+        raise InputError(f"Unknown kNN graph option(s) {unknown} from method {method!r}.",
+                         f"use only {sorted(REQUEST_DEFAULTS)}.")
+    r = {**REQUEST_DEFAULTS, **request}
+    r["n_neighbors"] = check_n_neighbors(r["n_neighbors"], shape[0], method)
+    if r["backend"] not in KNN_BACKENDS:
+        raise InputError(f"knn_backend must be one of {', '.join(KNN_BACKENDS)}; found "
+                         f"{r['backend']!r}.", "pass --param knn_backend=auto.")
+    if not isinstance(r["join_components"], bool):
+        raise InputError(f"join_components must be true or false; found "
+                         f"{r['join_components']!r}.", "pass --param join_components=true.")
+    return r
+
+
+def graph_fingerprint(input_digest: str, request: dict) -> str:
+    content = {k: v for k, v in request.items() if k != "connected"}
+    return digest_of("knn", input_digest, content, dimred_dask.__version__)
+
+
+# --------------------------------------------------------------------------- store
+
+
+def save_graph(store: RunStore, graph: KNNGraph, rows_per_chunk: int = GRAPH_ROWS_PER_CHUNK) -> int:
+    """Write the graph to ``graph/`` of a store; returns the number of chunk objects written."""
+    n, k = graph.indices.shape
+    rows = int(max(1, min(n, rows_per_chunk)))
+    for name, value in (("indices", graph.indices), ("distances", graph.distances)):
+        arr = store.create_array(f"graph/{name}", (n, k), (rows, k), value.dtype)
+        arr[...] = value
+    store.write_attrs("graph", {"metric": graph.metric, "backend": graph.backend,
+                                "info": graph.info})
+    return store.chunk_count("graph/indices") + store.chunk_count("graph/distances")
+
+
+def load_graph(store: RunStore) -> KNNGraph:
+    attrs = store.read_attrs("graph")
+    return KNNGraph(np.asarray(store.read_array("graph/indices"), dtype=np.int64),
+                    np.asarray(store.read_array("graph/distances"), dtype=np.float64),
+                    attrs["metric"], attrs["backend"], dict(attrs.get("info") or {}))
+
+
+def _stored_chunks(store: RunStore) -> int:
+    return store.chunk_count("graph/indices") + store.chunk_count("graph/distances")
+
+
+class GraphCache:
+    """Graphs keyed by fingerprint under one prefix (a folder or s3:// prefix)."""
+
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+
+    def _entry(self, fp: str) -> RunStore:
+        return RunStore(f"{self.url}/knn-{fp[:32]}")
+
+    def load(self, fp: str) -> KNNGraph | None:
+        entry = self._entry(fp)
+        try:
+            if not entry.committed():
+                return None
+            meta = entry.read_json("manifest.json")
+            if meta.get("fingerprint") != fp or _stored_chunks(entry) != meta.get("chunks"):
+                return None
+            return load_graph(entry)
+        except (OSError, KeyError, ValueError):
+            return None  # a cache is an optimisation: an unreadable entry is recomputed
+
+    def save(self, fp: str, graph: KNNGraph) -> bool:
+        """Store the graph unless another run is writing the same entry (then skip)."""
+        entry = self._entry(fp)
+        try:
+            lease = Lease(entry, holder="knn graph cache").acquire()
+        except LeaseHeldError:
+            return False
+        try:
+            entry.prepare("overwrite" if entry.exists() else "new",
+                          {"kind": "knn-graph-cache", "version": dimred_dask.__version__})
+            chunks = save_graph(entry, graph)
+            entry.commit({"fingerprint": fp, "chunks": chunks, "n_samples": graph.n_samples,
+                          "n_neighbors": graph.n_neighbors, "metric": graph.metric,
+                          "backend": graph.backend, "created": time.time()})
+            return True
+        finally:
+            lease.release()
+
+
+def resolve_cache(graph_cache: str | None, output: str, input_url: str) -> GraphCache | None:
+    """The cache to use, or None when turned off (``none``) or impossible (no parent)."""
+    value = graph_cache if graph_cache is not None else os.environ.get(CACHE_ENV)
+    if value is not None and str(value).strip().lower() in ("", "none", "off", "false"):
+        return None
+    if value is None:
+        out = parse_uri(output, role="output").url.rstrip("/")
+        parent = out.rsplit("/", 1)[0]
+        if "/" not in out.split("://", 1)[-1]:
+            return None  # an output at a bucket's root has no parent folder
+        value = f"{parent}/.dimred-cache"
+    url = parse_uri(value, role="output").url
+    if url.rstrip("/").startswith(input_url.rstrip("/") + "/"):
+        return None  # never write into the input's own folder
+    return GraphCache(url)
+
+
+# --------------------------------------------------------------------------- compute
+
+
+def build_graph(X, request: dict) -> tuple[KNNGraph, dict]:
+    """Compute the graph of ``X`` for a normalised request; (graph, {"recall": ...})."""
+    graph = knn_graph(X, request["n_neighbors"], metric=request["metric"],
+                      metric_kwds=request["metric_kwds"] or None, backend=request["backend"],
+                      random_state=request["random_state"],
+                      n_partitions=request["n_partitions"],
+                      nndescent_kwds=request["nndescent_kwds"] or None)
+    quality = {}
+    if graph.backend != "exact" and request["recall_sample"]:
+        quality = sample_recall(X, graph, int(request["recall_sample"]),
+                                random_state=request["random_state"])
+    elif graph.backend == "exact":
+        quality = {"recall": 1.0, "why": "exact backend"}
+    graph.info["recall"] = quality
+    return graph, quality
+
+
+def connect(graph: KNNGraph, X, request: dict, method: str) -> KNNGraph:
+    """Apply the request's connectivity rule: join, refuse, or leave as it is."""
+    if request["join_components"] and not graph.info.get("joined_components"):
+        count, _ = connected_components(graph_csr(graph))
+        if count > 1:
+            graph, _ = join_components(graph, X)
+            graph.info["components_before_join"] = int(count)
+    if request["connected"] and not graph.info.get("extra_edges"):
+        check_connected(graph, method=method)  # DisconnectedGraphError: sizes and the fix
+    return graph
+
+
+def graph_summary(graph: KNNGraph) -> dict:
+    count, _ = connected_components(graph_csr(graph))
+    return {"n_samples": graph.n_samples, "n_neighbors": graph.n_neighbors,
+            "metric": graph.metric, "backend": graph.backend, "components": int(count),
+            "extra_edges": len(graph.info.get("extra_edges", [])),
+            "recall": (graph.info.get("recall") or {}).get("recall"),
+            "recall_sample_rows": (graph.info.get("recall") or {}).get("sample_rows"),
+            "n_rows_with_duplicates": graph.info.get("n_rows_with_duplicates"),
+            "build_seconds": graph.info.get("seconds")}
