@@ -21,7 +21,7 @@ from tests.data import low_rank
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
-STAGE_TASKS = {"validate", "kernel", "fit", "transform-write", "evaluate", "publish"}
+STAGE_TASKS = {"validate", "knn", "kernel", "fit", "transform-write", "evaluate", "publish"}
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 

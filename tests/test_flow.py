@@ -11,7 +11,7 @@ from dimred_dask import PCA, OutputExistsError
 from dimred_dask.io import open_output
 from tests.data import zarr_input
 
-STAGES = ("validate", "kernel", "fit", "transform", "evaluate", "publish")
+STAGES = ("validate", "knn", "kernel", "fit", "transform", "evaluate", "publish")
 
 
 @pytest.fixture
