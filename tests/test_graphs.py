@@ -1,0 +1,171 @@
+"""The shared graph layer: kNN backends against scikit-learn, duplicates and ties, dask input
+on worker processes, connectivity (refused with sizes, or joined), weights, Laplacians and the
+sparse bottom eigensolver."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dimred_dask.errors import DisconnectedGraphError, InputError
+from dimred_dask.graphs import (check_connected, connected_components, graph_csr,
+                                graph_weights, join_components, knn_graph, laplacian,
+                                sample_recall, symmetrize)
+from dimred_dask.linalg import bottom_eigsh
+
+# NN-descent is approximate: on these small Gaussian sets it finds >= 0.98 of the neighbours
+# (measured 0.986 - 0.999); 0.95 is the recall the issue asks of it.
+NNDESCENT_RECALL = 0.95
+# Partitioned cells with overlap 2 miss neighbours across two cell borders; measured 0.99 on
+# the 3000-point set below; the issue's floor for this backend is 0.90.
+PARTITIONED_RECALL = 0.90
+EIG_RTOL = 1e-6  # shift-invert / LOBPCG to tol 1e-8 against LAPACK
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3000, 10)).astype(np.float32)
+    X[100] = X[5]
+    X[101] = X[5]  # an exact triple
+    return X
+
+
+def test_exact_matches_scikit_learn(blobs):
+    from sklearn.neighbors import NearestNeighbors
+
+    g = knn_graph(blobs, 10, backend="exact")
+    dist, idx = NearestNeighbors(n_neighbors=10).fit(blobs.astype(np.float64)).kneighbors()
+    np.testing.assert_allclose(g.distances, dist, atol=1e-12)
+    # where the indices differ it is a tie (here: the duplicate triple 5, 100, 101): the
+    # neighbour chosen is exactly as far as scikit-learn's
+    rows, cols = np.nonzero(g.indices != idx)
+    assert set(g.indices[rows, cols]) | set(idx[rows, cols]) <= {5, 100, 101}
+    x = blobs.astype(np.float64)
+    np.testing.assert_allclose(np.linalg.norm(x[rows] - x[g.indices[rows, cols]], axis=1),
+                               dist[rows, cols], atol=1e-12)
+    assert g.indices.dtype == np.int64 and g.distances.dtype == np.float64
+    assert not (g.indices == np.arange(3000)[:, None]).any()  # self excluded
+
+
+def test_duplicates_are_neighbours_at_zero_and_self_is_excluded(blobs):
+    g = knn_graph(blobs, 5, backend="exact")
+    for row, others in ((5, {100, 101}), (100, {5, 101}), (101, {5, 100})):
+        assert set(g.indices[row, :2]) == others and (g.distances[row, :2] == 0).all()
+    assert g.info["n_rows_with_duplicates"] == 3
+
+
+def test_more_duplicates_than_k_still_excludes_self():
+    X = np.zeros((40, 3))
+    X[:10] = 1.0  # ten copies of one point, k = 4 < 9 duplicates
+    X[10:] = np.random.default_rng(1).standard_normal((30, 3))
+    g = knn_graph(X, 4, backend="exact")
+    for i in range(10):
+        assert i not in g.indices[i] and (g.distances[i] == 0).all()
+        assert list(g.indices[i]) == sorted(set(range(10)) - {i})[:4]  # ties by index
+
+
+def test_dask_input_on_workers_equals_numpy(client, blobs):
+    import dask.array as da
+
+    ref = knn_graph(blobs, 8, backend="exact")
+    g = knn_graph(da.from_array(blobs, chunks=(700, 10)), 8, backend="exact")
+    np.testing.assert_array_equal(g.indices, ref.indices)
+    np.testing.assert_allclose(g.distances, ref.distances, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend,floor", [("nndescent", NNDESCENT_RECALL),
+                                           ("partitioned", PARTITIONED_RECALL)])
+def test_approximate_backends_recall(client, blobs, backend, floor):
+    import dask.array as da
+
+    X = da.from_array(blobs, chunks=(750, 10))
+    kw = {"n_partitions": 4} if backend == "partitioned" else {}
+    g = knn_graph(X, 10, backend=backend, random_state=0, **kw)
+    r = sample_recall(X, g, 500, random_state=0)
+    assert r["recall"] >= floor, r
+    assert r["sample_rows"] == 500
+    if backend == "partitioned":
+        assert g.info["n_partitions"] == 4 and g.info["rows_short_of_k"] == 0
+
+
+def test_sample_recall_detects_a_bad_graph(blobs):
+    g = knn_graph(blobs, 10, backend="exact")
+    rng = np.random.default_rng(0)
+    g.indices[:] = rng.integers(0, 3000, g.indices.shape)
+    g.distances[:] = 50.0  # far beyond any true 10th neighbour
+    assert sample_recall(blobs, g, 300)["recall"] < 0.05
+
+
+@pytest.mark.parametrize("k", [0, -1, 3000, 3001, 2.5, True])
+def test_bad_n_neighbors_refused(blobs, k):
+    with pytest.raises(InputError, match="n_neighbors") as e:
+        knn_graph(blobs, k)
+    assert "Fix:" in str(e.value)
+
+
+def test_all_duplicates_refused():
+    with pytest.raises(InputError, match="exact duplicates"):
+        knn_graph(np.ones((50, 4)), 5)
+
+
+def test_bad_backend_and_metric_refused(blobs):
+    with pytest.raises(InputError, match="backend"):
+        knn_graph(blobs, 5, backend="annoy")
+    with pytest.raises(InputError, match="exact kNN backend"):
+        knn_graph(blobs, 5, backend="exact", metric="hamming")
+
+
+def _two_clusters():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((60, 2))
+    return np.vstack([a, a[:40] + 50.0])  # sizes 60 and 40, far apart
+
+
+def test_disconnected_graph_refused_with_sizes():
+    g = knn_graph(_two_clusters(), 5)
+    with pytest.raises(DisconnectedGraphError, match="2 components of sizes 60, 40") as e:
+        check_connected(g, method="Isomap")
+    assert "n_neighbors" in e.value.fix
+
+
+def test_join_components_adds_the_shortest_edge():
+    X = _two_clusters()
+    g, extra = join_components(knn_graph(X, 5), X)
+    assert connected_components(graph_csr(g))[0] == 1 and len(extra) == 1
+    i, j, d = extra[0]
+    D = np.linalg.norm(X[:60, None] - X[None, 60:], axis=2)
+    assert d == pytest.approx(D.min()) and {i, j} & set(range(60))
+
+
+def test_symmetrize_modes():
+    A = sp.csr_matrix(np.array([[0, 1.0, 0], [3.0, 0, 2.0], [0, 0, 0]]))
+    dense = {h: symmetrize(A, h).toarray() for h in ("max", "mean", "min")}
+    assert dense["max"][0, 1] == 3.0 and dense["max"][1, 2] == dense["max"][2, 1] == 2.0
+    assert dense["mean"][0, 1] == 2.0 and dense["mean"][1, 2] == 2.0
+    assert dense["min"][0, 1] == 1.0 and dense["min"][1, 2] == 0.0
+    for d in dense.values():
+        np.testing.assert_array_equal(d, d.T)
+
+
+def test_laplacian_and_bottom_eigsh_against_lapack():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((800, 3))
+    W, t = graph_weights(graph_csr(knn_graph(X, 8)), "heat")
+    assert t > 0 and np.allclose(W.toarray(), W.toarray().T)
+    L, deg = laplacian(W)
+    np.testing.assert_allclose(np.asarray(L.sum(axis=1)).ravel(), 0, atol=1e-12)
+    ref = np.linalg.eigvalsh(L.toarray())[:4]
+    for solver in ("dense", "arpack", "lobpcg"):
+        e = bottom_eigsh(L, 4, solver=solver, tol=1e-10, maxiter=5000)
+        np.testing.assert_allclose(e.values[1:], ref[1:], rtol=EIG_RTOL)
+        assert abs(e.values[0]) < 1e-8  # the constant vector of a connected graph
+    # generalised L y = lambda D y against the dense generalised problem
+    import scipy.linalg
+
+    D = sp.diags(deg)
+    ref_g = scipy.linalg.eigh(L.toarray(), D.toarray(), eigvals_only=True)[:4]
+    e = bottom_eigsh(L, 4, B=D, solver="arpack", tol=1e-10)
+    np.testing.assert_allclose(e.values[1:], ref_g[1:], rtol=EIG_RTOL)
+    Ln, _ = laplacian(W, normed=True)
+    np.testing.assert_allclose(np.linalg.eigvalsh(Ln.toarray())[1:4], ref_g[1:4], rtol=1e-9)
