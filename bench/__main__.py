@@ -9,7 +9,7 @@ import sys
 def main(argv=None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("name", choices=["pca", "kpca", "mds"], help="which benchmark")
+    p.add_argument("name", choices=["pca", "kpca", "mds", "knn"], help="which benchmark")
     p.add_argument("--big", action="store_true",
                    help="out of core: a Zarr array on disk larger than memory (pca); "
                         "n = 1 000 000 Nyström on 4 GiB workers (kpca)")
@@ -29,7 +29,15 @@ def main(argv=None) -> int:
                    help="kpca, mds: timed repetitions of the slow peers and exact solvers")
     p.add_argument("--keep", action="store_true",
                    help="kpca, mds: keep what --big / --exact-big wrote under --dir")
+    p.add_argument("--trees", type=int, default=None,
+                   help="knn: NN-descent trees of our tuned run (default: pynndescent's)")
+    p.add_argument("--iters", type=int, default=None,
+                   help="knn: NN-descent iterations of our tuned run (default: pynndescent's)")
     args = p.parse_args(argv)
+    if args.name == "knn":
+        from . import knn
+
+        return knn.main(args)
     if args.name == "kpca":
         from . import kpca
 

@@ -1,0 +1,183 @@
+"""The kNN graph stage against pynndescent alone, on the same data in the same run.
+
+Data: ``dimred_dask.datasets.low_rank_plus_noise(n, 50, rank=10, clusters=20, noise=0.5,
+seed=0)`` float32 (20 clusters in a 10-D subspace of R^50 plus isotropic noise: intrinsic
+dimension ~50 at the scale of the nearest neighbours, which is what makes kNN search hard),
+n = 1 000 000 by default (200 MB). k = 15 neighbours (self excluded).
+
+Rows of the table:
+- pynndescent alone, in this process (``NNDescent(X, n_neighbors=16, random_state=0)``, its
+  defaults; numba threads = the machine's cores). Its time is ``NNDescent(...)`` (the graph
+  is built in the constructor).
+- pynndescent alone with the settings our default uses (the same tuning, for a like-for-like
+  view).
+- ours, ``knn_graph(X, 15, backend="nndescent")`` with X a dask array persisted on a
+  LocalCluster of 2 worker processes (the stage gathers it into one task on one worker,
+  which runs NN-descent on that worker's cores), with pynndescent's defaults and with our
+  default tuning (``--trees``, ``--iters``).
+- ours, ``backend="partitioned"`` on a second cluster whose workers are each limited to less
+  memory than pynndescent needed for the whole data (its measured peak RSS), cells of
+  ~200 000 rows, each row in its 2 nearest cells.
+
+Quality: recall against exact neighbours on 1000 sampled rows (``sample_recall``: a listed
+neighbour counts if it is within the row's exact 15th-neighbour distance). All numba code is
+compiled before the timers (a warm-up on 20 000 rows in this process and on every worker).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+
+from ._measure import PeakRSS, machine
+
+D = 50
+K = 15
+TARGET_RECALL = 0.95
+TARGET_RATIO = 1.0
+TARGET_PARTITIONED_RECALL = 0.90
+
+
+def make_data(n: int, chunk_rows: int = 50_000):
+    from dimred_dask.datasets import low_rank_plus_noise
+
+    return low_rank_plus_noise(n, D, rank=10, clusters=20, noise=0.5, chunk_rows=chunk_rows,
+                               seed=0)
+
+
+def _warm(kw=None) -> float:
+    """Compile pynndescent's numba code in this process (cached on disk after a first run)."""
+    from pynndescent import NNDescent
+
+    t0 = time.perf_counter()
+    x = np.random.default_rng(0).standard_normal((20_000, D)).astype(np.float32)
+    NNDescent(x, n_neighbors=K + 1, random_state=0, compressed=True, **(kw or {}))
+    return time.perf_counter() - t0
+
+
+def _peer(X, kw: dict):
+    from pynndescent import NNDescent
+
+    from dimred_dask.blocks.neighbors import drop_self
+    from dimred_dask.graphs import KNNGraph
+
+    with PeakRSS(interval=0.05) as mem:
+        t0 = time.perf_counter()
+        index = NNDescent(X, n_neighbors=K + 1, random_state=0, **kw)
+        idx, dist = index.neighbor_graph
+        seconds = time.perf_counter() - t0
+    idx, dist = drop_self(idx.astype(np.int64), dist.astype(np.float64),
+                          np.arange(X.shape[0]), K)
+    return seconds, mem.peak, KNNGraph(idx, dist, "euclidean", "pynndescent")
+
+
+def _row(name, seconds, peak, recall, extra=""):
+    return {"name": name, "seconds": seconds, "peak": peak, "recall": recall, "extra": extra}
+
+
+def main(args) -> int:
+    import dask.array as da
+    from distributed import Client, LocalCluster, wait
+
+    from dimred_dask.graphs import knn_graph, sample_recall
+
+    n = args.rows or 1_000_000
+    tuned = {"n_trees": args.trees, "n_iters": args.iters}
+    tuned = {k: v for k, v in tuned.items() if v is not None}
+    print(f"# bench knn: {n} x {D} float32 (20 clusters in 10-D + noise), k = {K}; "
+          f"{machine()}; our tuning {tuned or 'none (pynndescent defaults)'}", flush=True)
+    X = make_data(n).compute(scheduler="threads")
+    print(f"  warm-up (compile) in this process: {_warm():.1f} s", flush=True)
+    rows = []
+    t, peak, g = _peer(X, {})
+    full_peak = peak
+    rows.append(_row("pynndescent alone, defaults (in process)", t, peak,
+                     sample_recall(X, g, 1000)["recall"]))
+    print(f"  {rows[-1]}", flush=True)
+    if tuned:
+        t, peak, g = _peer(X, tuned)
+        rows.append(_row(f"pynndescent alone, {tuned} (in process)", t, peak,
+                         sample_recall(X, g, 1000)["recall"]))
+        print(f"  {rows[-1]}", flush=True)
+    del g
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+        client.wait_for_workers(2)
+        client.run(_warm)
+        Xd = da.from_array(X, chunks=(50_000, D)).persist()
+        wait(Xd)
+        pids = list(client.run(os.getpid).values())
+        for label, kw in (("defaults", {}), (str(tuned), tuned)) if tuned else (("defaults", {}),):
+            with PeakRSS(pids, interval=0.05) as mem:
+                t0 = time.perf_counter()
+                g = knn_graph(Xd, K, backend="nndescent", random_state=0, nndescent_kwds=kw)
+                t = time.perf_counter() - t0
+            rows.append(_row(f"dimred-dask nndescent, {label} (2 workers)", t, mem.peak,
+                             sample_recall(Xd, g, 1000)["recall"]))
+            print(f"  {rows[-1]}", flush=True)
+    limit = int(full_peak * 0.6)
+    part = _partitioned(X, limit, tuned)
+    rows.append(part)
+    print(f"  {rows[-1]}", flush=True)
+    _report(rows, tuned, full_peak, limit, n)
+    return 0
+
+
+def _partitioned(X, limit: int, tuned: dict) -> dict:
+    import dask.array as da
+    from distributed import Client, LocalCluster, wait
+
+    from dimred_dask.graphs import knn_graph, sample_recall
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", memory_limit=limit) as cluster, \
+            Client(cluster) as client:
+        client.wait_for_workers(2)
+        client.run(_warm)
+        Xd = da.from_array(X, chunks=(50_000, D)).persist()
+        wait(Xd)
+        before = client.run(os.getpid)
+        pids = list(before.values())
+        with PeakRSS(pids, interval=0.05) as mem:
+            t0 = time.perf_counter()
+            g = knn_graph(Xd, K, backend="partitioned", random_state=0, nndescent_kwds=tuned)
+            t = time.perf_counter() - t0
+        restarted = client.run(os.getpid) != before
+        rec = sample_recall(Xd, g, 1000)["recall"]
+        worker_peaks = [mem.per_process_peak[p] for p in pids]
+    return _row(f"dimred-dask partitioned, workers limited to {limit / 2**20:,.0f} MiB",
+                t, mem.peak, rec,
+                f"{g.info['n_partitions']} cells of {g.info['cell_rows']['min']:,}-"
+                f"{g.info['cell_rows']['max']:,} rows; worker peak RSS "
+                f"{', '.join(f'{p / 2**20:,.0f}' for p in worker_peaks)} MiB; "
+                f"worker restarted: {restarted}")
+
+
+def _report(rows, tuned, full_peak, limit, n) -> None:
+    peer = rows[0]
+    print()
+    print("| implementation | time (s) | peak RSS delta (MiB) | recall@15 (1000 rows) | "
+          "time / pynndescent defaults | notes |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['name']} | {r['seconds']:.1f} | {r['peak'] / 2**20:,.0f} | "
+              f"{r['recall']:.4f} | {r['seconds'] / peer['seconds']:.2f} | {r['extra']} |")
+    ours = [r for r in rows if r["name"].startswith("dimred-dask nndescent")]
+    best = min((r for r in ours if r["recall"] >= TARGET_RECALL), key=lambda r: r["seconds"],
+               default=None)
+    if best is None:
+        print(f"\nno nndescent run of ours reached recall {TARGET_RECALL}: target NOT met")
+    else:
+        ratio = best["seconds"] / peer["seconds"]
+        print(f"\nours ({best['name']}): recall {best['recall']:.4f} (target >= {TARGET_RECALL}"
+              f": met) at {ratio:.2f}x pynndescent's time (target <= {TARGET_RATIO}: "
+              f"{'met' if ratio <= TARGET_RATIO else 'NOT met'})")
+    part = rows[-1]
+    print(f"partitioned: recall {part['recall']:.4f} (target >= {TARGET_PARTITIONED_RECALL}: "
+          f"{'met' if part['recall'] >= TARGET_PARTITIONED_RECALL else 'NOT met'}) with "
+          f"workers limited to {limit / 2**20:,.0f} MiB, less than the "
+          f"{full_peak / 2**20:,.0f} MiB pynndescent used for the whole {n:,}-row set "
+          f"(the data alone: {n * D * 4 / 2**20:,.0f} MiB)")
+    print(json.dumps({"rows": rows}, default=float))
