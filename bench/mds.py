@@ -37,8 +37,8 @@ import time
 import numpy as np
 
 from ._measure import PeakRSS, machine, timed
-from .kpca import (WORKER_MEMORY, _chunk_rows, _gib, disparity, limited_cluster, make_data,
-                   restart_report, worker_pids)
+from .kpca import (WORKER_MEMORY, _chunk_rows, _gib, _table, disparity, limited_cluster,
+                   make_data, restart_report, worker_pids)
 
 K = 2
 TARGET_BIG_S = 300.0
@@ -58,18 +58,6 @@ def embedded_eigenvalues(emb) -> np.ndarray:
     e = np.asarray(emb, np.float64)
     e = e - e.mean(axis=0)
     return (e * e).sum(axis=0)
-
-
-def _table(rows, ours_name):
-    ours = next(r for r in rows if r["name"] == ours_name)
-    lines = ["| implementation | median (s) | runs (s) | peak RSS delta (MiB) | top-2 eigenvalue "
-             "max rel. error | Procrustes disparity vs exact | ours / this |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['name']} | {r['median']:.3f} | "
-                     f"{', '.join(f'{t:.3f}' for t in r['times'])} | {r['peak'] / 2**20:.0f} | "
-                     f"{r['eig']:.2e} | {r['proc']:.2e} | {ours['median'] / r['median']:.3f} |")
-    return "\n".join(lines)
 
 
 def main_small(args, n: int, m: int) -> int:
