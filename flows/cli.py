@@ -62,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Zarr array (uri#path inside a group), .npy, .parquet or .csv; local "
                           "path, file://, s3:// or memory://")
     run.add_argument("--output", required=True, metavar="URI", help="where the run store goes")
-    run.add_argument("--method", default="pca", help="embedding method: pca, kpca, mds, landmark-mds, spca, kspca (default: pca)")
+    from .methods import METHODS
+
+    run.add_argument("--method", default="pca", metavar="METHOD",
+                     help=f"embedding method: {', '.join(sorted(METHODS))} (default: pca)")
     run.add_argument("--n-components", metavar="K",
                      help="components to keep: an int, or a fraction of variance in (0, 1)")
     run.add_argument("--param", action="append", metavar="NAME=VALUE",

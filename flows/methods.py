@@ -1,10 +1,10 @@
 """How the flow drives each method: parameter checks, fit, saving/loading the model, transform,
-and the method's own metrics. Adding a method is adding an entry to ``METHODS``."""
-from __future__ import annotations
+and the method's own metrics (the contract is `flows.adapter.MethodAdapter`).
 
-import json
-from dataclasses import dataclass
-from typing import Callable
+``METHODS`` holds the linear, kernel, distance and supervised methods defined here; each other
+method family keeps its adapters in its own module (``flows/methods_<family>.py``, a dict
+``METHODS``) that is merged below."""
+from __future__ import annotations
 
 import numpy as np
 
@@ -20,43 +20,8 @@ from dimred_dask.pairwise import check_kernel, check_metric
 from dimred_dask.methods.kpca import KernelPCAModel, check_kpca_params, kernel_pca
 from dimred_dask.methods.pca import SOLVERS, PCAModel, pca
 
-
-@dataclass(frozen=True)
-class MethodAdapter:
-    name: str
-    defaults: dict
-    check: Callable[[dict, tuple], dict]  # (params, shape) -> params, raising InputError
-    fit: Callable  # (X, params) -> model
-    save: Callable  # (model, store) -> None
-    load: Callable  # (store) -> model
-    transform: Callable  # (model, X) -> lazy embedding
-    summary: Callable  # (model) -> dict for the manifest
-    sample_metrics: Callable  # (model, X_sample, Y_sample) -> dict
-    # the n x n matrix the method's solver reads several times, written to the run's store by
-    # the kernel stage: (params, shape) -> None or {"kind": "kernel"|"distance", ...}
-    matrix: Callable | None = None
-    needs_labels: bool = False  # supervised: the flow passes labels=<dask array>
-    # the kNN graph the method needs (flows/knn.py): (params, shape) -> None or a request
-    # {"n_neighbors": ..., "metric": ..., "backend": ..., "join_components": ..., "connected": ...};
-    # the flow passes graph=<KNNGraph> to fit
-    graph: Callable | None = None
-
-
-def parse_param_value(text: str):
-    """CLI values: JSON where it parses (numbers, true/false, null, lists), else the string."""
-    try:
-        return json.loads(text)
-    except (json.JSONDecodeError, TypeError):
-        low = str(text).lower()
-        return {"true": True, "false": False, "none": None}.get(low, text)
-
-
-def _check_known(name: str, params: dict, defaults: dict) -> dict:
-    unknown = sorted(set(params) - set(defaults))
-    if unknown:
-        raise InputError(f"Unknown parameter(s) {unknown} for method {name!r}; it takes "
-                         f"{sorted(defaults)}.", "fix the --param names.")
-    return {**defaults, **params}
+from .adapter import (MethodAdapter, check_known, model_loader, parse_param_value,  # noqa: F401
+                      save_model)
 
 
 PCA_DEFAULTS = {"n_components": 2, "solver": "auto", "whiten": False, "n_oversamples": 10,
@@ -64,7 +29,7 @@ PCA_DEFAULTS = {"n_components": 2, "solver": "auto", "whiten": False, "n_oversam
 
 
 def _pca_check(params: dict, shape: tuple) -> dict:
-    p = _check_known("pca", params, PCA_DEFAULTS)
+    p = check_known("pca", params, PCA_DEFAULTS)
     check_n_components(p["n_components"], shape[0], shape[1], method="PCA", allow_none=False)
     if p["solver"] not in SOLVERS:
         raise InputError(f"PCA solver must be one of {SOLVERS}; found {p['solver']!r}.",
@@ -108,7 +73,7 @@ KPCA_DEFAULTS = {"n_components": 2, "kernel": "gaussian", "gamma": None, "width"
 
 
 def _kpca_check(params: dict, shape: tuple) -> dict:
-    p = _check_known("kpca", params, KPCA_DEFAULTS)
+    p = check_known("kpca", params, KPCA_DEFAULTS)
     n, d = shape
     if p["solver"] in ("auto", "nystrom") and isinstance(p["n_landmarks"], int) and \
             p["n_landmarks"] > n and "n_landmarks" not in params:
@@ -133,12 +98,6 @@ def _kpca_fit(X, p: dict, matrix=None, **_):
     return kernel_pca(X, kernel_matrix=matrix, **p)
 
 
-def _save_model(model, store) -> None:
-    for name, value in model.arrays().items():
-        store.write_array(f"model/{name}", value)
-    store.write_attrs("model", model.scalars())
-
-
 def _kpca_transform(model: KernelPCAModel, X):
     if model.solver == "nystrom":
         return model.transform(X)
@@ -159,7 +118,7 @@ MDS_DEFAULTS = {"n_components": 2, "metric": "euclidean", "p": 2.0, "solver": "a
 
 
 def _mds_check(params: dict, shape: tuple) -> dict:
-    p = _check_known("mds", params, MDS_DEFAULTS)
+    p = check_known("mds", params, MDS_DEFAULTS)
     n, d = shape
     if p["metric"] == "precomputed":
         if n != d:
@@ -191,10 +150,6 @@ def _mds_fit(X, p: dict, matrix=None, **_):
     return model
 
 
-def _model_loader(cls):
-    return lambda store: cls.from_arrays(store.read_group("model"), store.read_attrs("model"))
-
-
 def _mds_transform(model, X):
     import dask.array as da  # the training embedding is part of the model
 
@@ -219,7 +174,7 @@ LMDS_DEFAULTS = {"n_components": 2, "n_landmarks": None, "landmarks": "maxmin",
 
 
 def _lmds_check(params: dict, shape: tuple) -> dict:
-    p = _check_known("landmark-mds", params, LMDS_DEFAULTS)
+    p = check_known("landmark-mds", params, LMDS_DEFAULTS)
     if p["metric"] == "precomputed":
         raise InputError("landmark-mds embeds data rows; found metric=precomputed.",
                          "use --method mds --param metric=precomputed for a distance matrix.")
@@ -250,7 +205,7 @@ KSPCA_DEFAULTS = {"n_components": 2, "kernel": "gaussian", "gamma": None, "width
 
 def _supervised_check(name: str, defaults: dict):
     def check(params: dict, shape: tuple) -> dict:
-        p = _check_known(name, params, defaults)
+        p = check_known(name, params, defaults)
         n, d = shape
         limit = min(n - 1, d) if name == "spca" else n - 1
         if not isinstance(p["n_components"], int) or not 1 <= p["n_components"] <= limit:
@@ -287,32 +242,34 @@ def _supervised_summary(model) -> dict:
 METHODS = {
     "pca": MethodAdapter("pca", PCA_DEFAULTS, _pca_check, _pca_fit, _pca_save, _pca_load,
                          lambda m, X: m.transform(X), _pca_summary, _pca_sample_metrics),
-    "kpca": MethodAdapter("kpca", KPCA_DEFAULTS, _kpca_check, _kpca_fit, _save_model,
+    "kpca": MethodAdapter("kpca", KPCA_DEFAULTS, _kpca_check, _kpca_fit, save_model,
                           lambda store: KernelPCAModel.from_arrays(store.read_group("model"),
                                                                    store.read_attrs("model")),
                           _kpca_transform, _eigen_summary, lambda m, Xs, Ys: {},
                           matrix=_kpca_matrix),
-    "mds": MethodAdapter("mds", MDS_DEFAULTS, _mds_check, _mds_fit, _save_model,
-                         _model_loader(MDSModel), _mds_transform, _mds_summary,
+    "mds": MethodAdapter("mds", MDS_DEFAULTS, _mds_check, _mds_fit, save_model,
+                         model_loader(MDSModel), _mds_transform, _mds_summary,
                          lambda m, Xs, Ys: {}, matrix=_mds_matrix),
     "landmark-mds": MethodAdapter("landmark-mds", LMDS_DEFAULTS, _lmds_check,
-                                  lambda X, p, **_: landmark_mds(X, **p), _save_model,
-                                  _model_loader(LandmarkMDSModel),
+                                  lambda X, p, **_: landmark_mds(X, **p), save_model,
+                                  model_loader(LandmarkMDSModel),
                                   lambda m, X: m.transform(X), _mds_summary,
                                   lambda m, Xs, Ys: {}),
     "spca": MethodAdapter("spca", SPCA_DEFAULTS, _supervised_check("spca", SPCA_DEFAULTS),
                           lambda X, p, labels=None, **_: supervised_pca(
                               X, _labels_vector(labels), **p),
-                          _save_model, _model_loader(SupervisedPCAModel),
+                          save_model, model_loader(SupervisedPCAModel),
                           lambda m, X: m.transform(X), _supervised_summary,
                           lambda m, Xs, Ys: {}, needs_labels=True),
     "kspca": MethodAdapter("kspca", KSPCA_DEFAULTS, _supervised_check("kspca", KSPCA_DEFAULTS),
                            lambda X, p, labels=None, **_: kernel_supervised_pca(
                                X, _labels_vector(labels), **p),
-                           _save_model, _model_loader(KernelSupervisedPCAModel),
+                           save_model, model_loader(KernelSupervisedPCAModel),
                            _kspca_transform, _supervised_summary, lambda m, Xs, Ys: {},
                            needs_labels=True),
 }
+
+# Other method families: one module each, merged here.
 
 
 def get_method(name: str) -> MethodAdapter:

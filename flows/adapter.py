@@ -1,0 +1,62 @@
+"""The contract between the embedding flow and a method: `MethodAdapter`, and the helpers every
+method family's adapters share. A family registers its adapters in its own module
+(``flows/methods_<family>.py``, a dict ``METHODS``) and ``flows/methods.py`` merges them."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+from dimred_dask.errors import InputError
+
+__all__ = ["MethodAdapter", "parse_param_value", "check_known", "save_model", "model_loader"]
+
+
+@dataclass(frozen=True)
+class MethodAdapter:
+    name: str
+    defaults: dict
+    check: Callable[[dict, tuple], dict]  # (params, shape) -> params, raising InputError
+    fit: Callable  # (X, params) -> model
+    save: Callable  # (model, store) -> None
+    load: Callable  # (store) -> model
+    transform: Callable  # (model, X) -> lazy embedding
+    summary: Callable  # (model) -> dict for the manifest
+    sample_metrics: Callable  # (model, X_sample, Y_sample) -> dict
+    # the n x n matrix the method's solver reads several times, written to the run's store by
+    # the kernel stage: (params, shape) -> None or {"kind": "kernel"|"distance", ...}
+    matrix: Callable | None = None
+    needs_labels: bool = False  # supervised: the flow passes labels=<dask array>
+    # the kNN graph the method needs (flows/knn.py): (params, shape) -> None or a request
+    # {"n_neighbors": ..., "metric": ..., "backend": ..., "join_components": ..., "connected": ...};
+    # the flow passes graph=<KNNGraph> to fit
+    graph: Callable | None = None
+
+
+def parse_param_value(text: str):
+    """CLI values: JSON where it parses (numbers, true/false, null, lists), else the string."""
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        low = str(text).lower()
+        return {"true": True, "false": False, "none": None}.get(low, text)
+
+
+def check_known(name: str, params: dict, defaults: dict) -> dict:
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise InputError(f"Unknown parameter(s) {unknown} for method {name!r}; it takes "
+                         f"{sorted(defaults)}.", "fix the --param names.")
+    return {**defaults, **params}
+
+
+def save_model(model, store) -> None:
+    for name, value in model.arrays().items():
+        store.write_array(f"model/{name}", value)
+    store.write_attrs("model", model.scalars())
+
+
+def model_loader(cls):
+    return lambda store: cls.from_arrays(store.read_group("model"), store.read_attrs("model"))
+
+
