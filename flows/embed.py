@@ -234,6 +234,8 @@ def fit(spec: dict, v: dict) -> dict:
         extras["matrix"] = da.from_zarr(store.open_array(v["kernel"]["array"]))
     if (v.get("knn") or {}).get("needed"):
         extras["graph"] = load_graph(store)
+    if adapter.run_context:
+        extras["run"] = {"output": spec["output"], "fingerprint": fp}
     with stage_errors("fit", **_mem(v)), stage_progress(f"fit {spec['method']}"):
         model = adapter.fit(inp.array, v["params"], **extras)  # first pass checks finiteness
     with stage_errors("fit", **_mem(v)):

@@ -270,6 +270,7 @@ METHODS = {
 }
 
 # Other method families: one module each, merged here.
+from .methods_neighbor import METHODS as _NEIGHBOR; METHODS.update(_NEIGHBOR)  # noqa: E402,E702
 
 
 def get_method(name: str) -> MethodAdapter:
