@@ -129,6 +129,40 @@ def kl_attractive_part(indptr, indices, data, Y, Yref, out_rows):
 
 
 @njit(parallel=True, cache=True, nogil=True, fastmath=True)
+def _exact_repulsion2(Y, Yref, skip_self, y2, phi):
+    n = Y.shape[0]
+    m = Yref.shape[0]
+    for i in prange(n):
+        a0 = 0.0
+        a1 = 0.0
+        a2 = 0.0
+        a3 = 0.0
+        a4 = 0.0
+        y0, y1 = Y[i, 0], Y[i, 1]
+        for j in range(m):
+            t0 = y0 - Yref[j, 0]
+            t1 = y1 - Yref[j, 1]
+            w = 1.0 / (1.0 + t0 * t0 + t1 * t1)
+            w2 = w * w
+            a0 += w2
+            a1 += w2 * Yref[j, 0]
+            a2 += w2 * Yref[j, 1]
+            a3 += w2 * y2[j]
+            a4 += w
+        if skip_self:  # the j == i term: w = 1
+            a0 -= 1.0
+            a1 -= Yref[i, 0]
+            a2 -= Yref[i, 1]
+            a3 -= y2[i]
+            a4 -= 1.0
+        phi[i, 0] = a0
+        phi[i, 1] = a1
+        phi[i, 2] = a2
+        phi[i, 3] = a3
+        phi[i, 4] = a4
+
+
+@njit(parallel=True, cache=True, nogil=True, fastmath=True)
 def exact_repulsion(Y, Yref, skip_self, phi):
     """phi[i] = (sum_j w_ij^2, sum_j w_ij^2 y_j (d), sum_j w_ij^2 |y_j|^2, sum_j w_ij) over
     all reference points j (j != i when ``skip_self``)."""
@@ -140,6 +174,9 @@ def exact_repulsion(Y, Yref, skip_self, phi):
         for k in range(d):
             s += Yref[j, k] * Yref[j, k]
         y2[j] = s
+    if d == 2:
+        _exact_repulsion2(Y, Yref, skip_self, y2, phi)
+        return
     for i in prange(n):
         acc = np.zeros(d + 3)
         for j in range(m):

@@ -23,7 +23,7 @@ from numba import njit, prange
 
 __all__ = ["sgd_epoch", "attractive_coeff", "repulsive_coeff", "row_seed", "GRAD_CLIP"]
 
-GRAD_CLIP = 4.0
+GRAD_CLIP = np.float32(4.0)
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -76,8 +76,8 @@ ROW_BLOCK = 64  # rows per unit of parallel work (one scratch buffer each, no al
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _sgd_row(i, yi, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, a, b, gamma,
-             alpha, fepoch, state, m, self_id, attract_factor):
+def _sgd_row(i, yi, gsum, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, a, b,
+             gamma, alpha, fepoch, state, m, self_id, attract_factor):
     d = yi.shape[0]
     for e in range(indptr[i], indptr[i + 1]):
         if next_sample[e] > fepoch:
@@ -91,12 +91,12 @@ def _sgd_row(i, yi, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, 
             c = -np.float32(2.0) * a * b * d2 ** (b - np.float32(1.0)) / \
                 (np.float32(1.0) + a * d2 ** b)
             for k in range(d):
-                g = c * (yi[k] - Yref[j, k])
-                g = min(max(g, -GRAD_CLIP), GRAD_CLIP)
-                yi[k] += attract_factor * g * alpha
+                yi[k] += attract_factor * _clip(c * (yi[k] - Yref[j, k])) * alpha
         next_sample[e] += eps[e]
         n_neg = int((fepoch - next_neg[e]) / eps_neg[e])
-        for _ in range(n_neg):
+        for k in range(d):
+            gsum[k] = 0.0
+        for _ in range(n_neg):  # all from the same position (as the 2-D path)
             state, kk = _draw(state, m)
             if kk == self_id:
                 continue
@@ -109,10 +109,59 @@ def _sgd_row(i, yi, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, 
             c = np.float32(2.0) * gamma * b / \
                 ((np.float32(0.001) + d2) * (np.float32(1.0) + a * d2 ** b))
             for k in range(d):
-                g = c * (yi[k] - Yref[kk, k])
-                g = min(max(g, -GRAD_CLIP), GRAD_CLIP)
-                yi[k] += g * alpha
+                gsum[k] += _clip(c * (yi[k] - Yref[kk, k]))
+        for k in range(d):
+            yi[k] += gsum[k] * alpha
         next_neg[e] += n_neg * eps_neg[e]
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _clip(g):
+    return min(max(g, -GRAD_CLIP), GRAD_CLIP)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _sgd_row2(i, Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, a, b, gamma,
+              alpha, fepoch, state, m, self_id, attract_factor):
+    """`_sgd_row` for 2-D embeddings with the position in registers (same arithmetic)."""
+    y0 = Y[i, 0]
+    y1 = Y[i, 1]
+    one = np.float32(1.0)
+    bm1 = b - one
+    two_ab = np.float32(2.0) * a * b
+    two_gb = np.float32(2.0) * gamma * b
+    for e in range(indptr[i], indptr[i + 1]):
+        if next_sample[e] > fepoch:
+            continue
+        j = indices[e]
+        t0 = y0 - Yref[j, 0]
+        t1 = y1 - Yref[j, 1]
+        d2 = t0 * t0 + t1 * t1
+        if d2 > 0.0:
+            c = -two_ab * d2 ** bm1 / (one + a * d2 ** b)
+            y0 += attract_factor * _clip(c * t0) * alpha
+            y1 += attract_factor * _clip(c * t1) * alpha
+        next_sample[e] += eps[e]
+        n_neg = int((fepoch - next_neg[e]) / eps_neg[e])
+        g0 = np.float32(0.0)
+        g1 = np.float32(0.0)
+        for _ in range(n_neg):  # all from the same position: independent, pipelined
+            state, kk = _draw(state, m)
+            if kk == self_id:
+                continue
+            t0 = y0 - Yref[kk, 0]
+            t1 = y1 - Yref[kk, 1]
+            d2 = t0 * t0 + t1 * t1
+            if d2 <= 0.0:
+                continue
+            c = two_gb / ((np.float32(0.001) + d2) * (one + a * d2 ** b))
+            g0 += _clip(c * t0)
+            g1 += _clip(c * t1)
+        y0 += g0 * alpha
+        y1 += g1 * alpha
+        next_neg[e] += n_neg * eps_neg[e]
+    Y[i, 0] = y0
+    Y[i, 1] = y1
 
 
 @njit(parallel=True, cache=True, nogil=True, fastmath=True)
@@ -130,12 +179,17 @@ def sgd_epoch(Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, a, 
     nblocks = (n + ROW_BLOCK - 1) // ROW_BLOCK
     for blk in prange(nblocks):
         yi = np.empty(d, dtype=np.float32)
+        gsum = np.empty(d, dtype=np.float32)
         for i in range(blk * ROW_BLOCK, min(n, (blk + 1) * ROW_BLOCK)):
             state = row_seed(seed, epoch, row_offset + i)
+            self_id = row_offset + i if skip_self else -1
+            if d == 2:
+                _sgd_row2(i, Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg,
+                          a, b, gamma, alpha, fepoch, state, m, self_id, attract_factor)
+                continue
             for k in range(d):
                 yi[k] = Y[i, k]
-            self_id = row_offset + i if skip_self else -1
-            _sgd_row(i, yi, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, a, b,
+            _sgd_row(i, yi, gsum, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, a, b,
                      gamma, alpha, fepoch, state, m, self_id, attract_factor)
             for k in range(d):
                 Y[i, k] = yi[k]

@@ -25,7 +25,7 @@ __all__ = ["spectral_layout", "scale_layout", "SPECTRAL_TOL"]
 
 SPECTRAL_TOL = 1e-4  # eigensolver tolerance (umap-learn's): an initialisation, not a result
 SPECTRAL_MAXITER = 300  # LOBPCG iterations before falling back to PCA
-DENSE_MAX = 3000  # dense LAPACK up to this many vertices
+DENSE_MAX = 300  # dense LAPACK up to this many vertices, LOBPCG above
 
 
 def _component_layout(W, d: int, random_state) -> np.ndarray | None:

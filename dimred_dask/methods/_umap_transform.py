@@ -6,7 +6,8 @@ position at the membership-weighted mean of those neighbours' positions, then SG
 third of the fit's, at least 30... as umap-learn: 100 up to 10 000 training points, else 30)
 moving only the new points: attraction to their neighbours, repulsion from random training
 points. The generator of row i is keyed by its global row number, so the result does not
-depend on how the rows are chunked; dask input is one task per chunk.
+depend on how the rows are chunked (nor does its sampling schedule: epochs per sample are
+relative to membership 1); dask input is one task per chunk.
 """
 from __future__ import annotations
 
@@ -33,12 +34,14 @@ def _place_block(X_new, row0: int, X_train, Y_train, params: dict):
     w = vals / np.maximum(vals.sum(axis=1, keepdims=True), 1e-300)
     Y = np.ascontiguousarray((w[:, :, None] * Y_train[idx]).sum(axis=1), dtype=np.float32)
     n_epochs = _epochs(params, n_ref)
+    # epochs per sample relative to the largest possible membership, 1 (not the block's
+    # largest, as umap-learn does), so that a row's schedule does not depend on its block
     flat = vals.ravel()
-    keep = flat >= flat.max() / float(n_epochs)
+    keep = flat >= 1.0 / float(n_epochs)
     keep2 = keep.reshape(vals.shape)
     indptr = np.concatenate([[0], np.cumsum(keep2.sum(axis=1))]).astype(np.int64)
     indices = np.ascontiguousarray(idx[keep2], dtype=np.int64)
-    eps = flat.max() / flat[keep]
+    eps = 1.0 / flat[keep]
     rate = params["negative_sample_rate"]
     eps_neg = eps / rate if rate > 0 else np.full_like(eps, np.inf)
     nxt, nxt_neg = eps.copy(), eps_neg.copy()

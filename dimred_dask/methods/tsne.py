@@ -32,7 +32,8 @@ from ._neighbor_runs import (check_choice, check_float, check_int, expand_sweep,
 __all__ = ["TSNE", "TSNEModel", "tsne", "tsne_sweep", "TSNE_DEFAULTS", "TSNE_SWEEPABLE",
            "check_tsne_params", "EXACT_MAX"]
 
-EXACT_MAX = 1000  # gradient="auto": exact (all pairs) up to this many points, FFT above
+EXACT_MAX = 3000  # gradient="auto": exact up to this many points, FFT above (measured
+# crossover on 2 cores: 6 ms vs 10-20 ms per iteration at n = 1797)
 INIT_STD = 1e-4  # the initial embedding's first column has this standard deviation
 GRADIENTS = ("auto", "exact", "fft")
 TSNE_DEFAULTS = {
@@ -189,7 +190,7 @@ def _initial(X, settings: list[dict]):
         return np.asarray(init, dtype=np.float64)
     if init == "random":
         return None
-    Y = pca_init(X, d, settings[0]["random_state"])
+    Y = pca_init(X, d, 0)  # the same for every seed of a sweep (as a single run's)
     std = Y[:, 0].std()
     return Y * (INIT_STD / std) if std > 0 else Y
 

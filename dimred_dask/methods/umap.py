@@ -190,6 +190,10 @@ def umap_task(P, layout, setting: dict, checkpoint, *, progress=None, n_jobs=Non
     with threads(n_jobs) as nt:
         if isinstance(layout, tuple):
             layout, how = layout
+        elif layout is None:
+            how = "random"
+            layout = np.random.default_rng(setting["random_state"]).uniform(
+                -10.0, 10.0, (P.shape[0], setting["n_components"]))
         else:
             how = "given"
         Y0 = scale_layout(layout, setting["random_state"])
@@ -205,15 +209,15 @@ def umap_task(P, layout, setting: dict, checkpoint, *, progress=None, n_jobs=Non
 
 def _layouts(X, P_by_key: dict, settings: list[dict], client):
     """{graph key: layout or lazy (layout, how)}: spectral per fuzzy graph (a task next to it
-    when a client is active), PCA / random / given shared."""
-    init, d, seed = settings[0]["init"], settings[0]["n_components"], settings[0]["random_state"]
-    n = X.shape[0]
+    when a client is active), PCA or given shared, None for random (drawn in each task from
+    its seed). Layouts do not depend on the seed (the eigensolver starts from seed 0), so a
+    sweep over seeds shares them and each of its embeddings equals a single run's."""
+    init, d = settings[0]["init"], settings[0]["n_components"]
     if isinstance(init, np.ndarray):
         return {key: np.asarray(init, dtype=np.float64) for key in P_by_key}
     if init == "random":
-        rng = np.random.default_rng(seed)
-        layout = rng.uniform(-10.0, 10.0, (n, d))
-        return {key: layout for key in P_by_key}
+        return {key: None for key in P_by_key}
+    seed = 0
     pca = pca_init(X, d, seed)
     if init == "pca":
         return {key: pca for key in P_by_key}
