@@ -30,7 +30,7 @@ from .knn import KNNGraph
 __all__ = ["SparseAffinity", "conditional_rows", "joint_affinities", "tsne_affinities",
            "sne_affinities", "fuzzy_rows", "fuzzy_affinities", "umap_affinities", "find_ab",
            "check_perplexity", "check_affinity", "affinities", "affinities_delayed",
-           "affinity_block", "affinity_merge", "AFFINITY_KINDS", "PERPLEXITY_TOL",
+           "affinity_block", "affinity_merge", "graph_rows", "AFFINITY_KINDS", "PERPLEXITY_TOL",
            "ROW_BLOCK"]
 
 PERPLEXITY_TOL = 1e-10  # |H_i - log(perplexity)| in nats reached by the bisection
@@ -195,25 +195,37 @@ def check_affinity(kind: str, n: int, k: int, params: dict) -> dict:
             "set_op_mix_ratio": float(params.get("set_op_mix_ratio", 1.0))}
 
 
-def affinity_block(graph: KNNGraph, start: int, stop: int, kind: str, params: dict):
+def graph_rows(graph, start: int, stop: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, distances) of rows [start, stop), first k neighbours, of a `KNNGraph` or of
+    a graph source: any object with ``n_samples``, ``n_neighbors`` and
+    ``rows(start, stop, k)`` (e.g. the flow's reader of the graph in a run's store, so that
+    tasks read their rows from the store instead of receiving the graph)."""
+    if isinstance(graph, KNNGraph):
+        return graph.indices[start:stop, :k], graph.distances[start:stop, :k]
+    return graph.rows(start, stop, k)
+
+
+def _k_of(kind: str, params: dict) -> int:
+    return params["n_neighbors"] - (1 if kind == "umap" else 0)
+
+
+def affinity_block(graph, start: int, stop: int, kind: str, params: dict):
     """The per-row part of the affinities for rows [start, stop) of the graph."""
+    k = _k_of(kind, params)
+    _, dist = graph_rows(graph, start, stop, k)
     if kind in ("tsne", "sne"):
-        k = params["n_neighbors"]
-        return conditional_rows(graph.distances[start:stop, :k], params["perplexity"])[0]
-    k = params["n_neighbors"] - 1
-    return fuzzy_rows(graph.distances[start:stop, :k], float(k + 1),
-                      params["local_connectivity"])[0]
+        return conditional_rows(dist, params["perplexity"])[0]
+    return fuzzy_rows(dist, float(k + 1), params["local_connectivity"])[0]
 
 
-def affinity_merge(graph: KNNGraph, kind: str, params: dict, *blocks):
+def affinity_merge(graph, kind: str, params: dict, *blocks):
     """Combine the row blocks: t-SNE's joint P, SNE's (P, P^T), UMAP's fuzzy union."""
     vals = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
-    k = params["n_neighbors"] - (1 if kind == "umap" else 0)
-    indices = np.ascontiguousarray(graph.indices[:, :k])
+    indices = np.ascontiguousarray(graph_rows(graph, 0, graph.n_samples, _k_of(kind, params))[0])
     if kind == "tsne":
         return joint_affinities(indices, vals)
     if kind == "sne":
-        P = SparseAffinity.from_rows(indices, vals, graph.n_samples)
+        P = SparseAffinity.from_rows(indices, vals, indices.shape[0])
         return P, P.transpose()
     return fuzzy_affinities(indices, vals, params["set_op_mix_ratio"])
 
@@ -233,8 +245,9 @@ def affinities(graph: KNNGraph, kind: str, *, row_block: int = ROW_BLOCK, **para
 def affinities_delayed(graph_ref, n: int, k: int, kind: str, *, row_block: int = ROW_BLOCK,
                        **params):
     """The same as a lazy dask graph: one task per block of ``row_block`` rows (on the
-    workers), then one merge task. ``graph_ref``: the graph, or a distributed Future of it
-    (scattered once and shared by every task)."""
+    workers), then one merge task. ``graph_ref``: a graph source (tasks read their rows),
+    or the graph as a dask delayed literal (one key, kept by the scheduler: a worker that dies
+    loses nothing that cannot be recomputed)."""
     from dask import delayed
 
     params = check_affinity(kind, n, k, params)

@@ -33,7 +33,7 @@ from ..errors import InputError
 from ..graphs import KNNGraph, knn_graph
 
 __all__ = ["expand_sweep", "run_tasks", "threads", "MemoryCheckpoint", "pca_init",
-           "check_graph", "fit_graph", "EmbeddingSet", "check_int", "check_float",
+           "check_graph", "fit_graph", "graph_ref", "delayed_literal", "EmbeddingSet", "check_int", "check_float",
            "check_choice", "TaskProgress"]
 
 
@@ -91,9 +91,14 @@ def expand_sweep(params: dict, sweepable: tuple) -> list[dict]:
 # --------------------------------------------------------------------------- graph
 
 
-def check_graph(graph, n: int, k_needed: int, method: str) -> KNNGraph:
-    """A kNN graph of this data with at least ``k_needed`` neighbours per row."""
-    if not isinstance(graph, KNNGraph):
+def _is_source(graph) -> bool:
+    return all(hasattr(graph, a) for a in ("n_samples", "n_neighbors", "rows"))
+
+
+def check_graph(graph, n: int, k_needed: int, method: str):
+    """A kNN graph (or graph source, see ``graphs.affinities.graph_rows``) of this data with
+    at least ``k_needed`` neighbours per row."""
+    if not isinstance(graph, KNNGraph) and not _is_source(graph):
         raise InputError(f"{method} needs graph=<KNNGraph>; found {type(graph).__name__}.",
                          "pass dimred_dask.graphs.knn_graph(X, k) or leave graph out.")
     if graph.n_samples != n:
@@ -102,7 +107,7 @@ def check_graph(graph, n: int, k_needed: int, method: str) -> KNNGraph:
     if graph.n_neighbors < k_needed:
         raise InputError(f"{method} needs {k_needed} neighbours per point; the kNN graph has "
                          f"{graph.n_neighbors}.", f"build it with n_neighbors >= {k_needed}.")
-    if (graph.indices < 0).any():
+    if isinstance(graph, KNNGraph) and (graph.indices[:, :k_needed] < 0).any():
         raise InputError("The kNN graph has rows with fewer neighbours than k (index -1).",
                          "rebuild it with backend='exact' or 'nndescent'.")
     return graph
@@ -115,8 +120,21 @@ def fit_graph(X, graph, k: int, method: str, *, metric="euclidean", backend="aut
     if graph is None:
         graph = knn_graph(X, k, metric=metric, backend=backend, random_state=random_state,
                           nndescent_kwds=nndescent_kwds)
-    graph = check_graph(graph, n, k, method)
-    return graph if graph.n_neighbors == k else graph.subset(k)
+    graph = check_graph(graph, n, k, method)  # the affinities read the first k neighbours
+    return graph
+
+
+def graph_ref(graph):
+    """What the tasks receive for the graph: a graph source as it is (each task reads its
+    rows), an in-memory graph as one dask literal (the scheduler keeps it, so a dead worker
+    loses nothing that cannot be recomputed; never scattered to a single worker)."""
+    return graph if _is_source(graph) else delayed_literal(graph)
+
+
+def delayed_literal(value):
+    from dask import delayed
+
+    return delayed(value, pure=True, traverse=False)
 
 
 # --------------------------------------------------------------------------- init

@@ -17,8 +17,8 @@ from ..blocks.tsne_kernels import gains_step, sne_cost_grad
 from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
 from ._base import DimredEstimator
-from ._neighbor_runs import (check_float, check_int, expand_sweep, fit_graph, pca_init,
-                             random_init, run_tasks, threads)
+from ._neighbor_runs import (check_float, check_int, expand_sweep, fit_graph, graph_ref,
+                             pca_init, random_init, run_tasks, threads)
 from .tsne import INIT_STD, TSNEModel
 
 __all__ = ["SNE", "sne", "sne_sweep", "SNE_DEFAULTS", "SNE_SWEEPABLE", "SNE_MAX",
@@ -42,6 +42,7 @@ def check_sne_params(params: dict, n: int) -> list[dict]:
         raise InputError(f"SNE's exact O(n^2) gradient is for at most {SNE_MAX} points; found "
                          f"{n}.", "use t-SNE (--method tsne) for more points.")
     p = {**SNE_DEFAULTS, **params}
+    expand_sweep(p, SNE_SWEEPABLE)  # lists only for the sweepable parameters
     check_int("n_components", p["n_components"], 1, 3, method="SNE")
     for key in ("n_iter", "momentum_switch_iter", "early_exaggeration_iter",
                 "checkpoint_every", "callback_every"):
@@ -125,7 +126,7 @@ def sne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
     if client is None:
         Ps = {p: affinities(graph, "sne", perplexity=p) for p in perps}
     else:
-        ref = client.scatter(graph, direct=True)
+        ref = graph_ref(graph)
         Ps = {p: affinities_delayed(ref, n, graph.n_neighbors, "sne", perplexity=p)
               for p in perps}
     jobs = [(Ps[s["perplexity"]], Y0, s, checkpoint(i, s) if checkpoint else None)

@@ -26,8 +26,9 @@ from ..blocks.tsne_gradient import Interpolation, kl_divergence, potentials, tsn
 from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
 from ._base import DimredEstimator
-from ._neighbor_runs import (check_choice, check_float, check_int, expand_sweep, fit_graph,
-                             pca_init, random_init, run_tasks, threads)
+from ._neighbor_runs import (check_choice, check_float, check_int, delayed_literal,
+                             expand_sweep, fit_graph, graph_ref, pca_init, random_init,
+                             run_tasks, threads)
 
 __all__ = ["TSNE", "TSNEModel", "tsne", "tsne_sweep", "TSNE_DEFAULTS", "TSNE_SWEEPABLE",
            "check_tsne_params", "EXACT_MAX"]
@@ -70,6 +71,7 @@ def check_tsne_params(params: dict, n: int, name: str = "t-SNE") -> list[dict]:
         raise InputError(f"Unknown {name} parameter(s) {unknown}.",
                          f"use only {sorted(TSNE_DEFAULTS)}.")
     p = {**TSNE_DEFAULTS, **params}
+    expand_sweep(p, TSNE_SWEEPABLE)  # lists only for the sweepable parameters
     d = check_int("n_components", p["n_components"], 1, 3, method=name)
     grad = check_choice("gradient", p["gradient"], GRADIENTS, method=name)
     if grad == "auto":
@@ -201,7 +203,7 @@ def _plan_affinities(graph, settings, kind: str):
     client = active_client()
     if client is None:
         return {p: affinities(graph, kind, perplexity=p) for p in perps}, None
-    ref = client.scatter(graph, direct=True)
+    ref = graph_ref(graph)
     return {p: affinities_delayed(ref, graph.n_samples, graph.n_neighbors, kind, perplexity=p)
             for p in perps}, client
 
@@ -222,7 +224,7 @@ def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
     Y0 = _initial(X, settings)
     Ps, client = _plan_affinities(graph, settings, "tsne")
     if client is not None and Y0 is not None:
-        Y0 = client.scatter(Y0, direct=True)
+        Y0 = delayed_literal(Y0)
     jobs = [(Ps[s["perplexity"]], Y0, s, checkpoint(i, s) if checkpoint else None)
             for i, s in enumerate(settings)]
     out = run_tasks(tsne_task, jobs, shared={}, callback=callback, n_jobs=n_jobs,

@@ -27,8 +27,8 @@ from ..blocks.umap_kernels import sgd_epoch
 from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, find_ab
 from ._base import DimredEstimator
-from ._neighbor_runs import (check_choice, check_float, check_int, expand_sweep, fit_graph,
-                             pca_init, run_tasks, threads)
+from ._neighbor_runs import (check_choice, check_float, check_int, delayed_literal,
+                             expand_sweep, fit_graph, graph_ref, pca_init, run_tasks, threads)
 from ._umap_init import scale_layout, spectral_layout
 
 __all__ = ["UMAP", "UMAPModel", "umap", "umap_sweep", "UMAP_DEFAULTS", "UMAP_SWEEPABLE",
@@ -78,6 +78,7 @@ def check_umap_params(params: dict, n: int) -> list[dict]:
         raise InputError(f"Unknown UMAP parameter(s) {unknown}.",
                          f"use only {sorted(UMAP_DEFAULTS)}.")
     p = {**UMAP_DEFAULTS, **params}
+    expand_sweep(p, UMAP_SWEEPABLE)  # lists only for the sweepable parameters
     check_int("n_components", p["n_components"], 1, max(1, n - 2), method="UMAP")
     if p["n_epochs"] is None:
         p["n_epochs"] = 500 if n <= 10_000 else 200
@@ -225,7 +226,7 @@ def _layouts(X, P_by_key: dict, settings: list[dict], client):
         return {key: spectral_layout(P, d, pca, seed) for key, P in P_by_key.items()}
     from dask import delayed
 
-    ref = client.scatter(pca, direct=True)
+    ref = delayed_literal(pca)
     task = delayed(spectral_layout, pure=True)
     return {key: task(P, d, ref, seed) for key, P in P_by_key.items()}
 
@@ -253,7 +254,7 @@ def umap_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
         Ps = {key: affinities(graph, "umap", n_neighbors=key[0], local_connectivity=key[1],
                               set_op_mix_ratio=key[2]) for key in keys}
     else:
-        ref = client.scatter(graph, direct=True)
+        ref = graph_ref(graph)
         Ps = {key: affinities_delayed(ref, n, graph.n_neighbors, "umap", n_neighbors=key[0],
                                       local_connectivity=key[1], set_op_mix_ratio=key[2])
               for key in keys}
