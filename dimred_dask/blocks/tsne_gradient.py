@@ -18,7 +18,7 @@ from .tsne_kernels import (SCATTER_CHUNKS, attraction, exact_repulsion, fused_st
                            interp_gather, interp_scatter, interp_weights, kl_attractive_part)
 
 __all__ = ["Interpolation", "InterpolationGrid", "potentials", "repulsion", "tsne_gradient",
-           "tsne_step", "kl_divergence", "MAX_BOXES"]
+           "tsne_step", "kl_divergence", "point_z", "MAX_BOXES"]
 
 MAX_BOXES = {1: 4096, 2: 400, 3: 24}  # grid side N = boxes * p: 2-D 1200^2, 3-D 72^3 nodes
 
@@ -77,7 +77,10 @@ class InterpolationGrid:
     charges of those points (built once for a fixed reference embedding; rebuilt every
     iteration in a fit)."""
 
-    def __init__(self, Y: np.ndarray, interp: Interpolation, workers: int = 1):
+    def __init__(self, Y: np.ndarray, interp: Interpolation, workers: int = 1,
+                 per_point: bool = True):
+        """``per_point``: also the |y|^2 charge, for per-point normalisations Z_i (a
+        transform); a fit needs only the total Z, which follows from d + 1 charges."""
         n, d = Y.shape
         lo, hi = Y.min(axis=0), Y.max(axis=0)
         boxes, h = _geometry(float((hi - lo).max()), d, interp)
@@ -91,7 +94,8 @@ class InterpolationGrid:
         Yc = np.ascontiguousarray(Y - self.center)
         self.boxes, self.weights = self._weights(Yc)
         nchunks = int(min(SCATTER_CHUNKS, max(1, n // 25_000)))
-        grids = np.empty((nchunks, self.N ** d, d + 2))
+        self.nc = d + 2 if per_point else d + 1
+        grids = np.empty((nchunks, self.N ** d, self.nc))
         interp_scatter(Yc, self.boxes, self.weights, self.p, self.N, grids)
         charges = grids.sum(axis=0) if nchunks > 1 else grids[0]
         self.potentials = self._convolve(charges)
@@ -126,16 +130,24 @@ class InterpolationGrid:
         return np.ascontiguousarray(np.moveaxis(pot, 0, -1).reshape(N ** d, nc),
                                     dtype=np.float64)
 
-    def potentials_at(self, Y, boxes=None, weights=None):
-        """(n, d + 2): sum_j w^2, sum_j w^2 y_j, sum_j w^2 |y_j|^2 over the grid's points,
-        interpolated at ``Y`` (its own points when boxes/weights are the grid's)."""
+    def potentials_at(self, Y, boxes=None, weights=None, centred: bool = False):
+        """(n, nc): sum_j w^2, sum_j w^2 y_j (, sum_j w^2 |y_j|^2) over the grid's points,
+        interpolated at ``Y`` (its own points when boxes/weights are the grid's); in the
+        grid's centred coordinates y - center when ``centred``."""
         if boxes is None:
             boxes, weights = self._weights(np.ascontiguousarray(Y - self.center))
-        phi = np.empty((Y.shape[0], self.d + 2))
+        phi = np.empty((Y.shape[0], self.nc))
         interp_gather(boxes, weights, self.p, self.N, self.potentials, phi)
-        c = self.center  # back from centred coordinates: y_j = yc_j + c
-        phi[:, -1] += 2.0 * phi[:, 1:-1] @ c + (c @ c) * phi[:, 0]
-        phi[:, 1:-1] += phi[:, :1] * c
+        if not centred:
+            self.uncentre(phi)
+        return phi
+
+    def uncentre(self, phi):
+        """Potentials from centred to absolute coordinates (in place): y_j = yc_j + c."""
+        c, d = self.center, self.d
+        if self.nc == d + 2:
+            phi[:, -1] += 2.0 * phi[:, 1:d + 1] @ c + (c @ c) * phi[:, 0]
+        phi[:, 1:d + 1] += phi[:, :1] * c
         return phi
 
     def clip(self, Y):
@@ -143,21 +155,29 @@ class InterpolationGrid:
         return np.clip(Y, self.center + self.lo, self.center + self.lo + self.h * self.n_boxes)
 
 
-def _z_terms(Y, phi):
+def point_z(Y, phi):
+    """Z_i = sum_j w_ij = (1 + |y_i|^2) phi_0 - 2 y_i . phi + phi_{|y|^2} (full potentials)."""
+    d = Y.shape[1]
     y2 = (Y * Y).sum(axis=1)
-    return (1.0 + y2) * phi[:, 0] - 2.0 * (Y * phi[:, 1:-1]).sum(axis=1) + phi[:, -1]
+    return (1.0 + y2) * phi[:, 0] - 2.0 * (Y * phi[:, 1:d + 1]).sum(axis=1) + phi[:, d + 1]
 
 
 def potentials(Y, method: str, interp: Interpolation, workers: int = 1):
-    """(Z, phi (n, d + 2)) of the points Y among themselves (see the module docstring)."""
+    """(Z, phi (n, >= d + 1)) of the points Y among themselves (see the module docstring).
+    FFT: d + 1 charges only, since sum_i phi_{|y|^2}(y_i) = sum_i |y_i|^2 phi_0(y_i) by the
+    symmetry of w, so Z = sum_i [(1 + 2|y_i|^2) phi_0 - 2 y_i . phi] - n (in the grid's
+    centred coordinates, where the magnitudes that cancel are smallest)."""
     n, d = Y.shape
     if method == "exact":
         phi = np.empty((n, d + 3))
         exact_repulsion(Y, Y, True, phi)
         return float(phi[:, d + 2].sum()), np.ascontiguousarray(phi[:, :d + 2])
-    grid = InterpolationGrid(Y, interp, workers)
-    phi = grid.potentials_at(Y, grid.boxes, grid.weights)
-    return float(_z_terms(Y, phi).sum()) - n, phi
+    grid = InterpolationGrid(Y, interp, workers, per_point=False)
+    phi = grid.potentials_at(Y, grid.boxes, grid.weights, centred=True)
+    Yc = Y - grid.center
+    Z = float(((1.0 + 2.0 * (Yc * Yc).sum(axis=1)) * phi[:, 0]
+               - 2.0 * (Yc * phi[:, 1:]).sum(axis=1)).sum()) - n
+    return Z, grid.uncentre(phi)
 
 
 def repulsion(Y, method: str, interp: Interpolation, workers: int = 1):
@@ -168,13 +188,15 @@ def repulsion(Y, method: str, interp: Interpolation, workers: int = 1):
 
 
 def tsne_step(indptr, indices, data, Y, Ynew, update, gains, *, exaggeration, momentum,
-              learning_rate, min_gain, max_step, method, interp, workers=1, kl=False):
+              learning_rate, min_gain, max_step, method, interp, workers=1, kl=False,
+              data32=None):
     """One iteration: Ynew = Y + update (see ``tsne_kernels.fused_step``); returns (Z, KL of
-    Y or None), Z and KL at Y (before the step)."""
+    Y or None), Z and KL at Y (before the step). ``data32``: P's values in single precision
+    for the attraction (a third less memory traffic; relative error 6e-8 per term)."""
     Z, phi = potentials(Y, method, interp, workers)
     loss = kl_divergence(indptr, indices, data, Y, Z) if kl else None
-    fused_step(indptr, indices, data, Y, phi, 1.0 / Z, exaggeration, update, gains, momentum,
-               learning_rate, min_gain, max_step, Ynew)
+    fused_step(indptr, indices, data if data32 is None else data32, Y, phi, 1.0 / Z,
+               exaggeration, update, gains, momentum, learning_rate, min_gain, max_step, Ynew)
     return Z, loss
 
 

@@ -235,10 +235,31 @@ def _node(i, m, boxes, weights, p, N, d):
     return flat, w
 
 
+@njit(cache=True, nogil=True)
+def _scatter2(Y, boxes, weights, p, N, g, lo, hi):
+    full = g.shape[1] == 4  # with the |y|^2 charge (per-point Z: transforms)
+    for i in range(lo, hi):
+        y0, y1 = Y[i, 0], Y[i, 1]
+        y2 = y0 * y0 + y1 * y1
+        b0 = boxes[i, 0] * p
+        b1 = boxes[i, 1] * p
+        for a in range(p):
+            wa = weights[i, 0, a]
+            row = (b0 + a) * N + b1
+            for c in range(p):
+                w = wa * weights[i, 1, c]
+                f = row + c
+                g[f, 0] += w
+                g[f, 1] += w * y0
+                g[f, 2] += w * y1
+                if full:
+                    g[f, 3] += w * y2
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def interp_scatter(Y, boxes, weights, p, N, grids):
-    """Spread the charges (1, y, |y|^2) of the points to the grid nodes: ``grids`` is
-    (SCATTER_CHUNKS, N^d, d + 2), one grid per fixed slice of the points (summed by the
+    """Spread the charges (1, y[, |y|^2]) of the points to the grid nodes: ``grids`` is
+    (chunks, N^d, d + 1 or d + 2), one grid per fixed slice of the points (summed by the
     caller in slice order)."""
     n, d = Y.shape
     nchunks = grids.shape[0]
@@ -247,6 +268,9 @@ def interp_scatter(Y, boxes, weights, p, N, grids):
     for c in prange(nchunks):
         g = grids[c]
         g[:] = 0.0
+        if d == 2:
+            _scatter2(Y, boxes, weights, p, N, g, c * size, min(n, (c + 1) * size))
+            continue
         for i in range(c * size, min(n, (c + 1) * size)):
             y2 = 0.0
             for k in range(d):
@@ -256,7 +280,8 @@ def interp_scatter(Y, boxes, weights, p, N, grids):
                 g[flat, 0] += w
                 for k in range(d):
                     g[flat, 1 + k] += w * Y[i, k]
-                g[flat, d + 1] += w * y2
+                if g.shape[1] == d + 2:
+                    g[flat, d + 1] += w * y2
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -265,6 +290,31 @@ def interp_gather(boxes, weights, p, N, pot, phi):
     n, d = boxes.shape
     nc = pot.shape[1]
     pd = p ** d
+    if d == 2:
+        for i in prange(n):
+            s0 = 0.0
+            s1 = 0.0
+            s2 = 0.0
+            s3 = 0.0
+            b0 = boxes[i, 0] * p
+            b1 = boxes[i, 1] * p
+            for a in range(p):
+                wa = weights[i, 0, a]
+                row = (b0 + a) * N + b1
+                for c in range(p):
+                    w = wa * weights[i, 1, c]
+                    f = row + c
+                    s0 += w * pot[f, 0]
+                    s1 += w * pot[f, 1]
+                    s2 += w * pot[f, 2]
+                    if nc == 4:
+                        s3 += w * pot[f, 3]
+            phi[i, 0] = s0
+            phi[i, 1] = s1
+            phi[i, 2] = s2
+            if nc == 4:
+                phi[i, 3] = s3
+        return
     for i in prange(n):
         for c in range(nc):
             phi[i, c] = 0.0

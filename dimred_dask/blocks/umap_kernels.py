@@ -138,7 +138,8 @@ def _sgd_row2(i, Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, 
         t1 = y1 - Yref[j, 1]
         d2 = t0 * t0 + t1 * t1
         if d2 > 0.0:
-            c = -two_ab * d2 ** bm1 / (one + a * d2 ** b)
+            pb = d2 ** b
+            c = -two_ab * (pb / d2) / (one + a * pb)
             y0 += attract_factor * _clip(c * t0) * alpha
             y1 += attract_factor * _clip(c * t1) * alpha
         next_sample[e] += eps[e]

@@ -5,9 +5,14 @@ from .mds import (MDS, LandmarkMDS, LandmarkMDSModel, MDSModel, check_distance_m
 from .pca import PCA, PCAModel, pca
 from .spca import (HSICResult, KernelSupervisedPCA, KernelSupervisedPCAModel, SupervisedPCA,
                    SupervisedPCAModel, hsic, kernel_supervised_pca, supervised_pca)
+from .sne import SNE, sne, sne_sweep
+from .tsne import TSNE, TSNEModel, tsne, tsne_sweep
+from .umap import UMAP, UMAPModel, umap, umap_sweep
 
 __all__ = ["PCA", "PCAModel", "pca", "KernelPCA", "KernelPCAModel", "kernel_pca", "MDS", "LandmarkMDS",
            "MDSModel", "LandmarkMDSModel", "classical_mds", "landmark_mds",
            "check_distance_matrix", "SupervisedPCA", "SupervisedPCAModel", "supervised_pca",
            "KernelSupervisedPCA", "KernelSupervisedPCAModel", "kernel_supervised_pca", "hsic",
-           "HSICResult"]
+           "HSICResult",
+           "TSNE", "TSNEModel", "tsne", "tsne_sweep", "SNE", "sne", "sne_sweep", "UMAP",
+           "UMAPModel", "umap", "umap_sweep"]

@@ -23,13 +23,14 @@ import numbers
 import os
 import queue
 import uuid
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .._compute import active_client, compute
 from .._validation import check_random_state, is_dask
-from ..errors import InputError
+from ..errors import DimredWarning, InputError
 from ..graphs import KNNGraph, knn_graph
 
 __all__ = ["expand_sweep", "run_tasks", "threads", "MemoryCheckpoint", "pca_init",
@@ -144,7 +145,9 @@ def pca_init(X, n_components: int, random_state=0) -> np.ndarray:
     """The first ``n_components`` principal component scores of X (float64, NumPy)."""
     from .pca import pca
 
-    model = pca(X, n_components=n_components, random_state=random_state)
+    with warnings.catch_warnings():  # constant columns: worth a warning for PCA, not here
+        warnings.filterwarnings("ignore", message=".*zero variance", category=DimredWarning)
+        model = pca(X, n_components=n_components, random_state=random_state)
     Y = model.transform(X)
     if is_dask(Y):
         (Y,) = compute(Y, stage="PCA initialisation")

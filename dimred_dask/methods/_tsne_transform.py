@@ -17,7 +17,7 @@ import numpy as np
 
 from .._validation import is_dask
 from ..blocks.neighbors import block_topk
-from ..blocks.tsne_gradient import Interpolation, InterpolationGrid
+from ..blocks.tsne_gradient import Interpolation, InterpolationGrid, point_z
 from ..blocks.tsne_kernels import attraction, exact_repulsion, gains_step
 from ..graphs.affinities import SparseAffinity, conditional_rows
 
@@ -34,9 +34,7 @@ def _potentials(Y, Y_ref, grid):
         exact_repulsion(Y, Y_ref, False, phi)
         return phi[:, :-1], phi[:, -1]
     phi = grid.potentials_at(Y)
-    y2 = (Y * Y).sum(axis=1)
-    z = (1.0 + y2) * phi[:, 0] - 2.0 * (Y * phi[:, 1:-1]).sum(axis=1) + phi[:, -1]
-    return phi, z
+    return phi, point_z(Y, phi)
 
 
 def _place_block(X_new, X_train, Y_train, grid, metric: str, opts: dict):

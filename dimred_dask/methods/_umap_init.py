@@ -74,12 +74,11 @@ def _multi_component(W, labels, count: int, d: int, fallback, random_state) -> n
     else:
         radius = np.ones(1)
     out = np.empty((W.shape[0], d))
+    members = [np.nonzero(labels == c)[0] for c in range(count)]
+    subs = [_component_layout(sp.csr_matrix(W[rows][:, rows]), d, random_state)
+            if rows.size > 2 * d + 1 else None for rows in members]
     failed = 0
-    for c in range(count):
-        rows = np.nonzero(labels == c)[0]
-        sub = None
-        if rows.size > 2 * d + 1:
-            sub = _component_layout(sp.csr_matrix(W[rows][:, rows]), d, random_state)
+    for c, (rows, sub) in enumerate(zip(members, subs)):
         if sub is None:
             failed += rows.size > 2 * d + 1
             sub = fallback[rows] - fallback[rows].mean(axis=0)

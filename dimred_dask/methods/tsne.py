@@ -141,6 +141,7 @@ def optimize_tsne(P, Y0, s: dict, *, checkpoint=None, progress=None, workers: in
     state = checkpoint.load() if checkpoint is not None else None
     start, Y, update, gains = _start(Y0, n, s, state)
     Ynew = np.empty_like(Y)
+    data32 = P.data.astype(np.float32)
     t0, total, every = time.perf_counter(), s["n_iter"], s["callback_every"]
     for it in range(start, total):
         early = it < s["early_exaggeration_iter"]
@@ -151,7 +152,7 @@ def optimize_tsne(P, Y0, s: dict, *, checkpoint=None, progress=None, workers: in
                           momentum=s["momentum"] if early else s["final_momentum"],
                           learning_rate=_learning_rate(s, n, exag), min_gain=s["min_gain"],
                           max_step=s["max_step_norm"], method=s["gradient"], interp=interp,
-                          workers=workers, kl=report)
+                          workers=workers, kl=report, data32=data32)
         Y, Ynew = Ynew, Y
         Y -= Y.mean(axis=0)
         if report:
