@@ -353,9 +353,11 @@ def test_bad_input_is_refused(call, match):
 
 
 def test_sweep_on_workers_equals_in_process(client, digits, monkeypatch):
-    import dimred_dask.methods._neighbor_runs as runs
-    import dimred_dask.methods.tsne as tsne_module
-    import dimred_dask.methods.umap as umap_module
+    from importlib import import_module  # the package exports functions of the same names
+
+    runs = import_module("dimred_dask.methods._neighbor_runs")
+    tsne_module = import_module("dimred_dask.methods.tsne")
+    umap_module = import_module("dimred_dask.methods.umap")
 
     X = digits[0][:600]
     seen = []
