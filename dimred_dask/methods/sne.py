@@ -18,7 +18,7 @@ from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
 from ._base import DimredEstimator
 from ._neighbor_runs import (check_float, check_int, expand_sweep, fit_graph, graph_ref,
-                             pca_init, random_init, run_tasks, threads)
+                             like_input, pca_init, random_init, run_tasks, threads)
 from .tsne import INIT_STD, TSNEModel
 
 __all__ = ["SNE", "sne", "sne_sweep", "SNE_DEFAULTS", "SNE_SWEEPABLE", "SNE_MAX",
@@ -164,6 +164,5 @@ class SNE(DimredEstimator):
         return self
 
     def fit_transform(self, X, y=None, *, graph=None):
-        self.fit(X, graph=graph)
-        return self.embedding_.astype(np.asarray(X).dtype if not hasattr(X, "dask") else
-                                      np.float64, copy=False)
+        X = check_array(X, method="SNE", min_samples=4)
+        return like_input(self.fit(X, graph=graph).embedding_, X)

@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._compute import active_client
-from .._validation import check_array, check_is_fitted, check_n_features, is_dask
+from .._validation import check_array, check_is_fitted, check_n_features
 from ..blocks.tsne_gradient import Interpolation, kl_divergence, potentials, tsne_step
 from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
 from ._base import DimredEstimator
 from ._neighbor_runs import (check_choice, check_float, check_int, delayed_literal,
-                             expand_sweep, fit_graph, graph_ref, pca_init, random_init,
-                             run_tasks, threads)
+                             expand_sweep, fit_graph, graph_ref, like_input, pca_init,
+                             random_init, run_tasks, threads)
 
 __all__ = ["TSNE", "TSNEModel", "tsne", "tsne_sweep", "TSNE_DEFAULTS", "TSNE_SWEEPABLE",
            "check_tsne_params", "EXACT_MAX"]
@@ -176,7 +176,8 @@ def tsne_task(P, Y0, setting: dict, checkpoint, *, progress=None, n_jobs=None):
     with threads(n_jobs) as nt:
         Y, kl, info = optimize_tsne(P, Y0, setting, checkpoint=checkpoint, progress=progress,
                                     workers=nt)
-    return Y, kl, {**info, "threads": nt}
+    init = setting["init"] if isinstance(setting["init"], str) else "given"
+    return Y, kl, {**info, "threads": nt, "init": init}
 
 
 # --------------------------------------------------------------------------- fit
@@ -282,13 +283,8 @@ class TSNE(DimredEstimator):
         return self
 
     def fit_transform(self, X, y=None, *, graph=None):
-        self.fit(X, graph=graph)
-        if is_dask(X):
-            import dask.array as da
-
-            return da.from_array(self.embedding_.astype(X.dtype),
-                                 chunks=(X.chunks[0], self.embedding_.shape[1]))
-        return self.embedding_.astype(X.dtype, copy=False)
+        X = check_array(X, method=type(self).__name__, min_samples=4)
+        return like_input(self.fit(X, graph=graph).embedding_, X)
 
     def transform(self, X):
         check_is_fitted(self, "embedding_")

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._compute import active_client
-from .._validation import check_array, check_is_fitted, check_n_features, is_dask
+from .._validation import check_array, check_is_fitted, check_n_features
 from ..blocks.umap_kernels import sgd_epoch
 from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, find_ab
 from ._base import DimredEstimator
 from ._neighbor_runs import (check_choice, check_float, check_int, delayed_literal,
-                             expand_sweep, fit_graph, graph_ref, pca_init, run_tasks, threads)
+                             expand_sweep, fit_graph, graph_ref, like_input, pca_init,
+                             run_tasks, threads)
 from ._umap_init import scale_layout, spectral_layout
 
 __all__ = ["UMAP", "UMAPModel", "umap", "umap_sweep", "UMAP_DEFAULTS", "UMAP_SWEEPABLE",
@@ -306,13 +307,8 @@ class UMAP(DimredEstimator):
         return self
 
     def fit_transform(self, X, y=None, *, graph=None):
-        self.fit(X, graph=graph)
-        if is_dask(X):
-            import dask.array as da
-
-            return da.from_array(self.embedding_.astype(X.dtype),
-                                 chunks=(X.chunks[0], self.embedding_.shape[1]))
-        return self.embedding_.astype(X.dtype, copy=False)
+        X = check_array(X, method=type(self).__name__, min_samples=4)
+        return like_input(self.fit(X, graph=graph).embedding_, X)
 
     def transform(self, X):
         check_is_fitted(self, "embedding_")
