@@ -37,6 +37,21 @@ TRUST_MARGIN = 0.01
 ACCURACY_MARGIN = 0.02
 
 
+@pytest.fixture(autouse=True)
+def in_process(request, monkeypatch):
+    """Run the optimisations in this process, as without a cluster, even when an earlier
+    test of the session started the shared Dask client (which then stays the default
+    client): the thread-count, checkpoint and callback tests look at this process. Tests
+    that ask for ``client`` run on the workers."""
+    if "client" in request.fixturenames:
+        return
+    from importlib import import_module
+
+    for name in ("_neighbor_runs", "tsne", "sne", "umap"):
+        monkeypatch.setattr(import_module(f"dimred_dask.methods.{name}"), "active_client",
+                            lambda: None)
+
+
 @pytest.fixture(scope="module")
 def digits():
     X, y = load_digits(return_X_y=True)
@@ -368,7 +383,7 @@ def test_sweep_on_workers_equals_in_process(client, digits, monkeypatch):
     t_workers = tsne_module.tsne_sweep(X, perplexity=[10, 20], n_iter=80,
                                        early_exaggeration_iter=30)
     for module in (runs, tsne_module, umap_module):  # the same calls without the cluster
-        monkeypatch.setattr(module, "active_client", lambda: None)
+        monkeypatch.setattr(module, "active_client", lambda: None)  # (as `in_process`)
     for a, s in zip(on_workers, (0, 1)):
         np.testing.assert_array_equal(a.embedding, umap(X, random_state=s, n_epochs=50).embedding)
     for a, p in zip(t_workers, (10, 20)):
