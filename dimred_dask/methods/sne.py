@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from .._compute import active_client
 from .._validation import check_array
 from ..blocks.tsne_kernels import gains_step, sne_cost_grad
 from ..errors import InputError
@@ -109,8 +110,6 @@ def sne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
               **params) -> list[TSNEModel]:
     """SNE embeddings for every setting of ``params`` (see `tsne_sweep` for the arguments);
     the models' ``kl_divergence`` is SNE's cost sum_i KL(P_i || Q_i)."""
-    from .._compute import active_client
-
     X = check_array(X, method="SNE", min_samples=4)
     n = X.shape[0]
     settings = check_sne_params(params, n)
