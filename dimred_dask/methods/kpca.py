@@ -316,13 +316,15 @@ def _nystrom_spectrum(X, nmap, k, n_oversamples, n_iter, random_state):
 
 
 def _kernel_to_landmarks(X, nmap):
-    """C = k(X, L): lazy row chunks for dask input, NumPy otherwise."""
+    """C = k(X, L): lazy row chunks for dask input, NumPy otherwise. The tasks carry the
+    landmarks only (not the r x r map: 32 MB at r = 2000)."""
     if not is_dask(X):
         return nmap.kernel_to_landmarks(np.asarray(X))
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
-    return X.map_blocks(nmap.kernel_to_landmarks, chunks=(X.chunks[0], (nmap.rank,)),
-                        dtype=X.dtype)
+    marks, kern = nmap.landmarks, nmap.kernel
+    return X.map_blocks(lambda b: kernel_block(b, marks.astype(b.dtype, copy=False), **kern),
+                        chunks=(X.chunks[0], (nmap.rank,)), dtype=X.dtype)
 
 
 # Below this share of r, the top eigenpairs of R^-T S R^-1 come from ARPACK over products
