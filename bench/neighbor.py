@@ -191,7 +191,11 @@ def main_big(args) -> int:
         wait(X)
         pids = list(client.run(os.getpid).values())
         steps = []
-        cb = (lambda i, it, total, loss: steps.append((time.perf_counter(), it, total)))
+        def cb(i, it, total, loss):  # printed as it comes: a killed run still shows its pace
+            steps.append((time.perf_counter(), it, total))
+            print(f"  {steps[-1][0] - t0:8.1f} s  iteration {it}/{total}  loss {loss:.4f}  "
+                  f"load {_load()}", flush=True)
+
         with PeakRSS(pids, interval=0.5) as mem:
             t0 = time.perf_counter()
             if name == "umap":
