@@ -193,7 +193,8 @@ def main_big(args) -> int:
         steps = []
         def cb(i, it, total, loss):  # printed as it comes: a killed run still shows its pace
             steps.append((time.perf_counter(), it, total))
-            print(f"  {steps[-1][0] - t0:8.1f} s  iteration {it}/{total}  loss {loss:.4f}  "
+            shown = "-" if loss is None else f"{loss:.4f}"  # UMAP: only at the end
+            print(f"  {steps[-1][0] - t0:8.1f} s  iteration {it}/{total}  loss {shown}  "
                   f"load {_load()}", flush=True)
 
         with PeakRSS(pids, interval=0.5) as mem:
