@@ -229,7 +229,8 @@ def distance_sdp(n: int, I, J, d2, *, extra=None, constraints="equality", slack_
                  "iterations": res.iterations, "setup_seconds": round(res.setup_seconds, 3),
                  "solve_seconds": round(res.solve_seconds, 3),
                  "n_constraints_solved": int(res.kept.size),
-                 "seconds": round(time.perf_counter() - t0, 3), **violations(K, I, J, d2)})
+                 "seconds": round(time.perf_counter() - t0, 3), "trace": float(np.trace(K)),
+                 **violations(K, I, J, d2)})
     return K, info
 
 
@@ -288,7 +289,8 @@ def _infeasible(res) -> bool:
     return st.startswith("unbounded" if res.info["formulation"] == "dual" else "infeasible")
 
 
-def _check_status(res, method: str, constraints: str, allow_inaccurate: bool) -> None:
+def _check_status(res, method: str, constraints: str, allow_inaccurate: bool,
+                  fix: str | None = None) -> None:
     st = res.status
     if st == "optimal":
         return
@@ -308,7 +310,7 @@ def _check_status(res, method: str, constraints: str, allow_inaccurate: bool) ->
         return
     raise SolverError(
         f"{method}'s SDP did not reach status 'optimal': {st!r} ({where}).",
-        "allow it with allow_inaccurate=True (the violations are reported), use "
+        fix or "allow it with allow_inaccurate=True (the violations are reported), use "
         "constraints='slack', or lower n_neighbors (a graph with fewer edges is better "
         "posed).")
 
