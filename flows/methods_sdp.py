@@ -20,7 +20,7 @@ __all__ = ["METHODS"]
 _COMMON = {"n_components": 2, "n_neighbors": 6, "solver": "clarabel", "tol": None,
            "max_iter": None, "allow_inaccurate": False, "metric": "euclidean",
            "knn_backend": "auto", "join_components": False, "reg": 1e-3, "random_state": 0}
-MVU_DEFAULTS = {**_COMMON, "constraints": "equality", "slack_penalty": 1.0,
+MVU_DEFAULTS = {**_COMMON, "constraints": "equality", "slack_penalty": 10.0,
                 "face_reduction": True, "formulation": "dual"}
 ARE_DEFAULTS = {**MVU_DEFAULTS, "constraints": "slack", "action_pairs": "all"}
 LMVU_DEFAULTS = {**_COMMON, "n_neighbors": 8, "n_landmarks": 40, "basis": "reconstruction",
@@ -44,7 +44,7 @@ def _check(name: str, defaults: dict):
                  "landmark-mvu": "Landmark MVU"}[name]
         got = check_sdp_params(n, n_components=p["n_components"], n_neighbors=p["n_neighbors"],
                                constraints=p.get("constraints", "slack"),
-                               slack_penalty=p.get("slack_penalty", 1.0),
+                               slack_penalty=p.get("slack_penalty", 10.0),
                                formulation=p.get("formulation", "dual"), solver=p["solver"],
                                tol=p["tol"], max_iter=p["max_iter"], method=label)
         check_reg(p["reg"])

@@ -87,9 +87,10 @@ def _normals_block(Qi: np.ndarray, Qj: np.ndarray, d2: np.ndarray):
 
 
 def edge_normals(Q: np.ndarray, I: np.ndarray, J: np.ndarray, d2: np.ndarray, *,
-                 chunk: int = EDGE_CHUNK) -> tuple[np.ndarray, np.ndarray, float]:
+                 chunk: int | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """(G, h, c0) = (A^T A, A^T d2, d2 . d2) over all edges; see the module docstring.
     With a dask client: one task per chunk of edges, Q sent to the workers once."""
+    chunk = int(chunk or EDGE_CHUNK)
     starts = range(0, I.size, chunk)
     client = active_client()
     if client is None or I.size <= chunk:

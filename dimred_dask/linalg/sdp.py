@@ -35,6 +35,7 @@ inside (distances of any unit give the same problem); K is scaled back.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -220,7 +221,9 @@ def max_trace_sdp(n: int, m: int, dyads: tuple, b: np.ndarray, *, slack_rows=Non
                          f"{formulation!r}.", "pass formulation='dual'.")
     t1 = time.perf_counter()
     try:
-        problem.solve(verbose=verbose, **opts)
+        with warnings.catch_warnings():  # the status is reported and acted on by the caller
+            warnings.filterwarnings("ignore", message="Solution may be inaccurate")
+            problem.solve(verbose=verbose, **opts)
         status = problem.status
     except cp.error.SolverError as exc:
         status = f"solver_error: {str(exc).splitlines()[0]}"

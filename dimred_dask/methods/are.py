@@ -95,14 +95,15 @@ def action_constraints(codes: np.ndarray, pairs: str = "all", graph_pairs=None):
 
 def action_steps(Y: np.ndarray, codes: np.ndarray) -> dict:
     """Per action: the mean step y_i+1 - y_i in the embedding, its length, and the spread of
-    the steps around it relative to that length (0 for a pure translation)."""
+    the steps around it relative to that length (0 for a pure translation). Keyed by the
+    action code as a string, the same in memory and in the JSON manifest."""
     steps = np.diff(Y, axis=0)
     out = {}
     for a in np.unique(codes):
         s = steps[codes == a]
         mean = s.mean(axis=0)
         length = float(np.linalg.norm(mean))
-        out[int(a)] = {"count": int(s.shape[0]), "mean_step": mean.tolist(),
+        out[str(int(a))] = {"count": int(s.shape[0]), "mean_step": mean.tolist(),
                        "length": length,
                        "spread": float(np.linalg.norm(s - mean, axis=1).mean() /
                                        max(length, 1e-300))}
@@ -110,7 +111,7 @@ def action_steps(Y: np.ndarray, codes: np.ndarray) -> dict:
 
 
 def action_respecting_embedding(X, actions, *, n_components=2, n_neighbors=6,
-                                constraints="slack", slack_penalty=1.0, action_pairs="all",
+                                constraints="slack", slack_penalty=10.0, action_pairs="all",
                                 face_reduction=True, formulation="dual", solver="clarabel",
                                 tol=None, max_iter=None, allow_inaccurate=False,
                                 metric="euclidean", knn_backend="auto", join_components=False,
@@ -160,7 +161,7 @@ class ActionRespectingEmbedding(_SDPEstimator):
     and ``actions`` of length n - 1. See `action_respecting_embedding` for the parameters."""
 
     def __init__(self, n_components=2, *, n_neighbors=6, constraints="slack",
-                 slack_penalty=1.0, action_pairs="all", face_reduction=True, formulation="dual",
+                 slack_penalty=10.0, action_pairs="all", face_reduction=True, formulation="dual",
                  solver="clarabel", tol=None, max_iter=None, allow_inaccurate=False,
                  metric="euclidean", knn_backend="auto", join_components=False, reg=1e-3,
                  random_state=0):

@@ -11,8 +11,10 @@ built into the problem (``face_reduction=True``), the constraints they make redu
 dropped, and Clarabel then reaches "optimal". ``constraints="slack"`` penalises violations
 (max tr(K) - nu sum |xi_e|, an exact L1 penalty) for graphs whose distances no configuration
 realises (noise, non-Euclidean metrics); ``nu = slack_penalty * D^2`` with D the hop diameter
-of the graph: a clean graph's largest multiplier stays below D^2 / 8 (a chain's; a sheet's is
-smaller), so consistent edges are kept exactly and only inconsistent ones give.
+of the graph (multipliers, the edges' "tensions", grow like D^2: a chain's largest is D^2 / 8).
+With the default 10 the slack solution of a clean graph is the exact one (measured on three
+noisy swiss rolls in 10-D, n = 150: trace equal to 1e-6, edges to 1e-8; with 1, a
+near-degenerate one gave way by 0.3 %), so only inconsistent edges give.
 
 The solver's status, the objective and the largest relative distance violation are reported
 (``info``); a status other than "optimal" raises `SolverError` unless ``allow_inaccurate``;
@@ -130,7 +132,7 @@ def check_sdp_params(n: int, *, n_components, n_neighbors, constraints, slack_pe
     if not (isinstance(slack_penalty, (int, float)) and not isinstance(slack_penalty, bool)
             and np.isfinite(slack_penalty) and slack_penalty > 0):
         raise InputError(f"slack_penalty must be a positive number; found {slack_penalty!r}.",
-                         "pass slack_penalty=1.0 (the default).")
+                         "pass slack_penalty=10.0 (the default).")
     if formulation not in SDP_FORMULATIONS:
         raise InputError(f"formulation must be one of {', '.join(SDP_FORMULATIONS)}; found "
                          f"{formulation!r}.", "pass formulation='dual' (the fast one).")
@@ -202,7 +204,7 @@ def _prune_groups(n: int, Ip, Jp, rows: list) -> list:
     return [edges[comp == c] for c in np.unique(comp)]
 
 
-def distance_sdp(n: int, I, J, d2, *, extra=None, constraints="equality", slack_penalty=1.0,
+def distance_sdp(n: int, I, J, d2, *, extra=None, constraints="equality", slack_penalty=10.0,
                  face_reduction=True, formulation="dual", solver="clarabel", tol=1e-7,
                  max_iter=200, allow_inaccurate=False, method="MVU", verbose=False):
     """Solve MVU's SDP on the edges (I, J) with squared lengths ``d2`` (plus ``extra``:
@@ -350,7 +352,7 @@ def kernel_embedding(K: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, dic
 # --------------------------------------------------------------------------- MVU
 
 
-def mvu(X, *, n_components=2, n_neighbors=6, constraints="equality", slack_penalty=1.0,
+def mvu(X, *, n_components=2, n_neighbors=6, constraints="equality", slack_penalty=10.0,
         face_reduction=True, formulation="dual", solver="clarabel", tol=None, max_iter=None,
         allow_inaccurate=False, metric="euclidean", knn_backend="auto", join_components=False,
         reg=1e-3, keep_kernel=True, graph=None, random_state=0, verbose=False,
@@ -425,7 +427,7 @@ class MaximumVarianceUnfolding(_SDPEstimator):
     """
 
     def __init__(self, n_components=2, *, n_neighbors=6, constraints="equality",
-                 slack_penalty=1.0, face_reduction=True, formulation="dual", solver="clarabel",
+                 slack_penalty=10.0, face_reduction=True, formulation="dual", solver="clarabel",
                  tol=None, max_iter=None, allow_inaccurate=False, metric="euclidean",
                  knn_backend="auto", join_components=False, reg=1e-3, random_state=0):
         self.n_components = n_components
