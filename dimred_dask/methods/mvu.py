@@ -100,15 +100,21 @@ class SDPEmbeddingModel:
 
 
 def reconstruct(X, X_fit: np.ndarray, Y_fit: np.ndarray, k: int, reg: float):
-    """sum_j w_j y_j over the k nearest training rows of each row of X (LLE weights)."""
+    """sum_j w_j y_j over the k nearest training rows of each row of X (LLE weights); a row
+    equal to a training row takes that row's embedding (the regularised weights would not
+    put all their mass on it), so transform(X_train) gives the training embedding."""
     k = min(int(k), X_fit.shape[0])
     dtype = X.dtype
 
     def encode(block):
         block = np.asarray(block, dtype=np.float64)
         idx, _ = block_topk(block, X_fit, k)
-        w = reconstruction_weights_block(block, np.asarray(X_fit, np.float64)[idx], reg)
-        return np.einsum("bk,bkc->bc", w, np.asarray(Y_fit, np.float64)[idx]).astype(dtype)
+        Xf = np.asarray(X_fit, np.float64)
+        w = reconstruction_weights_block(block, Xf[idx], reg)
+        out = np.einsum("bk,bkc->bc", w, np.asarray(Y_fit, np.float64)[idx])
+        same = np.all(block == Xf[idx[:, 0]], axis=1)
+        out[same] = np.asarray(Y_fit, np.float64)[idx[same, 0]]
+        return out.astype(dtype)
 
     return rowwise(X, encode, Y_fit.shape[1], dtype)
 
@@ -399,6 +405,7 @@ class _SDPEstimator(DimredEstimator):
         self.solver_status_ = model.info.get("status")
         self.objective_ = model.info.get("objective")
         self.max_relative_violation_ = model.info.get("max_relative_violation")
+        self.n_iter_ = model.info.get("iterations")  # the SDP solver's iterations
         self.info_ = dict(model.info)
         return self
 
@@ -423,7 +430,8 @@ class MaximumVarianceUnfolding(_SDPEstimator):
     """Maximum variance unfolding (seed 000) on NumPy or dask arrays; see `mvu`.
 
     Attributes: embedding_, eigenvalues_ (of K), kernel_ (n x n K), solver_status_,
-    objective_ (tr K), max_relative_violation_, info_ (the whole solver report).
+    objective_ (tr K), max_relative_violation_, n_iter_ (solver iterations), info_ (the
+    whole solver report).
     """
 
     def __init__(self, n_components=2, *, n_neighbors=6, constraints="equality",
