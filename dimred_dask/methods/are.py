@@ -25,7 +25,7 @@ from .._validation import check_array, is_dask
 from ..errors import InputError
 from ..graphs import check_reg
 from ..graphs.sdp import edge_list
-from .mvu import (SDPEmbeddingModel, _SDPEstimator, check_sdp_params, distance_sdp,
+from .mvu import (EXACT_MAX, SDPEmbeddingModel, _SDPEstimator, check_sdp_params, distance_sdp,
                   kernel_embedding, prepare_graph)
 
 __all__ = ["ActionRespectingEmbedding", "action_respecting_embedding", "check_actions",
@@ -126,6 +126,9 @@ def action_respecting_embedding(X, actions, *, n_components=2, n_neighbors=6,
                          formulation=formulation, solver=solver, tol=tol, max_iter=max_iter,
                          method="Action respecting embedding")
     reg = check_reg(reg)
+    if n > EXACT_MAX:
+        raise InputError(f"Action respecting embedding solves an n x n SDP; n = {n} is above "
+                         f"{EXACT_MAX}.", "embed a shorter (or subsampled) sequence.")
     graph = prepare_graph(X, graph, p["n_neighbors"], metric=metric, knn_backend=knn_backend,
                           join=join_components, random_state=random_state,
                           method="Action respecting embedding")
