@@ -17,9 +17,10 @@ t = pi * U(1.5, 4.5)), k = 6 nearest neighbours (exact kNN, symmetrised edges).
 3. Ours, landmark MVU (``LandmarkMVU``, m = 40 landmarks, reconstruction basis, defaults:
    k = 6, penalty 100, Clarabel tol 1e-6) at n = 20 000 (``--rows``) on a LocalCluster of 2
    worker processes, dask input in chunks of 5000 rows: timed ``fit`` (kNN graph, basis,
-   normal matrices on the workers, the m x m SDP, the embedding), ``--big-repeat`` runs (default 1). Swiss roll of height 21 (the
-   unrolled length is ~89, so the unrolled coordinate is the leading one). Target: <= 300 s,
-   Spearman >= 0.99 of the first coordinate with t.
+   normal matrices on the workers, the m x m SDP, the embedding), ``--big-repeat`` runs
+   (default 1). Swiss roll of height 21 (the unrolled length is ~89, so the unrolled
+   coordinate is the leading one). Target: <= 300 s, Spearman >= 0.99 of the first
+   coordinate with t.
 
 Quality of every run: status, Spearman of the first coordinate with t (for the peer: of the
 top eigenvector of its K), the largest edge violation over the mean squared edge.
