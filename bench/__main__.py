@@ -9,7 +9,7 @@ import sys
 def main(argv=None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("name", choices=["pca", "kpca", "mds", "knn", "tsne", "umap"],
+    p.add_argument("name", choices=["pca", "kpca", "mds", "knn", "mvu", "tsne", "umap"],
                    help="which benchmark")
     p.add_argument("--big", action="store_true",
                    help="out of core: a Zarr array on disk larger than memory (pca); "
@@ -26,9 +26,10 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2, help="--big: threads per worker")
     p.add_argument("--landmarks", type=int, default=None,
                    help="kpca: Nyström landmarks m (default 2000, --big 1000); "
-                        "mds: landmarks (default 1000)")
+                        "mds: landmarks (default 1000); mvu: landmark MVU's m (default 40)")
     p.add_argument("--peer-repeat", type=int, default=1,
-                   help="kpca, mds: timed repetitions of the slow peers and exact solvers")
+                   help="kpca, mds, mvu: timed repetitions of the slow peers and exact "
+                        "solvers")
     p.add_argument("--keep", action="store_true",
                    help="kpca, mds: keep what --big / --exact-big wrote under --dir")
     p.add_argument("--trees", type=int, default=None,
@@ -38,11 +39,17 @@ def main(argv=None) -> int:
     p.add_argument("--first-run", action="store_true",
                    help="tsne, umap: also time one run in a fresh process with an empty numba "
                         "cache (compilation included)")
+    p.add_argument("--big-repeat", type=int, default=1,
+                   help="mvu: timed repetitions of landmark MVU at n = --rows (default 20 000)")
     args = p.parse_args(argv)
     if args.name in ("tsne", "umap"):
         from . import neighbor
 
         return neighbor.main(args)
+    if args.name == "mvu":
+        from . import mvu
+
+        return mvu.main(args)
     if args.name == "knn":
         from . import knn
 

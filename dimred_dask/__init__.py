@@ -3,12 +3,15 @@ from .errors import (ChunkingError, ConvergenceWarning, DimredError, DimredWarni
                      InputError, InputTypeError, NotFittedError, OutputExistsError, StageError,
                      StoreError,
                      UncommittedOutputError)
+from .errors import InfeasibleError, SolverError
 from .methods import (MDS, PCA, KernelPCA, KernelPCAModel, LandmarkMDS, LandmarkMDSModel,
                       MDSModel, PCAModel, check_distance_matrix, classical_mds, kernel_pca,
                       landmark_mds, pca)
 from .methods import (HSICResult, KernelSupervisedPCA, KernelSupervisedPCAModel, SupervisedPCA,
                       SupervisedPCAModel, hsic, kernel_supervised_pca, supervised_pca)
 from .methods import SNE, TSNE, UMAP, TSNEModel, UMAPModel, sne, tsne, tsne_sweep, umap, umap_sweep
+from .methods import (ActionRespectingEmbedding, LandmarkMVU, MaximumVarianceUnfolding,
+                      SDPEmbeddingModel, action_respecting_embedding, landmark_mvu, mvu)
 
 __version__ = "0.1.0"
 
@@ -22,6 +25,8 @@ __all__ = [
     "umap_sweep",
     "DimredError", "InputError", "InputTypeError", "ChunkingError", "StoreError", "OutputExistsError",
     "UncommittedOutputError", "DisconnectedGraphError", "NotFittedError", "ConvergenceWarning",
-    "DimredWarning", "StageError",
+    "DimredWarning", "StageError", "InfeasibleError", "SolverError",
+    "MaximumVarianceUnfolding", "mvu", "LandmarkMVU", "landmark_mvu",
+    "ActionRespectingEmbedding", "action_respecting_embedding", "SDPEmbeddingModel",
     "__version__",
 ]

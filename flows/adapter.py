@@ -34,6 +34,9 @@ class MethodAdapter:
     # the flow passes run={"output": <run store URL>, "fingerprint": <fit fingerprint>} to fit,
     # for methods that checkpoint long optimisations into the run's store
     run_context: bool = False
+    # sequence methods (action respecting embedding): the flow passes actions=<dask array>,
+    # one action between each pair of consecutive rows (n - 1), from --actions URI
+    needs_actions: bool = False
 
 
 def parse_param_value(text: str):

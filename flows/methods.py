@@ -270,6 +270,9 @@ METHODS = {
 }
 
 # Other method families: one module each, merged here.
+from .methods_sdp import METHODS as _SDP  # noqa: E402
+
+METHODS.update(_SDP)
 from .methods_neighbor import METHODS as _NEIGHBOR; METHODS.update(_NEIGHBOR)  # noqa: E402,E702
 
 

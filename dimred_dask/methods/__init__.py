@@ -3,6 +3,9 @@ from .kpca import KernelPCA, KernelPCAModel, kernel_pca
 from .mds import (MDS, LandmarkMDS, LandmarkMDSModel, MDSModel, check_distance_matrix,
                   classical_mds, landmark_mds)
 from .pca import PCA, PCAModel, pca
+from .mvu import MaximumVarianceUnfolding, SDPEmbeddingModel, mvu
+from .are import ActionRespectingEmbedding, action_respecting_embedding
+from .landmark_mvu import LandmarkMVU, landmark_mvu
 from .spca import (HSICResult, KernelSupervisedPCA, KernelSupervisedPCAModel, SupervisedPCA,
                    SupervisedPCAModel, hsic, kernel_supervised_pca, supervised_pca)
 from .sne import SNE, sne, sne_sweep
@@ -13,6 +16,8 @@ __all__ = ["PCA", "PCAModel", "pca", "KernelPCA", "KernelPCAModel", "kernel_pca"
            "MDSModel", "LandmarkMDSModel", "classical_mds", "landmark_mds",
            "check_distance_matrix", "SupervisedPCA", "SupervisedPCAModel", "supervised_pca",
            "KernelSupervisedPCA", "KernelSupervisedPCAModel", "kernel_supervised_pca", "hsic",
-           "HSICResult",
+           "HSICResult", "MaximumVarianceUnfolding", "SDPEmbeddingModel", "mvu",
+           "ActionRespectingEmbedding", "action_respecting_embedding", "LandmarkMVU",
+           "landmark_mvu",
            "TSNE", "TSNEModel", "tsne", "tsne_sweep", "SNE", "sne", "sne_sweep", "UMAP",
            "UMAPModel", "umap", "umap_sweep"]
