@@ -156,9 +156,10 @@ def _check_actions(spec: dict, adapter, inp) -> str | None:
 def _fingerprints(spec: dict, v: dict) -> dict:
     fit = digest_of("fit", v["input_fingerprint"]["digest"], spec["method"], v["params"],
                     dimred_dask.__version__, v.get("labels_fingerprint"),
-                    v.get("actions_fingerprint"),
                     (v.get("kernel") or {}).get("fingerprint"),
-                    (v.get("knn") or {}).get("fingerprint"))
+                    (v.get("knn") or {}).get("fingerprint"),
+                    # only when given, so that runs without actions keep their fingerprints
+                    *([v["actions_fingerprint"]] if v.get("actions_fingerprint") else []))
     transform = digest_of("transform", fit)
     evaluate = digest_of("evaluate", transform, spec["sample_size"])
     return {"fit": fit, "transform": transform, "evaluate": evaluate}
