@@ -9,10 +9,12 @@ import sys
 def main(argv=None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("name", choices=["pca", "kpca", "mds", "knn", "mvu"], help="which benchmark")
+    p.add_argument("name", choices=["pca", "kpca", "mds", "knn", "mvu", "tsne", "umap"],
+                   help="which benchmark")
     p.add_argument("--big", action="store_true",
                    help="out of core: a Zarr array on disk larger than memory (pca); "
-                        "n = 1 000 000 Nyström on 4 GiB workers (kpca)")
+                        "n = 1 000 000 Nyström on 4 GiB workers (kpca); 1 000 000 x 50 end to "
+                        "end on 2 workers (tsne, umap)")
     p.add_argument("--exact-big", action="store_true",
                    help="kpca: exact kernel PCA of n = 50 000 through a 10 GB kernel on disk")
     p.add_argument("--rows", type=int, default=None, help="rows of the data (default per bench)")
@@ -34,9 +36,16 @@ def main(argv=None) -> int:
                    help="knn: NN-descent trees of our tuned run (default: pynndescent's)")
     p.add_argument("--iters", type=int, default=None,
                    help="knn: NN-descent iterations of our tuned run (default: pynndescent's)")
+    p.add_argument("--first-run", action="store_true",
+                   help="tsne, umap: also time one run in a fresh process with an empty numba "
+                        "cache (compilation included)")
     p.add_argument("--big-repeat", type=int, default=1,
                    help="mvu: timed repetitions of landmark MVU at n = --rows (default 20 000)")
     args = p.parse_args(argv)
+    if args.name in ("tsne", "umap"):
+        from . import neighbor
+
+        return neighbor.main(args)
     if args.name == "mvu":
         from . import mvu
 

@@ -9,6 +9,7 @@ from .methods import (MDS, PCA, KernelPCA, KernelPCAModel, LandmarkMDS, Landmark
                       landmark_mds, pca)
 from .methods import (HSICResult, KernelSupervisedPCA, KernelSupervisedPCAModel, SupervisedPCA,
                       SupervisedPCAModel, hsic, kernel_supervised_pca, supervised_pca)
+from .methods import SNE, TSNE, UMAP, TSNEModel, UMAPModel, sne, tsne, tsne_sweep, umap, umap_sweep
 from .methods import (ActionRespectingEmbedding, LandmarkMVU, MaximumVarianceUnfolding,
                       SDPEmbeddingModel, action_respecting_embedding, landmark_mvu, mvu)
 
@@ -20,6 +21,8 @@ __all__ = [
     "check_distance_matrix",
     "SupervisedPCA", "SupervisedPCAModel", "supervised_pca", "KernelSupervisedPCA",
     "KernelSupervisedPCAModel", "kernel_supervised_pca", "hsic", "HSICResult",
+    "TSNE", "TSNEModel", "tsne", "tsne_sweep", "SNE", "sne", "UMAP", "UMAPModel", "umap",
+    "umap_sweep",
     "DimredError", "InputError", "InputTypeError", "ChunkingError", "StoreError", "OutputExistsError",
     "UncommittedOutputError", "DisconnectedGraphError", "NotFittedError", "ConvergenceWarning",
     "DimredWarning", "StageError", "InfeasibleError", "SolverError",

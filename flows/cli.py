@@ -121,6 +121,10 @@ def print_summary(m: dict, stream=sys.stdout) -> None:
             w(f"{k:<22}{met[k]:.6f}\n")
     if "sample" in met:
         w(f"metrics sample        {met['sample']} (k = {met.get('n_neighbors')})\n")
+    for e in model.get("embeddings", []):  # t-SNE / UMAP / SNE: one line per setting
+        w(f"embedding {e['index']:<3} {json.dumps(e['params'], sort_keys=True)}  "
+          f"{e['loss_name']} {e['loss']:.4f}  trustworthiness {e['trustworthiness']:.4f}  "
+          f"({e['array']})\n")
     w("timings     " + ", ".join(f"{k} {v:.2f}s ({m['stages'][k]})" for k, v in
                                  m["timings"].items()) + "\n")
     if m.get("flow_run_id"):

@@ -286,6 +286,8 @@ def fit(spec: dict, v: dict) -> dict:
         extras["matrix"] = da.from_zarr(owner.open_array(v["kernel"]["array"]))
     if (v.get("knn") or {}).get("needed"):
         extras["graph"] = load_graph(store)
+    if adapter.run_context:
+        extras["run"] = {"output": spec["output"], "fingerprint": fp}
     if adapter.needs_actions:
         extras["actions"] = _open_actions(spec).array
     with stage_errors("fit", **_mem(v)), stage_progress(f"fit {spec['method']}"):

@@ -273,6 +273,7 @@ METHODS = {
 from .methods_sdp import METHODS as _SDP  # noqa: E402
 
 METHODS.update(_SDP)
+from .methods_neighbor import METHODS as _NEIGHBOR; METHODS.update(_NEIGHBOR)  # noqa: E402,E702
 
 
 def get_method(name: str) -> MethodAdapter:

@@ -8,6 +8,9 @@ from .are import ActionRespectingEmbedding, action_respecting_embedding
 from .landmark_mvu import LandmarkMVU, landmark_mvu
 from .spca import (HSICResult, KernelSupervisedPCA, KernelSupervisedPCAModel, SupervisedPCA,
                    SupervisedPCAModel, hsic, kernel_supervised_pca, supervised_pca)
+from .sne import SNE, sne, sne_sweep
+from .tsne import TSNE, TSNEModel, tsne, tsne_sweep
+from .umap import UMAP, UMAPModel, umap, umap_sweep
 
 __all__ = ["PCA", "PCAModel", "pca", "KernelPCA", "KernelPCAModel", "kernel_pca", "MDS", "LandmarkMDS",
            "MDSModel", "LandmarkMDSModel", "classical_mds", "landmark_mds",
@@ -15,4 +18,6 @@ __all__ = ["PCA", "PCAModel", "pca", "KernelPCA", "KernelPCAModel", "kernel_pca"
            "KernelSupervisedPCA", "KernelSupervisedPCAModel", "kernel_supervised_pca", "hsic",
            "HSICResult", "MaximumVarianceUnfolding", "SDPEmbeddingModel", "mvu",
            "ActionRespectingEmbedding", "action_respecting_embedding", "LandmarkMVU",
-           "landmark_mvu"]
+           "landmark_mvu",
+           "TSNE", "TSNEModel", "tsne", "tsne_sweep", "SNE", "sne", "sne_sweep", "UMAP",
+           "UMAPModel", "umap", "umap_sweep"]

@@ -1,0 +1,220 @@
+"""UMAP and t-SNE against umap-learn and openTSNE, on the same data in the same run.
+
+Data: ``bench.knn.make_data(n)`` (20 clusters in a 10-D subspace of R^50 plus isotropic
+noise, float32, seed 0), n = 50 000 by default, in memory.
+
+- ``python -m bench umap``: ours ``umap(X, random_state=0)`` (kNN by NN-descent + fuzzy graph +
+  spectral init + SGD, numba threads = the cores) against ``umap.UMAP(random_state=0)``
+  (umap-learn seeded: deterministic, single-threaded SGD, as ours is deterministic) and
+  ``umap.UMAP(n_jobs=-1)`` (unseeded, parallel SGD). Target: ours <= 0.5 x umap-learn's time,
+  trustworthiness >= umap-learn's - 0.01.
+- ``python -m bench tsne``: ours ``tsne(X, random_state=0)`` against
+  ``openTSNE.TSNE(n_jobs=<cores>, random_state=0)`` (its defaults otherwise: Annoy kNN, FFT
+  gradients). Target: ours <= 1.0 x openTSNE's time, trustworthiness >= openTSNE's - 0.01, KL
+  within 5 %.
+
+Everything is end to end (kNN included), after a warm-up that compiles every numba function
+in this process (ours and the peers'); medians of ``--repeat`` runs. Trustworthiness (k = 15)
+on the same 5 000 sampled rows for every embedding. ``--first-run``: the same end-to-end call
+in a fresh process with an empty numba cache (what a first run on a fresh install pays),
+ours and the peer. ``--big``: 1 000 000 x 50 end to end on a LocalCluster of 2 worker
+processes (dask input, kNN on one worker, affinities blockwise on the workers, the
+optimisation one task), wall time and peak worker memory (RSS summed over the workers).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from ._measure import PeakRSS, machine, timed
+from .knn import D, make_data
+
+SAMPLE = 5000
+TARGETS = {"umap": {"ratio": 0.5, "trust": 0.01, "big_minutes": 15},
+           "tsne": {"ratio": 1.0, "trust": 0.01, "kl": 0.05, "big_minutes": 30}}
+
+
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}"
+
+
+def _ours(name: str):
+    if name == "umap":
+        from dimred_dask.methods.umap import umap
+
+        def run(X):
+            m = umap(X, random_state=0)
+            return m.embedding, m.cross_entropy
+    else:
+        from dimred_dask.methods.tsne import tsne
+
+        def run(X):
+            m = tsne(X, random_state=0)
+            return m.embedding, m.kl_divergence
+    return run
+
+
+def _peers(name: str) -> dict:
+    cores = os.cpu_count() or 1
+    if name == "umap":
+        import umap as umap_learn
+
+        return {"umap-learn seeded (random_state=0)":
+                lambda X: (umap_learn.UMAP(random_state=0).fit_transform(X), None),
+                "umap-learn unseeded (n_jobs=-1, parallel SGD)":
+                lambda X: (umap_learn.UMAP(n_jobs=-1).fit_transform(X), None)}
+    from openTSNE import TSNE
+
+    def open_tsne(X):
+        e = TSNE(n_jobs=cores, random_state=0).fit(X)
+        return np.asarray(e), float(e.kl_divergence)
+
+    return {f"openTSNE (n_jobs={cores}, random_state=0)": open_tsne}
+
+
+def _trust(X, Y, idx) -> float:
+    from dimred_dask.metrics import trustworthiness
+
+    return trustworthiness(X[idx], np.asarray(Y)[idx], 15)
+
+
+def _first_run(name: str, X: np.ndarray) -> dict:
+    """Seconds of one end-to-end call in a fresh process with an empty numba cache."""
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "X.npy")
+        np.save(path, X)
+        peer = "umap-learn seeded (random_state=0)" if name == "umap" else \
+            f"openTSNE (n_jobs={os.cpu_count()}, random_state=0)"
+        for who, key in (("ours", "ours"), (peer, "peer")):
+            code = ("import time, numpy as np, sys; sys.path.insert(0, '.');"
+                    f"from bench.neighbor import _ours, _peers; X = np.load({path!r});"
+                    f"f = _ours({name!r}) if {key!r} == 'ours' else _peers({name!r})[{who!r}];"
+                    "t = time.perf_counter(); f(X); print(time.perf_counter() - t)")
+            env = {**os.environ, "NUMBA_CACHE_DIR": os.path.join(tmp, f"numba-{key}")}
+            res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+            lines = res.stdout.strip().splitlines()
+            out[who] = float(lines[-1]) if res.returncode == 0 and lines else None
+            if out[who] is None:
+                print(res.stderr[-2000:], file=sys.stderr)
+    return out
+
+
+def main(args) -> int:
+    name = args.name
+    if args.big:
+        return main_big(args)
+    n = args.rows or 50_000
+    print(f"# bench {name}: {n} x {D} float32 (20 clusters in 10-D + noise); {machine()}; "
+          f"load average {_load()}", flush=True)
+    X = make_data(n).compute(scheduler="threads")
+    idx = np.sort(np.random.default_rng(0).choice(n, size=min(n, SAMPLE), replace=False))
+    ours, peers = _ours(name), _peers(name)
+    t0 = time.perf_counter()
+    small = X[:5000]
+    ours(small)
+    for f in peers.values():
+        f(small)
+    print(f"  warm-up (compile, 5 000 rows, all implementations): "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)
+    rows = []
+    for label, f in [("dimred-dask (function form, in process)", ours), *peers.items()]:
+        med, times, peak, (Y, loss) = timed(lambda: f(X), args.repeat)
+        rows.append({"name": label, "seconds": med, "times": times, "peak": peak,
+                     "trust": _trust(X, Y, idx), "loss": loss})
+        print(f"  {rows[-1]['name']}: {med:.1f} s {['%.1f' % t for t in times]}, "
+              f"trustworthiness {rows[-1]['trust']:.4f}, loss {loss}", flush=True)
+    first = _first_run(name, X) if args.first_run else None
+    _report(name, rows, first, n)
+    return 0
+
+
+def _report(name: str, rows: list, first, n: int) -> None:
+    tgt = TARGETS[name]
+    ours, peers = rows[0], rows[1:]
+    print(f"\nload average after: {_load()}\n")
+    print("| implementation | median (s) | runs (s) | peak RSS delta (MiB) | "
+          "trustworthiness (k=15, 5000 rows) | loss | ours / this |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        loss = "" if r["loss"] is None else f"{r['loss']:.4f}"
+        print(f"| {r['name']} | {r['seconds']:.1f} | {', '.join('%.1f' % t for t in r['times'])}"
+              f" | {r['peak'] / 2**20:,.0f} | {r['trust']:.4f} | {loss} | "
+              f"{ours['seconds'] / r['seconds']:.2f} |")
+    ref = peers[0]
+    ratio = ours["seconds"] / ref["seconds"]
+    print(f"\ntime: ours / {ref['name']} = {ratio:.2f} (target <= {tgt['ratio']}: "
+          f"{'met' if ratio <= tgt['ratio'] else 'NOT met'})")
+    dt = ours["trust"] - ref["trust"]
+    print(f"trustworthiness: ours {ours['trust']:.4f} vs {ref['trust']:.4f} (target >= peer - "
+          f"{tgt['trust']}: {'met' if dt >= -tgt['trust'] else 'NOT met'})")
+    if "kl" in tgt and ref["loss"]:
+        rel = abs(ours["loss"] - ref["loss"]) / ref["loss"]
+        print(f"KL: ours {ours['loss']:.4f} vs {ref['loss']:.4f}, {rel:.1%} apart (target "
+              f"<= {tgt['kl']:.0%}: {'met' if rel <= tgt['kl'] else 'NOT met'})")
+    if first:
+        print("first run in a fresh process with an empty numba cache (compilation "
+              "included): " + ", ".join(f"{k} {v:.1f} s" if v else f"{k} failed"
+                                        for k, v in first.items()))
+    print(json.dumps({"rows": rows, "first_run": first}, default=float))
+
+
+def _warm(name: str) -> None:
+    from dimred_dask.graphs import knn_graph
+
+    X = make_data(5000).compute(scheduler="sync")
+    knn_graph(X, 15, backend="nndescent")
+    _ours(name)(X)
+
+
+def main_big(args) -> int:
+    """1 000 000 x 50 end to end on a LocalCluster of 2 worker processes."""
+    from distributed import Client, LocalCluster, wait
+
+    from dimred_dask.metrics import trustworthiness
+
+    name, n = args.name, args.rows or 1_000_000
+    print(f"# bench {name} --big: {n} x {D} float32 on 2 worker processes; {machine()}; "
+          f"load average {_load()}", flush=True)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+        client.wait_for_workers(2)
+        client.run(_warm, name)  # compile ours and pynndescent on every worker
+        X = make_data(n).persist()
+        wait(X)
+        pids = list(client.run(os.getpid).values())
+        steps = []
+        def cb(i, it, total, loss):  # printed as it comes: a killed run still shows its pace
+            steps.append((time.perf_counter(), it, total))
+            shown = "-" if loss is None else f"{loss:.4f}"  # UMAP: only at the end
+            print(f"  {steps[-1][0] - t0:8.1f} s  iteration {it}/{total}  loss {shown}  "
+                  f"load {_load()}", flush=True)
+
+        with PeakRSS(pids, interval=0.5) as mem:
+            t0 = time.perf_counter()
+            if name == "umap":
+                from dimred_dask.methods.umap import umap_sweep as sweep
+            else:
+                from dimred_dask.methods.tsne import tsne_sweep as sweep
+            (model,) = sweep(X, random_state=0, callback=cb)
+            seconds = time.perf_counter() - t0
+        idx = np.sort(np.random.default_rng(0).choice(n, size=SAMPLE, replace=False))
+        from dimred_dask.linalg import take_rows
+
+        trust = trustworthiness(take_rows(X, idx, "sample"), model.embedding[idx], 15)
+        per_worker = [mem.per_process_peak[p] / 2**20 for p in pids]
+    opt = model.info.get("seconds")
+    limit = TARGETS[name]["big_minutes"]
+    print(f"\n| {name} {n:,} x {D} | {seconds / 60:.1f} min end to end (optimisation "
+          f"{opt:.0f} s) | peak RSS of the workers {', '.join(f'{p:,.0f}' for p in per_worker)}"
+          f" MiB (sum of deltas {mem.peak / 2**20:,.0f} MiB) | trustworthiness "
+          f"{trust:.4f} (5000 rows) | load average after {_load()} |")
+    print(f"target <= {limit} min: {'met' if seconds <= 60 * limit else 'NOT met'}")
+    return 0

@@ -1,0 +1,218 @@
+"""The t-SNE gradient and KL divergence on in-memory arrays: attraction over the sparse P plus
+repulsion, exact or by FFT-accelerated interpolation (see ``tsne_kernels``).
+
+``Interpolation`` holds the grid parameters: ``n_interp`` nodes per box and dimension (p = 3),
+at least ``min_intervals`` boxes per dimension, boxes of side at most ``ints_in_interval``
+embedding units (Linderman et al. 2019; openTSNE's defaults 3, 50, 1 in 2-D), and a cap on
+boxes per dimension so that the grid stays bounded (``MAX_BOXES``). The circular convolution is
+done with ``scipy.fft`` on a padded length L >= 2N - 1 with small prime factors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.fft
+
+from .tsne_kernels import (SCATTER_CHUNKS, attraction, exact_repulsion, fused_step,
+                           interp_gather, interp_scatter, interp_weights, kl_attractive_part)
+
+__all__ = ["Interpolation", "InterpolationGrid", "potentials", "repulsion", "tsne_gradient",
+           "tsne_step", "kl_divergence", "point_z", "MAX_BOXES"]
+
+MAX_BOXES = {1: 4096, 2: 400, 3: 24}  # grid side N = boxes * p: 2-D 1200^2, 3-D 72^3 nodes
+
+
+@dataclass(frozen=True)
+class Interpolation:
+    n_interp: int = 3
+    min_intervals: int = 50
+    ints_in_interval: float = 1.0
+
+
+_KERNEL_CACHE: dict = {}  # (d, L, delta) -> FFT of the kernel; few entries, reused while
+# the grid keeps its node spacing (boxes of exactly ``ints_in_interval`` once the embedding is
+# wider than min_intervals boxes)
+
+
+def _kernel_hat(d: int, N: int, L: int, delta: float, workers: int):
+    """FFT of w^2 = (1 + r^2)^-2 at the node offsets, laid out circularly (length L)."""
+    key = (d, L, N, delta)
+    hat = _KERNEL_CACHE.get(key)
+    if hat is not None:
+        return hat
+    idx = np.arange(L)
+    off = np.where(idx < N, idx, idx - L).astype(np.float64)
+    off[(idx >= N) & (idx <= L - N)] = 0.0  # offsets the crop never uses
+    r2 = np.zeros((L,) * d)
+    for k in range(d):
+        shape = [1] * d
+        shape[k] = L
+        r2 = r2 + (delta * off).reshape(shape) ** 2
+    hat = scipy.fft.rfftn(1.0 / (1.0 + r2) ** 2, workers=workers).astype(np.complex64)
+    if len(_KERNEL_CACHE) >= 4:
+        _KERNEL_CACHE.pop(next(iter(_KERNEL_CACHE)))
+    _KERNEL_CACHE[key] = hat
+    return hat
+
+
+def _geometry(span: float, d: int, interp: Interpolation) -> tuple[int, float]:
+    """(boxes per dimension, box side h). Boxes of side exactly ``ints_in_interval`` once the
+    span needs more than ``min_intervals`` of them (so the node spacing, hence the kernel's
+    FFT, stays the same from one iteration to the next), padded up to the FFT length."""
+    p, hmax = int(interp.n_interp), float(interp.ints_in_interval)
+    if span <= 0:
+        return int(interp.min_intervals), 1.0
+    if span <= interp.min_intervals * hmax:
+        return int(interp.min_intervals), span / interp.min_intervals
+    boxes = int(np.ceil(span / hmax))
+    if boxes > MAX_BOXES[d]:
+        return MAX_BOXES[d], span / MAX_BOXES[d]
+    L = scipy.fft.next_fast_len(2 * boxes * p - 1, real=True)
+    return int(min(max(boxes, (L + 1) // (2 * p)), MAX_BOXES[d])), hmax
+
+
+class InterpolationGrid:
+    """The grid laid over a set of points and the nodes' potentials under w^2 from the
+    charges of those points (built once for a fixed reference embedding; rebuilt every
+    iteration in a fit)."""
+
+    def __init__(self, Y: np.ndarray, interp: Interpolation, workers: int = 1,
+                 per_point: bool = True):
+        """``per_point``: also the |y|^2 charge, for per-point normalisations Z_i (a
+        transform); a fit needs only the total Z, which follows from d + 1 charges."""
+        n, d = Y.shape
+        lo, hi = Y.min(axis=0), Y.max(axis=0)
+        boxes, h = _geometry(float((hi - lo).max()), d, interp)
+        # charges and potentials are taken relative to the centre (smaller magnitudes for
+        # the single-precision FFT); `potentials_at` converts back
+        self.center = np.ascontiguousarray((lo + hi) / 2, dtype=np.float64)
+        self.lo = np.ascontiguousarray(lo - self.center, dtype=np.float64)
+        self.h, self.n_boxes, self.p, self.d = h, boxes, int(interp.n_interp), d
+        self.N = boxes * self.p
+        self.workers = workers
+        Yc = np.ascontiguousarray(Y - self.center)
+        self.boxes, self.weights = self._weights(Yc)
+        nchunks = int(min(SCATTER_CHUNKS, max(1, n // 25_000)))
+        self.nc = d + 2 if per_point else d + 1
+        grids = np.empty((nchunks, self.N ** d, self.nc))
+        interp_scatter(Yc, self.boxes, self.weights, self.p, self.N, grids)
+        charges = grids.sum(axis=0) if nchunks > 1 else grids[0]
+        self.potentials = self._convolve(charges)
+
+    def _weights(self, Yc):
+        n, d = Yc.shape
+        boxes = np.empty((n, d), dtype=np.int64)
+        weights = np.empty((n, d, self.p))
+        interp_weights(Yc, self.lo, self.h, self.n_boxes, self.p, boxes, weights)
+        return boxes, weights
+
+    def _convolve(self, charges):
+        """The nodes' potentials: the charges convolved with w^2 (single-precision FFT:
+        relative error ~3e-7 of the largest potential, far below the interpolation's)."""
+        N, d, w = self.N, self.d, self.workers
+        L = scipy.fft.next_fast_len(2 * N - 1, real=True)
+        hat = _kernel_hat(d, N, L, self.h / self.p, w)
+        nc = charges.shape[1]
+        grid = np.moveaxis(charges.reshape((N,) * d + (nc,)), -1, 0).astype(np.float32)
+        if d == 2:  # pruned: the padding rows are zero on the way in and cropped on the way out
+            A = scipy.fft.rfft(grid, n=L, axis=2, workers=w)
+            A = scipy.fft.fft(A, n=L, axis=1, workers=w, overwrite_x=True)
+            A *= hat[None]
+            A = scipy.fft.ifft(A, axis=1, workers=w, overwrite_x=True)[:, :N]
+            pot = scipy.fft.irfft(A, n=L, axis=2, workers=w)[:, :, :N]
+        else:
+            axes = tuple(range(1, d + 1))
+            A = scipy.fft.rfftn(grid, s=(L,) * d, axes=axes, workers=w)
+            A *= hat[None]
+            pot = scipy.fft.irfftn(A, s=(L,) * d, axes=axes, workers=w)
+            pot = pot[(slice(None),) + (slice(0, N),) * d]
+        return np.ascontiguousarray(np.moveaxis(pot, 0, -1).reshape(N ** d, nc),
+                                    dtype=np.float64)
+
+    def potentials_at(self, Y, boxes=None, weights=None, centred: bool = False):
+        """(n, nc): sum_j w^2, sum_j w^2 y_j (, sum_j w^2 |y_j|^2) over the grid's points,
+        interpolated at ``Y`` (its own points when boxes/weights are the grid's); in the
+        grid's centred coordinates y - center when ``centred``."""
+        if boxes is None:
+            boxes, weights = self._weights(np.ascontiguousarray(Y - self.center))
+        phi = np.empty((Y.shape[0], self.nc))
+        interp_gather(boxes, weights, self.p, self.N, self.potentials, phi)
+        if not centred:
+            self.uncentre(phi)
+        return phi
+
+    def uncentre(self, phi):
+        """Potentials from centred to absolute coordinates (in place): y_j = yc_j + c."""
+        c, d = self.center, self.d
+        if self.nc == d + 2:
+            phi[:, -1] += 2.0 * phi[:, 1:d + 1] @ c + (c @ c) * phi[:, 0]
+        phi[:, 1:d + 1] += phi[:, :1] * c
+        return phi
+
+    def clip(self, Y):
+        """Y clipped into the grid's box (new points must stay where potentials are known)."""
+        return np.clip(Y, self.center + self.lo, self.center + self.lo + self.h * self.n_boxes)
+
+
+def point_z(Y, phi):
+    """Z_i = sum_j w_ij = (1 + |y_i|^2) phi_0 - 2 y_i . phi + phi_{|y|^2} (full potentials)."""
+    d = Y.shape[1]
+    y2 = (Y * Y).sum(axis=1)
+    return (1.0 + y2) * phi[:, 0] - 2.0 * (Y * phi[:, 1:d + 1]).sum(axis=1) + phi[:, d + 1]
+
+
+def potentials(Y, method: str, interp: Interpolation, workers: int = 1):
+    """(Z, phi (n, >= d + 1)) of the points Y among themselves (see the module docstring).
+    FFT: d + 1 charges only, since sum_i phi_{|y|^2}(y_i) = sum_i |y_i|^2 phi_0(y_i) by the
+    symmetry of w, so Z = sum_i [(1 + 2|y_i|^2) phi_0 - 2 y_i . phi] - n (in the grid's
+    centred coordinates, where the magnitudes that cancel are smallest)."""
+    n, d = Y.shape
+    if method == "exact":
+        phi = np.empty((n, d + 3))
+        exact_repulsion(Y, Y, True, phi)
+        return float(phi[:, d + 2].sum()), np.ascontiguousarray(phi[:, :d + 2])
+    grid = InterpolationGrid(Y, interp, workers, per_point=False)
+    phi = grid.potentials_at(Y, grid.boxes, grid.weights, centred=True)
+    Yc = Y - grid.center
+    Z = float(((1.0 + 2.0 * (Yc * Yc).sum(axis=1)) * phi[:, 0]
+               - 2.0 * (Yc * phi[:, 1:]).sum(axis=1)).sum()) - n
+    return Z, grid.uncentre(phi)
+
+
+def repulsion(Y, method: str, interp: Interpolation, workers: int = 1):
+    """(Z, (n, d) array sum_j w_ij^2 (y_i - y_j)) of the points Y among themselves."""
+    d = Y.shape[1]
+    Z, phi = potentials(Y, method, interp, workers)
+    return Z, Y * phi[:, :1] - phi[:, 1:d + 1]
+
+
+def tsne_step(indptr, indices, data, Y, Ynew, update, gains, *, exaggeration, momentum,
+              learning_rate, min_gain, max_step, method, interp, workers=1, kl=False,
+              data32=None):
+    """One iteration: Ynew = Y + update (see ``tsne_kernels.fused_step``); returns (Z, KL of
+    Y or None), Z and KL at Y (before the step). ``data32``: P's values in single precision
+    for the attraction (a third less memory traffic; relative error 6e-8 per term)."""
+    Z, phi = potentials(Y, method, interp, workers)
+    loss = kl_divergence(indptr, indices, data, Y, Z) if kl else None
+    fused_step(indptr, indices, data if data32 is None else data32, Y, phi, 1.0 / Z,
+               exaggeration, update, gains, momentum, learning_rate, min_gain, max_step, Ynew)
+    return Z, loss
+
+
+def tsne_gradient(indptr, indices, data, Y, exaggeration: float, method: str,
+                  interp: Interpolation, workers: int = 1):
+    """(Z, g) with g_i = exaggeration * sum_j p_ij w_ij (y_i - y_j) - sum_j w_ij^2 (y_i - y_j) / Z,
+    a quarter of the gradient of KL(exaggeration * P || Q)."""
+    Z, rep = repulsion(Y, method, interp, workers)
+    grad = np.empty_like(Y)
+    attraction(indptr, indices, data, Y, Y, float(exaggeration), grad)
+    grad -= rep / Z
+    return Z, grad
+
+
+def kl_divergence(indptr, indices, data, Y, Z: float) -> float:
+    """KL(P || Q) = sum p log(p / w) + log Z (sum p = 1), with Z from the repulsion."""
+    rows = np.empty(Y.shape[0])
+    kl_attractive_part(indptr, indices, data, Y, Y, rows)
+    return float(rows.sum() + data.sum() * np.log(Z))

@@ -1,0 +1,324 @@
+"""What t-SNE, SNE and UMAP share: sweeps of parameter settings, running each optimisation as
+one task on a Dask worker (or in this process), threads, progress relayed from the workers to
+the caller, the checkpoint protocol, the PCA initialisation and the kNN graph a fit reads.
+
+Checkpoints. An optimiser given ``checkpoint`` (an object with ``save(state)`` and
+``load() -> state | None``) saves its state every ``checkpoint_every`` iterations and, when
+``load()`` returns a state, continues from it instead of starting again. A state is a dict:
+``iteration`` (done so far), ``embedding``, the optimiser's arrays (t-SNE: ``update``,
+``gains``; UMAP: ``next_sample``, ``next_negative``), ``rng`` (the random generator's state:
+both optimisers use counter-based streams keyed by (seed, iteration, row), so it is the seed)
+and ``loss``. Every iteration is a function of that state and of quantities recomputed
+exactly from the inputs, so a resumed run ends bit for bit where an uninterrupted one does.
+For a sweep, ``checkpoint`` is a factory ``checkpoint(index, setting) -> object or None``.
+
+Progress. ``callback(index, iteration, total, loss)`` is called in the caller's process
+(the optimisers on the workers send their progress as Dask events, relayed here).
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import numbers
+import os
+import queue
+import uuid
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._compute import active_client, compute
+from .._validation import check_random_state, is_dask
+from ..errors import DimredWarning, InputError
+from ..graphs import KNNGraph, knn_graph
+
+__all__ = ["expand_sweep", "run_tasks", "threads", "MemoryCheckpoint", "pca_init",
+           "check_graph", "fit_graph", "graph_ref", "delayed_literal", "like_input", "EmbeddingSet", "check_int", "check_float",
+           "check_choice", "TaskProgress"]
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def check_int(name, value, lo, hi=None, method="") -> int:
+    if (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < lo
+            or (hi is not None and value > hi)):
+        span = f">= {lo}" if hi is None else f"in {lo}..{hi}"
+        raise InputError(f"{method} needs an int {name} {span}; found {value!r}.",
+                         f"pass {name} {span}.")
+    return int(value)
+
+
+def check_float(name, value, lo=None, hi=None, method="", open_lo=True) -> float:
+    ok = (isinstance(value, numbers.Real) and not isinstance(value, bool)
+          and np.isfinite(value))
+    if ok and lo is not None:
+        ok = value > lo if open_lo else value >= lo
+    if ok and hi is not None:
+        ok = value <= hi
+    if not ok:
+        span = ("" if lo is None else f"{'>' if open_lo else '>='} {lo}") + \
+               ("" if hi is None else f" and <= {hi}")
+        raise InputError(f"{method} needs a finite number {name} {span}; found {value!r}.",
+                         f"pass {name} {span}.")
+    return float(value)
+
+
+def check_choice(name, value, choices, method="") -> str:
+    if value not in choices:
+        raise InputError(f"{method} {name} must be one of {', '.join(map(str, choices))}; "
+                         f"found {value!r}.", f"pass {name}={choices[0]!r}.")
+    return value
+
+
+def expand_sweep(params: dict, sweepable: tuple) -> list[dict]:
+    """The settings of a sweep: every parameter of ``sweepable`` given as a list is swept,
+    several lists make their product (first list varies slowest)."""
+    keys = [k for k in sweepable if isinstance(params.get(k), (list, tuple))]
+    for k in keys:
+        if len(params[k]) == 0:
+            raise InputError(f"The sweep over {k} is empty.", f"give {k} at least one value.")
+    others = [k for k, v in params.items() if isinstance(v, (list, tuple)) and k not in keys]
+    if others:
+        raise InputError(f"Only {', '.join(sweepable)} can be swept; found lists for "
+                         f"{others}.", "pass one value for those.")
+    if not keys:
+        return [dict(params)]
+    return [{**params, **dict(zip(keys, combo))}
+            for combo in itertools.product(*[list(params[k]) for k in keys])]
+
+
+# --------------------------------------------------------------------------- graph
+
+
+def _is_source(graph) -> bool:
+    return all(hasattr(graph, a) for a in ("n_samples", "n_neighbors", "rows"))
+
+
+def check_graph(graph, n: int, k_needed: int, method: str):
+    """A kNN graph (or graph source, see ``graphs.affinities.graph_rows``) of this data with
+    at least ``k_needed`` neighbours per row."""
+    if not isinstance(graph, KNNGraph) and not _is_source(graph):
+        raise InputError(f"{method} needs graph=<KNNGraph>; found {type(graph).__name__}.",
+                         "pass dimred_dask.graphs.knn_graph(X, k) or leave graph out.")
+    if graph.n_samples != n:
+        raise InputError(f"The kNN graph has {graph.n_samples} rows; the data have {n}.",
+                         "build the graph from these rows (or leave graph out).")
+    if graph.n_neighbors < k_needed:
+        raise InputError(f"{method} needs {k_needed} neighbours per point; the kNN graph has "
+                         f"{graph.n_neighbors}.", f"build it with n_neighbors >= {k_needed}.")
+    if isinstance(graph, KNNGraph) and (graph.indices[:, :k_needed] < 0).any():
+        raise InputError("The kNN graph has rows with fewer neighbours than k (index -1).",
+                         "rebuild it with backend='exact' or 'nndescent'.")
+    return graph
+
+
+def fit_graph(X, graph, k: int, method: str, *, metric="euclidean", backend="auto",
+              random_state=0, nndescent_kwds=None) -> KNNGraph:
+    """The given graph (checked, cut to k neighbours) or a new one of X."""
+    n = X.shape[0]
+    if graph is None:
+        graph = knn_graph(X, k, metric=metric, backend=backend, random_state=random_state,
+                          nndescent_kwds=nndescent_kwds)
+    graph = check_graph(graph, n, k, method)  # the affinities read the first k neighbours
+    return graph
+
+
+def graph_ref(graph):
+    """What the tasks receive for the graph: a graph source as it is (each task reads its
+    rows), an in-memory graph as one dask literal (the scheduler keeps it, so a dead worker
+    loses nothing that cannot be recomputed; never scattered to a single worker)."""
+    return graph if _is_source(graph) else delayed_literal(graph)
+
+
+def like_input(Y: np.ndarray, X):
+    """The embedding as the input's kind: NumPy in the input's dtype, or dask in its row
+    chunks."""
+    if is_dask(X):
+        import dask.array as da
+
+        return da.from_array(np.asarray(Y).astype(X.dtype), chunks=(X.chunks[0], Y.shape[1]))
+    return np.asarray(Y).astype(X.dtype, copy=False)
+
+
+def delayed_literal(value):
+    from dask import delayed
+
+    return delayed(value, pure=True, traverse=False)
+
+
+# --------------------------------------------------------------------------- init
+
+
+def pca_init(X, n_components: int, random_state=0) -> np.ndarray:
+    """The first ``n_components`` principal component scores of X (float64, NumPy)."""
+    from .pca import pca
+
+    with warnings.catch_warnings():  # constant columns: worth a warning for PCA, not here
+        warnings.filterwarnings("ignore", message=".*zero variance", category=DimredWarning)
+        model = pca(X, n_components=n_components, random_state=random_state)
+    Y = model.transform(X)
+    if is_dask(Y):
+        (Y,) = compute(Y, stage="PCA initialisation")
+    return np.asarray(Y, dtype=np.float64)
+
+
+def random_init(n: int, n_components: int, scale: float, random_state) -> np.ndarray:
+    return check_random_state(random_state).normal(0.0, scale, (n, n_components))
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+class MemoryCheckpoint:
+    """Checkpoints kept in memory (copies): for tests and interactive use. ``fail_after``
+    makes the n-th save raise `InterruptedError` after storing, to simulate a crash."""
+
+    def __init__(self, fail_after: int | None = None):
+        self.states: list[dict] = []
+        self.fail_after = fail_after
+
+    def save(self, state: dict) -> None:
+        self.states.append({k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v)
+                            for k, v in state.items()})
+        if self.fail_after is not None and len(self.states) >= self.fail_after:
+            self.fail_after = None
+            raise InterruptedError(f"simulated crash after checkpoint {len(self.states)}")
+
+    def load(self) -> dict | None:
+        return dict(self.states[-1]) if self.states else None
+
+
+# --------------------------------------------------------------------------- threads
+
+
+@contextlib.contextmanager
+def threads(n: int | None):
+    """numba's threads for this thread of the process (numba's setting is thread-local)."""
+    import numba
+
+    if not n:
+        yield numba.get_num_threads()
+        return
+    old = numba.get_num_threads()
+    numba.set_num_threads(int(max(1, min(n, numba.config.NUMBA_NUM_THREADS))))
+    try:
+        yield numba.get_num_threads()
+    finally:
+        numba.set_num_threads(old)
+
+
+def _threads_per_task(n_tasks: int, client) -> int | None:
+    """Split a host's cores between the tasks that will run on it at once."""
+    workers = client.scheduler_info().get("workers", {}).values()
+    hosts: dict = {}
+    for w in workers:
+        hosts[w.get("host")] = hosts.get(w.get("host"), 0) + 1
+    per_host = max(hosts.values()) if hosts else 1
+    cores = os.cpu_count() or 1
+    return max(1, cores // max(1, min(n_tasks, per_host)))
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+@dataclass
+class TaskProgress:
+    """Progress of one optimisation: in this process a direct call of the caller's callback;
+    in a Dask task a worker event on ``topic`` (relayed to the caller by `run_tasks`)."""
+
+    index: int
+    topic: str | None = None
+    callback: object = None
+
+    def __call__(self, iteration: int, total: int, loss) -> None:
+        if self.topic is None:
+            if self.callback is not None:
+                self.callback(self.index, iteration, total, loss)
+            return
+        try:
+            from distributed import get_worker
+
+            get_worker().log_event(self.topic, (self.index, int(iteration), int(total),
+                                                None if loss is None else float(loss)))
+        except (ImportError, ValueError):
+            pass
+
+
+def run_tasks(fn, jobs: list[tuple], *, shared: dict, callback=None, n_jobs=None,
+              stage: str = "optimise") -> list:
+    """``fn(*job, progress=TaskProgress, n_jobs=threads, **shared)`` for each job: one task
+    per job on the Dask workers when a client is active (``shared`` values scattered once or
+    given as dask delayed objects), else one after the other in this process."""
+    client = active_client()
+    if client is None:
+        return [fn(*job, progress=TaskProgress(i, None, callback), n_jobs=n_jobs, **shared)
+                for i, job in enumerate(jobs)]
+    from dask import delayed
+
+    n_threads = n_jobs or _threads_per_task(len(jobs), client)
+    topic = f"dimred-progress-{uuid.uuid4().hex}"
+    events: queue.Queue = queue.Queue()
+    if callback is not None:
+        client.subscribe_topic(topic, lambda ev: events.put(ev[1]))
+    task = delayed(fn, pure=False)
+    tasks = [task(*job, progress=TaskProgress(i, topic), n_jobs=n_threads, **shared)
+             for i, job in enumerate(jobs)]
+    try:
+        futures = client.compute(tasks)
+        _wait_relaying(futures, events, callback)
+        return client.gather(futures)
+    finally:
+        if callback is not None:
+            client.unsubscribe_topic(topic)
+
+
+def _wait_relaying(futures, events: queue.Queue, callback, poll: float = 0.5) -> None:
+    from distributed import wait
+
+    def drain():
+        while True:
+            try:
+                msg = events.get_nowait()
+            except queue.Empty:
+                return
+            if callback is not None:
+                callback(*msg)
+
+    while True:
+        try:
+            wait(futures, timeout=poll)
+            break
+        except TimeoutError:
+            drain()
+    drain()
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class EmbeddingSet:
+    """Several embeddings of the same rows (a sweep): what the flow saves and reloads."""
+
+    method: str
+    embeddings: list  # of (n, d) arrays
+    settings: list  # of dicts: the parameters of each embedding
+    losses: list  # of floats (KL for t-SNE / SNE, cross-entropy for UMAP)
+    info: list = field(default_factory=list)  # per embedding: iterations, timings, ...
+
+    def arrays(self) -> dict:
+        return {f"embedding_{i}": np.asarray(Y) for i, Y in enumerate(self.embeddings)}
+
+    def scalars(self) -> dict:
+        return {"method": self.method, "settings": self.settings,
+                "losses": [float(v) for v in self.losses], "info": self.info,
+                "n_embeddings": len(self.embeddings)}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, scalars: dict) -> "EmbeddingSet":
+        m = int(scalars["n_embeddings"])
+        return cls(scalars["method"], [np.asarray(arrays[f"embedding_{i}"]) for i in range(m)],
+                   list(scalars["settings"]), list(scalars["losses"]),
+                   list(scalars.get("info") or []))

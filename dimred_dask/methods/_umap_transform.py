@@ -1,0 +1,71 @@
+"""Placing new points into a fixed UMAP embedding (as umap-learn's ``transform``).
+
+For each new point: its ``n_neighbors`` nearest training points (exact, blockwise), memberships
+exp(-max(0, d - rho) / sigma) with local connectivity one less than the fit's, an initial
+position at the membership-weighted mean of those neighbours' positions, then SGD epochs (a
+third of the fit's, at least 30... as umap-learn: 100 up to 10 000 training points, else 30)
+moving only the new points: attraction to their neighbours, repulsion from random training
+points. The generator of row i is keyed by its global row number, so the result does not
+depend on how the rows are chunked (nor does its sampling schedule: epochs per sample are
+relative to membership 1); dask input is one task per chunk.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._validation import is_dask
+from ..blocks.neighbors import block_topk
+from ..blocks.umap_kernels import sgd_epoch
+from ..graphs.affinities import fuzzy_rows
+
+__all__ = ["umap_transform"]
+
+
+def _epochs(params: dict, n_ref: int) -> int:
+    return 100 if n_ref <= 10_000 else 30
+
+
+def _place_block(X_new, row0: int, X_train, Y_train, params: dict):
+    X_new = np.asarray(X_new, dtype=np.float64)
+    n_ref, d = Y_train.shape
+    k = int(min(params["n_neighbors"], n_ref))
+    idx, dist = block_topk(X_new, X_train, k, metric=params["metric"])
+    vals, _, _ = fuzzy_rows(dist, float(k), max(0.0, params["local_connectivity"] - 1.0))
+    w = vals / np.maximum(vals.sum(axis=1, keepdims=True), 1e-300)
+    Y = np.ascontiguousarray((w[:, :, None] * Y_train[idx]).sum(axis=1), dtype=np.float32)
+    n_epochs = _epochs(params, n_ref)
+    # epochs per sample relative to the largest possible membership, 1 (not the block's
+    # largest, as umap-learn does), so that a row's schedule does not depend on its block
+    flat = vals.ravel()
+    keep = flat >= 1.0 / float(n_epochs)
+    keep2 = keep.reshape(vals.shape)
+    indptr = np.concatenate([[0], np.cumsum(keep2.sum(axis=1))]).astype(np.int64)
+    indices = np.ascontiguousarray(idx[keep2], dtype=np.int64)
+    eps = 1.0 / flat[keep]
+    rate = params["negative_sample_rate"]
+    eps_neg = eps / rate if rate > 0 else np.full_like(eps, np.inf)
+    nxt, nxt_neg = eps.copy(), eps_neg.copy()
+    Yref = np.ascontiguousarray(Y_train, dtype=np.float32)
+    for epoch in range(n_epochs):
+        alpha = np.float32(params["learning_rate"] * (1.0 - epoch / n_epochs))
+        sgd_epoch(Y, Yref, indptr, indices, eps, nxt, eps_neg, nxt_neg, np.float32(params["a"]),
+                  np.float32(params["b"]), np.float32(params["repulsion_strength"]), alpha,
+                  epoch, params["random_state"], row0, np.float32(1.0), False)
+    return Y
+
+
+def umap_transform(X_train, Y_train, X_new, params: dict):
+    """Positions of the rows of ``X_new`` in the embedding ``Y_train`` of ``X_train``
+    (NumPy in -> NumPy out, dask in -> dask out, one task per chunk)."""
+    Y_train = np.ascontiguousarray(Y_train, dtype=np.float32)
+    X_train = np.asarray(X_train.compute() if is_dask(X_train) else X_train, dtype=np.float64)
+    d = Y_train.shape[1]
+    if not is_dask(X_new):
+        return _place_block(X_new, 0, X_train, Y_train, params).astype(np.asarray(X_new).dtype)
+    X_new = X_new if X_new.numblocks[1] == 1 else X_new.rechunk({1: -1})
+
+    def block(x, block_info=None):
+        row0 = block_info[0]["array-location"][0][0] if block_info else 0
+        return _place_block(x, row0, X_train, Y_train, params).astype(x.dtype)
+
+    return X_new.map_blocks(block, chunks=(X_new.chunks[0], (d,)), dtype=X_new.dtype)

@@ -1,0 +1,167 @@
+"""Stochastic Neighbor Embedding (Hinton & Roweis 2002; seed 004): `sne`, `SNE`.
+
+Asymmetric: C = sum_i KL(P_i || Q_i) with p_{j|i} Gaussian at the target perplexity over the
+kNN graph (rows sum to 1) and q_{j|i} ~ exp(-|y_i - y_j|^2) over all points (variance 1/2).
+Gradient 2 sum_j (p_{j|i} - q_{j|i} + p_{i|j} - q_{i|j}) (y_i - y_j), exact, O(n^2) per
+iteration: for small n (up to ``SNE_MAX`` points). Gradient descent with momentum and gains,
+as t-SNE's optimiser; no exaggeration by default.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .._compute import active_client
+from .._validation import check_array
+from ..blocks.tsne_kernels import gains_step, sne_cost_grad
+from ..errors import InputError
+from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
+from ._base import DimredEstimator
+from ._neighbor_runs import (check_float, check_int, expand_sweep, fit_graph, graph_ref,
+                             like_input, pca_init, random_init, run_tasks, threads)
+from .tsne import INIT_STD, TSNEModel
+
+__all__ = ["SNE", "sne", "sne_sweep", "SNE_DEFAULTS", "SNE_SWEEPABLE", "SNE_MAX",
+           "check_sne_params"]
+
+SNE_MAX = 10_000
+SNE_DEFAULTS = {"n_components": 2, "perplexity": 30.0, "n_iter": 500, "learning_rate": 0.5,
+                "momentum": 0.5, "final_momentum": 0.8, "momentum_switch_iter": 250,
+                "min_gain": 0.01, "max_step_norm": 5.0, "early_exaggeration": 1.0,
+                "early_exaggeration_iter": 0, "init": "pca", "n_neighbors": None,
+                "metric": "euclidean", "knn_backend": "auto", "random_state": 0,
+                "checkpoint_every": 50, "callback_every": 50}
+SNE_SWEEPABLE = ("perplexity", "random_state", "learning_rate")
+
+
+def check_sne_params(params: dict, n: int) -> list[dict]:
+    unknown = sorted(set(params) - set(SNE_DEFAULTS))
+    if unknown:
+        raise InputError(f"Unknown SNE parameter(s) {unknown}.", f"use only {sorted(SNE_DEFAULTS)}.")
+    if n > SNE_MAX:
+        raise InputError(f"SNE's exact O(n^2) gradient is for at most {SNE_MAX} points; found "
+                         f"{n}.", "use t-SNE (--method tsne) for more points.")
+    p = {**SNE_DEFAULTS, **params}
+    expand_sweep(p, SNE_SWEEPABLE)  # lists only for the sweepable parameters
+    check_int("n_components", p["n_components"], 1, 3, method="SNE")
+    for key in ("n_iter", "momentum_switch_iter", "early_exaggeration_iter",
+                "checkpoint_every", "callback_every"):
+        check_int(key, p[key], 0, method="SNE")
+    check_float("early_exaggeration", p["early_exaggeration"], 0, method="SNE")
+    check_float("min_gain", p["min_gain"], 0, method="SNE", open_lo=False)
+    check_float("max_step_norm", p["max_step_norm"], 0, method="SNE", open_lo=False)
+    if p["init"] not in ("pca", "random"):
+        raise InputError(f"SNE init must be 'pca' or 'random'; found {p['init']!r}.",
+                         "pass init='pca'.")
+    settings = expand_sweep(p, SNE_SWEEPABLE)
+    kmax = int(np.ceil(3 * max(check_perplexity(s["perplexity"], n, method="SNE")
+                               for s in settings)))
+    k = min(n - 1, kmax) if p["n_neighbors"] is None else p["n_neighbors"]
+    k = check_int("n_neighbors", k, 1, n - 1, method="SNE")
+    for s in settings:
+        s["perplexity"] = check_perplexity(s["perplexity"], n, k, "SNE")
+        s["learning_rate"] = check_float("learning_rate", s["learning_rate"], 0, method="SNE")
+        s["n_neighbors"] = k
+    return settings
+
+
+def optimize_sne(PP, Y0, s: dict, *, checkpoint=None, progress=None):
+    """Gradient descent on SNE's cost for one setting; (Y, cost, info)."""
+    P, PT = PP
+    n, total = P.shape[0], s["n_iter"]
+    state = checkpoint.load() if checkpoint is not None else None
+    if state is not None:
+        start, Y = int(state["iteration"]), np.array(state["embedding"], np.float64)
+        update, gains = np.array(state["update"]), np.array(state["gains"])
+    else:
+        start = 0
+        Y = np.array(Y0 if Y0 is not None else
+                     random_init(n, s["n_components"], INIT_STD, s["random_state"]),
+                     dtype=np.float64)
+        update, gains = np.zeros_like(Y), np.ones_like(Y)
+    t0, cost = time.perf_counter(), float("nan")
+    for it in range(start, total):
+        exag = s["early_exaggeration"] if it < s["early_exaggeration_iter"] else 1.0
+        cost, grad = sne_cost_grad(P.indptr, P.indices, P.data * exag, PT.indptr,
+                                   PT.indices, PT.data * exag, Y)
+        mom = s["momentum"] if it < s["momentum_switch_iter"] else s["final_momentum"]
+        gains_step(Y, grad, update, gains, mom, s["learning_rate"], s["min_gain"],
+                   s["max_step_norm"])
+        done = it + 1
+        if progress is not None and s["callback_every"] and done % s["callback_every"] == 0:
+            progress(done, total, cost)
+        if checkpoint is not None and s["checkpoint_every"] and \
+                done % s["checkpoint_every"] == 0 and done < total:
+            checkpoint.save({"iteration": done, "embedding": Y, "update": update,
+                             "gains": gains, "rng": {"seed": s["random_state"]},
+                             "loss": cost})
+    cost, _ = sne_cost_grad(P.indptr, P.indices, P.data, PT.indptr, PT.indices, PT.data, Y)
+    return Y, cost, {"seconds": round(time.perf_counter() - t0, 3), "resumed_from": start}
+
+
+def sne_task(PP, Y0, setting, checkpoint, *, progress=None, n_jobs=None):
+    with threads(n_jobs) as nt:
+        Y, cost, info = optimize_sne(PP, Y0, setting, checkpoint=checkpoint, progress=progress)
+    return Y, cost, {**info, "threads": nt}
+
+
+def sne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
+              **params) -> list[TSNEModel]:
+    """SNE embeddings for every setting of ``params`` (see `tsne_sweep` for the arguments);
+    the models' ``kl_divergence`` is SNE's cost sum_i KL(P_i || Q_i)."""
+    X = check_array(X, method="SNE", min_samples=4)
+    n = X.shape[0]
+    settings = check_sne_params(params, n)
+    s0 = settings[0]
+    graph = fit_graph(X, graph, s0["n_neighbors"], "SNE", metric=s0["metric"],
+                      backend=s0["knn_backend"], random_state=s0["random_state"] or 0)
+    Y0 = None
+    if s0["init"] == "pca":
+        Y0 = pca_init(X, s0["n_components"], s0["random_state"])
+        Y0 *= INIT_STD / max(Y0[:, 0].std(), 1e-300)
+    perps = sorted({s["perplexity"] for s in settings})
+    client = active_client()
+    if client is None:
+        Ps = {p: affinities(graph, "sne", perplexity=p) for p in perps}
+    else:
+        ref = graph_ref(graph)
+        Ps = {p: affinities_delayed(ref, n, graph.n_neighbors, "sne", perplexity=p)
+              for p in perps}
+    jobs = [(Ps[s["perplexity"]], Y0, s, checkpoint(i, s) if checkpoint else None)
+            for i, s in enumerate(settings)]
+    out = run_tasks(sne_task, jobs, shared={}, callback=callback, n_jobs=n_jobs,
+                    stage="SNE optimisation")
+    return [TSNEModel(Y, float(c), s, s["n_iter"], info) for (Y, c, info), s in zip(out, settings)]
+
+
+def sne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params) -> TSNEModel:
+    ck = (lambda i, s: checkpoint) if checkpoint is not None else None
+    cb = (lambda i, it, total, loss: callback(it, total, loss)) if callback else None
+    return sne_sweep(X, graph=graph, checkpoint=ck, callback=cb, n_jobs=n_jobs, **params)[0]
+
+
+class SNE(DimredEstimator):
+    """Stochastic Neighbor Embedding (seed 004), exact gradients, for small n."""
+
+    def __init__(self, n_components=2, *, perplexity=30.0, n_iter=500, learning_rate=0.5,
+                 momentum=0.5, final_momentum=0.8, momentum_switch_iter=250, min_gain=0.01,
+                 max_step_norm=5.0, early_exaggeration=1.0, early_exaggeration_iter=0,
+                 init="pca", n_neighbors=None, metric="euclidean", knn_backend="auto",
+                 random_state=0, n_jobs=None, checkpoint=None, checkpoint_every=50,
+                 callback=None, callback_every=50):
+        for key, value in locals().items():
+            if key not in ("self", "__class__"):
+                setattr(self, key, value)
+
+    def fit(self, X, y=None, *, graph=None):
+        X = check_array(X, method="SNE", min_samples=4)
+        model = sne(X, graph=graph, checkpoint=self.checkpoint, callback=self.callback,
+                    n_jobs=self.n_jobs, **{k: getattr(self, k) for k in SNE_DEFAULTS})
+        self.embedding_, self.kl_divergence_ = model.embedding, model.kl_divergence
+        self.n_iter_, self.info_, self.n_features_in_ = model.n_iter, model.info, X.shape[1]
+        return self
+
+    def fit_transform(self, X, y=None, *, graph=None):
+        X = check_array(X, method="SNE", min_samples=4)
+        return like_input(self.fit(X, graph=graph).embedding_, X)

@@ -1,0 +1,299 @@
+"""t-SNE (seed 004): the function ``tsne``, sweeps ``tsne_sweep``, the model and `TSNE`.
+
+fit = kNN graph (k = 3 x perplexity, shared) -> joint P (perplexity by bisection, blockwise)
+-> initialisation (PCA scaled to std 1e-4, or random) -> gradient descent with early
+exaggeration, momentum 0.5 -> 0.8, delta-bar-delta gains (minimum gain), step-norm clipping,
+learning rate n / exaggeration per phase (openTSNE's "auto"), the embedding re-centred after
+every step. Gradients: ``exact`` (all pairs, O(n^2)) or ``fft`` (interpolation on a grid,
+Linderman et al. 2019), ``auto`` = exact up to ``EXACT_MAX`` points. The KL divergence of the
+final embedding is reported (with Z from the same gradient method).
+
+Each embedding's optimisation is one task on a Dask worker (using that worker's cores through
+numba) when a client is active; a sweep (several perplexities, seeds, learning rates ...) runs
+its embeddings as parallel tasks over one kNN graph. See ``_neighbor_runs`` for checkpoints
+(resume ends exactly where an uninterrupted run ends) and progress.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._compute import active_client
+from .._validation import check_array, check_is_fitted, check_n_features
+from ..blocks.tsne_gradient import Interpolation, kl_divergence, potentials, tsne_step
+from ..errors import InputError
+from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
+from ._base import DimredEstimator
+from ._neighbor_runs import (check_choice, check_float, check_int, delayed_literal,
+                             expand_sweep, fit_graph, graph_ref, like_input, pca_init,
+                             random_init, run_tasks, threads)
+
+__all__ = ["TSNE", "TSNEModel", "tsne", "tsne_sweep", "TSNE_DEFAULTS", "TSNE_SWEEPABLE",
+           "check_tsne_params", "EXACT_MAX"]
+
+EXACT_MAX = 3000  # gradient="auto": exact up to this many points, FFT above (measured
+# crossover on 2 cores: 6 ms vs 10-20 ms per iteration at n = 1797)
+INIT_STD = 1e-4  # the initial embedding's first column has this standard deviation
+GRADIENTS = ("auto", "exact", "fft")
+TSNE_DEFAULTS = {
+    "n_components": 2, "perplexity": 30.0, "early_exaggeration": 12.0,
+    "early_exaggeration_iter": 250, "n_iter": 750, "exaggeration": 1.0,
+    "learning_rate": "auto", "momentum": 0.5, "final_momentum": 0.8, "min_gain": 0.01,
+    "max_step_norm": 5.0, "init": "pca", "gradient": "auto", "n_interpolation_points": 3,
+    "min_num_intervals": None, "ints_in_interval": 1.0, "n_neighbors": None,
+    "metric": "euclidean", "knn_backend": "auto", "random_state": 0,
+    "checkpoint_every": 50, "callback_every": 50,
+}
+TSNE_SWEEPABLE = ("perplexity", "random_state", "learning_rate", "early_exaggeration",
+                  "exaggeration")
+
+
+def _check_setting(p: dict, n: int, name: str = "t-SNE") -> dict:
+    """The per-embedding parameters (those a sweep may vary) of one setting."""
+    p = dict(p)
+    p["perplexity"] = check_perplexity(p["perplexity"], n, method=name)
+    p["early_exaggeration"] = check_float("early_exaggeration", p["early_exaggeration"], 0,
+                                          method=name)
+    p["exaggeration"] = check_float("exaggeration", p["exaggeration"], 0, method=name)
+    if p["learning_rate"] != "auto":
+        p["learning_rate"] = check_float("learning_rate", p["learning_rate"], 0, method=name)
+    if p["random_state"] is not None:
+        p["random_state"] = check_int("random_state", p["random_state"], 0, method=name)
+    return p
+
+
+def check_tsne_params(params: dict, n: int, name: str = "t-SNE") -> list[dict]:
+    """Every setting of a (possibly swept) parameter set, checked; InputError if bad."""
+    unknown = sorted(set(params) - set(TSNE_DEFAULTS))
+    if unknown:
+        raise InputError(f"Unknown {name} parameter(s) {unknown}.",
+                         f"use only {sorted(TSNE_DEFAULTS)}.")
+    p = {**TSNE_DEFAULTS, **params}
+    expand_sweep(p, TSNE_SWEEPABLE)  # lists only for the sweepable parameters
+    d = check_int("n_components", p["n_components"], 1, 3, method=name)
+    grad = check_choice("gradient", p["gradient"], GRADIENTS, method=name)
+    if grad == "auto":
+        p["gradient"] = "exact" if n <= EXACT_MAX else "fft"
+    for key in ("early_exaggeration_iter", "checkpoint_every", "callback_every"):
+        check_int(key, p[key], 0, method=name)
+    check_int("n_iter", p["n_iter"], 1, method=name)
+    check_int("n_interpolation_points", p["n_interpolation_points"], 2, 8, method=name)
+    if p["min_num_intervals"] is None:
+        p["min_num_intervals"] = 10 if d == 3 else 50
+    check_int("min_num_intervals", p["min_num_intervals"], 1, method=name)
+    check_float("ints_in_interval", p["ints_in_interval"], 0, method=name)
+    for key in ("momentum", "final_momentum"):
+        check_float(key, p[key], 0, 1, method=name, open_lo=False)
+    check_float("min_gain", p["min_gain"], 0, method=name, open_lo=False)
+    check_float("max_step_norm", p["max_step_norm"], 0, method=name, open_lo=False)
+    if not (isinstance(p["init"], np.ndarray) or p["init"] in ("pca", "random")):
+        raise InputError(f"{name} init must be 'pca', 'random' or an (n, {d}) array; found "
+                         f"{p['init']!r}.", "pass init='pca'.")
+    settings = [_check_setting(s, n, name) for s in expand_sweep(p, TSNE_SWEEPABLE)]
+    kmax = int(np.ceil(3 * max(s["perplexity"] for s in settings)))
+    k = min(n - 1, kmax) if p["n_neighbors"] is None else p["n_neighbors"]
+    k = check_int("n_neighbors", k, 1, n - 1, method=name)
+    for s in settings:
+        s["n_neighbors"] = k
+        check_perplexity(s["perplexity"], n, k, name)
+    return settings
+
+
+@dataclass
+class TSNEModel:
+    """A fitted t-SNE embedding and how it was made."""
+
+    embedding: np.ndarray  # (n, n_components) float64
+    kl_divergence: float
+    params: dict
+    n_iter: int
+    info: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- optimiser
+
+
+def _learning_rate(s: dict, n: int, exaggeration: float) -> float:
+    return n / exaggeration if s["learning_rate"] == "auto" else float(s["learning_rate"])
+
+
+def _start(Y0, n: int, s: dict, state):
+    if state is not None:
+        if np.shape(state["embedding"]) != (n, s["n_components"]):
+            raise InputError(f"The checkpoint's embedding has shape "
+                             f"{np.shape(state['embedding'])}; this run makes "
+                             f"({n}, {s['n_components']}).", "remove the stale checkpoint.")
+        return (int(state["iteration"]), np.array(state["embedding"], np.float64),
+                np.array(state["update"], np.float64), np.array(state["gains"], np.float64))
+    if Y0 is None:
+        Y0 = random_init(n, s["n_components"], INIT_STD, s["random_state"])
+    Y = np.array(Y0, dtype=np.float64, copy=True)
+    return 0, Y, np.zeros_like(Y), np.ones_like(Y)
+
+
+def optimize_tsne(P, Y0, s: dict, *, checkpoint=None, progress=None, workers: int = 1):
+    """Run (or resume) the t-SNE gradient descent for one setting; (Y, kl, info)."""
+    n = P.shape[0]
+    interp = Interpolation(s["n_interpolation_points"], s["min_num_intervals"],
+                           s["ints_in_interval"])
+    state = checkpoint.load() if checkpoint is not None else None
+    start, Y, update, gains = _start(Y0, n, s, state)
+    Ynew = np.empty_like(Y)
+    data32 = P.data.astype(np.float32)
+    t0, total, every = time.perf_counter(), s["n_iter"], s["callback_every"]
+    for it in range(start, total):
+        early = it < s["early_exaggeration_iter"]
+        exag = s["early_exaggeration"] if early else s["exaggeration"]
+        report = progress is not None and every and (it % every == 0)
+        _, kl = tsne_step(P.indptr, P.indices, P.data, Y, Ynew, update, gains,
+                          exaggeration=exag,
+                          momentum=s["momentum"] if early else s["final_momentum"],
+                          learning_rate=_learning_rate(s, n, exag), min_gain=s["min_gain"],
+                          max_step=s["max_step_norm"], method=s["gradient"], interp=interp,
+                          workers=workers, kl=report, data32=data32)
+        Y, Ynew = Ynew, Y
+        Y -= Y.mean(axis=0)
+        if report:
+            progress(it, total, kl)  # the KL of the embedding after `it` iterations
+        done = it + 1
+        if checkpoint is not None and s["checkpoint_every"] and \
+                done % s["checkpoint_every"] == 0 and done < total:
+            checkpoint.save({"iteration": done, "embedding": Y, "update": update,
+                             "gains": gains, "rng": {"seed": s["random_state"]},
+                             "loss": kl})
+    Z, _ = potentials(Y, s["gradient"], interp, workers)
+    kl = kl_divergence(P.indptr, P.indices, P.data, Y, Z)
+    if progress is not None:
+        progress(total, total, kl)
+    return Y, kl, {"seconds": round(time.perf_counter() - t0, 3), "resumed_from": start,
+                   "gradient": s["gradient"], "nnz_P": int(P.nnz)}
+
+
+def tsne_task(P, Y0, setting: dict, checkpoint, *, progress=None, n_jobs=None):
+    """One embedding, as run in a Dask task (or in this process)."""
+    with threads(n_jobs) as nt:
+        Y, kl, info = optimize_tsne(P, Y0, setting, checkpoint=checkpoint, progress=progress,
+                                    workers=nt)
+    init = setting["init"] if isinstance(setting["init"], str) else "given"
+    return Y, kl, {**info, "threads": nt, "init": init}
+
+
+# --------------------------------------------------------------------------- fit
+
+
+def _initial(X, settings: list[dict]):
+    """The shared initial embedding (PCA scaled to std INIT_STD), or None for random."""
+    init = settings[0]["init"]
+    n, d = X.shape[0], settings[0]["n_components"]
+    if isinstance(init, np.ndarray):
+        if init.shape != (n, d):
+            raise InputError(f"init has shape {init.shape}; expected ({n}, {d}).",
+                             "pass an initial embedding with one row per sample.")
+        return np.asarray(init, dtype=np.float64)
+    if init == "random":
+        return None
+    Y = pca_init(X, d, 0)  # the same for every seed of a sweep (as a single run's)
+    std = Y[:, 0].std()
+    return Y * (INIT_STD / std) if std > 0 else Y
+
+
+def _plan_affinities(graph, settings, kind: str):
+    """{perplexity: P}: computed here (no client) or lazy on the workers (a client)."""
+    perps = sorted({s["perplexity"] for s in settings})
+    client = active_client()
+    if client is None:
+        return {p: affinities(graph, kind, perplexity=p) for p in perps}, None
+    ref = graph_ref(graph)
+    return {p: affinities_delayed(ref, graph.n_samples, graph.n_neighbors, kind, perplexity=p)
+            for p in perps}, client
+
+
+def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
+               **params) -> list[TSNEModel]:
+    """t-SNE embeddings of ``X`` (NumPy or dask) for every setting of ``params`` (any of
+    ``TSNE_SWEEPABLE`` given as a list is swept). ``graph``: a kNN graph of X with at least
+    3 x perplexity neighbours (built when None). ``checkpoint``: a factory
+    ``(index, setting) -> object with save/load`` (see ``_neighbor_runs``); ``callback``:
+    ``(index, iteration, total, kl)``, called in this process."""
+    X = check_array(X, method="t-SNE", min_samples=4)
+    n = X.shape[0]
+    settings = check_tsne_params(params, n)
+    s0 = settings[0]
+    graph = fit_graph(X, graph, s0["n_neighbors"], "t-SNE", metric=s0["metric"],
+                      backend=s0["knn_backend"], random_state=s0["random_state"] or 0)
+    Y0 = _initial(X, settings)
+    Ps, client = _plan_affinities(graph, settings, "tsne")
+    if client is not None and Y0 is not None:
+        Y0 = delayed_literal(Y0)
+    jobs = [(Ps[s["perplexity"]], Y0, s, checkpoint(i, s) if checkpoint else None)
+            for i, s in enumerate(settings)]
+    out = run_tasks(tsne_task, jobs, shared={}, callback=callback, n_jobs=n_jobs,
+                    stage="t-SNE optimisation")
+    return [TSNEModel(Y, float(kl), s, s["n_iter"], info)
+            for (Y, kl, info), s in zip(out, settings)]
+
+
+def tsne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params) -> TSNEModel:
+    """One t-SNE embedding (see `tsne_sweep`; ``checkpoint`` is an object with save/load)."""
+    swept = [k for k in TSNE_SWEEPABLE if isinstance(params.get(k), (list, tuple))]
+    if swept:
+        raise InputError(f"tsne makes one embedding; found lists for {swept}.",
+                         "use tsne_sweep for several settings.")
+    ck = (lambda i, s: checkpoint) if checkpoint is not None else None
+    cb = (lambda i, it, total, loss: callback(it, total, loss)) if callback else None
+    return tsne_sweep(X, graph=graph, checkpoint=ck, callback=cb, n_jobs=n_jobs, **params)[0]
+
+
+# --------------------------------------------------------------------------- estimator
+
+
+class TSNE(DimredEstimator):
+    """t-SNE (van der Maaten & Hinton 2008) with FFT-interpolated gradients for large n.
+
+    Parameters are those of ``TSNE_DEFAULTS`` (see `tsne`). ``embedding_``, ``kl_divergence_``,
+    ``n_iter_``; ``transform(X_new)`` places new points against the fixed embedding
+    (``_tsne_transform``), chunk by chunk for dask input."""
+
+    def __init__(self, n_components=2, *, perplexity=30.0, early_exaggeration=12.0,
+                 early_exaggeration_iter=250, n_iter=750, exaggeration=1.0,
+                 learning_rate="auto", momentum=0.5, final_momentum=0.8, min_gain=0.01,
+                 max_step_norm=5.0, init="pca", gradient="auto", n_interpolation_points=3,
+                 min_num_intervals=None, ints_in_interval=1.0, n_neighbors=None,
+                 metric="euclidean", knn_backend="auto", random_state=0, n_jobs=None,
+                 checkpoint=None, checkpoint_every=50, callback=None, callback_every=50):
+        for key, value in locals().items():
+            if key not in ("self", "__class__"):
+                setattr(self, key, value)
+
+    def _params(self) -> dict:
+        return {k: getattr(self, k) for k in TSNE_DEFAULTS}
+
+    def fit(self, X, y=None, *, graph=None):
+        X = check_array(X, method="t-SNE", min_samples=4)
+        model = tsne(X, graph=graph, checkpoint=self.checkpoint, callback=self.callback,
+                     n_jobs=self.n_jobs, **self._params())
+        self.embedding_ = model.embedding
+        self.kl_divergence_ = model.kl_divergence
+        self.n_iter_ = model.n_iter
+        self.info_ = model.info
+        self.n_features_in_ = X.shape[1]
+        self._fit_X = X
+        return self
+
+    def fit_transform(self, X, y=None, *, graph=None):
+        X = check_array(X, method=type(self).__name__, min_samples=4)
+        return like_input(self.fit(X, graph=graph).embedding_, X)
+
+    def transform(self, X):
+        check_is_fitted(self, "embedding_")
+        X = check_array(X, method="t-SNE transform", min_samples=1)
+        check_n_features(self, X, self.n_features_in_)
+        from ._tsne_transform import tsne_transform
+
+        return tsne_transform(self._fit_X, self.embedding_, X, metric=self.metric,
+                              gradient=self.gradient,
+                              n_interpolation_points=self.n_interpolation_points,
+                              min_num_intervals=self.min_num_intervals,
+                              ints_in_interval=self.ints_in_interval)

@@ -1,0 +1,319 @@
+"""UMAP (McInnes, Healy & Melville 2018; seed 004): `umap`, `umap_sweep`, `UMAPModel`, `UMAP`.
+
+fit = kNN graph (n_neighbors - 1 neighbours: UMAP counts the point itself, shared) -> fuzzy
+graph (rho_i, sigma_i per row, blockwise; fuzzy union) -> a, b fitted from ``min_dist`` and
+``spread`` -> initial layout (spectral from the graph Laplacian through the shared sparse
+eigensolver, PCA fallback with a warning; or PCA; or random) -> SGD epochs with negative
+sampling (``blocks.umap_kernels``: each edge sampled in proportion to its weight, the
+learning rate decaying linearly to 0, ``negative_sample_rate`` repulsions per attraction).
+
+The loss reported is the fuzzy cross-entropy over unordered pairs
+CE = sum_{i<j} p log(p/q) + (1 - p) log((1 - p)/(1 - q)), q = 1 / (1 + a d^2b): exact over the
+graph's edges; the non-edges (p = 0, term -log(1 - q)) are summed exactly up to
+``CE_EXACT_MAX`` points and estimated from ``CE_PAIRS`` random pairs above (stated in the
+model's info). Threads and determinism: see ``blocks.umap_kernels``; runs and sweeps as in
+``_neighbor_runs``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._compute import active_client
+from .._validation import check_array, check_is_fitted, check_n_features
+from ..blocks.umap_kernels import sgd_epoch
+from ..errors import InputError
+from ..graphs.affinities import affinities, affinities_delayed, find_ab
+from ._base import DimredEstimator
+from ._neighbor_runs import (check_choice, check_float, check_int, delayed_literal,
+                             expand_sweep, fit_graph, graph_ref, like_input, pca_init,
+                             run_tasks, threads)
+from ._umap_init import scale_layout, spectral_layout
+
+__all__ = ["UMAP", "UMAPModel", "umap", "umap_sweep", "UMAP_DEFAULTS", "UMAP_SWEEPABLE",
+           "check_umap_params", "cross_entropy"]
+
+UMAP_DEFAULTS = {
+    "n_components": 2, "n_neighbors": 15, "min_dist": 0.1, "spread": 1.0, "n_epochs": None,
+    "learning_rate": 1.0, "negative_sample_rate": 5, "repulsion_strength": 1.0,
+    "local_connectivity": 1.0, "set_op_mix_ratio": 1.0, "a": None, "b": None,
+    "init": "spectral", "metric": "euclidean", "knn_backend": "auto", "random_state": 0,
+    "nndescent_kwds": None, "checkpoint_every": 20, "callback_every": 10,
+}
+UMAP_SWEEPABLE = ("min_dist", "spread", "random_state", "n_neighbors", "learning_rate",
+                  "negative_sample_rate", "repulsion_strength")
+INITS = ("spectral", "pca", "random")
+CE_EXACT_MAX = 3000
+CE_PAIRS = 200_000
+
+
+def _check_setting(s: dict, n: int) -> dict:
+    s = dict(s)
+    s["n_neighbors"] = check_int("n_neighbors", s["n_neighbors"], 2, n - 1, method="UMAP")
+    s["spread"] = check_float("spread", s["spread"], 0, method="UMAP")
+    s["min_dist"] = check_float("min_dist", s["min_dist"], 0, method="UMAP", open_lo=False)
+    if s["min_dist"] > s["spread"]:
+        raise InputError(f"UMAP needs min_dist <= spread; found min_dist={s['min_dist']} > "
+                         f"spread={s['spread']}.", "lower min_dist (0.1 is usual) or raise "
+                         "spread (1.0).")
+    s["learning_rate"] = check_float("learning_rate", s["learning_rate"], 0, method="UMAP")
+    s["negative_sample_rate"] = check_int("negative_sample_rate", s["negative_sample_rate"],
+                                          0, method="UMAP")
+    s["repulsion_strength"] = check_float("repulsion_strength", s["repulsion_strength"], 0,
+                                          method="UMAP", open_lo=False)
+    s["random_state"] = check_int("random_state", s["random_state"], 0, method="UMAP")
+    if s["a"] is None or s["b"] is None:
+        s["a"], s["b"] = find_ab(s["spread"], s["min_dist"])
+    else:
+        s["a"] = check_float("a", s["a"], 0, method="UMAP")
+        s["b"] = check_float("b", s["b"], 0, method="UMAP")
+    return s
+
+
+def check_umap_params(params: dict, n: int) -> list[dict]:
+    """Every setting of a (possibly swept) UMAP parameter set, checked."""
+    unknown = sorted(set(params) - set(UMAP_DEFAULTS))
+    if unknown:
+        raise InputError(f"Unknown UMAP parameter(s) {unknown}.",
+                         f"use only {sorted(UMAP_DEFAULTS)}.")
+    p = {**UMAP_DEFAULTS, **params}
+    expand_sweep(p, UMAP_SWEEPABLE)  # lists only for the sweepable parameters
+    check_int("n_components", p["n_components"], 1, max(1, n - 2), method="UMAP")
+    if p["n_epochs"] is None:
+        p["n_epochs"] = 500 if n <= 10_000 else 200
+    check_int("n_epochs", p["n_epochs"], 1, method="UMAP")
+    for key in ("checkpoint_every", "callback_every"):
+        check_int(key, p[key], 0, method="UMAP")
+    check_float("local_connectivity", p["local_connectivity"], 0, method="UMAP")
+    check_float("set_op_mix_ratio", p["set_op_mix_ratio"], 0, 1, method="UMAP", open_lo=False)
+    if not isinstance(p["init"], np.ndarray):
+        check_choice("init", p["init"], INITS, method="UMAP")
+    elif p["init"].shape != (n, p["n_components"]):
+        raise InputError(f"UMAP init has shape {p['init'].shape}; expected "
+                         f"({n}, {p['n_components']}).", "pass one row per sample.")
+    return [_check_setting(s, n) for s in expand_sweep(p, UMAP_SWEEPABLE)]
+
+
+@dataclass
+class UMAPModel:
+    """A fitted UMAP embedding and how it was made."""
+
+    embedding: np.ndarray  # (n, n_components) float32
+    cross_entropy: float
+    params: dict
+    n_epochs: int
+    info: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- optimiser
+
+
+def _edges(P, n_epochs: int, negative_sample_rate: int):
+    """The graph's edges as CSR with epochs per sample; edges weaker than max / n_epochs
+    would never be sampled and are dropped (umap-learn does the same)."""
+    w = P.data
+    keep = w >= w.max() / float(n_epochs)
+    kept = np.concatenate([[0], np.cumsum(keep)])
+    indptr = np.concatenate([[0], np.cumsum(kept[P.indptr[1:]] - kept[P.indptr[:-1]])])
+    indptr = indptr.astype(np.int64)
+    indices = np.ascontiguousarray(P.indices[keep], dtype=np.int64)
+    eps = w.max() / w[keep]
+    eps_neg = eps / negative_sample_rate if negative_sample_rate > 0 else np.full_like(eps, np.inf)
+    return indptr, indices, eps, eps_neg
+
+
+def optimize_umap(P, Y0, s: dict, *, checkpoint=None, progress=None):
+    """SGD epochs for one setting, from ``Y0`` (float32) or a checkpoint; (Y, info)."""
+    n_epochs = s["n_epochs"]
+    indptr, indices, eps, eps_neg = _edges(P, n_epochs, s["negative_sample_rate"])
+    state = checkpoint.load() if checkpoint is not None else None
+    if state is not None:
+        start, Y = int(state["iteration"]), np.array(state["embedding"], dtype=np.float32)
+        nxt, nxt_neg = np.array(state["next_sample"]), np.array(state["next_negative"])
+    else:
+        start, Y = 0, np.array(Y0, dtype=np.float32)
+        nxt, nxt_neg = eps.copy(), eps_neg.copy()
+    t0 = time.perf_counter()
+    for epoch in range(start, n_epochs):
+        alpha = np.float32(s["learning_rate"] * (1.0 - epoch / n_epochs))
+        sgd_epoch(Y, Y.copy(), indptr, indices, eps, nxt, eps_neg, nxt_neg,
+                  np.float32(s["a"]), np.float32(s["b"]), np.float32(s["repulsion_strength"]),
+                  alpha, epoch, s["random_state"], 0, np.float32(2.0), True)
+        done = epoch + 1
+        if progress is not None and s["callback_every"] and done % s["callback_every"] == 0:
+            progress(done, n_epochs, None)
+        if checkpoint is not None and s["checkpoint_every"] and \
+                done % s["checkpoint_every"] == 0 and done < n_epochs:
+            checkpoint.save({"iteration": done, "embedding": Y, "next_sample": nxt,
+                             "next_negative": nxt_neg, "rng": {"seed": s["random_state"]},
+                             "loss": None})
+    return Y, {"seconds": round(time.perf_counter() - t0, 3), "resumed_from": start,
+               "edges": int(indices.size)}
+
+
+def _neg_log_one_minus_q(Y, i, j, a, b):
+    d2 = ((Y[i] - Y[j]) ** 2).sum(axis=1)
+    return -np.log1p(-np.clip(1.0 / (1.0 + a * d2 ** b), 0.0, 1.0 - 1e-12))
+
+
+def cross_entropy(P, Y, a: float, b: float, random_state=0) -> tuple[float, str]:
+    """(CE over unordered pairs, how the non-edge part was computed); see the docstring."""
+    Y = np.asarray(Y, dtype=np.float64)
+    n = Y.shape[0]
+    rows = np.repeat(np.arange(n), np.diff(P.indptr))
+    cols = P.indices.astype(np.int64)
+    upper = rows < cols
+    ei, ej = rows[upper], cols[upper]
+    p = np.clip(P.data[upper], 0.0, 1.0)
+    d2 = ((Y[ei] - Y[ej]) ** 2).sum(axis=1)
+    q = np.clip(1.0 / (1.0 + a * d2 ** b), 1e-12, 1.0 - 1e-12)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        edge = np.where(p > 0, p * np.log(p / q), 0.0) + \
+            np.where(p < 1, (1 - p) * np.log((1 - p) / (1 - q)), 0.0)
+    if n <= CE_EXACT_MAX:
+        i, j = np.triu_indices(n, 1)
+        non_edge = _neg_log_one_minus_q(Y, i, j, a, b).sum() - \
+            _neg_log_one_minus_q(Y, ei, ej, a, b).sum()
+        return float(edge.sum() + non_edge), "exact"
+    rng = np.random.default_rng(random_state)
+    i, j = rng.integers(0, n, CE_PAIRS), rng.integers(0, n, CE_PAIRS)
+    keep = i != j
+    pairs = n * (n - 1) / 2 - ei.size
+    non_edge = _neg_log_one_minus_q(Y, i[keep], j[keep], a, b).mean() * pairs
+    return float(edge.sum() + non_edge), \
+        f"non-edge pairs estimated from {int(keep.sum())} random pairs"
+
+
+def umap_task(P, layout, setting: dict, checkpoint, *, progress=None, n_jobs=None):
+    """One UMAP embedding (a Dask task, or in this process): the layout of this setting's
+    graph scaled with this seed's noise, then the epochs."""
+    with threads(n_jobs) as nt:
+        if isinstance(layout, tuple):
+            layout, how = layout
+        elif layout is None:
+            how = "random"
+            layout = np.random.default_rng(setting["random_state"]).uniform(
+                -10.0, 10.0, (P.shape[0], setting["n_components"]))
+        else:
+            how = "given"
+        Y0 = scale_layout(layout, setting["random_state"])
+        Y, info = optimize_umap(P, Y0, setting, checkpoint=checkpoint, progress=progress)
+        ce, ce_how = cross_entropy(P, Y, setting["a"], setting["b"], setting["random_state"])
+        if progress is not None:
+            progress(setting["n_epochs"], setting["n_epochs"], ce)
+    return Y, ce, {**info, "threads": nt, "init": how, "loss": ce_how}
+
+
+# --------------------------------------------------------------------------- fit
+
+
+def _layouts(X, P_by_key: dict, settings: list[dict], client):
+    """{graph key: layout or lazy (layout, how)}: spectral per fuzzy graph (a task next to it
+    when a client is active), PCA or given shared, None for random (drawn in each task from
+    its seed). Layouts do not depend on the seed (the eigensolver starts from seed 0), so a
+    sweep over seeds shares them and each of its embeddings equals a single run's."""
+    init, d = settings[0]["init"], settings[0]["n_components"]
+    if isinstance(init, np.ndarray):
+        return {key: np.asarray(init, dtype=np.float64) for key in P_by_key}
+    if init == "random":
+        return {key: None for key in P_by_key}
+    seed = 0
+    pca = pca_init(X, d, seed)
+    if init == "pca":
+        return {key: pca for key in P_by_key}
+    if client is None:
+        return {key: spectral_layout(P, d, pca, seed) for key, P in P_by_key.items()}
+    from dask import delayed
+
+    ref = delayed_literal(pca)
+    task = delayed(spectral_layout, pure=True)
+    return {key: task(P, d, ref, seed) for key, P in P_by_key.items()}
+
+
+def _graph_key(s: dict) -> tuple:
+    return (s["n_neighbors"], s["local_connectivity"], s["set_op_mix_ratio"])
+
+
+def umap_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
+               **params) -> list[UMAPModel]:
+    """UMAP embeddings of ``X`` (NumPy or dask) for every setting of ``params`` (any of
+    ``UMAP_SWEEPABLE`` given as a list is swept) over one kNN graph (built when None, with
+    max(n_neighbors) - 1 neighbours). ``checkpoint``: a factory ``(index, setting) ->
+    object with save/load``; ``callback``: ``(index, epoch, n_epochs, loss or None)``."""
+    X = check_array(X, method="UMAP", min_samples=4)
+    n = X.shape[0]
+    settings = check_umap_params(params, n)
+    s0 = settings[0]
+    k = max(s["n_neighbors"] for s in settings) - 1
+    graph = fit_graph(X, graph, k, "UMAP", metric=s0["metric"], backend=s0["knn_backend"],
+                      random_state=s0["random_state"], nndescent_kwds=s0["nndescent_kwds"])
+    keys = sorted({_graph_key(s) for s in settings})
+    client = active_client()
+    if client is None:
+        Ps = {key: affinities(graph, "umap", n_neighbors=key[0], local_connectivity=key[1],
+                              set_op_mix_ratio=key[2]) for key in keys}
+    else:
+        ref = graph_ref(graph)
+        Ps = {key: affinities_delayed(ref, n, graph.n_neighbors, "umap", n_neighbors=key[0],
+                                      local_connectivity=key[1], set_op_mix_ratio=key[2])
+              for key in keys}
+    layouts = _layouts(X, Ps, settings, client)
+    jobs = [(Ps[_graph_key(s)], layouts[_graph_key(s)], s,
+             checkpoint(i, s) if checkpoint else None) for i, s in enumerate(settings)]
+    out = run_tasks(umap_task, jobs, shared={}, callback=callback, n_jobs=n_jobs,
+                    stage="UMAP optimisation")
+    return [UMAPModel(Y, float(ce), s, s["n_epochs"], info)
+            for (Y, ce, info), s in zip(out, settings)]
+
+
+def umap(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params) -> UMAPModel:
+    """One UMAP embedding (see `umap_sweep`; ``checkpoint`` is an object with save/load,
+    ``callback(epoch, n_epochs, loss or None)``)."""
+    swept = [k for k in UMAP_SWEEPABLE if isinstance(params.get(k), (list, tuple))]
+    if swept:
+        raise InputError(f"umap makes one embedding; found lists for {swept}.",
+                         "use umap_sweep for several settings.")
+    ck = (lambda i, s: checkpoint) if checkpoint is not None else None
+    cb = (lambda i, it, total, loss: callback(it, total, loss)) if callback else None
+    return umap_sweep(X, graph=graph, checkpoint=ck, callback=cb, n_jobs=n_jobs, **params)[0]
+
+
+class UMAP(DimredEstimator):
+    """UMAP with a deterministic multithreaded SGD (see `umap`). ``embedding_``,
+    ``cross_entropy_``, ``a_``, ``b_``; ``transform(X_new)`` optimises only the new points
+    against the fixed embedding (``_umap_transform``), chunk by chunk for dask input."""
+
+    def __init__(self, n_components=2, *, n_neighbors=15, min_dist=0.1, spread=1.0,
+                 n_epochs=None, learning_rate=1.0, negative_sample_rate=5,
+                 repulsion_strength=1.0, local_connectivity=1.0, set_op_mix_ratio=1.0,
+                 a=None, b=None, init="spectral", metric="euclidean", knn_backend="auto",
+                 random_state=0, nndescent_kwds=None, n_jobs=None, checkpoint=None,
+                 checkpoint_every=20, callback=None, callback_every=10):
+        for key, value in locals().items():
+            if key not in ("self", "__class__"):
+                setattr(self, key, value)
+
+    def fit(self, X, y=None, *, graph=None):
+        X = check_array(X, method="UMAP", min_samples=4)
+        model = umap(X, graph=graph, checkpoint=self.checkpoint, callback=self.callback,
+                     n_jobs=self.n_jobs, **{k: getattr(self, k) for k in UMAP_DEFAULTS})
+        self.embedding_, self.cross_entropy_ = model.embedding, model.cross_entropy
+        self.a_, self.b_ = model.params["a"], model.params["b"]
+        self.n_epochs_, self.info_, self.params_ = model.n_epochs, model.info, model.params
+        self.n_features_in_ = X.shape[1]
+        self._fit_X = X
+        return self
+
+    def fit_transform(self, X, y=None, *, graph=None):
+        X = check_array(X, method=type(self).__name__, min_samples=4)
+        return like_input(self.fit(X, graph=graph).embedding_, X)
+
+    def transform(self, X):
+        check_is_fitted(self, "embedding_")
+        X = check_array(X, method="UMAP transform", min_samples=1)
+        check_n_features(self, X, self.n_features_in_)
+        from ._umap_transform import umap_transform
+
+        return umap_transform(self._fit_X, self.embedding_, X, self.params_)

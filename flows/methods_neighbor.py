@@ -1,0 +1,252 @@
+"""Adapters of the neighbour-embedding methods: t-SNE (``tsne``), UMAP (``umap``), SNE
+(``sne``). Each reads the shared kNN graph (``graph=`` from the knn stage), runs its
+embeddings as one Dask task each (a list of values of a sweepable parameter, e.g.
+``--param perplexity=[10,30]`` or ``--param random_state=[0,1,2]``, makes one embedding per
+setting, in parallel on the workers), and lists every embedding in the manifest with its
+parameters, loss (KL / cross-entropy) and trustworthiness on a sample.
+
+Checkpoints: every ``checkpoint_every`` iterations an optimiser writes its state to the run's
+store (``checkpoints/<fit fingerprint>-<index>/``, from the worker, through `StoreCheckpoint`);
+a fit that is run again (a crash, a killed worker whose task Dask reruns, a killed flow run
+again) resumes each embedding from its last checkpoint and ends exactly where an uninterrupted
+run ends. The checkpoints are removed once the model is saved. Progress (iteration and loss) is
+relayed from the workers to the fit stage's Prefect progress artifact.
+
+Fault injection for the tests: ``DIMRED_FAULT_INJECT=kill-at-checkpoint:<n>`` makes the
+process that writes the n-th checkpoint of a run SIGKILL itself right after writing it (once:
+the file named by ``DIMRED_FAULT_ONCE`` records that it fired).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from dimred_dask import metrics
+from dimred_dask._progress import report
+from dimred_dask.errors import InputError
+from dimred_dask.io import RunStore
+from dimred_dask.linalg import take_rows
+from dimred_dask.methods._neighbor_runs import EmbeddingSet
+from dimred_dask.methods.sne import SNE_DEFAULTS, SNE_SWEEPABLE, check_sne_params, sne_sweep
+from dimred_dask.methods.tsne import (TSNE_DEFAULTS, TSNE_SWEEPABLE, check_tsne_params,
+                                      tsne_sweep)
+from dimred_dask.methods.umap import (UMAP_DEFAULTS, UMAP_SWEEPABLE, check_umap_params,
+                                      umap_sweep)
+
+from .adapter import MethodAdapter, model_loader
+
+__all__ = ["METHODS", "StoreCheckpoint", "StoreGraph", "CHECKPOINTS"]
+
+CHECKPOINTS = "checkpoints"
+TRUST_SAMPLE = 2000  # rows of the per-embedding trustworthiness (k = TRUST_K), seed 0
+TRUST_K = 10
+FAULT_ENV = "DIMRED_FAULT_INJECT"
+FAULT_ONCE_ENV = "DIMRED_FAULT_ONCE"
+STATE_ARRAYS = ("embedding", "update", "gains", "next_sample", "next_negative")
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _task_cancelled() -> bool:
+    """Whether this code runs in a Dask task that nobody wants any more (its client went
+    away, e.g. a killed flow): such an orphan stops at its next checkpoint."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+        ts = worker.state.tasks.get(worker.get_current_task())
+        return ts is None or ts.state in ("cancelled", "released", "forgotten")
+    except Exception:
+        return False
+
+
+def _fault(count: int) -> None:
+    spec = os.environ.get(FAULT_ENV, "")
+    if not spec.startswith("kill-at-checkpoint:") or count != int(spec.split(":")[1]):
+        return
+    once = os.environ.get(FAULT_ONCE_ENV)
+    if once:
+        try:
+            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class StoreCheckpoint:
+    """One embedding's checkpoints in a run's store (picklable: a URL and a prefix)."""
+
+    def __init__(self, output: str, prefix: str, every: int = 1):
+        self.output, self.prefix, self.every = output, prefix, max(1, int(every))
+
+    def save(self, state: dict) -> None:
+        if _task_cancelled():
+            raise InterruptedError("the run that asked for this embedding is gone")
+        store = RunStore(self.output)
+        it = int(state["iteration"])
+        names = [k for k in STATE_ARRAYS if k in state]
+        for name in names:
+            store.write_array(f"{self.prefix}/{it}/{name}", np.asarray(state[name]))
+        meta = {"iteration": it, "arrays": names, "rng": state.get("rng"),
+                "loss": state.get("loss")}
+        store.write_json(f"{self.prefix}/latest.json", meta)  # last: the state is complete
+        for entry in store.fs.ls(store._path(self.prefix), detail=False):
+            step = entry.rstrip("/").rsplit("/", 1)[-1]
+            if step.isdigit() and int(step) < it:
+                store.fs.rm(entry, recursive=True)
+        _fault(it // self.every)
+
+    def load(self) -> dict | None:
+        store = RunStore(self.output)
+        try:
+            meta = store.read_json(f"{self.prefix}/latest.json")
+            it = int(meta["iteration"])
+            state = {name: store.read_array(f"{self.prefix}/{it}/{name}")
+                     for name in meta["arrays"]}
+        except (FileNotFoundError, KeyError, ValueError):
+            return None
+        return {**state, "iteration": it, "rng": meta.get("rng"), "loss": meta.get("loss")}
+
+
+class StoreGraph:
+    """The knn stage's graph in a run's store, as a graph source: each affinity task reads
+    only its rows (on the worker), and the task graph carries a URL instead of the graph."""
+
+    def __init__(self, output: str, n_samples: int, n_neighbors: int):
+        self.output, self.n_samples, self.n_neighbors = output, int(n_samples), int(n_neighbors)
+
+    def rows(self, start: int, stop: int, k: int):
+        store = RunStore(self.output)
+        return (np.asarray(store.open_array("graph/indices")[start:stop, :k], dtype=np.int64),
+                np.asarray(store.open_array("graph/distances")[start:stop, :k],
+                           dtype=np.float64))
+
+
+class _Checkpoints:
+    """The factory the method calls: one `StoreCheckpoint` per embedding of a fit."""
+
+    def __init__(self, output: str, fit_fp: str):
+        self.output, self.fit_fp = output, fit_fp
+
+    def __call__(self, index: int, setting: dict) -> StoreCheckpoint | None:
+        if not setting.get("checkpoint_every"):
+            return None
+        return StoreCheckpoint(self.output, f"{CHECKPOINTS}/{self.fit_fp[:16]}-{index}",
+                               setting["checkpoint_every"])
+
+
+# --------------------------------------------------------------------------- adapters
+
+
+class _Family:
+    """What differs between t-SNE, UMAP and SNE for the flow."""
+
+    def __init__(self, name, defaults, sweepable, check, sweep, loss_name, k_of):
+        self.name, self.defaults, self.sweepable = name, defaults, sweepable
+        self._check, self._sweep, self.loss_name, self._k_of = check, sweep, loss_name, k_of
+
+    def check(self, params: dict, shape: tuple) -> dict:
+        unknown = sorted(set(params) - set(self.defaults))
+        if unknown:
+            raise InputError(f"Unknown parameter(s) {unknown} for method {self.name!r}; it "
+                             f"takes {sorted(self.defaults)}.", "fix the --param names.")
+        self._check(dict(params), shape[0])  # every setting of the sweep, or InputError
+        return {**{k: v for k, v in self.defaults.items() if not isinstance(v, np.ndarray)},
+                **params}
+
+    def graph(self, params: dict, shape: tuple) -> dict:
+        settings = self._check(dict(params), shape[0])
+        return {"n_neighbors": self._k_of(settings), "metric": settings[0]["metric"],
+                "backend": settings[0]["knn_backend"], "connected": False,
+                "nndescent_kwds": settings[0].get("nndescent_kwds") or {}}
+
+    def fit(self, X, params: dict, graph=None, run=None, **_):
+        n_settings = len(self._check(dict(params), X.shape[0]))
+        checkpoints = _Checkpoints(run["output"], run["fingerprint"]) if run else None
+        done: dict = {}
+
+        def progress(index, iteration, total, loss):
+            done[index] = (iteration, total)
+            it = sum(v[0] for v in done.values())
+            tot = sum(v[1] for v in done.values()) * n_settings / max(1, len(done))
+            tail = "" if loss is None else f", {self.loss_name} {loss:.4f}"
+            report(f"embedding {index + 1}/{n_settings}: iteration {iteration}/{total}{tail}",
+                   it, tot)
+
+        if run and graph is not None:  # tasks read the graph from the store
+            graph = StoreGraph(run["output"], graph.n_samples, graph.n_neighbors)
+        models = self._sweep(X, graph=graph, checkpoint=checkpoints, callback=progress, **params)
+        losses = [getattr(m, "kl_divergence", None) if self.name != "umap" else m.cross_entropy
+                  for m in models]
+        info = [{**m.info, "trustworthiness": t} for m, t in
+                zip(models, _trustworthiness(X, [m.embedding for m in models]))]
+        return EmbeddingSet(self.name, [np.asarray(m.embedding) for m in models],
+                            [_jsonable_setting(m.params) for m in models], losses, info)
+
+    def summary(self, model: EmbeddingSet) -> dict:
+        rows = []
+        for i, (s, loss, info) in enumerate(zip(model.settings, model.losses, model.info)):
+            rows.append({"index": i, "array": "embedding" if i == 0 else f"model/embedding_{i}",
+                         "params": {k: s[k] for k in self.sweepable if k in s},
+                         "loss": loss, "loss_name": self.loss_name,
+                         "trustworthiness": info.get("trustworthiness"),
+                         "seconds": info.get("seconds"), "threads": info.get("threads"),
+                         "resumed_from": info.get("resumed_from"), "init": info.get("init")})
+        return {"n_embeddings": len(rows), "embeddings": rows,
+                "trustworthiness_sample": f"{TRUST_SAMPLE} rows (seed 0), k = {TRUST_K}"}
+
+
+def _jsonable_setting(s: dict) -> dict:
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in s.items()
+            if k != "init" or not isinstance(v, np.ndarray)}
+
+
+def _trustworthiness(X, embeddings: list) -> list[float]:
+    n = X.shape[0]
+    idx = metrics.sample_rows(n, TRUST_SAMPLE, 0)
+    Xs = np.asarray(take_rows(X, idx, "trustworthiness sample"), dtype=np.float64)
+    k = int(min(TRUST_K, max(1, len(idx) // 2 - 1)))
+    return [metrics.trustworthiness(Xs, np.asarray(Y)[idx], k) for Y in embeddings]
+
+
+def _save(model: EmbeddingSet, store) -> None:
+    for name, value in model.arrays().items():
+        store.write_array(f"model/{name}", value)
+    store.write_attrs("model", model.scalars())
+    if store.fs.exists(store._path(CHECKPOINTS)):  # the model holds the result now
+        store.fs.rm(store._path(CHECKPOINTS), recursive=True)
+
+
+def _transform(model: EmbeddingSet, X):
+    import dask.array as da  # the first setting's embedding, in the input's row chunks
+
+    Y = np.asarray(model.embeddings[0])
+    return da.from_array(Y.astype(X.dtype), chunks=(X.chunks[0], Y.shape[1]))
+
+
+def _adapter(family: _Family) -> MethodAdapter:
+    return MethodAdapter(family.name, family.defaults, family.check, family.fit, _save,
+                         model_loader(EmbeddingSet), _transform, family.summary,
+                         lambda m, Xs, Ys: {}, graph=family.graph, run_context=True)
+
+
+def _tsne_k(settings):
+    return settings[0]["n_neighbors"]
+
+
+def _umap_k(settings):
+    return max(s["n_neighbors"] for s in settings) - 1
+
+
+METHODS = {
+    "tsne": _adapter(_Family("tsne", TSNE_DEFAULTS, TSNE_SWEEPABLE, check_tsne_params,
+                             tsne_sweep, "KL", _tsne_k)),
+    "umap": _adapter(_Family("umap", UMAP_DEFAULTS, UMAP_SWEEPABLE, check_umap_params,
+                             umap_sweep, "cross-entropy", _umap_k)),
+    "sne": _adapter(_Family("sne", SNE_DEFAULTS, SNE_SWEEPABLE, check_sne_params, sne_sweep,
+                            "KL (sum over points)", _tsne_k)),
+}

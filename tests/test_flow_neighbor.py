@@ -1,0 +1,95 @@
+"""t-SNE, UMAP and SNE through the flow (real Prefect API, real Dask worker processes):
+sweeps listed in the manifest, progress relayed from the workers, a worker SIGKILLed in the
+middle of an optimisation (the rerun task resumes from the store's checkpoint and ends where a
+calm run ends), bad input refused before anything is written."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+from dimred_dask.errors import InputError
+from dimred_dask.io import open_output, save_array
+
+
+@pytest.fixture(scope="module")
+def digits_uri(tmp_path_factory):
+    X = load_digits().data.astype(np.float32)
+    uri = str(tmp_path_factory.mktemp("digits") / "digits.zarr")
+    save_array(X, uri, chunks=(500, 64))
+    return uri, X
+
+
+def test_sweep_lists_every_embedding_and_reports_progress(client, prefect_api, digits_uri,
+                                                          tmp_path, monkeypatch, capfd):
+    from flows.embed import embed
+
+    uri, X = digits_uri
+    monkeypatch.setenv("DIMRED_TERMINAL_PROGRESS", "1")
+    out = str(tmp_path / "umap")
+    m = embed(uri, out, method="umap", params={"random_state": [0, 1], "n_epochs": 60})
+    rows = m["model"]["embeddings"]
+    assert [r["params"]["random_state"] for r in rows] == [0, 1]
+    # measured 0.98: two seeds, both good, not the same embedding
+    assert all(r["trustworthiness"] > 0.95 and np.isfinite(r["loss"]) for r in rows)
+    assert rows[0]["loss_name"] == "cross-entropy" and rows[0]["threads"] == 1
+    store = open_output(out)
+    Y0, Y1 = store.read_array("model/embedding_0"), store.read_array("model/embedding_1")
+    np.testing.assert_array_equal(store.read_array("embedding"), Y0.astype(np.float32))
+    assert not np.array_equal(Y0, Y1)
+    assert not store.fs.exists(store._path("checkpoints"))  # removed once the model is saved
+    assert "iteration 60/60" in capfd.readouterr().err  # relayed from the workers
+    t = embed(uri, str(tmp_path / "tsne"), method="tsne",
+              params={"perplexity": [10, 30], "n_iter": 200, "early_exaggeration_iter": 80})
+    assert [r["params"]["perplexity"] for r in t["model"]["embeddings"]] == [10.0, 30.0]
+    assert t["graph"]["n_neighbors"] == 90  # one graph for the sweep: 3 x the largest
+    assert all(r["loss_name"] == "KL" and r["loss"] > 0 for r in t["model"]["embeddings"])
+
+
+def test_worker_killed_mid_optimisation_resumes_from_checkpoint(prefect_api, digits_uri,
+                                                                tmp_path, monkeypatch):
+    from distributed import Client, LocalCluster
+
+    from flows.embed import embed
+
+    uri, _ = digits_uri
+    flag = tmp_path / "fired"
+    monkeypatch.setenv("DIMRED_FAULT_INJECT", "kill-at-checkpoint:2")  # inherited by workers
+    monkeypatch.setenv("DIMRED_FAULT_ONCE", str(flag))
+    params = {"n_epochs": 100, "checkpoint_every": 20, "random_state": 5}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
+        before = set(c.scheduler_info()["workers"])
+        stormy = embed(uri, str(tmp_path / "stormy"), method="umap", params=params,
+                       scheduler=cluster.scheduler_address)
+        after = set(c.scheduler_info()["workers"])
+        calm = embed(uri, str(tmp_path / "calm"), method="umap", params=params,
+                     scheduler=cluster.scheduler_address)
+    assert flag.exists() and before != after  # a worker died at the 2nd checkpoint
+    assert stormy["model"]["embeddings"][0]["resumed_from"] == 40
+    assert calm["model"]["embeddings"][0]["resumed_from"] == 0
+    np.testing.assert_array_equal(open_output(str(tmp_path / "stormy")).read_array("embedding"),
+                                  open_output(str(tmp_path / "calm")).read_array("embedding"))
+
+
+@pytest.mark.parametrize("method, params, match", [
+    ("tsne", {"perplexity": 700}, r"perplexity < n_samples / 3"),
+    ("tsne", {"n_components": 4}, r"n_components in 1\.\.3"),
+    ("umap", {"min_dist": 1.5}, r"min_dist <= spread"),
+    ("umap", {"n_neighbors": 1797}, r"n_neighbors in 2\.\.1796"),
+    ("sne", {"perplexity": [5, 700]}, r"perplexity < n_samples / 3"),
+    ("tsne", {"n_iter": [100, 200]}, r"Only perplexity, random_state"),
+    ("umap", {"neighbours": 10}, r"Unknown parameter"),
+])
+def test_bad_input_refused_before_anything_is_written(client, prefect_api, digits_uri,
+                                                      tmp_path, method, params, match):
+    from flows.embed import embed
+
+    uri, _ = digits_uri
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match=match) as err:
+        embed(uri, str(out), method=method, params=params)
+    assert "Fix:" in str(err.value)
+    assert not out.exists() or not os.listdir(out)
