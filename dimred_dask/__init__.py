@@ -8,6 +8,10 @@ from .methods import (MDS, PCA, KernelPCA, KernelPCAModel, LandmarkMDS, Landmark
                       landmark_mds, pca)
 from .methods import (HSICResult, KernelSupervisedPCA, KernelSupervisedPCAModel, SupervisedPCA,
                       SupervisedPCAModel, hsic, kernel_supervised_pca, supervised_pca)
+from .methods import (Isomap, IsomapModel, LandmarkIsomap, LaplacianEigenmaps,
+                      LaplacianEigenmapsModel, LLEModel, LocallyLinearEmbedding,
+                      SpectralClustering, SpectralClusteringModel, isomap, landmark_isomap,
+                      laplacian_eigenmaps, lle, spectral_clustering)
 
 __version__ = "0.1.0"
 
@@ -17,6 +21,10 @@ __all__ = [
     "check_distance_matrix",
     "SupervisedPCA", "SupervisedPCAModel", "supervised_pca", "KernelSupervisedPCA",
     "KernelSupervisedPCAModel", "kernel_supervised_pca", "hsic", "HSICResult",
+    "Isomap", "IsomapModel", "isomap", "LandmarkIsomap", "landmark_isomap",
+    "LocallyLinearEmbedding", "LLEModel", "lle", "LaplacianEigenmaps", "LaplacianEigenmapsModel",
+    "laplacian_eigenmaps", "SpectralClustering", "SpectralClusteringModel",
+    "spectral_clustering",
     "DimredError", "InputError", "InputTypeError", "ChunkingError", "StoreError", "OutputExistsError",
     "UncommittedOutputError", "DisconnectedGraphError", "NotFittedError", "ConvergenceWarning",
     "DimredWarning", "StageError",

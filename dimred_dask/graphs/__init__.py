@@ -5,10 +5,11 @@ from .connectivity import (SYMMETRIZE, check_connected, connected_components, gr
 from .knn import EXACT_MAX, KNN_BACKENDS, KNNGraph, check_n_neighbors, knn_graph, sample_recall
 from .geodesic import dijkstra_block, geodesic_rows, geodesics_through_neighbours
 from .laplacian import WEIGHTS, graph_weights, laplacian
+from .spectral import SpectralResult, spectral_embedding
 from .weights import check_reg, reconstruction_weights
 
 __all__ = ["KNNGraph", "knn_graph", "check_n_neighbors", "sample_recall", "KNN_BACKENDS",
            "EXACT_MAX", "symmetrize", "connected_components", "check_connected",
            "join_components", "graph_csr", "SYMMETRIZE", "graph_weights", "laplacian",
            "WEIGHTS", "reconstruction_weights", "check_reg", "dijkstra_block", "geodesic_rows",
-           "geodesics_through_neighbours"]
+           "geodesics_through_neighbours", "spectral_embedding", "SpectralResult"]

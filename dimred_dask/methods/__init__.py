@@ -1,8 +1,14 @@
 """One module per method: a function core plus a scikit-learn style estimator."""
+from .isomap import Isomap, IsomapModel, LandmarkIsomap, isomap, landmark_isomap
 from .kpca import KernelPCA, KernelPCAModel, kernel_pca
+from .laplacian_eigenmaps import (LaplacianEigenmaps, LaplacianEigenmapsModel,
+                                 laplacian_eigenmaps)
+from .lle import LLEModel, LocallyLinearEmbedding, lle
 from .mds import (MDS, LandmarkMDS, LandmarkMDSModel, MDSModel, check_distance_matrix,
                   classical_mds, landmark_mds)
 from .pca import PCA, PCAModel, pca
+from .spectral_clustering import (SpectralClustering, SpectralClusteringModel,
+                                  spectral_clustering)
 from .spca import (HSICResult, KernelSupervisedPCA, KernelSupervisedPCAModel, SupervisedPCA,
                    SupervisedPCAModel, hsic, kernel_supervised_pca, supervised_pca)
 
@@ -10,4 +16,7 @@ __all__ = ["PCA", "PCAModel", "pca", "KernelPCA", "KernelPCAModel", "kernel_pca"
            "MDSModel", "LandmarkMDSModel", "classical_mds", "landmark_mds",
            "check_distance_matrix", "SupervisedPCA", "SupervisedPCAModel", "supervised_pca",
            "KernelSupervisedPCA", "KernelSupervisedPCAModel", "kernel_supervised_pca", "hsic",
-           "HSICResult"]
+           "HSICResult", "Isomap", "LandmarkIsomap", "IsomapModel", "isomap", "landmark_isomap",
+           "LocallyLinearEmbedding", "LLEModel", "lle", "LaplacianEigenmaps",
+           "LaplacianEigenmapsModel", "laplacian_eigenmaps", "SpectralClustering",
+           "SpectralClusteringModel", "spectral_clustering"]
