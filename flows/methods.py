@@ -270,6 +270,9 @@ METHODS = {
 }
 
 # Other method families: one module each, merged here.
+from .methods_graph import METHODS as _GRAPH  # noqa: E402
+
+METHODS.update(_GRAPH)
 
 
 def get_method(name: str) -> MethodAdapter:
