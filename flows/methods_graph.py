@@ -48,7 +48,7 @@ def _check(name: str):
                              f"{p['knn_backend']!r}.", "pass --param knn_backend=auto.")
         key = "n_clusters" if name == "spectral" else "n_components"
         limit = n - 1 if name == "isomap" else n - 2
-        low = 2 if name == "spectral" else 1
+        low = 1
         v = p[key]
         if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= limit:
             raise InputError(f"{name} needs {low} <= {key} <= {limit} (n_samples = {n}); found "

@@ -100,8 +100,8 @@ CASES = [
      r"exact duplicates"),
     ("n-components-equals-n", "lle", _data(), {"n_components": 60},
      lambda X: dimred_dask.lle(X, n_components=60), InputError, r"n_components"),
-    ("spectral-one-cluster", "spectral", _data(), {"n_clusters": 1},
-     lambda X: dimred_dask.spectral_clustering(X, n_clusters=1), InputError, r"n_clusters"),
+    ("spectral-clusters-equal-n", "spectral", _data(), {"n_clusters": 60},
+     lambda X: dimred_dask.spectral_clustering(X, n_clusters=60), InputError, r"n_clusters"),
 ]
 
 

@@ -135,6 +135,7 @@ def isomap(X, *, n_components=2, n_neighbors=10, metric="euclidean", knn_backend
     ``randomized``). Holds the n x n geodesic matrix in memory: for n up to ~20 000; use
     `landmark_isomap` above.
     """
+    X = check_array(X, method="Isomap")
     X, k = _check_common(X, n_components, n_neighbors, metric, "Isomap", X.shape[0] - 1)
     if solver not in MDS_SOLVERS:
         raise InputError(f"Isomap solver must be one of {', '.join(MDS_SOLVERS)}; found "
@@ -166,6 +167,7 @@ def landmark_isomap(X, *, n_components=2, n_neighbors=10, n_landmarks=None,
     """Landmark Isomap of the rows of ``X`` (NumPy or dask): Dijkstra from ``n_landmarks``
     landmarks (max-min in the input space on a sample, or uniform rows; default
     min(n, 300)), landmark MDS, triangulation, alignment. O(m n log n); nothing n x n."""
+    X = check_array(X, method="LandmarkIsomap")
     n = X.shape[0]
     m = min(n, DEFAULT_N_LANDMARKS) if n_landmarks is None else n_landmarks
     X, k = _check_common(X, n_components, n_neighbors, metric, "LandmarkIsomap", n - 2)
@@ -216,6 +218,7 @@ class _IsomapBase(DimredEstimator):
 
     def _set(self, model: IsomapModel, X):
         self._model = model
+        X = X if hasattr(X, "chunks") else model.X_fit
         self.embedding_ = like(model.embedding, X)
         self.eigenvalues_ = model.mds.eigenvalues
         self.explained_variance_ratio_ = model.mds.explained_variance_ratio

@@ -110,7 +110,7 @@ class LaplacianEigenmaps(DimredEstimator):
     n_components : int in [1, n_samples - 2]
     n_neighbors : int
     weights : {"heat", "binary"}; t : heat kernel width (None: mean squared edge length)
-    eigen_solver : {"auto", "dense", "arpack", "lobpcg"}; tol, max_iter
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg"}; tol
     metric, knn_backend, join_components, random_state : the kNN graph's
 
     Attributes
@@ -119,15 +119,14 @@ class LaplacianEigenmaps(DimredEstimator):
     """
 
     def __init__(self, n_components=2, *, n_neighbors=10, weights="heat", t=None,
-                 eigen_solver="auto", tol=1e-8, max_iter=None, metric="euclidean",
-                 knn_backend="auto", join_components=False, random_state=0):
+                 eigen_solver="auto", tol=1e-8, metric="euclidean", knn_backend="auto",
+                 join_components=False, random_state=0):
         self.n_components = n_components
         self.n_neighbors = n_neighbors
         self.weights = weights
         self.t = t
         self.eigen_solver = eigen_solver
         self.tol = tol
-        self.max_iter = max_iter
         self.metric = metric
         self.knn_backend = knn_backend
         self.join_components = join_components
@@ -137,14 +136,14 @@ class LaplacianEigenmaps(DimredEstimator):
         model = laplacian_eigenmaps(
             X, n_components=self.n_components, n_neighbors=self.n_neighbors,
             weights=self.weights, t=self.t, eigen_solver=self.eigen_solver, tol=self.tol,
-            max_iter=self.max_iter, metric=self.metric, knn_backend=self.knn_backend,
+            metric=self.metric, knn_backend=self.knn_backend,
             join_components=self.join_components, random_state=self.random_state)
         self._model = model
-        self.embedding_ = like(model.embedding, X)
+        self.embedding_ = like(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
         self.eigenvalues_ = model.eigenvalues
         self.t_ = model.t
         self.n_components_ = model.n_components
-        self.n_features_in_ = int(X.shape[1])
+        self.n_features_in_ = int(model.X_fit.shape[1])
         return self
 
     def fit_transform(self, X, y=None):

@@ -147,11 +147,11 @@ class LocallyLinearEmbedding(DimredEstimator):
                     max_iter=self.max_iter, metric=self.metric, knn_backend=self.knn_backend,
                     join_components=self.join_components, random_state=self.random_state)
         self._model = model
-        self.embedding_ = like(model.embedding, X)
+        self.embedding_ = like(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
         self.eigenvalues_ = model.eigenvalues
         self.reconstruction_error_ = model.reconstruction_error
         self.n_components_ = model.n_components
-        self.n_features_in_ = int(X.shape[1])
+        self.n_features_in_ = int(model.X_fit.shape[1])
         return self
 
     def fit_transform(self, X, y=None):

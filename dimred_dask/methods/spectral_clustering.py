@@ -68,8 +68,8 @@ class SpectralClusteringModel(ArrayModel):
 
 def _check(n, n_clusters, affinity, cut, n_init, eigen_solver):
     if (not isinstance(n_clusters, numbers.Integral) or isinstance(n_clusters, bool)
-            or not 2 <= n_clusters < n):
-        raise InputError(f"SpectralClustering needs n_clusters as an int in [2, {n - 1}]; "
+            or not 1 <= n_clusters < n):
+        raise InputError(f"SpectralClustering needs n_clusters as an int in [1, {n - 1}]; "
                          f"found {n_clusters!r}.", "pass n_clusters=2 or more, below n_samples.")
     if affinity not in AFFINITIES:
         raise InputError(f"affinity must be one of {', '.join(AFFINITIES)}; found "
@@ -121,7 +121,7 @@ def spectral_clustering(X, *, n_clusters=2, affinity="knn", cut="normalized", n_
         Y, vals, info = _nystrom_ncut(X, k, gamma, width, n_landmarks, landmarks, rng)
         solver = "nystrom"
     centres, labels, inertia, it = _cluster(Y, k, rng, n_init, max_iter)
-    info.update({"kmeans_iterations": int(it)})
+    info.update({"kmeans_iterations": int(it), "n_features": int(X.shape[1])})
     return SpectralClusteringModel(Y, labels, centres, np.asarray(vals, np.float64), affinity,
                                    cut, float(inertia), solver, info)
 
@@ -243,7 +243,8 @@ class SpectralClustering(ClusterMixin, BaseEstimator):
         self.eigenvalues_ = model.eigenvalues
         self.cluster_centers_ = model.centres
         self.inertia_ = model.inertia
-        self.n_features_in_ = int(X.shape[1])
+        self.n_iter_ = int(model.info["kmeans_iterations"])
+        self.n_features_in_ = int(model.info["n_features"])
         return self
 
     def fit_predict(self, X, y=None):
