@@ -41,10 +41,10 @@ def swiss_roll(n: int, seed: int = 0):
 
 
 def mixture(n: int, d: int = 50, components: int = 10, seed: int = 0):
-    """10 unit Gaussians in R^50 with centres drawn from N(0, 1.5^2 I): neighbouring
+    """10 unit Gaussians in R^50 with centres drawn from N(0, 0.3^2 I): neighbouring
     components overlap, so the kNN graph is one component."""
     rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((components, d)) * 1.5
+    centres = rng.standard_normal((components, d)) * 0.3
     lab = rng.integers(0, components, n)
     X = centres[lab] + rng.standard_normal((n, d))
     return X.astype(np.float32), lab

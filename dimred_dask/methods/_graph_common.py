@@ -8,12 +8,12 @@ from dataclasses import fields
 
 import numpy as np
 
+from .._compute import compute
 from .._validation import check_array, is_dask
 from ..blocks.neighbors import block_topk
 from ..errors import InputError
 from ..graphs import (KNNGraph, check_connected, check_n_neighbors, connected_components,
                       graph_csr, join_components, knn_graph)
-from ..linalg import take_rows
 
 __all__ = ["ArrayModel", "check_n_components_graph", "fit_graph", "new_neighbours",
            "training_rows", "like"]
@@ -93,7 +93,8 @@ def fit_graph(X, graph, n_neighbors, *, method: str, metric="euclidean", backend
 def training_rows(X, method: str) -> np.ndarray:
     """X in memory (the training rows new points are placed against)."""
     if is_dask(X):
-        return take_rows(X, np.arange(X.shape[0]), f"{method}: training rows")
+        (rows,) = compute(X, stage=f"{method}: training rows")
+        return np.asarray(rows)
     return np.asarray(X)
 
 
