@@ -178,10 +178,24 @@ KERNEL_ARRAY = "kernel/matrix"
 KERNEL_CHUNK_BYTES = 64 * 2**20  # square chunks of the stored matrix: 4096 x 4096 float32
 
 
+def _kernel_store(store: RunStore, info: dict) -> RunStore:
+    """The store holding the stage's matrix: this run's, or the earlier run's it reuses."""
+    return RunStore(info["store"]) if info.get("store") else store
+
+
+def _kernel_intact(store: RunStore, info: dict) -> bool:
+    return _kernel_store(store, info).chunk_count(info["array"]) == info["stored_chunks"]
+
+
 @task(name="kernel", **TASK_OPTS)
 def kernel_stage(spec: dict, v: dict) -> dict:
     """Write the n x n kernel or distance matrix the method's solver reads several times
-    (square chunks, in the run's store), or say that the method does not need one."""
+    (square chunks, in the run's store), or say that the method does not need one.
+
+    A matrix with the same fingerprint (input content, kernel parameters, version) that an
+    earlier run committed in its own store is read there instead (the run cache, the one the
+    kNN graphs use, points to it; the pointer is checked against that store's stage marker
+    and chunk count, so an overwritten or damaged store is never read)."""
     t0 = time.perf_counter()
     adapter, store = get_method(spec["method"]), RunStore(spec["output"])
     need = adapter.matrix(v["params"], tuple(v["shape"])) if adapter.matrix else None
@@ -193,9 +207,17 @@ def kernel_stage(spec: dict, v: dict) -> dict:
 
     fp = digest_of("kernel", v["input_fingerprint"]["digest"], need, dimred_dask.__version__)
     marker = stage_reusable(store, v["mode"], "kernel", fp)
-    if marker is not None and store.chunk_count(KERNEL_ARRAY) == marker["info"]["stored_chunks"]:
+    if marker is not None and _kernel_intact(store, marker["info"]):
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
     inp = _open(spec, v)
+    cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location.url)
+    found = cache.find_array("kernel", fp) if cache is not None else None
+    if found is not None and found["store"] != store.url:
+        # the same matrix, committed by an earlier run in its own store: read it there
+        store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
+        info = {**found["info"], "store": found["store"], "source": "cache"}
+        store.mark_stage("kernel", fp, {"info": info})
+        return {**info, "reused": True, "seconds": time.perf_counter() - t0}
     itemsize = inp.array.dtype.itemsize
     side = int(max(256, min(v["shape"][0], (KERNEL_CHUNK_BYTES // itemsize) ** 0.5)))
     params = {k: val for k, val in need.items() if k != "kind"}
@@ -212,6 +234,8 @@ def kernel_stage(spec: dict, v: dict) -> dict:
                 "shape": list(M.shape), "chunk": side, "dtype": str(M.dtype),
                 "bytes": int(M.nbytes), "stored_chunks": int(target.nchunks), "fingerprint": fp}
         store.mark_stage("kernel", fp, {"info": info})
+    if cache is not None:
+        info["cached"] = cache.point_to("kernel", fp, store.url, "kernel", KERNEL_ARRAY, info)
     log_execution("kernel", fp, spec["output"])
     fault_point("kernel")
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
@@ -231,7 +255,8 @@ def fit(spec: dict, v: dict) -> dict:
     if adapter.needs_labels:
         extras["labels"] = _open_labels(spec, v).array
     if (v.get("kernel") or {}).get("array"):
-        extras["matrix"] = da.from_zarr(store.open_array(v["kernel"]["array"]))
+        owner = _kernel_store(store, v["kernel"])
+        extras["matrix"] = da.from_zarr(owner.open_array(v["kernel"]["array"]))
     if (v.get("knn") or {}).get("needed"):
         extras["graph"] = load_graph(store)
     with stage_errors("fit", **_mem(v)), stage_progress(f"fit {spec['method']}"):

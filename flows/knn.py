@@ -112,6 +112,39 @@ class GraphCache:
         except (OSError, KeyError, ValueError):
             return None  # a cache is an optimisation: an unreadable entry is recomputed
 
+    # ---- pointers to large arrays kept in the run store that made them (kernel matrices):
+    # copying an n x n matrix into the cache would double its size on disk, so the cache
+    # records where it is, and a reader checks that store's stage marker still matches.
+    def _pointer(self, kind: str, fp: str) -> str:
+        return f"{kind}-{fp[:32]}.json"
+
+    def find_array(self, kind: str, fp: str) -> dict | None:
+        """{"store": url, "array": name, "info": {...}} of a committed stage elsewhere whose
+        marker still has this fingerprint and all its chunks, else None."""
+        try:
+            ref = RunStore(self.url).read_json(self._pointer(kind, fp))
+            if ref.get("fingerprint") != fp:
+                return None
+            owner = RunStore(ref["store"])
+            marker = owner.stage_marker(ref["stage"])
+            if not marker or marker.get("fingerprint") != fp:
+                return None  # that store was overwritten or resumed with other content
+            if owner.chunk_count(ref["array"]) != ref["info"]["stored_chunks"]:
+                return None
+            return ref
+        except (OSError, KeyError, ValueError):
+            return None
+
+    def point_to(self, kind: str, fp: str, store_url: str, stage: str, array: str,
+                 info: dict) -> bool:
+        try:
+            RunStore(self.url).write_json(self._pointer(kind, fp), {
+                "fingerprint": fp, "store": store_url, "stage": stage, "array": array,
+                "info": info, "created": time.time()})
+            return True
+        except OSError:
+            return False  # a cache is an optimisation
+
     def save(self, fp: str, graph: KNNGraph) -> bool:
         """Store the graph unless another run is writing the same entry (then skip)."""
         entry = self._entry(fp)

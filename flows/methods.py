@@ -68,7 +68,7 @@ def _pca_sample_metrics(model: PCAModel, Xs: np.ndarray, Ys: np.ndarray) -> dict
 
 KPCA_DEFAULTS = {"n_components": 2, "kernel": "gaussian", "gamma": None, "width": None,
                  "degree": 3, "coef0": 1.0, "solver": "auto", "n_landmarks": 1000,
-                 "landmarks": "kmeans++", "n_oversamples": 20, "n_iter": 6, "tol": 0.0,
+                 "landmarks": "auto", "n_oversamples": 20, "n_iter": 6, "tol": 0.0,
                  "random_state": 0}
 
 
@@ -83,7 +83,7 @@ def _kpca_check(params: dict, shape: tuple) -> dict:
         kernel_params={q: p[q] for q in ("kernel", "gamma", "width", "degree", "coef0")})
     if p["landmarks"] not in LANDMARK_METHODS:
         raise InputError(f"landmarks must be one of {LANDMARK_METHODS}; found "
-                         f"{p['landmarks']!r}.", "pass --param landmarks=kmeans++.")
+                         f"{p['landmarks']!r}.", "pass --param landmarks=auto.")
     return {**p, "solver": solver}
 
 

@@ -120,3 +120,30 @@ def test_supervised_methods_take_labels_from_a_uri(client, prefect_api, clustere
     again = embed(uri, str(tmp_path / "spca.zarr"), method="spca", params={"n_components": 2},
                   labels=str(tmp_path / "y2.zarr"))
     assert again["stages"]["fit"] == "computed"
+
+
+def test_kernel_matrix_of_an_earlier_run_is_reused_by_a_later_one(client, prefect_api,
+                                                                   clustered, tmp_path):
+    """Same data and kernel, another run (other n_components, other output): the matrix is
+    read from the first run's store, not recomputed; once that store holds another kernel,
+    the pointer is stale and the matrix is computed again."""
+    from flows.embed import embed
+
+    uri, X, _ = clustered
+    runs = tmp_path / "runs"
+    params = {"n_components": 2, "solver": "randomized", "width": 6.0}
+    first = embed(uri, str(runs / "a.zarr"), method="kpca", params=params)
+    assert first["stages"]["kernel"] == "computed"
+    second = embed(uri, str(runs / "b.zarr"), method="kpca", params={**params, "n_components": 3})
+    assert second["stages"]["kernel"] == "reused from cache"
+    assert not (runs / "b.zarr" / "kernel").exists()  # read where it is, not copied
+    ref = KernelPCA(2, width=6.0, solver="dense").fit(X.astype(np.float64))
+    np.testing.assert_allclose(second["model"]["eigenvalues"][:2], ref.eigenvalues_, rtol=1e-4)
+    # the first store now holds another kernel: the pointer no longer matches its marker
+    embed(uri, str(runs / "a.zarr"), method="kpca", params={**params, "width": 3.0},
+          overwrite=True)
+    third = embed(uri, str(runs / "c.zarr"), method="kpca", params={**params, "n_components": 3})
+    assert third["stages"]["kernel"] == "computed"
+    # the same matrix and the same seeded solver: the reused run equals the recomputed one
+    np.testing.assert_allclose(third["model"]["eigenvalues"], second["model"]["eigenvalues"],
+                               rtol=1e-12)

@@ -34,14 +34,19 @@ def _work(a: np.ndarray) -> np.dtype:
 
 
 def sqeuclidean_block(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """||a_i - b_j||^2 by one matrix product, clipped at 0."""
+    """||a_i - b_j||^2 by one matrix product, clipped at 0.
+
+    The norms are summed in float64, then added to -2 a b^T in the working dtype: forming
+    the pairwise sums of the norms in float64 and casting them costs 20x more than the
+    product itself for a 20 000 x 2 000 float32 block (1.07 s against 0.05 s, one core).
+    """
     work = _work(a)
     a, b = np.asarray(a, dtype=work), np.asarray(b, dtype=work)
-    na = np.einsum("ij,ij->i", a, a, dtype=np.float64)
-    nb = np.einsum("ij,ij->i", b, b, dtype=np.float64)
-    g = a @ b.T
-    d = (na[:, None] + nb[None, :]).astype(work)
-    d -= 2 * g
+    na = np.einsum("ij,ij->i", a, a, dtype=np.float64).astype(work)
+    nb = np.einsum("ij,ij->i", b, b, dtype=np.float64).astype(work)
+    d = a @ b.T
+    d *= -2
+    d += na[:, None] + nb[None, :]  # one sum per pair: symmetric when a is b
     np.maximum(d, 0, out=d)
     return d
 

@@ -16,7 +16,16 @@ def kmeans_plusplus(x: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarr
     trials = 2 + int(np.log(max(m, 2)))
     first = int(rng.integers(n))
     chosen = [first]
-    closest = sqeuclidean_block(x, x[first:first + 1])[:, 0].astype(np.float64)
+    x64 = np.asarray(x, dtype=np.float64)
+    norms = np.einsum("ij,ij->i", x64, x64)
+
+    def to(rows):  # squared distances of every row to x[rows], norms computed once
+        d = x64 @ (-2.0 * x64[rows]).T
+        d += norms[:, None]
+        d += norms[rows][None, :]
+        return np.maximum(d, 0.0, out=d)
+
+    closest = to([first])[:, 0]
     for _ in range(1, m):
         total = closest.sum()
         if total <= 0:  # fewer distinct points than m: take unchosen rows in order
@@ -25,7 +34,7 @@ def kmeans_plusplus(x: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarr
             break
         cand = np.searchsorted(np.cumsum(closest), rng.uniform(0, total, trials))
         cand = np.minimum(cand, n - 1)
-        d = np.minimum(closest[:, None], sqeuclidean_block(x, x[cand]).astype(np.float64))
+        d = np.minimum(closest[:, None], to(cand))
         best = int(np.argmin(d.sum(axis=0)))
         chosen.append(int(cand[best]))
         closest = d[:, best]
