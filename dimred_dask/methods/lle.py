@@ -7,7 +7,9 @@
    (`graphs.reconstruction_weights`, one task per row chunk on the workers);
 3. the d + 1 bottom eigenvectors of M = (I - W)^T (I - W) (sparse, nnz ~ n k^2), dropping
    the constant one (eigenvalue 0): `linalg.bottom_eigsh` (dense, shift-invert ARPACK,
-   LOBPCG).
+   LOBPCG) on M, or, above ``ARPACK_MAX`` rows by default (``eigen_solver="factored"``),
+   `linalg.bottom_eigsh_gram` from a sparse LU of A = I - W instead of M (M's LU fills in:
+   12 GB and 23 minutes at n = 1 000 000; see that module), the constant deflated.
 
 Scale: the seed's constraint (1/n) Y^T Y = I, so Y = sqrt(n) V (scikit-learn returns the
 unit-norm V; the two differ by that factor only). ``reconstruction_error`` is the sum of
@@ -27,13 +29,16 @@ import scipy.sparse as sp
 from .._validation import check_array, check_is_fitted, check_n_features
 from ..blocks.neighbors import reconstruction_weights_block
 from ..graphs import check_reg, reconstruction_weights
-from ..linalg import SPARSE_EIGEN_SOLVERS, bottom_eigsh
+from ..linalg import (ARPACK_MAX, DENSE_MAX_SPARSE, SPARSE_EIGEN_SOLVERS, bottom_eigsh,
+                      bottom_eigsh_gram)
 from ..errors import InputError
 from ._base import DimredEstimator, rowwise
 from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph, like,
                             new_neighbours, training_rows)
 
-__all__ = ["LocallyLinearEmbedding", "LLEModel", "lle", "lle_matrix"]
+__all__ = ["LocallyLinearEmbedding", "LLEModel", "lle", "lle_matrix", "LLE_EIGEN_SOLVERS"]
+
+LLE_EIGEN_SOLVERS = SPARSE_EIGEN_SOLVERS + ("factored",)
 
 
 @dataclass
@@ -67,13 +72,37 @@ class LLEModel(ArrayModel):
         return rowwise(X, encode, self.n_components, dtype)
 
 
-def lle_matrix(weights: np.ndarray, indices: np.ndarray):
-    """M = (I - W)^T (I - W) as CSR from the (n, k) weights of each row's neighbours."""
+def lle_operator(weights: np.ndarray, indices: np.ndarray):
+    """A = I - W as CSR from the (n, k) weights of each row's neighbours."""
     n, k = indices.shape
     W = sp.csr_matrix((weights.ravel(), (np.repeat(np.arange(n), k), indices.ravel())),
                       shape=(n, n))
-    A = (sp.identity(n, format="csr") - W).tocsr()
+    return (sp.identity(n, format="csr") - W).tocsr()
+
+
+def lle_matrix(weights: np.ndarray, indices: np.ndarray):
+    """M = (I - W)^T (I - W) as CSR from the (n, k) weights of each row's neighbours."""
+    A = lle_operator(weights, indices)
     return (A.T @ A).tocsr()
+
+
+def _bottom(A, k, solver, tol, max_iter, random_state):
+    """The k bottom eigenpairs of M = A^T A after the constant one: (values, vectors, the
+    dropped eigenvalue, solver, info)."""
+    n = A.shape[0]
+    if solver == "auto":
+        solver = "factored" if n > ARPACK_MAX else \
+            "dense" if n <= DENSE_MAX_SPARSE else "arpack"
+    if solver == "factored":
+        eig = bottom_eigsh_gram(A, k, null=np.ones(n), tol=tol, maxiter=max_iter,
+                                random_state=random_state)
+        first = float(np.sum((A @ np.ones(n)) ** 2)) / n  # the constant's, ~0
+        return eig.values, eig.vectors, first, "factored", dict(eig.info)
+    M = (A.T @ A).tocsr()
+    eig = bottom_eigsh(M, k + 1, solver=solver, tol=tol, maxiter=max_iter,
+                       random_state=random_state)
+    return (eig.values[1:], eig.vectors[:, 1:], float(eig.values[0]), eig.solver,
+            {"nnz_M": int(M.nnz)})
 
 
 def lle(X, *, n_components=2, n_neighbors=10, reg=1e-3, eigen_solver="auto", tol=1e-8,
@@ -85,8 +114,8 @@ def lle(X, *, n_components=2, n_neighbors=10, reg=1e-3, eigen_solver="auto", tol
     n = X.shape[0]
     k = check_n_components_graph(n_components, n, "LLE")
     reg = check_reg(reg)
-    if eigen_solver not in SPARSE_EIGEN_SOLVERS:
-        raise InputError(f"eigen_solver must be one of {', '.join(SPARSE_EIGEN_SOLVERS)}; "
+    if eigen_solver not in LLE_EIGEN_SOLVERS:
+        raise InputError(f"eigen_solver must be one of {', '.join(LLE_EIGEN_SOLVERS)}; "
                          f"found {eigen_solver!r}.", "pass eigen_solver='auto'.")
     g = fit_graph(X, graph, n_neighbors, method="LLE", metric=metric, backend=knn_backend,
                   join_components_=join_components, random_state=random_state)
@@ -95,18 +124,17 @@ def lle(X, *, n_components=2, n_neighbors=10, reg=1e-3, eigen_solver="auto", tol
                          f"{g.n_neighbors}, n_components={k}.",
                          f"pass n_neighbors of at least {k + 1} (10 or more is usual).")
     w = reconstruction_weights(X, g, reg)
-    M = lle_matrix(w, g.indices)
-    eig = bottom_eigsh(M, k + 1, solver=eigen_solver, tol=tol, maxiter=max_iter,
-                       random_state=random_state)
-    vec = np.asarray(eig.vectors[:, 1:], np.float64)
+    vals, vec, first, solver, info = _bottom(lle_operator(w, g.indices), k, eigen_solver, tol,
+                                             max_iter, random_state)
+    vec = np.asarray(vec, np.float64)
     s = np.sign(vec[np.argmax(np.abs(vec), axis=0), np.arange(k)])
     vec = vec * np.where(s == 0, 1.0, s)
-    vals = np.asarray(eig.values[1:], np.float64)
-    info = {"first_eigenvalue": float(eig.values[0]), "nnz_M": int(M.nnz),
-            "graph": {"n_neighbors": g.n_neighbors, "backend": g.backend,
-                      "extra_edges": len(g.info.get("extra_edges", []))}}
+    vals = np.asarray(vals, np.float64)
+    info.update({"first_eigenvalue": first,
+                 "graph": {"n_neighbors": g.n_neighbors, "backend": g.backend,
+                           "extra_edges": len(g.info.get("extra_edges", []))}})
     return LLEModel((np.sqrt(n) * vec).astype(X.dtype), vals, training_rows(X, "LLE"),
-                    int(g.n_neighbors), reg, metric, float(vals.sum()), eig.solver, info)
+                    int(g.n_neighbors), reg, metric, float(vals.sum()), solver, info)
 
 
 class LocallyLinearEmbedding(DimredEstimator):
@@ -117,7 +145,8 @@ class LocallyLinearEmbedding(DimredEstimator):
     n_components : int in [1, n_samples - 2]
     n_neighbors : int, more than n_components
     reg : float > 0, the ridge on the local Gram matrix (times its trace)
-    eigen_solver : {"auto", "dense", "arpack", "lobpcg"}
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "factored"}; "auto" is dense up to
+        3000 rows, shift-invert ARPACK on M up to 200 000, "factored" (LU of I - W) above
     tol, max_iter : the eigensolver's
     metric, knn_backend, join_components, random_state : the kNN graph's
 
