@@ -197,10 +197,19 @@ def _method_runs(name: str, fit, datasets, client, pids, solvers: dict):
         row["notes"] = (f"graph + {name} = {row['total_seconds']:.0f} s (target <= "
                         f"{TARGET_SECONDS_1M:.0f}: "
                         f"{'met' if row['total_seconds'] <= TARGET_SECONDS_1M else 'NOT met'})"
-                        f"; eigenvalues {np.round(model.eigenvalues, 10).tolist()}")
+                        f"; eigenvalues {[float(f'{v:.3g}') for v in model.eigenvalues]}"
+                        f"; solver {getattr(model, 'solver', solver)}{_factored(model)}")
         rows.append(row)
         del Xd, g, model
     return rows
+
+
+def _factored(model) -> str:
+    info = getattr(model, "info", {})
+    if "factor_nnz" not in info:
+        return ""
+    return (f" ({info['iterations']} iterations, LU of I - W with "
+            f"{info['factor_nnz'] / 1e6:.0f} M entries)")
 
 
 def main_graph_method(args, which: str) -> int:
@@ -215,7 +224,9 @@ def main_graph_method(args, which: str) -> int:
         sets = [s for s in sets if s[0].startswith(args.only)]
     print(f"# bench {which}: n = {n:,}, k = {K}; {machine()}; load {os.getloadavg()}",
           flush=True)
-    solvers = {"swiss roll": args.solver or "arpack", "50-D mixture": args.solver or "lobpcg"}
+    # LLE on the roll: "auto" = the factored solver (LU of I - W) above 200 000 rows
+    roll_solver = "auto" if which == "lle" else "arpack"
+    solvers = {"swiss roll": args.solver or roll_solver, "50-D mixture": args.solver or "lobpcg"}
     if which == "lle":
         fit = lambda Xd, g, s: lle(Xd, n_components=2, n_neighbors=K, graph=g,  # noqa
                                    eigen_solver=s, tol=1e-6)
