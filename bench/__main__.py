@@ -9,7 +9,8 @@ import sys
 def main(argv=None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("name", choices=["pca", "kpca", "mds", "knn", "isomap", "lle", "spectral"], help="which benchmark")
+    p.add_argument("name", choices=["pca", "kpca", "mds", "knn", "isomap", "lle", "spectral",
+                                    "mvu"], help="which benchmark")
     p.add_argument("--big", action="store_true",
                    help="out of core: a Zarr array on disk larger than memory (pca); "
                         "n = 1 000 000 Nyström on 4 GiB workers (kpca)")
@@ -24,9 +25,10 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2, help="--big: threads per worker")
     p.add_argument("--landmarks", type=int, default=None,
                    help="kpca: Nyström landmarks m (default 2000, --big 1000); "
-                        "mds: landmarks (default 1000)")
+                        "mds: landmarks (default 1000); mvu: landmark MVU's m (default 40)")
     p.add_argument("--peer-repeat", type=int, default=1,
-                   help="kpca, mds: timed repetitions of the slow peers and exact solvers")
+                   help="kpca, mds, mvu: timed repetitions of the slow peers and exact "
+                        "solvers")
     p.add_argument("--keep", action="store_true",
                    help="kpca, mds: keep what --big / --exact-big wrote under --dir")
     p.add_argument("--trees", type=int, default=None,
@@ -41,6 +43,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None,
                    help="lle, spectral: only the data set whose name starts with this "
                         "('swiss', '50-D')")
+    p.add_argument("--big-repeat", type=int, default=1,
+                   help="mvu: timed repetitions of landmark MVU at n = --rows (default 20 000)")
     args = p.parse_args(argv)
     if args.name == "isomap":
         from . import graph
@@ -50,6 +54,10 @@ def main(argv=None) -> int:
         from . import graph
 
         return graph.main_graph_method(args, args.name)
+    if args.name == "mvu":
+        from . import mvu
+
+        return mvu.main(args)
     if args.name == "knn":
         from . import knn
 

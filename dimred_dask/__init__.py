@@ -3,6 +3,7 @@ from .errors import (ChunkingError, ConvergenceWarning, DimredError, DimredWarni
                      InputError, InputTypeError, NotFittedError, OutputExistsError, StageError,
                      StoreError,
                      UncommittedOutputError)
+from .errors import InfeasibleError, SolverError
 from .methods import (MDS, PCA, KernelPCA, KernelPCAModel, LandmarkMDS, LandmarkMDSModel,
                       MDSModel, PCAModel, check_distance_matrix, classical_mds, kernel_pca,
                       landmark_mds, pca)
@@ -12,6 +13,8 @@ from .methods import (Isomap, IsomapModel, LandmarkIsomap, LaplacianEigenmaps,
                       LaplacianEigenmapsModel, LLEModel, LocallyLinearEmbedding,
                       SpectralClustering, SpectralClusteringModel, isomap, landmark_isomap,
                       laplacian_eigenmaps, lle, spectral_clustering)
+from .methods import (ActionRespectingEmbedding, LandmarkMVU, MaximumVarianceUnfolding,
+                      SDPEmbeddingModel, action_respecting_embedding, landmark_mvu, mvu)
 
 __version__ = "0.1.0"
 
@@ -27,6 +30,8 @@ __all__ = [
     "spectral_clustering",
     "DimredError", "InputError", "InputTypeError", "ChunkingError", "StoreError", "OutputExistsError",
     "UncommittedOutputError", "DisconnectedGraphError", "NotFittedError", "ConvergenceWarning",
-    "DimredWarning", "StageError",
+    "DimredWarning", "StageError", "InfeasibleError", "SolverError",
+    "MaximumVarianceUnfolding", "mvu", "LandmarkMVU", "landmark_mvu",
+    "ActionRespectingEmbedding", "action_respecting_embedding", "SDPEmbeddingModel",
     "__version__",
 ]

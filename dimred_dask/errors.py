@@ -15,6 +15,8 @@ __all__ = [
     "OutputExistsError",
     "UncommittedOutputError",
     "DisconnectedGraphError",
+    "InfeasibleError",
+    "SolverError",
     "NotFittedError",
     "ConvergenceWarning",
     "DimredWarning",
@@ -84,6 +86,14 @@ class NotFittedError(DimredError, ValueError, AttributeError):
 
 class DisconnectedGraphError(InputError):
     """A neighbour graph has more than one connected component."""
+
+
+class InfeasibleError(InputError):
+    """The constraints of an optimisation problem (e.g. MVU's distances) cannot all hold."""
+
+
+class SolverError(_Explained, DimredError, RuntimeError):
+    """A numerical solver stopped without reaching the requested accuracy."""
 
 
 class DimredWarning(UserWarning):

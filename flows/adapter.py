@@ -31,6 +31,9 @@ class MethodAdapter:
     # {"n_neighbors": ..., "metric": ..., "backend": ..., "join_components": ..., "connected": ...};
     # the flow passes graph=<KNNGraph> to fit
     graph: Callable | None = None
+    # sequence methods (action respecting embedding): the flow passes actions=<dask array>,
+    # one action between each pair of consecutive rows (n - 1), from --actions URI
+    needs_actions: bool = False
 
 
 def parse_param_value(text: str):

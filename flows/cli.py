@@ -18,6 +18,8 @@ EPILOG = """examples:
   dimred-dask run --input data.zarr --output kpca.zarr --method kpca --param kernel=gaussian \
       --param width=3.0 --param solver=nystrom --param n_landmarks=2000
   dimred-dask run --input data.zarr --labels y.zarr --output spca.zarr --method spca
+  dimred-dask run --input roll.zarr --output mvu.zarr --method mvu --param n_neighbors=6
+  dimred-dask run --input walk.zarr --actions actions.zarr --output are.zarr --method are
   dimred-dask inspect out.zarr
 
 environment:
@@ -75,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="tcp://host:port of an existing Dask scheduler (default: a local cluster)")
     run.add_argument("--labels", metavar="URI",
                      help="labels / targets, one per input row (supervised: spca, kspca)")
+    run.add_argument("--actions", metavar="URI",
+                     help="the actions between consecutive rows, n - 1 labels (sequence "
+                          "methods: are)")
     run.add_argument("--graph-cache", metavar="URI",
                      help="where kNN graphs are shared between runs on the same data (default: "
                           ".dimred-cache next to the output; 'none' turns it off)")
@@ -138,7 +143,8 @@ def cmd_run(args) -> int:
                      credentials_block=args.credentials_block, labels=args.labels and
                      _local(args.labels), graph_cache=args.graph_cache and (
                          args.graph_cache if args.graph_cache.lower() == "none"
-                         else _local(args.graph_cache)))
+                         else _local(args.graph_cache)),
+                     actions=args.actions and _local(args.actions))
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
     else:

@@ -93,6 +93,7 @@ def validate(spec: dict) -> dict:
     graph_request = (normalize_request(adapter.graph(params, inp.shape), inp.shape,
                                        spec["method"]) if adapter.graph else None)
     labels_fp = _check_labels(spec, adapter, inp)
+    actions_fp = _check_actions(spec, adapter, inp)
     mode = RunStore(spec["output"]).check_writable(spec["overwrite"])
     row_chunk, memory = _plan_chunks(spec, inp)
     inp = _open(spec, {"row_chunk": row_chunk})
@@ -100,7 +101,8 @@ def validate(spec: dict) -> dict:
     get_run_logger().info("input %s: shape %s %s, fingerprint %s (%s); output mode %s",
                           inp.location, inp.shape, inp.array.dtype, fp["digest"], fp["hashed"], mode)
     return {"params": params, "mode": mode, "input_meta": inp.meta, "input_fingerprint": fp,
-            "labels_fingerprint": labels_fp, "graph_request": graph_request,
+            "labels_fingerprint": labels_fp, "actions_fingerprint": actions_fp,
+            "graph_request": graph_request,
             "shape": list(inp.shape), "row_chunk": row_chunk, "worker_memory": memory,
             "chunk_bytes": row_chunk * inp.shape[1] * inp.array.dtype.itemsize,
             "n_chunks": len(inp.array.chunks[0]), "seconds": time.perf_counter() - t0}
@@ -128,11 +130,36 @@ def _check_labels(spec: dict, adapter, inp) -> str | None:
     return array_fingerprint(lab.array, {"source": lab.meta})["digest"]
 
 
+def _open_actions(spec: dict):
+    return open_input(spec["actions"], allow_1d=True, role="actions")
+
+
+def _check_actions(spec: dict, adapter, inp) -> str | None:
+    """Actions (sequence methods): present exactly when needed, n - 1 of them, labels."""
+    if not adapter.needs_actions:
+        if spec.get("actions"):
+            raise InputError(f"Method {spec['method']!r} takes no actions; found --actions "
+                             f"{spec['actions']}.", "drop --actions, or use --method are.")
+        return None
+    if not spec.get("actions"):
+        raise InputError(f"Method {spec['method']!r} needs the actions taken between "
+                         f"consecutive rows ({inp.shape[0] - 1} for {inp.shape[0]} rows); "
+                         "found none.", "pass --actions URI (a 1-D array of n - 1 labels).")
+    from dimred_dask.methods.are import check_actions
+
+    act = _open_actions(spec)
+    (values,) = compute(act.array, stage="actions")  # n - 1 labels: small
+    check_actions(values, inp.shape[0], where=str(act.location))
+    return array_fingerprint(act.array, {"source": act.meta})["digest"]
+
+
 def _fingerprints(spec: dict, v: dict) -> dict:
     fit = digest_of("fit", v["input_fingerprint"]["digest"], spec["method"], v["params"],
                     dimred_dask.__version__, v.get("labels_fingerprint"),
                     (v.get("kernel") or {}).get("fingerprint"),
-                    (v.get("knn") or {}).get("fingerprint"))
+                    (v.get("knn") or {}).get("fingerprint"),
+                    # only when given, so that runs without actions keep their fingerprints
+                    *([v["actions_fingerprint"]] if v.get("actions_fingerprint") else []))
     transform = digest_of("transform", fit)
     evaluate = digest_of("evaluate", transform, spec["sample_size"])
     return {"fit": fit, "transform": transform, "evaluate": evaluate}
@@ -259,6 +286,8 @@ def fit(spec: dict, v: dict) -> dict:
         extras["matrix"] = da.from_zarr(owner.open_array(v["kernel"]["array"]))
     if (v.get("knn") or {}).get("needed"):
         extras["graph"] = load_graph(store)
+    if adapter.needs_actions:
+        extras["actions"] = _open_actions(spec).array
     with stage_errors("fit", **_mem(v)), stage_progress(f"fit {spec['method']}"):
         model = adapter.fit(inp.array, v["params"], **extras)  # first pass checks finiteness
     with stage_errors("fit", **_mem(v)):
@@ -371,6 +400,7 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict) -> dict:
         "graph": ({q: val for q, val in stages["knn"].items() if q not in ("reused", "seconds")}
                   if stages.get("knn", {}).get("needed") else None),
         "labels": spec.get("labels"),
+        "actions": spec.get("actions"),
         "model": stages["fit"]["model"],
         "metrics": {k: stages["evaluate"][k] for k in stages["evaluate"]
                     if k not in ("seconds", "reused")},
@@ -437,7 +467,7 @@ def embed(input: str, output: str, method: str = "pca", params: dict | None = No
           scheduler: str | None = None, overwrite: bool = False, columns: list[str] | None = None,
           sample_size: int = 2000, chunk_rows: int | None = None,
           credentials_block: str | None = None, labels: str | None = None,
-          graph_cache: str | None = None) -> dict:
+          graph_cache: str | None = None, actions: str | None = None) -> dict:
     """Embed the array at ``input`` with ``method`` and write the run's store at ``output``.
 
     Credentials never come in as parameters (Prefect stores parameters): they come from the
@@ -445,11 +475,14 @@ def embed(input: str, output: str, method: str = "pca", params: dict | None = No
     ``credentials_block`` (object storage credentials for this run only). ``labels``: the
     URI of the labels / targets of the supervised methods (spca, kspca), one per input row.
     ``graph_cache``: where kNN graphs are shared between runs (flows/knn.py; default
-    ``.dimred-cache`` next to the output, ``"none"`` to turn it off).
+    ``.dimred-cache`` next to the output, ``"none"`` to turn it off). ``actions``: the URI of
+    the actions of a sequence method (are): n - 1 labels, action i taken between rows i and
+    i + 1.
     """
     spec = {"input": input, "output": output, "method": method, "params": dict(params or {}),
             "overwrite": overwrite, "columns": columns, "sample_size": int(sample_size),
-            "chunk_rows": chunk_rows, "labels": labels, "graph_cache": graph_cache}
+            "chunk_rows": chunk_rows, "labels": labels, "graph_cache": graph_cache,
+            "actions": actions}
     if credentials_block:
         with run_storage_options("s3", _block_credentials(credentials_block)):
             return _embed(spec, scheduler)

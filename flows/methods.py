@@ -273,6 +273,9 @@ METHODS = {
 from .methods_graph import METHODS as _GRAPH  # noqa: E402
 
 METHODS.update(_GRAPH)
+from .methods_sdp import METHODS as _SDP  # noqa: E402
+
+METHODS.update(_SDP)
 
 
 def get_method(name: str) -> MethodAdapter:

@@ -9,6 +9,9 @@ from .mds import (MDS, LandmarkMDS, LandmarkMDSModel, MDSModel, check_distance_m
 from .pca import PCA, PCAModel, pca
 from .spectral_clustering import (SpectralClustering, SpectralClusteringModel,
                                   spectral_clustering)
+from .mvu import MaximumVarianceUnfolding, SDPEmbeddingModel, mvu
+from .are import ActionRespectingEmbedding, action_respecting_embedding
+from .landmark_mvu import LandmarkMVU, landmark_mvu
 from .spca import (HSICResult, KernelSupervisedPCA, KernelSupervisedPCAModel, SupervisedPCA,
                    SupervisedPCAModel, hsic, kernel_supervised_pca, supervised_pca)
 
@@ -19,4 +22,7 @@ __all__ = ["PCA", "PCAModel", "pca", "KernelPCA", "KernelPCAModel", "kernel_pca"
            "HSICResult", "Isomap", "LandmarkIsomap", "IsomapModel", "isomap", "landmark_isomap",
            "LocallyLinearEmbedding", "LLEModel", "lle", "LaplacianEigenmaps",
            "LaplacianEigenmapsModel", "laplacian_eigenmaps", "SpectralClustering",
-           "SpectralClusteringModel", "spectral_clustering"]
+           "SpectralClusteringModel", "spectral_clustering",
+           "HSICResult", "MaximumVarianceUnfolding", "SDPEmbeddingModel", "mvu",
+           "ActionRespectingEmbedding", "action_respecting_embedding", "LandmarkMVU",
+           "landmark_mvu"]

@@ -1,0 +1,120 @@
+"""Graph-side work of landmark MVU (Weinberger, Packer & Saul 2005; Weinberger, Sha, Zhu &
+Saul 2006): the n x m basis Q with K ~ Q L Q^T, and the m x m data of the SDP over L.
+
+- ``reconstruction_basis``: every point is reconstructed from its neighbours by LLE weights
+  (``reconstruction_weights``, blockwise on the workers); with Phi = (I - W)^T (I - W), the
+  positions that best respect the weights given the m landmark positions y_l are
+  y_u = -Phi_uu^-1 Phi_ul y_l, so Q = [I ; -Phi_uu^-1 Phi_ul] (one sparse factorisation of
+  Phi_uu, m right-hand sides). Rows of Q sum to 1 (weights sum to 1).
+- ``laplacian_basis``: the bottom m non-constant eigenvectors of the graph Laplacian
+  (``bottom_eigsh``); orthonormal and orthogonal to 1.
+- ``edge_normals``: with v_e = q_i - q_j, a squared edge length of Q L Q^T is
+  svec(v_e v_e^T) . svec(L); the penalty sum_e (svec(v_e v_e^T) . svec(L) - d_e^2)^2 needs only
+  G = A^T A (p x p, p = m(m+1)/2), h = A^T d^2 and d^2 . d^2. They are sums over edges:
+  one task per chunk of edges (on the workers when there is a client), summed at the end.
+  ``row_gram`` gives Q^T Q (the objective tr(Q L Q^T) = <Q^T Q, L>) and Q^T 1 the same way.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import splu
+
+from .._compute import active_client, compute
+from ..errors import InputError
+from .knn import KNNGraph
+from .laplacian import graph_weights, laplacian
+from .connectivity import graph_csr
+from .weights import reconstruction_weights
+
+__all__ = ["reconstruction_basis", "laplacian_basis", "edge_normals", "row_gram", "svec_index",
+           "EDGE_CHUNK"]
+
+EDGE_CHUNK = 20_000  # edges per task of ``edge_normals`` (20 000 x p float64 at once)
+
+
+def svec_index(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, cols, scale) of the upper triangle of an m x m matrix in svec order, with scale
+    1 on the diagonal and sqrt(2) off it (so svec(A) . svec(B) = <A, B>)."""
+    r, c = np.triu_indices(m)
+    return r, c, np.where(r == c, 1.0, np.sqrt(2.0))
+
+
+def reconstruction_basis(X, graph: KNNGraph, landmarks: np.ndarray, reg: float = 1e-3):
+    """(Q (n x m) float64, info) from the LLE weights of ``graph``; see the module docstring."""
+    n = graph.n_samples
+    lm = np.asarray(landmarks, dtype=np.int64)
+    W = reconstruction_weights(X, graph, reg)  # (n, k), blockwise for dask input
+    k = graph.n_neighbors
+    Wm = sp.csr_matrix((W.ravel(), (np.repeat(np.arange(n), k), graph.indices.ravel())),
+                       shape=(n, n))
+    IW = (sp.identity(n, format="csr") - Wm).tocsc()
+    Phi = (IW.T @ IW).tocsc()
+    free = np.setdiff1d(np.arange(n), lm)
+    Puu = Phi[free][:, free].tocsc()
+    Pul = Phi[free][:, lm].toarray()
+    try:
+        lu = splu(Puu, permc_spec="COLAMD")
+    except RuntimeError as exc:
+        raise InputError(f"Landmark MVU: the reconstruction system of the non-landmark rows is "
+                         f"singular ({exc}); some rows are not tied to any landmark.",
+                         "raise n_neighbors, or use basis='laplacian'.") from None
+    Q = np.zeros((n, lm.size))
+    Q[lm, np.arange(lm.size)] = 1.0
+    Q[free] = -lu.solve(Pul)
+    return Q, {"fill_in": int(lu.L.nnz + lu.U.nnz), "row_sum_error":
+               float(np.abs(Q.sum(axis=1) - 1).max())}
+
+
+def laplacian_basis(graph: KNNGraph, m: int, *, solver: str = "auto", random_state=0):
+    """(Q (n x m), info): the bottom m non-constant eigenvectors of L = D - W (heat weights)."""
+    from ..linalg import bottom_eigsh
+
+    W, t = graph_weights(graph_csr(graph), "heat")
+    L, _ = laplacian(W, normed=False)
+    eig = bottom_eigsh(L, m + 1, solver=solver, random_state=random_state)
+    order = np.argsort(eig.values)
+    vecs = np.asarray(eig.vectors)[:, order][:, 1:]
+    return vecs, {"laplacian_eigenvalues": np.asarray(eig.values)[order][1:].tolist()}
+
+
+def _normals_block(Qi: np.ndarray, Qj: np.ndarray, d2: np.ndarray):
+    m = Qi.shape[1]
+    r, c, sc = svec_index(m)
+    V = Qi - Qj
+    A = V[:, r] * V[:, c] * sc
+    return A.T @ A, A.T @ d2, float(d2 @ d2)
+
+
+def edge_normals(Q: np.ndarray, I: np.ndarray, J: np.ndarray, d2: np.ndarray, *,
+                 chunk: int | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """(G, h, c0) = (A^T A, A^T d2, d2 . d2) over all edges; see the module docstring.
+    With a dask client: one task per chunk of edges, Q sent to the workers once."""
+    chunk = int(chunk or EDGE_CHUNK)
+    starts = range(0, I.size, chunk)
+    client = active_client()
+    if client is None or I.size <= chunk:
+        parts = [_normals_block(Q[I[s:s + chunk]], Q[J[s:s + chunk]], d2[s:s + chunk])
+                 for s in starts]
+    else:
+        from dask import delayed
+
+        Qd = delayed(Q, traverse=False)  # one key: sent to the workers once, not per task
+        task = delayed(_chunk_normals, pure=True)
+        parts = compute(*[task(Qd, I[s:s + chunk], J[s:s + chunk], d2[s:s + chunk])
+                          for s in starts], stage="landmark MVU: edge constraint normals")
+    G = sum(p[0] for p in parts)
+    h = sum(p[1] for p in parts)
+    return G, h, float(sum(p[2] for p in parts))
+
+
+def _chunk_normals(Q, I, J, d2):
+    return _normals_block(Q[I], Q[J], d2)
+
+
+def row_gram(Q) -> tuple[np.ndarray, np.ndarray]:
+    """(Q^T Q, Q^T 1) — for a dask Q, as one blockwise pass."""
+    if hasattr(Q, "dask"):
+        (G, s) = compute(Q.T @ Q, Q.sum(axis=0), stage="landmark MVU: Q^T Q")
+        return np.asarray(G), np.asarray(s)
+    return Q.T @ Q, Q.sum(axis=0)

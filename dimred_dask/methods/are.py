@@ -1,0 +1,195 @@
+"""Action respecting embedding (seed 000, "Action Respecting Embedding", "Optimization Problem";
+Bowling, Ghodsi & Wilkinson 2005).
+
+Data x_1 .. x_n in temporal order and a discrete action a_i taken between x_i and x_i+1
+(n - 1 actions). MVU's problem (``methods.mvu``) plus, for every pair i, j with a_i = a_j:
+
+    K_(i+1)(i+1) - 2 K_(i+1)(j+1) + K_(j+1)(j+1) = K_ii - 2 K_ij + K_jj
+
+(an action moves any two points it is applied to without changing their distance: in the
+embedding it is a rotation plus a translation). Each is one constraint of two dyads with
+target 0, added to the same sparse map as the distance constraints.
+
+The distance constraints are ``"slack"`` by default: with the action constraints, noisy
+observations (two images of one place are never identical) leave no kernel that meets every
+local distance exactly, while the penalised form keeps the action constraints exact and gives
+only where it must. ``constraints="equality"`` is available and reports infeasibility.
+``action_pairs="neighbors"`` keeps only pairs (i, j) that are graph neighbours, for long
+sequences (all pairs of one action grow like n^2).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._validation import check_array, is_dask
+from ..errors import InputError
+from ..graphs import check_reg
+from ..graphs.sdp import edge_list
+from .mvu import (EXACT_MAX, SDPEmbeddingModel, _SDPEstimator, check_sdp_params, distance_sdp,
+                  kernel_embedding, prepare_graph)
+
+__all__ = ["ActionRespectingEmbedding", "action_respecting_embedding", "check_actions",
+           "action_constraints", "ACTION_PAIRS", "MAX_ACTION_PAIRS"]
+
+ACTION_PAIRS = ("all", "neighbors")
+MAX_ACTION_PAIRS = 50_000  # action constraints above this: refuse, suggest "neighbors"
+
+
+def check_actions(actions, n: int, *, where: str = "actions") -> np.ndarray:
+    """The actions as integer codes (length n - 1), or an `InputError` saying what is wrong."""
+    if actions is None:
+        raise InputError(f"Action respecting embedding needs the actions taken between "
+                         f"consecutive rows ({n - 1} of them for {n} rows); found none.",
+                         "pass actions=<array of length n - 1> (--actions URI in a run).")
+    a = np.asarray(actions.compute() if is_dask(actions) else actions)
+    if a.ndim == 2 and a.shape[1] == 1:
+        a = a[:, 0]
+    if a.ndim != 1:
+        raise InputError(f"The actions must be a 1-D array; found shape {a.shape} in {where}.",
+                         "pass one action label per step (a 1-D array or one column).")
+    if a.shape[0] != n - 1:
+        raise InputError(f"There must be one action between each pair of consecutive rows: "
+                         f"{n - 1} for {n} rows; found {a.shape[0]} in {where}.",
+                         f"pass {n - 1} actions (action i is taken between row i and row "
+                         "i + 1).")
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        bad = np.nonzero(~np.isfinite(a))[0]
+        raise InputError(f"The actions must be labels; found {bad.size} NaN/inf at steps "
+                         f"{bad[:10].tolist()} of {where}.", "label every step.")
+    if a.dtype.kind not in "biufUSO":
+        raise InputError(f"The actions must be labels (ints or strings); found dtype "
+                         f"{a.dtype} in {where}.", "pass integer or string action labels.")
+    _, codes = np.unique(a, return_inverse=True)
+    return codes.astype(np.int64)
+
+
+def action_constraints(codes: np.ndarray, pairs: str = "all", graph_pairs=None):
+    """The dyads (ci, I, J, sign) of the action constraints: for each pair i < j with the
+    same action, +(i+1, j+1) and -(i, j)."""
+    if pairs not in ACTION_PAIRS:
+        raise InputError(f"action_pairs must be one of {', '.join(ACTION_PAIRS)}; found "
+                         f"{pairs!r}.", "pass action_pairs='all' (seed 000).")
+    ii, jj = [], []
+    for a in np.unique(codes):
+        steps = np.nonzero(codes == a)[0]
+        i, j = np.triu_indices(steps.size, k=1)
+        ii.append(steps[i])
+        jj.append(steps[j])
+    ii = np.concatenate(ii) if ii else np.empty(0, np.int64)
+    jj = np.concatenate(jj) if jj else np.empty(0, np.int64)
+    if pairs == "neighbors" and graph_pairs is not None:
+        keep = np.isin(ii * (codes.size + 1) + jj, graph_pairs)
+        ii, jj = ii[keep], jj[keep]
+    m = ii.size
+    if m > MAX_ACTION_PAIRS:
+        raise InputError(f"{m} action constraints (all pairs of steps with the same action) "
+                         f"are more than {MAX_ACTION_PAIRS}.",
+                         "pass action_pairs='neighbors' (only pairs that are graph "
+                         "neighbours), or embed a shorter sequence.")
+    ci = np.repeat(np.arange(m), 2)
+    I = np.stack([ii + 1, ii], axis=1).ravel()
+    J = np.stack([jj + 1, jj], axis=1).ravel()
+    s = np.tile([1.0, -1.0], m)
+    return ci, I, J, s
+
+
+def action_steps(Y: np.ndarray, codes: np.ndarray) -> dict:
+    """Per action: the mean step y_i+1 - y_i in the embedding, its length, and the spread of
+    the steps around it relative to that length (0 for a pure translation). Keyed by the
+    action code as a string, the same in memory and in the JSON manifest."""
+    steps = np.diff(Y, axis=0)
+    out = {}
+    for a in np.unique(codes):
+        s = steps[codes == a]
+        mean = s.mean(axis=0)
+        length = float(np.linalg.norm(mean))
+        out[str(int(a))] = {"count": int(s.shape[0]), "mean_step": mean.tolist(),
+                       "length": length,
+                       "spread": float(np.linalg.norm(s - mean, axis=1).mean() /
+                                       max(length, 1e-300))}
+    return out
+
+
+def action_respecting_embedding(X, actions, *, n_components=2, n_neighbors=6,
+                                constraints="slack", slack_penalty=10.0, action_pairs="all",
+                                face_reduction=True, formulation="dual", solver="clarabel",
+                                tol=None, max_iter=None, allow_inaccurate=False,
+                                metric="euclidean", knn_backend="auto", join_components=False,
+                                reg=1e-3, keep_kernel=True, graph=None, random_state=0,
+                                verbose=False, where="X") -> SDPEmbeddingModel:
+    """Fit action respecting embedding to ``X`` (rows in temporal order) and ``actions``."""
+    X = check_array(X, method="Action respecting embedding", where=where)
+    n = X.shape[0]
+    codes = check_actions(actions, n)
+    p = check_sdp_params(n, n_components=n_components, n_neighbors=n_neighbors,
+                         constraints=constraints, slack_penalty=slack_penalty,
+                         formulation=formulation, solver=solver, tol=tol, max_iter=max_iter,
+                         method="Action respecting embedding")
+    reg = check_reg(reg)
+    if n > EXACT_MAX:
+        raise InputError(f"Action respecting embedding solves an n x n SDP; n = {n} is above "
+                         f"{EXACT_MAX}.", "embed a shorter (or subsampled) sequence.")
+    graph = prepare_graph(X, graph, p["n_neighbors"], metric=metric, knn_backend=knn_backend,
+                          join=join_components, random_state=random_state,
+                          method="Action respecting embedding")
+    I, J, d = edge_list(graph)
+    extra = action_constraints(codes, action_pairs, graph_pairs=I * n + J)
+    K, info = distance_sdp(n, I, J, d ** 2, extra=extra, constraints=constraints,
+                           slack_penalty=slack_penalty, face_reduction=face_reduction,
+                           formulation=formulation, solver=solver, tol=p["tol"],
+                           max_iter=p["max_iter"], allow_inaccurate=allow_inaccurate,
+                           method="Action respecting embedding", verbose=verbose)
+    Y, lam, kinfo = kernel_embedding(K, int(n_components))
+    Y = Y.astype(X.dtype)
+    act = _action_violation(K, extra)
+    info.update(kinfo, n_edges=int(I.size), n_action_constraints=int(extra[0].size // 2),
+                n_actions=int(codes.max()) + 1 if codes.size else 0,
+                max_action_violation_over_mean=act / float(np.mean(d ** 2)),
+                action_steps=action_steps(Y, codes), metric=graph.metric)
+    X_fit = np.asarray(X.compute() if is_dask(X) else X)
+    return SDPEmbeddingModel("are", Y, lam, X_fit, p["n_neighbors"], reg,
+                             K if keep_kernel else None, info)
+
+
+def _action_violation(K: np.ndarray, extra) -> float:
+    ci, I, J, s = extra
+    if ci.size == 0:
+        return 0.0
+    val = s * (K[I, I] + K[J, J] - 2 * K[I, J])
+    return float(np.abs(np.bincount(ci, weights=val)).max())
+
+
+class ActionRespectingEmbedding(_SDPEstimator):
+    """Action respecting embedding (seed 000): ``fit(X, actions)`` with X in temporal order
+    and ``actions`` of length n - 1. See `action_respecting_embedding` for the parameters."""
+
+    def __init__(self, n_components=2, *, n_neighbors=6, constraints="slack",
+                 slack_penalty=10.0, action_pairs="all", face_reduction=True, formulation="dual",
+                 solver="clarabel", tol=None, max_iter=None, allow_inaccurate=False,
+                 metric="euclidean", knn_backend="auto", join_components=False, reg=1e-3,
+                 random_state=0):
+        self.n_components = n_components
+        self.n_neighbors = n_neighbors
+        self.constraints = constraints
+        self.slack_penalty = slack_penalty
+        self.action_pairs = action_pairs
+        self.face_reduction = face_reduction
+        self.formulation = formulation
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.allow_inaccurate = allow_inaccurate
+        self.metric = metric
+        self.knn_backend = knn_backend
+        self.join_components = join_components
+        self.reg = reg
+        self.random_state = random_state
+
+    def fit(self, X, actions=None):
+        X = check_array(X, method="Action respecting embedding")
+        model = action_respecting_embedding(X, actions, **self.get_params())
+        self.action_steps_ = model.info["action_steps"]
+        return self._set(model, X)
+
+    def fit_transform(self, X, actions=None):
+        return self.fit(X, actions).embedding_

@@ -1,0 +1,460 @@
+"""Maximum variance unfolding (seed 000, "Maximum variance unfolding" and "MVU Method").
+
+    1. the kNN graph (symmetrised; ``graphs.knn_graph``, shared with the other graph methods)
+    2. max tr(K)  s.t.  K_ii + K_jj - 2 K_ij = ||x_i - x_j||^2 on every edge,
+                        sum_ij K_ij = 0,  K >= 0                      (``linalg.sdp``)
+    3. kernel PCA of K: Y = V Lambda^1/2 from its top eigenpairs (``linalg.top_eigh``)
+
+``constraints="equality"`` is the problem above. On low-dimensional data it is degenerate
+(cliques of >= d + 2 points are affinely dependent; see ``graphs.sdp``): those dependencies are
+built into the problem (``face_reduction=True``), the constraints they make redundant are
+dropped, and Clarabel then reaches "optimal". ``constraints="slack"`` penalises violations
+(max tr(K) - nu sum |xi_e|, an exact L1 penalty) for graphs whose distances no configuration
+realises (noise, non-Euclidean metrics); ``nu = slack_penalty * D^2`` with D the hop diameter
+of the graph (multipliers, the edges' "tensions", grow like D^2: a chain's largest is D^2 / 8).
+With the default 10 the slack solution of a clean graph is the exact one (measured on three
+noisy swiss rolls in 10-D, n = 150: trace equal to 1e-6, edges to 1e-8; with 1, a
+near-degenerate one gave way by 0.3 %), so only inconsistent edges give.
+
+The solver's status, the objective and the largest relative distance violation are reported
+(``info``); a status other than "optimal" raises `SolverError` unless ``allow_inaccurate``;
+an infeasible equality problem raises `InfeasibleError` that suggests the slack variant.
+New points are placed by their LLE reconstruction weights on their k nearest training rows.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import breadth_first_order, connected_components
+
+from .._validation import check_array, check_is_fitted, check_n_features, is_dask
+from ..blocks.neighbors import block_topk, reconstruction_weights_block
+from ..errors import ConvergenceWarning, InfeasibleError, InputError, SolverError
+from ..graphs import (KNNGraph, check_connected, check_n_neighbors, check_reg,
+                      join_components, knn_graph)
+from ..graphs.sdp import bandwidth_order, clique_dependencies, edge_list
+from ..linalg import top_eigh
+from ..linalg.sdp import SDP_FORMULATIONS, face_basis, max_trace_sdp, solver_options
+from ._base import DimredEstimator, column_signs, rowwise
+
+__all__ = ["MaximumVarianceUnfolding", "SDPEmbeddingModel", "mvu", "distance_sdp",
+           "MVU_CONSTRAINTS", "kernel_embedding", "check_sdp_params"]
+
+MVU_CONSTRAINTS = ("equality", "slack")
+FACE_TOL = 1e-9  # clique Gram eigenvalues below this x the largest are zero (exact: ~1e-15)
+NEGATIVE_TOL = 1e-6  # ... below minus this x the largest: the clique is not Euclidean
+EXACT_MAX = 3000  # exact MVU holds K (n x n) and solves an SDP of that size: above, refuse
+DEFAULT_TOL = {"clarabel": 1e-7, "scs": 1e-6}
+DEFAULT_MAX_ITER = {"clarabel": 200, "scs": 100_000}
+RANK_TOL = 1e-6  # eigenvalues of K above this x the largest count towards its rank
+
+
+@dataclass
+class SDPEmbeddingModel:
+    """A fitted MVU / action respecting embedding: the training embedding, the eigenvalues
+    of K, the training rows (for ``transform``) and the solver report."""
+
+    method: str
+    embedding: np.ndarray  # (n, k)
+    eigenvalues: np.ndarray  # (k,) of K
+    X_fit: np.ndarray | None  # (n, d) training rows (None when not kept)
+    n_neighbors: int
+    reg: float = 1e-3
+    kernel: np.ndarray | None = None  # (n, n) K, when kept
+    info: dict = field(default_factory=dict)
+
+    @property
+    def n_components(self) -> int:
+        return int(self.eigenvalues.shape[0])
+
+    def transform(self, X):
+        """Embed new rows: LLE weights on their k nearest training rows applied to the
+        training embedding (NumPy, or lazily blockwise for dask)."""
+        if self.X_fit is None:
+            raise InputError(f"This {self.method} model kept no training rows, so it cannot "
+                             "place new points.", "refit with keep_training_rows=True.")
+        return reconstruct(X, self.X_fit, self.embedding, self.n_neighbors, self.reg)
+
+    def arrays(self) -> dict:
+        out = {"embedding_": self.embedding, "eigenvalues_": self.eigenvalues}
+        if self.X_fit is not None:
+            out["X_fit_"] = self.X_fit
+        if self.kernel is not None:
+            out["kernel_"] = self.kernel
+        return out
+
+    def scalars(self) -> dict:
+        return {"method": self.method, "n_neighbors": int(self.n_neighbors),
+                "reg": float(self.reg), **self.info}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, scalars: dict) -> "SDPEmbeddingModel":
+        info = {k: v for k, v in scalars.items() if k not in ("method", "n_neighbors", "reg")}
+        get = (lambda k: np.asarray(arrays[k]) if k in arrays else None)
+        return cls(scalars["method"], get("embedding_"), get("eigenvalues_"), get("X_fit_"),
+                   int(scalars["n_neighbors"]), float(scalars["reg"]), get("kernel_"), info)
+
+
+def reconstruct(X, X_fit: np.ndarray, Y_fit: np.ndarray, k: int, reg: float):
+    """sum_j w_j y_j over the k nearest training rows of each row of X (LLE weights); a row
+    equal to a training row takes that row's embedding (the regularised weights would not
+    put all their mass on it), so transform(X_train) gives the training embedding."""
+    k = min(int(k), X_fit.shape[0])
+    dtype = X.dtype
+
+    def encode(block):
+        block = np.asarray(block, dtype=np.float64)
+        idx, _ = block_topk(block, X_fit, k)
+        Xf = np.asarray(X_fit, np.float64)
+        w = reconstruction_weights_block(block, Xf[idx], reg)
+        out = np.einsum("bk,bkc->bc", w, np.asarray(Y_fit, np.float64)[idx])
+        same = np.all(block == Xf[idx[:, 0]], axis=1)
+        out[same] = np.asarray(Y_fit, np.float64)[idx[same, 0]]
+        return out.astype(dtype)
+
+    return rowwise(X, encode, Y_fit.shape[1], dtype)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_sdp_params(n: int, *, n_components, n_neighbors, constraints, slack_penalty,
+                     formulation, solver, tol, max_iter, method: str) -> dict:
+    """Every parameter check of the SDP methods, before anything is computed."""
+    if (not isinstance(n_components, (int, np.integer)) or isinstance(n_components, bool)
+            or not 1 <= n_components < n):
+        raise InputError(f"{method} needs an int n_components with 1 <= n_components < "
+                         f"n_samples = {n}; found {n_components!r}.",
+                         f"pass n_components between 1 and {n - 1} (2 is usual).")
+    k = check_n_neighbors(n_neighbors, n, method)
+    if constraints not in MVU_CONSTRAINTS:
+        raise InputError(f"constraints must be one of {', '.join(MVU_CONSTRAINTS)}; found "
+                         f"{constraints!r}.", "pass constraints='equality' (seed 000) or "
+                         "'slack' (penalised violations, for noisy graphs).")
+    if not (isinstance(slack_penalty, (int, float)) and not isinstance(slack_penalty, bool)
+            and np.isfinite(slack_penalty) and slack_penalty > 0):
+        raise InputError(f"slack_penalty must be a positive number; found {slack_penalty!r}.",
+                         "pass slack_penalty=10.0 (the default).")
+    if formulation not in SDP_FORMULATIONS:
+        raise InputError(f"formulation must be one of {', '.join(SDP_FORMULATIONS)}; found "
+                         f"{formulation!r}.", "pass formulation='dual' (the fast one).")
+    tol = DEFAULT_TOL.get(solver, 1e-8) if tol is None else tol
+    max_iter = DEFAULT_MAX_ITER.get(solver, 200) if max_iter is None else max_iter
+    solver_options(solver, tol, max_iter)  # raises InputError on a bad solver / tol / max_iter
+    return {"n_neighbors": k, "tol": float(tol), "max_iter": int(max_iter)}
+
+
+def prepare_graph(X, graph: KNNGraph | None, n_neighbors: int, *, metric: str,
+                  knn_backend: str, join: bool, random_state, method: str) -> KNNGraph:
+    """The kNN graph (given or built), connected or refused (or joined)."""
+    n = X.shape[0]
+    if graph is None:
+        graph = knn_graph(X, n_neighbors, metric=metric, backend=knn_backend,
+                          random_state=random_state)
+    elif graph.n_samples != n:
+        raise InputError(f"The graph has {graph.n_samples} rows; the data have {n}.",
+                         "pass the kNN graph of these rows.")
+    elif graph.n_neighbors > n_neighbors:
+        graph = graph.subset(n_neighbors)
+    if (graph.indices < 0).any():
+        raise InputError(f"The kNN graph has rows with fewer than {graph.n_neighbors} "
+                         "neighbours.", "rebuild it with knn_backend='exact'.")
+    if join and not graph.info.get("extra_edges"):
+        graph, _ = join_components(graph, X)
+    if not graph.info.get("extra_edges"):
+        check_connected(graph, method=method)
+    return graph
+
+
+# --------------------------------------------------------------------------- the SDP
+
+
+def hop_diameter(n: int, I: np.ndarray, J: np.ndarray) -> int:
+    """A lower bound of the graph's diameter in hops (double-sweep breadth-first search)."""
+    A = sp.csr_matrix((np.ones(I.size), (I, J)), shape=(n, n))
+    A = (A + A.T).tocsr()
+    far = 0
+    for _ in range(2):
+        order, pred = breadth_first_order(A, far, directed=False, return_predecessors=True)
+        depth = np.zeros(n, dtype=np.int64)
+        for v in order[1:]:
+            depth[v] = depth[pred[v]] + 1
+        far = int(order[np.argmax(depth[order])])
+    return int(depth.max())
+
+
+def _prune_groups(n: int, Ip, Jp, rows: list) -> list:
+    """Edge groups that the face may make linearly dependent: edges inside a clique with a
+    dependency, grouped by the connected components those edges form."""
+    if not rows:
+        return []
+    inside = np.zeros(Ip.size, dtype=bool)
+    members = {}
+    for C in rows:
+        key = tuple(C.tolist())
+        if key in members:
+            continue
+        members[key] = True
+        mask = np.isin(Ip, C) & np.isin(Jp, C)
+        inside |= mask
+    edges = np.nonzero(inside)[0]
+    if edges.size == 0:
+        return []
+    A = sp.csr_matrix((np.ones(edges.size), (Ip[edges], Jp[edges])), shape=(n, n))
+    _, lab = connected_components(A, directed=False)
+    comp = lab[Ip[edges]]
+    return [edges[comp == c] for c in np.unique(comp)]
+
+
+def distance_sdp(n: int, I, J, d2, *, extra=None, constraints="equality", slack_penalty=10.0,
+                 face_reduction=True, formulation="dual", solver="clarabel", tol=1e-7,
+                 max_iter=200, allow_inaccurate=False, method="MVU", verbose=False):
+    """Solve MVU's SDP on the edges (I, J) with squared lengths ``d2`` (plus ``extra``:
+    (ci, I, J, sign) dyads of further constraints with target 0, numbered from 0, e.g. the
+    action constraints of ARE). Returns (K in the original order, info).
+
+    The problem is written in reverse Cuthill-McKee order; when the solver stops short of
+    "optimal" it is solved once more in the reversed order (the same problem: only the
+    sparse basis changes, and with it the solver's numerics). ``info["attempts"]`` lists the
+    statuses."""
+    t0 = time.perf_counter()
+    rcm = bandwidth_order(n, I, J)
+    attempts, res = [], None
+    for order in (rcm, rcm[::-1].copy()) if formulation == "dual" else (rcm,):
+        res, K, info = _solve_in_order(n, I, J, d2, order, extra, constraints, slack_penalty,
+                                       face_reduction, formulation, solver, tol, max_iter,
+                                       method, verbose)
+        attempts.append(res.status)
+        if res.status == "optimal" or _infeasible(res):
+            break
+    _check_status(res, method, constraints, allow_inaccurate)
+    info.update({"status": res.status, "attempts": attempts, "objective": res.objective,
+                 "solver": res.info["solver"], "formulation": formulation, "tol": tol,
+                 "iterations": res.iterations, "setup_seconds": round(res.setup_seconds, 3),
+                 "solve_seconds": round(res.solve_seconds, 3),
+                 "n_constraints_solved": int(res.kept.size),
+                 "seconds": round(time.perf_counter() - t0, 3), "trace": float(np.trace(K)),
+                 **violations(K, I, J, d2)})
+    return K, info
+
+
+def _solve_in_order(n, I, J, d2, order, extra, constraints, slack_penalty, face_reduction,
+                    formulation, solver, tol, max_iter, method, verbose):
+    E = I.size
+    inv = np.empty(n, dtype=np.int64)
+    inv[order] = np.arange(n)
+    Ip, Jp = inv[I], inv[J]
+    face, groups, info = None, None, {"constraints": constraints}
+    if constraints == "equality" and face_reduction and formulation == "dual":
+        deps = clique_dependencies(n, Ip, Jp, d2, tol=FACE_TOL)
+        if deps.worst < -NEGATIVE_TOL:
+            pts = np.sort(order[deps.worst_clique]).tolist()
+            raise InfeasibleError(
+                f"{method}'s equality constraints cannot hold: the {len(pts)} points "
+                f"{pts[:10]} are all neighbours of each other, but their distances are not "
+                f"those of any Euclidean configuration (their Gram matrix has an eigenvalue of "
+                f"{deps.worst:.2e} times its largest).",
+                "use the slack variant (constraints='slack'), which penalises violations, or "
+                "a Euclidean metric.")
+        face, used = face_basis(n, deps.rows, deps.coef)
+        groups = _prune_groups(n, Ip, Jp, deps.rows)
+        info.update({"cliques_examined": deps.n_cliques, "dependencies": len(deps.rows),
+                     "face_dimension": int(face.shape[1]), "dependencies_used": int(used)})
+    ci, di, dj, ds = [np.arange(E)], [Ip], [Jp], [np.ones(E)]
+    m = E
+    if extra is not None and np.asarray(extra[0]).size:
+        eci, ei, ej, es = (np.asarray(a) for a in extra)
+        ci.append(eci + E)
+        di.append(inv[ei])
+        dj.append(inv[ej])
+        ds.append(es.astype(np.float64))
+        m = E + int(eci.max()) + 1
+    b = np.zeros(m)
+    b[:E] = d2
+    nu = None
+    if constraints == "slack":
+        diam = hop_diameter(n, I, J)
+        nu = float(slack_penalty) * max(diam, 1) ** 2
+        info.update({"hop_diameter": diam, "penalty": nu})
+    info["n_constraints"] = int(m)
+    res = max_trace_sdp(n, m, tuple(np.concatenate(a) for a in (ci, di, dj, ds)), b,
+                        slack_rows=np.arange(E), slack=nu, face=face, prune_groups=groups,
+                        formulation=formulation, solver=solver, tol=tol, max_iter=max_iter,
+                        verbose=verbose)
+    K = None
+    if res.K is not None:
+        K = np.empty((n, n))
+        K[np.ix_(order, order)] = res.K
+    return res, K, info
+
+
+def _infeasible(res) -> bool:
+    st = res.status
+    return st.startswith("unbounded" if res.info["formulation"] == "dual" else "infeasible")
+
+
+def _check_status(res, method: str, constraints: str, allow_inaccurate: bool,
+                  fix: str | None = None) -> None:
+    st = res.status
+    if st == "optimal":
+        return
+    where = (f"{res.info['solver']} on the {res.info['formulation']} form, "
+             f"{res.iterations} iterations")
+    if _infeasible(res):
+        raise InfeasibleError(
+            f"{method}'s SDP is infeasible: no kernel matrix satisfies all "
+            f"{'distance' if constraints == 'equality' else ''} constraints (solver status "
+            f"{st!r}, {where}).",
+            "use the slack variant (constraints='slack'), which penalises violations instead; "
+            "check that the distances are Euclidean.")
+    if st == "optimal_inaccurate" and allow_inaccurate and res.K is not None:
+        warnings.warn(ConvergenceWarning(
+            f"{method}: the SDP solver stopped at status 'optimal_inaccurate' ({where}); the "
+            "result is used as allowed."), stacklevel=4)
+        return
+    raise SolverError(
+        f"{method}'s SDP did not reach status 'optimal': {st!r} ({where}).",
+        fix or "allow it with allow_inaccurate=True (the violations are reported), use "
+        "constraints='slack', or lower n_neighbors (a graph with fewer edges is better "
+        "posed).")
+
+
+def violations(K: np.ndarray, I, J, d2) -> dict:
+    """The largest violation of the distance constraints: relative to each edge's squared
+    length (edges of length 0 excluded) and relative to the mean squared edge length."""
+    got = K[I, I] + K[J, J] - 2 * K[I, J]
+    err = np.abs(got - d2)
+    mean = float(d2.mean()) if d2.size else 1.0
+    pos = d2 > 0
+    return {"max_relative_violation": float((err[pos] / d2[pos]).max()) if pos.any() else 0.0,
+            "max_violation_over_mean": float(err.max() / mean) if err.size else 0.0,
+            "mean_relative_violation": float((err[pos] / d2[pos]).mean()) if pos.any() else 0.0}
+
+
+# --------------------------------------------------------------------------- kernel PCA
+
+
+def kernel_embedding(K: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Kernel PCA of a centred PSD kernel matrix: (Y = V Lambda^1/2 sign-fixed, Lambda, info)
+    from ``top_eigh`` (dense: the whole spectrum, so the negative part is reported)."""
+    eig = top_eigh(K, k, solver="dense", stage="kernel PCA of the SDP kernel")
+    lam = np.maximum(eig.values, 0.0)
+    signs = column_signs(eig.vectors)
+    Y = eig.vectors * signs * np.sqrt(lam)
+    spec = eig.spectrum
+    total = float(spec[spec > 0].sum()) or 1.0
+    top = max(float(spec[0]), 1e-300)
+    info = {"explained_variance_ratio": (lam / total).tolist(),
+            "rank": int((spec > RANK_TOL * top).sum()),
+            "min_eigenvalue_ratio": float(spec[-1] / top),
+            "centring_ratio": float(abs(K.sum()) / max(np.trace(K), 1e-300))}
+    return Y, lam, info
+
+
+# --------------------------------------------------------------------------- MVU
+
+
+def mvu(X, *, n_components=2, n_neighbors=6, constraints="equality", slack_penalty=10.0,
+        face_reduction=True, formulation="dual", solver="clarabel", tol=None, max_iter=None,
+        allow_inaccurate=False, metric="euclidean", knn_backend="auto", join_components=False,
+        reg=1e-3, keep_kernel=True, graph=None, random_state=0, verbose=False,
+        where="X") -> SDPEmbeddingModel:
+    """Fit MVU to ``X`` (NumPy or dask; n up to ``EXACT_MAX``) and return the model.
+
+    ``graph``: a `KNNGraph` of X already built (the flow's kNN stage); else one is built
+    with ``n_neighbors``, ``metric`` and ``knn_backend``.
+    """
+    X = check_array(X, method="MVU", where=where)
+    n = X.shape[0]
+    p = check_sdp_params(n, n_components=n_components, n_neighbors=n_neighbors,
+                         constraints=constraints, slack_penalty=slack_penalty,
+                         formulation=formulation, solver=solver, tol=tol, max_iter=max_iter,
+                         method="MVU")
+    reg = check_reg(reg)
+    if n > EXACT_MAX:
+        raise InputError(f"Exact MVU solves an n x n SDP; n = {n} is above {EXACT_MAX}.",
+                         "use landmark MVU (landmark_mvu / --method landmark-mvu) for large n.")
+    graph = prepare_graph(X, graph, p["n_neighbors"], metric=metric, knn_backend=knn_backend,
+                          join=join_components, random_state=random_state, method="MVU")
+    I, J, d = edge_list(graph)
+    K, info = distance_sdp(n, I, J, d ** 2, constraints=constraints,
+                           slack_penalty=slack_penalty, face_reduction=face_reduction,
+                           formulation=formulation, solver=solver, tol=p["tol"],
+                           max_iter=p["max_iter"], allow_inaccurate=allow_inaccurate,
+                           method="MVU", verbose=verbose)
+    Y, lam, kinfo = kernel_embedding(K, int(n_components))
+    info.update(kinfo, n_edges=int(I.size), metric=graph.metric)
+    X_fit = np.asarray(X.compute() if is_dask(X) else X)
+    return SDPEmbeddingModel("mvu", Y.astype(X.dtype), lam, X_fit, p["n_neighbors"], reg,
+                             K if keep_kernel else None, info)
+
+
+class _SDPEstimator(DimredEstimator):
+    """Shared fit results and transform of the SDP estimators."""
+
+    def _set(self, model: SDPEmbeddingModel, X):
+        self._model = model
+        self.embedding_ = model.embedding if not is_dask(X) else _like(model.embedding, X)
+        self.eigenvalues_ = model.eigenvalues
+        self.kernel_ = model.kernel
+        self.n_features_in_ = X.shape[1]
+        self.solver_status_ = model.info.get("status")
+        self.objective_ = model.info.get("objective")
+        self.max_relative_violation_ = model.info.get("max_relative_violation")
+        self.n_iter_ = model.info.get("iterations")  # the SDP solver's iterations
+        self.info_ = dict(model.info)
+        return self
+
+    def fit_transform(self, X, y=None, **kw):
+        return self.fit(X, y, **kw).embedding_
+
+    def transform(self, X):
+        check_is_fitted(self, "embedding_")
+        X = check_array(X, method=type(self).__name__, min_samples=1,
+                        check_finite=not is_dask(X))
+        check_n_features(self, X, self.n_features_in_)
+        return self._model.transform(X)
+
+
+def _like(arr: np.ndarray, X):
+    import dask.array as da
+
+    return da.from_array(arr, chunks=(X.chunks[0], arr.shape[1]))
+
+
+class MaximumVarianceUnfolding(_SDPEstimator):
+    """Maximum variance unfolding (seed 000) on NumPy or dask arrays; see `mvu`.
+
+    Attributes: embedding_, eigenvalues_ (of K), kernel_ (n x n K), solver_status_,
+    objective_ (tr K), max_relative_violation_, n_iter_ (solver iterations), info_ (the
+    whole solver report).
+    """
+
+    def __init__(self, n_components=2, *, n_neighbors=6, constraints="equality",
+                 slack_penalty=10.0, face_reduction=True, formulation="dual", solver="clarabel",
+                 tol=None, max_iter=None, allow_inaccurate=False, metric="euclidean",
+                 knn_backend="auto", join_components=False, reg=1e-3, random_state=0):
+        self.n_components = n_components
+        self.n_neighbors = n_neighbors
+        self.constraints = constraints
+        self.slack_penalty = slack_penalty
+        self.face_reduction = face_reduction
+        self.formulation = formulation
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.allow_inaccurate = allow_inaccurate
+        self.metric = metric
+        self.knn_backend = knn_backend
+        self.join_components = join_components
+        self.reg = reg
+        self.random_state = random_state
+
+    def fit(self, X, y=None):
+        X = check_array(X, method="MVU")
+        model = mvu(X, **self.get_params())
+        return self._set(model, X)
