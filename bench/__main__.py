@@ -9,8 +9,8 @@ import sys
 def main(argv=None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("name", choices=["pca", "kpca", "mds", "knn", "mvu", "tsne", "umap"],
-                   help="which benchmark")
+    p.add_argument("name", choices=["pca", "kpca", "mds", "knn", "isomap", "lle", "spectral",
+                                    "mvu", "tsne", "umap"], help="which benchmark")
     p.add_argument("--big", action="store_true",
                    help="out of core: a Zarr array on disk larger than memory (pca); "
                         "n = 1 000 000 Nyström on 4 GiB workers (kpca); 1 000 000 x 50 end to "
@@ -36,6 +36,14 @@ def main(argv=None) -> int:
                    help="knn: NN-descent trees of our tuned run (default: pynndescent's)")
     p.add_argument("--iters", type=int, default=None,
                    help="knn: NN-descent iterations of our tuned run (default: pynndescent's)")
+    p.add_argument("--skip-big", action="store_true",
+                   help="isomap: only the n = 20 000 comparison, not the 1 000 000 run")
+    p.add_argument("--solver", default=None,
+                   help="lle, spectral: the sparse eigensolver for every data set (default: "
+                        "arpack on the swiss roll, lobpcg on the 50-D mixture)")
+    p.add_argument("--only", default=None,
+                   help="lle, spectral: only the data set whose name starts with this "
+                        "('swiss', '50-D')")
     p.add_argument("--first-run", action="store_true",
                    help="tsne, umap: also time one run in a fresh process with an empty numba "
                         "cache (compilation included)")
@@ -46,6 +54,14 @@ def main(argv=None) -> int:
         from . import neighbor
 
         return neighbor.main(args)
+    if args.name == "isomap":
+        from . import graph
+
+        return graph.main_isomap(args)
+    if args.name in ("lle", "spectral"):
+        from . import graph
+
+        return graph.main_graph_method(args, args.name)
     if args.name == "mvu":
         from . import mvu
 

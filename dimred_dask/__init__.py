@@ -10,6 +10,10 @@ from .methods import (MDS, PCA, KernelPCA, KernelPCAModel, LandmarkMDS, Landmark
 from .methods import (HSICResult, KernelSupervisedPCA, KernelSupervisedPCAModel, SupervisedPCA,
                       SupervisedPCAModel, hsic, kernel_supervised_pca, supervised_pca)
 from .methods import SNE, TSNE, UMAP, TSNEModel, UMAPModel, sne, tsne, tsne_sweep, umap, umap_sweep
+from .methods import (Isomap, IsomapModel, LandmarkIsomap, LaplacianEigenmaps,
+                      LaplacianEigenmapsModel, LLEModel, LocallyLinearEmbedding,
+                      SpectralClustering, SpectralClusteringModel, isomap, landmark_isomap,
+                      laplacian_eigenmaps, lle, spectral_clustering)
 from .methods import (ActionRespectingEmbedding, LandmarkMVU, MaximumVarianceUnfolding,
                       SDPEmbeddingModel, action_respecting_embedding, landmark_mvu, mvu)
 
@@ -23,6 +27,10 @@ __all__ = [
     "KernelSupervisedPCAModel", "kernel_supervised_pca", "hsic", "HSICResult",
     "TSNE", "TSNEModel", "tsne", "tsne_sweep", "SNE", "sne", "UMAP", "UMAPModel", "umap",
     "umap_sweep",
+    "Isomap", "IsomapModel", "isomap", "LandmarkIsomap", "landmark_isomap",
+    "LocallyLinearEmbedding", "LLEModel", "lle", "LaplacianEigenmaps", "LaplacianEigenmapsModel",
+    "laplacian_eigenmaps", "SpectralClustering", "SpectralClusteringModel",
+    "spectral_clustering",
     "DimredError", "InputError", "InputTypeError", "ChunkingError", "StoreError", "OutputExistsError",
     "UncommittedOutputError", "DisconnectedGraphError", "NotFittedError", "ConvergenceWarning",
     "DimredWarning", "StageError", "InfeasibleError", "SolverError",

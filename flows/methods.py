@@ -270,6 +270,9 @@ METHODS = {
 }
 
 # Other method families: one module each, merged here.
+from .methods_graph import METHODS as _GRAPH  # noqa: E402
+
+METHODS.update(_GRAPH)
 from .methods_sdp import METHODS as _SDP  # noqa: E402
 
 METHODS.update(_SDP)

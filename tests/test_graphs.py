@@ -65,6 +65,22 @@ def test_more_duplicates_than_k_still_excludes_self():
         assert list(g.indices[i]) == sorted(set(range(10)) - {i})[:4]  # ties by index
 
 
+def test_block_topk_slices_the_columns_without_changing_the_result(monkeypatch):
+    """block_topk takes b in column slices so that a panel stays bounded (a 1000-row
+    sample against 1 000 000 rows once needed 24 GB); the slices must not change the result,
+    ties by index included."""
+    from dimred_dask.blocks import neighbors
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 3, (300, 2)).astype(np.float64)  # many exact ties
+    b = rng.integers(0, 3, (5000, 2)).astype(np.float64)
+    whole = neighbors.block_topk(a, b, 7, b_offset=10)
+    monkeypatch.setattr(neighbors, "PANEL_ENTRIES", 1000)  # slices of 7 columns
+    sliced = neighbors.block_topk(a, b, 7, b_offset=10)
+    np.testing.assert_array_equal(sliced[0], whole[0])
+    np.testing.assert_array_equal(sliced[1], whole[1])
+
+
 def test_dask_input_on_workers_equals_numpy(client, blobs):
     import dask.array as da
 
@@ -188,3 +204,36 @@ def test_laplacian_and_bottom_eigsh_against_lapack():
     np.testing.assert_allclose(e.values[1:], ref_g[1:], rtol=EIG_RTOL)
     Ln, _ = laplacian(W, normed=True)
     np.testing.assert_allclose(np.linalg.eigvalsh(Ln.toarray())[1:4], ref_g[1:4], rtol=1e-9)
+
+
+# bottom_eigsh_gram against LAPACK on M = A^T A: measured 1e-11 relative on the values and
+# 2e-16 on |cos| of the vectors (its stopping floor, TOL_FLOOR, is a block change of 1e-7)
+GRAM_RTOL = 1e-8
+GRAM_COS_ATOL = 1e-10
+
+
+def test_bottom_eigsh_gram_against_lapack():
+    """The LLE solver for large n: the bottom of M = A^T A from an LU of A = I - W (W with
+    rows summing to 1, signed weights as LLE's are), the constant null vector deflated."""
+    import scipy.linalg
+
+    from dimred_dask.linalg import bottom_eigsh_gram
+
+    rng = np.random.default_rng(0)
+    n, k = 400, 6
+    idx = np.array([rng.choice(np.delete(np.arange(n), i), k, replace=False)
+                    for i in range(n)])
+    w = rng.uniform(-0.5, 1.5, (n, k))
+    w /= w.sum(axis=1, keepdims=True)
+    A = sp.identity(n, format="csr") - sp.csr_matrix(
+        (w.ravel(), (np.repeat(np.arange(n), k), idx.ravel())), shape=(n, n))
+    vals, vecs = scipy.linalg.eigh((A.T @ A).toarray())
+    assert abs(vals[0]) < 1e-12  # the constant, deflated by the solver
+    e = bottom_eigsh_gram(A, 3, null=np.ones(n), random_state=1)
+    assert e.solver == "factored" and e.info["iterations"] < 100
+    np.testing.assert_allclose(e.values, vals[1:4], rtol=GRAM_RTOL)
+    cos = np.abs(np.sum(e.vectors * vecs[:, 1:4], axis=0))
+    np.testing.assert_allclose(cos, 1.0, atol=GRAM_COS_ATOL)
+    np.testing.assert_allclose(e.vectors.sum(axis=0), 0.0, atol=1e-10)  # orthogonal to 1
+    with pytest.raises(InputError):
+        bottom_eigsh_gram(A, n - 1)

@@ -219,8 +219,14 @@ def nndescent(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kwds: dict)
     dist = dist.astype(np.float64)
     # NN-descent may leave -1 where it found fewer candidates; treat them as far away
     dist[idx < 0] = np.inf
-    order = np.lexsort((idx, dist), axis=1)
-    idx, dist = np.take_along_axis(idx, order, 1), np.take_along_axis(dist, order, 1)
+    # NN-descent lists each row by distance; only rows with a tie (or out of order) need the
+    # sort by (distance, index) (1.4 s on 1 000 000 x 16 when done for every row)
+    step = np.diff(dist, axis=1)
+    redo = np.nonzero((step <= 0).any(axis=1))[0]
+    if redo.size:
+        order = np.lexsort((idx[redo], dist[redo]), axis=1)
+        idx[redo] = np.take_along_axis(idx[redo], order, 1)
+        dist[redo] = np.take_along_axis(dist[redo], order, 1)
     return drop_self(idx, dist, np.arange(x.shape[0]), k)
 
 

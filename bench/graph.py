@@ -1,0 +1,253 @@
+"""The graph methods: ``python -m bench isomap | lle | spectral``.
+
+isomap: swiss roll n = 20 000 (``sklearn.datasets.make_swiss_roll``, noise 0, float32):
+  scikit-learn's ``Isomap(n_neighbors=10)`` in this process against our ``LandmarkIsomap``
+  (300 landmarks, exact kNN) with the data as a dask array on a LocalCluster of 2 worker
+  processes x 1 thread, in the same run; then landmark Isomap at n = 1 000 000 (NN-descent
+  graph on one worker, Dijkstra from the landmarks on both workers). Quality: Spearman's rho
+  between the true unrolled coordinate t and the best embedding coordinate.
+lle / spectral: LLE and Laplacian eigenmaps at n = 1 000 000 on the swiss roll in 3-D and on
+  a 50-D Gaussian mixture (10 overlapping components, so the 10-NN graph is connected), same
+  cluster. Quality: Spearman (swiss roll), trustworthiness at k = 10 on 2000 sampled rows
+  (mixture). Peak memory: of each worker process and of the client process (where the
+  sparse eigensolver runs), sampled every 50 ms.
+
+The kNN graph is built once per data set in a run (its time is reported as its own row and
+is part of each method's total). NN-descent's numba code is compiled on the workers before
+any timer starts (``warm-up``), as in ``bench knn``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+
+from ._measure import PeakRSS, machine
+
+K = 10
+N_LANDMARKS = 300
+TARGET_ISOMAP_RATIO = 0.1
+TARGET_SPEARMAN = 0.99
+TARGET_SECONDS_1M = 600.0
+
+
+def swiss_roll(n: int, seed: int = 0):
+    from sklearn.datasets import make_swiss_roll
+
+    X, t = make_swiss_roll(n, noise=0.0, random_state=seed)
+    return X.astype(np.float32), t
+
+
+def mixture(n: int, d: int = 50, components: int = 10, seed: int = 0):
+    """10 unit Gaussians in R^50 with centres drawn from N(0, 0.3^2 I): neighbouring
+    components overlap, so the kNN graph is one component."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((components, d)) * 0.3
+    lab = rng.integers(0, components, n)
+    X = centres[lab] + rng.standard_normal((n, d))
+    return X.astype(np.float32), lab
+
+
+def _spearman(Y, t) -> float:
+    from scipy.stats import spearmanr
+
+    Y = np.asarray(Y)
+    return float(max(abs(spearmanr(Y[:, c], t)[0]) for c in range(Y.shape[1])))
+
+
+def _trust(X, Y, rows=2000, seed=0) -> float:
+    from dimred_dask import metrics
+
+    idx = np.sort(np.random.default_rng(seed).choice(X.shape[0], size=rows, replace=False))
+    return float(metrics.trustworthiness(np.asarray(X)[idx], np.asarray(Y)[idx], 10))
+
+
+def _warm_nndescent():
+    from pynndescent import NNDescent
+
+    x = np.random.default_rng(0).standard_normal((20_000, 5)).astype(np.float32)
+    NNDescent(x, n_neighbors=K + 1, random_state=0, compressed=True)
+
+
+def _cluster():
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                           dashboard_address="127.0.0.1:0")
+    client = Client(cluster)
+    client.wait_for_workers(2)
+    return cluster, client
+
+
+def _measured(label: str, fn, pids, **extra):
+    with PeakRSS(pids, interval=0.05) as mem:
+        t0 = time.perf_counter()
+        out = fn()
+        seconds = time.perf_counter() - t0
+    peaks = [mem.per_process_peak[p] for p in pids]
+    row = {"name": label, "seconds": seconds, "client_peak": mem.per_process_peak[os.getpid()],
+           "worker_peaks": peaks, **extra}
+    print(f"  {label}: {seconds:.1f} s, client peak RSS {row['client_peak'] / 2**20:,.0f} MiB, "
+          f"worker peaks {', '.join(f'{p / 2**20:,.0f}' for p in peaks)} MiB", flush=True)
+    return row, out
+
+
+def _graph(Xd, n, pids, backend):
+    from dimred_dask.graphs import knn_graph
+
+    return _measured(f"kNN graph ({backend}, k = {K}, n = {n:,})",
+                     lambda: knn_graph(Xd, K, backend=backend, random_state=0), pids)
+
+
+def _table(rows, quality_name: str) -> None:
+    print(f"\n| run | time (s) | client peak RSS (MiB) | worker peak RSS (MiB) | "
+          f"{quality_name} | notes |\n|---|---|---|---|---|---|")
+    for r in rows:
+        q = r.get("quality")
+        print(f"| {r['name']} | {r['seconds']:.1f} | {r['client_peak'] / 2**20:,.0f} | "
+              f"{', '.join(f'{p / 2**20:,.0f}' for p in r['worker_peaks'])} | "
+              f"{'' if q is None else f'{q:.4f}'} | {r.get('notes', '')} |")
+
+
+# --------------------------------------------------------------------------- isomap
+
+
+def main_isomap(args) -> int:
+    import dask.array as da
+    from distributed import wait
+
+    from dimred_dask import LandmarkIsomap
+
+    n_small = args.rows or 20_000
+    print(f"# bench isomap: swiss roll n = {n_small:,} vs scikit-learn, then n = 1 000 000; "
+          f"{machine()}; load {os.getloadavg()}", flush=True)
+    X, t = swiss_roll(n_small)
+    rows = []
+    from sklearn.manifold import Isomap as SkIsomap
+
+    row, Y = _measured("scikit-learn Isomap (in process)",
+                       lambda: SkIsomap(n_neighbors=K, n_components=2).fit_transform(X), [])
+    row["quality"] = _spearman(Y, t)
+    rows.append(row)
+    cluster, client = _cluster()
+    try:
+        client.run(_warm_nndescent)
+        pids = list(client.run(os.getpid).values())
+        Xd = da.from_array(X, chunks=(5_000, 3)).persist()
+        wait(Xd)
+        fit = lambda: LandmarkIsomap(2, n_neighbors=K, n_landmarks=N_LANDMARKS).fit(Xd)  # noqa
+        row, est = _measured(f"dimred-dask LandmarkIsomap, {N_LANDMARKS} landmarks "
+                             "(2 workers)", fit, pids)
+        row["quality"] = _spearman(est.embedding_, t)
+        rows.append(row)
+        big = 1_000_000 if not args.skip_big else 0
+        if big:
+            Xb, tb = swiss_roll(big, seed=1)
+            Xbd = da.from_array(Xb, chunks=(100_000, 3)).persist()
+            wait(Xbd)
+            fit = lambda: LandmarkIsomap(2, n_neighbors=K, n_landmarks=N_LANDMARKS,  # noqa
+                                         knn_backend="nndescent").fit(Xbd)
+            row, est = _measured(f"dimred-dask LandmarkIsomap n = {big:,}, {N_LANDMARKS} "
+                                 "landmarks (2 workers)", fit, pids)
+            row["quality"] = _spearman(est.embedding_, tb)
+            rows.append(row)
+    finally:
+        client.close()
+        cluster.close()
+    _table(rows, "Spearman(t, best coordinate)")
+    ratio = rows[1]["seconds"] / rows[0]["seconds"]
+    print(f"\nn = {n_small:,}: ours / scikit-learn = {ratio:.3f} (target <= "
+          f"{TARGET_ISOMAP_RATIO}: {'met' if ratio <= TARGET_ISOMAP_RATIO else 'NOT met'}); "
+          f"Spearman {rows[1]['quality']:.4f} (target >= {TARGET_SPEARMAN}: "
+          f"{'met' if rows[1]['quality'] >= TARGET_SPEARMAN else 'NOT met'})")
+    if len(rows) > 2:
+        r = rows[2]
+        print(f"n = 1 000 000: {r['seconds']:.0f} s (target <= {TARGET_SECONDS_1M:.0f}: "
+              f"{'met' if r['seconds'] <= TARGET_SECONDS_1M else 'NOT met'}), Spearman "
+              f"{r['quality']:.4f}")
+    print(f"load after: {os.getloadavg()}")
+    print(json.dumps({"rows": rows}, default=float))
+    return 0
+
+
+# --------------------------------------------------------------------------- lle, spectral
+
+
+def _method_runs(name: str, fit, datasets, client, pids, solvers: dict):
+    """For each data set: the graph once, then the method given that graph."""
+    import dask.array as da
+    from distributed import wait
+
+    rows = []
+    for label, (X, truth), backend in datasets:
+        n = X.shape[0]
+        Xd = da.from_array(X, chunks=(100_000, X.shape[1])).persist()
+        wait(Xd)
+        grow, g = _graph(Xd, n, pids, backend)
+        grow["name"] = f"{label}: {grow['name']}"
+        rows.append(grow)
+        solver = solvers[label]
+        row, model = _measured(f"{label}: {name} ({solver}), given the graph",
+                               lambda: fit(Xd, g, solver), pids)
+        Y = np.asarray(model.embedding)
+        row["quality"] = _spearman(Y, truth) if label == "swiss roll" else _trust(X, Y)
+        row["total_seconds"] = grow["seconds"] + row["seconds"]
+        row["notes"] = (f"graph + {name} = {row['total_seconds']:.0f} s (target <= "
+                        f"{TARGET_SECONDS_1M:.0f}: "
+                        f"{'met' if row['total_seconds'] <= TARGET_SECONDS_1M else 'NOT met'})"
+                        f"; eigenvalues {[float(f'{v:.3g}') for v in model.eigenvalues]}"
+                        f"; solver {getattr(model, 'solver', solver)}{_factored(model)}")
+        rows.append(row)
+        del Xd, g, model
+    return rows
+
+
+def _factored(model) -> str:
+    info = getattr(model, "info", {})
+    if "factor_nnz" not in info:
+        return ""
+    return (f" ({info['iterations']} iterations, LU of I - W with "
+            f"{info['factor_nnz'] / 1e6:.0f} M entries)")
+
+
+def main_graph_method(args, which: str) -> int:
+    import warnings
+
+    from dimred_dask import laplacian_eigenmaps, lle
+
+    n = args.rows or 1_000_000
+    sets = [("swiss roll", swiss_roll(n), "nndescent"),
+            ("50-D mixture", mixture(n), "nndescent")]
+    if args.only:
+        sets = [s for s in sets if s[0].startswith(args.only)]
+    print(f"# bench {which}: n = {n:,}, k = {K}; {machine()}; load {os.getloadavg()}",
+          flush=True)
+    # LLE on the roll: "auto" = the factored solver (LU of I - W) above 200 000 rows
+    roll_solver = "auto" if which == "lle" else "arpack"
+    solvers = {"swiss roll": args.solver or roll_solver, "50-D mixture": args.solver or "lobpcg"}
+    if which == "lle":
+        fit = lambda Xd, g, s: lle(Xd, n_components=2, n_neighbors=K, graph=g,  # noqa
+                                   eigen_solver=s, tol=1e-6)
+        name = "LLE"
+    else:
+        fit = lambda Xd, g, s: laplacian_eigenmaps(Xd, n_components=2, n_neighbors=K,  # noqa
+                                                   graph=g, eigen_solver=s, tol=1e-6)
+        name = "Laplacian eigenmaps"
+    cluster, client = _cluster()
+    try:
+        client.run(_warm_nndescent)
+        pids = list(client.run(os.getpid).values())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rows = _method_runs(name, fit, sets, client, pids, solvers)
+        for w in caught:
+            print(f"  warning: {w.category.__name__}: {w.message}")
+    finally:
+        client.close()
+        cluster.close()
+    _table(rows, "Spearman (roll) / trustworthiness (mixture)")
+    print(f"load after: {os.getloadavg()}")
+    print(json.dumps({"rows": rows}, default=float))
+    return 0

@@ -1,0 +1,100 @@
+"""Geodesic (shortest-path) distances on the symmetrised kNN graph, for Isomap (seed 000).
+
+``geodesic_rows(graph, sources)``: the (len(sources), n) matrix of shortest-path distances
+from each source to every vertex, by Dijkstra (``scipy.sparse.csgraph.dijkstra``) from blocks
+of sources. With a ``dask.distributed`` client the CSR graph is scattered to every worker
+once (``client.scatter(..., broadcast=True)``) and each task runs Dijkstra from one block of
+sources against it; without a client the blocks run on the local threaded scheduler (SciPy
+releases the GIL). O(len(sources) * (E + n log n)): all n sources for full Isomap (an
+n x n result), m landmarks for landmark Isomap.
+
+``geodesics_through_neighbours``: the out-of-sample step. A new point x with neighbours
+j_1..j_k among the training points (at distances d_1..d_k) is at geodesic distance
+g(x, l) = min_t (d_t + G[j_t, l]) from every reference point l (scikit-learn's Isomap
+``transform`` does the same).
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import dijkstra
+
+from .._compute import active_client, compute
+from ..errors import DisconnectedGraphError, InputError
+from .connectivity import graph_csr
+from .knn import KNNGraph
+
+__all__ = ["dijkstra_block", "geodesic_rows", "geodesics_through_neighbours",
+           "SOURCES_PER_TASK"]
+
+SOURCES_PER_TASK = 32  # Dijkstra sources per task: ~0.6 s per source on a 1M-vertex graph
+
+
+def dijkstra_block(csr, sources: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """Shortest-path distances from ``sources`` to every vertex of the symmetric CSR graph
+    ``csr`` (edge weights = distances), as (len(sources), n) in ``dtype``; inf = unreachable.
+    The matrix is symmetric, so it is read as a directed graph (no transpose is made)."""
+    out = dijkstra(csr, directed=True, indices=np.asarray(sources, dtype=np.int64))
+    return np.asarray(out, dtype=dtype).reshape(len(sources), csr.shape[0])
+
+
+def _adjacency(graph) -> sp.csr_matrix:
+    if isinstance(graph, KNNGraph):
+        return graph_csr(graph)
+    A = sp.csr_matrix(graph, dtype=np.float64)
+    if A.shape[0] != A.shape[1]:
+        raise InputError(f"A graph adjacency must be square; found shape {A.shape}.",
+                         "pass the n x n symmetric distance graph or a KNNGraph.")
+    return A
+
+
+def _shared(csr):
+    """The graph as one object every task refers to: scattered to all workers when there is
+    a client (sent once per worker, never through the scheduler), else one delayed key."""
+    from dask import delayed
+
+    client = active_client()
+    if client is None:
+        return delayed(csr, pure=True)
+    return client.scatter(csr, broadcast=True, hash=True)
+
+
+def geodesic_rows(graph, sources, *, dtype=np.float64, per_task: int = SOURCES_PER_TASK,
+                  method: str = "Isomap", stage: str = "geodesics (Dijkstra)") -> np.ndarray:
+    """(len(sources), n) geodesic distances from ``sources`` (row numbers) over ``graph`` (a
+    `KNNGraph`, symmetrised with its joined edges, or a symmetric CSR of distances). Raises
+    `DisconnectedGraphError` when a source cannot reach every vertex."""
+    from dask import delayed
+
+    csr = _adjacency(graph)
+    sources = np.asarray(sources, dtype=np.int64).ravel()
+    blocks = [sources[s:s + per_task] for s in range(0, sources.size, max(1, int(per_task)))]
+    if len(blocks) <= 1 and active_client() is None:
+        rows = dijkstra_block(csr, sources, dtype)
+    else:
+        shared = _shared(csr)
+        task = delayed(dijkstra_block, pure=True)
+        rows = np.concatenate(compute(*[task(shared, b, dtype) for b in blocks], stage=stage))
+    unreachable = ~np.isfinite(rows)
+    if unreachable.any():
+        i = int(np.nonzero(unreachable.any(axis=1))[0][0])
+        count = int(unreachable[i].sum())
+        raise DisconnectedGraphError(
+            f"{method} needs a connected neighbour graph; {count} of the {csr.shape[0]} "
+            f"points cannot be reached from point {int(sources[i])}.",
+            "raise n_neighbors, or pass join_components=True to join each component to its "
+            "nearest one by its shortest edge.")
+    return rows
+
+
+def geodesics_through_neighbours(nbr_idx: np.ndarray, nbr_dist: np.ndarray,
+                                 reference: np.ndarray) -> np.ndarray:
+    """g(x, l) = min_t (d_t + reference[j_t, l]) for each new point x (a row of ``nbr_idx``,
+    its neighbours j_t among the rows of ``reference`` (n, m), at distances ``nbr_dist``).
+    Returns (len(nbr_idx), m) float64."""
+    nbr_idx = np.asarray(nbr_idx)
+    nbr_dist = np.asarray(nbr_dist, dtype=np.float64)
+    out = np.full((nbr_idx.shape[0], reference.shape[1]), np.inf)
+    for t in range(nbr_idx.shape[1]):  # k passes of (b, m): no (b, k, m) temporary
+        np.minimum(out, nbr_dist[:, t:t + 1] + reference[nbr_idx[:, t]], out=out)
+    return out

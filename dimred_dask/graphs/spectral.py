@@ -1,0 +1,74 @@
+"""The spectral embedding of a weighted graph: the bottom eigenvectors of its Laplacian.
+
+``spectral_embedding(W, n_components)`` is shared by Laplacian eigenmaps, spectral
+clustering and UMAP's spectral initialisation (seed 000, "Spectral Clustering" and
+"Laplacian Eigenmap"; Belkin & Niyogi 2003; Shi & Malik 2000):
+
+- ``normed=True``: the generalised problem L y = lambda D y (normalised cut, Laplacian
+  eigenmaps), solved as L_sym z = lambda z with L_sym = I - D^-1/2 W D^-1/2 and
+  y = D^-1/2 z, so the columns are D-orthonormal (y^T D y = 1), as scikit-learn's
+  ``spectral_embedding`` returns them.
+- ``normed=False``: L f = lambda f with L = D - W (ratio cut, seed 000's relaxation),
+  orthonormal columns.
+
+``drop_first``: the first eigenvector of a connected graph is constant (eigenvalue 0) and
+carries nothing; it is computed and dropped. The eigensolver is `linalg.bottom_eigsh`
+(dense, shift-invert ARPACK or LOBPCG). Each column's largest entry is made positive.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import InputError
+from ..linalg import bottom_eigsh
+from .laplacian import laplacian
+
+__all__ = ["SpectralResult", "spectral_embedding"]
+
+
+@dataclass
+class SpectralResult:
+    embedding: np.ndarray  # (n, n_components) float64
+    eigenvalues: np.ndarray  # (n_components,) ascending (the dropped one excluded)
+    degrees: np.ndarray  # (n,) row sums of W
+    first_eigenvalue: float | None  # the dropped eigenvalue (0 for a connected graph)
+    solver: str
+
+
+def _signs(v: np.ndarray) -> np.ndarray:
+    s = np.sign(v[np.argmax(np.abs(v), axis=0), np.arange(v.shape[1])])
+    s[s == 0] = 1.0
+    return v * s
+
+
+def spectral_embedding(W, n_components: int, *, normed: bool = True, drop_first: bool = True,
+                       solver: str = "auto", tol: float = 1e-8, maxiter: int | None = None,
+                       random_state=0, X0=None) -> SpectralResult:
+    """The bottom eigenvectors of the Laplacian of the symmetric nonnegative weight matrix
+    ``W`` (sparse or dense, n x n); see the module docstring."""
+    W = sp.csr_matrix(W, dtype=np.float64)
+    n = W.shape[0]
+    want = int(n_components) + int(bool(drop_first))
+    if not 1 <= want < n:
+        raise InputError(f"A spectral embedding of {n} points can have at most {n - 1 - int(drop_first)} "
+                         f"components; asked for {n_components}.",
+                         f"pass n_components below {n - int(drop_first)}.")
+    L, deg = laplacian(W, normed=normed)
+    if normed and (deg <= 0).any():
+        i = int(np.nonzero(deg <= 0)[0][0])
+        raise InputError(f"The normalised Laplacian needs every point to have an edge; point "
+                         f"{i} (and {int((deg <= 0).sum()) - 1} others) has weight 0 to all.",
+                         "raise n_neighbors, or use weights='binary'.")
+    eig = bottom_eigsh(L, want, solver=solver, tol=tol, maxiter=maxiter,
+                       random_state=random_state, X0=X0)
+    vec = np.asarray(eig.vectors, np.float64)
+    if normed:
+        vec = vec / np.sqrt(deg)[:, None]
+    vals = np.asarray(eig.values, np.float64)
+    first = float(vals[0]) if drop_first else None
+    if drop_first:
+        vec, vals = vec[:, 1:], vals[1:]
+    return SpectralResult(_signs(vec), vals, deg, first, eig.solver)

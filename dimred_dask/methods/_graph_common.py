@@ -1,0 +1,118 @@
+"""What the graph methods (Isomap, landmark Isomap, LLE, Laplacian eigenmaps, spectral
+clustering) share: parameter checks, getting the kNN graph (given, or built), the training
+rows' neighbours of new points, and save/load of their fitted models."""
+from __future__ import annotations
+
+import numbers
+from dataclasses import fields
+
+import numpy as np
+
+from .._compute import compute
+from .._validation import check_array, is_dask
+from ..blocks.neighbors import block_topk
+from ..errors import InputError
+from ..graphs import (KNNGraph, check_connected, check_n_neighbors, connected_components,
+                      graph_csr, join_components, knn_graph)
+
+__all__ = ["ArrayModel", "check_n_components_graph", "fit_graph", "new_neighbours",
+           "training_rows", "like"]
+
+
+class ArrayModel:
+    """``arrays()`` / ``scalars()`` / ``from_arrays()`` of a dataclass model: the fields
+    named in ``_ARRAYS`` go to a store's ``model/`` group, the rest to its attributes."""
+
+    _ARRAYS: tuple = ()
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {f"{n}_": np.asarray(getattr(self, n)) for n in self._ARRAYS
+                if getattr(self, n) is not None}
+
+    def scalars(self) -> dict:
+        out = {f.name: _plain(getattr(self, f.name)) for f in fields(self)
+               if f.name not in self._ARRAYS and f.name != "info"}
+        return {**out, **{k: _plain(v) for k, v in getattr(self, "info", {}).items()}}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, scalars: dict):
+        names = {f.name for f in fields(cls)}
+        kw = {n: np.asarray(arrays[f"{n}_"]) for n in cls._ARRAYS if f"{n}_" in arrays}
+        kw.update({k: v for k, v in scalars.items() if k in names and k not in cls._ARRAYS})
+        if "info" in names:
+            kw["info"] = {k: v for k, v in scalars.items() if k not in names}
+        return cls(**kw)
+
+
+def _plain(v):
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def check_n_components_graph(n_components, n: int, method: str, *, limit: int | None = None):
+    """1 <= n_components <= limit (default n - 2: the graph spectral methods drop one
+    eigenvector and need one more than they keep), or `InputError`."""
+    limit = n - 2 if limit is None else limit
+    if (not isinstance(n_components, numbers.Integral) or isinstance(n_components, bool)
+            or not 1 <= n_components <= limit):
+        raise InputError(f"{method} needs n_components as an int in [1, {limit}] for "
+                         f"n_samples = {n}; found {n_components!r}.",
+                         f"pass n_components between 1 and {max(limit, 1)} (2 or 3 is usual).")
+    return int(n_components)
+
+
+def fit_graph(X, graph, n_neighbors, *, method: str, metric="euclidean", backend="auto",
+              join_components_=False, connected=True, random_state=0) -> KNNGraph:
+    """The kNN graph of ``X`` with ``n_neighbors``: ``graph`` (a `KNNGraph` of these rows
+    with at least that many neighbours, e.g. the flow's stored one) or a new one; joined or
+    checked for connectivity as asked."""
+    n = X.shape[0]
+    k = check_n_neighbors(n_neighbors, n, method)
+    if graph is None:
+        graph = knn_graph(X, k, metric=metric, backend=backend, random_state=random_state)
+    else:
+        if not isinstance(graph, KNNGraph) or graph.n_samples != n:
+            raise InputError(f"{method}: the graph given has "
+                             f"{getattr(graph, 'n_samples', '?')} rows; the data have {n}.",
+                             "pass the KNNGraph of these rows, or graph=None to build it.")
+        if graph.n_neighbors != k:
+            graph = graph.subset(k)
+    if join_components_ and not graph.info.get("extra_edges"):
+        count, _ = connected_components(graph_csr(graph))
+        if count > 1:
+            graph, _ = join_components(graph, X)
+            graph.info["components_before_join"] = int(count)
+    if connected and not graph.info.get("extra_edges"):
+        check_connected(graph, method=method)
+    return graph
+
+
+def training_rows(X, method: str) -> np.ndarray:
+    """X in memory (the training rows new points are placed against)."""
+    if is_dask(X):
+        (rows,) = compute(X, stage=f"{method}: training rows")
+        return np.asarray(rows)
+    return np.asarray(X)
+
+
+def new_neighbours(block: np.ndarray, X_fit: np.ndarray, k: int, metric: str = "euclidean",
+                   p: float = 2.0):
+    """(indices, distances) of the ``k`` nearest training rows of each row of ``block``
+    (a training row finds itself first, at distance 0)."""
+    return block_topk(np.asarray(block), X_fit, k, metric=metric, p=p)
+
+
+def like(arr: np.ndarray, X):
+    """``arr`` (n rows) as a dask array chunked like X's rows when X is dask, else as is."""
+    if not is_dask(X):
+        return arr
+    import dask.array as da
+
+    return da.from_array(arr, chunks=(X.chunks[0], arr.shape[1]))
+
+
+def checked(X, method: str, where: str = "X"):
+    return check_array(X, method=method, where=where)

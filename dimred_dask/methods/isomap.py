@@ -1,0 +1,333 @@
+"""Isomap and landmark Isomap (seed 000, "ISOMAP"; de Silva & Tenenbaum 2003).
+
+Isomap = kNN graph -> geodesic distances (shortest paths on the symmetrised graph) ->
+classical MDS of the geodesic matrix D^G:
+
+    B = -1/2 J (D^G)^2 J = V Lambda V^T,   Y = V_k Lambda_k^1/2
+
+D^G is not Euclidean, so B is not positive semidefinite. As the seed says, only the positive
+part is kept: components whose eigenvalue is not above rounding are set to zero (with a
+warning), and the negative part is reported (``negative_mass`` = sum |lambda < 0| / sum
+|lambda| with the dense solver, ``negative_ratio`` = |lambda_min| / lambda_max otherwise),
+as classical MDS reports it. Geodesics: `graphs.geodesic_rows` (Dijkstra from blocks of
+sources on the workers, the graph scattered to each worker once). The MDS is
+`methods.mds.classical_mds` of the precomputed geodesic matrix (dense, randomized or Lanczos).
+
+Landmark Isomap (``LandmarkIsomap``, for large n): Dijkstra from m landmarks only (an m x n
+matrix, O(m (E + n log n))), classical MDS of the m x m landmark block, and every point
+triangulated from its geodesic distances to the landmarks, which is `MDSModel.transform` of
+the precomputed landmark MDS (de Silva & Tenenbaum's L# formula). Then, as in landmark MDS,
+the coordinates are centred and rotated onto their principal axes (a k x k eigenproblem).
+
+``transform`` of new points (both): the geodesic from a new x to reference point l is
+min over x's kNN j among the training rows of d(x, x_j) + D^G(j, l), then the MDS
+triangulation. A training row finds itself at distance 0, so ``transform`` of the training
+data gives back ``embedding_``.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._validation import check_array, check_is_fitted, check_n_features, check_random_state
+from ..errors import InputError
+from ..graphs import check_n_neighbors, geodesic_rows, geodesics_through_neighbours
+from ..pairwise import check_metric
+from ._base import DimredEstimator, column_signs, rowwise
+from ._graph_common import (ArrayModel, fit_graph, like, new_neighbours, training_rows)
+from .mds import MDS_SOLVERS, MDSModel, _choose_landmarks, classical_mds
+
+__all__ = ["Isomap", "LandmarkIsomap", "IsomapModel", "isomap", "landmark_isomap",
+           "DEFAULT_N_LANDMARKS"]
+
+DEFAULT_N_LANDMARKS = 300  # n_landmarks=None: min(n_samples, this)
+TRIANGULATE_ROWS = 65_536  # rows triangulated at once (a rows x m float64 temporary)
+
+
+@dataclass
+class IsomapModel(ArrayModel):
+    """A fitted (landmark) Isomap. ``reference`` holds the geodesics from every training row
+    to the reference points (all n training rows, or the m landmarks): (n, n) or (n, m)."""
+
+    embedding: np.ndarray  # (n, k)
+    mds: MDSModel  # classical MDS of the reference points' geodesics (precomputed)
+    reference: np.ndarray  # (n, r) geodesics training row -> reference point
+    X_fit: np.ndarray  # (n, d) the training rows (new points find their neighbours there)
+    rotation: np.ndarray  # (k, k) landmark alignment (identity for full Isomap)
+    offset: np.ndarray  # (k,) subtracted before the rotation (zero for full Isomap)
+    n_neighbors: int
+    metric: str
+    landmark_indices: np.ndarray | None = None  # (m,) landmark rows; None for full Isomap
+    info: dict = field(default_factory=dict)
+
+    _ARRAYS = ("embedding", "reference", "X_fit", "rotation", "offset", "landmark_indices")
+
+    @property
+    def n_components(self) -> int:
+        return int(self.embedding.shape[1])
+
+    @property
+    def eigenvalues(self) -> np.ndarray:
+        return self.mds.eigenvalues
+
+    def arrays(self) -> dict:
+        return {**super().arrays(), **{f"mds_{k}": v for k, v in self.mds.arrays().items()}}
+
+    def scalars(self) -> dict:
+        return {"n_neighbors": int(self.n_neighbors), "metric": self.metric,
+                "mds": self.mds.scalars(), **self.info}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, scalars: dict):
+        mds = MDSModel.from_arrays({k[4:]: v for k, v in arrays.items() if k.startswith("mds_")},
+                                   scalars["mds"])
+        kw = {n: np.asarray(arrays[f"{n}_"]) for n in cls._ARRAYS if f"{n}_" in arrays}
+        info = {k: v for k, v in scalars.items() if k not in ("n_neighbors", "metric", "mds")}
+        return cls(mds=mds, n_neighbors=int(scalars["n_neighbors"]), metric=scalars["metric"],
+                   info=info, **kw)
+
+    def transform(self, X):
+        """Embed rows of X (NumPy, or lazily row block by row block for dask)."""
+        dtype = X.dtype
+        X_fit, ref, k = self.X_fit, self.reference, self.n_neighbors
+        mds, rot, off, metric = self.mds, self.rotation, self.offset, self.metric
+
+        def encode(block):
+            idx, dist = new_neighbours(block, X_fit, k, metric)
+            g = geodesics_through_neighbours(idx, dist, ref)
+            y = np.asarray(mds.transform(g), np.float64)
+            return ((y - off) @ rot).astype(dtype)
+
+        return rowwise(X, encode, self.n_components, dtype)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_common(X, n_components, n_neighbors, metric, method: str, limit: int):
+    X = check_array(X, method=method)
+    n = X.shape[0]
+    check_n_neighbors(n_neighbors, n, method)
+    if not isinstance(metric, str) or metric == "precomputed":
+        raise InputError(f"{method} needs the data rows and a metric name; found "
+                         f"metric={metric!r}.", "pass metric='euclidean' (the default).")
+    check_metric(metric, 2.0)
+    if (not isinstance(n_components, numbers.Integral) or isinstance(n_components, bool)
+            or not 1 <= n_components <= limit):
+        raise InputError(f"{method} needs n_components as an int in [1, {limit}] "
+                         f"(n_samples = {n}); found {n_components!r}.",
+                         f"pass n_components between 1 and {limit} (2 is usual).")
+    return X, int(n_components)
+
+
+# --------------------------------------------------------------------------- full Isomap
+
+
+def isomap(X, *, n_components=2, n_neighbors=10, metric="euclidean", knn_backend="auto",
+           join_components=False, solver="auto", n_oversamples=10, n_iter=4, random_state=0,
+           graph=None) -> IsomapModel:
+    """Isomap of the rows of ``X`` (NumPy or dask); returns the `IsomapModel`.
+
+    ``graph``: a `KNNGraph` of these rows (the flow's stored one) instead of building it.
+    ``solver``: classical MDS's (``dense`` up to 4000 points under ``auto``, else
+    ``randomized``). Holds the n x n geodesic matrix in memory: for n up to ~20 000; use
+    `landmark_isomap` above.
+    """
+    X = check_array(X, method="Isomap")
+    X, k = _check_common(X, n_components, n_neighbors, metric, "Isomap", X.shape[0] - 1)
+    if solver not in MDS_SOLVERS:
+        raise InputError(f"Isomap solver must be one of {', '.join(MDS_SOLVERS)}; found "
+                         f"{solver!r}.", "pass solver='auto'.")
+    g = fit_graph(X, graph, n_neighbors, method="Isomap", metric=metric, backend=knn_backend,
+                  join_components_=join_components, random_state=random_state)
+    n = X.shape[0]
+    G = geodesic_rows(g, np.arange(n), method="Isomap")
+    mds = classical_mds(G, n_components=k, metric="precomputed", solver=solver,
+                        n_oversamples=n_oversamples, n_iter=n_iter, random_state=random_state,
+                        where="the geodesic distance matrix")
+    X_fit = training_rows(X, "Isomap")
+    info = {"graph": _graph_info(g), "mds_solver": mds.solver}
+    return IsomapModel(np.asarray(mds.embedding, X.dtype), mds, G.astype(X.dtype), X_fit,
+                       np.eye(k), np.zeros(k), int(n_neighbors), metric, None, info)
+
+
+def _graph_info(g) -> dict:
+    return {"n_neighbors": g.n_neighbors, "backend": g.backend,
+            "extra_edges": len(g.info.get("extra_edges", []))}
+
+
+# --------------------------------------------------------------------------- landmark Isomap
+
+
+def landmark_isomap(X, *, n_components=2, n_neighbors=10, n_landmarks=None,
+                    landmarks="maxmin", metric="euclidean", knn_backend="auto",
+                    join_components=False, random_state=0, graph=None) -> IsomapModel:
+    """Landmark Isomap of the rows of ``X`` (NumPy or dask): Dijkstra from ``n_landmarks``
+    landmarks (max-min in the input space on a sample, or uniform rows; default
+    min(n, 300)), landmark MDS, triangulation, alignment. O(m n log n); nothing n x n."""
+    X = check_array(X, method="LandmarkIsomap")
+    n = X.shape[0]
+    m = min(n, DEFAULT_N_LANDMARKS) if n_landmarks is None else n_landmarks
+    X, k = _check_common(X, n_components, n_neighbors, metric, "LandmarkIsomap", n - 2)
+    if (not isinstance(m, numbers.Integral) or isinstance(m, bool) or not k < m <= n):
+        raise InputError(f"LandmarkIsomap needs n_landmarks as an int in [{k + 1}, {n}] "
+                         f"(more than n_components, at most n_samples); found {m!r}.",
+                         f"pass n_landmarks between {k + 1} and {n} (a few hundred is usual).")
+    if landmarks not in ("maxmin", "uniform"):
+        raise InputError(f"landmarks must be 'maxmin' or 'uniform'; found {landmarks!r}.",
+                         "pass landmarks='maxmin'.")
+    rng = check_random_state(random_state)
+    g = fit_graph(X, graph, n_neighbors, method="LandmarkIsomap", metric=metric,
+                  backend=knn_backend, join_components_=join_components,
+                  random_state=random_state)
+    _, idx = _choose_landmarks(X, int(m), landmarks, check_metric(metric, 2.0), rng, "X")
+    GL = geodesic_rows(g, idx, method="LandmarkIsomap")  # (m, n)
+    block = GL[:, idx]
+    mds = classical_mds((block + block.T) / 2, n_components=k, metric="precomputed",
+                        solver="auto", random_state=rng,
+                        where="the landmarks' geodesic distance matrix")
+    reference = np.ascontiguousarray(GL.T, dtype=X.dtype)  # (n, m)
+    del GL
+    Y = np.concatenate([np.asarray(mds.transform(reference[s:s + TRIANGULATE_ROWS]),
+                                   np.float64)
+                        for s in range(0, n, TRIANGULATE_ROWS)])
+    offset, rotation = _principal_axes(Y)
+    Y = (Y - offset) @ rotation
+    signs = column_signs(Y[idx])
+    rotation, Y = rotation * signs, Y * signs
+    info = {"graph": _graph_info(g), "n_landmarks": int(m), "landmark_method": landmarks}
+    return IsomapModel(Y.astype(X.dtype), mds, reference, training_rows(X, "LandmarkIsomap"),
+                       rotation, offset, int(n_neighbors), metric, np.asarray(idx), info)
+
+
+def _principal_axes(Y: np.ndarray):
+    """(mean, rotation onto the principal axes, descending variance) of the rows of Y."""
+    mean = Y.mean(axis=0)
+    C = (Y - mean).T @ (Y - mean)
+    w, R = np.linalg.eigh((C + C.T) / 2)
+    return mean, R[:, np.argsort(w)[::-1]]
+
+
+# --------------------------------------------------------------------------- estimators
+
+
+class _IsomapBase(DimredEstimator):
+    _method = "Isomap"
+
+    def _set(self, model: IsomapModel, X):
+        self._model = model
+        X = X if hasattr(X, "chunks") else model.X_fit
+        self.embedding_ = like(model.embedding, X)
+        self.eigenvalues_ = model.mds.eigenvalues
+        self.explained_variance_ratio_ = model.mds.explained_variance_ratio
+        self.negative_eigenvalues_ = model.mds.negative_eigenvalues
+        self.negative_mass_ = model.mds.negative_mass
+        self.negative_ratio_ = model.mds.negative_ratio
+        self.stress_ = model.mds.stress
+        self.n_components_ = model.n_components
+        self.n_features_in_ = int(X.shape[1])
+        return self
+
+    def fit_transform(self, X, y=None):
+        return self.fit(X).embedding_
+
+    def transform(self, X):
+        check_is_fitted(self, "embedding_")
+        X = check_array(X, method=self._method, min_samples=1)
+        check_n_features(self, X, self.n_features_in_)
+        return self._model.transform(X)
+
+
+class Isomap(_IsomapBase):
+    """Isomap (seed 000) on NumPy or dask arrays: kNN graph, Dijkstra geodesics on the
+    workers, classical MDS of the geodesic matrix (its positive part; the negative part is
+    reported).
+
+    Parameters
+    ----------
+    n_components : int in [1, n_samples - 1]
+    n_neighbors : int in [1, n_samples - 1]
+    metric : the kNN metric (euclidean, manhattan, ...)
+    knn_backend : {"auto", "exact", "nndescent", "partitioned"}
+    join_components : bool, join a disconnected graph by its shortest edges (else refused)
+    solver : {"auto", "dense", "randomized", "lanczos"} (classical MDS's)
+    n_oversamples, n_iter : randomized solver only
+    random_state : int, numpy Generator or None
+
+    Attributes
+    ----------
+    embedding_, eigenvalues_, explained_variance_ratio_, negative_eigenvalues_,
+    negative_mass_ (dense solver), negative_ratio_, stress_ (against the geodesics),
+    dist_matrix_ (n x n geodesics), n_components_, n_features_in_
+    """
+
+    def __init__(self, n_components=2, *, n_neighbors=10, metric="euclidean",
+                 knn_backend="auto", join_components=False, solver="auto", n_oversamples=10,
+                 n_iter=4, random_state=0):
+        self.n_components = n_components
+        self.n_neighbors = n_neighbors
+        self.metric = metric
+        self.knn_backend = knn_backend
+        self.join_components = join_components
+        self.solver = solver
+        self.n_oversamples = n_oversamples
+        self.n_iter = n_iter
+        self.random_state = random_state
+
+    def fit(self, X, y=None):
+        model = isomap(X, n_components=self.n_components, n_neighbors=self.n_neighbors,
+                       metric=self.metric, knn_backend=self.knn_backend,
+                       join_components=self.join_components, solver=self.solver,
+                       n_oversamples=self.n_oversamples, n_iter=self.n_iter,
+                       random_state=self.random_state)
+        self._set(model, X)
+        self.dist_matrix_ = model.reference
+        return self
+
+
+class LandmarkIsomap(_IsomapBase):
+    """Landmark Isomap (de Silva & Tenenbaum 2003) on NumPy or dask arrays: Dijkstra from m
+    landmarks, landmark MDS, triangulation of every point. O(m n log n), no n x n matrix.
+
+    Parameters
+    ----------
+    n_components : int in [1, n_samples - 2]
+    n_neighbors : int
+    n_landmarks : int in (n_components, n_samples], or None for min(n_samples, 300)
+    landmarks : {"maxmin", "uniform"}
+    metric, knn_backend, join_components, random_state : as `Isomap`
+
+    Attributes
+    ----------
+    embedding_, eigenvalues_ (of the landmarks' B), explained_variance_ratio_,
+    negative_eigenvalues_, negative_mass_, negative_ratio_, stress_ (landmarks),
+    landmark_indices_, n_landmarks_, n_components_, n_features_in_
+    """
+
+    _method = "LandmarkIsomap"
+
+    def __init__(self, n_components=2, *, n_neighbors=10, n_landmarks=None,
+                 landmarks="maxmin", metric="euclidean", knn_backend="auto",
+                 join_components=False, random_state=0):
+        self.n_components = n_components
+        self.n_neighbors = n_neighbors
+        self.n_landmarks = n_landmarks
+        self.landmarks = landmarks
+        self.metric = metric
+        self.knn_backend = knn_backend
+        self.join_components = join_components
+        self.random_state = random_state
+
+    def fit(self, X, y=None):
+        model = landmark_isomap(X, n_components=self.n_components,
+                                n_neighbors=self.n_neighbors, n_landmarks=self.n_landmarks,
+                                landmarks=self.landmarks, metric=self.metric,
+                                knn_backend=self.knn_backend,
+                                join_components=self.join_components,
+                                random_state=self.random_state)
+        self._set(model, X)
+        self.landmark_indices_ = model.landmark_indices
+        self.n_landmarks_ = int(model.landmark_indices.size)
+        return self

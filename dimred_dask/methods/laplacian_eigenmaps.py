@@ -1,0 +1,156 @@
+"""Laplacian eigenmaps (seed 000, "Laplacian Eigenmap"; Belkin & Niyogi 2003).
+
+Heat-kernel weights w_ij = exp(-d_ij^2 / t) (``t`` defaults to the mean squared edge length)
+or binary weights on the symmetrised kNN graph; the generalised problem L y = lambda D y,
+its d + 1 smallest eigenpairs, the first (constant, lambda = 0) dropped:
+`graphs.spectral_embedding` with ``normed=True`` (columns D-orthonormal, as scikit-learn's
+``SpectralEmbedding``).
+
+``transform`` by the Nyström formula (Bengio et al. 2004): D^-1 W y = (1 - lambda) y, so a new
+point x with weights w_j to its k nearest training rows maps to
+
+    y_c(x) = sum_j w_j y_c(x_j) / ((1 - lambda_c) sum_j w_j).
+
+A training row is its own nearest neighbour (weight 1) in ``transform``, so transform of the
+training data approximates ``embedding_`` without equalling it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._validation import check_array, check_is_fitted, check_n_features
+from ..errors import InputError
+from ..graphs import WEIGHTS, graph_csr, graph_weights, spectral_embedding
+from ..linalg import SPARSE_EIGEN_SOLVERS
+from ._base import DimredEstimator, rowwise
+from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph, like,
+                            new_neighbours, training_rows)
+
+__all__ = ["LaplacianEigenmaps", "LaplacianEigenmapsModel", "laplacian_eigenmaps",
+           "check_weights"]
+
+
+@dataclass
+class LaplacianEigenmapsModel(ArrayModel):
+    embedding: np.ndarray  # (n, k), y^T D y = 1
+    eigenvalues: np.ndarray  # (k,) ascending, the dropped 0 excluded
+    X_fit: np.ndarray
+    n_neighbors: int
+    weights: str
+    t: float | None
+    metric: str
+    solver: str
+    info: dict = field(default_factory=dict)
+
+    _ARRAYS = ("embedding", "eigenvalues", "X_fit")
+
+    @property
+    def n_components(self) -> int:
+        return int(self.embedding.shape[1])
+
+    def transform(self, X):
+        dtype = X.dtype
+        X_fit, Y, k, t, metric = self.X_fit, np.asarray(self.embedding, np.float64), \
+            self.n_neighbors, self.t, self.metric
+        scale = 1.0 / np.maximum(1.0 - np.asarray(self.eigenvalues, np.float64), 1e-12)
+        binary = self.weights == "binary"
+
+        def encode(block):
+            idx, dist = new_neighbours(block, X_fit, k, metric)
+            w = np.ones_like(dist) if binary else np.exp(-dist ** 2 / t)
+            w = w / np.maximum(w.sum(axis=1, keepdims=True), np.finfo(float).tiny)
+            return (np.einsum("bk,bkc->bc", w, Y[idx]) * scale).astype(dtype)
+
+        return rowwise(X, encode, self.n_components, dtype)
+
+
+def check_weights(weights, t):
+    if weights not in WEIGHTS:
+        raise InputError(f"weights must be one of {', '.join(WEIGHTS)}; found {weights!r}.",
+                         "pass weights='heat' (exp(-d^2/t)) or 'binary'.")
+    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
+                          or not np.isfinite(t) or t <= 0):
+        raise InputError(f"The heat kernel needs t > 0 (finite); found t={t!r}.",
+                         "leave t out (the mean squared edge length) or pass t > 0.")
+
+
+def laplacian_eigenmaps(X, *, n_components=2, n_neighbors=10, weights="heat", t=None,
+                        eigen_solver="auto", tol=1e-8, max_iter=None, metric="euclidean",
+                        knn_backend="auto", join_components=False, random_state=0,
+                        graph=None) -> LaplacianEigenmapsModel:
+    """Laplacian eigenmaps of the rows of ``X`` (NumPy or dask); returns the model."""
+    X = check_array(X, method="LaplacianEigenmaps")
+    n = X.shape[0]
+    k = check_n_components_graph(n_components, n, "LaplacianEigenmaps")
+    check_weights(weights, t)
+    if eigen_solver not in SPARSE_EIGEN_SOLVERS:
+        raise InputError(f"eigen_solver must be one of {', '.join(SPARSE_EIGEN_SOLVERS)}; "
+                         f"found {eigen_solver!r}.", "pass eigen_solver='auto'.")
+    g = fit_graph(X, graph, n_neighbors, method="LaplacianEigenmaps", metric=metric,
+                  backend=knn_backend, join_components_=join_components,
+                  random_state=random_state)
+    W, t_used = graph_weights(graph_csr(g), weights, t)
+    res = spectral_embedding(W, k, normed=True, drop_first=True, solver=eigen_solver, tol=tol,
+                             maxiter=max_iter, random_state=random_state)
+    info = {"first_eigenvalue": res.first_eigenvalue,
+            "graph": {"n_neighbors": g.n_neighbors, "backend": g.backend,
+                      "extra_edges": len(g.info.get("extra_edges", []))}}
+    return LaplacianEigenmapsModel(res.embedding.astype(X.dtype), res.eigenvalues,
+                                   training_rows(X, "LaplacianEigenmaps"), int(g.n_neighbors),
+                                   weights, t_used, metric, res.solver, info)
+
+
+class LaplacianEigenmaps(DimredEstimator):
+    """Laplacian eigenmaps (seed 000) on NumPy or dask arrays.
+
+    Parameters
+    ----------
+    n_components : int in [1, n_samples - 2]
+    n_neighbors : int
+    weights : {"heat", "binary"}; t : heat kernel width (None: mean squared edge length)
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg"}; tol
+    metric, knn_backend, join_components, random_state : the kNN graph's
+
+    Attributes
+    ----------
+    embedding_ (y^T D y = 1), eigenvalues_, t_, n_components_, n_features_in_
+    """
+
+    def __init__(self, n_components=2, *, n_neighbors=10, weights="heat", t=None,
+                 eigen_solver="auto", tol=1e-8, metric="euclidean", knn_backend="auto",
+                 join_components=False, random_state=0):
+        self.n_components = n_components
+        self.n_neighbors = n_neighbors
+        self.weights = weights
+        self.t = t
+        self.eigen_solver = eigen_solver
+        self.tol = tol
+        self.metric = metric
+        self.knn_backend = knn_backend
+        self.join_components = join_components
+        self.random_state = random_state
+
+    def fit(self, X, y=None):
+        model = laplacian_eigenmaps(
+            X, n_components=self.n_components, n_neighbors=self.n_neighbors,
+            weights=self.weights, t=self.t, eigen_solver=self.eigen_solver, tol=self.tol,
+            metric=self.metric, knn_backend=self.knn_backend,
+            join_components=self.join_components, random_state=self.random_state)
+        self._model = model
+        self.embedding_ = like(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
+        self.eigenvalues_ = model.eigenvalues
+        self.t_ = model.t
+        self.n_components_ = model.n_components
+        self.n_features_in_ = int(model.X_fit.shape[1])
+        return self
+
+    def fit_transform(self, X, y=None):
+        return self.fit(X).embedding_
+
+    def transform(self, X):
+        check_is_fitted(self, "embedding_")
+        X = check_array(X, method="LaplacianEigenmaps", min_samples=1)
+        check_n_features(self, X, self.n_features_in_)
+        return self._model.transform(X)

@@ -1,0 +1,193 @@
+"""Locally linear embedding (seed 000, "Locally Linear Embedding"; Roweis & Saul 2000).
+
+1. the kNN graph (shared);
+2. reconstruction weights: for each x_i, the w minimising ||x_i - sum_j w_j x_j||^2 over its
+   k neighbours with sum_j w_j = 1, i.e. G w = 1 with G the local Gram matrix (plus
+   ``reg * trace(G)`` on the diagonal, needed when k > d), normalised to sum 1
+   (`graphs.reconstruction_weights`, one task per row chunk on the workers);
+3. the d + 1 bottom eigenvectors of M = (I - W)^T (I - W) (sparse, nnz ~ n k^2), dropping
+   the constant one (eigenvalue 0): `linalg.bottom_eigsh` (dense, shift-invert ARPACK,
+   LOBPCG) on M, or, above ``ARPACK_MAX`` rows by default (``eigen_solver="factored"``),
+   `linalg.bottom_eigsh_gram` from a sparse LU of A = I - W instead of M (M's LU fills in:
+   12 GB and 23 minutes at n = 1 000 000; see that module), the constant deflated.
+
+Scale: the seed's constraint (1/n) Y^T Y = I, so Y = sqrt(n) V (scikit-learn returns the
+unit-norm V; the two differ by that factor only). ``reconstruction_error`` is the sum of
+the kept eigenvalues, as scikit-learn reports it (for the unit-norm V).
+
+``transform`` of new points (the out-of-sample extension the seed mentions): the weights
+that reconstruct x from its k nearest training rows, applied to their embedding,
+y = sum_j w_j y_j.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._validation import check_array, check_is_fitted, check_n_features
+from ..blocks.neighbors import reconstruction_weights_block
+from ..graphs import check_reg, reconstruction_weights
+from ..linalg import (ARPACK_MAX, DENSE_MAX_SPARSE, SPARSE_EIGEN_SOLVERS, bottom_eigsh,
+                      bottom_eigsh_gram)
+from ..errors import InputError
+from ._base import DimredEstimator, rowwise
+from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph, like,
+                            new_neighbours, training_rows)
+
+__all__ = ["LocallyLinearEmbedding", "LLEModel", "lle", "lle_matrix", "LLE_EIGEN_SOLVERS"]
+
+LLE_EIGEN_SOLVERS = SPARSE_EIGEN_SOLVERS + ("factored",)
+
+
+@dataclass
+class LLEModel(ArrayModel):
+    embedding: np.ndarray  # (n, k), (1/n) Y^T Y = I
+    eigenvalues: np.ndarray  # (k,) of M, ascending (the dropped ~0 one excluded)
+    X_fit: np.ndarray  # (n, d)
+    n_neighbors: int
+    reg: float
+    metric: str
+    reconstruction_error: float
+    solver: str
+    info: dict = field(default_factory=dict)
+
+    _ARRAYS = ("embedding", "eigenvalues", "X_fit")
+
+    @property
+    def n_components(self) -> int:
+        return int(self.embedding.shape[1])
+
+    def transform(self, X):
+        dtype = X.dtype
+        X_fit, Y, k, reg, metric = self.X_fit, self.embedding, self.n_neighbors, self.reg, \
+            self.metric
+
+        def encode(block):
+            idx, _ = new_neighbours(block, X_fit, k, metric)
+            w = reconstruction_weights_block(np.asarray(block), X_fit[idx], reg)
+            return np.einsum("bk,bkc->bc", w, np.asarray(Y, np.float64)[idx]).astype(dtype)
+
+        return rowwise(X, encode, self.n_components, dtype)
+
+
+def lle_operator(weights: np.ndarray, indices: np.ndarray):
+    """A = I - W as CSR from the (n, k) weights of each row's neighbours."""
+    n, k = indices.shape
+    W = sp.csr_matrix((weights.ravel(), (np.repeat(np.arange(n), k), indices.ravel())),
+                      shape=(n, n))
+    return (sp.identity(n, format="csr") - W).tocsr()
+
+
+def lle_matrix(weights: np.ndarray, indices: np.ndarray):
+    """M = (I - W)^T (I - W) as CSR from the (n, k) weights of each row's neighbours."""
+    A = lle_operator(weights, indices)
+    return (A.T @ A).tocsr()
+
+
+def _bottom(A, k, solver, tol, max_iter, random_state):
+    """The k bottom eigenpairs of M = A^T A after the constant one: (values, vectors, the
+    dropped eigenvalue, solver, info)."""
+    n = A.shape[0]
+    if solver == "auto":
+        solver = "factored" if n > ARPACK_MAX else \
+            "dense" if n <= DENSE_MAX_SPARSE else "arpack"
+    if solver == "factored":
+        eig = bottom_eigsh_gram(A, k, null=np.ones(n), tol=tol, maxiter=max_iter,
+                                random_state=random_state)
+        first = float(np.sum((A @ np.ones(n)) ** 2)) / n  # the constant's, ~0
+        return eig.values, eig.vectors, first, "factored", dict(eig.info)
+    M = (A.T @ A).tocsr()
+    eig = bottom_eigsh(M, k + 1, solver=solver, tol=tol, maxiter=max_iter,
+                       random_state=random_state)
+    return (eig.values[1:], eig.vectors[:, 1:], float(eig.values[0]), eig.solver,
+            {"nnz_M": int(M.nnz)})
+
+
+def lle(X, *, n_components=2, n_neighbors=10, reg=1e-3, eigen_solver="auto", tol=1e-8,
+        max_iter=None, metric="euclidean", knn_backend="auto", join_components=False,
+        random_state=0, graph=None) -> LLEModel:
+    """LLE of the rows of ``X`` (NumPy or dask); returns the `LLEModel`. ``graph``: a
+    `KNNGraph` of these rows to use instead of building one."""
+    X = check_array(X, method="LLE")
+    n = X.shape[0]
+    k = check_n_components_graph(n_components, n, "LLE")
+    reg = check_reg(reg)
+    if eigen_solver not in LLE_EIGEN_SOLVERS:
+        raise InputError(f"eigen_solver must be one of {', '.join(LLE_EIGEN_SOLVERS)}; "
+                         f"found {eigen_solver!r}.", "pass eigen_solver='auto'.")
+    g = fit_graph(X, graph, n_neighbors, method="LLE", metric=metric, backend=knn_backend,
+                  join_components_=join_components, random_state=random_state)
+    if g.n_neighbors <= k:
+        raise InputError(f"LLE needs n_neighbors > n_components; found n_neighbors="
+                         f"{g.n_neighbors}, n_components={k}.",
+                         f"pass n_neighbors of at least {k + 1} (10 or more is usual).")
+    w = reconstruction_weights(X, g, reg)
+    vals, vec, first, solver, info = _bottom(lle_operator(w, g.indices), k, eigen_solver, tol,
+                                             max_iter, random_state)
+    vec = np.asarray(vec, np.float64)
+    s = np.sign(vec[np.argmax(np.abs(vec), axis=0), np.arange(k)])
+    vec = vec * np.where(s == 0, 1.0, s)
+    vals = np.asarray(vals, np.float64)
+    info.update({"first_eigenvalue": first,
+                 "graph": {"n_neighbors": g.n_neighbors, "backend": g.backend,
+                           "extra_edges": len(g.info.get("extra_edges", []))}})
+    return LLEModel((np.sqrt(n) * vec).astype(X.dtype), vals, training_rows(X, "LLE"),
+                    int(g.n_neighbors), reg, metric, float(vals.sum()), solver, info)
+
+
+class LocallyLinearEmbedding(DimredEstimator):
+    """LLE (seed 000) on NumPy or dask arrays.
+
+    Parameters
+    ----------
+    n_components : int in [1, n_samples - 2]
+    n_neighbors : int, more than n_components
+    reg : float > 0, the ridge on the local Gram matrix (times its trace)
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "factored"}; "auto" is dense up to
+        3000 rows, shift-invert ARPACK on M up to 200 000, "factored" (LU of I - W) above
+    tol, max_iter : the eigensolver's
+    metric, knn_backend, join_components, random_state : the kNN graph's
+
+    Attributes
+    ----------
+    embedding_ ((1/n) Y^T Y = I), eigenvalues_, reconstruction_error_, n_components_,
+    n_features_in_
+    """
+
+    def __init__(self, n_components=2, *, n_neighbors=10, reg=1e-3, eigen_solver="auto",
+                 tol=1e-8, max_iter=None, metric="euclidean", knn_backend="auto",
+                 join_components=False, random_state=0):
+        self.n_components = n_components
+        self.n_neighbors = n_neighbors
+        self.reg = reg
+        self.eigen_solver = eigen_solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.metric = metric
+        self.knn_backend = knn_backend
+        self.join_components = join_components
+        self.random_state = random_state
+
+    def fit(self, X, y=None):
+        model = lle(X, n_components=self.n_components, n_neighbors=self.n_neighbors,
+                    reg=self.reg, eigen_solver=self.eigen_solver, tol=self.tol,
+                    max_iter=self.max_iter, metric=self.metric, knn_backend=self.knn_backend,
+                    join_components=self.join_components, random_state=self.random_state)
+        self._model = model
+        self.embedding_ = like(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
+        self.eigenvalues_ = model.eigenvalues
+        self.reconstruction_error_ = model.reconstruction_error
+        self.n_components_ = model.n_components
+        self.n_features_in_ = int(model.X_fit.shape[1])
+        return self
+
+    def fit_transform(self, X, y=None):
+        return self.fit(X).embedding_
+
+    def transform(self, X):
+        check_is_fitted(self, "embedding_")
+        X = check_array(X, method="LLE", min_samples=1)
+        check_n_features(self, X, self.n_features_in_)
+        return self._model.transform(X)

@@ -1,0 +1,251 @@
+"""Spectral clustering (seed 000, "Spectral Clustering" and its multiclass form; Shi & Malik
+2000; von Luxburg 2007).
+
+Affinity: the symmetrised kNN graph with binary or heat weights (``affinity="knn"``), or a
+Gaussian kernel over all pairs approximated by Nyström (``affinity="gaussian"``, for dense
+affinities: K ~ Phi Phi^T with m landmarks, never n x n).
+
+Cut: ``ratio`` (min f^T L f with f^T f = n, the seed's relaxation: the bottom eigenvectors of
+L = D - W) or ``normalized`` (L y = lambda D y). ``n_clusters`` eigenvectors (a connected
+graph's first one is constant and harmless; with several components the bottom ones are
+their indicators, which is what k-means should see) are the spectral embedding; k-means
+(k-means++ starts, best of ``n_init`` Lloyd runs) on its rows gives ``labels_``.
+
+Nyström normalised cut: with d = Phi (Phi^T 1) and Psi = D^-1/2 Phi, D^-1/2 K D^-1/2 =
+Psi Psi^T, whose top eigenvectors come from the r x r matrix Psi^T Psi (two passes over the
+rows: column sums, then the Gram matrix); y = D^-1/2 u. Dask input keeps the embedding lazy
+and clusters it by mini-batch k-means on a sample of rows, labels assigned blockwise.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sklearn.base import BaseEstimator, ClusterMixin
+
+from .._compute import compute
+from .._validation import check_array, check_random_state, is_dask
+from ..blocks.kmeans import assign, kmeans_best_of, minibatch_update
+from ..blocks.landmarks import kmeans_plusplus
+from ..errors import InputError
+from ..graphs import graph_csr, graph_weights, spectral_embedding
+from ..linalg import (LANDMARK_METHODS, SPARSE_EIGEN_SOLVERS, choose_landmarks,
+                      nystrom_features, nystrom_map, take_rows)
+from ..pairwise import check_kernel
+from ._graph_common import ArrayModel, fit_graph, like
+from .laplacian_eigenmaps import check_weights
+
+__all__ = ["SpectralClustering", "SpectralClusteringModel", "spectral_clustering",
+           "AFFINITIES", "CUTS"]
+
+AFFINITIES = ("knn", "gaussian")
+CUTS = ("normalized", "ratio")
+MINIBATCH_SAMPLE = 100_000  # dask input: mini-batch k-means draws its batches from these rows
+BATCH_SIZE = 4096
+MINIBATCH_STEPS = 100
+
+
+@dataclass
+class SpectralClusteringModel(ArrayModel):
+    embedding: np.ndarray  # (n, n_clusters) spectral embedding (NumPy, or lazy dask)
+    labels: np.ndarray  # (n,) int64 (NumPy, or lazy dask)
+    centres: np.ndarray  # (n_clusters, n_clusters) k-means centres in the embedding
+    eigenvalues: np.ndarray  # (n_clusters,) of the Laplacian, ascending
+    affinity: str
+    cut: str
+    inertia: float
+    solver: str
+    info: dict = field(default_factory=dict)
+
+    _ARRAYS = ("embedding", "labels", "centres", "eigenvalues")
+
+    @property
+    def n_clusters(self) -> int:
+        return int(self.centres.shape[0])
+
+
+def _check(n, n_clusters, affinity, cut, n_init, eigen_solver):
+    if (not isinstance(n_clusters, numbers.Integral) or isinstance(n_clusters, bool)
+            or not 1 <= n_clusters < n):
+        raise InputError(f"SpectralClustering needs n_clusters as an int in [1, {n - 1}]; "
+                         f"found {n_clusters!r}.", "pass n_clusters=2 or more, below n_samples.")
+    if affinity not in AFFINITIES:
+        raise InputError(f"affinity must be one of {', '.join(AFFINITIES)}; found "
+                         f"{affinity!r}.", "pass affinity='knn' (sparse kNN graph) or "
+                         "'gaussian' (Nyström).")
+    if cut not in CUTS:
+        raise InputError(f"cut must be one of {', '.join(CUTS)}; found {cut!r}.",
+                         "pass cut='normalized' (Shi & Malik) or 'ratio'.")
+    if affinity == "gaussian" and cut == "ratio":
+        raise InputError("The ratio cut of a Nyström affinity is not low rank (L = D - K); "
+                         "found affinity='gaussian' with cut='ratio'.",
+                         "pass cut='normalized', or affinity='knn' for the ratio cut.")
+    if not isinstance(n_init, numbers.Integral) or isinstance(n_init, bool) or n_init < 1:
+        raise InputError(f"n_init must be an int >= 1; found {n_init!r}.", "pass n_init=10.")
+    if eigen_solver not in SPARSE_EIGEN_SOLVERS:
+        raise InputError(f"eigen_solver must be one of {', '.join(SPARSE_EIGEN_SOLVERS)}; "
+                         f"found {eigen_solver!r}.", "pass eigen_solver='auto'.")
+
+
+def spectral_clustering(X, *, n_clusters=2, affinity="knn", cut="normalized", n_neighbors=10,
+                        weights="binary", t=None, gamma=None, width=None, n_landmarks=500,
+                        landmarks="kmeans++", eigen_solver="auto", tol=1e-8, n_init=10,
+                        max_iter=300, metric="euclidean", knn_backend="auto",
+                        join_components=False, random_state=0,
+                        graph=None) -> SpectralClusteringModel:
+    """Spectral clustering of the rows of ``X`` (NumPy or dask); returns the model (its
+    ``labels`` and ``embedding`` lazy for dask input)."""
+    X = check_array(X, method="SpectralClustering")
+    n = X.shape[0]
+    _check(n, n_clusters, affinity, cut, n_init, eigen_solver)
+    rng = check_random_state(random_state)
+    k = int(n_clusters)
+    if affinity == "knn":
+        check_weights(weights, t)
+        g = fit_graph(X, graph, n_neighbors, method="SpectralClustering", metric=metric,
+                      backend=knn_backend, join_components_=join_components, connected=False,
+                      random_state=random_state)
+        W, t_used = graph_weights(graph_csr(g), weights, t)
+        res = spectral_embedding(W, k, normed=cut == "normalized", drop_first=False,
+                                 solver=eigen_solver, tol=tol, random_state=random_state)
+        Y, vals, solver = like(res.embedding, X), res.eigenvalues, res.solver
+        info = {"t": t_used, "weights": weights, "graph": {
+            "n_neighbors": g.n_neighbors, "backend": g.backend,
+            "extra_edges": len(g.info.get("extra_edges", []))}}
+    else:
+        if landmarks not in LANDMARK_METHODS:
+            raise InputError(f"landmarks must be one of {', '.join(LANDMARK_METHODS)}; found "
+                             f"{landmarks!r}.", "pass landmarks='kmeans++'.")
+        Y, vals, info = _nystrom_ncut(X, k, gamma, width, n_landmarks, landmarks, rng)
+        solver = "nystrom"
+    centres, labels, inertia, it = _cluster(Y, k, rng, n_init, max_iter)
+    info.update({"kmeans_iterations": int(it), "n_features": int(X.shape[1])})
+    return SpectralClusteringModel(Y, labels, centres, np.asarray(vals, np.float64), affinity,
+                                   cut, float(inertia), solver, info)
+
+
+def _nystrom_ncut(X, k, gamma, width, m, landmarks, rng):
+    n, d = X.shape
+    if not isinstance(m, numbers.Integral) or isinstance(m, bool) or not k <= m <= n:
+        raise InputError(f"n_landmarks must be an int in [{k}, {n}]; found {m!r}.",
+                         f"pass n_landmarks between {k} and {n} (a few hundred is usual).")
+    kern = check_kernel("gaussian", d, gamma=gamma, width=width)
+    L, _ = choose_landmarks(X, int(m), landmarks, rng)
+    nmap = nystrom_map(np.asarray(L, np.float64), kern)
+    phi = nystrom_features(X.astype(np.float64) if not is_dask(X) else X.astype(np.float64),
+                           nmap)
+    colsum = phi.sum(axis=0)
+    (colsum,) = compute(colsum, stage="Nyström: degrees") if is_dask(phi) else (colsum,)
+    deg = phi @ np.asarray(colsum)
+    psi = phi / np.sqrt(np.maximum(deg, np.finfo(float).tiny))[:, None]
+    gram = psi.T @ psi
+    lazy = [v for v in (deg.min(), gram) if is_dask(v)]
+    dmin, gram = compute(deg.min(), gram, stage="Nyström: Gram matrix") if lazy else \
+        (deg.min(), gram)
+    if float(dmin) <= 0:
+        raise InputError("The Nyström affinity gives a point a degree <= 0 (the kernel is "
+                         "too narrow for the landmarks).", "raise width (or lower gamma), or "
+                         "raise n_landmarks.")
+    s, V = np.linalg.eigh((np.asarray(gram) + np.asarray(gram).T) / 2)
+    order = np.argsort(s)[::-1][:k]
+    s, V = np.maximum(s[order], np.finfo(float).tiny), V[:, order]
+    proj = V / np.sqrt(s)
+    Y = (psi @ proj) / np.sqrt(deg)[:, None]
+    if not is_dask(Y):
+        sg = np.sign(Y[np.argmax(np.abs(Y), axis=0), np.arange(k)])
+        Y = Y * np.where(sg == 0, 1.0, sg)
+    info = {"n_landmarks": int(m), "kernel": {q: v for q, v in kern.items()},
+            "nystrom_rank": int(nmap.rank)}
+    return Y, 1.0 - s, info
+
+
+def _cluster(Y, k, rng, n_init, max_iter):
+    """k-means on the embedding rows: best of ``n_init`` Lloyd runs in memory, or, for a
+    dask embedding, mini-batch k-means on a row sample and blockwise assignment."""
+    if not is_dask(Y):
+        c, lab, inertia, it = kmeans_best_of(np.asarray(Y), k, rng, n_init, max_iter)
+        return c, lab, inertia, it
+    n = Y.shape[0]
+    rows = np.sort(rng.choice(n, size=min(n, MINIBATCH_SAMPLE), replace=False))
+    sample = take_rows(Y, rows, "mini-batch k-means sample").astype(np.float64)
+    best = None
+    for _ in range(int(n_init)):
+        c = sample[kmeans_plusplus(sample, k, rng)].copy()
+        counts = np.zeros(k)
+        for _ in range(MINIBATCH_STEPS):
+            batch = sample[rng.choice(sample.shape[0], size=min(BATCH_SIZE, sample.shape[0]),
+                                      replace=False)]
+            c, counts = minibatch_update(batch, c, counts)
+        inertia = float(assign(sample, c)[1].sum())
+        if best is None or inertia < best[1]:
+            best = (c, inertia)
+    c = best[0]
+    labels = Y.map_blocks(lambda b: assign(b, c)[0], drop_axis=1, dtype=np.int64)
+    return c, labels, best[1] * n / sample.shape[0], MINIBATCH_STEPS
+
+
+class SpectralClustering(ClusterMixin, BaseEstimator):
+    """Spectral clustering (seed 000) on NumPy or dask arrays.
+
+    Parameters
+    ----------
+    n_clusters : int >= 2
+    affinity : {"knn", "gaussian"} (sparse kNN graph, or Nyström Gaussian kernel)
+    cut : {"normalized", "ratio"}
+    n_neighbors, weights ({"binary", "heat"}), t : the kNN affinity's
+    gamma, width, n_landmarks, landmarks : the Gaussian (Nyström) affinity's
+    eigen_solver, tol : the sparse eigensolver's; n_init, max_iter : k-means'
+    metric, knn_backend, join_components, random_state
+
+    Attributes
+    ----------
+    labels_, embedding_ (the n_clusters eigenvectors), eigenvalues_, cluster_centers_
+    (in the embedding), inertia_, n_features_in_
+    """
+
+    def __init__(self, n_clusters=2, *, affinity="knn", cut="normalized", n_neighbors=10,
+                 weights="binary", t=None, gamma=None, width=None, n_landmarks=500,
+                 landmarks="kmeans++", eigen_solver="auto", tol=1e-8, n_init=10,
+                 max_iter=300, metric="euclidean", knn_backend="auto", join_components=False,
+                 random_state=0):
+        self.n_clusters = n_clusters
+        self.affinity = affinity
+        self.cut = cut
+        self.n_neighbors = n_neighbors
+        self.weights = weights
+        self.t = t
+        self.gamma = gamma
+        self.width = width
+        self.n_landmarks = n_landmarks
+        self.landmarks = landmarks
+        self.eigen_solver = eigen_solver
+        self.tol = tol
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.metric = metric
+        self.knn_backend = knn_backend
+        self.join_components = join_components
+        self.random_state = random_state
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = False
+        return tags
+
+    def fit(self, X, y=None):
+        model = spectral_clustering(X, **self.get_params())
+        self._model = model
+        self.labels_ = model.labels
+        self.embedding_ = model.embedding
+        self.eigenvalues_ = model.eigenvalues
+        self.cluster_centers_ = model.centres
+        self.inertia_ = model.inertia
+        self.n_iter_ = int(model.info["kmeans_iterations"])
+        self.n_features_in_ = int(model.info["n_features"])
+        return self
+
+    def fit_predict(self, X, y=None):
+        return self.fit(X).labels_

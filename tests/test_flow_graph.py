@@ -1,0 +1,137 @@
+"""The graph methods through the embed flow: the knn stage shared by a second method on the same
+data (its manifest says the graph came from the cache), each method's output equal to its API,
+and the kNN-specific bad input (k >= n, k < 1, a disconnected graph, all-duplicate rows,
+n_components >= n) refused through the API, the flow and the CLI with nothing written."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_swiss_roll
+
+import dimred_dask
+from dimred_dask import (DisconnectedGraphError, InputError, LandmarkIsomap,
+                         LocallyLinearEmbedding, SpectralClustering)
+from dimred_dask.io import open_output, save_array
+from tests.test_bad_input import _snapshot, _write
+
+FLOW_ATOL = 1e-4  # float32 input in the store vs the API on the same float32 rows
+
+
+@pytest.fixture
+def roll(tmp_path):
+    X, t = make_swiss_roll(1000, random_state=2)
+    X = X.astype(np.float32)
+    uri = str(tmp_path / "roll.zarr")
+    save_array(X, uri, chunks=(250, 3))
+    return uri, X, t
+
+
+def _same_up_to_sign(a, b, atol):
+    signs = np.sign(np.sum(a * b, axis=0))
+    np.testing.assert_allclose(a * signs, b, atol=atol)
+
+
+def test_second_method_reuses_the_knn_graph(client, prefect_api, roll, tmp_path):
+    from flows.embed import embed
+
+    uri, X, t = roll
+    graph = {"n_neighbors": 10}
+    first = embed(uri, str(tmp_path / "runs" / "lisomap"), method="landmark-isomap",
+                  params={"n_landmarks": 100, **graph})
+    assert first["stages"]["knn"] == "computed" and first["graph"]["components"] == 1
+    second = embed(uri, str(tmp_path / "runs" / "lle"), method="lle", params=graph)
+    assert second["stages"]["knn"] == "reused from cache"
+    assert second["graph"]["fingerprint"] == first["graph"]["fingerprint"]
+    for name, ref in (("lisomap", LandmarkIsomap(2, n_neighbors=10, n_landmarks=100)),
+                      ("lle", LocallyLinearEmbedding(2, n_neighbors=10))):
+        store = open_output(str(tmp_path / "runs" / name))
+        Y = store.read_array("embedding")
+        assert store.read_array("graph/indices").shape == (1000, 10)
+        ref_y = ref.fit(X).embedding_
+        _same_up_to_sign(Y.astype(np.float64), ref_y.astype(np.float64),
+                         FLOW_ATOL * np.abs(ref_y).max())
+    assert first["model"]["n_landmarks"] == 100 and "negative_ratio" in first["model"]
+
+
+def test_spectral_clustering_writes_labels_and_embedding(client, prefect_api, tmp_path):
+    from sklearn.datasets import make_moons
+
+    from flows.embed import embed
+
+    X, y = make_moons(800, noise=0.05, random_state=3)
+    uri = str(tmp_path / "moons.zarr")
+    save_array(X.astype(np.float32), uri, chunks=(200, 2))
+    m = embed(uri, str(tmp_path / "sc"), method="spectral",
+              params={"n_clusters": 2, "n_neighbors": 10})
+    assert m["graph"]["components"] == 2  # the two moons: cut along the components
+    store = open_output(str(tmp_path / "sc"))
+    labels = store.read_array("model/labels_")
+    ref = SpectralClustering(2, n_neighbors=10).fit(X.astype(np.float32))
+    from sklearn.metrics import adjusted_rand_score
+
+    assert adjusted_rand_score(labels, ref.labels_) == 1.0
+    assert adjusted_rand_score(labels, y) >= 0.95
+    assert sorted(m["model"]["cluster_sizes"]) == [400, 400]
+    assert store.read_array("embedding").shape == (800, 2)
+
+
+def _data(n=60, d=3, seed=0):
+    return np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+
+
+def _two_clusters():
+    a = _data(40)
+    return np.vstack([a, a[:30] + 100.0])
+
+
+# (id, method, X, params, API call, error, message pattern)
+CASES = [
+    ("k-equals-n", "isomap", _data(), {"n_neighbors": 60},
+     lambda X: dimred_dask.isomap(X, n_neighbors=60), InputError, r"n_neighbors"),
+    ("k-zero", "lle", _data(), {"n_neighbors": 0},
+     lambda X: dimred_dask.lle(X, n_neighbors=0), InputError, r"n_neighbors"),
+    ("disconnected", "laplacian", _two_clusters(), {"n_neighbors": 5},
+     lambda X: dimred_dask.laplacian_eigenmaps(X, n_neighbors=5), DisconnectedGraphError,
+     r"2 components of sizes 40, 30"),
+    ("all-duplicates", "landmark-isomap", np.ones((50, 3), np.float32), {"n_neighbors": 5},
+     lambda X: dimred_dask.landmark_isomap(X, n_neighbors=5), InputError,
+     r"exact duplicates"),
+    ("n-components-equals-n", "lle", _data(), {"n_components": 60},
+     lambda X: dimred_dask.lle(X, n_components=60), InputError, r"n_components"),
+    ("spectral-clusters-equal-n", "spectral", _data(), {"n_clusters": 60},
+     lambda X: dimred_dask.spectral_clustering(X, n_clusters=60), InputError, r"n_clusters"),
+]
+
+
+def _case(cid):
+    return next(c for c in CASES if c[0] == cid)
+
+
+@pytest.mark.parametrize("cid", [c[0] for c in CASES])
+def test_bad_input_api(cid):
+    _, _, X, _, call, err, pattern = _case(cid)
+    with pytest.raises(err, match=pattern) as info:
+        call(X)
+    assert "Fix:" in str(info.value)
+
+
+@pytest.mark.parametrize("cid", [c[0] for c in CASES])
+def test_bad_input_flow_and_cli(cid, tmp_path, client, prefect_api, capsys):
+    from flows.cli import main
+    from flows.embed import embed
+
+    _, method, X, params, _, err, pattern = _case(cid)
+    inp = _write(tmp_path, X, "in")
+    out = str(tmp_path / "out")
+    before = _snapshot(out)
+    with pytest.raises(err, match=pattern):
+        embed(inp, out, method=method, params=params, graph_cache="none")
+    assert _snapshot(out) == before, "a refused run must not write to its output"
+    argv = ["run", "--input", inp, "--output", out, "--method", method, "--graph-cache", "none"]
+    argv += [a for k, v in params.items() for a in ("--param", f"{k}={v}")]
+    assert main(argv) == 2
+    stderr = capsys.readouterr().err
+    assert err.__name__ in stderr and "Fix:" in stderr and re.search(pattern, stderr), stderr
+    assert _snapshot(out) == before
