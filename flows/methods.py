@@ -271,12 +271,11 @@ METHODS = {
 
 # Other method families: one module each, merged here.
 from .methods_graph import METHODS as _GRAPH  # noqa: E402
-
-METHODS.update(_GRAPH)
+from .methods_neighbor import METHODS as _NEIGHBOR  # noqa: E402
 from .methods_sdp import METHODS as _SDP  # noqa: E402
 
-METHODS.update(_SDP)
-from .methods_neighbor import METHODS as _NEIGHBOR; METHODS.update(_NEIGHBOR)  # noqa: E402,E702
+for _family in (_GRAPH, _NEIGHBOR, _SDP):
+    METHODS.update(_family)
 
 
 def get_method(name: str) -> MethodAdapter:
