@@ -50,13 +50,18 @@ def _adjacency(graph) -> sp.csr_matrix:
 
 def _shared(csr):
     """The graph as one object every task refers to: scattered to all workers when there is
-    a client (sent once per worker, never through the scheduler), else one delayed key."""
+    a client (sent once per worker, never through the scheduler), else one delayed key.
+    The scattered key is new on every call (``hash=False``): re-scattering the same graph
+    under its content hash while the previous call's future is being released left
+    ``Client.scatter`` waiting forever (seen in scikit-learn's estimator checks, which fit
+    the same data many times in a row; dask/distributed issue 8576: the release and the new
+    scatter of one key race on different channels)."""
     from dask import delayed
 
     client = active_client()
     if client is None:
         return delayed(csr, pure=True)
-    return client.scatter(csr, broadcast=True, hash=True)
+    return client.scatter(csr, broadcast=True, hash=False)
 
 
 def geodesic_rows(graph, sources, *, dtype=np.float64, per_task: int = SOURCES_PER_TASK,
