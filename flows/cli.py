@@ -107,9 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def print_summary(m: dict, stream=sys.stdout) -> None:
+def print_summary(m: dict, stream=None) -> None:
     met, model = m.get("metrics", {}), m.get("model", {})
-    w = stream.write
+    w = (stream or sys.stdout).write  # looked up per call: sys.stdout may have been replaced
     w(f"output      {m['output']}\n")
     w(f"method      {m['method']}  params {json.dumps(m['params'], sort_keys=True)}\n")
     w(f"input       {m['input']}  shape {m['input_meta']['shape']} {m['input_meta']['dtype']}\n")
