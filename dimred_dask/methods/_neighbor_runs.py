@@ -34,7 +34,7 @@ from ..errors import DimredWarning, InputError
 from ..graphs import KNNGraph, knn_graph
 
 __all__ = ["expand_sweep", "run_tasks", "threads", "MemoryCheckpoint", "pca_init",
-           "check_graph", "fit_graph", "graph_ref", "delayed_literal", "like_input", "EmbeddingSet", "check_int", "check_float",
+           "check_graph", "one_run", "fit_graph", "graph_ref", "delayed_literal", "like_input", "EmbeddingSet", "check_int", "check_float",
            "check_choice", "TaskProgress"]
 
 
@@ -87,6 +87,19 @@ def expand_sweep(params: dict, sweepable: tuple) -> list[dict]:
         return [dict(params)]
     return [{**params, **dict(zip(keys, combo))}
             for combo in itertools.product(*[list(params[k]) for k in keys])]
+
+
+def one_run(sweep, name: str, sweepable: tuple, X, graph, checkpoint, callback, n_jobs,
+            params: dict):
+    """The single-embedding form of ``sweep`` (tsne, umap, sne): lists are refused, the
+    checkpoint is one object with save/load, ``callback(iteration, total, loss)``."""
+    swept = [k for k in sweepable if isinstance(params.get(k), (list, tuple))]
+    if swept:
+        raise InputError(f"{name} makes one embedding; found lists for {swept}.",
+                         f"use {name}_sweep for several settings.")
+    ck = (lambda i, s: checkpoint) if checkpoint is not None else None
+    cb = (lambda i, it, total, loss: callback(it, total, loss)) if callback else None
+    return sweep(X, graph=graph, checkpoint=ck, callback=cb, n_jobs=n_jobs, **params)[0]
 
 
 # --------------------------------------------------------------------------- graph

@@ -18,7 +18,7 @@ from ..blocks.tsne_kernels import gains_step, sne_cost_grad
 from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
 from ._base import DimredEstimator
-from ._neighbor_runs import (check_float, check_int, expand_sweep, fit_graph, graph_ref,
+from ._neighbor_runs import (one_run, check_float, check_int, expand_sweep, fit_graph, graph_ref,
                              like_input, pca_init, random_init, run_tasks, threads)
 from .tsne import INIT_STD, TSNEModel
 
@@ -136,9 +136,8 @@ def sne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
 
 
 def sne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params) -> TSNEModel:
-    ck = (lambda i, s: checkpoint) if checkpoint is not None else None
-    cb = (lambda i, it, total, loss: callback(it, total, loss)) if callback else None
-    return sne_sweep(X, graph=graph, checkpoint=ck, callback=cb, n_jobs=n_jobs, **params)[0]
+    return one_run(sne_sweep, "sne", SNE_SWEEPABLE, X, graph, checkpoint, callback, n_jobs,
+                   params)
 
 
 class SNE(DimredEstimator):

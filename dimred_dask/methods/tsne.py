@@ -26,7 +26,7 @@ from ..blocks.tsne_gradient import Interpolation, kl_divergence, potentials, tsn
 from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
 from ._base import DimredEstimator
-from ._neighbor_runs import (check_choice, check_float, check_int, delayed_literal,
+from ._neighbor_runs import (one_run, check_choice, check_float, check_int, delayed_literal,
                              expand_sweep, fit_graph, graph_ref, like_input, pca_init,
                              random_init, run_tasks, threads)
 
@@ -237,13 +237,8 @@ def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
 
 def tsne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params) -> TSNEModel:
     """One t-SNE embedding (see `tsne_sweep`; ``checkpoint`` is an object with save/load)."""
-    swept = [k for k in TSNE_SWEEPABLE if isinstance(params.get(k), (list, tuple))]
-    if swept:
-        raise InputError(f"tsne makes one embedding; found lists for {swept}.",
-                         "use tsne_sweep for several settings.")
-    ck = (lambda i, s: checkpoint) if checkpoint is not None else None
-    cb = (lambda i, it, total, loss: callback(it, total, loss)) if callback else None
-    return tsne_sweep(X, graph=graph, checkpoint=ck, callback=cb, n_jobs=n_jobs, **params)[0]
+    return one_run(tsne_sweep, "tsne", TSNE_SWEEPABLE, X, graph, checkpoint, callback, n_jobs,
+                   params)
 
 
 # --------------------------------------------------------------------------- estimator

@@ -27,7 +27,7 @@ from ..blocks.umap_kernels import sgd_epoch
 from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, find_ab
 from ._base import DimredEstimator
-from ._neighbor_runs import (check_choice, check_float, check_int, delayed_literal,
+from ._neighbor_runs import (one_run, check_choice, check_float, check_int, delayed_literal,
                              expand_sweep, fit_graph, graph_ref, like_input, pca_init,
                              run_tasks, threads)
 from ._umap_init import scale_layout, spectral_layout
@@ -271,13 +271,8 @@ def umap_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
 def umap(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params) -> UMAPModel:
     """One UMAP embedding (see `umap_sweep`; ``checkpoint`` is an object with save/load,
     ``callback(epoch, n_epochs, loss or None)``)."""
-    swept = [k for k in UMAP_SWEEPABLE if isinstance(params.get(k), (list, tuple))]
-    if swept:
-        raise InputError(f"umap makes one embedding; found lists for {swept}.",
-                         "use umap_sweep for several settings.")
-    ck = (lambda i, s: checkpoint) if checkpoint is not None else None
-    cb = (lambda i, it, total, loss: callback(it, total, loss)) if callback else None
-    return umap_sweep(X, graph=graph, checkpoint=ck, callback=cb, n_jobs=n_jobs, **params)[0]
+    return one_run(umap_sweep, "umap", UMAP_SWEEPABLE, X, graph, checkpoint, callback, n_jobs,
+                   params)
 
 
 class UMAP(DimredEstimator):
