@@ -10,7 +10,10 @@ joined to its strongest neighbour in the set; the prolongator P is piecewise con
 the aggregates (unsmoothed) and the coarse operator is Galerkin's, Pᵀ M P = (A P)ᵀ (A P) at
 the first level (no product with M), Pᵀ M_l P below. Levels stop at ``coarse_size`` rows,
 whose operator is inverted densely (a symmetric pseudo-inverse: M's constant null vector
-survives every level).
+survives every level; Jacobi there instead if aggregation stalled above
+``DENSE_COARSE_MAX`` rows). On the kNN graph of the 50-D mixture the coarse operators are
+denser than A (n = 200 000: 58 390 rows with 14.0 M entries, 11 337 with 11.2 M, 667), so
+a V-cycle costs several products with M (bench/RESULTS.md).
 
 Application (`AMG.solve`): one V-cycle for M y = r from y = 0, ``sweeps`` damped Jacobi
 sweeps before and after the coarse correction at each level (ω = 4 / (3 ρ(D⁻¹ M)), ρ from
@@ -29,6 +32,9 @@ from .._validation import check_random_state
 __all__ = ["AMG", "amg_hierarchy", "aggregate"]
 
 COARSE_SIZE = 2000
+# the coarsest level is inverted densely up to this size; a larger one (aggregation that
+# stopped coarsening) falls back to Jacobi there
+DENSE_COARSE_MAX = 5000
 MAX_LEVELS = 8
 # relative eigenvalue cut of the coarsest level's pseudo-inverse: M's null space (the
 # constant) has eigenvalue ~1e-16 ||M||, the next ones >= 1e-6 ||M|| on every graph tried
@@ -50,7 +56,7 @@ def aggregate(S, random_state=0) -> np.ndarray:
     """Aggregate index of every vertex of the symmetric strength graph ``S`` (CSR, positive
     weights, no diagonal needed): Luby's maximal independent set, then every vertex joins
     its strongest neighbour in the set; isolated vertices are aggregates of their own."""
-    S = sp.csr_matrix(S)
+    S = sp.csr_matrix(S, copy=True)
     S.setdiag(0)
     S.eliminate_zeros()
     n = S.shape[0]
@@ -117,7 +123,7 @@ class AMG:
     """A V-cycle approximating M⁺ (see the module docstring); ``info`` holds the levels'
     sizes and nonzeros."""
     levels: list
-    coarse_pinv: np.ndarray
+    coarse_solve: object  # R -> the coarsest level's (pseudo-)inverse times R
     sweeps: int = 1
     info: dict = field(default_factory=dict)
 
@@ -129,7 +135,7 @@ class AMG:
 
     def _cycle(self, i, R):
         if i == len(self.levels):
-            return self.coarse_pinv @ R
+            return self.coarse_solve(R)
         lev = self.levels[i]
         D = lev.omega * lev.inv_diag[:, None]
         Y = D * R
@@ -144,7 +150,7 @@ class AMG:
     def aslinearoperator(self):
         from scipy.sparse.linalg import LinearOperator
 
-        n = self.levels[0].inv_diag.size if self.levels else self.coarse_pinv.shape[0]
+        n = self.levels[0].inv_diag.size
         return LinearOperator((n, n), matvec=self.solve, matmat=self.solve, dtype=np.float64)
 
 
@@ -184,6 +190,12 @@ def amg_hierarchy(A, *, theta: float = 0.0, sweeps: int = 1, coarse_size: int = 
         Mc = (P.T @ Mc @ P).tocsr()
     sizes.append(Mc.shape[0])
     nnzs.append(int(Mc.nnz))
-    dense = Mc.toarray()
-    pinv = scipy.linalg.pinvh((dense + dense.T) / 2, rtol=PINV_RCOND)
-    return AMG(levels, pinv, sweeps, {"sizes": sizes, "nnz": nnzs})
+    if Mc.shape[0] <= DENSE_COARSE_MAX:
+        dense = Mc.toarray()
+        pinv = scipy.linalg.pinvh((dense + dense.T) / 2, rtol=PINV_RCOND)
+        coarse = pinv.__matmul__
+    else:
+        d = Mc.diagonal()
+        dinv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)[:, None]
+        coarse = dinv.__mul__
+    return AMG(levels, coarse, sweeps, {"sizes": sizes, "nnz": nnzs})
