@@ -2,9 +2,11 @@
 
 For LLE, A = I - W (k + 1 entries a row) and M = (I - W)ᵀ(I - W) (~k² entries a row): a
 product Aᵀ(A X) costs a quarter of M X, and M is never formed. This is LOBPCG
-(Knyazev 2001) written for this case rather than ``scipy.sparse.linalg.lobpcg``, whose
-bookkeeping dominated: 0.76 s an iteration at n = 200 000 with 8 vectors, of which the
-products were 0.07 s (bench/RESULTS.md, "LLE at n = 1 000 000 on the 50-D mixture").
+(Knyazev 2001) written for this case rather than ``scipy.sparse.linalg.lobpcg`` on a
+LinearOperator, whose dense bookkeeping dominated: 0.76 s an iteration at n = 200 000 with
+8 vectors, of which the products were ~0.1 s; this one takes ~0.18 s (one BLAS thread,
+preallocated blocks; bench/RESULTS.md, "LLE at n = 1 000 000 on the 50-D mixture with
+LOBPCG").
 
 Per iteration: R = M X - X Λ, W = T R (T the preconditioner: Jacobi or `amg.AMG`), the
 constraint vector ``null`` (LLE: the constant, M's exact eigenvector with eigenvalue 0)
@@ -33,7 +35,17 @@ from .eigen import Eigen
 
 __all__ = ["bottom_eigsh_lobpcg", "PRECONDITIONERS"]
 
-PRECONDITIONERS = ("amg", "jacobi")
+PRECONDITIONERS = ("jacobi", "amg")
+# THREADS: the products with A and Aᵀ can be split by rows over threads (SciPy's sparse
+# products release the GIL; the solver runs in the client while the workers idle). Default
+# one: on the shared 2-core machine two threads won 0.092 s against 0.122 s on one product
+# (n = 200 000, 8 columns, load 3), but lost on a whole solve (38.6 s against 31.5 s, load
+# 3.8): the dense steps between products then compete with the machine's other jobs
+THREADS = 1
+# REORDER: rows and columns in reverse Cuthill-McKee order of the graph of A before solving
+# (the eigenvectors are permuted back): neighbours' rows of X are then close in memory, and
+# Aᵀ(A X) took 0.055 s instead of 0.100 s at n = 200 000 (the mixture's rows are in random
+# order); the ordering itself 0.17 s
 # BLAS_THREADS: the dense steps (n x 3p times 3p x p) run with one BLAS thread: OpenBLAS's
 # threads made them ten times slower on the 2-core machine under load (S @ c, 50 000 x 24
 # times 24 x 8: 24 ms with its default threads, 2.7 ms with one)
@@ -44,6 +56,11 @@ REFRESH = 20
 GRAM_RCOND = 1e-12
 
 
+def _norms(X: np.ndarray) -> np.ndarray:
+    """Column norms (np.linalg.norm(X, axis=0) took 3x as long at n = 200 000)."""
+    return np.sqrt(np.einsum("ij,ij->j", X, X))
+
+
 def _orth_coef(G: np.ndarray) -> np.ndarray:
     """Z with Zᵀ G Z = I on the well-conditioned part of the Gram matrix G."""
     s, U = scipy.linalg.eigh((G + G.T) / 2)
@@ -51,58 +68,45 @@ def _orth_coef(G: np.ndarray) -> np.ndarray:
     return U[:, keep] / np.sqrt(s[keep])
 
 
-def bottom_eigsh_lobpcg(A, k: int, *, null=None, preconditioner: str = "amg",
+def bottom_eigsh_lobpcg(A, k: int, *, null=None, preconditioner: str = "jacobi",
                         tol: float = 1e-8, maxiter: int | None = None, block: int | None = None,
-                        X0=None, random_state=0, amg_options=None) -> Eigen:
+                        X0=None, random_state=0, reorder: bool = True, threads: int | None = None,
+                        amg_options=None) -> Eigen:
     """The ``k`` smallest eigenpairs of M = Aᵀ A orthogonal to ``null`` (see the module
     docstring); ``info`` has the iterations, the residuals and the preconditioner's
-    levels."""
+    levels. ``reorder``: solve in reverse Cuthill-McKee order (see REORDER); ``threads``:
+    threads for the products with A (default THREADS)."""
     n = A.shape[0]
     if A.shape != (n, n) or not 1 <= k < n - 1:
         raise InputError(f"bottom_eigsh_lobpcg needs a square A and 1 <= k < n - 1; found "
                          f"shape {A.shape}, k = {k}.", "pass the n x n A and a smaller k.")
     if preconditioner not in PRECONDITIONERS:
         raise InputError(f"preconditioner must be one of {', '.join(PRECONDITIONERS)}; "
-                         f"found {preconditioner!r}.", "pass preconditioner='amg'.")
+                         f"found {preconditioner!r}.", "pass preconditioner='jacobi'.")
     A = sp.csr_matrix(A, dtype=np.float64)
-    At = A.T.tocsr()
-
-    def matmat(X):
-        return At @ (A @ X)
-
-    diag = np.asarray(A.multiply(A).sum(axis=0)).ravel()
-    info = {"preconditioner": preconditioner}
-    if preconditioner == "amg":
-        from .amg import amg_hierarchy
-
-        amg = amg_hierarchy(A, random_state=random_state, **(amg_options or {}))
-        precond = amg.solve
-        info["levels"] = amg.info
-    else:
-        inv = 1.0 / np.where(diag > 0, diag, 1.0)
-
-        def precond(R):
-            return inv[:, None] * R
-
-    q = None if null is None else (np.asarray(null, np.float64).reshape(n, 1)
-                                   / np.linalg.norm(null))
-
-    def away(X):
-        return X if q is None else X - q @ (q.T @ X)
-
+    perm = _rcm(A) if reorder else np.arange(n)
+    A = A[perm][:, perm].tocsr()
     rng = check_random_state(random_state)
     p = min(n - 2, max(k + 6, 2 * k) if block is None else max(block, k))
     X = rng.standard_normal((n, p))
     if X0 is not None:
-        X0 = np.asarray(X0, np.float64).reshape(n, -1)[:, :p]
+        X0 = np.asarray(X0, np.float64).reshape(n, -1)[perm, :p]
         X[:, :X0.shape[1]] = X0
-    X = np.linalg.qr(away(X))[0]
-    scale = float(diag.mean())
+    q = None if null is None else np.asarray(null, np.float64).reshape(n, 1)[perm]
+    q = None if q is None else q / np.linalg.norm(q)
+
+    def away(Y):
+        return Y if q is None else Y - q @ (q.T @ Y)
+
+    diag = np.asarray(A.multiply(A).sum(axis=0)).ravel()
+    scale, info = float(diag.mean()), {"preconditioner": preconditioner, "reordered": reorder}
+    precond = _preconditioner(A, diag, preconditioner, random_state, amg_options, info)
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(1, user_api="blas"):  # see BLAS_THREADS
-        w, v, it, res = _iterate(matmat, precond, away, X, k, tol * scale,
-                                 maxiter or MAXITER)
+    with _GramProduct(A, threads) as matmat, threadpool_limits(1, user_api="blas"):
+        # one BLAS thread: see BLAS_THREADS
+        w, v, it, res = _iterate(matmat, precond, away, np.linalg.qr(away(X))[0], k,
+                                 tol * scale, maxiter or MAXITER)
     info.update({"iterations": it, "block": p, "residuals": res.tolist(),
                  "tol_abs": tol * scale})
     if not (res[:k] <= tol * scale).all():
@@ -110,7 +114,71 @@ def bottom_eigsh_lobpcg(A, k: int, *, null=None, preconditioner: str = "amg",
                       f"{np.array2string(res[:k], precision=2)} (wanted <= "
                       f"{tol * scale:.1e}); returning them. Raise max_iter or tol.",
                       ConvergenceWarning, stacklevel=3)
-    return Eigen(w[:k], v[:, :k], f"lobpcg-{preconditioner}", 0, info=info)
+    vectors = np.empty((n, k))
+    vectors[perm] = v[:, :k]
+    return Eigen(w[:k], vectors, f"lobpcg-{preconditioner}", 0, info=info)
+
+
+def _rcm(A):
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    S = abs(A)
+    return np.asarray(reverse_cuthill_mckee((S + S.T).tocsr(), symmetric_mode=True),
+                      dtype=np.int64)
+
+
+def _preconditioner(A, diag, kind, random_state, amg_options, info):
+    if kind == "amg":
+        from .amg import amg_hierarchy
+
+        amg = amg_hierarchy(A, random_state=random_state, **(amg_options or {}))
+        info["levels"] = amg.info
+        return amg.solve
+    inv = 1.0 / np.where(diag > 0, diag, 1.0)
+    return lambda R: inv[:, None] * R
+
+
+class _GramProduct:
+    """X -> Aᵀ (A X), the rows of each product split over ``threads`` threads (SciPy's
+    sparse products release the GIL)."""
+
+    def __init__(self, A, threads):
+        import os
+
+        self.n = A.shape[0]
+        t = max(1, min(THREADS if threads is None else int(threads), os.cpu_count() or 1))
+        self.cuts = np.linspace(0, self.n, t + 1).astype(np.int64)
+        At = A.T.tocsr()
+        self.A = [A[a:b] for a, b in zip(self.cuts[:-1], self.cuts[1:])]
+        self.At = [At[a:b] for a, b in zip(self.cuts[:-1], self.cuts[1:])]
+        self.pool = None
+
+    def __enter__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        if len(self.A) > 1:
+            self.pool = ThreadPoolExecutor(len(self.A))
+        return self
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.shutdown()
+
+    def _product(self, parts, X):
+        out = np.empty((self.n, X.shape[1]))
+
+        def one(i):
+            out[self.cuts[i]:self.cuts[i + 1]] = parts[i] @ X
+
+        if self.pool is None:
+            one(0)
+        else:
+            list(self.pool.map(one, range(len(parts))))
+        return out
+
+    def __call__(self, X):
+        X = np.ascontiguousarray(X)
+        return self._product(self.At, self._product(self.A, X))
 
 
 def _rayleigh_ritz(S, MS, p):
@@ -138,12 +206,12 @@ def _iterate(matmat, precond, away, X, k, tol_abs, maxiter):
         X, MX = S[:, :p], MS[:, :p]
         np.multiply(X, w, out=R)
         np.subtract(MX, R, out=R)
-        res = np.linalg.norm(R, axis=0)
+        res = _norms(R)
         if (res[:k] <= tol_abs).all():
             return w, np.array(X), it - 1, res
         W = away(precond(R))
         W -= X @ (X.T @ W)
-        W /= np.maximum(np.linalg.norm(W, axis=0), 1e-300)
+        W /= np.maximum(_norms(W), 1e-300)
         S[:, p:2 * p] = W
         MS[:, p:2 * p] = matmat(W)
         w, c = _rayleigh_ritz(S[:, :m], MS[:, :m], p)
@@ -151,7 +219,7 @@ def _iterate(matmat, precond, away, X, k, tol_abs, maxiter):
         np.matmul(MS[:, :m], c, out=newMX)
         # the new search direction P: the W and P parts of the new Ritz vectors
         np.matmul(S[:, p:m], c[p:], out=R)
-        norms = np.maximum(np.linalg.norm(R, axis=0), 1e-300)
+        norms = np.maximum(_norms(R), 1e-300)
         S[:, 2 * p:] = R / norms
         np.matmul(MS[:, p:m], c[p:], out=R)
         MS[:, 2 * p:] = R / norms
@@ -162,4 +230,4 @@ def _iterate(matmat, precond, away, X, k, tol_abs, maxiter):
             MS[:, :p] = matmat(np.ascontiguousarray(S[:, :p]))
             MS[:, 2 * p:] = matmat(np.ascontiguousarray(S[:, 2 * p:]))
     X, MX = S[:, :p], MS[:, :p]
-    return w, np.array(X), maxiter, np.linalg.norm(MX - X * w, axis=0)
+    return w, np.array(X), maxiter, _norms(MX - X * w)
