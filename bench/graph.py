@@ -208,7 +208,8 @@ def _factored(model) -> str:
     info = getattr(model, "info", {})
     if "residuals" in info:
         levels = info.get("levels")
-        return (f" ({info['iterations']} iterations, block {info['block']}, residuals "
+        return (f" ({info['iterations']} iterations in {info['seconds']:.0f} s, block "
+                f"{info['block']}, residuals "
                 f"{[float(f'{r:.2g}') for r in info['residuals'][:len(model.eigenvalues)]]}"
                 f"{'' if levels is None else f', AMG levels {levels}'})")
     if "factor_nnz" not in info:

@@ -23,6 +23,7 @@ diagonal of M (scale-free; ~1 for LLE's M). The answer is the Ritz pairs of M it
 """
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -103,12 +104,13 @@ def bottom_eigsh_lobpcg(A, k: int, *, null=None, preconditioner: str = "jacobi",
     precond = _preconditioner(A, diag, preconditioner, random_state, amg_options, info)
     from threadpoolctl import threadpool_limits
 
+    t0 = time.perf_counter()
     with _GramProduct(A, threads) as matmat, threadpool_limits(1, user_api="blas"):
         # one BLAS thread: see BLAS_THREADS
         w, v, it, res = _iterate(matmat, precond, away, np.linalg.qr(away(X))[0], k,
                                  tol * scale, maxiter or MAXITER)
     info.update({"iterations": it, "block": p, "residuals": res.tolist(),
-                 "tol_abs": tol * scale})
+                 "tol_abs": tol * scale, "seconds": time.perf_counter() - t0})
     if not (res[:k] <= tol * scale).all():
         warnings.warn(f"LOBPCG stopped after {it} iterations with residuals "
                       f"{np.array2string(res[:k], precision=2)} (wanted <= "
