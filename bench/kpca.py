@@ -148,19 +148,23 @@ def _nystrom_stages(X, gamma: float, m: int, landmarks: str = "uniform") -> dict
     L, idx = choose_landmarks(X, m, landmarks, 0)
     lap(f"landmarks ({landmarks}): rows read (and chosen) in the client")
     nmap = nystrom_map(L, kern)
-    lap("W = k(L, L), pivoted Cholesky W = R^T R, R^-1 (m x m, in the client)")
-    w, v, mean, how = _nystrom_spectrum(X, nmap, K, 20, 6, 0)
-    lap(f"C = k(X, L): mean pass + eigensolver ({how['nystrom_eigensolver']}, "
+    lap(f"W = k(L, L), its {nmap.info['factorization']} W = R^T R (m x m, in the client)")
+    w, v, mean, emb, how = _nystrom_spectrum(X, nmap, K, 20, 6, 0.0, 0)
+    lap(f"C = k(X, L): mean + eigensolver ({how['nystrom_eigensolver']}, "
         f"{how['passes'] - 1} passes over C)")
     held = _held_out(X, idx, 0)
     nystrom_error(held, nmap)
-    lap("approximation error on 1000 held-out rows")
+    lap("approximation error on the held-out rows")
+    coef = nmap.solve(v)
     model = KernelPCAModel(kern, "nystrom", w, X.shape[0], landmarks=nmap.landmarks,
-                           proj=nmap.proj, feature_mean=mean, feature_components=v)
-    emb = model.transform(X)
-    if hasattr(emb, "dask"):
-        compute(emb, stage="embedding")
-    lap("embedding: k(X, L) (R^-1 V) - mean V, one pass")
+                           coef=coef, offset=mean @ coef, embedding=emb)
+    if emb is None:
+        emb = model.transform(X)
+        if hasattr(emb, "dask"):
+            compute(emb, stage="embedding")
+        lap("embedding: k(X, L) (R^-1 V) - mean V, one pass")
+    else:
+        lap("embedding: from the eigensolver's last pass (no pass over C)")
     return out
 
 

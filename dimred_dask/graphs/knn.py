@@ -9,8 +9,10 @@ broken by the smaller index. Backends (``backend=``):
   task that keeps the k + 1 nearest candidates; candidates are merged by a tree over the column
   chunks. O(n^2 d): for validation and for n up to ~100 000.
 - ``nndescent``: pynndescent's NN-descent (random projection trees, then neighbour-of-neighbour
-  refinement). For dask input it runs as one task on one worker, using that worker's cores
-  (numba threads); the data are gathered there (n x d must fit in one worker).
+  refinement), with pynndescent's defaults except ``NNDESCENT_DEFAULTS`` (an earlier stop).
+  For dask input it runs as one task on one worker, using that worker's cores (numba
+  threads); the data are gathered there (n x d must fit in one worker), and the graph comes
+  back in pynndescent's int32 / float32 (half the bytes), widened in the client.
 - ``partitioned``: for data larger than one worker's memory. Coarse cells are k-means centres
   of a sample; every row belongs to its ``overlap`` (default 2) nearest cells; NN-descent (or
   brute force for small cells) runs inside each cell as its own task, on separate workers; the
@@ -39,7 +41,7 @@ from ..blocks.neighbors import block_topk, drop_self, merge_candidates, merge_to
 from ..errors import InputError
 
 __all__ = ["KNNGraph", "knn_graph", "check_n_neighbors", "sample_recall", "KNN_BACKENDS",
-           "EXACT_MAX"]
+           "EXACT_MAX", "NNDESCENT_DEFAULTS"]
 
 KNN_BACKENDS = ("auto", "exact", "nndescent", "partitioned")
 EXACT_MAX = 20_000  # auto: brute force up to this many rows (n^2 d flops, ~1 s at 20 000 x 50)
@@ -144,8 +146,8 @@ def knn_graph(X, n_neighbors: int = 15, *, metric: str = "euclidean", metric_kwd
         idx, dist = _exact(X, k, metric, metric_kwds)
         info = {}
     elif backend == "nndescent":
-        idx, dist = _nndescent_any(X, k, metric, metric_kwds, random_state, nndescent_kwds)
-        info = {}
+        idx, dist, info = _nndescent_any(X, k, metric, metric_kwds, random_state,
+                                         nndescent_kwds)
     else:
         idx, dist, info = _partitioned(X, k, metric, metric_kwds, random_state, n_partitions,
                                        overlap, nndescent_kwds)
@@ -196,27 +198,49 @@ def _exact(X, k: int, metric: str, kw: dict):
 # --------------------------------------------------------------------------- NN-descent
 
 
+# pynndescent's arguments that this stage sets differently from pynndescent's defaults
+# (``nndescent_kwds`` overrides them). delta: NN-descent stops when an iteration changes
+# fewer than delta * n * k graph entries; pynndescent's 0.001 keeps iterating on changes that
+# no longer raise recall. Measured on `bench knn`'s 1 000 000 x 50 data, k = 15, one process:
+# delta 0.01 took 20.7 s with recall 0.9873 where 0.001 took 36.4 s with 0.9877 (both on a
+# machine loaded by another job; see bench/RESULTS.md for the benchmark).
+NNDESCENT_DEFAULTS = {"delta": 0.01}
+
+
 def _nndescent_kw(n: int, random_state, extra) -> dict:
     seed = random_state if isinstance(random_state, numbers.Integral) else \
         int(check_random_state(random_state).integers(2**31 - 1))
-    return {"random_state": int(seed), **dict(extra or {})}
+    return {"random_state": int(seed), **NNDESCENT_DEFAULTS, **dict(extra or {})}
 
 
 def nndescent(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kwds: dict):
     """pynndescent on an in-memory block; (indices (len, k) int64, distances float64) with
     self excluded. Runs where it is called (the client, or a worker's task)."""
+    idx, dist, _ = _nndescent_compact(x, k, metric, metric_kwds, kwds)
+    return idx.astype(np.int64), dist.astype(np.float64)
+
+
+def _nndescent_compact(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kwds: dict):
+    """`nndescent` in pynndescent's own dtypes (int32 indices, float32 distances: half the
+    bytes to move from a worker to the client; widening float32 to float64 is exact, so
+    sorting here gives the same order), and the seconds it took: {"nndescent": building the
+    graph, "tidy": ties ordered, self dropped}."""
     from pynndescent import NNDescent
 
     x = np.ascontiguousarray(x)
+    t0 = time.perf_counter()
     if x.shape[0] <= 4 * (k + 1):  # too small for NN-descent's trees: brute force
         idx, dist = block_topk(x, x, k + 1, metric=metric if metric in METRICS else "euclidean",
                                p=float(metric_kwds.get("p", 2.0)))
-        return drop_self(idx, dist, np.arange(x.shape[0]), k)
+        idx, dist = drop_self(idx, dist, np.arange(x.shape[0]), k)
+        return idx, dist, {"nndescent": round(time.perf_counter() - t0, 3), "tidy": 0.0}
     index = NNDescent(x, n_neighbors=k + 1, metric=metric, metric_kwds=metric_kwds or None,
                       compressed=True, **kwds)
     idx, dist = index.neighbor_graph
-    idx = idx.astype(np.int64)
-    dist = dist.astype(np.float64)
+    del index
+    t1 = time.perf_counter()
+    idx = idx.astype(np.int64 if x.shape[0] > np.iinfo(np.int32).max else np.int32, copy=False)
+    dist = np.array(dist, dtype=np.float32 if dist.dtype == np.float32 else np.float64)
     # NN-descent may leave -1 where it found fewer candidates; treat them as far away
     dist[idx < 0] = np.inf
     # NN-descent lists each row by distance; only rows with a tie (or out of order) need the
@@ -227,24 +251,30 @@ def nndescent(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kwds: dict)
         order = np.lexsort((idx[redo], dist[redo]), axis=1)
         idx[redo] = np.take_along_axis(idx[redo], order, 1)
         dist[redo] = np.take_along_axis(dist[redo], order, 1)
-    return drop_self(idx, dist, np.arange(x.shape[0]), k)
+    idx, dist = drop_self(idx, dist, np.arange(x.shape[0]), k)
+    return idx, dist, {"nndescent": round(t1 - t0, 3),
+                       "tidy": round(time.perf_counter() - t1, 3)}
 
 
 def _gathered_nndescent(k, metric, metric_kwds, kwds, *chunks):
-    return nndescent(np.concatenate(chunks), k, metric, metric_kwds, kwds)
+    x = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+    return _nndescent_compact(x, k, metric, metric_kwds, kwds)
 
 
 def _nndescent_any(X, k, metric, metric_kwds, random_state, extra):
+    """(indices int64, distances float64, info with the seconds of each step)."""
     kw = _nndescent_kw(X.shape[0], random_state, extra)
     if not is_dask(X):
-        return nndescent(X, k, metric, metric_kwds, kw)
-    from dask import delayed
+        idx, dist, seconds = _nndescent_compact(X, k, metric, metric_kwds, kw)
+    else:
+        from dask import delayed
 
-    X = X if X.numblocks[1] == 1 else X.rechunk({1: -1})
-    task = delayed(_gathered_nndescent, pure=True)(k, metric, metric_kwds, kw,
-                                                  *X.to_delayed().ravel())
-    (out,) = compute(task, stage="NN-descent kNN graph (one worker)")
-    return out
+        X = X if X.numblocks[1] == 1 else X.rechunk({1: -1})
+        task = delayed(_gathered_nndescent, pure=True)(k, metric, metric_kwds, kw,
+                                                      *X.to_delayed().ravel())
+        (out,) = compute(task, stage="NN-descent kNN graph (one worker)")
+        idx, dist, seconds = out
+    return idx.astype(np.int64), dist.astype(np.float64), {"seconds_in_task": seconds}
 
 
 # --------------------------------------------------------------------------- partitioned

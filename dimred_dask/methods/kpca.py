@@ -22,9 +22,12 @@ Solvers (``solver=``):
   the top eigenpairs of Phi's r x r scatter are those of H Phi Phi^T H: lambda = eigenvalues
   of the scatter, embedding (Phi - mean) V = C (R^-1 V) - mean V. When C can be held (NumPy
   input, or persisted within a quarter of the cluster's memory) and k + n_oversamples is
-  small against r, subspace iteration over the centred C (``n_iter`` + 1 passes over C,
-  each 4 n r (k + p) flops); otherwise one pass forms the r x r scatter (2 n r^2 flops).
-  Approximation error measured on held-out rows.
+  small against r, subspace iteration over the centred C (each pass 4 n r (k + p) flops):
+  for NumPy input ``linalg.nystrom_top_eigh``, which stops when the residual of every wanted
+  pair is at most ``tol`` or at the rounding floor of C's dtype (at most ``n_iter`` + 1
+  passes) and whose last pass gives the training embedding without another pass over C; on
+  the cluster ``n_iter`` + 1 passes of ``top_eigh``. Otherwise one pass forms the r x r
+  scatter (2 n r^2 flops). Approximation error measured on held-out rows.
 - ``auto``: dense up to ``DENSE_MAX`` rows, else nystrom.
 
 Eigenvalues that are zero or negative (an indefinite kernel such as sigmoid, or rank
@@ -45,10 +48,9 @@ from .._validation import (check_array, check_is_fitted, check_n_components, che
 from ..blocks.kernels import kernel_block
 from ..errors import DimredWarning, InputError
 from ..linalg import (DENSE_MAX, choose_landmarks, column_stats, nystrom_error, nystrom_map,
-                      resolve_landmark_method,
-                      take_rows, top_eigh)
+                      nystrom_top_eigh, resolve_landmark_method, take_rows, top_eigh)
 from ..pairwise import center_stats, check_kernel, double_center, pairwise_kernels
-from ._base import DimredEstimator, column_signs, rowwise, sign_fix
+from ._base import DimredEstimator, column_signs, rowwise
 
 __all__ = ["KernelPCA", "KernelPCAModel", "kernel_pca", "KPCA_SOLVERS"]
 
@@ -70,10 +72,9 @@ class KernelPCAModel:
     X_fit: np.ndarray | None = None  # (n, d)
     row_means: np.ndarray | None = None  # (n,) K 1 / n
     embedding: np.ndarray | None = None  # (n, k) exact solvers: H K H A Lambda^-1/2
-    landmarks: np.ndarray | None = None  # (m, d) Nyström
-    proj: np.ndarray | None = None  # (m, r) Nyström feature map
-    feature_mean: np.ndarray | None = None  # (r,)
-    feature_components: np.ndarray | None = None  # (r, k)
+    landmarks: np.ndarray | None = None  # (r, d) Nyström: the kept landmarks
+    coef: np.ndarray | None = None  # (r, k) Nyström: R^-1 V (V: eigenvectors of Phi's scatter)
+    offset: np.ndarray | None = None  # (k,) Nyström: mean(Phi) V
     info: dict = field(default_factory=dict)
 
     @property
@@ -85,7 +86,8 @@ class KernelPCAModel:
         return np.where(lam > 0, 1.0 / np.sqrt(np.where(lam > 0, lam, 1.0)), 0.0)
 
     def training_embedding(self) -> np.ndarray:
-        """H K H A Lambda^-1/2 (= A Lambda^1/2 for exact eigenvectors); exact solvers only.
+        """H K H A Lambda^-1/2 (= A Lambda^1/2 for exact eigenvectors); exact solvers, and
+        Nyström fitted on NumPy input by subspace iteration (None otherwise).
 
         Written as the projection, it equals ``transform`` of the training rows to rounding
         also when A holds approximate (randomized) eigenvectors."""
@@ -96,8 +98,7 @@ class KernelPCAModel:
         dtype = X.dtype
         if self.solver == "nystrom":
             # (phi(x) - mean) V = k(x, L) (R^-1 V) - mean V: n m k work instead of n m r
-            a = np.asarray(self.proj, np.float64) @ self.feature_components
-            b = np.asarray(self.feature_mean, np.float64) @ self.feature_components
+            a, b = np.asarray(self.coef, np.float64), np.asarray(self.offset, np.float64)
             marks, kern = self.landmarks, self.kernel
 
             def encode(block):
@@ -116,8 +117,7 @@ class KernelPCAModel:
         return rowwise(X, encode, self.n_components, dtype)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        names = ("alphas", "X_fit", "row_means", "embedding", "landmarks", "proj", "feature_mean",
-                 "feature_components")
+        names = ("alphas", "X_fit", "row_means", "embedding", "landmarks", "coef", "offset")
         out = {"eigenvalues_": self.eigenvalues}
         out.update({f"{n}_": getattr(self, n) for n in names if getattr(self, n) is not None})
         return out
@@ -130,8 +130,8 @@ class KernelPCAModel:
     def from_arrays(cls, arrays: dict, scalars: dict) -> "KernelPCAModel":
         info = {k: v for k, v in scalars.items() if k not in ("kernel", "solver", "n_samples")}
         opt = {n: (np.asarray(arrays[f"{n}_"]) if f"{n}_" in arrays else None)
-               for n in ("alphas", "X_fit", "row_means", "embedding", "landmarks", "proj", "feature_mean",
-                         "feature_components")}
+               for n in ("alphas", "X_fit", "row_means", "embedding", "landmarks", "coef",
+                         "offset")}
         return cls(dict(scalars["kernel"]), scalars["solver"],
                    np.asarray(arrays["eigenvalues_"]), int(scalars["n_samples"]), info=info,
                    **opt)
@@ -185,7 +185,7 @@ def kernel_pca(X, *, n_components=2, kernel="gaussian", gamma=None, width=None, 
                        "coef0": coef0})
     if solver == "nystrom":
         return _fit_nystrom(X, k, kern, n_landmarks, landmarks, random_state,
-                            n_oversamples, n_iter)
+                            n_oversamples, n_iter, tol)
     return _fit_exact(X, k, kern, solver, n_oversamples, n_iter, tol, random_state,
                       kernel_matrix)
 
@@ -245,27 +245,33 @@ def _drop_nonpositive(values, spectrum, n):
     return lam, info
 
 
-def _fit_nystrom(X, k, kern, m, method, random_state, n_oversamples=20,
-                 n_iter=6) -> KernelPCAModel:
+def _fit_nystrom(X, k, kern, m, method, random_state, n_oversamples=20, n_iter=6,
+                 tol=0.0) -> KernelPCAModel:
     """Kernel PCA of the Nyström approximation: the top k eigenpairs of the scatter of
     Phi = C R^-1 (C = k(X, L)), by `_nystrom_spectrum`."""
     n = X.shape[0]
     method = resolve_landmark_method(method, int(m))
     L, idx = choose_landmarks(X, int(m), method, random_state)
     nmap = nystrom_map(L, kern)
-    w, v, phi_mean, how = _nystrom_spectrum(X, nmap, min(k, nmap.rank), n_oversamples,
-                                            n_iter, random_state)
+    w, v, c_mean, emb, how = _nystrom_spectrum(X, nmap, min(k, nmap.rank), n_oversamples,
+                                               n_iter, tol, random_state)
     if w.size < k:  # rank r < k: pad with zero components
         v = np.hstack([v, np.zeros((v.shape[0], k - w.size))])
+        emb = None if emb is None else np.hstack([emb, np.zeros((n, k - w.size))])
         w = np.concatenate([w, np.zeros(k - w.size)])
     lam, info = _drop_nonpositive(w, None, n)
-    comps = sign_fix(v.T).T * (lam > 0)
+    coef = nmap.solve(v)  # R^-1 V
+    signs = column_signs(coef) * (lam > 0)  # the largest landmark weight positive; dropped: 0
+    coef = coef * signs
+    if emb is not None:
+        emb = emb * signs
     held = _held_out(X, idx, random_state)
     info.update({"n_landmarks": int(m), "landmark_method": method, "rank": int(nmap.rank),
+                 "factorization": nmap.info["factorization"],
                  "approximation_error": nystrom_error(held, nmap),
                  "approximation_error_rows": int(held.shape[0]), **how})
-    return KernelPCAModel(kern, "nystrom", lam, n, landmarks=nmap.landmarks, proj=nmap.proj,
-                          feature_mean=phi_mean, feature_components=comps, info=info)
+    return KernelPCAModel(kern, "nystrom", lam, n, landmarks=nmap.landmarks, coef=coef,
+                          offset=c_mean @ coef, embedding=emb, info=info)
 
 
 # The top eigenpairs of Phi's scatter come from subspace iteration over the centred C when C
@@ -277,41 +283,47 @@ SUBSPACE_SHARE = 0.25
 
 
 class _ScatterOperator:
-    """M = R^-T Cc^T Cc R^-1 (r x r) as an operator for `top_eigh`: Cc is the centred C held
-    in memory or persisted on the cluster, so each product is one pass over it."""
+    """M = R^-T Cc^T Cc R^-1 (r x r) as an operator for `top_eigh`: Cc is the centred C
+    persisted on the cluster, so each product is one pass over it."""
 
-    def __init__(self, Cc, R_inv):
-        self.Cc, self.R_inv = Cc, R_inv
-        self.shape = (R_inv.shape[0],) * 2
+    def __init__(self, Cc, nmap):
+        self.Cc, self.nmap = Cc, nmap
+        self.shape = (nmap.rank,) * 2
         self.ndim, self.dtype = 2, np.dtype(np.float64)
         self.passes = 0
 
     def __matmul__(self, Z):
-        U = (self.R_inv @ np.asarray(Z, np.float64)).astype(self.Cc.dtype)
-        W = self.Cc.T @ (self.Cc @ U)
+        W = self.Cc.T @ (self.Cc @ self.nmap.solve(Z).astype(self.Cc.dtype))
         if is_dask(W):
             (W,) = compute(W, stage=f"Nyström subspace iteration {self.passes + 1}")
         self.passes += 1
-        return self.R_inv.T @ np.asarray(W, np.float64)
+        return self.nmap.solve_t(np.asarray(W, np.float64))
 
 
-def _nystrom_spectrum(X, nmap, k, n_oversamples, n_iter, random_state):
-    """(eigenvalues, r x k eigenvectors of Phi's scatter, Phi's mean, info)."""
+def _nystrom_spectrum(X, nmap, k, n_oversamples, n_iter, tol, random_state):
+    """(eigenvalues, r x k eigenvectors of Phi's scatter, C's column means, the training
+    embedding (n, k) or None, info)."""
     C = _kernel_to_landmarks(X, nmap)
-    r, R_inv = nmap.rank, nmap.proj
+    r = nmap.rank
+    if not is_dask(C) and k + n_oversamples <= SUBSPACE_SHARE * r:
+        mean = C.mean(axis=0, dtype=np.float64)
+        C -= mean.astype(C.dtype)  # centred in place: C is ours
+        w, v, emb, how = nystrom_top_eigh(C, nmap, k, n_oversamples=n_oversamples,
+                                          n_iter=n_iter, tol=tol, random_state=random_state)
+        return w, v, mean, emb, {"passes": 1 + how["passes"],
+                                 "nystrom_eigensolver": "subspace iteration",
+                                 "residual": how["residual"]}
     held = _maybe_persist(C) if is_dask(C) else C
     if (is_dask(held) and held is C) or k + n_oversamples > SUBSPACE_SHARE * r:
         stats = column_stats(C, gram=True, method="KernelPCA", stage="Nyström kernel pass")
-        w, v = _top_of_scatter(stats.m2, R_inv, k, random_state)
-        return w, v, stats.mean @ R_inv, {"passes": 2, "nystrom_eigensolver": "scatter"}
+        w, v = _top_of_scatter(stats.m2, nmap, k, random_state)
+        return w, v, stats.mean, None, {"passes": 2, "nystrom_eigensolver": "scatter"}
     stats = column_stats(held, gram=False, method="KernelPCA", stage="Nyström kernel pass")
-    Cc = held - stats.mean.astype(held.dtype)
-    if is_dask(Cc):
-        Cc = _maybe_persist(Cc)
-    op = _ScatterOperator(Cc, R_inv)
+    Cc = _maybe_persist(held - stats.mean.astype(held.dtype))
+    op = _ScatterOperator(Cc, nmap)
     eig = top_eigh(op, k, solver="randomized", n_oversamples=n_oversamples, n_iter=n_iter,
                    random_state=random_state, stage="Nyström eigensolver")
-    return (np.asarray(eig.values), np.asarray(eig.vectors), stats.mean @ R_inv,
+    return (np.asarray(eig.values), np.asarray(eig.vectors), stats.mean, None,
             {"passes": 2 + op.passes, "nystrom_eigensolver": "subspace iteration"})
 
 
@@ -333,20 +345,20 @@ def _kernel_to_landmarks(X, nmap):
 LANCZOS_SHARE = 0.05
 
 
-def _top_of_scatter(S: np.ndarray, R_inv: np.ndarray, k: int, random_state):
-    """Top ``k`` eigenpairs (descending) of M = R_inv^T S R_inv, all held in memory."""
+def _top_of_scatter(S: np.ndarray, nmap, k: int, random_state):
+    """Top ``k`` eigenpairs (descending) of M = R^-T S R^-1, all held in memory."""
     r = S.shape[0]
     if r > 100 and k <= LANCZOS_SHARE * r:
         from scipy.sparse.linalg import LinearOperator, eigsh
 
         def matvec(v):
-            return R_inv.T @ (S @ (R_inv @ v))
+            return nmap.solve_t(S @ nmap.solve(v))
 
         op = LinearOperator((r, r), matvec=matvec, matmat=matvec, dtype=np.float64)
         v0 = check_random_state(random_state).uniform(-1, 1, r)
         w, v = eigsh(op, k=k, which="LA", tol=0.0, v0=v0)
     else:
-        M = R_inv.T @ S @ R_inv
+        M = nmap.solve_t(nmap.solve_t(S).T)  # R^-T (R^-T S)^T = R^-T S R^-1 (S symmetric)
         w, v = scipy.linalg.eigh((M + M.T) / 2, subset_by_index=[r - k, r - 1])
     order = np.argsort(w)[::-1]
     return w[order], v[:, order]
@@ -376,7 +388,9 @@ class KernelPCA(DimredEstimator):
     solver : {"auto", "dense", "randomized", "lanczos", "nystrom"}
     n_landmarks, landmarks : Nyström only: m and how they are chosen ("auto": k-means++ up
         to 500 landmarks, uniform above; "uniform", "kmeans++", "kmeans").
-    n_oversamples, n_iter, tol : randomized / Lanczos parameters.
+    n_oversamples, n_iter, tol : randomized / Lanczos parameters; for Nyström on NumPy input
+        ``tol`` is the relative residual at which subspace iteration stops (0: at the rounding
+        floor of C's dtype), ``n_iter`` + 1 its most passes.
     random_state : int or None
 
     Attributes
@@ -415,7 +429,8 @@ class KernelPCA(DimredEstimator):
         self.n_features_in_ = X.shape[1]
         self.solver_ = model.solver
         if model.solver == "nystrom":
-            self.embedding_ = model.transform(X)
+            self.embedding_ = (model.transform(X) if model.embedding is None else
+                               model.embedding.astype(X.dtype))
             self.eigenvectors_ = self.embedding_ * model._inv_sqrt().astype(X.dtype)
             self.landmarks_ = model.landmarks
             self.approximation_error_ = model.info["approximation_error"]
