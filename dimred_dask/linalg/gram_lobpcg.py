@@ -46,7 +46,8 @@ THREADS = 1
 # REORDER: rows and columns in reverse Cuthill-McKee order of the graph of A before solving
 # (the eigenvectors are permuted back): neighbours' rows of X are then close in memory, and
 # Aᵀ(A X) took 0.055 s instead of 0.100 s at n = 200 000 (the mixture's rows are in random
-# order); the ordering itself 0.17 s
+# order); the ordering itself 0.17 s. On whole solves there, under loads of 3-4 from other
+# jobs, the gain was within the noise (31.5 s against 31.8 s; 36.0 s against 36.8 s)
 # BLAS_THREADS: the dense steps (n x 3p times 3p x p) run with one BLAS thread: OpenBLAS's
 # threads made them ten times slower on the 2-core machine under load (S @ c, 50 000 x 24
 # times 24 x 8: 24 ms with its default threads, 2.7 ms with one)
