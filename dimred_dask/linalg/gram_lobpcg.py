@@ -3,8 +3,8 @@
 For LLE, A = I - W (k + 1 entries a row) and M = (I - W)ᵀ(I - W) (~k² entries a row): a
 product Aᵀ(A X) costs a quarter of M X, and M is never formed. This is LOBPCG
 (Knyazev 2001) written for this case rather than ``scipy.sparse.linalg.lobpcg`` on a
-LinearOperator, whose dense bookkeeping dominated: 0.76 s an iteration at n = 200 000 with
-8 vectors, of which the products were ~0.1 s; this one takes ~0.18 s (one BLAS thread,
+LinearOperator, which took 0.76 s an iteration at n = 200 000 with 8 vectors, of which
+the products were ~0.1 s; this one takes ~0.18 s (one BLAS thread, see BLAS_THREADS, and
 preallocated blocks; bench/RESULTS.md, "LLE at n = 1 000 000 on the 50-D mixture with
 LOBPCG").
 
