@@ -71,7 +71,7 @@ class KernelPCAModel:
     alphas: np.ndarray | None = None  # (n, k) exact solvers: unit eigenvectors of H K H
     X_fit: np.ndarray | None = None  # (n, d)
     row_means: np.ndarray | None = None  # (n,) K 1 / n
-    embedding: np.ndarray | None = None  # (n, k) exact solvers: H K H A Lambda^-1/2
+    embedding: np.ndarray | None = None  # (n, k) H K H A Lambda^-1/2 (exact; Nyström in memory)
     landmarks: np.ndarray | None = None  # (r, d) Nyström: the kept landmarks
     coef: np.ndarray | None = None  # (r, k) Nyström: R^-1 V (V: eigenvectors of Phi's scatter)
     offset: np.ndarray | None = None  # (k,) Nyström: mean(Phi) V
