@@ -40,7 +40,8 @@ def main(argv=None) -> int:
                    help="isomap: only the n = 20 000 comparison, not the 1 000 000 run")
     p.add_argument("--solver", default=None,
                    help="lle, spectral: the sparse eigensolver for every data set (default: "
-                        "arpack on the swiss roll, lobpcg on the 50-D mixture)")
+                        "lle: auto; spectral: arpack on the swiss roll, lobpcg on the "
+                        "50-D mixture)")
     p.add_argument("--only", default=None,
                    help="lle, spectral: only the data set whose name starts with this "
                         "('swiss', '50-D')")

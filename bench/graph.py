@@ -206,6 +206,12 @@ def _method_runs(name: str, fit, datasets, client, pids, solvers: dict):
 
 def _factored(model) -> str:
     info = getattr(model, "info", {})
+    if "residuals" in info:
+        levels = info.get("levels")
+        return (f" ({info['iterations']} iterations in {info['seconds']:.0f} s, block "
+                f"{info['block']}, residuals "
+                f"{[float(f'{r:.2g}') for r in info['residuals'][:len(model.eigenvalues)]]}"
+                f"{'' if levels is None else f', AMG levels {levels}'})")
     if "factor_nnz" not in info:
         return ""
     return (f" ({info['iterations']} iterations, LU of I - W with "
@@ -224,9 +230,11 @@ def main_graph_method(args, which: str) -> int:
         sets = [s for s in sets if s[0].startswith(args.only)]
     print(f"# bench {which}: n = {n:,}, k = {K}; {machine()}; load {os.getloadavg()}",
           flush=True)
-    # LLE on the roll: "auto" = the factored solver (LU of I - W) above 200 000 rows
+    # LLE: "auto" = the factored solver (LU of I - W) on the 3-D roll above 200 000 rows,
+    # LOBPCG on products with I - W (Jacobi) on the 50-D mixture
     roll_solver = "auto" if which == "lle" else "arpack"
-    solvers = {"swiss roll": args.solver or roll_solver, "50-D mixture": args.solver or "lobpcg"}
+    mix_solver = "auto" if which == "lle" else "lobpcg"
+    solvers = {"swiss roll": args.solver or roll_solver, "50-D mixture": args.solver or mix_solver}
     if which == "lle":
         fit = lambda Xd, g, s: lle(Xd, n_components=2, n_neighbors=K, graph=g,  # noqa
                                    eigen_solver=s, tol=1e-6)

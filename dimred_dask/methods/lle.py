@@ -9,7 +9,11 @@
    the constant one (eigenvalue 0): `linalg.bottom_eigsh` (dense, shift-invert ARPACK,
    LOBPCG) on M, or, above ``ARPACK_MAX`` rows by default (``eigen_solver="factored"``),
    `linalg.bottom_eigsh_gram` from a sparse LU of A = I - W instead of M (M's LU fills in:
-   12 GB and 23 minutes at n = 1 000 000; see that module), the constant deflated.
+   12 GB and 23 minutes at n = 1 000 000; see that module), the constant deflated. On
+   data of more than ``FACTORIZE_MAX_DIM`` columns both factorisations fill in, and "auto"
+   takes `linalg.bottom_eigsh_lobpcg` instead: LOBPCG on products with A = I - W (M never
+   formed), Jacobi-preconditioned (or aggregation multigrid, ``eigen_solver="amg"``),
+   guard vectors in the block, the constant deflated.
 
 Scale: the seed's constraint (1/n) Y^T Y = I, so Y = sqrt(n) V (scikit-learn returns the
 unit-norm V; the two differ by that factor only). ``reconstruction_error`` is the sum of
@@ -30,7 +34,7 @@ from .._validation import check_array, check_is_fitted, check_n_features
 from ..blocks.neighbors import reconstruction_weights_block
 from ..graphs import check_reg, reconstruction_weights
 from ..linalg import (ARPACK_MAX, DENSE_MAX_SPARSE, SPARSE_EIGEN_SOLVERS, bottom_eigsh,
-                      bottom_eigsh_gram)
+                      bottom_eigsh_gram, bottom_eigsh_lobpcg)
 from ..errors import InputError
 from ._base import DimredEstimator, rowwise
 from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph, like,
@@ -38,7 +42,15 @@ from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph, lik
 
 __all__ = ["LocallyLinearEmbedding", "LLEModel", "lle", "lle_matrix", "LLE_EIGEN_SOLVERS"]
 
-LLE_EIGEN_SOLVERS = SPARSE_EIGEN_SOLVERS + ("factored",)
+LLE_EIGEN_SOLVERS = SPARSE_EIGEN_SOLVERS + ("factored", "amg")
+# "auto" factorises (shift-invert ARPACK on M, or the factored solver) only for data of at
+# most this many columns; above it, LOBPCG on products with I - W. Factorisations fill in on
+# kNN graphs of high-dimensional data (LU of I - W: 195 entries a row at n = 200 000 on the
+# 3-D swiss roll, 1,547 at n = 10 000 on the 50-D mixture; shift-invert on M at n = 20 000
+# there did not finish in 10 minutes), whereas LOBPCG needs the bottom eigenvalues not too
+# small against M's diagonal (~1e-3 - 1e-2 on the mixture, 1e-14 on the roll, where it
+# stalls). See bench/RESULTS.md.
+FACTORIZE_MAX_DIM = 8
 
 
 @dataclass
@@ -86,13 +98,29 @@ def lle_matrix(weights: np.ndarray, indices: np.ndarray):
     return (A.T @ A).tocsr()
 
 
+def choose_lle_solver(solver: str, n: int, d: int) -> str:
+    """``auto``: dense up to DENSE_MAX_SPARSE rows; then, for data of at most
+    FACTORIZE_MAX_DIM columns, shift-invert ARPACK up to ARPACK_MAX and the factored solver
+    above; for wider data, LOBPCG on products with I - W."""
+    if solver != "auto":
+        return solver
+    if n <= DENSE_MAX_SPARSE:
+        return "dense"
+    if d > FACTORIZE_MAX_DIM:
+        return "lobpcg"
+    return "arpack" if n <= ARPACK_MAX else "factored"
+
+
 def _bottom(A, k, solver, tol, max_iter, random_state):
     """The k bottom eigenpairs of M = A^T A after the constant one: (values, vectors, the
     dropped eigenvalue, solver, info)."""
     n = A.shape[0]
-    if solver == "auto":
-        solver = "factored" if n > ARPACK_MAX else \
-            "dense" if n <= DENSE_MAX_SPARSE else "arpack"
+    if solver in ("lobpcg", "amg"):
+        eig = bottom_eigsh_lobpcg(A, k, null=np.ones(n), tol=tol, maxiter=max_iter,
+                                  random_state=random_state,
+                                  preconditioner="amg" if solver == "amg" else "jacobi")
+        first = float(np.sum((A @ np.ones(n)) ** 2)) / n  # the constant's, ~0
+        return eig.values, eig.vectors, first, solver, dict(eig.info)
     if solver == "factored":
         eig = bottom_eigsh_gram(A, k, null=np.ones(n), tol=tol, maxiter=max_iter,
                                 random_state=random_state)
@@ -124,7 +152,8 @@ def lle(X, *, n_components=2, n_neighbors=10, reg=1e-3, eigen_solver="auto", tol
                          f"{g.n_neighbors}, n_components={k}.",
                          f"pass n_neighbors of at least {k + 1} (10 or more is usual).")
     w = reconstruction_weights(X, g, reg)
-    vals, vec, first, solver, info = _bottom(lle_operator(w, g.indices), k, eigen_solver, tol,
+    solver = choose_lle_solver(eigen_solver, n, int(X.shape[1]))
+    vals, vec, first, solver, info = _bottom(lle_operator(w, g.indices), k, solver, tol,
                                              max_iter, random_state)
     vec = np.asarray(vec, np.float64)
     s = np.sign(vec[np.argmax(np.abs(vec), axis=0), np.arange(k)])
@@ -145,8 +174,11 @@ class LocallyLinearEmbedding(DimredEstimator):
     n_components : int in [1, n_samples - 2]
     n_neighbors : int, more than n_components
     reg : float > 0, the ridge on the local Gram matrix (times its trace)
-    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "factored"}; "auto" is dense up to
-        3000 rows, shift-invert ARPACK on M up to 200 000, "factored" (LU of I - W) above
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "factored", "amg"}; "auto" is dense
+        up to 3000 rows; then, for data of at most 8 columns, shift-invert ARPACK on M up to
+        200 000 rows and "factored" (LU of I - W) above; for wider data "lobpcg" (LOBPCG on
+        products with I - W, Jacobi-preconditioned, the constant deflated). "amg": the same
+        LOBPCG with an aggregation multigrid preconditioner
     tol, max_iter : the eigensolver's
     metric, knn_backend, join_components, random_state : the kNN graph's
 

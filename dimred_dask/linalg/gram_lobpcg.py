@@ -1,0 +1,236 @@
+"""The smallest eigenpairs of M = Aᵀ A by preconditioned LOBPCG on products with A only.
+
+For LLE, A = I - W (k + 1 entries a row) and M = (I - W)ᵀ(I - W) (~k² entries a row): a
+product Aᵀ(A X) costs a quarter of M X, and M is never formed. This is LOBPCG
+(Knyazev 2001) written for this case rather than ``scipy.sparse.linalg.lobpcg`` on a
+LinearOperator, which took 0.76 s an iteration at n = 200 000 with 8 vectors, of which
+the products were ~0.1 s; this one takes ~0.18 s (one BLAS thread, see BLAS_THREADS, and
+preallocated blocks; bench/RESULTS.md, "LLE at n = 1 000 000 on the 50-D mixture with
+LOBPCG").
+
+Per iteration: R = M X - X Λ, W = T R (T the preconditioner: Jacobi or `amg.AMG`), the
+constraint vector ``null`` (LLE: the constant, M's exact eigenvector with eigenvalue 0)
+projected out, then Rayleigh-Ritz on span[X, W, P] (P the previous step's direction); one
+product with M per iteration (M X, M P are updated, not recomputed; they are recomputed from
+scratch every ``REFRESH`` iterations so that rounding does not accumulate). The block has
+``block`` >= k columns: the guard vectors let the wanted k converge at the rate set by the
+gap to the (block + 1)-th eigenvalue rather than to the (k + 1)-th, which matters on the
+clustered bottom spectra of LLE on high-dimensional data (0.0036, 0.0054, 0.0065, 0.0078 at
+n = 200 000 on the 50-D mixture).
+
+Stops when the k wanted residuals ||M x - λ x|| (unit x) are at most ``tol`` times the mean
+diagonal of M (scale-free; ~1 for LLE's M). The answer is the Ritz pairs of M itself.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+
+from .._validation import check_random_state
+from ..errors import ConvergenceWarning, InputError
+from .eigen import Eigen
+
+__all__ = ["bottom_eigsh_lobpcg", "PRECONDITIONERS"]
+
+PRECONDITIONERS = ("jacobi", "amg")
+# THREADS: the products with A and Aᵀ can be split by rows over threads (SciPy's sparse
+# products release the GIL; the solver runs in the client while the workers idle). Default
+# one: on the shared 2-core machine two threads won 0.092 s against 0.122 s on one product
+# (n = 200 000, 8 columns, load 3), but lost on a whole solve (38.6 s against 31.5 s, load
+# 3.8): the dense steps between products then compete with the machine's other jobs
+THREADS = 1
+# REORDER: rows and columns in reverse Cuthill-McKee order of the graph of A before solving
+# (the eigenvectors are permuted back): neighbours' rows of X are then close in memory, and
+# Aᵀ(A X) took 0.055 s instead of 0.100 s at n = 200 000 (the mixture's rows are in random
+# order); the ordering itself 0.17 s. On whole solves there, under loads of 3-4 from other
+# jobs, the gain was within the noise (31.5 s against 31.8 s; 36.0 s against 36.8 s)
+# BLAS_THREADS: the dense steps (n x 3p times 3p x p) run with one BLAS thread: OpenBLAS's
+# threads made them ten times slower on the 2-core machine under load (S @ c, 50 000 x 24
+# times 24 x 8: 24 ms with its default threads, 2.7 ms with one)
+MAXITER = 1000
+REFRESH = 20
+# Rayleigh-Ritz drops basis directions whose Gram eigenvalue is below this times the
+# largest (S = [X, W, P] becomes nearly dependent as the iteration converges)
+GRAM_RCOND = 1e-12
+
+
+def _norms(X: np.ndarray) -> np.ndarray:
+    """Column norms (np.linalg.norm(X, axis=0) took 3x as long at n = 200 000)."""
+    return np.sqrt(np.einsum("ij,ij->j", X, X))
+
+
+def _orth_coef(G: np.ndarray) -> np.ndarray:
+    """Z with Zᵀ G Z = I on the well-conditioned part of the Gram matrix G."""
+    s, U = scipy.linalg.eigh((G + G.T) / 2)
+    keep = s > GRAM_RCOND * s.max()
+    return U[:, keep] / np.sqrt(s[keep])
+
+
+def bottom_eigsh_lobpcg(A, k: int, *, null=None, preconditioner: str = "jacobi",
+                        tol: float = 1e-8, maxiter: int | None = None, block: int | None = None,
+                        X0=None, random_state=0, reorder: bool = True, threads: int | None = None,
+                        amg_options=None) -> Eigen:
+    """The ``k`` smallest eigenpairs of M = Aᵀ A orthogonal to ``null`` (see the module
+    docstring); ``info`` has the iterations, the residuals and the preconditioner's
+    levels. ``reorder``: solve in reverse Cuthill-McKee order (see REORDER); ``threads``:
+    threads for the products with A (default THREADS)."""
+    n = A.shape[0]
+    if A.shape != (n, n) or not 1 <= k < n - 1:
+        raise InputError(f"bottom_eigsh_lobpcg needs a square A and 1 <= k < n - 1; found "
+                         f"shape {A.shape}, k = {k}.", "pass the n x n A and a smaller k.")
+    if preconditioner not in PRECONDITIONERS:
+        raise InputError(f"preconditioner must be one of {', '.join(PRECONDITIONERS)}; "
+                         f"found {preconditioner!r}.", "pass preconditioner='jacobi'.")
+    A = sp.csr_matrix(A, dtype=np.float64)
+    perm = _rcm(A) if reorder else np.arange(n)
+    A = A[perm][:, perm].tocsr()
+    rng = check_random_state(random_state)
+    p = min(n - 2, max(k + 6, 2 * k) if block is None else max(block, k))
+    X = rng.standard_normal((n, p))
+    if X0 is not None:
+        X0 = np.asarray(X0, np.float64).reshape(n, -1)[perm, :p]
+        X[:, :X0.shape[1]] = X0
+    q = None if null is None else np.asarray(null, np.float64).reshape(n, 1)[perm]
+    q = None if q is None else q / np.linalg.norm(q)
+
+    def away(Y):
+        return Y if q is None else Y - q @ (q.T @ Y)
+
+    diag = np.asarray(A.multiply(A).sum(axis=0)).ravel()
+    scale, info = float(diag.mean()), {"preconditioner": preconditioner, "reordered": reorder}
+    precond = _preconditioner(A, diag, preconditioner, random_state, amg_options, info)
+    from threadpoolctl import threadpool_limits
+
+    t0 = time.perf_counter()
+    with _GramProduct(A, threads) as matmat, threadpool_limits(1, user_api="blas"):
+        # one BLAS thread: see BLAS_THREADS
+        w, v, it, res = _iterate(matmat, precond, away, np.linalg.qr(away(X))[0], k,
+                                 tol * scale, maxiter or MAXITER)
+    info.update({"iterations": it, "block": p, "residuals": res.tolist(),
+                 "tol_abs": tol * scale, "seconds": time.perf_counter() - t0})
+    if not (res[:k] <= tol * scale).all():
+        warnings.warn(f"LOBPCG stopped after {it} iterations with residuals "
+                      f"{np.array2string(res[:k], precision=2)} (wanted <= "
+                      f"{tol * scale:.1e}); returning them. Raise max_iter or tol.",
+                      ConvergenceWarning, stacklevel=3)
+    vectors = np.empty((n, k))
+    vectors[perm] = v[:, :k]
+    return Eigen(w[:k], vectors, f"lobpcg-{preconditioner}", 0, info=info)
+
+
+def _rcm(A):
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    S = abs(A)
+    return np.asarray(reverse_cuthill_mckee((S + S.T).tocsr(), symmetric_mode=True),
+                      dtype=np.int64)
+
+
+def _preconditioner(A, diag, kind, random_state, amg_options, info):
+    if kind == "amg":
+        from .amg import amg_hierarchy
+
+        amg = amg_hierarchy(A, random_state=random_state, **(amg_options or {}))
+        info["levels"] = amg.info
+        return amg.solve
+    inv = 1.0 / np.where(diag > 0, diag, 1.0)
+    return lambda R: inv[:, None] * R
+
+
+class _GramProduct:
+    """X -> Aᵀ (A X), the rows of each product split over ``threads`` threads (SciPy's
+    sparse products release the GIL)."""
+
+    def __init__(self, A, threads):
+        import os
+
+        self.n = A.shape[0]
+        t = max(1, min(THREADS if threads is None else int(threads), os.cpu_count() or 1))
+        self.cuts = np.linspace(0, self.n, t + 1).astype(np.int64)
+        At = A.T.tocsr()
+        self.A = [A[a:b] for a, b in zip(self.cuts[:-1], self.cuts[1:])]
+        self.At = [At[a:b] for a, b in zip(self.cuts[:-1], self.cuts[1:])]
+        self.pool = None
+
+    def __enter__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        if len(self.A) > 1:
+            self.pool = ThreadPoolExecutor(len(self.A))
+        return self
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.shutdown()
+
+    def _product(self, parts, X):
+        out = np.empty((self.n, X.shape[1]))
+
+        def one(i):
+            out[self.cuts[i]:self.cuts[i + 1]] = parts[i] @ X
+
+        if self.pool is None:
+            one(0)
+        else:
+            list(self.pool.map(one, range(len(parts))))
+        return out
+
+    def __call__(self, X):
+        X = np.ascontiguousarray(X)
+        return self._product(self.At, self._product(self.A, X))
+
+
+def _rayleigh_ritz(S, MS, p):
+    Z = _orth_coef(S.T @ S)
+    G = Z.T @ (S.T @ MS) @ Z
+    w, c = scipy.linalg.eigh((G + G.T) / 2)
+    return w[:p], Z @ c[:, :p]
+
+
+def _iterate(matmat, precond, away, X, k, tol_abs, maxiter):
+    """LOBPCG proper: returns (values, vectors, iterations, residual norms). The basis
+    S = [X, W, P] and M S live in two preallocated n x 3p arrays (fresh n x 3p arrays each
+    iteration cost more than the arithmetic at n = 200 000: page faults)."""
+    n, p = X.shape
+    S, MS = np.empty((n, 3 * p)), np.empty((n, 3 * p))
+    newX, newMX, R = np.empty((n, p)), np.empty((n, p)), np.empty((n, p))
+    S[:, :p] = X
+    MS[:, :p] = matmat(X)
+    w, c = _rayleigh_ritz(S[:, :p], MS[:, :p], p)
+    np.matmul(S[:, :p], c, out=newX)
+    np.matmul(MS[:, :p], c, out=newMX)
+    S[:, :p], MS[:, :p] = newX, newMX
+    m = 2 * p  # no P yet
+    for it in range(1, maxiter + 1):
+        X, MX = S[:, :p], MS[:, :p]
+        np.multiply(X, w, out=R)
+        np.subtract(MX, R, out=R)
+        res = _norms(R)
+        if (res[:k] <= tol_abs).all():
+            return w, np.array(X), it - 1, res
+        W = away(precond(R))
+        W -= X @ (X.T @ W)
+        W /= np.maximum(_norms(W), 1e-300)
+        S[:, p:2 * p] = W
+        MS[:, p:2 * p] = matmat(W)
+        w, c = _rayleigh_ritz(S[:, :m], MS[:, :m], p)
+        np.matmul(S[:, :m], c, out=newX)
+        np.matmul(MS[:, :m], c, out=newMX)
+        # the new search direction P: the W and P parts of the new Ritz vectors
+        np.matmul(S[:, p:m], c[p:], out=R)
+        norms = np.maximum(_norms(R), 1e-300)
+        S[:, 2 * p:] = R / norms
+        np.matmul(MS[:, p:m], c[p:], out=R)
+        MS[:, 2 * p:] = R / norms
+        S[:, :p], MS[:, :p] = newX, newMX
+        m = 3 * p
+        if it % REFRESH == 0:  # products updated by recurrence drift: recompute them
+            S[:, :p] = away(S[:, :p])
+            MS[:, :p] = matmat(np.ascontiguousarray(S[:, :p]))
+            MS[:, 2 * p:] = matmat(np.ascontiguousarray(S[:, 2 * p:]))
+    X, MX = S[:, :p], MS[:, :p]
+    return w, np.array(X), maxiter, _norms(MX - X * w)
