@@ -9,7 +9,7 @@ broken by the smaller index. Backends (``backend=``):
   task that keeps the k + 1 nearest candidates; candidates are merged by a tree over the column
   chunks. O(n^2 d): for validation and for n up to ~100 000.
 - ``nndescent``: pynndescent's NN-descent (random projection trees, then neighbour-of-neighbour
-  refinement), with pynndescent's defaults except ``NNDESCENT_DEFAULTS`` (an earlier stop).
+  refinement), with pynndescent's defaults (``NNDESCENT_DEFAULTS`` is empty).
   For dask input it runs as one task on one worker, using that worker's cores (numba
   threads); the data are gathered there (n x d must fit in one worker), and the graph comes
   back in pynndescent's int32 / float32 (half the bytes), widened in the client.
@@ -198,13 +198,12 @@ def _exact(X, k: int, metric: str, kw: dict):
 # --------------------------------------------------------------------------- NN-descent
 
 
-# pynndescent's arguments that this stage sets differently from pynndescent's defaults
-# (``nndescent_kwds`` overrides them). delta: NN-descent stops when an iteration changes
-# fewer than delta * n * k graph entries; pynndescent's 0.001 keeps iterating on changes that
-# no longer raise recall. Measured on `bench knn`'s 1 000 000 x 50 data, k = 15, one process:
-# delta 0.01 took 20.7 s with recall 0.9873 where 0.001 took 36.4 s with 0.9877 (both on a
-# machine loaded by another job; see bench/RESULTS.md for the benchmark).
-NNDESCENT_DEFAULTS = {"delta": 0.01}
+# pynndescent's arguments that this stage would set differently from pynndescent's defaults
+# (``nndescent_kwds`` overrides them; they are part of a stored graph's fingerprint). None
+# today: an earlier stop (delta 0.01 instead of 0.001) looked like a 40 % saving on a machine
+# loaded by other jobs, but on a quiet one it made no difference (1 000 000 x 50, k = 15:
+# 23.5 s against 23.7 s, recall 0.9873 against 0.9877; bench/RESULTS.md).
+NNDESCENT_DEFAULTS: dict = {}
 
 
 def _nndescent_kw(n: int, random_state, extra) -> dict:
