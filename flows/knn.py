@@ -27,9 +27,9 @@ import numpy as np
 
 import dimred_dask
 from dimred_dask.errors import InputError
-from dimred_dask.graphs import (KNN_BACKENDS, NNDESCENT_DEFAULTS, KNNGraph, check_connected,
-                                check_n_neighbors, connected_components, graph_csr,
-                                join_components, knn_graph, sample_recall)
+from dimred_dask.graphs import (KNN_BACKENDS, KNNGraph, check_connected, check_n_neighbors,
+                                connected_components, graph_csr, join_components, knn_graph,
+                                sample_recall)
 from dimred_dask.io import Lease, LeaseHeldError, RunStore, digest_of, parse_uri
 
 __all__ = ["normalize_request", "graph_fingerprint", "save_graph", "load_graph", "GraphCache",
@@ -62,8 +62,6 @@ def normalize_request(request: dict, shape: tuple, method: str) -> dict:
 
 def graph_fingerprint(input_digest: str, request: dict) -> str:
     content = {k: v for k, v in request.items() if k != "connected"}
-    # the stage's own NN-descent defaults: a graph built under other defaults is not reused
-    content["nndescent_defaults"] = dict(NNDESCENT_DEFAULTS)
     return digest_of("knn", input_digest, content, dimred_dask.__version__)
 
 

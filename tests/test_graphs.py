@@ -100,10 +100,10 @@ def test_nndescent_recall(blobs):
     assert not (g.indices == np.arange(3000)[:, None]).any()
     assert g.indices.dtype == np.int64 and g.distances.dtype == np.float64
     assert set(g.info["seconds_in_task"]) == {"nndescent", "tidy"}
-    # the stage's earlier stop is a default that nndescent_kwds overrides
-    from dimred_dask.graphs.knn import NNDESCENT_DEFAULTS, _nndescent_kw
+    # pynndescent's own defaults, which nndescent_kwds overrides
+    from dimred_dask.graphs.knn import _nndescent_kw
 
-    assert _nndescent_kw(3000, 0, None) == {"random_state": 0, **NNDESCENT_DEFAULTS}
+    assert _nndescent_kw(3000, 0, None) == {"random_state": 0}
     assert _nndescent_kw(3000, 0, {"delta": 0.001})["delta"] == 0.001
 
 

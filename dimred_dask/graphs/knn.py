@@ -9,7 +9,7 @@ broken by the smaller index. Backends (``backend=``):
   task that keeps the k + 1 nearest candidates; candidates are merged by a tree over the column
   chunks. O(n^2 d): for validation and for n up to ~100 000.
 - ``nndescent``: pynndescent's NN-descent (random projection trees, then neighbour-of-neighbour
-  refinement), with pynndescent's defaults (``NNDESCENT_DEFAULTS`` is empty).
+  refinement), with pynndescent's defaults.
   For dask input it runs as one task on one worker, using that worker's cores (numba
   threads); the data are gathered there (n x d must fit in one worker), and the graph comes
   back in pynndescent's int32 / float32 (half the bytes), widened in the client.
@@ -41,7 +41,7 @@ from ..blocks.neighbors import block_topk, drop_self, merge_candidates, merge_to
 from ..errors import InputError
 
 __all__ = ["KNNGraph", "knn_graph", "check_n_neighbors", "sample_recall", "KNN_BACKENDS",
-           "EXACT_MAX", "NNDESCENT_DEFAULTS"]
+           "EXACT_MAX"]
 
 KNN_BACKENDS = ("auto", "exact", "nndescent", "partitioned")
 EXACT_MAX = 20_000  # auto: brute force up to this many rows (n^2 d flops, ~1 s at 20 000 x 50)
@@ -198,18 +198,12 @@ def _exact(X, k: int, metric: str, kw: dict):
 # --------------------------------------------------------------------------- NN-descent
 
 
-# pynndescent's arguments that this stage would set differently from pynndescent's defaults
-# (``nndescent_kwds`` overrides them; they are part of a stored graph's fingerprint). None
-# today: an earlier stop (delta 0.01 instead of 0.001) looked like a 40 % saving on a machine
-# loaded by other jobs, but on a quiet one it made no difference (1 000 000 x 50, k = 15:
-# 23.5 s against 23.7 s, recall 0.9873 against 0.9877; bench/RESULTS.md).
-NNDESCENT_DEFAULTS: dict = {}
-
-
 def _nndescent_kw(n: int, random_state, extra) -> dict:
     seed = random_state if isinstance(random_state, numbers.Integral) else \
         int(check_random_state(random_state).integers(2**31 - 1))
-    return {"random_state": int(seed), **NNDESCENT_DEFAULTS, **dict(extra or {})}
+    # pynndescent's defaults: an earlier stop (delta 0.01) made no difference on a quiet
+    # machine at 1 000 000 x 50 (bench/RESULTS.md, third kNN run)
+    return {"random_state": int(seed), **dict(extra or {})}
 
 
 def nndescent(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kwds: dict):
