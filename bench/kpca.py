@@ -130,7 +130,18 @@ def _table(rows, ours_name):
 
 
 def _nystrom_stages(X, gamma: float, m: int, landmarks: str = "uniform") -> dict:
-    """``_fit_nystrom`` + the embedding, step by step with the same library calls, timed."""
+    """``_fit_nystrom`` + the embedding, step by step with the same library calls, timed (for
+    NumPy input under one BLAS thread, as ``_fit_nystrom`` runs it)."""
+    import contextlib
+
+    from dimred_dask._validation import is_dask
+    from dimred_dask.linalg.threaded import one_blas_thread
+
+    with contextlib.nullcontext() if is_dask(X) else one_blas_thread():
+        return _nystrom_stages_run(X, gamma, m, landmarks)
+
+
+def _nystrom_stages_run(X, gamma: float, m: int, landmarks: str) -> dict:
     from dimred_dask._compute import compute
     from dimred_dask.linalg import choose_landmarks, nystrom_error, nystrom_map
     from dimred_dask.methods.kpca import KernelPCAModel, _held_out, _nystrom_spectrum
@@ -150,8 +161,8 @@ def _nystrom_stages(X, gamma: float, m: int, landmarks: str = "uniform") -> dict
     nmap = nystrom_map(L, kern)
     lap(f"W = k(L, L), its {nmap.info['factorization']} W = R^T R (m x m, in the client)")
     w, v, mean, emb, how = _nystrom_spectrum(X, nmap, K, 20, 6, 0.0, 0)
-    lap(f"C = k(X, L): mean + eigensolver ({how['nystrom_eigensolver']}, "
-        f"{how['passes'] - 1} passes over C)")
+    lap(f"C = k(X, L), its mean and the eigensolver ({how['nystrom_eigensolver']}, "
+        f"{how['passes']} passes{', the first made C' if emb is not None else ''})")
     held = _held_out(X, idx, 0)
     nystrom_error(held, nmap)
     lap("approximation error on the held-out rows")

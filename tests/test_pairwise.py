@@ -1,5 +1,7 @@
 """The blockwise distance / kernel engine and the symmetric eigensolvers, against scikit-learn,
 SciPy and NumPy on small data."""
+from unittest.mock import patch
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -164,6 +166,34 @@ def test_nystrom_error_shrinks_with_landmarks(data, method):
     assert nystrom_error(X[:100], nystrom_map(L, kern)) < 1e-6
 
 
+# The probe estimate of ||E||_F^2 (Hutchinson, p Gaussian probes) has standard deviation
+# sqrt(2 sum l^4 / p) over E's eigenvalues l; 4 of them bound a fixed seed's draw.
+PROBE_SIGMAS = 4
+
+
+def test_nystrom_error_probe_estimate_against_exact():
+    """Above 2 * probes rows the error's numerator is a probe estimate: it agrees with the exact
+    value within the estimator's own spread (computed from E's spectrum), is reproducible, and
+    the exact path is what ``probes=None`` and small samples give."""
+    X = np.random.default_rng(5).standard_normal((700, 6))
+    kern = check_kernel("gaussian", 6, width=3.0)
+    L, idx = choose_landmarks(X, 60, "uniform", random_state=0)
+    nmap = nystrom_map(L, kern)
+    sample = np.delete(X, idx, axis=0)[:400]
+    exact = nystrom_error(sample, nmap, probes=None)
+    est = nystrom_error(sample, nmap, probes=50)
+    assert est == nystrom_error(sample, nmap, probes=50)  # seeded
+    assert est != exact  # the probe path ran (400 > 2 * 50 rows)
+    K = sk_kernels(sample, sample, metric="rbf", gamma=1 / 9)
+    C = sk_kernels(sample, nmap.landmarks, metric="rbf", gamma=1 / 9)
+    E = K - C @ np.linalg.solve(sk_kernels(nmap.landmarks, metric="rbf", gamma=1 / 9), C.T)
+    lam = np.linalg.eigvalsh((E + E.T) / 2)
+    np.testing.assert_allclose(exact, np.linalg.norm(E) / np.linalg.norm(K), rtol=1e-6)
+    sd = np.sqrt(2 * np.sum(lam ** 4) / 50) / np.linalg.norm(K) ** 2
+    assert abs(est ** 2 - exact ** 2) <= PROBE_SIGMAS * sd
+    assert nystrom_error(sample[:100], nmap) == nystrom_error(sample[:100], nmap, probes=None)
+
+
 def test_landmarks_are_reproducible(client, data):
     X = da.from_array(data[0], chunks=(50, 7))
     a, _ = choose_landmarks(X, 20, "kmeans", random_state=5)
@@ -204,23 +234,30 @@ def test_nystrom_map_cholesky_or_pivoted_gives_the_same_approximation(data):
 NYSTROM_EIGH_EPS = 100
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_nystrom_top_eigh_against_dense_eigh(data, dtype):
+def test_nystrom_top_eigh_against_dense_eigh(data, dtype, threads):
     """The top eigenpairs of the centred Nyström kernel Phic Phic^T against LAPACK on the
-    n x n matrix, and the returned embedding Y = Phic V (= eigenvectors * sqrt(lambda))."""
+    n x n matrix, the returned embedding Y = Phic V (= eigenvectors * sqrt(lambda)) and the
+    column means of C, with C made in row blocks (several blocks, on one or two threads)."""
     X = np.vstack([data[0], data[1]]).astype(dtype)
     kern = check_kernel("gaussian", 7, width=4.0)
     L, _ = choose_landmarks(X, 120, "uniform", random_state=0)
     nmap = nystrom_map(L, kern)
-    C = nmap.kernel_to_landmarks(X)
-    Cc = C - C.mean(axis=0, dtype=np.float64).astype(dtype)
-    w, V, Y, info = nystrom_top_eigh(Cc, nmap, 3, n_oversamples=20, n_iter=30)
-    phi_c = np.asarray(Cc, np.float64) @ nmap.proj
+    C = np.asarray(nmap.kernel_to_landmarks(X), np.float64)
+    mean = C.mean(axis=0)
+    assert X.shape[0] > 4 * 64
+    with patch("dimred_dask.linalg.threaded.BLOCK_ROWS", 64):  # several row blocks
+        w, V, Y, mu, info = nystrom_top_eigh(X, nmap, 3, n_oversamples=20, n_iter=30,
+                                             threads=threads)
+    phi_c = (C - mean) @ nmap.proj
     ref_w, ref_u = np.linalg.eigh(phi_c @ phi_c.T)
     ref_w, ref_u = ref_w[::-1][:3], ref_u[:, ::-1][:, :3]
     eps = np.finfo(dtype).eps
     assert info["converged"] and info["residual"] <= 64 * eps  # RESIDUAL_FLOOR
     assert info["passes"] < 31  # stopped on the residual, not the pass limit
+    assert info["threads"] == threads
+    np.testing.assert_allclose(mu, mean, atol=NYSTROM_EIGH_EPS * eps)
     np.testing.assert_allclose(w, ref_w, rtol=NYSTROM_EIGH_EPS * eps)
     np.testing.assert_allclose(Y, phi_c @ V, atol=NYSTROM_EIGH_EPS * eps * np.abs(Y).max())
     cos = np.abs(np.sum(Y / np.linalg.norm(Y, axis=0) * ref_u, axis=0))

@@ -31,16 +31,18 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
-from scipy.linalg import lapack
+from scipy.linalg import blas, lapack
 
 from .._compute import compute
 from .._validation import check_random_state, is_dask
 from ..blocks.kernels import kernel_block
 from ..blocks.landmarks import kmeans, kmeans_plusplus
 from ..errors import InputError
+from .threaded import RowBlockPool
 
 __all__ = ["LANDMARK_METHODS", "NystromMap", "take_rows", "choose_landmarks", "nystrom_map",
-           "resolve_landmark_method", "nystrom_features", "nystrom_error", "nystrom_top_eigh"]
+           "resolve_landmark_method", "nystrom_features", "nystrom_error", "nystrom_top_eigh",
+           "kernel_rows", "ERROR_PROBES"]
 
 LANDMARK_METHODS = ("auto", "uniform", "kmeans++", "kmeans")
 LANDMARK_SAMPLE_FACTOR = 10
@@ -134,8 +136,9 @@ class NystromMap:
 def nystrom_map(landmarks: np.ndarray, kernel: dict) -> NystromMap:
     """The Nyström feature map of ``landmarks`` (m, d) for a resolved kernel."""
     L = np.asarray(landmarks)
-    w = kernel_block(L.astype(np.float64), L.astype(np.float64), **kernel)
-    w = (w + w.T) / 2
+    w = kernel_rows(L.astype(np.float64), L.astype(np.float64), kernel)
+    # only the upper triangle is read from here on (LAPACK's ?potrf / ?pstrf with lower=0),
+    # so W's rounding asymmetry (row blocks) does not matter
     top = float(np.max(np.diag(w))) if w.size else 0.0
     if not top > 0:
         raise InputError("The landmarks' kernel matrix has no positive diagonal entry, so the "
@@ -168,26 +171,69 @@ def nystrom_features(X, nmap: NystromMap):
     return X.map_blocks(nmap.features, chunks=(X.chunks[0], (nmap.rank,)), dtype=X.dtype)
 
 
-def nystrom_error(sample: np.ndarray, nmap: NystromMap) -> float:
-    """Relative Frobenius error of the approximation on the kernel block of ``sample``."""
+# The approximation error's numerator ||K_ss - Phi_s Phi_s^T||_F is estimated with this many
+# Gaussian probes g (Hutchinson: E ||E g||^2 = ||E||_F^2), at 2 r^2 p + 2 s r p flops instead
+# of the r^2 s + s^2 r of forming Phi_s Phi_s^T (6.4 GFLOP at r = 2000, s = 1000). The
+# estimate's relative standard deviation is sqrt(2 sum l^4 / p) / sum l^2 over E's eigenvalues
+# l: 1.6 % at p = 50 on the kernel PCA benchmark's s = 1000 block (E's effective rank ~148,
+# measured), 0.8 % on the norm, below the 2.9 % spread of the exact value between different
+# held-out samples of 1000 rows; sqrt(2 / p) = 20 % at worst (E of rank one). Samples of at
+# most 2 p rows are computed exactly (the probes would cost as much).
+ERROR_PROBES = 50
+
+
+def nystrom_error(sample: np.ndarray, nmap: NystromMap, *, probes: int | None = ERROR_PROBES,
+                  random_state=0) -> float:
+    """Relative Frobenius error of the approximation on the kernel block of ``sample``,
+    ||K_ss - Phi_s Phi_s^T||_F / ||K_ss||_F (note: it depends on the sample's size, not only
+    on the approximation: at fixed quality it falls as the sample grows, since the diagonal's
+    share of the error falls). The numerator is estimated from ``probes`` Gaussian probes when
+    the sample has more than 2 ``probes`` rows (``ERROR_PROBES``); ``probes=None``: exact."""
     x = np.asarray(sample, dtype=np.float64)
-    exact = kernel_block(x, x, **nmap.kernel)
-    phi_t = nmap.solve_t(nmap.kernel_to_landmarks(x).T)  # Phi^T = R^-T C^T (r x s)
-    return float(np.linalg.norm(exact - phi_t.T @ phi_t) / max(np.linalg.norm(exact), 1e-300))
+    s = x.shape[0]
+    with RowBlockPool() as pool:
+        exact = kernel_rows(x, x, nmap.kernel, pool)
+        c = kernel_rows(x, nmap.landmarks.astype(np.float64), nmap.kernel, pool)
+    norm = max(np.linalg.norm(exact), 1e-300)
+    if probes is None or s <= 2 * int(probes):
+        phi_t = nmap.solve_t(c.T)  # Phi^T = R^-T C^T (r x s)
+        return float(np.linalg.norm(exact - phi_t.T @ phi_t) / norm)
+    g = check_random_state(random_state).standard_normal((s, int(probes)))
+    eg = exact @ g - c @ nmap.solve(nmap.solve_t(c.T @ g))  # E g, W^-1 = R^-1 R^-T
+    return float(np.sqrt(np.einsum("ij,ij->", eg, eg) / int(probes)) / norm)
 
 
-# Subspace iteration on a centred C held in memory stops when every wanted pair's relative
-# residual in the n-space problem is below max(tol, RESIDUAL_FLOOR * eps(C's dtype)). Rounding
-# in C puts a floor under that residual: on the kernel PCA benchmark's 20 000 x 2000 C it
-# levelled off at 2.3-5.6 eps in float32 and 8-11 eps in float64 (measured); 64 eps stops at
-# the floor with a margin for other data, well before the result could improve further.
+def kernel_rows(x: np.ndarray, y: np.ndarray, kernel: dict, pool=None) -> np.ndarray:
+    """k(x, y) in x's dtype, made in row blocks of x on ``pool`` (a `RowBlockPool`; a new one
+    on the cores when None)."""
+    out = np.empty((x.shape[0], y.shape[0]), np.result_type(x.dtype, np.float32))
+
+    def fill(a, b):
+        out[a:b] = kernel_block(x[a:b], y, **kernel)
+
+    if pool is None:
+        with RowBlockPool() as pool:
+            pool.map(fill, x.shape[0])
+    else:
+        pool.map(fill, x.shape[0])
+    return out
+
+
+# Subspace iteration on C held in memory stops when every wanted pair's relative residual in
+# the n-space problem is below max(tol, RESIDUAL_FLOOR * eps(C's dtype)). Rounding in C puts a
+# floor under that residual: on the kernel PCA benchmark's 20 000 x 2000 C it levelled off at
+# 2.3-5.6 eps in float32 and 8-11 eps in float64 (measured); 64 eps stops at the floor with a
+# margin for other data, well before the result could improve further. (The residual of the
+# r x r problem is no substitute: R^-1 amplifies C's rounding there, and it levels off at
+# ~4000 eps on the same data, measured.)
 RESIDUAL_FLOOR = 64
 
 
-def nystrom_top_eigh(Cc: np.ndarray, nmap: NystromMap, k: int, *, n_oversamples: int = 20,
-                     n_iter: int = 6, tol: float = 0.0, random_state=0):
-    """Top ``k`` eigenpairs of the centred Nyström kernel A = Phic Phic^T (n x n, never formed),
-    Phic = Cc R^-1, for Cc = C - column means held in memory (NumPy).
+def nystrom_top_eigh(X: np.ndarray, nmap: NystromMap, k: int, *, n_oversamples: int = 20,
+                     n_iter: int = 6, tol: float = 0.0, random_state=0, threads=None):
+    """Top ``k`` eigenpairs of the centred Nyström kernel A = Phic Phic^T (n x n, never formed)
+    of the rows of X (NumPy, in memory): Phic = Cc R^-1, Cc = C - 1 mu^T, C = k(X, L), mu its
+    column means.
 
     Randomized subspace iteration (Halko, Martinsson & Tropp 2011) on the r x r matrix
     M = Phic^T Phic = R^-T Cc^T Cc R^-1, whose nonzero eigenvalues are A's: each pass is
@@ -199,34 +245,93 @@ def nystrom_top_eigh(Cc: np.ndarray, nmap: NystromMap, k: int, *, n_oversamples:
     it is at most max(tol, RESIDUAL_FLOOR * eps) for every wanted pair, or after
     ``n_iter + 1`` passes.
 
+    C is made here, in row blocks on ``threads`` threads (`RowBlockPool`; default: the cores),
+    and the first pass runs on each block while it is in cache, so forming C, its column sums
+    and the first pass read X once and write C once; every later pass reads C once (both
+    products on a block) and the residual once more. C is stored as C - 1 mu0^T, with mu0 the
+    column means of the landmarks' own kernel W = R^T R (the landmarks are a sample of the
+    rows, so mu0 is close to mu); the rest of the centring, delta = mu - mu0, is applied to the
+    products (Cc Z = C' Z - 1 delta^T Z, Cc^T T = C'^T T - delta 1^T T), where it is small and
+    costs no pass and no cancellation.
+
     The start is not random but the dominant subspace of the landmarks' own problem (see
-    `_landmark_start`), which saves the first pass over C: on the kernel PCA benchmark's
-    20 000 x 2000 C the residual after one pass is 1e-4 from there against 80 from a random
-    start, and the iteration stops after 2 passes instead of 3 (measured).
+    `_landmark_start`), which saves a pass over C: on the kernel PCA benchmark's 20 000 x 2000
+    C the residual after one pass is 1e-4 from there against 80 from a random start, and the
+    iteration stops after 2 passes instead of 3 (measured).
 
     Returns (eigenvalues (k,) descending, V (r, k) orthonormal eigenvectors of M,
-    Y = Phic V (n, k) float64, info with the passes and the final residual).
+    Y = Phic V (n, k) float64, mu (r,) float64, info with the passes and the final residual).
     """
-    r, dt = nmap.rank, Cc.dtype
+    X = np.asarray(X)
+    n, r = X.shape[0], nmap.rank
+    dt = np.dtype(np.float32 if X.dtype == np.float32 else np.float64)
     width = min(r, k + max(int(n_oversamples), 0))
     q = _landmark_start(nmap, width, check_random_state(random_state))
     stop = max(float(tol), RESIDUAL_FLOOR * float(np.finfo(dt).eps))
-    for it in range(int(n_iter) + 1):
-        T = Cc @ nmap.solve(q).astype(dt)  # Phic Q (n, w)
-        aq = nmap.solve_t(Cc.T @ T)  # M Q (r, w)
-        small = q.T @ aq
-        w, v = scipy.linalg.eigh((small + small.T) / 2)
-        order = np.argsort(w)[::-1][:k]
-        w, v = w[order], v[:, order]
-        y = np.asarray(T @ v.astype(dt), np.float64)  # Phic Q v
-        ay = np.asarray(Cc @ nmap.solve(aq @ v).astype(dt), np.float64)  # A y = Phic M Q v
-        scale = np.maximum(np.abs(w) * np.linalg.norm(y, axis=0), np.finfo(np.float64).tiny)
-        residual = float(np.max(np.linalg.norm(ay - y * w, axis=0) / scale))
-        if residual <= stop or it == int(n_iter):
-            break
-        q, _ = np.linalg.qr(aq)
-    return w, q @ v, y, {"passes": it + 1, "residual": residual,
-                         "converged": bool(residual <= stop)}
+    R = nmap.factor
+    mu0 = R.mean(axis=1) @ R  # column means of W = R^T R
+    C = np.empty((n, r), dt)  # C - 1 mu0^T
+    T = np.empty((n, width), dt)
+    delta = None
+    with RowBlockPool(threads) as pool:
+        for it in range(int(n_iter) + 1):
+            Z = nmap.solve(q)
+            if delta is None:  # the first pass makes C
+                shift = np.zeros(width)
+                sums = pool.map(_first_pass(X, nmap, mu0.astype(dt), Z.astype(dt), C, T), n)
+                delta = np.sum([s[2] for s in sums], axis=0) / n
+            else:
+                shift = Z.T @ delta  # T = C' Z - 1 (delta^T Z)
+                sums = pool.map(_pass(C, Z.astype(dt), shift.astype(dt), T), n)
+            G = np.sum([s[0] for s in sums], axis=0)  # C'^T T_used
+            tsum = np.sum([s[1] for s in sums], axis=0)  # 1^T T_used
+            late = Z.T @ delta - shift  # the part of the centring the pass did not apply
+            if np.any(late):
+                T -= late.astype(dt)
+                G -= n * np.outer(delta, late)
+                tsum -= n * late
+            aq = nmap.solve_t(G - np.outer(delta, tsum))  # M Q = R^-T Cc^T T
+            small = q.T @ aq
+            w, v = scipy.linalg.eigh((small + small.T) / 2)
+            order = np.argsort(w)[::-1][:k]
+            w, v = w[order], v[:, order]
+            y = np.asarray(T @ v.astype(dt), np.float64)  # Phic Q v
+            s = nmap.solve(aq @ v)  # A y = Phic M Q v = Cc s
+            ay = np.concatenate(pool.map(lambda a, b: C[a:b] @ s.astype(dt), n))
+            ay = ay.astype(np.float64) - delta @ s
+            scale = np.maximum(np.abs(w) * np.linalg.norm(y, axis=0),
+                               np.finfo(np.float64).tiny)
+            residual = float(np.max(np.linalg.norm(ay - y * w, axis=0) / scale))
+            if residual <= stop or it == int(n_iter):
+                break
+            q, _ = np.linalg.qr(aq)
+    return w, q @ v, y, mu0 + delta, {"passes": it + 1, "residual": residual,
+                                      "converged": bool(residual <= stop),
+                                      "threads": pool.threads}
+
+
+def _first_pass(X, nmap, mu0, Z, C, T):
+    """A block's part of the first pass: C' = k(X, L) - mu0 into C, T' = C' Z into T; returns
+    (C'^T T', 1^T T', C's column sums), float64."""
+    def run(a, b):
+        c = nmap.kernel_to_landmarks(X[a:b])
+        c -= mu0
+        C[a:b] = c
+        t = T[a:b] = c @ Z
+        return (np.asarray(c.T @ t, np.float64), t.sum(axis=0, dtype=np.float64),
+                c.sum(axis=0, dtype=np.float64))
+    return run
+
+
+def _pass(C, Z, shift, T):
+    """A block's part of a later pass: T = C' Z - shift into T; returns (C'^T T, 1^T T)."""
+    def run(a, b):
+        c = C[a:b]
+        t = c @ Z
+        t -= shift
+        T[a:b] = t
+        return np.asarray(c.T @ t, np.float64), t.sum(axis=0, dtype=np.float64)
+    return run
 
 
 LANDMARK_START_ITERS = 2  # measured: 2 and 4 give the same residual after the first pass
@@ -235,13 +340,15 @@ LANDMARK_START_ITERS = 2  # measured: 2 and 4 give the same residual after the f
 def _landmark_start(nmap: NystromMap, width: int, rng) -> np.ndarray:
     """An orthonormal r x ``width`` start for `nystrom_top_eigh`: subspace iteration on the
     landmarks' own centred features. The kept landmarks' feature rows are Phi_L = W R^-1 = R^T
-    (m x r), so each step costs two products with R (r^2 width flops each), no pass over C;
-    the landmarks are a sample of the rows, so their top directions approximate those of all
-    rows."""
-    R = nmap.factor
+    (m x r), so each step costs two triangular products with R (r^2 width / 2 flops each:
+    ``?trmm``, 6 ms against 10 ms for the dense product at r = 2000, width 22, one thread,
+    measured), no pass over C; the landmarks are a sample of the rows, so their top directions
+    approximate those of all rows."""
+    R = np.asarray(nmap.factor, np.float64)
     mu = R.mean(axis=1)  # column means of Phi_L = R^T
     q, _ = np.linalg.qr(rng.standard_normal((R.shape[0], width)))
     for _ in range(LANDMARK_START_ITERS):
-        z = R.T @ q - mu @ q  # Phi_Lc q (m x width)
-        q, _ = np.linalg.qr(R @ z - np.outer(mu, z.sum(axis=0)))  # Phi_Lc^T Phi_Lc q
+        z = blas.dtrmm(1.0, R, q, trans_a=1) - mu @ q  # Phi_Lc q = R^T q - 1 mu^T q (m x width)
+        rz = blas.dtrmm(1.0, R, z)
+        q, _ = np.linalg.qr(rz - np.outer(mu, z.sum(axis=0)))  # Phi_Lc^T Phi_Lc q
     return q

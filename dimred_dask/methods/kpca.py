@@ -47,6 +47,7 @@ from .._validation import (check_array, check_is_fitted, check_n_components, che
                            check_random_state, is_dask)
 from ..blocks.kernels import kernel_block
 from ..errors import DimredWarning, InputError
+from ..linalg.threaded import one_blas_thread
 from ..linalg import (DENSE_MAX, choose_landmarks, column_stats, nystrom_error, nystrom_map,
                       nystrom_top_eigh, resolve_landmark_method, take_rows, top_eigh)
 from ..pairwise import center_stats, check_kernel, double_center, pairwise_kernels
@@ -249,6 +250,14 @@ def _fit_nystrom(X, k, kern, m, method, random_state, n_oversamples=20, n_iter=6
                  tol=0.0) -> KernelPCAModel:
     """Kernel PCA of the Nyström approximation: the top k eigenpairs of the scatter of
     Phi = C R^-1 (C = k(X, L)), by `_nystrom_spectrum`."""
+    if not is_dask(X):  # in memory: parallel in row blocks, BLAS on one thread throughout
+        with one_blas_thread():
+            return _fit_nystrom_steps(X, k, kern, m, method, random_state, n_oversamples,
+                                      n_iter, tol)
+    return _fit_nystrom_steps(X, k, kern, m, method, random_state, n_oversamples, n_iter, tol)
+
+
+def _fit_nystrom_steps(X, k, kern, m, method, random_state, n_oversamples, n_iter, tol):
     n = X.shape[0]
     method = resolve_landmark_method(method, int(m))
     L, idx = choose_landmarks(X, int(m), method, random_state)
@@ -303,16 +312,15 @@ class _ScatterOperator:
 def _nystrom_spectrum(X, nmap, k, n_oversamples, n_iter, tol, random_state):
     """(eigenvalues, r x k eigenvectors of Phi's scatter, C's column means, the training
     embedding (n, k) or None, info)."""
-    C = _kernel_to_landmarks(X, nmap)
     r = nmap.rank
-    if not is_dask(C) and k + n_oversamples <= SUBSPACE_SHARE * r:
-        mean = C.mean(axis=0, dtype=np.float64)
-        C -= mean.astype(C.dtype)  # centred in place: C is ours
-        w, v, emb, how = nystrom_top_eigh(C, nmap, k, n_oversamples=n_oversamples,
-                                          n_iter=n_iter, tol=tol, random_state=random_state)
-        return w, v, mean, emb, {"passes": 1 + how["passes"],
+    if not is_dask(X) and k + n_oversamples <= SUBSPACE_SHARE * r:
+        w, v, emb, mean, how = nystrom_top_eigh(X, nmap, k, n_oversamples=n_oversamples,
+                                                n_iter=n_iter, tol=tol,
+                                                random_state=random_state)
+        return w, v, mean, emb, {"passes": how["passes"],
                                  "nystrom_eigensolver": "subspace iteration",
-                                 "residual": how["residual"]}
+                                 "residual": how["residual"], "threads": how["threads"]}
+    C = _kernel_to_landmarks(X, nmap)
     held = _maybe_persist(C) if is_dask(C) else C
     if (is_dask(held) and held is C) or k + n_oversamples > SUBSPACE_SHARE * r:
         stats = column_stats(C, gram=True, method="KernelPCA", stage="Nyström kernel pass")
