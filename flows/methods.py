@@ -99,9 +99,9 @@ def _kpca_fit(X, p: dict, matrix=None, **_):
 
 
 def _kpca_transform(model: KernelPCAModel, X):
-    if model.solver == "nystrom":
+    if model.training_embedding() is None:  # Nyström on the cluster's passes: one more pass
         return model.transform(X)
-    import dask.array as da  # exact solvers: the training embedding is already known
+    import dask.array as da  # the training embedding is already known
 
     return da.from_array(model.training_embedding().astype(X.dtype),
                          chunks=(X.chunks[0], model.n_components))
