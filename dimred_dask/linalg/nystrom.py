@@ -297,7 +297,8 @@ def nystrom_top_eigh(X: np.ndarray, nmap: NystromMap, k: int, *, n_oversamples: 
             w, v = w[order], v[:, order]
             y = np.asarray(T @ v.astype(dt), np.float64)  # Phic Q v
             s = nmap.solve(aq @ v)  # A y = Phic M Q v = Cc s
-            ay = np.concatenate(pool.map(lambda a, b: C[a:b] @ s.astype(dt), n))
+            s_dt = s.astype(dt)
+            ay = np.concatenate(pool.map(lambda a, b: C[a:b] @ s_dt, n))
             ay = ay.astype(np.float64) - delta @ s
             scale = np.maximum(np.abs(w) * np.linalg.norm(y, axis=0),
                                np.finfo(np.float64).tiny)
@@ -313,8 +314,10 @@ def nystrom_top_eigh(X: np.ndarray, nmap: NystromMap, k: int, *, n_oversamples: 
 def _first_pass(X, nmap, mu0, Z, C, T):
     """A block's part of the first pass: C' = k(X, L) - mu0 into C, T' = C' Z into T; returns
     (C'^T T', 1^T T', C's column sums), float64."""
+    marks = nmap.landmarks.astype(X.dtype, copy=False)  # once, not per block
+
     def run(a, b):
-        c = nmap.kernel_to_landmarks(X[a:b])
+        c = kernel_block(X[a:b], marks, **nmap.kernel)
         c -= mu0
         C[a:b] = c
         t = T[a:b] = c @ Z
