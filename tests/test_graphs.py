@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from dimred_dask.errors import DisconnectedGraphError, InputError
-from dimred_dask.graphs import (check_connected, connected_components, graph_csr,
+from dimred_dask.graphs import (KNNGraph, check_connected, connected_components, graph_csr,
                                 graph_weights, join_components, knn_graph, laplacian,
                                 sample_recall, symmetrize)
 from dimred_dask.linalg import bottom_eigsh
@@ -99,12 +99,37 @@ def test_nndescent_recall(blobs):
     assert r["recall"] >= NNDESCENT_RECALL, r
     assert not (g.indices == np.arange(3000)[:, None]).any()
     assert g.indices.dtype == np.int64 and g.distances.dtype == np.float64
-    assert set(g.info["seconds_in_task"]) == {"nndescent", "tidy"}
+    assert set(g.info["seconds_in_task"]) == {"order", "nndescent", "tidy"}
     # pynndescent's own defaults, which nndescent_kwds overrides
     from dimred_dask.graphs.knn import _nndescent_kw
 
     assert _nndescent_kw(3000, 0, None) == {"random_state": 0}
     assert _nndescent_kw(3000, 0, {"delta": 0.001})["delta"] == 0.001
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nndescent_in_locality_order_maps_back_to_the_given_rows(blobs, dtype):
+    # the rows are permuted into one random projection tree's leaf order before NN-descent
+    # (forced here: by default only from LOCALITY_MIN_BYTES up) and the graph is mapped back
+    from dimred_dask.graphs.knn import _nndescent_compact, locality_order
+
+    X = blobs.astype(dtype)
+    order = locality_order(blobs, 0)
+    np.testing.assert_array_equal(np.sort(order), np.arange(3000))
+    assert (order != np.arange(3000)).any()
+    idx, dist, seconds = _nndescent_compact(X, 10, "euclidean", {}, {"random_state": 0},
+                                            locality=True)
+    assert seconds["order"] > 0
+    # each listed distance is the distance to the listed row in the given numbering (a wrong
+    # map back would pair rows with other rows' neighbours); float32 arithmetic in pynndescent
+    recomputed = np.linalg.norm(blobs[:, None, :].astype(np.float64) - blobs[idx], axis=2)
+    np.testing.assert_allclose(dist, recomputed, rtol=1e-5, atol=1e-5)
+    assert not (idx == np.arange(3000)[:, None]).any()
+    # the exact triple 5 / 100 / 101: each sees the other two first, at distance 0
+    for i, others in ((5, {100, 101}), (100, {5, 101}), (101, {5, 100})):
+        assert set(idx[i, :2]) == others and (dist[i, :2] == 0).all()
+    g = KNNGraph(idx.astype(np.int64), dist.astype(np.float64), "euclidean", "nndescent")
+    assert sample_recall(blobs, g, 500, random_state=0)["recall"] >= NNDESCENT_RECALL
 
 
 def test_nndescent_gathers_dask_input_into_one_task(client):
