@@ -21,7 +21,10 @@ Rows of the table:
   memory than the whole data needs: 3/4 of the peak RSS of the worker that built the graph
   of the whole data with NN-descent in the row above (a hard limit: the nanny restarts a
   worker above 95 % of it; Dask's pause and spill thresholds are off, so a worker cannot
-  stall at the limit instead), cells of ~200 000 rows, each row in its 2 nearest cells.
+  stall at the limit instead), cells of ~100 000 rows, each row in its 2 nearest cells. For
+  small n, where a worker's own footprint (Python, numba's code, ~0.4 GB) is most of that
+  peak, the limit is at least that footprint plus half of what the graph added to it (3/4 of
+  the peak would be below an idle worker's RSS).
 
 Quality: recall against exact neighbours on 1000 sampled rows (``sample_recall``: a listed
 neighbour counts if it is within the row's exact 15th-neighbour distance). All numba code is
@@ -43,6 +46,7 @@ TARGET_RECALL = 0.95
 TARGET_RATIO = 1.0
 TARGET_PARTITIONED_RECALL = 0.90
 LIMIT_SHARE = 0.75  # partitioned workers' limit: share of the whole-data worker's peak RSS
+LIMIT_FLOOR_SHARE = 0.5  # ... but at least idle RSS + this share of the peak above it
 
 
 def make_data(n: int, chunk_rows: int = 50_000):
@@ -60,6 +64,12 @@ def _warm(kw=None) -> float:
     x = np.random.default_rng(0).standard_normal((20_000, D)).astype(np.float32)
     NNDescent(x, n_neighbors=K + 1, random_state=0, compressed=True, **(kw or {}))
     return time.perf_counter() - t0
+
+
+def _rss() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
 
 
 def _peer(X, kw: dict):
@@ -104,6 +114,7 @@ def main(args) -> int:
                       dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
         client.wait_for_workers(2)
         client.run(_warm)
+        idle = max(client.run(_rss).values())  # a warmed-up worker without data
         Xd = da.from_array(X, chunks=(50_000, D)).persist()
         wait(Xd)
         pids = list(client.run(os.getpid).values())
@@ -135,7 +146,8 @@ def main(args) -> int:
                              sample_recall(X, graph, 1000)["recall"], rs[-1][3], times))
             print(f"  {rows[-1]['name']}: median {rows[-1]['seconds']:.1f} s, recall "
                   f"{rows[-1]['recall']:.4f}", flush=True)
-    limit = int(whole_worker_peak * LIMIT_SHARE)
+    limit = int(max(whole_worker_peak * LIMIT_SHARE,
+                    idle + LIMIT_FLOOR_SHARE * (whole_worker_peak - idle)))
     part = _partitioned(X, limit, tuned)
     rows.append(part)
     print(f"  {rows[-1]}", flush=True)

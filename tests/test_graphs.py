@@ -132,14 +132,31 @@ def test_nndescent_in_locality_order_maps_back_to_the_given_rows(blobs, dtype):
     assert sample_recall(blobs, g, 500, random_state=0)["recall"] >= NNDESCENT_RECALL
 
 
+def test_gathered_chunks_take_the_locality_order_above_the_size_threshold(blobs, monkeypatch):
+    # the worker task's path (chunks gathered, then ordered); the threshold lowered so that
+    # 120 KB of data take it (by default 32 MiB)
+    from dimred_dask.graphs import knn as knn_module
+
+    monkeypatch.setattr(knn_module, "LOCALITY_MIN_BYTES", 0)
+    idx, dist, seconds = knn_module._gathered_nndescent(10, "euclidean", {}, {"random_state": 0},
+                                                        *np.array_split(blobs, 3))
+    assert seconds["order"] > 0
+    recomputed = np.linalg.norm(blobs[:, None, :].astype(np.float64) - blobs[idx], axis=2)
+    np.testing.assert_allclose(dist, recomputed, rtol=1e-5, atol=1e-5)
+    assert not (idx == np.arange(3000)[:, None]).any()
+    monkeypatch.setattr(knn_module, "LOCALITY_MIN_BYTES", blobs.nbytes + 1)
+    assert knn_module._locality_prepare(blobs, "euclidean", {}, None)[1] is None
+
+
 def test_nndescent_gathers_dask_input_into_one_task(client):
     import dask.array as da
 
-    # 40 rows <= 4 (k + 1): the task takes the brute-force path, so no worker compiles numba,
+    # 40 rows <= 4 (k + 1) at k = 9: the task takes the brute-force path, so no worker compiles numba,
     # while the gathering of the chunks into one task on one worker is the real one
     X = np.random.default_rng(5).standard_normal((40, 3))
-    g = knn_graph(da.from_array(X, chunks=(7, 3)), 5, backend="nndescent")
-    ref = knn_graph(X, 5, backend="exact")
+    g = knn_graph(da.from_array(X, chunks=(7, 3)), 9, backend="nndescent")
+    assert set(g.info["seconds_in_task"]) == {"nndescent", "tidy"}  # the brute-force path
+    ref = knn_graph(X, 9, backend="exact")
     np.testing.assert_array_equal(g.indices, ref.indices)
 
 

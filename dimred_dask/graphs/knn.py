@@ -249,8 +249,6 @@ def _nndescent_compact(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kw
     sorting here gives the same order), and the seconds it took: {"order": the locality
     order (see LOCALITY_MIN_BYTES; ``locality`` None: by size), "nndescent": building the
     graph, "tidy": mapped back, ties ordered, self dropped}."""
-    from pynndescent import NNDescent
-
     t0 = time.perf_counter()
     if x.shape[0] <= 4 * (k + 1):  # too small for NN-descent's trees: brute force
         x = np.ascontiguousarray(x)
@@ -258,19 +256,33 @@ def _nndescent_compact(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kw
                                p=float(metric_kwds.get("p", 2.0)))
         idx, dist = drop_self(idx, dist, np.arange(x.shape[0]), k)
         return idx, dist, {"nndescent": round(time.perf_counter() - t0, 3), "tidy": 0.0}
-    # pynndescent works in float32 (it converts anything else); converting here lets the
-    # order and the gather below share that one copy
+    x, order = _locality_prepare(x, metric, kwds, locality)
+    return _nndescent_ordered(x, order, k, metric, metric_kwds, kwds, time.perf_counter() - t0)
+
+
+def _locality_prepare(x: np.ndarray, metric: str, kwds: dict, locality: bool | None):
+    """(x as float32 in C order, in locality order if asked or big enough; that order or
+    None). pynndescent works in float32 (it converts anything else); converting here lets the
+    order and the gather share that one copy. The caller should drop its reference to the
+    given x, which is then freed before NN-descent starts."""
     x = np.ascontiguousarray(x, dtype=np.float32)
-    n = x.shape[0]
     if locality is None:
         locality = x.nbytes >= LOCALITY_MIN_BYTES
-    order = None
-    if locality:
-        seed = int(kwds.get("random_state", 0)) if isinstance(kwds.get("random_state", 0),
-                                                              numbers.Integral) else 0
-        order = locality_order(x, seed, angular=metric in _ANGULAR)
-        if order is not None:
-            x = x[order]
+    if not locality:
+        return x, None
+    seed = kwds.get("random_state", 0)
+    order = locality_order(x, int(seed) if isinstance(seed, numbers.Integral) else 0,
+                           angular=metric in _ANGULAR)
+    return (x, None) if order is None else (x[order], order)
+
+
+def _nndescent_ordered(x: np.ndarray, order, k: int, metric: str, metric_kwds: dict,
+                       kwds: dict, seconds_order: float):
+    """NN-descent on float32 ``x`` whose row i is given row ``order[i]`` (None: the given
+    order); the graph in the given row numbers."""
+    from pynndescent import NNDescent
+
+    n = x.shape[0]
     t_order = time.perf_counter()
     index = NNDescent(x, n_neighbors=k + 1, metric=metric, metric_kwds=metric_kwds or None,
                       compressed=True, **kwds)
@@ -299,13 +311,19 @@ def _nndescent_compact(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kw
         idx[redo] = np.take_along_axis(idx[redo], srt, 1)
         dist[redo] = np.take_along_axis(dist[redo], srt, 1)
     idx, dist = drop_self(idx, dist, np.arange(n), k)
-    return idx, dist, {"order": round(t_order - t0, 3), "nndescent": round(t1 - t_order, 3),
+    return idx, dist, {"order": round(seconds_order, 3), "nndescent": round(t1 - t_order, 3),
                        "tidy": round(time.perf_counter() - t1, 3)}
 
 
 def _gathered_nndescent(k, metric, metric_kwds, kwds, *chunks):
     x = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
-    return _nndescent_compact(x, k, metric, metric_kwds, kwds)
+    if x.shape[0] <= 4 * (k + 1):
+        return _nndescent_compact(x, k, metric, metric_kwds, kwds)
+    t0 = time.perf_counter()
+    # the gathered copy is freed here, not held through NN-descent (a second copy of the data
+    # for the whole run otherwise)
+    x, order = _locality_prepare(x, metric, kwds, None)
+    return _nndescent_ordered(x, order, k, metric, metric_kwds, kwds, time.perf_counter() - t0)
 
 
 def _nndescent_any(X, k, metric, metric_kwds, random_state, extra):
