@@ -107,8 +107,23 @@ def test_nndescent_recall(blobs):
     assert _nndescent_kw(3000, 0, {"delta": 0.001})["delta"] == 0.001
 
 
+def _spy_locality_order(monkeypatch):
+    """Record each order that the kNN stage computes (a real call, not a stand-in): proves
+    the ordered path was taken without reading a timer, which rounds to 0.0 on a fast host."""
+    from dimred_dask.graphs import knn as knn_module
+
+    orders, real = [], knn_module.locality_order
+
+    def spy(*args, **kwargs):
+        orders.append(real(*args, **kwargs))
+        return orders[-1]
+
+    monkeypatch.setattr(knn_module, "locality_order", spy)
+    return orders
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_nndescent_in_locality_order_maps_back_to_the_given_rows(blobs, dtype):
+def test_nndescent_in_locality_order_maps_back_to_the_given_rows(blobs, dtype, monkeypatch):
     # the rows are permuted into one random projection tree's leaf order before NN-descent
     # (forced here: by default only from LOCALITY_MIN_BYTES up) and the graph is mapped back
     from dimred_dask.graphs.knn import _nndescent_compact, locality_order
@@ -117,9 +132,11 @@ def test_nndescent_in_locality_order_maps_back_to_the_given_rows(blobs, dtype):
     order = locality_order(blobs, 0)
     np.testing.assert_array_equal(np.sort(order), np.arange(3000))
     assert (order != np.arange(3000)).any()
+    orders = _spy_locality_order(monkeypatch)
     idx, dist, seconds = _nndescent_compact(X, 10, "euclidean", {}, {"random_state": 0},
                                             locality=True)
-    assert seconds["order"] > 0
+    assert len(orders) == 1 and (orders[0] != np.arange(3000)).any()
+    assert set(seconds) == {"order", "nndescent", "tidy"}
     # each listed distance is the distance to the listed row in the given numbering (a wrong
     # map back would pair rows with other rows' neighbours); float32 arithmetic in pynndescent
     recomputed = np.linalg.norm(blobs[:, None, :].astype(np.float64) - blobs[idx], axis=2)
@@ -138,9 +155,10 @@ def test_gathered_chunks_take_the_locality_order_above_the_size_threshold(blobs,
     from dimred_dask.graphs import knn as knn_module
 
     monkeypatch.setattr(knn_module, "LOCALITY_MIN_BYTES", 0)
+    orders = _spy_locality_order(monkeypatch)
     idx, dist, seconds = knn_module._gathered_nndescent(10, "euclidean", {}, {"random_state": 0},
                                                         *np.array_split(blobs, 3))
-    assert seconds["order"] > 0
+    assert len(orders) == 1 and (orders[0] != np.arange(3000)).any()
     recomputed = np.linalg.norm(blobs[:, None, :].astype(np.float64) - blobs[idx], axis=2)
     np.testing.assert_allclose(dist, recomputed, rtol=1e-5, atol=1e-5)
     assert not (idx == np.arange(3000)[:, None]).any()
