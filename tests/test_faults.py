@@ -205,7 +205,9 @@ def test_transient_s3_errors_are_retried(client, prefect_api, s3_server, s3_buck
     X = low_rank(rng, n=3000, d=12, dtype=np.float32)
     save_array(X, f"s3://{s3_bucket}/in.zarr", chunks=(500, 12))
     embed(f"s3://{s3_bucket}/in.zarr", f"s3://{s3_bucket}/calm", params={"n_components": 2})
-    with FaultProxy(s3_server, mode="flaky", every=5) as proxy:
+    # every 20th request: ~18 faults in a run of ~360 requests (every 5th gave 72, and botocore
+    # waits up to 2^attempt s before each retry: 50 s of this test was backoff)
+    with FaultProxy(s3_server, mode="flaky", every=20) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)  # the workers get it in the run's options
         embed(f"s3://{s3_bucket}/in.zarr", f"s3://{s3_bucket}/flaky", params={"n_components": 2})
     assert proxy.injected >= 5, proxy.requests
