@@ -64,3 +64,28 @@ def machine() -> str:
     return (f"{psutil.cpu_count(logical=True)} cores, "
             f"{psutil.virtual_memory().total / 2**30:.1f} GiB, {platform.machine()}, "
             f"Python {platform.python_version()}")
+
+
+def timed_in_turns(entries, pids=(), on_round=None):
+    """``timed`` for several implementations taking turns, so that a drift of the host's speed
+    (up to 40 % within minutes on these shared machines) falls on all of them alike.
+
+    ``entries``: (name, fn, repeat) in the order to run them; round r runs, once each, those
+    with repeat > r. Returns {name: (median seconds, all times, peak RSS bytes, last result)}
+    and calls ``on_round(r, {name: seconds})`` after each round."""
+    times = {name: [] for name, _, _ in entries}
+    peaks = {name: 0 for name, _, _ in entries}
+    last = {}
+    for r in range(max(rep for _, _, rep in entries)):
+        this_round = {}
+        for name, fn, rep in entries:
+            if r >= rep:
+                continue
+            _, (t,), peak, last[name] = timed(fn, 1, pids)
+            times[name].append(t)
+            peaks[name] = max(peaks[name], peak)
+            this_round[name] = t
+        if on_round is not None:
+            on_round(r, this_round)
+    return {name: (statistics.median(times[name]), times[name], peaks[name], last[name])
+            for name, _, _ in entries}

@@ -15,6 +15,9 @@ In memory (default, n = 20 000):
   - scikit-learn ``KernelPCA(eigen_solver="randomized")`` and ``(eigen_solver="arpack")``
     in process; timed: ``fit_transform``.
   The peers and our exact solver run ``--peer-repeat`` times (default 1: they are slow).
+  The in-process rows take turns: round r runs ARPACK, randomized and ours (NumPy input),
+  each while it has runs left, so a drift of the host's speed falls on all of them; the
+  ratio to the faster peer is printed of the medians and per round.
   The exact reference is scikit-learn's ARPACK result (tol=0, converged to machine
   precision). Quality: the largest relative error of the top-2 eigenvalues of the centred
   kernel matrix, and the Procrustes disparity (``scipy.spatial.procrustes``: both centred,
@@ -34,7 +37,7 @@ import time
 
 import numpy as np
 
-from ._measure import PeakRSS, machine, timed
+from ._measure import PeakRSS, machine, timed, timed_in_turns
 
 D = 50
 K = 2
@@ -195,8 +198,8 @@ def main(args) -> int:
           flush=True)
     rows, outs = [], {}
 
-    def add(name, fn, pids=(), repeat=args.repeat):
-        med, times, peak, (vals, emb) = timed(fn, repeat, pids)
+    def add(name, fn, pids=(), repeat=args.repeat, result=None):
+        med, times, peak, (vals, emb) = result or timed(fn, repeat, pids)
         rows.append({"name": name, "median": med, "times": times, "peak": peak})
         outs[name] = (np.asarray(vals, np.float64), np.asarray(emb))
         print(f"  {name:<52} {med:8.3f} s  eigenvalues {np.round(vals[:K], 3).tolist()}  "
@@ -207,11 +210,6 @@ def main(args) -> int:
         emb = est.fit_transform(X)
         return est.eigenvalues_, emb
 
-    # the peers first (in process, nothing else running); the exact reference is ARPACK's
-    add("scikit-learn KernelPCA arpack (in process)", lambda: sk("arpack"),
-        repeat=args.peer_repeat)
-    add("scikit-learn KernelPCA randomized (in process)", lambda: sk("randomized"),
-        repeat=args.peer_repeat)
     ours_name = f"dimred-dask KernelPCA Nyström m={m} (2 workers)"
     approx = {}
 
@@ -223,7 +221,22 @@ def main(args) -> int:
         emb = est.embedding_
         return est.eigenvalues_, (emb.compute() if hasattr(emb, "dask") else emb)
 
-    add(f"dimred-dask KernelPCA Nyström m={m} (in process, NumPy)", lambda: nystrom(X))
+    # the in-process rows take turns (peers, then ours, in each round: the host's speed drifts
+    # by up to 40 % within minutes); the exact reference is ARPACK's
+    arpack, randomized = ("scikit-learn KernelPCA arpack (in process)",
+                          "scikit-learn KernelPCA randomized (in process)")
+    in_process = f"dimred-dask KernelPCA Nyström m={m} (in process, NumPy)"
+
+    def round_done(r, t):
+        ratio = (f"; ours / arpack {t[in_process] / t[arpack]:.3f}" if arpack in t else "")
+        print(f"  round {r + 1}: " + ", ".join(f"{name.split(' (')[0]} {sec:.3f} s"
+                                               for name, sec in t.items()) + ratio, flush=True)
+
+    turns = timed_in_turns([(arpack, lambda: sk("arpack"), args.peer_repeat),
+                            (randomized, lambda: sk("randomized"), args.peer_repeat),
+                            (in_process, lambda: nystrom(X), args.repeat)], on_round=round_done)
+    for name, result in turns.items():
+        add(name, None, result=result)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
         client.wait_for_workers(2)
@@ -242,7 +255,8 @@ def main(args) -> int:
             repeat=args.peer_repeat)
         stages = _nystrom_stages(Xd, gamma, m)
     stages_np = _nystrom_stages(X, gamma, m)
-    exact_vals, exact_emb = outs["scikit-learn KernelPCA arpack (in process)"]
+    exact_vals, exact_emb = outs[arpack]
+    outs_times = {r["name"]: r["times"] for r in rows}
     for r in rows:
         vals, emb = outs[r["name"]]
         r["eig"], r["proc"] = eig_rel_err(vals, exact_vals), disparity(exact_emb, emb)
@@ -260,6 +274,9 @@ def main(args) -> int:
             ratio = r["median"] / fastest["median"]
             print(f"{r['name']} / faster peer ({fastest['name']}): {ratio:.3f} (target <= "
                   f"{TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'NOT met'})")
+    in_rounds = [a / b for a, b in zip(outs_times[in_process], outs_times[fastest["name"]])]
+    print(f"in process, per round (the rounds where both ran): "
+          f"{', '.join(f'{q:.3f}' for q in in_rounds)}")
     print(f"top-{K} eigenvalue rel. error {ours['eig']:.2e} (target <= {TARGET_EIG}: "
           f"{'met' if ours['eig'] <= TARGET_EIG else 'NOT met'}); Procrustes disparity "
           f"{ours['proc']:.2e} (target <= {TARGET_PROCRUSTES}: "
