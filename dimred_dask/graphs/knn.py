@@ -218,6 +218,7 @@ def _nndescent_kw(n: int, random_state, extra) -> dict:
 # this size the data fit in the caches and the order buys nothing.
 LOCALITY_MIN_BYTES = 32 * 2**20
 LOCALITY_LEAF = 256  # rows per leaf of the ordering tree
+_GATHER_ROWS = 65_536  # rows per block when the ordered float32 copy is gathered from other input
 _ANGULAR = ("cosine", "correlation", "dot", "inner_product", "hellinger", "true_angular")
 
 
@@ -262,10 +263,12 @@ def _nndescent_compact(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kw
 
 def _locality_prepare(x: np.ndarray, metric: str, kwds: dict, locality: bool | None):
     """(x as float32 in C order, in locality order if asked or big enough; that order or
-    None). pynndescent works in float32 (it converts anything else); converting here lets the
-    order and the gather share that one copy. The caller should drop its reference to the
-    given x, which is then freed before NN-descent starts."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
+    None). pynndescent works in float32 (it converts anything else), so the ordered rows are
+    float32 and NN-descent makes no copy of its own. At most one float32 copy besides the given
+    x is held at a time (1 000 000 x 50 float64: peak rise 222 MiB, was 388 MiB with the
+    converted copy and its ordered copy both alive). The caller should drop its reference to
+    the given x, which is then freed before NN-descent starts."""
+    given, x = x, np.ascontiguousarray(x, dtype=np.float32)
     if locality is None:
         locality = x.nbytes >= LOCALITY_MIN_BYTES
     if not locality:
@@ -273,7 +276,17 @@ def _locality_prepare(x: np.ndarray, metric: str, kwds: dict, locality: bool | N
     seed = kwds.get("random_state", 0)
     order = locality_order(x, int(seed) if isinstance(seed, numbers.Integral) else 0,
                            angular=metric in _ANGULAR)
-    return (x, None) if order is None else (x[order], order)
+    if order is None:
+        return x, None
+    if x is given:
+        return x[order], order
+    # x is a converted copy (float64 or non-C input): drop it and gather from the given rows
+    # in blocks, so the given array, one float32 copy and a block are held, not two copies
+    del x
+    out = np.empty(given.shape, dtype=np.float32)
+    for lo in range(0, order.size, _GATHER_ROWS):
+        out[lo:lo + _GATHER_ROWS] = given[order[lo:lo + _GATHER_ROWS]]
+    return out, order
 
 
 def _nndescent_ordered(x: np.ndarray, order, k: int, metric: str, metric_kwds: dict,
