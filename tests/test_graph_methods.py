@@ -173,6 +173,24 @@ def test_spectral_clustering_recovers_the_true_labels(name):
     assert adjusted_rand_score(ref.labels_, sc.labels_) >= ARI_FLOOR
 
 
+def test_nystrom_normalized_cut_is_that_of_the_nystrom_affinity():
+    # the r x r route (Phi never formed) against the n x n matrix D^-1/2 Phi Phi^T D^-1/2 of
+    # the same landmarks, solved by LAPACK: eigenvalues 1 - s, embedding D^-1/2 u
+    from dimred_dask.linalg import choose_landmarks, nystrom_map
+    from dimred_dask.pairwise import check_kernel
+
+    X, _ = make_moons(600, noise=0.05, random_state=0)
+    sc = SpectralClustering(3, affinity="gaussian", width=0.3, n_landmarks=150,
+                            random_state=4).fit(X)
+    L, _ = choose_landmarks(X, 150, "kmeans++", np.random.default_rng(4))  # the fit's first draw
+    phi = nystrom_map(L, check_kernel("gaussian", 2, width=0.3)).features(X)
+    A = phi @ phi.T
+    d = A.sum(axis=1)
+    s, u = np.linalg.eigh(A / np.sqrt(np.outer(d, d)))
+    np.testing.assert_allclose(sc.eigenvalues_, 1 - s[::-1][:3], atol=1e-10)
+    _up_to_sign(sc.embedding_, u[:, ::-1][:, :3] / np.sqrt(d)[:, None], 1e-8)
+
+
 def test_dask_input_on_workers(client):
     import dask.array as da
 

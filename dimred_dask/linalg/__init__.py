@@ -3,8 +3,8 @@ eigensolvers, Nyström."""
 from .eigen import DENSE_MAX, EIGEN_SOLVERS, Eigen, choose_eigen_solver, top_eigh
 from .moments import column_stats, row_blocks
 from .nystrom import (LANDMARK_METHODS, NystromMap, choose_landmarks, nystrom_error,
-                      nystrom_features, nystrom_map, nystrom_top_eigh, resolve_landmark_method,
-                      take_rows)
+                      nystrom_features, nystrom_kernel, nystrom_map, nystrom_top_eigh,
+                      resolve_landmark_method, take_rows)
 from .sparse_eigen import (ARPACK_MAX, DENSE_MAX_SPARSE, SPARSE_EIGEN_SOLVERS,
                            bottom_eigsh)
 from .gram_eigen import GRAM_SHIFT, bottom_eigsh_gram
@@ -16,7 +16,8 @@ from .sdp import SDP_SOLVERS, face_basis, haar_basis, max_trace_sdp
 __all__ = ["column_stats", "row_blocks", "Spectrum", "covariance_eigh", "dual_eigh",
            "randomized_eigh", "tsqr_svd", "DENSE_MAX", "EIGEN_SOLVERS", "Eigen",
            "choose_eigen_solver", "top_eigh", "LANDMARK_METHODS", "NystromMap",
-           "choose_landmarks", "nystrom_error", "nystrom_features", "nystrom_map", "nystrom_top_eigh", "resolve_landmark_method", "take_rows", "bottom_eigsh", "SPARSE_EIGEN_SOLVERS", "DENSE_MAX_SPARSE",
-           "ARPACK_MAX", "bottom_eigsh_gram", "GRAM_SHIFT", "bottom_eigsh_lobpcg",
-           "PRECONDITIONERS", "AMG", "amg_hierarchy",
-           "ARPACK_MAX", "SDP_SOLVERS", "face_basis", "haar_basis", "max_trace_sdp"]
+           "choose_landmarks", "nystrom_error", "nystrom_features", "nystrom_kernel",
+           "nystrom_map", "nystrom_top_eigh", "resolve_landmark_method", "take_rows",
+           "bottom_eigsh", "SPARSE_EIGEN_SOLVERS", "DENSE_MAX_SPARSE", "ARPACK_MAX",
+           "bottom_eigsh_gram", "GRAM_SHIFT", "bottom_eigsh_lobpcg", "PRECONDITIONERS", "AMG",
+           "amg_hierarchy", "SDP_SOLVERS", "face_basis", "haar_basis", "max_trace_sdp"]

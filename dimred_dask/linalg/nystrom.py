@@ -171,6 +171,19 @@ def nystrom_features(X, nmap: NystromMap):
     return X.map_blocks(nmap.features, chunks=(X.chunks[0], (nmap.rank,)), dtype=X.dtype)
 
 
+def nystrom_kernel(X, nmap: NystromMap):
+    """C = k(X, L) in X's dtype: lazy row chunks for dask input (the tasks carry the landmarks
+    only, not the r x r map: 32 MB at r = 2000), otherwise made in row blocks on the cores."""
+    if not is_dask(X):
+        X = np.asarray(X)
+        return kernel_rows(X, nmap.landmarks.astype(X.dtype, copy=False), nmap.kernel)
+    if X.numblocks[1] != 1:
+        X = X.rechunk({1: -1})
+    marks, kern = nmap.landmarks, nmap.kernel
+    return X.map_blocks(lambda b: kernel_block(b, marks.astype(b.dtype, copy=False), **kern),
+                        chunks=(X.chunks[0], (nmap.rank,)), dtype=X.dtype)
+
+
 # The approximation error's numerator ||K_ss - Phi_s Phi_s^T||_F is estimated with this many
 # Gaussian probes g (Hutchinson: E ||E g||^2 = ||E||_F^2), at 2 r^2 p + 2 s r p flops instead
 # of the r^2 s + s^2 r of forming Phi_s Phi_s^T (6.4 GFLOP at r = 2000, s = 1000). The

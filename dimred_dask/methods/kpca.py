@@ -48,8 +48,8 @@ from .._validation import (check_array, check_is_fitted, check_n_components, che
 from ..blocks.kernels import kernel_block
 from ..errors import DimredWarning, InputError
 from ..linalg.threaded import one_blas_thread
-from ..linalg import (DENSE_MAX, choose_landmarks, column_stats, nystrom_error, nystrom_map,
-                      nystrom_top_eigh, resolve_landmark_method, take_rows, top_eigh)
+from ..linalg import (DENSE_MAX, choose_landmarks, column_stats, nystrom_error, nystrom_kernel,
+                      nystrom_map, nystrom_top_eigh, resolve_landmark_method, take_rows, top_eigh)
 from ..pairwise import center_stats, check_kernel, double_center, pairwise_kernels
 from ._base import DimredEstimator, column_signs, rowwise
 
@@ -318,7 +318,7 @@ def _nystrom_spectrum(X, nmap, k, n_oversamples, n_iter, tol, random_state):
         return _in_memory_spectrum(nmap, k, n_oversamples, n_iter, tol, random_state, X)
     if subspace and _fits_one_task(X, r + k + n_oversamples):
         return _spectrum_in_one_task(X, nmap, k, n_oversamples, n_iter, tol, random_state)
-    C = _kernel_to_landmarks(X, nmap)
+    C = nystrom_kernel(X, nmap)
     held = _maybe_persist(C) if is_dask(C) else C
     if (is_dask(held) and held is C) or k + n_oversamples > SUBSPACE_SHARE * r:
         stats = column_stats(C, gram=True, method="KernelPCA", stage="Nyström kernel pass")
@@ -376,18 +376,6 @@ def _spectrum_in_one_task(X, nmap, k, n_oversamples, n_iter, tol, random_state):
     (out,) = compute(task, stage="Nyström eigensolver (one worker)")
     w, v, mean, emb, how = out
     return w, v, mean, emb, {**how, "nystrom_eigensolver": "subspace iteration (one worker)"}
-
-
-def _kernel_to_landmarks(X, nmap):
-    """C = k(X, L): lazy row chunks for dask input, NumPy otherwise. The tasks carry the
-    landmarks only (not the r x r map: 32 MB at r = 2000)."""
-    if not is_dask(X):
-        return nmap.kernel_to_landmarks(np.asarray(X))
-    if X.numblocks[1] != 1:
-        X = X.rechunk({1: -1})
-    marks, kern = nmap.landmarks, nmap.kernel
-    return X.map_blocks(lambda b: kernel_block(b, marks.astype(b.dtype, copy=False), **kern),
-                        chunks=(X.chunks[0], (nmap.rank,)), dtype=X.dtype)
 
 
 # Below this share of r, the top eigenpairs of R^-T S R^-1 come from ARPACK over products

@@ -13,8 +13,10 @@ their indicators, which is what k-means should see) are the spectral embedding; 
 
 Nyström normalised cut: with d = Phi (Phi^T 1) and Psi = D^-1/2 Phi, D^-1/2 K D^-1/2 =
 Psi Psi^T, whose top eigenvectors come from the r x r matrix Psi^T Psi (two passes over the
-rows: column sums, then the Gram matrix); y = D^-1/2 u. Dask input keeps the embedding lazy
-and clusters it by mini-batch k-means on a sample of rows, labels assigned blockwise.
+rows: column sums, then the Gram matrix); y = D^-1/2 u. Phi = C R^-1 (C = k(X, L), W = R^T R)
+is not formed: every step is written with C (see `_nystrom_ncut`). Dask input keeps the
+embedding lazy and clusters it by mini-batch k-means on a sample of rows, labels assigned
+blockwise.
 """
 from __future__ import annotations
 
@@ -31,8 +33,8 @@ from ..blocks.kmeans import assign, kmeans_best_of, minibatch_update
 from ..blocks.landmarks import kmeans_plusplus
 from ..errors import InputError
 from ..graphs import graph_csr, graph_weights, spectral_embedding
-from ..linalg import (LANDMARK_METHODS, SPARSE_EIGEN_SOLVERS, choose_landmarks,
-                      nystrom_features, nystrom_map, take_rows)
+from ..linalg import (LANDMARK_METHODS, SPARSE_EIGEN_SOLVERS, choose_landmarks, nystrom_kernel,
+                      nystrom_map, take_rows)
 from ..pairwise import check_kernel
 from ._graph_common import ArrayModel, fit_graph, like
 from .laplacian_eigenmaps import check_weights
@@ -134,25 +136,29 @@ def _nystrom_ncut(X, k, gamma, width, m, landmarks, rng):
     kern = check_kernel("gaussian", d, gamma=gamma, width=width)
     L, _ = choose_landmarks(X, int(m), landmarks, rng)
     nmap = nystrom_map(np.asarray(L, np.float64), kern)
-    phi = nystrom_features(X.astype(np.float64) if not is_dask(X) else X.astype(np.float64),
-                           nmap)
-    colsum = phi.sum(axis=0)
-    (colsum,) = compute(colsum, stage="Nyström: degrees") if is_dask(phi) else (colsum,)
-    deg = phi @ np.asarray(colsum)
-    psi = phi / np.sqrt(np.maximum(deg, np.finfo(float).tiny))[:, None]
-    gram = psi.T @ psi
-    lazy = [v for v in (deg.min(), gram) if is_dask(v)]
-    dmin, gram = compute(deg.min(), gram, stage="Nyström: Gram matrix") if lazy else \
-        (deg.min(), gram)
+    # Phi = C R^-1 is never formed (n r^2 flops, and n x r arrays beside C): with
+    # C = k(X, L) and W = R^T R, d = C W^-1 (C^T 1), Psi^T Psi = R^-T (C^T D^-1 C) R^-1 and
+    # y = D^-1/2 Psi u / sqrt(s) = D^-1/2 (D^-1/2 C) (R^-1 u / sqrt(s))
+    C = nystrom_kernel(X.astype(np.float64), nmap)
+    (colsum,) = compute(C.sum(axis=0), stage="Nyström: degrees") if is_dask(C) else \
+        (C.sum(axis=0),)
+    deg = C @ nmap.solve(nmap.solve_t(np.asarray(colsum)))
+    root = np.sqrt(np.maximum(deg, np.finfo(float).tiny))[:, None]
+    if is_dask(C):
+        scaled = C / root
+        dmin, inner = compute(deg.min(), scaled.T @ scaled, stage="Nyström: Gram matrix")
+    else:  # C is ours: scaled in place, so it is the only n x r array held
+        scaled = np.divide(C, root, out=C)
+        dmin, inner = deg.min(), scaled.T @ scaled  # one syrk over the rows
     if float(dmin) <= 0:
         raise InputError("The Nyström affinity gives a point a degree <= 0 (the kernel is "
                          "too narrow for the landmarks).", "raise width (or lower gamma), or "
                          "raise n_landmarks.")
-    s, V = np.linalg.eigh((np.asarray(gram) + np.asarray(gram).T) / 2)
+    gram = nmap.solve_t(nmap.solve_t(np.asarray(inner)).T)  # R^-T (C^T D^-1 C) R^-1
+    s, V = np.linalg.eigh((gram + gram.T) / 2)
     order = np.argsort(s)[::-1][:k]
     s, V = np.maximum(s[order], np.finfo(float).tiny), V[:, order]
-    proj = V / np.sqrt(s)
-    Y = (psi @ proj) / np.sqrt(deg)[:, None]
+    Y = (scaled @ nmap.solve(V / np.sqrt(s))) / root
     if not is_dask(Y):
         sg = np.sign(Y[np.argmax(np.abs(Y), axis=0), np.arange(k)])
         Y = Y * np.where(sg == 0, 1.0, sg)
