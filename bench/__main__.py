@@ -10,7 +10,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("name", choices=["pca", "kpca", "mds", "knn", "isomap", "lle", "spectral",
-                                    "mvu", "tsne", "umap"], help="which benchmark")
+                                    "clustering", "mvu", "tsne", "umap"], help="which benchmark")
     p.add_argument("--big", action="store_true",
                    help="out of core: a Zarr array on disk larger than memory (pca); "
                         "n = 1 000 000 Nyström on 4 GiB workers (kpca); 1 000 000 x 50 end to "
@@ -25,7 +25,8 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=None, help="--big: worker processes")
     p.add_argument("--threads", type=int, default=2, help="--big: threads per worker")
     p.add_argument("--landmarks", type=int, default=None,
-                   help="kpca: Nyström landmarks m (default 2000, --big 1000); "
+                   help="kpca: Nyström landmarks m (default 2000, --big 1000); clustering: "
+                        "(default 1000); "
                         "mds: landmarks (default 1000); mvu: landmark MVU's m (default 40)")
     p.add_argument("--peer-repeat", type=int, default=1,
                    help="kpca, mds, mvu: timed repetitions of the slow peers and exact "
@@ -63,6 +64,10 @@ def main(argv=None) -> int:
         from . import graph
 
         return graph.main_graph_method(args, args.name)
+    if args.name == "clustering":
+        from . import clustering
+
+        return clustering.main(args)
     if args.name == "mvu":
         from . import mvu
 
