@@ -1,8 +1,9 @@
 """Spectral clustering with a Gaussian affinity: ``python -m bench clustering``.
 
 Data: ``sklearn.datasets.make_blobs(n, 10, centers=6, cluster_std=1.5, random_state=0)``
-(float64). Affinity exp(-gamma ||x - x'||^2), gamma by the median heuristic (1 / median of
-||x_i - x_j||^2 over the pairs of a seeded sample of 1000 rows), normalised cut, 6 clusters.
+(float64). Affinity exp(-gamma ||x - x'||^2), gamma by the median heuristic
+(``bench.kpca.median_gamma``: 1 / median of ||x_i - x_j||^2 over the pairs of a seeded
+sample of 1000 rows), normalised cut, 6 clusters.
 
 - At n = ``--rows`` (default 10 000), in this process, taking turns for ``--repeat`` rounds:
   scikit-learn's ``SpectralClustering(affinity="rbf")`` (the dense n x n affinity, ARPACK,
@@ -20,23 +21,15 @@ import os
 import numpy as np
 
 from ._measure import machine, timed, timed_in_turns
+from .kpca import median_gamma
 
 D, CENTERS = 10, 6
-GAMMA_SAMPLE = 1000
 
 
 def make_data(n: int):
     from sklearn.datasets import make_blobs
 
     return make_blobs(n, D, centers=CENTERS, cluster_std=1.5, random_state=0)
-
-
-def median_gamma(X, seed: int = 1) -> float:
-    from scipy.spatial.distance import pdist
-
-    rows = np.random.default_rng(seed).choice(X.shape[0], min(GAMMA_SAMPLE, X.shape[0]),
-                                              replace=False)
-    return 1.0 / float(np.median(pdist(X[rows], "sqeuclidean")))
 
 
 def main(args) -> int:
