@@ -19,6 +19,12 @@ when the negative part is smaller in magnitude (the case for kernel and MDS matr
 ``which="SA"`` returns the smallest (most negative) eigenpairs instead: Lanczos asks ARPACK for
 them directly; subspace iteration runs on the positive semidefinite sigma I - A, with sigma
 >= the largest eigenvalue (``shift``, e.g. from a "LA" call first).
+
+Every result carries its convergence record (``Eigen.convergence``, see
+``linalg.convergence``): dense is exact; subspace iteration runs its passes by design and
+records the residual of its Ritz pairs; Lanczos records ARPACK's verdict and its matrix-vector
+products (eigenpairs that did not converge are returned with ``converged=False``: the caller
+refuses or replaces them).
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ import scipy.linalg
 from .._compute import compute
 from .._validation import check_random_state, is_dask
 from ..errors import ConvergenceWarning, InputError
+from .convergence import completed, record
 
 __all__ = ["Eigen", "top_eigh", "EIGEN_SOLVERS", "DENSE_MAX"]
 
@@ -47,6 +54,7 @@ class Eigen:
     spectrum: np.ndarray | None = None  # the whole spectrum (dense solver only), descending
     info: dict = field(default_factory=dict)
     product: np.ndarray | None = None  # A @ vectors (free from Rayleigh-Ritz), (n, k)
+    convergence: dict | None = None  # the solve's record (``linalg.convergence``)
 
     def applied(self) -> np.ndarray:
         """A @ vectors: exact for the randomized solver's Ritz vectors, vectors * values else."""
@@ -84,22 +92,37 @@ def top_eigh(A, k: int, *, solver: str = "auto", which: str = "LA", n_oversample
     solver = choose_eigen_solver(solver, n)
     if which not in ("LA", "SA"):
         raise InputError(f"which must be 'LA' or 'SA'; found {which!r}.", "pass which='LA'.")
+    step = f"{'top' if which == 'LA' else 'bottom'} {k} eigenpairs"
     if solver == "dense":
         return _dense(A, k, which, stage)
     if solver == "lanczos":
-        w, v, passes = _lanczos(A, k, which, tol, random_state, stage)
-        return Eigen(w, v, solver, passes)
+        w, v, passes, rec = _lanczos(A, k, which, tol, random_state, stage)
+        return Eigen(w, v, solver, passes, convergence={**rec, "step": step})
     if which == "LA":
         w, v, passes, av = _randomized(A, k, n_oversamples, n_iter, random_state, stage, None)
-        return Eigen(w, v, solver, passes, product=av)
+        return Eigen(w, v, solver, passes, product=av,
+                     convergence=_randomized_record(step, w, v, av, passes, n_iter))
     if shift is None:
         raise InputError("The smallest eigenvalues by subspace iteration need shift >= the "
                          "largest eigenvalue; found shift=None.",
                          "pass shift=<largest eigenvalue> (from a which='LA' call), or use "
                          "solver='lanczos'.")
-    w, v, passes, _ = _randomized(A, k, n_oversamples, n_iter, random_state, stage,
-                                  float(shift))
-    return Eigen(float(shift) - w, v, solver, passes, info={"shift": float(shift)})
+    w, v, passes, av = _randomized(A, k, n_oversamples, n_iter, random_state, stage,
+                                   float(shift))
+    return Eigen(float(shift) - w, v, solver, passes, info={"shift": float(shift)},
+                 convergence=_randomized_record(step, w, v, av, passes, n_iter,
+                                                scale=float(shift)))
+
+
+def _randomized_record(step, w, v, av, passes, n_iter, scale=None) -> dict:
+    """Subspace iteration runs its passes by design ("completed"); the residual of its Ritz
+    pairs, max_j ||A v_j - w_j v_j|| / scale (scale: the largest |w|, or the shift), costs
+    nothing more: A v is the Rayleigh-Ritz product."""
+    top = scale if scale is not None else float(np.max(np.abs(w))) if w.size else 1.0
+    res = np.linalg.norm(av - v * w, axis=0) / max(abs(top), np.finfo(np.float64).tiny)
+    return completed(step, "randomized subspace iteration", int(n_iter), passes=int(passes),
+                     residual=float(res.max()) if res.size else 0.0,
+                     measure="max ||A v - lambda v|| / |largest eigenvalue| of the Ritz pairs")
 
 
 def _dense(A, k, which, stage) -> Eigen:
@@ -115,7 +138,10 @@ def _dense(A, k, which, stage) -> Eigen:
         vals, vecs = w[:k], v[:, :k]
     else:
         vals, vecs = w[::-1][:k], v[:, ::-1][:, :k]
-    return Eigen(vals.copy(), np.ascontiguousarray(vecs), "dense", passes, spectrum=w)
+    return Eigen(vals.copy(), np.ascontiguousarray(vecs), "dense", passes, spectrum=w,
+                 convergence=record(f"{'top' if which == 'LA' else 'bottom'} {k} eigenpairs",
+                                    "dense (LAPACK eigh)", converged=True,
+                                    status="exact"))
 
 
 def _randomized(A, k, n_oversamples, n_iter, random_state, stage, shift):
@@ -154,12 +180,18 @@ def _lanczos(A, k, which, tol, random_state, stage):
 
     op = LinearOperator((n, n), matvec=matvec, dtype=np.float64)
     v0 = check_random_state(random_state).uniform(-1, 1, n)
+    converged, status = True, "converged"
     try:
         w, v = eigsh(op, k=k, which=which, tol=tol, v0=v0)
     except ArpackNoConvergence as exc:
         warnings.warn(f"Lanczos did not converge: {len(exc.eigenvalues)} of {k} eigenpairs "
-                      "converged; returning them. Raise tol or use solver='randomized'.",
+                      f"converged after {count['passes']} matrix-vector products.",
                       ConvergenceWarning, stacklevel=3)
         w, v = exc.eigenvalues, exc.eigenvectors
+        converged, status = False, f"{len(w)} of {k} eigenpairs converged"
     order = np.argsort(w)[::-1] if which == "LA" else np.argsort(w)
-    return w[order], v[:, order], count["passes"]
+    rec = record("eigenpairs", "lanczos (ARPACK)", converged=converged,
+                 iterations=count["passes"], tol=tol, status=status,
+                 matvecs=count["passes"], n_converged=len(w),
+                 measure="ARPACK's relative eigenvalue accuracy (tol 0: machine precision)")
+    return w[order], v[:, order], count["passes"], rec

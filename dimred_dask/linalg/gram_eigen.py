@@ -35,6 +35,7 @@ import scipy.sparse as sp
 
 from .._validation import check_random_state
 from ..errors import ConvergenceWarning, InputError
+from .convergence import record
 from .eigen import Eigen
 
 __all__ = ["bottom_eigsh_gram", "GRAM_SHIFT"]
@@ -84,6 +85,7 @@ def bottom_eigsh_gram(A, k: int, *, null=None, tol: float = 1e-8, maxiter: int |
     p = min(n - 2, k + max(2, k) if block is None else block)
     V = np.linalg.qr(away(rng.standard_normal((n, p)), q))[0]
     tol_eff, iters, change = max(float(tol), TOL_FLOOR), maxiter or MAXITER, np.inf
+    converged = False
     for it in range(1, iters + 1):
         S = np.linalg.qr(away(np.hstack([V, steer(V)]), q))[0]
         AS = A @ S
@@ -92,13 +94,18 @@ def bottom_eigsh_gram(A, k: int, *, null=None, tol: float = 1e-8, maxiter: int |
         change = float(np.linalg.norm(new[:, :k] - V @ (V.T @ new[:, :k]), ord=2))
         V = new
         if change <= tol_eff:
+            converged = True
             break
-    else:
+    if not converged:
         warnings.warn(f"The factored solver's block still moved by {change:.1e} after {iters} "
-                      f"iterations (tol {tol_eff:.0e}); returning it. Raise max_iter or use "
-                      "eigen_solver='arpack'.", ConvergenceWarning, stacklevel=3)
+                      f"iterations (tol {tol_eff:.0e}).", ConvergenceWarning, stacklevel=3)
     AV = A @ V[:, :k]
     values = np.einsum("ij,ij->j", AV, AV)
     info = {"iterations": it, "change": change, "shift": tau, "block": p,
             "factor_nnz": int(lu.L.nnz + lu.U.nnz)}
-    return Eigen(values, V[:, :k], "factored", 0, info=info)
+    rec = record(f"bottom {k} eigenpairs", "factored (block inverse iteration, sparse LU)",
+                 converged=converged, iterations=it, residual=change, tol=tol_eff,
+                 status="converged" if converged else f"stopped at maxiter={iters}",
+                 maxiter=iters, measure="sine of the largest angle between the last two "
+                                        "blocks")
+    return Eigen(values, V[:, :k], "factored", 0, info=info, convergence=rec)

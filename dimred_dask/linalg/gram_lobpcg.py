@@ -32,6 +32,7 @@ import scipy.sparse as sp
 
 from .._validation import check_random_state
 from ..errors import ConvergenceWarning, InputError
+from .convergence import record
 from .eigen import Eigen
 
 __all__ = ["bottom_eigsh_lobpcg", "PRECONDITIONERS"]
@@ -112,14 +113,20 @@ def bottom_eigsh_lobpcg(A, k: int, *, null=None, preconditioner: str = "jacobi",
                                  tol * scale, maxiter or MAXITER)
     info.update({"iterations": it, "block": p, "residuals": res.tolist(),
                  "tol_abs": tol * scale, "seconds": time.perf_counter() - t0})
-    if not (res[:k] <= tol * scale).all():
+    converged = bool((res[:k] <= tol * scale).all())
+    if not converged:
         warnings.warn(f"LOBPCG stopped after {it} iterations with residuals "
                       f"{np.array2string(res[:k], precision=2)} (wanted <= "
-                      f"{tol * scale:.1e}); returning them. Raise max_iter or tol.",
-                      ConvergenceWarning, stacklevel=3)
+                      f"{tol * scale:.1e}).", ConvergenceWarning, stacklevel=3)
+    rec = record(f"bottom {k} eigenpairs", f"lobpcg-{preconditioner}", converged=converged,
+                 iterations=it, residual=float(res[:k].max()), tol=tol * scale,
+                 status="converged" if converged else f"stopped at maxiter={maxiter or MAXITER}",
+                 maxiter=maxiter or MAXITER, block=p,
+                 measure="max ||M x - lambda x|| of the wanted pairs (absolute: tol times the "
+                         "mean diagonal of M)")
     vectors = np.empty((n, k))
     vectors[perm] = v[:, :k]
-    return Eigen(w[:k], vectors, f"lobpcg-{preconditioner}", 0, info=info)
+    return Eigen(w[:k], vectors, f"lobpcg-{preconditioner}", 0, info=info, convergence=rec)
 
 
 def _rcm(A):

@@ -38,6 +38,7 @@ from .._validation import check_random_state, is_dask
 from ..blocks.kernels import kernel_block
 from ..blocks.landmarks import kmeans, kmeans_plusplus
 from ..errors import InputError
+from .convergence import record
 from .threaded import RowBlockPool
 
 __all__ = ["LANDMARK_METHODS", "NystromMap", "take_rows", "choose_landmarks", "nystrom_map",
@@ -273,7 +274,10 @@ def nystrom_top_eigh(X: np.ndarray, nmap: NystromMap, k: int, *, n_oversamples: 
     iteration stops after 2 passes instead of 3 (measured).
 
     Returns (eigenvalues (k,) descending, V (r, k) orthonormal eigenvectors of M,
-    Y = Phic V (n, k) float64, mu (r,) float64, info with the passes and the final residual).
+    Y = Phic V (n, k) float64, mu (r,) float64, info with the passes, the final residual and
+    the convergence record ``info["record"]``: with ``tol=0`` the passes are the method's
+    ("completed" when the floor was not reached in them); a ``tol > 0`` not reached in
+    ``n_iter + 1`` passes is ``converged=False``).
     """
     X = np.asarray(X)
     n, r = X.shape[0], nmap.rank
@@ -319,9 +323,18 @@ def nystrom_top_eigh(X: np.ndarray, nmap: NystromMap, k: int, *, n_oversamples: 
             if residual <= stop or it == int(n_iter):
                 break
             q, _ = np.linalg.qr(aq)
+    reached = bool(residual <= stop)
+    # tol = 0 asks for "as accurate as n_iter + 1 passes make it" (subspace iteration's fixed
+    # passes, stopped early at the rounding floor); a tol > 0 not reached is not converged
+    rec = record(f"top {k} eigenpairs of the centred Nyström kernel",
+                 "nystrom subspace iteration", converged=reached or not float(tol) > 0,
+                 iterations=it + 1, residual=residual, tol=stop,
+                 status="converged" if reached else "completed" if not float(tol) > 0 else
+                 f"stopped after n_iter + 1 = {it + 1} passes", passes=it + 1,
+                 measure="max ||A y - theta y|| / (theta ||y||) of the wanted pairs")
     return w, q @ v, y, mu0 + delta, {"passes": it + 1, "residual": residual,
-                                      "converged": bool(residual <= stop),
-                                      "threads": pool.threads}
+                                      "converged": reached, "threads": pool.threads,
+                                      "record": rec}
 
 
 def _first_pass(X, nmap, mu0, Z, C, T):

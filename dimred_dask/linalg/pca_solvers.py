@@ -22,6 +22,7 @@ import scipy.linalg
 from .._compute import compute
 from .._validation import is_dask
 from ..blocks.stats import BlockStats, tree_reduce
+from .convergence import completed
 from .moments import NUMPY_BLOCK_ROWS, column_stats, row_blocks
 
 
@@ -35,6 +36,7 @@ class Spectrum:
     exact: bool  # whether ``variances`` is the whole spectrum (so fractions are allowed)
     passes: int  # passes over the data
     constant_columns: np.ndarray | None = None  # indices of zero-variance columns
+    convergence: dict | None = None  # randomized solver's record (``linalg.convergence``)
 
 
 def _from_eigh(w: np.ndarray, v: np.ndarray, stats: BlockStats, *, exact: bool, passes: int):
@@ -120,14 +122,33 @@ def randomized_eigh(X, n_components: int, *, n_oversamples: int = 10, n_iter: in
     rng = check_random_state(random_state)
     width = min(d, n_components + n_oversamples)
     q, _ = np.linalg.qr(rng.standard_normal((d, width)))
+    residual = None
     for it in range(n_iter):
         aq, _ = _gram_products(X, stats.mean, q, stage=f"power iteration {it + 1}/{n_iter}")
+        if it == n_iter - 1:
+            residual = _ritz_residual(q, aq, n_components)
         q, _ = np.linalg.qr(aq)
     _, small = _gram_products(X, stats.mean, q, stage="Rayleigh-Ritz pass", need_aq=False)
     w, v = scipy.linalg.eigh(small)
     sp = _from_eigh(w / (n - 1), q @ v, stats, exact=False, passes=n_iter + 2)
     sp.components, sp.variances = sp.components[:n_components], sp.variances[:n_components]
+    sp.convergence = completed(
+        f"top {n_components} eigenpairs of the covariance", "randomized subspace iteration",
+        n_iter, passes=n_iter + 2, residual=residual,
+        measure="max ||A u - theta u|| / theta_max of the Ritz pairs one pass before the "
+                "last (an estimate for the last pass's, usually smaller); None without power "
+                "iterations")
     return sp
+
+
+def _ritz_residual(q: np.ndarray, aq: np.ndarray, k: int) -> float:
+    """Relative residual of the top ``k`` Ritz pairs of A on span(q), from aq = A q (d x width,
+    in memory: no pass)."""
+    theta, u = scipy.linalg.eigh((q.T @ aq + aq.T @ q) / 2)
+    order = np.argsort(theta)[::-1][:k]
+    theta, u = theta[order], u[:, order]
+    r = np.linalg.norm(aq @ u - (q @ u) * theta, axis=0)
+    return float(r.max() / max(float(theta[0]), np.finfo(np.float64).tiny))
 
 
 def _block_products(block, mean, q, need_aq):

@@ -22,7 +22,11 @@ Solvers (``solver=``):
   scales with nnz(A). Convergence depends on the relative gap of the wanted eigenvalues.
 - ``auto``: dense up to ``DENSE_MAX_SPARSE`` rows, arpack up to ``ARPACK_MAX``, lobpcg above.
 
-Returns `Eigen` with the values ascending and B-orthonormal vectors (float64).
+Returns `Eigen` with the values ascending and B-orthonormal vectors (float64) and its
+convergence record (``Eigen.convergence``): ARPACK's verdict (with the residual
+max ||A v - lambda B v|| / max |A_ii|, one sparse product), LOBPCG's residual norms against
+its tolerance, dense trivially converged. A solve that stops short returns what it has,
+marked ``converged=False``; ``fallback_solvers`` lists the robust solvers to retry with.
 """
 from __future__ import annotations
 
@@ -34,9 +38,11 @@ import scipy.sparse as sp
 
 from .._validation import check_random_state
 from ..errors import ConvergenceWarning, InputError
+from .convergence import record, solve_with_fallbacks
 from .eigen import Eigen
 
-__all__ = ["bottom_eigsh", "SPARSE_EIGEN_SOLVERS", "DENSE_MAX_SPARSE", "ARPACK_MAX"]
+__all__ = ["bottom_eigsh", "SPARSE_EIGEN_SOLVERS", "DENSE_MAX_SPARSE", "ARPACK_MAX",
+           "fallback_solvers", "bottom_eigsh_checked"]
 
 SPARSE_EIGEN_SOLVERS = ("auto", "dense", "arpack", "lobpcg")
 DENSE_MAX_SPARSE = 3000
@@ -52,6 +58,20 @@ def choose_sparse_solver(solver: str, n: int) -> str:
     if solver == "auto":
         return "dense" if n <= DENSE_MAX_SPARSE else "arpack" if n <= ARPACK_MAX else "lobpcg"
     return solver
+
+
+def fallback_solvers(solver: str, n: int) -> list[str]:
+    """The robust solvers to retry with, in order, when ``solver`` stops short on an n x n
+    problem: dense while it fits (``DENSE_MAX_SPARSE``), else shift-invert ARPACK while its
+    factorisation is affordable (``ARPACK_MAX``); nothing after dense or ARPACK's own
+    size class."""
+    if solver == "dense":
+        return []
+    if n <= DENSE_MAX_SPARSE:
+        return ["dense"]
+    if solver != "arpack" and n <= ARPACK_MAX:
+        return ["arpack"]
+    return []
 
 
 def bottom_eigsh(A, k: int, *, B=None, solver: str = "auto", tol: float = 1e-8,
@@ -73,6 +93,26 @@ def bottom_eigsh(A, k: int, *, B=None, solver: str = "auto", tol: float = 1e-8,
     return _lobpcg(A, B, k, tol, maxiter, random_state, X0)
 
 
+def bottom_eigsh_checked(A, k: int, *, step: str, method: str, solver: str = "auto",
+                         fix: str | None = None, **kw) -> tuple[Eigen, list]:
+    """`bottom_eigsh` that does not return an unconverged answer: when ``solver`` (after
+    ``auto`` is resolved) stops short, the `fallback_solvers` are tried in turn (with their
+    default ``maxiter``: the one given is the first solver's); returns the first converged
+    `Eigen` and the records of every attempt, or raises `SolverError` whose Fix is ``fix``."""
+    n = A.shape[0]
+    first = choose_sparse_solver(solver, n)
+
+    def attempt(s):
+        eig = bottom_eigsh(A, k, solver=s, **(kw if s == first else
+                                               {**kw, "maxiter": None, "X0": None}))
+        return eig, eig.convergence
+
+    fix = fix or ("raise maxiter or loosen tol; or pass solver='arpack' (shift-invert, up to "
+                  f"{ARPACK_MAX} rows) or 'dense' (up to {DENSE_MAX_SPARSE}).")
+    return solve_with_fallbacks(attempt, [first] + fallback_solvers(first, n), step=step,
+                                method=method, fix=fix)
+
+
 def _todense(M):
     return M.toarray() if sp.issparse(M) else np.asarray(M, dtype=np.float64)
 
@@ -81,7 +121,18 @@ def _dense(A, B, k) -> Eigen:
     a = _todense(A)
     b = None if B is None else _todense(B)
     w, v = scipy.linalg.eigh((a + a.T) / 2, b, subset_by_index=[0, k - 1])
-    return Eigen(w, v, "dense", 0)
+    return Eigen(w, v, "dense", 0, convergence=record(
+        f"bottom {k} eigenpairs", "dense", converged=True, status="exact (LAPACK eigh)"))
+
+
+def _residual(A, B, w, v) -> float:
+    """max_j ||A v_j - w_j B v_j|| / (max |A_ii| ||v_j||): one sparse product."""
+    if v.size == 0:
+        return float("inf")
+    Bv = v if B is None else B @ v
+    r = np.linalg.norm(A @ v - Bv * w, axis=0) / np.maximum(np.linalg.norm(v, axis=0), 1e-300)
+    diag = np.abs(A.diagonal())
+    return float(r.max() / max(float(diag.max()) if diag.size else 1.0, 1e-300))
 
 
 def _arpack(A, B, k, tol, maxiter, random_state) -> Eigen:
@@ -92,16 +143,24 @@ def _arpack(A, B, k, tol, maxiter, random_state) -> Eigen:
     sigma = SHIFT * float(diag.max() if diag.size and diag.max() > 0 else 1.0)
     v0 = check_random_state(random_state).uniform(-1, 1, A.shape[0])
     Bm = None if B is None else sp.csc_matrix(B, dtype=np.float64)
+    iters = maxiter or 10 * A.shape[0]
+    converged, status = True, "converged"
     try:
-        w, v = eigsh(A, k=k, M=Bm, sigma=sigma, which="LM", tol=tol, v0=v0,
-                     maxiter=maxiter or 10 * A.shape[0])
+        w, v = eigsh(A, k=k, M=Bm, sigma=sigma, which="LM", tol=tol, v0=v0, maxiter=iters)
     except ArpackNoConvergence as exc:
         warnings.warn(f"Shift-invert Lanczos converged for {len(exc.eigenvalues)} of {k} "
-                      "eigenpairs; returning them. Use eigen_solver='lobpcg' or a looser tol.",
-                      ConvergenceWarning, stacklevel=3)
+                      f"eigenpairs in {iters} iterations (tol {tol:.0e}).", ConvergenceWarning,
+                      stacklevel=3)
         w, v = exc.eigenvalues, exc.eigenvectors
+        converged, status = False, f"{len(w)} of {k} eigenpairs converged"
     order = np.argsort(w)
-    return Eigen(w[order], v[:, order], "arpack", 0, info={"sigma": sigma})
+    w, v = w[order], v[:, order]
+    rec = record(f"bottom {k} eigenpairs", "arpack (shift-invert)", converged=converged,
+                 iterations=None if converged else iters, residual=_residual(A, Bm, w, v),
+                 tol=tol, status=status, maxiter=iters, n_converged=len(w), sigma=sigma,
+                 measure="tol: ARPACK's relative accuracy of the shifted-inverted "
+                         "eigenvalues; residual: max ||A v - lambda B v|| / max |A_ii|")
+    return Eigen(w, v, "arpack", 0, info={"sigma": sigma}, convergence=rec)
 
 
 def _lobpcg(A, B, k, tol, maxiter, random_state, X0) -> Eigen:
@@ -121,14 +180,26 @@ def _lobpcg(A, B, k, tol, maxiter, random_state, X0) -> Eigen:
         X0 = np.asarray(X0, dtype=np.float64).reshape(n, -1)
         X[:, :X0.shape[1]] = X0[:, :width]
     iters = maxiter or 2000
+    tol_used = max(tol, 1e-12)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        w, v = lobpcg(A, X, B=Bm, M=M, tol=max(tol, 1e-12), maxiter=iters, largest=False)
+        w, v, history = lobpcg(A, X, B=Bm, M=M, tol=tol_used, maxiter=iters, largest=False,
+                               retResidualNormsHistory=True)
     order = np.argsort(w)[:k]
+    residuals = np.asarray(history[-1], dtype=np.float64)[order] if history else \
+        np.full(k, np.inf)
     w, v = w[order], v[:, order]
-    if any("not reach the requested tolerance" in str(c.message) or
-           "Exited at iteration" in str(c.message) for c in caught):
-        warnings.warn(f"LOBPCG did not reach tol={tol} in {iters} iterations; the smallest "
-                      f"eigenvalues found are {np.round(w, 8).tolist()}. Raise maxiter or use "
-                      "eigen_solver='arpack'.", ConvergenceWarning, stacklevel=3)
-    return Eigen(w, v, "lobpcg", 0, info={"maxiter": iters})
+    stopped = any("not reach the requested tolerance" in str(c.message) or
+                  "Exited at iteration" in str(c.message) for c in caught)
+    converged = not stopped and bool((residuals <= tol_used).all())
+    if not converged:
+        warnings.warn(f"LOBPCG did not reach tol={tol_used:.0e} in {iters} iterations "
+                      f"(largest residual {residuals.max():.1e}).", ConvergenceWarning,
+                      stacklevel=3)
+    rec = record(f"bottom {k} eigenpairs", "lobpcg (scipy, Jacobi)", converged=converged,
+                 iterations=min(max(len(history) - 1, 0), iters),
+                 residual=float(residuals.max()),
+                 tol=tol_used, status="converged" if converged else
+                 f"stopped at maxiter={iters}", maxiter=iters,
+                 measure="max ||A x - lambda B x|| of the wanted pairs (absolute)")
+    return Eigen(w, v, "lobpcg", 0, info={"maxiter": iters}, convergence=rec)
