@@ -67,15 +67,21 @@ def reconstruction_basis(X, graph: KNNGraph, landmarks: np.ndarray, reg: float =
 
 
 def laplacian_basis(graph: KNNGraph, m: int, *, solver: str = "auto", random_state=0):
-    """(Q (n x m), info): the bottom m non-constant eigenvectors of L = D - W (heat weights)."""
-    from ..linalg import bottom_eigsh
+    """(Q (n x m), info): the bottom m non-constant eigenvectors of L = D - W (heat weights);
+    ``info["convergence"]``: the eigensolver's records (a solve that stops short is retried,
+    see ``linalg.sparse_eigen.bottom_eigsh_checked``)."""
+    from ..linalg.sparse_eigen import bottom_eigsh_checked
 
     W, t = graph_weights(graph_csr(graph), "heat")
     L, _ = laplacian(W, normed=False)
-    eig = bottom_eigsh(L, m + 1, solver=solver, random_state=random_state)
+    eig, records = bottom_eigsh_checked(
+        L, m + 1, solver=solver, random_state=random_state, method="Landmark MVU",
+        step=f"bottom {m + 1} eigenpairs of the graph Laplacian (basis)",
+        fix="use basis='reconstruction' (no eigensolver), or fewer n_landmarks.")
     order = np.argsort(eig.values)
     vecs = np.asarray(eig.vectors)[:, order][:, 1:]
-    return vecs, {"laplacian_eigenvalues": np.asarray(eig.values)[order][1:].tolist()}
+    return vecs, {"laplacian_eigenvalues": np.asarray(eig.values)[order][1:].tolist(),
+                  "convergence": records}
 
 
 def _normals_block(Qi: np.ndarray, Qj: np.ndarray, d2: np.ndarray):

@@ -1,6 +1,7 @@
 """Maximum-trace semidefinite programs over squared-distance constraints, in cvxpy.
 
-The problem (seed 000, MVU; action respecting embedding adds constraints of the same form):
+The problem (MVU: Weinberger & Saul 2006; action respecting embedding adds constraints of the
+same form):
 
     max tr(K)  s.t.  <A_c, K> = b_c  (c = 1..m),  sum_ij K_ij = 0,  K >= 0,
 
@@ -35,7 +36,6 @@ inside (distances of any unit give the same problem); K is scaled back.
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +43,8 @@ import scipy.linalg
 import scipy.sparse as sp
 
 from ..errors import InputError
+from .._progress import report
+from .conic import solve_problem
 
 __all__ = ["SDPResult", "SDP_SOLVERS", "SDP_FORMULATIONS", "haar_basis", "face_basis",
            "constraint_matrix", "kr_columns", "independent_columns", "max_trace_sdp",
@@ -64,6 +66,7 @@ class SDPResult:
     setup_seconds: float
     solve_seconds: float
     info: dict = field(default_factory=dict)
+    convergence: dict | None = None  # the solve's record (``linalg.convergence``)
 
 
 def haar_basis(weights: np.ndarray | None = None, n: int | None = None) -> sp.csc_matrix:
@@ -205,17 +208,20 @@ def max_trace_sdp(n: int, m: int, dyads: tuple, b: np.ndarray, *, slack_rows=Non
                   slack: float | None = None, face: sp.spmatrix | None = None,
                   prune_groups: list | None = None, formulation: str = "dual",
                   solver: str = "clarabel", tol: float = 1e-8, max_iter: int = 200,
-                  verbose: bool = False) -> SDPResult:
+                  verbose: bool = False, label: str = "SDP") -> SDPResult:
     """Solve the problem of the module docstring.
 
     ``dyads`` = (ci, I, J, s): constraint index, endpoints and sign of every dyad (points
     already in the order the caller wants the problem written in). ``slack_rows``: the
     constraints the slack penalty applies to (default all); ``slack``: the penalty nu (in
-    the units of the scaled problem: targets of mean 1) or None for equality.
+    the units of the scaled problem: targets of mean 1) or None for equality. ``label``:
+    the progress reports' prefix (``linalg.conic.solve_problem``: canonicalisation, set-up,
+    "iteration i of at most max_iter").
     """
     import cvxpy as cp
 
     t0 = time.perf_counter()
+    report(f"{label}: building the problem", 0, 1)
     ci, I, J, s = (np.asarray(a) for a in dyads)
     b = np.asarray(b, dtype=np.float64)
     pos = b[b > 0]
@@ -232,22 +238,21 @@ def max_trace_sdp(n: int, m: int, dyads: tuple, b: np.ndarray, *, slack_rows=Non
         raise InputError(f"formulation must be one of {', '.join(SDP_FORMULATIONS)}; found "
                          f"{formulation!r}.", "pass formulation='dual'.")
     t1 = time.perf_counter()
-    try:
-        with warnings.catch_warnings():  # the status is reported and acted on by the caller
-            warnings.filterwarnings("ignore", message="Solution may be inaccurate")
-            problem.solve(verbose=verbose, **opts)
-        status = problem.status
-    except cp.error.SolverError as exc:
-        status = f"solver_error: {str(exc).splitlines()[0]}"
+    report(f"{label}: building the problem", 1, 1)
+    solved = solve_problem(problem, opts, label=label, tol=tol, verbose=verbose,
+                           step=f"{formulation} SDP (max trace, {m} constraints)")
     t2 = time.perf_counter()
     K = get_K()
-    stats = problem.solver_stats
     value = problem.value if problem.value is not None and np.isfinite(problem.value) else None
-    return SDPResult(K * scale if K is not None else None, status,
+    info = {"scale": scale, "formulation": formulation, "solver": opts["solver"],
+            "n_constraints": int(m), "n_kept": int(kept.size),
+            "canonicalise_seconds": round(solved["canonicalise_seconds"], 3),
+            "solver_setup_seconds": round(solved["setup_seconds"], 3),
+            "iterate_seconds": round(solved["iterate_seconds"], 3)}
+    return SDPResult(K * scale if K is not None else None, solved["status"],
                      float(value) * scale if value is not None else float("nan"),
-                     get_y(), kept, getattr(stats, "num_iters", None), t1 - t0, t2 - t1,
-                     {"scale": scale, "formulation": formulation, "solver": opts["solver"],
-                      "n_constraints": int(m), "n_kept": int(kept.size)})
+                     get_y(), kept, solved["iterations"], t1 - t0, t2 - t1, info,
+                     convergence=solved["record"])
 
 
 def _primal(cp, n, m, ci, I, J, s, bs, slack_rows, slack):

@@ -17,6 +17,15 @@ class DimredEstimator(TransformerMixin, BaseEstimator):
         return tags
 
 
+class HasConvergence:
+    """``convergence``: the records of the fit's iterative solves (``info["convergence"]``,
+    see ``linalg.convergence``); empty when nothing was iterative."""
+
+    @property
+    def convergence(self) -> list:
+        return list((getattr(self, "info", None) or {}).get("convergence") or [])
+
+
 def sign_fix(rows: np.ndarray) -> np.ndarray:
     """Flip each row so that its entry of largest magnitude is positive (deterministic signs)."""
     rows = np.array(rows, dtype=np.float64, copy=True)

@@ -142,7 +142,8 @@ def action_respecting_embedding(X, actions, *, n_components=2, n_neighbors=6,
     Y, lam, kinfo = kernel_embedding(K, int(n_components))
     Y = Y.astype(X.dtype)
     act = _action_violation(K, extra)
-    info.update(kinfo, n_edges=int(I.size), n_action_constraints=int(extra[0].size // 2),
+    info.update(kinfo, convergence=info["convergence"] + kinfo["convergence"],
+                n_edges=int(I.size), n_action_constraints=int(extra[0].size // 2),
                 n_actions=int(codes.max()) + 1 if codes.size else 0,
                 max_action_violation_over_mean=act / float(np.mean(d ** 2)),
                 action_steps=action_steps(Y, codes), metric=graph.metric)

@@ -24,7 +24,6 @@ training rows, as for MVU.
 from __future__ import annotations
 
 import time
-import warnings
 
 import numpy as np
 import scipy.linalg
@@ -37,6 +36,7 @@ from ..graphs.landmark import (edge_normals, laplacian_basis, reconstruction_bas
                                svec_index)
 from ..graphs.sdp import edge_list
 from ..linalg import take_rows
+from ..linalg.conic import solve_problem
 from ..linalg.sdp import solver_options
 from ._base import column_signs
 from .mvu import (DEFAULT_MAX_ITER, SDPEmbeddingModel, _SDPEstimator, _check_status,
@@ -120,7 +120,8 @@ def _svec_map(B: np.ndarray) -> np.ndarray:
 
 
 def _solve_small(C, G, h, c0, B, T, penalty, solver, tol, max_iter, verbose):
-    """The SDP over Z (r x r); returns (L (m x m), status, objective, iterations, seconds)."""
+    """The SDP over Z (r x r); returns (L (m x m), status, objective, iterations, seconds,
+    the solve's convergence record)."""
     import cvxpy as cp
 
     r = B.shape[1]
@@ -137,18 +138,14 @@ def _solve_small(C, G, h, c0, B, T, penalty, solver, tol, max_iter, verbose):
     lack = (cp.sum_squares(R @ z - r0) + (c0 - r0 @ r0)) / c0
     problem = cp.Problem(cp.Maximize(gain - penalty * lack))
     t0 = time.perf_counter()
-    try:
-        with warnings.catch_warnings():  # the status is reported and acted on by the caller
-            warnings.filterwarnings("ignore", message="Solution may be inaccurate")
-            problem.solve(verbose=verbose, **solver_options(solver, tol, max_iter))
-        status = problem.status
-    except cp.error.SolverError as exc:
-        status = f"solver_error: {str(exc).splitlines()[0]}"
+    solved = solve_problem(problem, solver_options(solver, tol, max_iter),
+                           label="Landmark MVU SDP", tol=tol, verbose=verbose,
+                           step=f"penalised {r} x {r} SDP over the landmark kernel")
     seconds = time.perf_counter() - t0
     Zv = None if Z.value is None else (Z.value + Z.value.T) / 2
     L = None if Zv is None else B @ Zv @ B.T
-    return (L, status, problem.value, getattr(problem.solver_stats, "num_iters", None),
-            seconds)
+    return (L, solved["status"], problem.value, solved["iterations"], seconds,
+            solved["record"])
 
 
 def _svec_expr(cp, Z, r):
@@ -226,6 +223,7 @@ def landmark_mvu(X, *, n_components=2, n_neighbors=6, n_landmarks=40, basis="rec
     else:
         lm = None
         Q, qinfo = laplacian_basis(graph, int(n_landmarks), random_state=random_state)
+    qrecords = qinfo.pop("convergence", [])
     timings["basis_seconds"] = round(time.perf_counter() - t, 3)
     t = time.perf_counter()
     C, csum = row_gram(Q)
@@ -233,13 +231,15 @@ def landmark_mvu(X, *, n_components=2, n_neighbors=6, n_landmarks=40, basis="rec
     timings["normals_seconds"] = round(time.perf_counter() - t, 3)
     T = _variance(X) / scale
     B = _centred_basis(np.asarray(csum), n)
-    L, status, value, iters, secs = _solve_small(
+    L, status, value, iters, secs, rec = _solve_small(
         C, G, h, c0, B, T, float(penalty), solver, p["tol"],
         p["max_iter"] if max_iter is not None else DEFAULT_MAX_ITER[solver], verbose)
     res = _Status(status, iters, solver, L)
-    _check_status(res, "Landmark MVU", "penalised", allow_inaccurate,
-                  fix="allow it with allow_inaccurate=True (the violations are reported), or "
-                  "lower the penalty (a large penalty makes the problem ill-conditioned).")
+    records = qrecords + [rec]
+    _check_status(res, "Landmark MVU", "penalised", allow_inaccurate, records=records,
+                  fix="raise max_iter if the iterations ran out; else allow it with "
+                  "allow_inaccurate=True (the violations are reported), or lower the penalty "
+                  "(a large penalty makes the problem ill-conditioned).")
     L = L * scale
     Y, lam, kinfo = _embedding(Q, C, L, int(n_components))
     info = {"status": status, "objective": float(value) if value is not None else None,
@@ -248,7 +248,7 @@ def landmark_mvu(X, *, n_components=2, n_neighbors=6, n_landmarks=40, basis="rec
             "penalty": float(penalty), "n_edges": int(I.size), "metric": graph.metric,
             "input_variance": float(T * scale), "variance": float(np.trace(C @ L)),
             **qinfo, **timings, **kinfo, **_edge_violations(Q, L / scale, I, J, d2 / scale),
-            "seconds": round(time.perf_counter() - t0, 3)}
+            "seconds": round(time.perf_counter() - t0, 3), "convergence": records}
     if lm is not None:
         info["landmarks"] = lm.tolist() if lm.size <= 1000 else None
     X_fit = None
@@ -263,6 +263,7 @@ class _Status:
 
     def __init__(self, status, iterations, solver, K):
         self.status, self.iterations, self.K = status, iterations, K
+        self.convergence = None
         self.info = {"solver": solver.upper(), "formulation": "landmark"}
 
 

@@ -38,8 +38,9 @@ from ..graphs import (KNNGraph, check_connected, check_n_neighbors, check_reg,
                       join_components, knn_graph)
 from ..graphs.sdp import bandwidth_order, clique_dependencies, edge_list
 from ..linalg import top_eigh
+from ..linalg.convergence import describe
 from ..linalg.sdp import SDP_FORMULATIONS, face_basis, max_trace_sdp, solver_options
-from ._base import DimredEstimator, column_signs, rowwise
+from ._base import DimredEstimator, HasConvergence, column_signs, rowwise
 
 __all__ = ["MaximumVarianceUnfolding", "SDPEmbeddingModel", "mvu", "distance_sdp",
            "MVU_CONSTRAINTS", "kernel_embedding", "check_sdp_params"]
@@ -54,7 +55,7 @@ RANK_TOL = 1e-6  # eigenvalues of K above this x the largest count towards its r
 
 
 @dataclass
-class SDPEmbeddingModel:
+class SDPEmbeddingModel(HasConvergence):
     """A fitted MVU / action respecting embedding: the training embedding, the eigenvalues
     of K, the training rows (for ``transform``) and the solver report."""
 
@@ -223,27 +224,35 @@ def distance_sdp(n: int, I, J, d2, *, extra=None, constraints="equality", slack_
     statuses."""
     t0 = time.perf_counter()
     rcm = bandwidth_order(n, I, J)
-    attempts, res = [], None
-    for order in (rcm, rcm[::-1].copy()) if formulation == "dual" else (rcm,):
+    attempts, records, res = [], [], None
+    orders = (rcm, rcm[::-1].copy()) if formulation == "dual" else (rcm,)
+    for i, order in enumerate(orders):
+        label = f"{method} SDP" + (" (reversed order)" if i else "")
         res, K, info = _solve_in_order(n, I, J, d2, order, extra, constraints, slack_penalty,
                                        face_reduction, formulation, solver, tol, max_iter,
-                                       method, verbose)
+                                       method, verbose, label)
         attempts.append(res.status)
+        if records:
+            records[-1]["handled_by"] = "solved again in the reversed order"
+        records.append({**res.convergence, "order": "reversed" if i else
+                        "reverse Cuthill-McKee"})
         if res.status == "optimal" or _infeasible(res):
             break
-    _check_status(res, method, constraints, allow_inaccurate)
+    _check_status(res, method, constraints, allow_inaccurate, records=records)
     info.update({"status": res.status, "attempts": attempts, "objective": res.objective,
                  "solver": res.info["solver"], "formulation": formulation, "tol": tol,
                  "iterations": res.iterations, "setup_seconds": round(res.setup_seconds, 3),
                  "solve_seconds": round(res.solve_seconds, 3),
+                 **{k: res.info[k] for k in ("canonicalise_seconds", "solver_setup_seconds",
+                                             "iterate_seconds")},
                  "n_constraints_solved": int(res.kept.size),
                  "seconds": round(time.perf_counter() - t0, 3), "trace": float(np.trace(K)),
-                 **violations(K, I, J, d2)})
+                 "convergence": records, **violations(K, I, J, d2)})
     return K, info
 
 
 def _solve_in_order(n, I, J, d2, order, extra, constraints, slack_penalty, face_reduction,
-                    formulation, solver, tol, max_iter, method, verbose):
+                    formulation, solver, tol, max_iter, method, verbose, label):
     E = I.size
     inv = np.empty(n, dtype=np.int64)
     inv[order] = np.arange(n)
@@ -284,7 +293,7 @@ def _solve_in_order(n, I, J, d2, order, extra, constraints, slack_penalty, face_
     res = max_trace_sdp(n, m, tuple(np.concatenate(a) for a in (ci, di, dj, ds)), b,
                         slack_rows=np.arange(E), slack=nu, face=face, prune_groups=groups,
                         formulation=formulation, solver=solver, tol=tol, max_iter=max_iter,
-                        verbose=verbose)
+                        verbose=verbose, label=label)
     K = None
     if res.K is not None:
         K = np.empty((n, n))
@@ -298,29 +307,38 @@ def _infeasible(res) -> bool:
 
 
 def _check_status(res, method: str, constraints: str, allow_inaccurate: bool,
-                  fix: str | None = None) -> None:
+                  fix: str | None = None, records: list | None = None) -> None:
+    """Accept "optimal"; refuse an infeasible problem (`InfeasibleError`) and any other status
+    (`SolverError`), except "optimal_inaccurate" with ``allow_inaccurate`` (a warning, and
+    the last record's ``handled_by`` says it was accepted). The raised error carries the
+    records as ``convergence``."""
     st = res.status
     if st == "optimal":
         return
-    where = (f"{res.info['solver']} on the {res.info['formulation']} form, "
-             f"{res.iterations} iterations")
+    last = records[-1] if records else res.convergence or {}
+    where = describe(last) if last else (f"{res.info['solver']} on the "
+                                         f"{res.info['formulation']} form, {res.iterations} "
+                                         "iterations")
     if _infeasible(res):
-        raise InfeasibleError(
+        err = InfeasibleError(
             f"{method}'s SDP is infeasible: no kernel matrix satisfies all "
-            f"{'distance' if constraints == 'equality' else ''} constraints (solver status "
-            f"{st!r}, {where}).",
+            f"{'distance' if constraints == 'equality' else ''} constraints ({where}).",
             "use the slack variant (constraints='slack'), which penalises violations instead; "
             "check that the distances are Euclidean.")
-    if st == "optimal_inaccurate" and allow_inaccurate and res.K is not None:
+    elif st == "optimal_inaccurate" and allow_inaccurate and res.K is not None:
+        last["handled_by"] = "accepted (allow_inaccurate=True)"
         warnings.warn(ConvergenceWarning(
             f"{method}: the SDP solver stopped at status 'optimal_inaccurate' ({where}); the "
             "result is used as allowed."), stacklevel=4)
         return
-    raise SolverError(
-        f"{method}'s SDP did not reach status 'optimal': {st!r} ({where}).",
-        fix or "allow it with allow_inaccurate=True (the violations are reported), use "
-        "constraints='slack', or lower n_neighbors (a graph with fewer edges is better "
-        "posed).")
+    else:
+        err = SolverError(
+            f"{method}'s SDP did not reach status 'optimal': {where}.",
+            fix or "raise max_iter if the iterations ran out; else allow it with "
+            "allow_inaccurate=True (the violations are reported), use constraints='slack', or "
+            "lower n_neighbors (a graph with fewer edges is better posed).")
+    err.convergence = list(records or [])
+    raise err
 
 
 def violations(K: np.ndarray, I, J, d2) -> dict:
@@ -351,7 +369,8 @@ def kernel_embedding(K: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, dic
     info = {"explained_variance_ratio": (lam / total).tolist(),
             "rank": int((spec > RANK_TOL * top).sum()),
             "min_eigenvalue_ratio": float(spec[-1] / top),
-            "centring_ratio": float(abs(K.sum()) / max(np.trace(K), 1e-300))}
+            "centring_ratio": float(abs(K.sum()) / max(np.trace(K), 1e-300)),
+            "convergence": [{**eig.convergence, "step": "top eigenpairs of the SDP kernel"}]}
     return Y, lam, info
 
 
@@ -387,7 +406,8 @@ def mvu(X, *, n_components=2, n_neighbors=6, constraints="equality", slack_penal
                            max_iter=p["max_iter"], allow_inaccurate=allow_inaccurate,
                            method="MVU", verbose=verbose)
     Y, lam, kinfo = kernel_embedding(K, int(n_components))
-    info.update(kinfo, n_edges=int(I.size), metric=graph.metric)
+    info.update(kinfo, n_edges=int(I.size), metric=graph.metric,
+                convergence=info["convergence"] + kinfo["convergence"])
     X_fit = np.asarray(X.compute() if is_dask(X) else X)
     return SDPEmbeddingModel("mvu", Y.astype(X.dtype), lam, X_fit, p["n_neighbors"], reg,
                              K if keep_kernel else None, info)
@@ -407,6 +427,7 @@ class _SDPEstimator(DimredEstimator):
         self.max_relative_violation_ = model.info.get("max_relative_violation")
         self.n_iter_ = model.info.get("iterations")  # the SDP solver's iterations
         self.info_ = dict(model.info)
+        self.convergence_ = model.convergence
         return self
 
     def fit_transform(self, X, y=None, **kw):
