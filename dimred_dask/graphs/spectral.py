@@ -1,29 +1,31 @@
 """The spectral embedding of a weighted graph: the bottom eigenvectors of its Laplacian.
 
-``spectral_embedding(W, n_components)`` is shared by Laplacian eigenmaps, spectral
-clustering and UMAP's spectral initialisation (seed 000, "Spectral Clustering" and
-"Laplacian Eigenmap"; Belkin & Niyogi 2003; Shi & Malik 2000):
+``spectral_embedding(W, n_components)`` is shared by Laplacian eigenmaps and spectral
+clustering (Belkin & Niyogi 2003; Shi & Malik 2000; von Luxburg 2007):
 
 - ``normed=True``: the generalised problem L y = lambda D y (normalised cut, Laplacian
   eigenmaps), solved as L_sym z = lambda z with L_sym = I - D^-1/2 W D^-1/2 and
   y = D^-1/2 z, so the columns are D-orthonormal (y^T D y = 1), as scikit-learn's
   ``spectral_embedding`` returns them.
-- ``normed=False``: L f = lambda f with L = D - W (ratio cut, seed 000's relaxation),
+- ``normed=False``: L f = lambda f with L = D - W (ratio cut, its relaxation in von Luxburg 2007),
   orthonormal columns.
 
 ``drop_first``: the first eigenvector of a connected graph is constant (eigenvalue 0) and
 carries nothing; it is computed and dropped. The eigensolver is `linalg.bottom_eigsh`
-(dense, shift-invert ARPACK or LOBPCG). Each column's largest entry is made positive.
+(dense, shift-invert ARPACK or LOBPCG), through ``bottom_eigsh_checked``: a solve that stops
+short is retried with shift-invert ARPACK or dense (``linalg.sparse_eigen.fallback_solvers``),
+or refused with `SolverError`; ``convergence`` lists every attempt's record. Each column's
+largest entry is made positive.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
-from ..linalg import bottom_eigsh
+from ..linalg.sparse_eigen import bottom_eigsh_checked
 from .laplacian import laplacian
 
 __all__ = ["SpectralResult", "spectral_embedding"]
@@ -36,6 +38,7 @@ class SpectralResult:
     degrees: np.ndarray  # (n,) row sums of W
     first_eigenvalue: float | None  # the dropped eigenvalue (0 for a connected graph)
     solver: str
+    convergence: list = field(default_factory=list)  # the eigensolver's records
 
 
 def _signs(v: np.ndarray) -> np.ndarray:
@@ -46,9 +49,11 @@ def _signs(v: np.ndarray) -> np.ndarray:
 
 def spectral_embedding(W, n_components: int, *, normed: bool = True, drop_first: bool = True,
                        solver: str = "auto", tol: float = 1e-8, maxiter: int | None = None,
-                       random_state=0, X0=None) -> SpectralResult:
+                       random_state=0, X0=None, method: str = "Spectral embedding",
+                       fix: str | None = None) -> SpectralResult:
     """The bottom eigenvectors of the Laplacian of the symmetric nonnegative weight matrix
-    ``W`` (sparse or dense, n x n); see the module docstring."""
+    ``W`` (sparse or dense, n x n); see the module docstring. ``method`` and ``fix`` go
+    into the `SolverError` of a solve that no solver finished."""
     W = sp.csr_matrix(W, dtype=np.float64)
     n = W.shape[0]
     want = int(n_components) + int(bool(drop_first))
@@ -62,8 +67,10 @@ def spectral_embedding(W, n_components: int, *, normed: bool = True, drop_first:
         raise InputError(f"The normalised Laplacian needs every point to have an edge; point "
                          f"{i} (and {int((deg <= 0).sum()) - 1} others) has weight 0 to all.",
                          "raise n_neighbors, or use weights='binary'.")
-    eig = bottom_eigsh(L, want, solver=solver, tol=tol, maxiter=maxiter,
-                       random_state=random_state, X0=X0)
+    what = "L y = lambda D y" if normed else "L = D - W"
+    eig, records = bottom_eigsh_checked(L, want, solver=solver, tol=tol, maxiter=maxiter,
+                                        random_state=random_state, X0=X0, method=method,
+                                        fix=fix, step=f"bottom {want} eigenpairs of {what}")
     vec = np.asarray(eig.vectors, np.float64)
     if normed:
         vec = vec / np.sqrt(deg)[:, None]
@@ -71,4 +78,4 @@ def spectral_embedding(W, n_components: int, *, normed: bool = True, drop_first:
     first = float(vals[0]) if drop_first else None
     if drop_first:
         vec, vals = vec[:, 1:], vals[1:]
-    return SpectralResult(_signs(vec), vals, deg, first, eig.solver)
+    return SpectralResult(_signs(vec), vals, deg, first, eig.solver, records)

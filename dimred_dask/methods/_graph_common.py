@@ -14,12 +14,13 @@ from ..blocks.neighbors import block_topk
 from ..errors import InputError
 from ..graphs import (KNNGraph, check_connected, check_n_neighbors, connected_components,
                       graph_csr, join_components, knn_graph)
+from ._base import HasConvergence
 
 __all__ = ["ArrayModel", "check_n_components_graph", "fit_graph", "new_neighbours",
            "training_rows", "like"]
 
 
-class ArrayModel:
+class ArrayModel(HasConvergence):
     """``arrays()`` / ``scalars()`` / ``from_arrays()`` of a dataclass model: the fields
     named in ``_ARRAYS`` go to a store's ``model/`` group, the rest to its attributes."""
 

@@ -148,9 +148,16 @@ def isomap(X, *, n_components=2, n_neighbors=10, metric="euclidean", knn_backend
                         n_oversamples=n_oversamples, n_iter=n_iter, random_state=random_state,
                         where="the geodesic distance matrix")
     X_fit = training_rows(X, "Isomap")
-    info = {"graph": _graph_info(g), "mds_solver": mds.solver}
+    info = {"graph": _graph_info(g), "mds_solver": mds.solver,
+            "convergence": _mds_records(mds, "the geodesic distances' B")}
     return IsomapModel(np.asarray(mds.embedding, X.dtype), mds, G.astype(X.dtype), X_fit,
                        np.eye(k), np.zeros(k), int(n_neighbors), metric, None, info)
+
+
+def _mds_records(mds, what: str) -> list:
+    """The MDS step's convergence records, their step naming the matrix."""
+    return [{**r, "step": r["step"].replace(" of B", "") + f" of {what}"}
+            for r in mds.info.get("convergence", [])]
 
 
 def _graph_info(g) -> dict:
@@ -197,7 +204,8 @@ def landmark_isomap(X, *, n_components=2, n_neighbors=10, n_landmarks=None,
     Y = (Y - offset) @ rotation
     signs = column_signs(Y[idx])
     rotation, Y = rotation * signs, Y * signs
-    info = {"graph": _graph_info(g), "n_landmarks": int(m), "landmark_method": landmarks}
+    info = {"graph": _graph_info(g), "n_landmarks": int(m), "landmark_method": landmarks,
+            "convergence": _mds_records(mds, "the landmarks' B")}
     return IsomapModel(Y.astype(X.dtype), mds, reference, training_rows(X, "LandmarkIsomap"),
                        rotation, offset, int(n_neighbors), metric, np.asarray(idx), info)
 
@@ -228,6 +236,7 @@ class _IsomapBase(DimredEstimator):
         self.stress_ = model.mds.stress
         self.n_components_ = model.n_components
         self.n_features_in_ = int(X.shape[1])
+        self.convergence_ = model.convergence
         return self
 
     def fit_transform(self, X, y=None):

@@ -47,11 +47,12 @@ from .._validation import (check_array, check_is_fitted, check_n_components, che
                            check_random_state, is_dask)
 from ..blocks.kernels import kernel_block
 from ..errors import DimredWarning, InputError
+from ..linalg.convergence import record, require_converged
 from ..linalg.threaded import one_blas_thread
 from ..linalg import (DENSE_MAX, choose_landmarks, column_stats, nystrom_error, nystrom_kernel,
                       nystrom_map, nystrom_top_eigh, resolve_landmark_method, take_rows, top_eigh)
 from ..pairwise import center_stats, check_kernel, double_center, pairwise_kernels
-from ._base import DimredEstimator, column_signs, rowwise
+from ._base import DimredEstimator, HasConvergence, column_signs, rowwise
 
 __all__ = ["KernelPCA", "KernelPCAModel", "kernel_pca", "KPCA_SOLVERS"]
 
@@ -61,7 +62,7 @@ PERSIST_SHARE = 0.25  # persist a lazy kernel when it needs at most this share o
 
 
 @dataclass
-class KernelPCAModel:
+class KernelPCAModel(HasConvergence):
     """A fitted kernel PCA. Exact solvers keep the training rows (the kernel needs them);
     Nyström keeps only the landmarks and an r x k projection."""
 
@@ -205,7 +206,11 @@ def _fit_exact(X, k, kern, solver, n_oversamples, n_iter, tol, random_state, K):
     Kc = double_center(K, (r, g))
     eig = top_eigh(Kc, k, solver=solver, n_oversamples=n_oversamples, n_iter=n_iter, tol=tol,
                    random_state=random_state, stage="kernel PCA eigensolver")
+    rec = require_converged({**eig.convergence, "step": f"top {k} eigenpairs of H K H"},
+                            "KernelPCA", "pass solver='dense' (n up to a few thousand), "
+                            "'randomized' (fixed passes) or 'nystrom'.")
     lam, info = _drop_nonpositive(eig.values, eig.spectrum, n)
+    info["convergence"] = [rec]
     signs = column_signs(eig.vectors)
     alphas = eig.vectors * signs
     inv = np.where(lam > 0, 1.0 / np.sqrt(np.where(lam > 0, lam, 1.0)), 0.0)
@@ -275,10 +280,13 @@ def _fit_nystrom_steps(X, k, kern, m, method, random_state, n_oversamples, n_ite
     if emb is not None:
         emb = emb * signs
     held = _held_out(X, idx, random_state)
+    error = nystrom_error(held, nmap)
+    rec = require_converged({**how.pop("record"), "approximation_error": error}, "KernelPCA",
+                            "raise n_iter (passes over the landmarks' kernel) or loosen tol.")
     info.update({"n_landmarks": int(m), "landmark_method": method, "rank": int(nmap.rank),
-                 "factorization": nmap.info["factorization"],
-                 "approximation_error": nystrom_error(held, nmap),
-                 "approximation_error_rows": int(held.shape[0]), **how})
+                 "factorization": nmap.info["factorization"], "approximation_error": error,
+                 "approximation_error_rows": int(held.shape[0]), **how,
+                 "convergence": [rec]})
     return KernelPCAModel(kern, "nystrom", lam, n, landmarks=nmap.landmarks, coef=coef,
                           offset=c_mean @ coef, embedding=emb, info=info)
 
@@ -322,15 +330,17 @@ def _nystrom_spectrum(X, nmap, k, n_oversamples, n_iter, tol, random_state):
     held = _maybe_persist(C) if is_dask(C) else C
     if (is_dask(held) and held is C) or k + n_oversamples > SUBSPACE_SHARE * r:
         stats = column_stats(C, gram=True, method="KernelPCA", stage="Nyström kernel pass")
-        w, v = _top_of_scatter(stats.m2, nmap, k, random_state)
-        return w, v, stats.mean, None, {"passes": 2, "nystrom_eigensolver": "scatter"}
+        w, v, rec = _top_of_scatter(stats.m2, nmap, k, random_state)
+        return w, v, stats.mean, None, {"passes": 2, "nystrom_eigensolver": "scatter",
+                                        "record": rec}
     stats = column_stats(held, gram=False, method="KernelPCA", stage="Nyström kernel pass")
     Cc = _maybe_persist(held - stats.mean.astype(held.dtype))
     op = _ScatterOperator(Cc, nmap)
     eig = top_eigh(op, k, solver="randomized", n_oversamples=n_oversamples, n_iter=n_iter,
                    random_state=random_state, stage="Nyström eigensolver")
     return (np.asarray(eig.values), np.asarray(eig.vectors), stats.mean, None,
-            {"passes": 2 + op.passes, "nystrom_eigensolver": "subspace iteration"})
+            {"passes": 2 + op.passes, "nystrom_eigensolver": "subspace iteration",
+             "record": {**eig.convergence, "step": f"top {k} eigenpairs of Phi's scatter"}})
 
 
 def _in_memory_spectrum(nmap, k, n_oversamples, n_iter, tol, random_state, *chunks):
@@ -342,7 +352,8 @@ def _in_memory_spectrum(nmap, k, n_oversamples, n_iter, tol, random_state, *chun
                                                 n_iter=n_iter, tol=tol,
                                                 random_state=random_state)
     return w, v, mean, emb, {"passes": how["passes"], "nystrom_eigensolver": "subspace iteration",
-                             "residual": how["residual"], "threads": how["threads"]}
+                             "residual": how["residual"], "threads": how["threads"],
+                             "record": how["record"]}
 
 
 # Dask input whose C = k(X, L), X and the subspace block together need at most this share of
@@ -385,22 +396,30 @@ LANCZOS_SHARE = 0.05
 
 
 def _top_of_scatter(S: np.ndarray, nmap, k: int, random_state):
-    """Top ``k`` eigenpairs (descending) of M = R^-T S R^-1, all held in memory."""
+    """Top ``k`` eigenpairs (descending) of M = R^-T S R^-1, all held in memory, and the
+    solve's convergence record."""
     r = S.shape[0]
+    step = f"top {k} eigenpairs of Phi's scatter (r = {r})"
     if r > 100 and k <= LANCZOS_SHARE * r:
-        from scipy.sparse.linalg import LinearOperator, eigsh
-
-        def matvec(v):
-            return nmap.solve_t(S @ nmap.solve(v))
-
-        op = LinearOperator((r, r), matvec=matvec, matmat=matvec, dtype=np.float64)
-        v0 = check_random_state(random_state).uniform(-1, 1, r)
-        w, v = eigsh(op, k=k, which="LA", tol=0.0, v0=v0)
-    else:
-        M = nmap.solve_t(nmap.solve_t(S).T)  # R^-T (R^-T S)^T = R^-T S R^-1 (S symmetric)
-        w, v = scipy.linalg.eigh((M + M.T) / 2, subset_by_index=[r - k, r - 1])
+        op = _ScatterProduct(S, nmap)
+        eig = top_eigh(op, k, solver="lanczos", tol=0.0, random_state=random_state)
+        return eig.values, eig.vectors, {**eig.convergence, "step": step}
+    M = nmap.solve_t(nmap.solve_t(S).T)  # R^-T (R^-T S)^T = R^-T S R^-1 (S symmetric)
+    w, v = scipy.linalg.eigh((M + M.T) / 2, subset_by_index=[r - k, r - 1])
     order = np.argsort(w)[::-1]
-    return w[order], v[:, order]
+    return w[order], v[:, order], record(step, "dense (LAPACK eigh)", converged=True,
+                                         status="exact")
+
+
+class _ScatterProduct:
+    """M = R^-T S R^-1 as a matrix for `top_eigh` (products only, S in memory)."""
+
+    def __init__(self, S, nmap):
+        self.S, self.nmap = S, nmap
+        self.shape, self.ndim, self.dtype = S.shape, 2, np.dtype(np.float64)
+
+    def __matmul__(self, Z):
+        return self.nmap.solve_t(self.S @ self.nmap.solve(Z))
 
 
 def _held_out(X, landmark_idx, random_state) -> np.ndarray:
@@ -467,6 +486,7 @@ class KernelPCA(DimredEstimator):
         self.eigenvalues_ = model.eigenvalues
         self.n_features_in_ = X.shape[1]
         self.solver_ = model.solver
+        self.convergence_ = model.convergence
         if model.solver == "nystrom":
             self.embedding_ = (model.transform(X) if model.embedding is None else
                                _like(model.embedding.astype(X.dtype), X))

@@ -93,8 +93,11 @@ def laplacian_eigenmaps(X, *, n_components=2, n_neighbors=10, weights="heat", t=
                   random_state=random_state)
     W, t_used = graph_weights(graph_csr(g), weights, t)
     res = spectral_embedding(W, k, normed=True, drop_first=True, solver=eigen_solver, tol=tol,
-                             maxiter=max_iter, random_state=random_state)
-    info = {"first_eigenvalue": res.first_eigenvalue,
+                             maxiter=max_iter, random_state=random_state,
+                             method="LaplacianEigenmaps",
+                             fix="raise max_iter or loosen tol; or pass eigen_solver='arpack' "
+                                 "(shift-invert) or 'dense' (small n).")
+    info = {"first_eigenvalue": res.first_eigenvalue, "convergence": res.convergence,
             "graph": {"n_neighbors": g.n_neighbors, "backend": g.backend,
                       "extra_edges": len(g.info.get("extra_edges", []))}}
     return LaplacianEigenmapsModel(res.embedding.astype(X.dtype), res.eigenvalues,
@@ -144,6 +147,7 @@ class LaplacianEigenmaps(DimredEstimator):
         self.t_ = model.t
         self.n_components_ = model.n_components
         self.n_features_in_ = int(model.X_fit.shape[1])
+        self.convergence_ = model.convergence
         return self
 
     def fit_transform(self, X, y=None):

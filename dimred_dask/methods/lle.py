@@ -36,6 +36,7 @@ from ..graphs import check_reg, reconstruction_weights
 from ..linalg import (ARPACK_MAX, DENSE_MAX_SPARSE, SPARSE_EIGEN_SOLVERS, bottom_eigsh,
                       bottom_eigsh_gram, bottom_eigsh_lobpcg)
 from ..errors import InputError
+from ..linalg.convergence import solve_with_fallbacks
 from ._base import DimredEstimator, rowwise
 from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph, like,
                             new_neighbours, training_rows)
@@ -111,26 +112,56 @@ def choose_lle_solver(solver: str, n: int, d: int) -> str:
     return "arpack" if n <= ARPACK_MAX else "factored"
 
 
+def lle_fallbacks(solver: str, n: int) -> list[str]:
+    """The robust solvers LLE retries with, in order, when ``solver`` stops short: dense
+    while it fits; else shift-invert ARPACK up to ARPACK_MAX rows and the factored solver
+    (LU of I - W) above; ARPACK's own fallback is the factored solver."""
+    if solver == "dense":
+        return []
+    if n <= DENSE_MAX_SPARSE:
+        return ["dense"]
+    if solver == "arpack":
+        return ["factored"]
+    return ["arpack"] if n <= ARPACK_MAX else [] if solver == "factored" else ["factored"]
+
+
 def _bottom(A, k, solver, tol, max_iter, random_state):
     """The k bottom eigenpairs of M = A^T A after the constant one: (values, vectors, the
-    dropped eigenvalue, solver, info)."""
+    dropped eigenvalue, solver, info, convergence record)."""
     n = A.shape[0]
     if solver in ("lobpcg", "amg"):
         eig = bottom_eigsh_lobpcg(A, k, null=np.ones(n), tol=tol, maxiter=max_iter,
                                   random_state=random_state,
                                   preconditioner="amg" if solver == "amg" else "jacobi")
         first = float(np.sum((A @ np.ones(n)) ** 2)) / n  # the constant's, ~0
-        return eig.values, eig.vectors, first, solver, dict(eig.info)
+        return eig.values, eig.vectors, first, solver, dict(eig.info), eig.convergence
     if solver == "factored":
         eig = bottom_eigsh_gram(A, k, null=np.ones(n), tol=tol, maxiter=max_iter,
                                 random_state=random_state)
         first = float(np.sum((A @ np.ones(n)) ** 2)) / n  # the constant's, ~0
-        return eig.values, eig.vectors, first, "factored", dict(eig.info)
+        return eig.values, eig.vectors, first, "factored", dict(eig.info), eig.convergence
     M = (A.T @ A).tocsr()
     eig = bottom_eigsh(M, k + 1, solver=solver, tol=tol, maxiter=max_iter,
                        random_state=random_state)
     return (eig.values[1:], eig.vectors[:, 1:], float(eig.values[0]), eig.solver,
-            {"nnz_M": int(M.nnz)})
+            {"nnz_M": int(M.nnz)}, eig.convergence)
+
+
+def _bottom_checked(A, k, solver, tol, max_iter, random_state):
+    """`_bottom` with `lle_fallbacks` (``max_iter`` is the first solver's; the others run
+    with their defaults): (values, vectors, dropped eigenvalue, solver, info, records)."""
+    n = A.shape[0]
+
+    def attempt(s):
+        out = _bottom(A, k, s, tol, max_iter if s == solver else None, random_state)
+        return out[:5], out[5]
+
+    (vals, vec, first, used, info), records = solve_with_fallbacks(
+        attempt, [solver] + lle_fallbacks(solver, n), method="LLE",
+        step=f"bottom {k} eigenpairs of M = (I - W)^T (I - W) (the constant excluded)",
+        fix=f"raise max_iter or loosen tol; or pass eigen_solver='arpack' (up to "
+            f"{ARPACK_MAX} rows), 'factored' (above) or 'dense' (up to {DENSE_MAX_SPARSE}).")
+    return vals, vec, first, used, info, records
 
 
 def lle(X, *, n_components=2, n_neighbors=10, reg=1e-3, eigen_solver="auto", tol=1e-8,
@@ -153,13 +184,13 @@ def lle(X, *, n_components=2, n_neighbors=10, reg=1e-3, eigen_solver="auto", tol
                          f"pass n_neighbors of at least {k + 1} (10 or more is usual).")
     w = reconstruction_weights(X, g, reg)
     solver = choose_lle_solver(eigen_solver, n, int(X.shape[1]))
-    vals, vec, first, solver, info = _bottom(lle_operator(w, g.indices), k, solver, tol,
-                                             max_iter, random_state)
+    vals, vec, first, solver, info, records = _bottom_checked(
+        lle_operator(w, g.indices), k, solver, tol, max_iter, random_state)
     vec = np.asarray(vec, np.float64)
     s = np.sign(vec[np.argmax(np.abs(vec), axis=0), np.arange(k)])
     vec = vec * np.where(s == 0, 1.0, s)
     vals = np.asarray(vals, np.float64)
-    info.update({"first_eigenvalue": first,
+    info.update({"first_eigenvalue": first, "convergence": records,
                  "graph": {"n_neighbors": g.n_neighbors, "backend": g.backend,
                            "extra_edges": len(g.info.get("extra_edges", []))}})
     return LLEModel((np.sqrt(n) * vec).astype(X.dtype), vals, training_rows(X, "LLE"),
@@ -213,6 +244,7 @@ class LocallyLinearEmbedding(DimredEstimator):
         self.reconstruction_error_ = model.reconstruction_error
         self.n_components_ = model.n_components
         self.n_features_in_ = int(model.X_fit.shape[1])
+        self.convergence_ = model.convergence
         return self
 
     def fit_transform(self, X, y=None):

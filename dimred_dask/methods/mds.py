@@ -48,8 +48,9 @@ from ..blocks.kernels import METRICS, distance_block
 from ..blocks.landmarks import maxmin
 from ..errors import DimredWarning, InputError
 from ..linalg import choose_eigen_solver, column_stats, take_rows, top_eigh
+from ..linalg.convergence import diagnostic, require_converged
 from ..pairwise import center_stats, check_metric, double_center, pairwise_distances
-from ._base import DimredEstimator, rowwise, sign_fix
+from ._base import DimredEstimator, HasConvergence, rowwise, sign_fix
 
 __all__ = ["LANDMARK_CHOICES", "MDS", "MDS_SOLVERS", "LandmarkMDS", "LandmarkMDSModel",
            "MDSModel", "check_distance_matrix", "classical_mds", "landmark_mds"]
@@ -69,7 +70,7 @@ SYMMETRY_RTOL = {np.dtype(np.float64): 1e-8, np.dtype(np.float32): 1e-5}
 # --------------------------------------------------------------------------- models
 
 
-class _Triangulating:
+class _Triangulating(HasConvergence):
     """``transform`` and save/load shared by the two models.
 
     A point x maps to (delta_x - sq_means) @ proj + offset, delta_x its squared distances to
@@ -408,48 +409,54 @@ def _kept_scale(lam: np.ndarray, tol: float, method: str):
 
 
 def _negative_part(B, eig, k: int, tol: float, measure: bool, eig_kw: dict):
-    """(negative eigenvalues ascending, negative_mass or None, negative_ratio or None, passes)."""
+    """(negative eigenvalues ascending, negative_mass or None, negative_ratio or None, passes,
+    the solves' convergence records)."""
     lam_max = float(eig.values[0])
     if eig.spectrum is not None:
         sp = eig.spectrum
         neg = np.sort(sp[sp < -tol])
         total = float(np.abs(sp).sum())
         mass = float(np.abs(neg).sum() / total) if total > 0 else 0.0
-        lowest, passes = float(sp[-1]), 0
+        lowest, passes, recs = float(sp[-1]), 0, []
     elif measure:
-        low, passes = _lowest(B, eig, k, tol, eig_kw)
+        low, passes, recs = _lowest(B, eig, k, tol, eig_kw)
         neg, mass, lowest = low[low < -tol], None, float(low[0])
     else:
-        return np.zeros(0), None, None, 0
+        return np.zeros(0), None, None, 0, []
     ratio = -lowest / lam_max if lam_max > 0 and -lowest > tol else 0.0
-    return np.asarray(neg, np.float64), mass, float(ratio), passes
+    return np.asarray(neg, np.float64), mass, float(ratio), passes, recs
 
 
 def _lowest(B, eig, k: int, tol: float, eig_kw: dict):
-    """The k smallest eigenvalues (ascending) and the passes they took. Lanczos asks for the
+    """The k smallest eigenvalues (ascending), the passes and records. Lanczos asks for the
     smallest one first: B of Euclidean distances has an (n - rank)-fold eigenvalue 0, where
     ARPACK cannot converge to k > 1 copies; only a negative lambda_min calls for k more."""
     stage = "MDS: negative eigenvalues"
     if eig.solver != "lanczos":
         low = top_eigh(B, k, solver=eig.solver, which="SA", shift=float(eig.values[0]),
                        stage=stage, **eig_kw)
-        return np.asarray(low.values), int(low.passes)
+        return np.asarray(low.values), int(low.passes), [diagnostic(low.convergence)]
     low = top_eigh(B, 1, solver="lanczos", which="SA", stage=stage, **eig_kw)
     if k == 1 or low.values[0] >= -tol:
-        return np.asarray(low.values), int(low.passes)
+        return np.asarray(low.values), int(low.passes), [diagnostic(low.convergence)]
     more = top_eigh(B, k, solver="lanczos", which="SA", stage=stage, **eig_kw)
-    return np.asarray(more.values), int(low.passes) + int(more.passes)
+    return (np.asarray(more.values), int(low.passes) + int(more.passes),
+            [diagnostic(low.convergence), diagnostic(more.convergence)])
 
 
 def _eigen(B, k: int, n: int, dtype, solver: str, eig_kw: dict, measure: bool, method: str):
     """Top-k eigenpairs of B (sign-fixed), the scales, and the negative part."""
     eig = top_eigh(B, k, solver=solver, stage=f"{method} eigensolver", **eig_kw)
+    require_converged(eig.convergence, method, "pass solver='dense' (n up to a few thousand) "
+                      "or solver='randomized' (fixed passes).")
     lam = np.asarray(eig.values, np.float64)
     tol = _rounding_tol(lam[0], n, dtype)
     vectors = sign_fix(np.asarray(eig.vectors).T).T
     root, inv = _kept_scale(lam, tol, method)
-    neg, mass, ratio, passes = _negative_part(B, eig, k, tol, measure, eig_kw)
+    neg, mass, ratio, passes, recs = _negative_part(B, eig, k, tol, measure, eig_kw)
     info = {"passes": int(eig.passes) + passes, "rounding_tol": tol,
+            "convergence": [{**eig.convergence, "step": f"top {k} eigenpairs of B"}] +
+                           [{**r, "step": f"{r['step']} of B (negative part)"} for r in recs],
             "n_dropped_components": int((root == 0).sum()),
             "negative_ratio_is_lower_bound": bool(measure and eig.solver == "randomized")}
     return eig.solver, lam, vectors, root, inv, (neg, mass, ratio), info
@@ -676,6 +683,7 @@ class _MDSBase(DimredEstimator):
         self.negative_ratio_ = model.negative_ratio
         self.stress_ = model.stress
         self.n_components_ = model.n_components
+        self.convergence_ = model.convergence
 
     def fit_transform(self, X, y=None):
         return self.fit(X).embedding_

@@ -21,6 +21,7 @@ blockwise.
 from __future__ import annotations
 
 import numbers
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,10 +32,11 @@ from .._compute import compute
 from .._validation import check_array, check_random_state, is_dask
 from ..blocks.kmeans import assign, kmeans_best_of, minibatch_update
 from ..blocks.landmarks import kmeans_plusplus
-from ..errors import InputError
+from ..errors import ConvergenceWarning, InputError
 from ..graphs import graph_csr, graph_weights, spectral_embedding
 from ..linalg import (LANDMARK_METHODS, SPARSE_EIGEN_SOLVERS, choose_landmarks, nystrom_kernel,
                       nystrom_map, take_rows)
+from ..linalg.convergence import completed, record
 from ..pairwise import check_kernel
 from ._graph_common import ArrayModel, fit_graph, like
 from .laplacian_eigenmaps import check_weights
@@ -111,9 +113,12 @@ def spectral_clustering(X, *, n_clusters=2, affinity="knn", cut="normalized", n_
                       random_state=random_state)
         W, t_used = graph_weights(graph_csr(g), weights, t)
         res = spectral_embedding(W, k, normed=cut == "normalized", drop_first=False,
-                                 solver=eigen_solver, tol=tol, random_state=random_state)
+                                 solver=eigen_solver, tol=tol, random_state=random_state,
+                                 method="SpectralClustering",
+                                 fix="pass eigen_solver='arpack' (shift-invert) or 'dense' "
+                                     "(small n), or loosen tol.")
         Y, vals, solver = like(res.embedding, X), res.eigenvalues, res.solver
-        info = {"t": t_used, "weights": weights, "graph": {
+        info = {"t": t_used, "weights": weights, "convergence": res.convergence, "graph": {
             "n_neighbors": g.n_neighbors, "backend": g.backend,
             "extra_edges": len(g.info.get("extra_edges", []))}}
     else:
@@ -123,9 +128,25 @@ def spectral_clustering(X, *, n_clusters=2, affinity="knn", cut="normalized", n_
         Y, vals, info = _nystrom_ncut(X, k, gamma, width, n_landmarks, landmarks, rng)
         solver = "nystrom"
     centres, labels, inertia, it = _cluster(Y, k, rng, n_init, max_iter)
-    info.update({"kmeans_iterations": int(it), "n_features": int(X.shape[1])})
+    records = info.get("convergence", []) + [_kmeans_record(Y, it, max_iter)]
+    info.update({"kmeans_iterations": int(it), "n_features": int(X.shape[1]),
+                 "convergence": records})
     return SpectralClusteringModel(Y, labels, centres, np.asarray(vals, np.float64), affinity,
                                    cut, float(inertia), solver, info)
+
+
+def _kmeans_record(Y, it: int, max_iter: int) -> dict:
+    """k-means' record: Lloyd's iterations of the best start (stopped before ``max_iter``:
+    converged), or mini-batch k-means' fixed steps on a dask embedding ("completed")."""
+    step = "k-means on the spectral embedding"
+    if is_dask(Y):
+        return completed(step, "mini-batch k-means", int(it))
+    ok = int(it) < int(max_iter)
+    if not ok:
+        warnings.warn(f"SpectralClustering: k-means' best start used all max_iter={max_iter} "
+                      "Lloyd iterations; raise max_iter.", ConvergenceWarning, stacklevel=3)
+    return record(step, "lloyd", converged=ok, iterations=int(it),
+                  status="converged" if ok else f"stopped at max_iter={max_iter}")
 
 
 def _nystrom_ncut(X, k, gamma, width, m, landmarks, rng):
@@ -163,7 +184,9 @@ def _nystrom_ncut(X, k, gamma, width, m, landmarks, rng):
         sg = np.sign(Y[np.argmax(np.abs(Y), axis=0), np.arange(k)])
         Y = Y * np.where(sg == 0, 1.0, sg)
     info = {"n_landmarks": int(m), "kernel": {q: v for q, v in kern.items()},
-            "nystrom_rank": int(nmap.rank)}
+            "nystrom_rank": int(nmap.rank),
+            "convergence": [record(f"top {k} eigenpairs of Psi^T Psi (r x r, Nyström)",
+                                   "dense (LAPACK eigh)", converged=True, status="exact")]}
     return Y, 1.0 - s, info
 
 
@@ -251,6 +274,7 @@ class SpectralClustering(ClusterMixin, BaseEstimator):
         self.inertia_ = model.inertia
         self.n_iter_ = int(model.info["kmeans_iterations"])
         self.n_features_in_ = int(model.info["n_features"])
+        self.convergence_ = model.convergence
         return self
 
     def fit_predict(self, X, y=None):
