@@ -321,6 +321,12 @@ class EmbeddingSet:
     losses: list  # of floats (KL for t-SNE / SNE, cross-entropy for UMAP)
     info: list = field(default_factory=list)  # per embedding: iterations, timings, ...
 
+    @property
+    def convergence(self) -> list:
+        """Every embedding's convergence records, each with its ``embedding`` index."""
+        return [{**r, "embedding": i} for i, info in enumerate(self.info)
+                for r in (info or {}).get("convergence") or []]
+
     def arrays(self) -> dict:
         return {f"embedding_{i}": np.asarray(Y) for i, Y in enumerate(self.embeddings)}
 

@@ -23,7 +23,7 @@ from .._validation import (check_array, check_is_fitted, check_n_components, che
                            is_dask)
 from ..errors import DimredWarning, InputError
 from ..linalg import covariance_eigh, dual_eigh, randomized_eigh, tsqr_svd
-from ._base import DimredEstimator, rowwise, sign_fix
+from ._base import DimredEstimator, HasConvergence, rowwise, sign_fix
 
 __all__ = ["PCA", "PCAModel", "pca", "SOLVERS"]
 
@@ -33,7 +33,7 @@ DUAL_MAX_SAMPLES = 4096
 
 
 @dataclass
-class PCAModel:
+class PCAModel(HasConvergence):
     """A fitted PCA: small arrays only, so it travels between tasks and workers cheaply."""
 
     components: np.ndarray  # (k, d), dtype of the input
@@ -167,7 +167,8 @@ def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
     return PCAModel(comps.astype(X.dtype), sp.mean.astype(X.dtype), kept.astype(X.dtype),
                     ratio_all[:k].astype(X.dtype), np.sqrt(kept * (n - 1)).astype(X.dtype),
                     float(max(noise, 0.0)), n, bool(whiten), solver, sp.passes,
-                    {"total_variance": float(total), "exact": bool(sp.exact)})
+                    {"total_variance": float(total), "exact": bool(sp.exact),
+                     "convergence": [sp.convergence] if sp.convergence else []})
 
 
 def _warn_constant(sp, d: int, where: str) -> None:
@@ -227,6 +228,7 @@ class PCA(DimredEstimator):
         self.n_features_in_ = model.mean.shape[0]
         self.n_samples_ = model.n_samples
         self.solver_ = model.solver
+        self.convergence_ = model.convergence
         return self
 
     def fit_transform(self, X, y=None):

@@ -17,6 +17,7 @@ from .._validation import check_array
 from ..blocks.tsne_kernels import gains_step, sne_cost_grad
 from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
+from ..linalg.convergence import completed
 from ._base import DimredEstimator
 from ._neighbor_runs import (one_run, check_float, check_int, expand_sweep, fit_graph, graph_ref,
                              like_input, pca_init, random_init, run_tasks, threads)
@@ -103,7 +104,10 @@ def optimize_sne(PP, Y0, s: dict, *, checkpoint=None, progress=None):
 def sne_task(PP, Y0, setting, checkpoint, *, progress=None, n_jobs=None):
     with threads(n_jobs) as nt:
         Y, cost, info = optimize_sne(PP, Y0, setting, checkpoint=checkpoint, progress=progress)
-    return Y, cost, {**info, "threads": nt}
+    rec = completed("SNE gradient descent", "SNE (exact gradients)", setting["n_iter"],
+                    loss=cost, loss_name="sum of KL(P_i || Q_i)",
+                    resumed_from=info["resumed_from"])
+    return Y, cost, {**info, "threads": nt, "convergence": [rec]}
 
 
 def sne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
@@ -159,6 +163,7 @@ class SNE(DimredEstimator):
                     n_jobs=self.n_jobs, **{k: getattr(self, k) for k in SNE_DEFAULTS})
         self.embedding_, self.kl_divergence_ = model.embedding, model.kl_divergence
         self.n_iter_, self.info_, self.n_features_in_ = model.n_iter, model.info, X.shape[1]
+        self.convergence_ = model.convergence
         return self
 
     def fit_transform(self, X, y=None, *, graph=None):

@@ -66,7 +66,7 @@ from ..linalg import (NystromMap, choose_landmarks, column_stats, nystrom_error,
 from ..linalg.moments import NUMPY_BLOCK_ROWS
 from ..linalg.pca_solvers import _complete_basis
 from ..pairwise import check_kernel, double_center, pairwise_kernels
-from ._base import DimredEstimator, rowwise, sign_fix
+from ._base import DimredEstimator, HasConvergence, rowwise, sign_fix
 from .kpca import _held_out
 from .pca import pca
 
@@ -337,7 +337,7 @@ def _top_directions(C: np.ndarray, k: int, method: str, stacklevel: int = 3):
 # ---------------------------------------------------------------- supervised PCA
 
 @dataclass
-class SupervisedPCAModel:
+class SupervisedPCAModel(HasConvergence):
     """A fitted supervised PCA: small arrays only."""
 
     components: np.ndarray  # (k, d); zero on the features Bair's screening dropped
@@ -449,7 +449,8 @@ def supervised_pca(X, y=None, *, n_components: int = 2, label_kernel: str = "del
         sub = pca(X, n_components=k, where=where)
         return SupervisedPCAModel(sub.components, sub.mean,
                                   (sub.explained_variance * (n - 1)).astype(X.dtype), n,
-                                  "identity", info={"solver": sub.solver})
+                                  "identity",
+                                  info={"solver": sub.solver, "convergence": sub.convergence})
     y2, lmap = prepare_labels(y, X, label_kernel, gamma=label_gamma, width=label_width,
                               n_landmarks=n_label_landmarks, random_state=random_state,
                               method=method)
@@ -466,7 +467,7 @@ def supervised_pca(X, y=None, *, n_components: int = 2, label_kernel: str = "del
 # ---------------------------------------------------------------- kernel supervised PCA
 
 @dataclass
-class KernelSupervisedPCAModel:
+class KernelSupervisedPCAModel(HasConvergence):
     """A fitted kernel SPCA: y(x) = k(x, reference) dual_coef."""
 
     reference: np.ndarray  # (m, d): the training rows (dense) or the landmarks (nystrom)
@@ -743,7 +744,7 @@ class SupervisedPCA(_SupervisedBase):
         self.components_, self.mean_, self.eigenvalues_ = m.components, m.mean, m.eigenvalues
         self.selected_features_, self.feature_scores_ = m.selected_features, m.feature_scores
         self.n_components_, self.n_features_in_ = m.n_components, m.mean.shape[0]
-        self.n_samples_ = m.n_samples
+        self.n_samples_, self.convergence_ = m.n_samples, m.convergence
         return self
 
     def fit_transform(self, X, y=None):
@@ -786,7 +787,7 @@ class KernelSupervisedPCA(_SupervisedBase):
         self.embedding_, self.eigenvalues_ = m.embedding, m.eigenvalues
         self.dual_coef_, self.reference_ = m.dual_coef, m.reference
         self.n_components_, self.n_features_in_ = m.n_components, m.reference.shape[1]
-        self.n_samples_, self.solver_ = m.n_samples, m.solver
+        self.n_samples_, self.solver_, self.convergence_ = m.n_samples, m.solver, m.convergence
         return self
 
     def fit_transform(self, X, y=None):

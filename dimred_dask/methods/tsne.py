@@ -25,7 +25,8 @@ from .._validation import check_array, check_is_fitted, check_n_features
 from ..blocks.tsne_gradient import Interpolation, kl_divergence, potentials, tsne_step
 from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
-from ._base import DimredEstimator
+from ..linalg.convergence import completed
+from ._base import DimredEstimator, HasConvergence
 from ._neighbor_runs import (one_run, check_choice, check_float, check_int, delayed_literal,
                              expand_sweep, fit_graph, graph_ref, like_input, pca_init,
                              random_init, run_tasks, threads)
@@ -102,7 +103,7 @@ def check_tsne_params(params: dict, n: int, name: str = "t-SNE") -> list[dict]:
 
 
 @dataclass
-class TSNEModel:
+class TSNEModel(HasConvergence):
     """A fitted t-SNE embedding and how it was made."""
 
     embedding: np.ndarray  # (n, n_components) float64
@@ -177,7 +178,10 @@ def tsne_task(P, Y0, setting: dict, checkpoint, *, progress=None, n_jobs=None):
         Y, kl, info = optimize_tsne(P, Y0, setting, checkpoint=checkpoint, progress=progress,
                                     workers=nt)
     init = setting["init"] if isinstance(setting["init"], str) else "given"
-    return Y, kl, {**info, "threads": nt, "init": init}
+    rec = completed("t-SNE gradient descent", f"t-SNE ({info['gradient']} gradients)",
+                    setting["n_iter"], loss=kl, loss_name="KL",
+                    resumed_from=info["resumed_from"])
+    return Y, kl, {**info, "threads": nt, "init": init, "convergence": [rec]}
 
 
 # --------------------------------------------------------------------------- fit
@@ -274,6 +278,7 @@ class TSNE(DimredEstimator):
         self.n_iter_ = model.n_iter
         self.info_ = model.info
         self.n_features_in_ = X.shape[1]
+        self.convergence_ = model.convergence
         self._fit_X = X
         return self
 

@@ -26,7 +26,8 @@ from .._validation import check_array, check_is_fitted, check_n_features
 from ..blocks.umap_kernels import sgd_epoch
 from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, find_ab
-from ._base import DimredEstimator
+from ..linalg.convergence import completed
+from ._base import DimredEstimator, HasConvergence
 from ._neighbor_runs import (one_run, check_choice, check_float, check_int, delayed_literal,
                              expand_sweep, fit_graph, graph_ref, like_input, pca_init,
                              run_tasks, threads)
@@ -97,7 +98,7 @@ def check_umap_params(params: dict, n: int) -> list[dict]:
 
 
 @dataclass
-class UMAPModel:
+class UMAPModel(HasConvergence):
     """A fitted UMAP embedding and how it was made."""
 
     embedding: np.ndarray  # (n, n_components) float32
@@ -189,9 +190,10 @@ def cross_entropy(P, Y, a: float, b: float, random_state=0) -> tuple[float, str]
 def umap_task(P, layout, setting: dict, checkpoint, *, progress=None, n_jobs=None):
     """One UMAP embedding (a Dask task, or in this process): the layout of this setting's
     graph scaled with this seed's noise, then the epochs."""
+    records = []
     with threads(n_jobs) as nt:
         if isinstance(layout, tuple):
-            layout, how = layout
+            layout, how, records = layout
         elif layout is None:
             how = "random"
             layout = np.random.default_rng(setting["random_state"]).uniform(
@@ -203,7 +205,11 @@ def umap_task(P, layout, setting: dict, checkpoint, *, progress=None, n_jobs=Non
         ce, ce_how = cross_entropy(P, Y, setting["a"], setting["b"], setting["random_state"])
         if progress is not None:
             progress(setting["n_epochs"], setting["n_epochs"], ce)
-    return Y, ce, {**info, "threads": nt, "init": how, "loss": ce_how}
+    sgd = completed("UMAP layout optimisation (SGD epochs)", "umap sgd",
+                    setting["n_epochs"], loss=ce, loss_name="cross-entropy",
+                    resumed_from=info["resumed_from"])
+    return Y, ce, {**info, "threads": nt, "init": how, "loss": ce_how,
+                   "convergence": list(records) + [sgd]}
 
 
 # --------------------------------------------------------------------------- fit
@@ -298,6 +304,7 @@ class UMAP(DimredEstimator):
         self.a_, self.b_ = model.params["a"], model.params["b"]
         self.n_epochs_, self.info_, self.params_ = model.n_epochs, model.info, model.params
         self.n_features_in_ = X.shape[1]
+        self.convergence_ = model.convergence
         self._fit_X = X
         return self
 
