@@ -56,7 +56,7 @@ def _pca_load(store) -> PCAModel:
 
 def _pca_summary(model: PCAModel) -> dict:
     return {"n_components": model.n_components, "solver": model.solver, "passes": model.passes,
-            "noise_variance": model.noise_variance,
+            "noise_variance": model.noise_variance, "convergence": model.convergence,
             **metrics.explained_variance_summary(model.explained_variance,
                                                  model.explained_variance_ratio)}
 
@@ -110,7 +110,8 @@ def _kpca_transform(model: KernelPCAModel, X):
 def _eigen_summary(model) -> dict:
     lam = np.asarray(model.eigenvalues, dtype=np.float64)
     info = {k: v for k, v in model.scalars().items() if k != "n_samples"}
-    return {"n_components": int(lam.size), "eigenvalues": lam.tolist(), **info}
+    return {"n_components": int(lam.size), "eigenvalues": lam.tolist(), **info,
+            "convergence": model.convergence}
 
 
 MDS_DEFAULTS = {"n_components": 2, "metric": "euclidean", "p": 2.0, "solver": "auto",
@@ -166,7 +167,8 @@ def _mds_summary(model) -> dict:
                                                dtype=float)[:10].tolist(),
             "negative_ratio": model.negative_ratio, "negative_mass": model.negative_mass,
             "stress": float(model.stress), "metric": dict(model.metric),
-            **{k: v for k, v in model.info.items() if isinstance(v, (int, float, str, bool))}}
+            **{k: v for k, v in model.info.items() if isinstance(v, (int, float, str, bool))},
+            "convergence": model.convergence}
 
 
 LMDS_DEFAULTS = {"n_components": 2, "n_landmarks": None, "landmarks": "maxmin",
@@ -236,7 +238,8 @@ def _supervised_summary(model) -> dict:
     return {"n_components": int(np.asarray(model.eigenvalues).size),
             "eigenvalues": np.asarray(model.eigenvalues, dtype=float).tolist(),
             **{k: v for k, v in model.scalars().items()
-               if isinstance(v, (int, float, str, bool)) or v is None}}
+               if isinstance(v, (int, float, str, bool)) or v is None},
+            "convergence": model.convergence}
 
 
 METHODS = {

@@ -97,6 +97,7 @@ def _summary(model) -> dict:
                                                            dtype=float).tolist()})
     if isinstance(model, SpectralClusteringModel):
         out["cluster_sizes"] = np.bincount(np.asarray(model.labels)).tolist()
+    out["convergence"] = model.convergence
     return out
 
 

@@ -197,7 +197,8 @@ class _Family:
                          "seconds": info.get("seconds"), "threads": info.get("threads"),
                          "resumed_from": info.get("resumed_from"), "init": info.get("init")})
         return {"n_embeddings": len(rows), "embeddings": rows,
-                "trustworthiness_sample": f"{TRUST_SAMPLE} rows (seed 0), k = {TRUST_K}"}
+                "trustworthiness_sample": f"{TRUST_SAMPLE} rows (seed 0), k = {TRUST_K}",
+                "convergence": model.convergence}
 
 
 def _jsonable_setting(s: dict) -> dict:

@@ -2,7 +2,8 @@
 respecting embedding; the actions come from ``--actions URI``). Each asks the shared kNN stage
 for its graph (connected: a disconnected graph is refused before anything is written, or
 joined with ``join_components=true``); the manifest's ``model`` section carries the solver's
-status, the objective and the largest relative distance violation."""
+status, the objective, the largest relative distance violation and ``convergence`` (every
+solve's record: the SDP attempts with Clarabel's gap and residuals, the eigensolves)."""
 from __future__ import annotations
 
 import numpy as np
@@ -87,7 +88,8 @@ def _transform(model: SDPEmbeddingModel, X):
 def _summary(model: SDPEmbeddingModel) -> dict:
     lam = np.asarray(model.eigenvalues, dtype=np.float64)
     info = {k: v for k, v in model.scalars().items() if k != "landmarks"}
-    return {"n_components": int(lam.size), "eigenvalues": lam.tolist(), **info}
+    return {"n_components": int(lam.size), "eigenvalues": lam.tolist(), **info,
+            "convergence": model.convergence}
 
 
 def _adapter(name: str, defaults: dict, fit, needs_actions: bool = False) -> MethodAdapter:
