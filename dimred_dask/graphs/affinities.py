@@ -1,4 +1,4 @@
-"""Affinities of the neighbour-embedding methods, from the shared kNN graph (seed 004).
+"""Affinities of the neighbour-embedding methods, from the shared kNN graph.
 
 - t-SNE: per row the Gaussian precision that gives the target perplexity (bisection to
   ``PERPLEXITY_TOL`` in entropy), p_{j|i} over the row's neighbours, then the joint

@@ -1,4 +1,5 @@
-"""Geodesic (shortest-path) distances on the symmetrised kNN graph, for Isomap (seed 000).
+"""Geodesic (shortest-path) distances on the symmetrised kNN graph, for Isomap
+(Tenenbaum, de Silva & Langford 2000).
 
 ``geodesic_rows(graph, sources)``: the (len(sources), n) matrix of shortest-path distances
 from each source to every vertex, by Dijkstra (``scipy.sparse.csgraph.dijkstra``) from blocks

@@ -8,7 +8,7 @@
   Alg. 4.4/5.3) on the operator A = Xc^T Xc, never formed. Each power iteration is one pass
   over the rows (A Q = sum_b Xb^T (Xb Q)); a final pass gives the Rayleigh-Ritz matrix.
 - ``dual_eigh``: n << d. Eigenvectors V of the n x n Gram Xc Xc^T, then U = Xc^T V S^-1
-  (seed 000, "Dual PCA").
+  (dual PCA: the Gram matrix's eigenvectors give the principal directions).
 
 All eigen/singular vectors come out in descending order; signs are fixed by the caller.
 """
@@ -92,7 +92,7 @@ def dual_eigh(X, *, method="PCA", where="X") -> Spectrum:
         (proj,) = compute(Xc.T @ vecs[:, keep], stage="dual components pass")
     else:
         proj = Xc.T @ vecs[:, keep]
-    comps = (proj / sigma[keep]).T  # rows u_j = Xc^T v_j / sigma_j  (seed 000: U = X V S^-1)
+    comps = (proj / sigma[keep]).T  # rows u_j = Xc^T v_j / sigma_j  (U = X V S^-1)
     comps = _complete_basis(comps, min(n, X.shape[1]))
     var = np.zeros(comps.shape[0])
     var[: keep.sum()] = lam[keep] / (n - 1)

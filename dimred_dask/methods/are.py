@@ -1,5 +1,4 @@
-"""Action respecting embedding (seed 000, "Action Respecting Embedding", "Optimization Problem";
-Bowling, Ghodsi & Wilkinson 2005).
+"""Action respecting embedding (Bowling, Ghodsi & Wilkinson 2005).
 
 Data x_1 .. x_n in temporal order and a discrete action a_i taken between x_i and x_i+1
 (n - 1 actions). MVU's problem (``methods.mvu``) plus, for every pair i, j with a_i = a_j:
@@ -68,7 +67,7 @@ def action_constraints(codes: np.ndarray, pairs: str = "all", graph_pairs=None):
     same action, +(i+1, j+1) and -(i, j)."""
     if pairs not in ACTION_PAIRS:
         raise InputError(f"action_pairs must be one of {', '.join(ACTION_PAIRS)}; found "
-                         f"{pairs!r}.", "pass action_pairs='all' (seed 000).")
+                         f"{pairs!r}.", "pass action_pairs='all' (every pair, as in the method).")
     ii, jj = [], []
     for a in np.unique(codes):
         steps = np.nonzero(codes == a)[0]
@@ -161,8 +160,9 @@ def _action_violation(K: np.ndarray, extra) -> float:
 
 
 class ActionRespectingEmbedding(_SDPEstimator):
-    """Action respecting embedding (seed 000): ``fit(X, actions)`` with X in temporal order
-    and ``actions`` of length n - 1. See `action_respecting_embedding` for the parameters."""
+    """Action respecting embedding (Bowling et al. 2005): ``fit(X, actions)`` with X in
+    temporal order and ``actions`` of length n - 1. See `action_respecting_embedding` for the
+    parameters."""
 
     def __init__(self, n_components=2, *, n_neighbors=6, constraints="slack",
                  slack_penalty=10.0, action_pairs="all", face_reduction=True, formulation="dual",

@@ -1,11 +1,12 @@
-"""Isomap and landmark Isomap (seed 000, "ISOMAP"; de Silva & Tenenbaum 2003).
+"""Isomap and landmark Isomap (Tenenbaum, de Silva & Langford 2000; de Silva & Tenenbaum
+2003).
 
 Isomap = kNN graph -> geodesic distances (shortest paths on the symmetrised graph) ->
 classical MDS of the geodesic matrix D^G:
 
     B = -1/2 J (D^G)^2 J = V Lambda V^T,   Y = V_k Lambda_k^1/2
 
-D^G is not Euclidean, so B is not positive semidefinite. As the seed says, only the positive
+D^G is not Euclidean, so B is not positive semidefinite. Only the positive
 part is kept: components whose eigenvalue is not above rounding are set to zero (with a
 warning), and the negative part is reported (``negative_mass`` = sum |lambda < 0| / sum
 |lambda| with the dense solver, ``negative_ratio`` = |lambda_min| / lambda_max otherwise),
@@ -250,9 +251,9 @@ class _IsomapBase(DimredEstimator):
 
 
 class Isomap(_IsomapBase):
-    """Isomap (seed 000) on NumPy or dask arrays: kNN graph, Dijkstra geodesics on the
-    workers, classical MDS of the geodesic matrix (its positive part; the negative part is
-    reported).
+    """Isomap (Tenenbaum, de Silva & Langford 2000) on NumPy or dask arrays: kNN graph,
+    Dijkstra geodesics on the workers, classical MDS of the geodesic matrix (its positive
+    part; the negative part is reported).
 
     Parameters
     ----------

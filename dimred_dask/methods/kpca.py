@@ -1,6 +1,6 @@
 """Kernel PCA: the function ``kernel_pca``, the `KernelPCAModel` it returns, and `KernelPCA`.
 
-Seed 002 (Sugiyama, kernel PCA) and seed 000 (centering for kernel PCA) are the specification:
+Kernel PCA (Schölkopf, Smola & Müller 1998), with K centred in feature space:
 
     K_ij = k(x_i, x_j),  H = I - 11^T/n,  H K H alpha_i = lambda_i alpha_i,  ||alpha_i|| = 1
     training embedding      Y = A Lambda^1/2                       (row i: point i)
@@ -8,8 +8,8 @@ Seed 002 (Sugiyama, kernel PCA) and seed 000 (centering for kernel PCA) are the 
 
 (For a training point g equals its row of A Lambda^1/2: ``transform(X_train)`` reproduces the
 embedding.) The eigenvectors of H K H are unit vectors; the feature-space directions
-psi_i = F H alpha_i / sqrt(lambda_i) are then orthonormal (the seed's renormalisation), which is
-what the Lambda^-1/2 does.
+psi_i = F H alpha_i / sqrt(lambda_i) are then orthonormal (Schölkopf et al.'s normalisation),
+which is what the Lambda^-1/2 does.
 
 Solvers (``solver=``):
 - ``dense``: K in memory, full ``eigh``; also reports the negative part of the spectrum.
@@ -96,7 +96,7 @@ class KernelPCAModel(HasConvergence):
         return self.embedding
 
     def transform(self, X):
-        """Embed rows of X (NumPy or lazily for dask) by the seed-002 formula."""
+        """Embed rows of X (NumPy or lazily for dask) by the formula of the module docstring."""
         dtype = X.dtype
         if self.solver == "nystrom":
             # (phi(x) - mean) V = k(x, L) (R^-1 V) - mean V: n m k work instead of n m r
@@ -435,13 +435,13 @@ def _held_out(X, landmark_idx, random_state) -> np.ndarray:
 
 
 class KernelPCA(DimredEstimator):
-    """Kernel PCA on NumPy or dask arrays (seed 002).
+    """Kernel PCA on NumPy or dask arrays (Schölkopf, Smola & Müller 1998).
 
     Parameters
     ----------
     n_components : int
     kernel : {"gaussian", "polynomial", "laplacian", "sigmoid", "cosine", "linear"}
-    gamma, width, degree, coef0 : kernel parameters (``width`` is the seeds' c of the
+    gamma, width, degree, coef0 : kernel parameters (``width`` is c of the
         gaussian kernel exp(-||x - x'||^2 / c^2)); gamma defaults to 1 / n_features.
     solver : {"auto", "dense", "randomized", "lanczos", "nystrom"}
     n_landmarks, landmarks : Nyström only: m and how they are chosen ("auto": k-means++ up

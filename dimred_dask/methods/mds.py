@@ -1,7 +1,7 @@
 """Classical (Torgerson) MDS and landmark MDS: `classical_mds` / `MDS` and `landmark_mds` /
 `LandmarkMDS`, the `MDSModel` and `LandmarkMDSModel` they return, `check_distance_matrix`.
 
-Seed 001 (Lecture 41, MDS) is the specification of classical MDS:
+Classical MDS (Torgerson 1952; Gower 1966):
 
     D2 = [d_ij^2],  J = I - 11^T/n,  B = -1/2 J D2 J = V Lambda V^T,  Y = V_k Lambda_k^1/2
 
@@ -701,7 +701,7 @@ class _MDSBase(DimredEstimator):
 
 
 class MDS(_MDSBase):
-    """Classical (Torgerson) multidimensional scaling on NumPy or dask arrays (seed 001).
+    """Classical (Torgerson) multidimensional scaling on NumPy or dask arrays (Torgerson 1952).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Maximum variance unfolding (seed 000, "Maximum variance unfolding" and "MVU Method").
+"""Maximum variance unfolding (Weinberger & Saul 2006; Weinberger, Sha & Saul 2004).
 
     1. the kNN graph (symmetrised; ``graphs.knn_graph``, shared with the other graph methods)
     2. max tr(K)  s.t.  K_ii + K_jj - 2 K_ij = ||x_i - x_j||^2 on every edge,
@@ -17,7 +17,9 @@ noisy swiss rolls in 10-D, n = 150: trace equal to 1e-6, edges to 1e-8; with 1, 
 near-degenerate one gave way by 0.3 %), so only inconsistent edges give.
 
 The solver's status, the objective and the largest relative distance violation are reported
-(``info``); a status other than "optimal" raises `SolverError` unless ``allow_inaccurate``;
+(``info``), every solve's convergence record in ``info["convergence"]``, and the solve's
+phases and iterations go to the progress reporter (``linalg.conic``); a status other than
+"optimal" raises `SolverError` unless ``allow_inaccurate``;
 an infeasible equality problem raises `InfeasibleError` that suggests the slack variant.
 New points are placed by their LLE reconstruction weights on their k nearest training rows.
 """
@@ -134,7 +136,7 @@ def check_sdp_params(n: int, *, n_components, n_neighbors, constraints, slack_pe
     k = check_n_neighbors(n_neighbors, n, method)
     if constraints not in MVU_CONSTRAINTS:
         raise InputError(f"constraints must be one of {', '.join(MVU_CONSTRAINTS)}; found "
-                         f"{constraints!r}.", "pass constraints='equality' (seed 000) or "
+                         f"{constraints!r}.", "pass constraints='equality' (the exact problem) or "
                          "'slack' (penalised violations, for noisy graphs).")
     if not (isinstance(slack_penalty, (int, float)) and not isinstance(slack_penalty, bool)
             and np.isfinite(slack_penalty) and slack_penalty > 0):
@@ -448,11 +450,12 @@ def _like(arr: np.ndarray, X):
 
 
 class MaximumVarianceUnfolding(_SDPEstimator):
-    """Maximum variance unfolding (seed 000) on NumPy or dask arrays; see `mvu`.
+    """Maximum variance unfolding (Weinberger & Saul 2006) on NumPy or dask arrays; see `mvu`.
 
     Attributes: embedding_, eigenvalues_ (of K), kernel_ (n x n K), solver_status_,
     objective_ (tr K), max_relative_violation_, n_iter_ (solver iterations), info_ (the
-    whole solver report).
+    whole solver report), convergence_ (every solve's record: the SDP attempts with the
+    solver's gap and residuals, then the eigendecomposition of K).
     """
 
     def __init__(self, n_components=2, *, n_neighbors=6, constraints="equality",

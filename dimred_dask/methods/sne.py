@@ -1,4 +1,4 @@
-"""Stochastic Neighbor Embedding (Hinton & Roweis 2002; seed 004): `sne`, `SNE`.
+"""Stochastic Neighbor Embedding (Hinton & Roweis 2002): `sne`, `SNE`.
 
 Asymmetric: C = sum_i KL(P_i || Q_i) with p_{j|i} Gaussian at the target perplexity over the
 kNN graph (rows sum to 1) and q_{j|i} ~ exp(-|y_i - y_j|^2) over all points (variance 1/2).
@@ -145,7 +145,7 @@ def sne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params)
 
 
 class SNE(DimredEstimator):
-    """Stochastic Neighbor Embedding (seed 004), exact gradients, for small n."""
+    """Stochastic Neighbor Embedding (Hinton & Roweis 2002), exact gradients, for small n."""
 
     def __init__(self, n_components=2, *, perplexity=30.0, n_iter=500, learning_rate=0.5,
                  momentum=0.5, final_momentum=0.8, momentum_switch_iter=250, min_gain=0.01,

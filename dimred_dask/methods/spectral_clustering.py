@@ -1,11 +1,10 @@
-"""Spectral clustering (seed 000, "Spectral Clustering" and its multiclass form; Shi & Malik
-2000; von Luxburg 2007).
+"""Spectral clustering (Shi & Malik 2000; Ng, Jordan & Weiss 2002; von Luxburg 2007).
 
 Affinity: the symmetrised kNN graph with binary or heat weights (``affinity="knn"``), or a
 Gaussian kernel over all pairs approximated by Nyström (``affinity="gaussian"``, for dense
 affinities: K ~ Phi Phi^T with m landmarks, never n x n).
 
-Cut: ``ratio`` (min f^T L f with f^T f = n, the seed's relaxation: the bottom eigenvectors of
+Cut: ``ratio`` (min f^T L f with f^T f = n, von Luxburg's relaxation: the bottom eigenvectors of
 L = D - W) or ``normalized`` (L y = lambda D y). ``n_clusters`` eigenvectors (a connected
 graph's first one is constant and harmless; with several components the bottom ones are
 their indicators, which is what k-means should see) are the spectral embedding; k-means
@@ -216,7 +215,7 @@ def _cluster(Y, k, rng, n_init, max_iter):
 
 
 class SpectralClustering(ClusterMixin, BaseEstimator):
-    """Spectral clustering (seed 000) on NumPy or dask arrays.
+    """Spectral clustering (Shi & Malik 2000; von Luxburg 2007) on NumPy or dask arrays.
 
     Parameters
     ----------
@@ -231,7 +230,8 @@ class SpectralClustering(ClusterMixin, BaseEstimator):
     Attributes
     ----------
     labels_, embedding_ (the n_clusters eigenvectors), eigenvalues_, cluster_centers_
-    (in the embedding), inertia_, n_features_in_
+    (in the embedding), inertia_, n_features_in_, convergence_ (the eigensolver's records,
+    a retried solve's first, then k-means')
     """
 
     def __init__(self, n_clusters=2, *, affinity="knn", cut="normalized", n_neighbors=10,

@@ -1,4 +1,5 @@
-"""t-SNE (seed 004): the function ``tsne``, sweeps ``tsne_sweep``, the model and `TSNE`.
+"""t-SNE (van der Maaten & Hinton 2008): the function ``tsne``, sweeps ``tsne_sweep``, the
+model and `TSNE`.
 
 fit = kNN graph (k = 3 x perplexity, shared) -> joint P (perplexity by bisection, blockwise)
 -> initialisation (PCA scaled to std 1e-4, or random) -> gradient descent with early

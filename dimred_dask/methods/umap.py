@@ -1,4 +1,4 @@
-"""UMAP (McInnes, Healy & Melville 2018; seed 004): `umap`, `umap_sweep`, `UMAPModel`, `UMAP`.
+"""UMAP (McInnes, Healy & Melville 2018): `umap`, `umap_sweep`, `UMAPModel`, `UMAP`.
 
 fit = kNN graph (n_neighbors - 1 neighbours: UMAP counts the point itself, shared) -> fuzzy
 graph (rho_i, sigma_i per row, blockwise; fuzzy union) -> a, b fitted from ``min_dist`` and
