@@ -53,7 +53,7 @@ def solve_problem(problem, opts: dict, *, label: str, step: str, tol: float,
         status = problem.status
     except cp.error.SolverError as exc:
         status = f"solver_error: {str(exc).splitlines()[0]}"
-    stats = getattr(problem, "_solver_stats", None)
+    stats = problem.solver_stats  # None when the solver failed
     iters = out["info"].get("iterations", getattr(stats, "num_iters", None))
     extra = _scs_extra(stats) if name == "SCS" else {}
     info = {k: v for k, v in out["info"].items() if k != "iterations"}
