@@ -323,18 +323,23 @@ def nystrom_top_eigh(X: np.ndarray, nmap: NystromMap, k: int, *, n_oversamples: 
             if residual <= stop or it == int(n_iter):
                 break
             q, _ = np.linalg.qr(aq)
-    reached = bool(residual <= stop)
-    # tol = 0 asks for "as accurate as n_iter + 1 passes make it" (subspace iteration's fixed
-    # passes, stopped early at the rounding floor); a tol > 0 not reached is not converged
-    rec = record(f"top {k} eigenpairs of the centred Nyström kernel",
-                 "nystrom subspace iteration", converged=reached or not float(tol) > 0,
-                 iterations=it + 1, residual=residual, tol=stop,
-                 status="converged" if reached else "completed" if not float(tol) > 0 else
-                 f"stopped after n_iter + 1 = {it + 1} passes", passes=it + 1,
-                 measure="max ||A y - theta y|| / (theta ||y||) of the wanted pairs")
     return w, q @ v, y, mu0 + delta, {"passes": it + 1, "residual": residual,
-                                      "converged": reached, "threads": pool.threads,
-                                      "record": rec}
+                                      "converged": bool(residual <= stop),
+                                      "threads": pool.threads,
+                                      "record": _record(k, it + 1, residual, stop, tol)}
+
+
+def _record(k: int, passes: int, residual: float, stop: float, tol: float) -> dict:
+    """`nystrom_top_eigh`'s convergence record. tol = 0 asks for "as accurate as n_iter + 1
+    passes make it" (subspace iteration's fixed passes, stopped early at the rounding floor):
+    "completed"; a tol > 0 not reached is not converged."""
+    reached, asked = bool(residual <= stop), float(tol) > 0
+    return record(f"top {k} eigenpairs of the centred Nyström kernel",
+                  "nystrom subspace iteration", converged=reached or not asked,
+                  iterations=passes, residual=residual, tol=stop, passes=passes,
+                  status="converged" if reached else "completed" if not asked else
+                  f"stopped after n_iter + 1 = {passes} passes",
+                  measure="max ||A y - theta y|| / (theta ||y||) of the wanted pairs")
 
 
 def _first_pass(X, nmap, mu0, Z, C, T):
