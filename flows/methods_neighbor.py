@@ -97,7 +97,7 @@ class StoreCheckpoint:
         for entry in store.fs.ls(store._path(self.prefix), detail=False):
             step = entry.rstrip("/").rsplit("/", 1)[-1]
             if step.isdigit() and int(step) < it:
-                store.fs.rm(entry, recursive=True)
+                store.remove(f"{self.prefix}/{step}")
         _fault(it // self.every)
 
     def load(self) -> dict | None:
@@ -218,8 +218,7 @@ def _save(model: EmbeddingSet, store) -> None:
     for name, value in model.arrays().items():
         store.write_array(f"model/{name}", value)
     store.write_attrs("model", model.scalars())
-    if store.fs.exists(store._path(CHECKPOINTS)):  # the model holds the result now
-        store.fs.rm(store._path(CHECKPOINTS), recursive=True)
+    store.remove(CHECKPOINTS)  # the model holds the result now
 
 
 def _transform(model: EmbeddingSet, X):

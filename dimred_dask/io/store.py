@@ -11,7 +11,10 @@ the picture, per-stage commit markers, and ``_COMMITTED`` written last (DESIGN.m
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
+import uuid
 
 import fsspec
 import numpy as np
@@ -24,6 +27,70 @@ MANIFEST = "manifest.json"
 STAGES = "_stages"
 STORE_ATTR = "dimred_dask_run"
 LEASE = "_LEASE"
+# Every top-level entry a run writes (the lease and its helper objects start with LEASE).
+# --overwrite replaces a run store only when it holds nothing else.
+RUN_ENTRIES = frozenset({"zarr.json", "embedding", "model", "graph", "kernel", "checkpoints",
+                         MANIFEST, "embedding.png", STAGES, COMMITTED})
+ROOT_DOC = "zarr.json"
+# zarr leaves out chunks that hold only the fill value unless told: every array written here
+# stores all its chunks, so a count of stored chunks proves a write complete
+ALL_CHUNKS = {"write_empty_chunks": True}
+
+
+def _name(entry: str) -> str:
+    return entry.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _inside(path: str, root: str) -> bool:
+    """Whether ``path`` lies under ``root`` once symbolic links in both are resolved."""
+    real_root, real = os.path.realpath(root), os.path.realpath(path)
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def _link_error(path: str, root: str) -> StoreError:
+    return StoreError(f"{path} is, or lies behind, a symbolic link leading out of the run store "
+                      f"{root}; a run never writes or deletes through links.",
+                      "remove the link from the run store (or choose another output).")
+
+
+def _local_store_class():
+    from zarr.storage import LocalStore
+
+    class NoFollowLocalStore(LocalStore):
+        """zarr's LocalStore that never writes or deletes through a symbolic link: a key whose
+        folder resolves outside the store, or that is itself a link, is refused."""
+
+        def _guard(self, key: str) -> str:
+            path = os.path.join(str(self.root), key)
+            if os.path.islink(path) or not _inside(os.path.dirname(path), str(self.root)):
+                raise _link_error(path, str(self.root))
+            return path
+
+        async def _set(self, key, value, exclusive=False):
+            self._guard(key)
+            return await super()._set(key, value, exclusive=exclusive)
+
+        async def delete(self, key):
+            self._guard(key)
+            return await super().delete(key)
+
+        async def delete_dir(self, prefix):
+            self._guard(prefix.rstrip("/"))
+            return await super().delete_dir(prefix)
+
+    NoFollowLocalStore.__qualname__ = NoFollowLocalStore.__name__
+    return NoFollowLocalStore
+
+
+_NOFOLLOW = None
+
+
+def nofollow_local_store(root: str, *, read_only: bool = False):
+    """A zarr store on the local folder ``root`` that refuses writes through symbolic links."""
+    global _NOFOLLOW
+    if _NOFOLLOW is None:
+        _NOFOLLOW = _local_store_class()
+    return _NOFOLLOW(root, read_only=read_only)
 
 
 class RunStore:
@@ -45,12 +112,15 @@ class RunStore:
     def _entries(self) -> list[str]:
         try:
             return [e for e in self.fs.ls(self.root, detail=False)
-                    if e.rstrip("/").rsplit("/", 1)[-1] != LEASE]
-        except FileNotFoundError:
+                    if not _name(e).startswith(LEASE)]
+        except (FileNotFoundError, NotADirectoryError):
             return []
 
     def exists(self) -> bool:
         """Whether the location holds anything but a lease."""
+        if self.location.is_local and os.path.lexists(self.root) and not (
+                os.path.isdir(self.root) and not os.path.islink(self.root)):
+            return True  # a file, or a link: something is there
         return bool(self._entries())
 
     def chunk_count(self, name: str) -> int:
@@ -65,57 +135,139 @@ class RunStore:
 
     def is_run_store(self) -> bool:
         try:
-            return STORE_ATTR in self.read_json("zarr.json").get("attributes", {})
-        except (FileNotFoundError, ValueError, KeyError):
+            return STORE_ATTR in self.read_json(ROOT_DOC).get("attributes", {})
+        except (FileNotFoundError, NotADirectoryError, ValueError, KeyError, AttributeError):
             return False
+
+    def symlinks(self, limit: int = 5) -> list[str]:
+        """Symbolic links at or inside a local run store (the root included), at most ``limit``.
+        Object storage has none."""
+        if not self.location.is_local:
+            return []
+        if os.path.islink(self.root):
+            return [self.root]
+        found = []
+        for folder, dirs, files in os.walk(self.root):  # never descends into linked folders
+            for name in dirs + files:
+                path = os.path.join(folder, name)
+                if os.path.islink(path):
+                    found.append(f"{path} -> {os.readlink(path)}")
+                    if len(found) >= limit:
+                        return found
+        return found
+
+    def foreign_entries(self) -> list[str]:
+        """Top-level entries that no run writes (a user's files put into the store)."""
+        return sorted(n for n in map(_name, self._entries()) if n not in RUN_ENTRIES)
 
     def check_writable(self, overwrite: bool) -> str:
         """Say what writing here would do; raise `OutputExistsError` if it is not allowed.
 
         Returns "new", "resume" (an unfinished run of ours: committed stages are reused) or
-        "overwrite". Nothing is written or deleted here.
+        "overwrite". Nothing is written or deleted here. A run writes only into a new
+        location or into a run store of this project (its ``zarr.json`` carries the run
+        attribute): never into someone else's data, never through a symbolic link, and
+        ``overwrite`` replaces a run store only if it holds nothing a run does not write.
         """
+        if self.location.is_local and os.path.islink(self.root):
+            raise OutputExistsError(
+                f"The output {self.url} is a symbolic link (to {os.readlink(self.root)}); a run "
+                "never writes or deletes through links.",
+                "give the path of a new folder (or of a run store itself), not a link to it.")
         if not self.exists():
             return "new"
-        if overwrite:
-            return "overwrite"
-        if self.committed():
-            raise OutputExistsError(f"The output {self.url} holds a committed run already.",
-                                    "pass --overwrite to replace it, or choose another output.")
+        if self.location.is_local and not os.path.isdir(self.root):
+            raise OutputExistsError(f"The output {self.url} is an existing file, not a run store.",
+                                    "choose a new folder for the output.")
         if not self.is_run_store():
-            raise OutputExistsError(f"The output {self.url} exists and is not a dimred-dask run "
-                                    "(refusing to write into someone else's data).",
-                                    "choose an empty or new location, or pass --overwrite.")
-        return "resume"
+            raise OutputExistsError(
+                f"The output {self.url} exists and is not a dimred-dask run store (no "
+                f"{ROOT_DOC} with the run attribute); refusing to write into, or delete, "
+                "someone else's data" + (" (--overwrite replaces only run stores)."
+                                         if overwrite else "."),
+                "choose a new or empty location for the output.")
+        links = self.symlinks()
+        if links:
+            raise OutputExistsError(
+                f"The run store {self.url} contains symbolic links ({'; '.join(links)}); a run "
+                "never writes or deletes through links.",
+                "remove the links, or choose another output.")
+        if not overwrite:
+            if self.committed():
+                raise OutputExistsError(f"The output {self.url} holds a committed run already.",
+                                        "pass --overwrite to replace it, or choose another output.")
+            return "resume"
+        foreign = self.foreign_entries()
+        if foreign:
+            raise OutputExistsError(
+                f"The run store {self.url} also holds {foreign[:10]}, which no run writes; "
+                "--overwrite would delete them.",
+                "move those out of the run store first, or choose another output.")
+        return "overwrite"
+
+    def remove(self, name: str) -> None:
+        """Delete the entry ``name`` of this store (a folder with what is in it). Local: a
+        symbolic link is removed itself, never followed; a path resolving outside is refused."""
+        path = self._path(name)
+        if not self.location.is_local:
+            try:
+                self.fs.rm(path, recursive=True)
+            except FileNotFoundError:
+                pass
+            return
+        if os.path.islink(path):
+            os.unlink(path)
+        elif not os.path.lexists(path):
+            return
+        elif not _inside(path, self.root):
+            raise _link_error(path, self.root)
+        elif os.path.isdir(path):
+            shutil.rmtree(path)  # removes links inside as links, never what they point to
+        else:
+            os.unlink(path)
 
     def prepare(self, mode: str, attrs: dict) -> None:
         import zarr
 
-        if mode == "overwrite":  # everything but the lease this run holds
-            for entry in self._entries():
-                self.fs.rm(entry, recursive=True)
+        if mode == "overwrite":  # what a run writes, never anything else; the root doc last
+            self.check_writable(True)
+            names = sorted(set(map(_name, self._entries())) & RUN_ENTRIES,
+                           key=lambda n: n == ROOT_DOC)
+            for name in names:
+                self.remove(name)
         if mode == "resume":
             return
-        g = zarr.open_group(store=self.url, mode="a", zarr_format=3,
-                            storage_options=self.location.storage_options or None)
+        g = zarr.open_group(store=self._zarr_store(), mode="a", zarr_format=3,
+                            storage_options=self._zarr_options())
         g.attrs.update({STORE_ATTR: attrs})
 
     # ---- arrays ----------------------------------------------------------------------------
+    def _zarr_store(self, read_only: bool = False):
+        if self.location.is_local:
+            return nofollow_local_store(self.root, read_only=read_only)
+        return self.url
+
+    def _zarr_options(self):
+        return None if self.location.is_local else (self.location.storage_options or None)
+
     def _group(self, mode="a"):
         import zarr
 
-        return zarr.open_group(store=self.url, mode=mode, zarr_format=3,
-                               storage_options=self.location.storage_options or None)
+        return zarr.open_group(store=self._zarr_store(read_only=mode == "r"), mode=mode,
+                               zarr_format=3, storage_options=self._zarr_options())
 
     def write_array(self, name: str, value: np.ndarray) -> None:
         value = np.asarray(value)
         arr = self._group().create_array(name, shape=value.shape, dtype=value.dtype,
-                                         chunks=value.shape or None, overwrite=True)
+                                         chunks=value.shape or None, overwrite=True,
+                                         config=ALL_CHUNKS)
         arr[...] = value
 
     def create_array(self, name: str, shape, chunks, dtype):
+        """An array every chunk of which is stored when written, even one holding only the
+        fill value: the stage markers count stored chunks to prove a write complete."""
         return self._group().create_array(name, shape=tuple(shape), chunks=tuple(chunks),
-                                          dtype=dtype, overwrite=True)
+                                          dtype=dtype, overwrite=True, config=ALL_CHUNKS)
 
     def open_array(self, name: str):
         return self._group("r")[name]
@@ -137,10 +289,28 @@ class RunStore:
 
     # ---- files -----------------------------------------------------------------------------
     def write_bytes(self, name: str, data: bytes) -> None:
-        parent = self._path(name).rsplit("/", 1)[0]
+        """Write a small file; locally into a temporary name then renamed over the target, so a
+        symbolic link in its place is replaced, never written through."""
+        path = self._path(name)
+        parent = path.rsplit("/", 1)[0]
         self.fs.makedirs(parent, exist_ok=True)
-        with self.fs.open(self._path(name), "wb") as f:
-            f.write(data)
+        if not self.location.is_local:
+            with self.fs.open(path, "wb") as f:
+                f.write(data)
+            return
+        if not _inside(parent, self.root):
+            raise _link_error(path, self.root)
+        tmp = f"{parent}/.{_name(path)}.{uuid.uuid4().hex}.partial"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                     0o644)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            raise
 
     def read_bytes(self, name: str) -> bytes:
         with self.fs.open(self._path(name), "rb") as f:
@@ -178,15 +348,20 @@ def _jsonable(o):
 
 
 def open_output(uri, *, storage_options: dict | None = None) -> RunStore:
-    """Open a finished run for reading; refuse one without ``_COMMITTED``."""
+    """Open a finished run for reading; refuse what is not a run store, or one without
+    ``_COMMITTED`` (its run did not finish)."""
     store = RunStore(uri, storage_options=storage_options)
     if not store.exists():
         raise StoreError(f"No run output at {store.url}.", "check the path.")
+    if not store.is_run_store():
+        raise StoreError(f"{store.url} is not a dimred-dask run store (no {ROOT_DOC} with the "
+                         "run attribute); inspect reads the outputs of `dimred-dask run`.",
+                         "give the --output of a run.")
     if not store.committed():
         raise UncommittedOutputError(
             f"The output {store.url} has no {COMMITTED} marker: its run did not finish, so its "
-            "contents may be partial.", "re-run the same command to finish it (committed stages "
-            "are reused), or run with --overwrite.")
+            "contents may be partial.", "run the same command again to finish it (committed "
+            "stages are reused).")
     return store
 
 
@@ -195,7 +370,8 @@ def save_array(arr, uri, *, overwrite: bool = False, storage_options: dict | Non
     """Write a dask or NumPy array to a Zarr v3 array at ``uri`` (computed on the workers).
 
     ``compressors``: zarr's default ("auto"), or None for raw chunks (data that does not
-    compress, such as noise, only costs CPU to compress)."""
+    compress, such as noise, only costs CPU to compress). Every chunk is stored, even one that
+    holds only the fill value, so that a reader can tell a complete array from a damaged one."""
     import dask.array as da
     import zarr
 
@@ -208,7 +384,8 @@ def save_array(arr, uri, *, overwrite: bool = False, storage_options: dict | Non
         darr = darr.rechunk(chunks)
     target = zarr.create_array(store=loc.url, shape=darr.shape, dtype=darr.dtype,
                                chunks=tuple(c[0] for c in darr.chunks), overwrite=True,
-                               zarr_format=3, compressors=compressors, storage_options=loc.storage_options or None)
+                               zarr_format=3, compressors=compressors, config=ALL_CHUNKS,
+                               storage_options=loc.storage_options or None)
     from .._compute import compute
 
     compute(da.store(darr, target, lock=False, compute=False), stage="write array")

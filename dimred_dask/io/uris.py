@@ -125,19 +125,35 @@ def parse_uri(uri, *, role: str = "input", storage_options: dict | None = None) 
     return Location(url, fragment or None, so)
 
 
-def _key(loc: Location) -> str:
-    return loc.url.rstrip("/") + "/"
+def _keys(loc: Location) -> set[str]:
+    """The location as a prefix key; a local path also as resolved through symbolic links."""
+    keys = {loc.url.rstrip("/") + "/"}
+    if loc.is_local:
+        keys.add(os.path.realpath(loc.url).rstrip("/") + "/")
+    return keys
 
 
-def check_output_location(output: Location, input_: Location) -> None:
-    """Refuse an output equal to, inside, or containing the input."""
-    out_k, in_k = _key(output), _key(input_)
-    if out_k == in_k:
-        raise InputError(f"The output {output} is the input itself; a run would overwrite its data.",
-                         "choose another output location.")
-    if out_k.startswith(in_k):
-        raise InputError(f"The output {output} lies inside the input {input_.url}; writing there "
-                         "would change the input.", "choose an output outside the input.")
-    if in_k.startswith(out_k):
-        raise InputError(f"The output {output} contains the input {input_.url}; --overwrite would "
-                         "delete the input.", "choose an output that does not contain the input.")
+def check_output_location(output: Location, *inputs) -> None:
+    """Refuse an output equal to, inside, or containing any input of the run, compared as
+    written and, for local paths, after resolving symbolic links.
+
+    ``inputs``: Locations, or ``(role, Location)`` pairs naming what each is ("labels",
+    "graph cache" ...); a run never writes into, or deletes, what it reads or shares."""
+    for item in inputs:
+        role, loc = item if isinstance(item, tuple) else ("input", item)
+        if loc is None:
+            continue
+        pairs = [(o, i) for o in _keys(output) for i in _keys(loc)]
+        linked = "" if _keys(output) == {output.url.rstrip("/") + "/"} and _keys(loc) == {
+            loc.url.rstrip("/") + "/"} else " (paths compared after resolving symbolic links)"
+        if any(o == i for o, i in pairs):
+            raise InputError(f"The output {output} is the {role} itself{linked}; a run would "
+                             "overwrite its data.", "choose another output location.")
+        if any(o.startswith(i) for o, i in pairs):
+            raise InputError(f"The output {output} lies inside the {role} {loc.url}{linked}; "
+                             f"writing there would change the {role}.",
+                             f"choose an output outside the {role}.")
+        if any(i.startswith(o) for o, i in pairs):
+            raise InputError(f"The output {output} contains the {role} {loc.url}{linked}; "
+                             f"--overwrite would delete the {role}.",
+                             f"choose an output that does not contain the {role}.")
