@@ -52,15 +52,37 @@ class ChunkingError(InputError):
     """The chunking of a dask/zarr array does not suit the computation."""
 
 
-def storage_error(exc: OSError, where: str) -> "StoreError":
-    """The `StoreError` for an OSError met while reading or writing ``where``."""
-    if isinstance(exc, PermissionError):
+_NETWORK_MODULES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "urllib3", "requests",
+                    "httpx", "gcsfs", "adlfs")
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from the storage or the network under it (not from the data)."""
+    return isinstance(exc, (OSError, TimeoutError)) or type(exc).__module__.startswith(
+        _NETWORK_MODULES)
+
+
+def storage_error(exc: BaseException, where: str) -> "StoreError":
+    """The `StoreError` for a storage or network failure met while reading or writing ``where``."""
+    if isinstance(exc, StoreError):
+        return exc
+    name = type(exc).__name__
+    if isinstance(exc, PermissionError) or "AccessDenied" in str(exc):
         return StoreError(f"{where}: access denied by the storage ({exc}).",
                           "check the credentials (AWS_* variables) and the bucket policy.")
+    if "Credentials" in name:
+        return StoreError(f"{where}: no credentials for the object storage ({name}: {exc}).",
+                          "set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or pass "
+                          "--credentials-block) in the flow's and the workers' environment.")
     if isinstance(exc, FileNotFoundError):
         return StoreError(f"{where}: not found in the storage ({exc}).",
                           "check that the bucket and the path exist.")
-    return StoreError(f"{where}: storage error that did not clear after retries ({exc}).",
+    if isinstance(exc, (ConnectionError, TimeoutError)) or "Connect" in name or \
+            "Endpoint" in name or "Timeout" in name:
+        return StoreError(f"{where}: could not reach the storage ({name}: {exc}).",
+                          "check the endpoint (AWS_ENDPOINT_URL), that the server is up and "
+                          "reachable from this machine and the workers, then re-run.")
+    return StoreError(f"{where}: storage error that did not clear after retries ({name}: {exc}).",
                       "check the storage endpoint (AWS_ENDPOINT_URL) and try again.")
 
 
@@ -92,8 +114,9 @@ class InfeasibleError(InputError):
     """The constraints of an optimisation problem (e.g. MVU's distances) cannot all hold."""
 
 
-class SolverError(_Explained, DimredError, RuntimeError):
-    """A numerical solver stopped without reaching the requested accuracy."""
+class SolverError(StageError):
+    """A numerical solver stopped without reaching the requested accuracy (and had no robust
+    alternative that did): the fit is refused rather than returned worse."""
 
 
 class DimredWarning(UserWarning):

@@ -101,7 +101,8 @@ def stage_errors(stage: str, *, worker_memory=None, chunk_bytes=None):
     memory and the fix. Typed errors of our own pass through unchanged."""
     from distributed.scheduler import KilledWorker
 
-    from dimred_dask.errors import DimredError, StageError, storage_error
+    from dimred_dask.errors import (DimredError, InputError, StageError, is_storage_error,
+                                    storage_error)
 
     try:
         yield
@@ -114,5 +115,19 @@ def stage_errors(stage: str, *, worker_memory=None, chunk_bytes=None):
             f"input chunks are {_fmt_bytes(chunk_bytes)} each).",
             "if they ran out of memory, pass a smaller --chunk-rows or give the workers more "
             "memory; the worker logs say why they died.") from exc
-    except OSError as exc:
-        raise storage_error(exc, f"Stage {stage!r}") from exc
+    except Exception as exc:
+        if is_storage_error(exc) and not _decoder_error(exc):
+            raise storage_error(exc, f"Stage {stage!r}") from exc
+        if _decoder_error(exc):
+            raise InputError(f"Stage {stage!r} could not read the input ({type(exc).__name__}: "
+                             f"{exc}).", "the input is damaged or changed while the run read it: "
+                             "check it (or write it again) and re-run.") from exc
+        raise
+
+
+_DECODERS = ("pyarrow", "numcodecs", "zarr.codecs", "pandas.errors", "zstandard", "blosc")
+
+
+def _decoder_error(exc: BaseException) -> bool:
+    """An error raised while decoding data (a damaged file), not by the storage under it."""
+    return type(exc).__module__.startswith(_DECODERS)

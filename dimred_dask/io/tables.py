@@ -1,0 +1,213 @@
+"""Tables as 2-D arrays: Parquet files (one file or a folder of them) read with Arrow by row
+ranges, and CSV through dask.dataframe.
+
+A Parquet input is read where it is computed (on the workers), one regular row block per task:
+a block reads only the row groups that overlap it and only the chosen columns. Column types are
+checked from the files' schemas (the same in every file) before any data is read, and an
+integer or boolean column whose statistics admit nulls is read as float64 (a null becomes NaN,
+which the methods then refuse by name).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InputError, InputTypeError, is_storage_error, storage_error
+from .uris import Location
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def _numeric(arrow_type) -> bool:
+    import pyarrow as pa
+
+    return (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
+            or pa.types.is_boolean(arrow_type))
+
+
+def choose_columns(loc: Location, available: list[str], numeric: list[str], columns,
+                   describe) -> list[str]:
+    """The columns to read: the named ones, checked, or every numeric one."""
+    if columns is None:
+        if not numeric:
+            raise InputTypeError(f"Methods need numbers; {loc} has no numeric columns "
+                                 f"(columns: {available}).",
+                                 "convert the columns you want to numbers.")
+        return list(numeric)
+    chosen = list(columns)
+    missing = [c for c in chosen if c not in available]
+    if missing:
+        raise InputError(f"Columns {missing} are not in {loc}; it has {available}.",
+                         "fix --columns.")
+    bad = [c for c in chosen if c not in numeric]
+    if bad:
+        raise InputTypeError(f"Columns {bad} of {loc} are not numeric "
+                             f"({', '.join(f'{c}: {describe(c)}' for c in bad)}).",
+                             f"choose numeric columns, e.g. --columns {','.join(numeric[:4])}.")
+    return chosen
+
+
+def _parquet_files(fs, path: str) -> list[str]:
+    if not fs.isdir(path):
+        return [path]
+    names = [p for p in fs.find(path)
+             if not p.rsplit("/", 1)[-1].startswith(("_", "."))]
+    suffixed = [p for p in names if p.lower().endswith(PARQUET_SUFFIXES)]
+    return sorted(suffixed or names)
+
+
+class ParquetRows:
+    """Row-range reader over the row groups of one or more Parquet files, in path order.
+    Picklable: it carries the URL, the options and the row-group table, never data."""
+
+    def __init__(self, loc: Location, files: list[str], groups: list[tuple[int, int, int]],
+                 columns: list[str], dtype):
+        self.loc, self.files, self.columns = loc, files, columns
+        self.groups = np.asarray(groups, dtype=np.int64).reshape(-1, 3)  # (file, group, rows)
+        self.starts = np.concatenate([[0], np.cumsum(self.groups[:, 2])])
+        self.shape = (int(self.starts[-1]), len(columns))
+        self.dtype, self.ndim = np.dtype(dtype), 2
+
+    def __getitem__(self, key):
+        import fsspec
+
+        rows = key[0] if isinstance(key, tuple) else key
+        start, stop, _ = rows.indices(self.shape[0])
+        first = int(np.searchsorted(self.starts, start, side="right") - 1)
+        last = int(np.searchsorted(self.starts, max(start, stop - 1), side="right") - 1)
+        fs, _ = fsspec.core.url_to_fs(self.loc.url, **self.loc.storage_options)
+        parts, opened = [], {}
+        try:
+            for g in range(first, min(last, len(self.groups) - 1) + 1):
+                f, rg = int(self.groups[g, 0]), int(self.groups[g, 1])
+                if f not in opened:
+                    opened[f] = _parquet_file(fs, self.files[f])
+                table = opened[f].read_row_group(rg, columns=self.columns)
+                parts.append(np.column_stack(
+                    [_to_numpy(table.column(c), self.dtype) for c in self.columns])
+                    if self.columns else np.empty((table.num_rows, 0), self.dtype))
+        except Exception as exc:
+            if is_storage_error(exc) and not type(exc).__module__.startswith("pyarrow"):
+                raise storage_error(exc, f"Reading {self.loc}") from None
+            f, rg = int(self.groups[g, 0]), int(self.groups[g, 1])
+            raise InputError(f"Could not decode row group {rg} of the Parquet file "
+                             f"{self.files[f]} ({type(exc).__name__}: {exc}).",
+                             "the file is damaged or truncated: write it again from its "
+                             "source.") from None
+        block = np.concatenate(parts) if parts else np.empty((0, self.shape[1]), self.dtype)
+        lo = start - int(self.starts[first])
+        return block[lo:lo + (stop - start)]
+
+
+def _to_numpy(column, dtype):
+    import pyarrow as pa
+
+    if column.null_count and not pa.types.is_floating(column.type):
+        column = column.cast(pa.float64())
+    return np.asarray(column.to_numpy(), dtype=dtype)
+
+
+def _parquet_file(fs, path: str):
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(fs.open(path, "rb"))
+
+
+def _may_have_nulls(meta, index: int) -> bool:
+    for rg in range(meta.num_row_groups):
+        stats = meta.row_group(rg).column(index).statistics
+        if stats is None or not stats.has_null_count or stats.null_count:
+            return True
+    return False
+
+
+def open_parquet(loc: Location, fs, path: str, columns, row_chunk, plan):
+    """(dask array, meta) for the Parquet file or folder at ``path``; reads metadata only."""
+    import dask.array as da
+    from dask.base import tokenize
+
+    files = _parquet_files(fs, path)
+    if not files:
+        raise InputError(f"The folder {loc} holds no Parquet files.",
+                         "point --input at a .parquet file or a folder of them.")
+    schema, groups, nullable = None, [], set()
+    for i, name in enumerate(files):
+        try:
+            meta = _parquet_file(fs, name).metadata
+        except Exception as exc:
+            if is_storage_error(exc) and not type(exc).__module__.startswith("pyarrow"):
+                raise storage_error(exc, f"Opening {name}") from None
+            raise InputError(f"Could not read {name} as Parquet ({type(exc).__name__}: {exc}).",
+                             "check that it is a valid Parquet file.") from None
+        file_schema = meta.schema.to_arrow_schema()
+        if schema is None:
+            schema = file_schema
+            available = list(schema.names)
+            numeric = [c for c in available if _numeric(schema.field(c).type)]
+            chosen = choose_columns(loc, available, numeric, columns,
+                                    lambda c: schema.field(c).type)
+        mismatched = [c for c in chosen if c not in file_schema.names
+                      or file_schema.field(c).type != schema.field(c).type]
+        if mismatched:
+            raise InputError(f"The Parquet files of {loc} disagree on columns {mismatched}: "
+                             f"{files[0]} has {[str(schema.field(c).type) for c in mismatched]}, "
+                             f"{name} has {[str(file_schema.field(c).type) if c in file_schema.names else 'none' for c in mismatched]}.",
+                             "write every file with the same schema, or choose other columns.")
+        nullable |= {c for c in chosen if meta.num_row_groups and
+                     _may_have_nulls(meta, file_schema.get_field_index(c))}
+        groups += [(i, rg, meta.row_group(rg).num_rows) for rg in range(meta.num_row_groups)]
+    types = [schema.field(c).type for c in chosen]
+    dtype = np.result_type(*[np.dtype(t.to_pandas_dtype()) for t in types]) if types else \
+        np.dtype(np.float64)
+    if dtype.kind in "iub" and nullable:
+        dtype = np.dtype(np.float64)  # nulls become NaN (refused later, by row)
+    reader = ParquetRows(loc, files, groups, chosen, dtype)
+    n, d = reader.shape
+    rows = row_chunk or plan(n, d, dtype.itemsize)
+    name = "parquet-" + tokenize(loc.url, files, groups, chosen, str(dtype))
+    arr = da.from_array(reader, chunks=(max(1, min(rows, max(n, 1))), d), asarray=False,
+                        fancy=False, lock=False, name=name)
+    return arr, {"columns": chosen, "files": len(files), "row_groups": len(groups)}
+
+
+def open_csv(loc: Location, columns, row_chunk):
+    """(dask array, meta) for a CSV file through dask.dataframe (its lengths are counted here,
+    which reads the file once: a value that does not parse is reported now, by column)."""
+    import dask.dataframe as dd
+    from pandas.api.types import is_complex_dtype, is_numeric_dtype
+
+    try:
+        df = dd.read_csv(loc.url, storage_options=loc.storage_options or None, blocksize="64MB")
+    except Exception as exc:
+        if is_storage_error(exc):
+            raise storage_error(exc, f"Opening {loc}") from None
+        raise InputError(f"Could not read {loc} as CSV ({type(exc).__name__}: {exc}).",
+                         "check that it is a valid CSV file.") from None
+    available = list(df.columns)
+    numeric = [c for c in available
+               if is_numeric_dtype(df[c].dtype) and not is_complex_dtype(df[c].dtype)]
+    chosen = choose_columns(loc, available, numeric, columns, lambda c: df[c].dtype)
+    try:
+        arr = df[chosen].to_dask_array(lengths=True)
+    except Exception as exc:
+        if is_storage_error(exc):
+            raise storage_error(exc, f"Reading {loc}") from None
+        raise _csv_value_error(loc, chosen, exc) from None
+    if row_chunk:
+        arr = arr.rechunk({0: row_chunk})
+    return arr, {"columns": chosen}
+
+
+def _csv_value_error(loc: Location, chosen: list[str], exc: Exception) -> InputError:
+    """What dask/pandas say about a value that does not parse, as the user's columns."""
+    import re
+
+    text = str(exc)
+    named = [c for c in chosen if re.search(rf"\|\s*{re.escape(str(c))}\s*\|", text)
+             or re.search(rf"^- {re.escape(str(c))}$", text, re.M)]
+    values = re.findall(r"could not convert string to float: '([^']*)'", text)
+    where = f"column(s) {named}" if named else "a column"
+    example = f" (e.g. {values[0]!r})" if values else ""
+    return InputTypeError(f"{where} of {loc} hold values that are not numbers{example}, past "
+                          "the rows used to guess the column types.",
+                          "fix or remove those values, or leave the column(s) out with "
+                          "--columns.")
