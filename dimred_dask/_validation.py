@@ -31,31 +31,61 @@ def _is_sparse(X) -> bool:
     return hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse")
 
 
-def describe_nonfinite(rows: np.ndarray, n_nan: int, n_inf: int, where: str) -> str:
+def format_rows(rows, n_rows: int | None = None, *, shown: int = 6) -> str:
+    """Row indices as a reader wants them: "row 9", "rows 3, 10 and 500", "rows 1042-1187",
+    "rows 5-7, 40 and 12 more" (``n_rows``: how many there are in all, when ``rows`` lists
+    only the first ones)."""
+    rows = sorted({int(r) for r in np.asarray(rows).ravel()})
+    total = max(int(n_rows or 0), len(rows))
+    runs: list[list[int]] = []
+    for r in rows:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:shown]]
+    more = total - sum(b - a + 1 for a, b in runs[:shown])
+    if more > 0:
+        text = f"{', '.join(parts)} and {more} more"
+    else:
+        text = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+    return f"{'row' if total == 1 else 'rows'} {text}"
+
+
+def describe_nonfinite(rows: np.ndarray, n_nan: int, n_inf: int, where: str,
+                       n_rows: int | None = None) -> str:
     """One sentence such as "12 NaN in rows 1042-1187 of 'X'"."""
     parts = []
     if n_nan:
         parts.append(f"{n_nan} NaN")
     if n_inf:
         parts.append(f"{n_inf} inf")
-    rows = np.asarray(rows)
-    span = f"row {rows.min()}" if rows.min() == rows.max() else f"rows {rows.min()}-{rows.max()}"
-    return f"{' and '.join(parts)} in {span} of {where}"
+    return f"{' and '.join(parts)} in {format_rows(rows, n_rows)} of {where}"
 
 
-def nonfinite_error(method: str, rows, n_nan: int, n_inf: int, where: str) -> InputError:
+def nonfinite_error(method: str, rows, n_nan: int, n_inf: int, where: str,
+                    n_rows: int | None = None) -> InputError:
     return InputError(
-        f"{method} needs finite values; found {describe_nonfinite(rows, n_nan, n_inf, where)}.",
+        f"{method} needs finite values; found "
+        f"{describe_nonfinite(rows, n_nan, n_inf, where, n_rows)}.",
         "impute or drop those rows before the run (NaN and inf cannot be embedded).",
     )
 
 
-def _float_dtype(dtype) -> np.dtype:
+def float_dtype(dtype) -> np.dtype:
+    """The floating dtype data of ``dtype`` is embedded in, one rule for every method:
+    float32 and float64 are kept; booleans, integers of at most 16 bits and float16 become
+    float32 (exact: every such value is a float32); wider integers and objects holding
+    numbers become float64 (int64 above 2**53 rounds, as in every float64 library)."""
     dtype = np.dtype(dtype)
     if dtype in (np.float32, np.float64):
         return dtype
-    # integers, booleans, float16 and objects holding numbers are computed in float64
+    if dtype.kind == "b" or (dtype.kind in "iuf" and dtype.itemsize <= 2):
+        return np.dtype(np.float32)
     return np.dtype(np.float64)
+
+
+_float_dtype = float_dtype
 
 
 def check_array(
@@ -234,4 +264,4 @@ def check_is_fitted(estimator, attribute: str):
             "appropriate arguments before using this estimator.")
 
 
-__all__ += ["nonfinite_error", "InputTypeError", "check_is_fitted"]
+__all__ += ["nonfinite_error", "InputTypeError", "check_is_fitted", "float_dtype"]

@@ -47,7 +47,8 @@ def test_nonfinite_blocks_report_rows(rng):
     X[[10, 70], 1] = np.nan
     X[40, 0] = np.inf
     merged = merge_many([block_stats(X[:50], 0), block_stats(X[50:], 50)])
-    assert merged.nonfinite == 3 and merged.n_nan == 2 and merged.bad_rows == (10, 70)
+    assert merged.nonfinite == 3 and merged.n_nan == 2
+    assert merged.bad_rows == (10, 40, 70) and merged.n_bad_rows == 3  # every row, in order
 
 
 @pytest.mark.parametrize("k", [1, 5, 12])

@@ -172,7 +172,7 @@ def _bad(kind):
         D[3, 7] = D[7, 3] = -0.5
         return D, r"D\[3, 7\] = -0\.5 < 0"
     D[1, 4] = D[4, 1] = np.nan
-    return D, r"finite distances; found 2 NaN in rows 1-4 of D \(the first at D\[1, 4\]\)"
+    return D, r"finite distances; found 2 NaN in rows 1 and 4 of D \(the first at D\[1, 4\]\)"
 
 
 @pytest.mark.parametrize("kind", ["not square", "asymmetric", "diagonal", "negative", "nan"])

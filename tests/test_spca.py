@@ -348,7 +348,7 @@ def test_error_messages_say_what_was_found():
         supervised_pca(X, np.ones(30, dtype=int))
     t = np.arange(30.0)
     t[[3, 9]] = np.nan
-    with pytest.raises(InputError, match="2 NaN in rows 3-9 of y"):
+    with pytest.raises(InputError, match="2 NaN in rows 3 and 9 of y"):
         supervised_pca(X, t, label_kernel="linear")
 
 

@@ -30,7 +30,16 @@ class BlockStats:
     sumsq: np.ndarray  # (d,) float64 centred sum of squares per column (diag of m2)
     nonfinite: int = 0  # number of NaN/inf values seen
     n_nan: int = 0
-    bad_rows: tuple[int, int] | None = None  # first and last global row index with a bad value
+    bad_rows: tuple[int, ...] | None = None  # the first MAX_LISTED_ROWS rows with a bad value
+    n_bad_rows: int = 0  # rows with a bad value, in all
+
+
+MAX_LISTED_ROWS = 20  # rows named in an error about NaN / inf
+
+
+def merge_row_lists(a: tuple[int, ...] | None, b: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The first MAX_LISTED_ROWS of two sorted lists of global row indices."""
+    return tuple(sorted(set(a or ()) | set(b or ()))[:MAX_LISTED_ROWS])
 
 
 def block_stats(block: np.ndarray, offset: int = 0, *, gram: bool = True) -> BlockStats:
@@ -70,7 +79,7 @@ def _nonfinite(x: np.ndarray, offset: int) -> BlockStats | None:
     rows = np.nonzero(~finite.all(axis=1))[0]
     return BlockStats(x.shape[0], np.zeros(x.shape[1]), None, np.zeros(x.shape[1]),
                       int((~finite).sum()), int(np.isnan(x).sum()),
-                      (offset + int(rows[0]), offset + int(rows[-1])))
+                      tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]), int(rows.size))
 
 
 def _shifted_sums(x: np.ndarray, shift: np.ndarray, gram: bool):
@@ -99,9 +108,8 @@ def merge_stats(a: BlockStats, b: BlockStats) -> BlockStats:
     """Exact combination of two summaries (pairwise update of mean and scatter)."""
     nonfinite = a.nonfinite + b.nonfinite
     if nonfinite:
-        rows = [r for r in (a.bad_rows, b.bad_rows) if r is not None]
-        span = (min(r[0] for r in rows), max(r[1] for r in rows))
-        return BlockStats(a.n + b.n, a.mean, None, a.sumsq, nonfinite, a.n_nan + b.n_nan, span)
+        return BlockStats(a.n + b.n, a.mean, None, a.sumsq, nonfinite, a.n_nan + b.n_nan,
+                          merge_row_lists(a.bad_rows, b.bad_rows), a.n_bad_rows + b.n_bad_rows)
     if a.n == 0:
         return b
     if b.n == 0:

@@ -31,7 +31,7 @@ def column_stats(X, *, gram: bool = True, method: str = "PCA", where: str = "X",
                            for a, b in row_blocks(X.shape[0], NUMPY_BLOCK_ROWS))
     if stats.nonfinite:
         raise nonfinite_error(method, np.array(stats.bad_rows), stats.n_nan,
-                              stats.nonfinite - stats.n_nan, where)
+                              stats.nonfinite - stats.n_nan, where, n_rows=stats.n_bad_rows)
     return stats
 
 

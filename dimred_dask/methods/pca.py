@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._validation import (check_array, check_is_fitted, check_n_components, check_n_features,
-                           is_dask)
+                           float_dtype, is_dask)
 from ..errors import DimredWarning, InputError
 from ..linalg import covariance_eigh, dual_eigh, randomized_eigh, tsqr_svd
 from ._base import DimredEstimator, HasConvergence, rowwise, sign_fix
@@ -59,8 +59,9 @@ class PCAModel(HasConvergence):
         return np.sqrt(np.where(ev > 0, ev, np.finfo(np.float64).tiny))
 
     def transform(self, X):
-        """Encode: Y = (X - mean) U, divided by sqrt(variance) when whitening."""
-        dtype = X.dtype
+        """Encode: Y = (X - mean) U, divided by sqrt(variance) when whitening. Integer and
+        boolean X are encoded in their floating dtype (`float_dtype`), never in their own."""
+        dtype = float_dtype(X.dtype)
         w = self.components.T.astype(np.float64)
         scale = self._scale()
         if scale is not None:
@@ -68,13 +69,13 @@ class PCAModel(HasConvergence):
         w, mu = w.astype(dtype), self.mean.astype(dtype)
 
         def encode(block):
-            return (block - mu) @ w
+            return (block.astype(dtype, copy=False) - mu) @ w
 
         return rowwise(X, encode, self.n_components, dtype)
 
     def inverse_transform(self, Y):
         """Reconstruct: X^ = Y U^T + mean (Y multiplied back by sqrt(variance) if whitened)."""
-        dtype = Y.dtype
+        dtype = float_dtype(Y.dtype)
         u = self.components.astype(np.float64)
         scale = self._scale()
         if scale is not None:
@@ -82,7 +83,7 @@ class PCAModel(HasConvergence):
         u, mu = u.astype(dtype), self.mean.astype(dtype)
 
         def decode(block):
-            return block @ u + mu
+            return block.astype(dtype, copy=False) @ u + mu
 
         return rowwise(Y, decode, self.mean.shape[0], dtype)
 

@@ -57,9 +57,9 @@ import scipy.linalg
 
 from .._compute import compute
 from .._validation import (check_array, check_is_fitted, check_n_features, check_random_state,
-                           describe_nonfinite, is_dask, nonfinite_error)
+                           describe_nonfinite, format_rows, is_dask, nonfinite_error)
 from ..blocks.kernels import kernel_block
-from ..blocks.stats import tree_reduce
+from ..blocks.stats import MAX_LISTED_ROWS, merge_row_lists, tree_reduce
 from ..errors import DimredWarning, InputError
 from ..linalg import (NystromMap, choose_landmarks, column_stats, nystrom_error, nystrom_features,
                       nystrom_map, row_blocks, top_eigh)
@@ -231,7 +231,7 @@ class CrossStats:
     mean_d: np.ndarray  # (r,)
     cross: np.ndarray | None  # (p, r) centred co-moment (X - 1 mean_x^T)^T (Delta - 1 mean_d^T)
     sumsq: np.ndarray  # (p,) centred sum of squares of each column of X
-    bad: tuple | None = None  # (which, n_nan, n_inf, first row, last row) of non-finite values
+    bad: tuple | None = None  # (which, n_nan, n_inf, listed rows, rows in all) of non-finite values
 
 
 def _bad_block(x, dl, offset):
@@ -240,8 +240,8 @@ def _bad_block(x, dl, offset):
         if not finite.all():
             rows = np.nonzero(~finite.all(axis=1))[0]
             n_nan = int(np.isnan(a).sum())
-            return which, n_nan, int((~finite).sum()) - n_nan, offset + int(rows[0]), \
-                offset + int(rows[-1])
+            return which, n_nan, int((~finite).sum()) - n_nan, \
+                tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]), int(rows.size)
     return None
 
 
@@ -264,8 +264,8 @@ def _cross_block(x, dl, offset: int = 0) -> CrossStats:
 def _merge_cross(a: CrossStats, b: CrossStats) -> CrossStats:
     if a.bad or b.bad:
         if a.bad and b.bad and a.bad[0] == b.bad[0]:
-            bad = (a.bad[0], a.bad[1] + b.bad[1], a.bad[2] + b.bad[2], min(a.bad[3], b.bad[3]),
-                   max(a.bad[4], b.bad[4]))
+            bad = (a.bad[0], a.bad[1] + b.bad[1], a.bad[2] + b.bad[2],
+                   merge_row_lists(a.bad[3], b.bad[3]), a.bad[4] + b.bad[4])
         else:
             bad = a.bad if a.bad and (a.bad[0] == "X" or not b.bad) else b.bad
         return CrossStats(a.n + b.n, a.mean_x, a.mean_d, None, a.sumsq, bad)
@@ -292,10 +292,10 @@ def cross_stats(F, D, *, method: str, where: str = "X", stage: str = "X^T H Delt
         st = tree_reduce([_cross_block(F[a:b], D[a:b], a)
                           for a, b in row_blocks(F.shape[0], NUMPY_BLOCK_ROWS)], _merge_cross)
     if st.bad is not None:
-        which, n_nan, n_inf, first, last = st.bad
+        which, n_nan, n_inf, rows, n_rows = st.bad
         if which == "X":
-            raise nonfinite_error(method, np.array([first, last]), n_nan, n_inf, where)
-        raise _bad_labels(method, f"NaN or inf in the labels (rows {first}-{last} of y)")
+            raise nonfinite_error(method, np.array(rows), n_nan, n_inf, where, n_rows=n_rows)
+        raise _bad_labels(method, f"NaN or inf in the labels ({format_rows(rows, n_rows)} of y)")
     return st
 
 
