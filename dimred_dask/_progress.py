@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import re
 import sys
 import time
 from typing import Callable
@@ -42,14 +43,21 @@ def reporting(callback: Reporter | None):
 
 
 class TerminalBar:
-    """A one-line text progress bar on stderr, redrawn at most every ``interval`` seconds."""
+    """A one-line text progress bar on stderr, redrawn at most every ``interval`` seconds.
 
-    def __init__(self, stream=None, width: int = 30, interval: float = 0.2):
+    A stage is known by its text with the numbers taken out, so "iteration 50/750, KL 4.93"
+    and "iteration 100/750, KL 4.05" are one stage whose clock runs on. When the stream is not
+    a terminal (a log file), a line is written at most every ``log_interval`` seconds and at
+    the end of each stage, instead of redrawing."""
+
+    def __init__(self, stream=None, width: int = 30, interval: float = 0.2,
+                 log_interval: float = 10.0):
         self._stream = stream  # None: whatever sys.stderr is when drawing
         self.width = width
         self.interval = interval
+        self.log_interval = log_interval
         self._last = 0.0
-        self._stage = None
+        self._key = None
         self._done = None
         self._t0 = time.perf_counter()
 
@@ -57,23 +65,36 @@ class TerminalBar:
     def stream(self):
         return self._stream or sys.stderr
 
+    def _tty(self) -> bool:
+        try:
+            return bool(self.stream.isatty())
+        except (AttributeError, ValueError):
+            return False
+
     def __call__(self, stage: str, done: float, total: float) -> None:
         now = time.perf_counter()
+        tty = self._tty()
+        key = re.sub(r"\d+(\.\d+)?", "#", stage)
         finished = total > 0 and done >= total
-        if finished and stage == self._done:
+        if finished and key == self._done:
             return  # the end of a stage is drawn once
-        if stage != self._stage:
-            if self._stage is not None:
+        if key != self._key:
+            if self._key is not None and tty:
                 self.stream.write("\n")
-            self._stage, self._t0 = stage, now
-        if not finished and now - self._last < self.interval:
+            self._key, self._t0, self._last = key, now, now
+            self._done = None
+            if not tty and not finished:
+                return
+        if not finished and now - self._last < (self.interval if tty else self.log_interval):
             return
         self._last = now
         frac = 0.0 if total <= 0 else min(1.0, done / total)
         fill = int(round(frac * self.width))
         bar = "#" * fill + "-" * (self.width - fill)
-        self.stream.write(f"\r{stage:<22} [{bar}] {frac:6.1%} {now - self._t0:6.1f}s")
+        line = f"{stage:<22} [{bar}] {frac:6.1%} {now - self._t0:6.1f}s"
+        self.stream.write(f"\r{line}" if tty else f"{line}\n")
         if finished:
-            self.stream.write("\n")
-            self._stage, self._done = None, stage
+            if tty:
+                self.stream.write("\n")
+            self._key, self._done = None, key
         self.stream.flush()

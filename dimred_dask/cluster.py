@@ -64,8 +64,23 @@ def cluster_client(scheduler: str | None = None, *, n_workers: int | None = None
     size = local_cluster_size(n_workers)
     with LocalCluster(processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
                       **size) as cluster:
-        with Client(cluster) as client:
-            yield client
+        try:
+            with Client(cluster) as client:
+                yield client
+        except KeyboardInterrupt:  # the user stopped the run: do not wait for busy workers
+            _kill_workers(cluster)
+            raise
+
+
+def _kill_workers(cluster) -> None:
+    """SIGKILL the worker processes of a LocalCluster (their nannies then close at once)."""
+    import signal
+
+    for nanny in list(getattr(cluster, "workers", {}).values()):
+        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
+        if pid:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def describe_cluster(client) -> dict:

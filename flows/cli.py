@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+import traceback
 
 from dimred_dask.errors import DimredError
 
@@ -15,7 +16,7 @@ EPILOG = """examples:
   dimred-dask run --input s3://lab/cells.zarr#counts --output s3://lab/runs/pca16 \\
       --method pca --n-components 0.95 --param solver=covariance --scheduler tcp://10.0.0.5:8786
   dimred-dask run --input table.parquet --columns a,b,c --output out.zarr --method pca
-  dimred-dask run --input data.zarr --output kpca.zarr --method kpca --param kernel=gaussian \
+  dimred-dask run --input data.zarr --output kpca.zarr --method kpca --param kernel=gaussian \\
       --param width=3.0 --param solver=nystrom --param n_landmarks=2000
   dimred-dask run --input data.zarr --labels y.zarr --output spca.zarr --method spca
   dimred-dask run --input roll.zarr --output mvu.zarr --method mvu --param n_neighbors=6
@@ -27,6 +28,11 @@ environment:
   PREFECT_API_URL          report runs to this Prefect server (else a temporary local one)
   AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
                            object storage endpoint and credentials (never put them in a URL)
+  DIMRED_DEBUG=1           as --debug
+
+Ctrl-C stops a run within seconds and leaves its output resumable: run the same command again
+to finish it (completed stages are reused). Exit status: 0 done, 2 refused or failed (one
+"error:" block saying what to fix), 130 interrupted.
 """
 
 
@@ -56,9 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dimred-dask", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Distributed dimensionality reduction: Prefect flows driving Dask over "
                     "chunked Zarr arrays, with outputs written as Zarr run stores.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show Prefect's log lines and full tracebacks on the terminal")
+    p.add_argument("--debug", action="store_true",
+                   help="show Prefect's log lines and full tracebacks on the terminal")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="embed an array and write a run store",
+    run = sub.add_parser("run", help="embed an array and write a run store", parents=[common],
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     run.add_argument("--input", required=True, metavar="URI",
                      help="Zarr array (uri#path inside a group), .npy, .parquet or .csv; local "
@@ -91,9 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="rows per chunk (default: planned from the workers' memory)")
     run.add_argument("--sample-size", type=int, default=2000,
                      help="rows sampled for the quality metrics (default 2000)")
+    run.add_argument("--allow-missing-chunks", action="store_true",
+                     help="read absent chunks of a Zarr input as its fill value (zarr leaves out "
+                          "chunks holding only the fill value) instead of refusing the input; "
+                          "the manifest counts them")
     run.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
-    demo = sub.add_parser("demo", help="make a synthetic dataset and embed it end to end")
+    demo = sub.add_parser("demo", help="make a synthetic dataset and embed it end to end",
+                          parents=[common])
     demo.add_argument("--dir", default=".dimred-demo", help="folder for the data and the output")
     demo.add_argument("--rows", type=int, default=200_000)
     demo.add_argument("--features", type=int, default=256)
@@ -101,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--n-components", type=int, default=16)
     demo.add_argument("--scheduler", metavar="ADDR")
 
-    ins = sub.add_parser("inspect", help="print a run's manifest and metrics")
+    ins = sub.add_parser("inspect", help="print a run's manifest and metrics", parents=[common])
     ins.add_argument("uri", help="the run store")
     ins.add_argument("--json", action="store_true", help="the whole manifest as JSON")
     return p
@@ -131,10 +147,17 @@ def print_summary(m: dict, stream=None) -> None:
         w(f"flow run    {m['flow_run_id']}\n")
 
 
-def _quiet_logs() -> None:
+def _quiet_logs(debug: bool = False) -> None:
+    """Dask's log lines on the terminal: warnings, or with --debug everything it logs at
+    warning; without --debug only errors (a stopped run's workers warn as they go). Worker
+    processes started here inherit the setting through the environment."""
+    level = logging.WARNING if debug else logging.ERROR
     for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.core",
-                 "distributed.worker", "distributed.http.proxy", "distributed.batched"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+                 "distributed.worker", "distributed.http.proxy", "distributed.batched",
+                 "distributed.worker.state_machine"):
+        logging.getLogger(name).setLevel(level)
+    if not debug:
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
 
 
 def cmd_run(args) -> int:
@@ -148,7 +171,8 @@ def cmd_run(args) -> int:
                      _local(args.labels), graph_cache=args.graph_cache and (
                          args.graph_cache if args.graph_cache.lower() == "none"
                          else _local(args.graph_cache)),
-                     actions=args.actions and _local(args.actions))
+                     actions=args.actions and _local(args.actions),
+                     allow_missing_chunks=args.allow_missing_chunks)
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
     else:
@@ -187,18 +211,46 @@ def quiet_prefect_env() -> None:
     os.environ.setdefault("DO_NOT_TRACK", "1")
 
 
+def _where(args) -> str:
+    return getattr(args, "output", None) or getattr(args, "dir", None) or "the output"
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    debug = bool(args.debug or os.environ.get("DIMRED_DEBUG"))
     quiet_prefect_env()
-    _quiet_logs()
+    _quiet_logs(debug)
     previous = os.environ.get("DIMRED_TERMINAL_PROGRESS")
     if args.command in ("run", "demo") and previous is None:
         os.environ["DIMRED_TERMINAL_PROGRESS"] = "1"  # for this command only
+    from ._process import (interruptible, quiet_prefect_console, start_temporary_server,
+                           stop_temporary_server)
+
     try:
-        return {"run": cmd_run, "demo": cmd_demo, "inspect": cmd_inspect}[args.command](args)
+        with interruptible("interrupted: stopping the run (Ctrl-C again to stop at once)"), \
+                quiet_prefect_console(debug):
+            server = start_temporary_server() if args.command in ("run", "demo") else None
+            try:
+                return {"run": cmd_run, "demo": cmd_demo,
+                        "inspect": cmd_inspect}[args.command](args)
+            finally:
+                stop_temporary_server(server)
     except DimredError as exc:
+        if debug:
+            traceback.print_exc()
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # not one of ours: a bug, or a failure nothing here recognises
+        if debug:
+            raise
+        print(f"error: {type(exc).__name__}: {exc}\nThis failure has no explanation of its own in "
+              "dimred-dask; the Prefect logs of the run hold the traceback, and --debug shows it "
+              "here. Please report it if it looks like a bug.", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted: nothing is committed at {_where(args)}; run the same command again "
+              "to resume (completed stages are reused).", file=sys.stderr)
+        return 130
     finally:
         if previous is None:
             os.environ.pop("DIMRED_TERMINAL_PROGRESS", None)

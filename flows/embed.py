@@ -37,9 +37,14 @@ TASK_OPTS = {"cache_policy": NO_CACHE, "persist_result": False}
 PLOT_POINTS = 50_000
 
 
-def _open(spec: dict, v: dict | None = None):
+def _open(spec: dict, v: dict | None = None, *, check_chunks: bool = False):
+    """The run's input as the methods see it: floating point (integers and booleans converted
+    by one rule, `float_dtype`), in the planned row chunks. Absent Zarr chunks are refused on
+    every read; ``check_chunks`` also lists them all at once (the validate stage)."""
     return open_input(spec["input"], columns=spec.get("columns"),
-                      row_chunk=(v or {}).get("row_chunk") or spec.get("chunk_rows"))
+                      row_chunk=(v or {}).get("row_chunk") or spec.get("chunk_rows"),
+                      as_float=True, check_chunks=check_chunks,
+                      allow_missing_chunks=bool(spec.get("allow_missing_chunks")))
 
 
 def _worker_memory() -> int | None:
@@ -82,9 +87,8 @@ def validate(spec: dict) -> dict:
     """Check everything that can be checked without a full pass; write nothing."""
     t0 = time.perf_counter()
     adapter = get_method(spec["method"])
-    inp = _open(spec)
-    out = parse_uri(spec["output"], role="output")
-    check_output_location(out, inp.location)
+    inp = _open(spec, check_chunks=True)
+    _check_locations(spec, inp)
     check_array(inp.array, method=spec["method"].upper(), where=f"'{inp.location}'")  # metadata only
     if spec["sample_size"] < 10:
         raise InputError(f"sample_size must be at least 10; found {spec['sample_size']}.",
@@ -96,7 +100,9 @@ def validate(spec: dict) -> dict:
     actions_fp = _check_actions(spec, adapter, inp)
     mode = RunStore(spec["output"]).check_writable(spec["overwrite"])
     row_chunk, memory = _plan_chunks(spec, inp)
+    checked = inp.meta  # the chunk inventory is taken once, by the first open
     inp = _open(spec, {"row_chunk": row_chunk})
+    inp.meta = {**checked, **inp.meta}
     fp = array_fingerprint(inp.array, {"source": inp.meta})
     get_run_logger().info("input %s: shape %s %s, fingerprint %s (%s); output mode %s",
                           inp.location, inp.shape, inp.array.dtype, fp["digest"], fp["hashed"], mode)
@@ -108,9 +114,23 @@ def validate(spec: dict) -> dict:
             "n_chunks": len(inp.array.chunks[0]), "seconds": time.perf_counter() - t0}
 
 
+def _check_locations(spec: dict, inp) -> None:
+    """The output is none of the run's inputs, lies in none and contains none (after symbolic
+    links): the input, the labels, the actions and the shared graph cache."""
+    out = parse_uri(spec["output"], role="output")
+    others = [("labels", spec.get("labels")), ("actions", spec.get("actions"))]
+    inputs = [("input", inp.location)] + [(role, parse_uri(uri, role=role))
+                                          for role, uri in others if uri]
+    cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location.url)
+    if cache is not None:
+        inputs.append(("graph cache", parse_uri(cache.url, role="graph cache")))
+    check_output_location(out, *inputs)
+
+
 def _open_labels(spec: dict, v: dict | None = None):
     return open_input(spec["labels"], allow_1d=True, role="labels",
-                      row_chunk=(v or {}).get("row_chunk"))
+                      row_chunk=(v or {}).get("row_chunk"),
+                      allow_missing_chunks=bool(spec.get("allow_missing_chunks")))
 
 
 def _check_labels(spec: dict, adapter, inp) -> str | None:
@@ -131,7 +151,8 @@ def _check_labels(spec: dict, adapter, inp) -> str | None:
 
 
 def _open_actions(spec: dict):
-    return open_input(spec["actions"], allow_1d=True, role="actions")
+    return open_input(spec["actions"], allow_1d=True, role="actions",
+                      allow_missing_chunks=bool(spec.get("allow_missing_chunks")))
 
 
 def _check_actions(spec: dict, adapter, inp) -> str | None:
@@ -319,6 +340,8 @@ def transform_write(spec: dict, v: dict) -> dict:
     inp = _open(spec, v)
     with stage_errors("transform", **_mem(v)):
         Y = adapter.transform(adapter.load(store), inp.array)
+        if len(set(Y.chunks[0][:-1])) > 1 or Y.chunks[0][-1] > Y.chunks[0][0]:
+            Y = Y.rechunk({0: max(Y.chunks[0])})  # one task per stored chunk: no shared writes
         target = store.create_array("embedding", Y.shape, (Y.chunks[0][0], Y.shape[1]), Y.dtype)
         with stage_progress("transform + write embedding"):
             compute(da.store(Y, target, lock=False, compute=False), stage="transform + write")
@@ -469,7 +492,8 @@ def embed(input: str, output: str, method: str = "pca", params: dict | None = No
           scheduler: str | None = None, overwrite: bool = False, columns: list[str] | None = None,
           sample_size: int = 2000, chunk_rows: int | None = None,
           credentials_block: str | None = None, labels: str | None = None,
-          graph_cache: str | None = None, actions: str | None = None) -> dict:
+          graph_cache: str | None = None, actions: str | None = None,
+          allow_missing_chunks: bool = False) -> dict:
     """Embed the array at ``input`` with ``method`` and write the run's store at ``output``.
 
     Credentials never come in as parameters (Prefect stores parameters): they come from the
@@ -479,12 +503,14 @@ def embed(input: str, output: str, method: str = "pca", params: dict | None = No
     ``graph_cache``: where kNN graphs are shared between runs (flows/knn.py; default
     ``.dimred-cache`` next to the output, ``"none"`` to turn it off). ``actions``: the URI of
     the actions of a sequence method (are): n - 1 labels, action i taken between rows i and
-    i + 1.
+    i + 1. ``allow_missing_chunks``: read absent chunks of a Zarr input as its fill value
+    (zarr leaves out chunks that hold only the fill value) instead of refusing the input; the
+    manifest counts them.
     """
     spec = {"input": input, "output": output, "method": method, "params": dict(params or {}),
             "overwrite": overwrite, "columns": columns, "sample_size": int(sample_size),
             "chunk_rows": chunk_rows, "labels": labels, "graph_cache": graph_cache,
-            "actions": actions}
+            "actions": actions, "allow_missing_chunks": bool(allow_missing_chunks)}
     if credentials_block:
         with run_storage_options("s3", _block_credentials(credentials_block)):
             return _embed(spec, scheduler)

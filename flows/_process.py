@@ -1,0 +1,163 @@
+"""How the command line's processes start, stop and die with it.
+
+- Prefect's temporary API server (started when no ``PREFECT_API_URL`` is set) runs in a session
+  of its own, so the terminal's Ctrl-C (SIGINT to the whole foreground process group) does not
+  kill it under a run that is still reporting its state, and with a parent-death signal
+  (Linux ``PR_SET_PDEATHSIG``), so it ends when the command is killed, even by SIGKILL.
+- The first Ctrl-C (or SIGTERM) stops the run: a `KeyboardInterrupt` in the main thread unwinds
+  the flow (the lease is released, the store is left resumable), the Dask cluster closes, the
+  temporary server stops. A second Ctrl-C ends the process and its children at once.
+- Dask's worker processes already end with their parent (``distributed`` watches the parent
+  through a pipe); Prefect's own server is the only child that needed help.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+
+# Run in the server's process before it becomes uvicorn: die with the parent, or exit at once
+# if the parent is already gone (the parent-death signal is armed only for a live parent).
+_GUARD = ("import ctypes,os,signal,sys\n"
+          "ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))\n"  # PR_SET_PDEATHSIG
+          "os.getppid() == int(sys.argv[1]) or sys.exit(0)\n"
+          "os.execv(sys.argv[2], sys.argv[2:])\n")
+
+
+class _Subprocess:
+    """Stands in for the ``subprocess`` module inside Prefect's server module while it starts
+    the server: the same call, in a new session, behind the parent-death guard."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def Popen(self, args, **kwargs):  # noqa: N802 (the name Prefect calls)
+        if sys.platform.startswith("linux"):
+            args = [sys.executable, "-c", _GUARD, str(os.getpid()), *args]
+        return self._real.Popen(args, start_new_session=True, **kwargs)
+
+
+def start_temporary_server() -> object | None:
+    """Start Prefect's temporary API server our way, unless a Prefect API is configured; later
+    calls to Prefect's ``SubprocessASGIServer()`` get this instance. Returns it (or None)."""
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():
+        return None
+    import prefect.server.api.server as server_module
+    from prefect.server.api.server import SubprocessASGIServer
+
+    class _OwnSessionServer(SubprocessASGIServer):
+        def _run_uvicorn_command(self):
+            real = server_module.subprocess
+            server_module.subprocess = _Subprocess(real)
+            try:
+                return super()._run_uvicorn_command()
+            finally:
+                server_module.subprocess = real
+
+    existing = SubprocessASGIServer._instances.get(None)
+    if existing is not None and existing.running:
+        return existing
+    SubprocessASGIServer._instances.pop(None, None)
+    server = _OwnSessionServer()  # registered under the key None, like Prefect's own
+    server.start()
+    return server
+
+
+@contextlib.contextmanager
+def interruptible(notice: str):
+    """The first SIGINT / SIGTERM raises `KeyboardInterrupt` in the main thread (after printing
+    ``notice``); a second one ends the process group's children and this process at once."""
+    state = {"count": 0}
+
+    def handler(signum, frame):
+        state["count"] += 1
+        if state["count"] == 1:
+            sys.stderr.write(f"\n{notice}\n")
+            sys.stderr.flush()
+            raise KeyboardInterrupt
+        sys.stderr.write("\nstopping at once\n")
+        sys.stderr.flush()
+        _kill_children()
+        os._exit(130)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield state
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _kill_children() -> None:
+    try:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(Exception):
+                child.kill()
+    except Exception:
+        pass
+
+
+def stop_temporary_server(server) -> None:
+    """Send what Prefect still holds (logs, events) to the server, then stop it."""
+    if server is None:
+        return
+    for path, name in (("prefect.logging.handlers", "APILogWorker"),
+                       ("prefect.events.worker", "EventsWorker")):
+        with contextlib.suppress(Exception):
+            getattr(__import__(path, fromlist=[name]), name).drain_all(timeout=5)
+    server.stop()
+
+
+class _ConsoleFilter(logging.Filter):
+    """On the terminal, without --debug: Prefect's warnings only. Its progress lines, its error
+    records and their tracebacks go to the Prefect API (the UI's logs), not the terminal,
+    where the command prints one clean error instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno == logging.WARNING and not record.exc_info
+
+
+@contextlib.contextmanager
+def quiet_prefect_console(debug: bool):
+    """Apply `_ConsoleFilter` to Prefect's terminal handlers for the duration (nothing with
+    ``debug``)."""
+    if debug:
+        yield
+        return
+    handlers = _console_handlers()
+    flt = _ConsoleFilter()
+    for h in handlers:
+        h.addFilter(flt)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(flt)
+
+
+def _console_handlers() -> list[logging.Handler]:
+    from prefect.logging.configuration import ensure_logging_setup
+
+    ensure_logging_setup()  # Prefect configures its handlers lazily: make them exist now
+
+    names = [None, "prefect", "prefect._internal", "prefect.flow_runs", "prefect.task_runs",
+             "prefect.server", "uvicorn"]
+    found = []
+    for name in names:
+        for h in logging.getLogger(name).handlers:
+            stream = getattr(h, "stream", None)
+            if type(h).__module__.startswith("prefect") and stream in (
+                    sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__) or \
+                    type(h).__name__ in ("PrefectConsoleHandler", "_SafeStreamHandler"):
+                if h not in found:
+                    found.append(h)
+    return found
