@@ -94,5 +94,9 @@ def test_cli_inspect_help_and_errors(client, prefect_api, tmp_path, rng):
     res = _cli("run", "--input", str(tmp_path / "in.zarr"), "--output", str(tmp_path / "o2"),
                "--param", "bogus=1", env=env)
     assert res.returncode == 2 and "Unknown parameter(s) ['bogus']" in res.stderr
-    res = _cli("inspect", str(tmp_path / "in.zarr"))
-    assert res.returncode == 2 and "_COMMITTED" in res.stderr
+    # a refused run shows the error block only: no Prefect log lines, no traceback
+    assert res.stderr.startswith("error: InputError: Unknown parameter(s) ['bogus']"), res.stderr
+    assert res.stderr.count("\n") == 2 and "Fix:" in res.stderr, res.stderr
+    res = _cli("inspect", str(tmp_path / "in.zarr"))  # an input, not a run: say so
+    assert res.returncode == 2 and "not a dimred-dask run store" in res.stderr
+    assert "--overwrite" not in res.stderr
