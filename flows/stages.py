@@ -122,6 +122,11 @@ def stage_errors(stage: str, *, worker_memory=None, chunk_bytes=None):
             raise InputError(f"Stage {stage!r} could not read the input ({type(exc).__name__}: "
                              f"{exc}).", "the input is damaged or changed while the run read it: "
                              "check it (or write it again) and re-run.") from exc
+        if isinstance(exc, (ValueError, FloatingPointError)) and "inf" in str(exc).lower():
+            raise InputError(f"Stage {stage!r} met inf or NaN inside the computation "
+                             f"({type(exc).__name__}: {exc}): values of the input too large "
+                             "for floating point (their squares or sums overflow).",
+                             "check the input for damaged rows, or rescale its columns.") from exc
         raise
 
 

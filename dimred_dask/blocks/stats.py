@@ -32,6 +32,7 @@ class BlockStats:
     n_nan: int = 0
     bad_rows: tuple[int, ...] | None = None  # the first MAX_LISTED_ROWS rows with a bad value
     n_bad_rows: int = 0  # rows with a bad value, in all
+    overflow: float = 0.0  # the largest |value| when finite values overflowed float64 sums
 
 
 MAX_LISTED_ROWS = 20  # rows named in an error about NaN / inf
@@ -64,6 +65,12 @@ def block_stats(block: np.ndarray, offset: int = 0, *, gram: bool = True) -> Blo
         bad = _nonfinite(x, offset)
         if bad is not None:
             return bad
+        if work is np.float32:  # finite values whose float32 products overflowed: float64
+            with np.errstate(invalid="ignore", over="ignore"):
+                shift = x[:PANEL_ROWS].mean(axis=0, dtype=np.float64)
+                s1, s2 = _shifted_sums(x, shift, gram)
+        if not (np.isfinite(s1).all() and np.isfinite(s2).all()):
+            return _overflowed(x, offset)
     delta = s1 / n
     mean = shift + delta
     if gram:
@@ -80,6 +87,16 @@ def _nonfinite(x: np.ndarray, offset: int) -> BlockStats | None:
     return BlockStats(x.shape[0], np.zeros(x.shape[1]), None, np.zeros(x.shape[1]),
                       int((~finite).sum()), int(np.isnan(x).sum()),
                       tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]), int(rows.size))
+
+
+def _overflowed(x: np.ndarray, offset: int) -> BlockStats:
+    """The summary of a block whose finite values are too large to square and sum in float64:
+    the rows holding the largest of them (within a factor 1e3), named by the caller's error."""
+    big = np.abs(x).max(axis=1).astype(np.float64)
+    rows = np.nonzero(big >= big.max() / 1e3)[0]
+    return BlockStats(x.shape[0], np.zeros(x.shape[1]), None, np.zeros(x.shape[1]),
+                      bad_rows=tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]),
+                      n_bad_rows=int(rows.size), overflow=float(big.max()))
 
 
 def _shifted_sums(x: np.ndarray, shift: np.ndarray, gram: bool):
@@ -107,6 +124,11 @@ def _shifted_sums(x: np.ndarray, shift: np.ndarray, gram: bool):
 def merge_stats(a: BlockStats, b: BlockStats) -> BlockStats:
     """Exact combination of two summaries (pairwise update of mean and scatter)."""
     nonfinite = a.nonfinite + b.nonfinite
+    if not nonfinite and (a.overflow or b.overflow):
+        return BlockStats(a.n + b.n, a.mean, None, a.sumsq,
+                          bad_rows=merge_row_lists(a.bad_rows, b.bad_rows),
+                          n_bad_rows=a.n_bad_rows + b.n_bad_rows,
+                          overflow=max(a.overflow, b.overflow))
     if nonfinite:
         return BlockStats(a.n + b.n, a.mean, None, a.sumsq, nonfinite, a.n_nan + b.n_nan,
                           merge_row_lists(a.bad_rows, b.bad_rows), a.n_bad_rows + b.n_bad_rows)

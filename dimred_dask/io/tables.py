@@ -198,16 +198,24 @@ def open_csv(loc: Location, columns, row_chunk):
 
 
 def _csv_value_error(loc: Location, chosen: list[str], exc: Exception) -> InputError:
-    """What dask/pandas say about a value that does not parse, as the user's columns."""
+    """What dask/pandas say about a CSV that does not parse, in the user's terms."""
     import re
 
     text = str(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        return InputError(f"{loc} is not UTF-8 text ({exc.reason} at byte {exc.start} of a "
+                          "block).", "check the file (damaged, or another encoding: convert "
+                          "it to UTF-8).")
     named = [c for c in chosen if re.search(rf"\|\s*{re.escape(str(c))}\s*\|", text)
              or re.search(rf"^- {re.escape(str(c))}$", text, re.M)]
     values = re.findall(r"could not convert string to float: '([^']*)'", text)
-    where = f"column(s) {named}" if named else "a column"
-    example = f" (e.g. {values[0]!r})" if values else ""
-    return InputTypeError(f"{where} of {loc} hold values that are not numbers{example}, past "
-                          "the rows used to guess the column types.",
-                          "fix or remove those values, or leave the column(s) out with "
-                          "--columns.")
+    if named or values:
+        where = f"column(s) {named}" if named else "a column"
+        example = f" (e.g. {values[0]!r})" if values else ""
+        return InputTypeError(f"{where} of {loc} hold values that are not numbers{example}, "
+                              "past the rows used to guess the column types.",
+                              "fix or remove those values, or leave the column(s) out with "
+                              "--columns.")
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return InputError(f"Could not parse {loc} as CSV ({type(exc).__name__}: {first}).",
+                      "check the file: every line needs the header's number of fields.")

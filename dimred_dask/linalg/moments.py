@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._compute import compute
-from .._validation import is_dask, nonfinite_error
+from .._validation import format_rows, is_dask, nonfinite_error
+from ..errors import InputError
 from ..blocks.stats import BlockStats, block_stats, merge_many, merge_stats, tree_reduce
 
 NUMPY_BLOCK_ROWS = 32768
@@ -32,6 +33,13 @@ def column_stats(X, *, gram: bool = True, method: str = "PCA", where: str = "X",
     if stats.nonfinite:
         raise nonfinite_error(method, np.array(stats.bad_rows), stats.n_nan,
                               stats.nonfinite - stats.n_nan, where, n_rows=stats.n_bad_rows)
+    if stats.overflow:
+        raise InputError(
+            f"{method} cannot square and sum the values of {where}: they reach "
+            f"{stats.overflow:.3g} ({format_rows(stats.bad_rows, stats.n_bad_rows)}), beyond "
+            "what float64 holds once squared.",
+            "check those rows (values this large are usually damaged data), or rescale the "
+            "columns before the run.")
     return stats
 
 
