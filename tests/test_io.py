@@ -64,10 +64,17 @@ def test_npy_memmapped_and_by_byte_range(tmp_path, X):
     np.testing.assert_array_equal(remote.array.compute(scheduler="sync"), X.astype(np.float64))
 
 
-def test_npy_fortran_and_object_refused(tmp_path, X):
-    np.save(tmp_path / "f.npy", np.asfortranarray(X))
-    with pytest.raises(InputError, match="Fortran order"):
-        open_input(str(tmp_path / "f.npy"))
+def test_npy_in_fortran_order_is_read_by_rows_and_objects_refused(tmp_path, X):
+    import fsspec
+
+    np.save(tmp_path / "f.npy", np.asfortranarray(X))  # as e.g. scikit-learn's generators give
+    inp = open_input(str(tmp_path / "f.npy"), row_chunk=100)
+    assert inp.meta["order"] == "F"
+    np.testing.assert_array_equal(inp.array.compute(scheduler="sync"), X)
+    with fsspec.open("memory://npy/f.npy", "wb") as f:  # by byte ranges, one per column
+        np.save(f, np.asfortranarray(X))
+    remote = open_input("memory://npy/f.npy", row_chunk=64)
+    np.testing.assert_array_equal(remote.array.compute(scheduler="sync"), X)
     np.save(tmp_path / "o.npy", np.array([[1, "a"]], dtype=object), allow_pickle=True)
     with pytest.raises(InputError, match="Python objects"):
         open_input(str(tmp_path / "o.npy"))

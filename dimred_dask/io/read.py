@@ -339,9 +339,9 @@ class _NpyRows:
     """Row-range reader for a C-order .npy file: local files are memory-mapped, remote ones are
     read by byte range. Picklable (it carries a URL and options, never data)."""
 
-    def __init__(self, loc: Location, shape, dtype, offset: int):
+    def __init__(self, loc: Location, shape, dtype, offset: int, fortran: bool = False):
         self.loc, self.shape, self.dtype, self.offset = loc, tuple(shape), np.dtype(dtype), offset
-        self.ndim = len(self.shape)
+        self.ndim, self.fortran = len(self.shape), bool(fortran) and len(shape) == 2
 
     def __getitem__(self, key):
         rows, cols = (key + (slice(None),))[:2] if isinstance(key, tuple) else (key, slice(None))
@@ -361,9 +361,15 @@ class _NpyRows:
         rowbytes = int(np.prod(self.shape[1:])) * self.dtype.itemsize
         if self.loc.is_local:
             mm = np.memmap(self.loc.url, dtype=self.dtype, mode="r", offset=self.offset,
-                           shape=self.shape)
-            return np.array(mm[start:stop])
+                           shape=self.shape, order="F" if self.fortran else "C")
+            return np.ascontiguousarray(mm[start:stop])
         fs, path = fsspec.core.url_to_fs(self.loc.url, **self.loc.storage_options)
+        if self.fortran:  # column-major: one byte range per column
+            n, d, size = self.shape[0], self.shape[1], self.dtype.itemsize
+            starts = [self.offset + (j * n + start) * size for j in range(d)]
+            parts = fs.cat_ranges([path] * d, starts, [a + (stop - start) * size for a in starts])
+            return np.ascontiguousarray(np.stack(
+                [np.frombuffer(p, dtype=self.dtype) for p in parts], axis=1))
         raw = fs.cat_file(path, start=self.offset + start * rowbytes,
                           end=self.offset + stop * rowbytes)
         return np.frombuffer(raw, dtype=self.dtype).reshape((stop - start,) + self.shape[1:])
@@ -395,9 +401,9 @@ def _open_npy(loc: Location, *, columns, fmt, row_chunk):
     if dtype.hasobject:
         raise InputTypeError(f"The .npy file {loc} holds Python objects (loading would unpickle).",
                          "save a numeric array instead.")
-    if fortran and len(shape) > 1:
-        raise InputError(f"The .npy file {loc} is in Fortran order; rows cannot be read in chunks.",
-                         "save it with numpy.save(np.ascontiguousarray(X)).")
+    if fortran and len(shape) > 2:
+        raise InputError(f"The .npy file {loc} is a {len(shape)}-D array in Fortran order.",
+                         "save a 2-D array (samples x features).")
     expected = offset + int(np.prod(shape)) * dtype.itemsize
     if size < expected:
         raise InputError(f"The .npy file {loc} is truncated: its header promises {shape} "
@@ -407,10 +413,11 @@ def _open_npy(loc: Location, *, columns, fmt, row_chunk):
         return da.from_array(np.empty(shape, dtype)), {}
     n, d = (tuple(shape) + (1,))[:2]
     rows = row_chunk or plan_row_chunk(n, d, dtype.itemsize)
-    reader = _NpyRows(loc, shape, dtype, offset)
+    reader = _NpyRows(loc, shape, dtype, offset, fortran)
     arr = da.from_array(reader, chunks=(rows,) + tuple(shape[1:]), asarray=False, fancy=False,
-                        lock=False, name="npy-" + tokenize(loc.url, offset, shape, str(dtype)))
-    return arr, {"memory_mapped": loc.is_local}
+                        lock=False,
+                        name="npy-" + tokenize(loc.url, offset, shape, str(dtype), fortran))
+    return arr, {"memory_mapped": loc.is_local, **({"order": "F"} if fortran else {})}
 
 
 def _open_table(loc: Location, *, columns, fmt, row_chunk):
