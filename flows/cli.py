@@ -141,6 +141,12 @@ def print_summary(m: dict, stream=None) -> None:
         w(f"embedding {e['index']:<3} {json.dumps(e['params'], sort_keys=True)}  "
           f"{e['loss_name']} {e['loss']:.4f}  trustworthiness {e['trustworthiness']:.4f}  "
           f"({e['array']})\n")
+    records = m.get("convergence") or []
+    if records:
+        handled = [f"{r.get('solver')} {r['handled_by']}" for r in records if r.get("handled_by")]
+        w(f"convergence {len(records)} solve(s): "
+          f"{sum(bool(r.get('converged')) for r in records)} converged"
+          + (f"; {'; '.join(handled)}" if handled else "") + "\n")
     w("timings     " + ", ".join(f"{k} {v:.2f}s ({m['stages'][k]})" for k, v in
                                  m["timings"].items()) + "\n")
     if m.get("flow_run_id"):

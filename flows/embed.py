@@ -313,14 +313,28 @@ def fit(spec: dict, v: dict) -> dict:
         extras["actions"] = _open_actions(spec).array
     with stage_errors("fit", **_mem(v)), stage_progress(f"fit {spec['method']}"):
         model = adapter.fit(inp.array, v["params"], **extras)  # first pass checks finiteness
+    summary = adapter.summary(model)
+    _refuse_unconverged(spec["method"], summary.get("convergence") or [])
     with stage_errors("fit", **_mem(v)):
         store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
         adapter.save(model, store)
-        info = {"model": adapter.summary(model)}
+        info = {"model": summary}
         store.mark_stage("fit", fp, {"info": info})
     log_execution("fit", fp, spec["output"])
     fault_point("fit")
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
+
+
+def _refuse_unconverged(method: str, records: list[dict]) -> None:
+    """A fit is committed only when every solve it depends on converged, or was replaced by
+    one that did (``handled_by``): never a silently worse embedding."""
+    from dimred_dask.linalg.convergence import unconverged_error
+
+    for rec in records:
+        if not rec.get("converged") and not rec.get("handled_by"):
+            raise unconverged_error(method, [rec], "raise the method's max_iter (--param "
+                                    "max_iter=...) or loosen its tol; or choose its robust "
+                                    "solver (e.g. --param eigen_solver=arpack).")
 
 
 def _mem(v: dict) -> dict:
@@ -427,6 +441,7 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict) -> dict:
         "labels": spec.get("labels"),
         "actions": spec.get("actions"),
         "model": stages["fit"]["model"],
+        "convergence": stages["fit"]["model"].get("convergence") or [],
         "metrics": {k: stages["evaluate"][k] for k in stages["evaluate"]
                     if k not in ("seconds", "reused")},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -437,9 +452,19 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict) -> dict:
     return manifest
 
 
+def _num(v) -> str:
+    return "" if v is None else f"{v:.3g}"
+
+
 def _artifacts(m: dict) -> None:
     model, met = m["model"], m["metrics"]
     timing_rows = "\n".join(f"| {k} | {s:.2f} s | {m['stages'][k]} |" for k, s in m["timings"].items())
+    conv_rows = "\n".join(
+        f"| {r.get('step')} | {r.get('solver')} | {r.get('status')} | {r.get('iterations')} | "
+        f"{_num(r.get('residual'))} | {_num(r.get('tol'))} | {r.get('handled_by') or ''} |"
+        for r in m.get("convergence") or [])
+    conv = (f"\n\n| solve | solver | status | iterations | residual | tol | handled by |\n"
+            f"|---|---|---|---|---|---|---|\n{conv_rows}\n") if conv_rows else ""
     metric_rows = "\n".join(f"| {k} | {v:.6g} |" for k, v in met.items() if isinstance(v, float))
     create_markdown_artifact(
         key=f"{m['method']}-summary",
@@ -454,7 +479,7 @@ def _artifacts(m: dict) -> None:
                   f"- Dask dashboard: {m['cluster'].get('dashboard') or 'not running'} "
                   f"(scheduler {m['cluster'].get('scheduler')})\n\n"
                   f"| stage | wall time | |\n|---|---|---|\n{timing_rows}\n\n"
-                  f"| metric | value |\n|---|---|\n{metric_rows}\n"))
+                  f"| metric | value |\n|---|---|\n{metric_rows}\n{conv}"))
     if "explained_variance" in model:
         ratio = np.asarray(model["explained_variance_ratio"])
         create_table_artifact(

@@ -355,3 +355,53 @@ def test_progress_clock_runs_on_while_the_iteration_text_changes(monkeypatch):
         assert lines[-1].rstrip().endswith("15.0s"), lines  # one stage, one clock: 15 steps
         if not isinstance(stream, Terminal):
             assert len(lines) == 2  # a log gets a line every 10 s and one at the end
+
+
+# ---- convergence is part of the result ---------------------------------------------------------
+
+
+def test_a_solve_that_stops_short_is_retried_and_recorded_in_the_manifest(client, prefect_api,
+                                                                          tmp_path, capsys):
+    from sklearn.datasets import make_swiss_roll
+
+    X, _ = make_swiss_roll(600, random_state=0)
+    np.save(tmp_path / "roll.npy", X)
+    out = tmp_path / "lle"
+    from flows.cli import main
+
+    assert main(["run", "--input", str(tmp_path / "roll.npy"), "--output", str(out), "--method",
+                 "lle", "--param", "eigen_solver=lobpcg", "--param", "max_iter=3"]) == 0
+    printed = capsys.readouterr().out
+    manifest = open_output(str(out)).read_json("manifest.json")
+    first, *rest = manifest["convergence"]
+    assert first["solver"].startswith("lobpcg") and not first["converged"]
+    assert first["handled_by"].startswith("retried with") and rest[-1]["converged"]
+    assert f"lobpcg-jacobi {first['handled_by']}" in printed, printed
+    assert manifest["metrics"]["trustworthiness"] > 0.95
+
+
+def test_a_solve_that_cannot_be_retried_fails_the_run_cleanly(client, prefect_api, tmp_path,
+                                                              capsys):
+    from tests.sdp_data import swiss_roll
+
+    X, _ = swiss_roll(60, seed=0)
+    np.save(tmp_path / "roll.npy", X)
+    out = tmp_path / "mvu"
+    rc, err = _cli(capsys, "--input", str(tmp_path / "roll.npy"), "--output", str(out),
+                   "--method", "mvu", "--param", "max_iter=3")
+    assert rc == 2 and "SolverError" in err and "max_iter" in err and "Fix:" in err, err
+    assert not RunStore(str(out)).committed()
+
+
+def test_values_too_large_to_square_are_named_not_summed_to_inf():
+    from dimred_dask import pca
+
+    X = _data(n=300).astype(np.float64)
+    X[[7, 250], 2] = 1e200  # finite, but its square is not
+    with pytest.raises(InputError, match=r"reach 1e\+200 \(rows 7 and 250\)"):
+        pca(X)
+    Y = _data(n=300)
+    Y[5, 1] = 1e25  # a float32 whose float32 square overflows: summed in float64 instead
+    model = pca(Y, n_components=2)
+    ref = PCA(2).fit(Y.astype(np.float64))
+    np.testing.assert_allclose(np.abs(model.components), np.abs(ref.components_), atol=1e-6)
