@@ -130,8 +130,9 @@ def spectral_clustering(X, *, n_clusters=2, affinity="knn", cut="normalized", n_
     records = info.get("convergence", []) + [_kmeans_record(Y, it, max_iter)]
     info.update({"kmeans_iterations": int(it), "n_features": int(X.shape[1]),
                  "convergence": records})
-    return SpectralClusteringModel(Y, labels, centres, np.asarray(vals, np.float64), affinity,
-                                   cut, float(inertia), solver, info)
+    return SpectralClusteringModel(Y.astype(X.dtype), labels, centres,  # clustered in float64
+                                   np.asarray(vals, np.float64), affinity, cut, float(inertia),
+                                   solver, info)
 
 
 def _kmeans_record(Y, it: int, max_iter: int) -> dict:
