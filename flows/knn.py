@@ -160,6 +160,8 @@ class GraphCache:
                           "n_neighbors": graph.n_neighbors, "metric": graph.metric,
                           "backend": graph.backend, "created": time.time()})
             return True
+        except OSError:  # an entry we may not replace (foreign files, links): not cached
+            return False
         finally:
             lease.release()
 
