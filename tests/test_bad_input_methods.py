@@ -73,7 +73,7 @@ CASES = [
     ("labels-wrong-length", "spca", _data(), {}, _labels(50),
      lambda X, y: dimred_dask.supervised_pca(X, y), InputError,
      r"(one label per row of X: X has 60 rows|have 50 rows; the input has 60)"),
-    ("labels-single-class", "spca", _data(), {}, np.zeros(60, np.float32),
+    ("labels-single-class", "spca", _data(), {}, np.full(60, 2.0, np.float32),
      lambda X, y: dimred_dask.supervised_pca(X, y), InputError, r"at least 2 classes"),
     ("labels-nan", "kspca", _data(), {}, _with_nan(_labels()),
      lambda X, y: dimred_dask.kernel_supervised_pca(X, y), InputError, r"finite labels"),

@@ -58,3 +58,25 @@ def test_s3_missing_bucket_is_a_clear_error(s3_server):
 
     with pytest.raises((InputError, StoreError), match="does not exist|denied|reach"):
         open_input("s3://no-such-bucket-here/x.zarr")
+
+
+def test_s3_overwrite_replaces_only_run_stores_and_missing_chunks_are_named(client, prefect_api,
+                                                                           bucket, rng):
+    """The data-safety rules hold on object storage: --overwrite never deletes a prefix that
+    is not a run store, and an input chunk lost from the bucket is refused by name."""
+    import fsspec
+
+    from dimred_dask import InputError, OutputExistsError
+    from flows.embed import embed
+
+    X = low_rank(rng, n=800, d=6, dtype=np.float32)
+    save_array(X, f"s3://{bucket}/in.zarr", chunks=(200, 6))
+    fs = fsspec.filesystem("s3", client_kwargs={"endpoint_url": os.environ["AWS_ENDPOINT_URL"]})
+    fs.pipe(f"{bucket}/shared/report.csv", b"a,b\n1,2\n")  # someone's data under a prefix
+    with pytest.raises(OutputExistsError, match="not a dimred-dask run store"):
+        embed(f"s3://{bucket}/in.zarr", f"s3://{bucket}/shared", overwrite=True)
+    assert fs.cat(f"{bucket}/shared/report.csv") == b"a,b\n1,2\n"
+    fs.rm(f"{bucket}/in.zarr/c/2/0")
+    with pytest.raises(InputError, match=r"missing \(c/2/0\)"):
+        embed(f"s3://{bucket}/in.zarr", f"s3://{bucket}/runs/x")
+    assert not fs.exists(f"{bucket}/runs/x/_COMMITTED")

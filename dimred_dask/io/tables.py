@@ -80,8 +80,10 @@ class ParquetRows:
             for g in range(first, min(last, len(self.groups) - 1) + 1):
                 f, rg = int(self.groups[g, 0]), int(self.groups[g, 1])
                 if f not in opened:
-                    opened[f] = _parquet_file(fs, self.files[f])
-                table = opened[f].read_row_group(rg, columns=self.columns)
+                    for handle in opened.values():  # one file open at a time
+                        handle.close()
+                    opened = {f: fs.open(self.files[f], "rb")}
+                table = _parquet_file(opened[f]).read_row_group(rg, columns=self.columns)
                 parts.append(np.column_stack(
                     [_to_numpy(table.column(c), self.dtype) for c in self.columns])
                     if self.columns else np.empty((table.num_rows, 0), self.dtype))
@@ -93,6 +95,9 @@ class ParquetRows:
                              f"{self.files[f]} ({type(exc).__name__}: {exc}).",
                              "the file is damaged or truncated: write it again from its "
                              "source.") from None
+        finally:
+            for handle in opened.values():
+                handle.close()
         block = np.concatenate(parts) if parts else np.empty((0, self.shape[1]), self.dtype)
         lo = start - int(self.starts[first])
         return block[lo:lo + (stop - start)]
@@ -106,10 +111,10 @@ def _to_numpy(column, dtype):
     return np.asarray(column.to_numpy(), dtype=dtype)
 
 
-def _parquet_file(fs, path: str):
+def _parquet_file(handle):
     import pyarrow.parquet as pq
 
-    return pq.ParquetFile(fs.open(path, "rb"))
+    return pq.ParquetFile(handle)
 
 
 def _may_have_nulls(meta, index: int) -> bool:
@@ -132,7 +137,8 @@ def open_parquet(loc: Location, fs, path: str, columns, row_chunk, plan):
     schema, groups, nullable = None, [], set()
     for i, name in enumerate(files):
         try:
-            meta = _parquet_file(fs, name).metadata
+            with fs.open(name, "rb") as handle:
+                meta = _parquet_file(handle).metadata
         except Exception as exc:
             if is_storage_error(exc) and not type(exc).__module__.startswith("pyarrow"):
                 raise storage_error(exc, f"Opening {name}") from None
