@@ -87,6 +87,11 @@ def interruptible(notice: str):
         _kill_children()
         os._exit(130)
 
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield state  # signals reach the main thread only: leave its handlers alone
+        return
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield state

@@ -154,16 +154,18 @@ def print_summary(m: dict, stream=None) -> None:
 
 
 def _quiet_logs(debug: bool = False) -> None:
-    """Dask's log lines on the terminal: warnings, or with --debug everything it logs at
-    warning; without --debug only errors (a stopped run's workers warn as they go). Worker
+    """Dask's and asyncio's log lines on the terminal: with --debug their warnings; without,
+    nothing below critical (a stopped or closing cluster logs comm errors and tracebacks that
+    say nothing to a user; a failure that matters reaches the command as a typed error). Worker
     processes started here inherit the setting through the environment."""
-    level = logging.WARNING if debug else logging.ERROR
+    level = logging.WARNING if debug else logging.CRITICAL
     for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.core",
                  "distributed.worker", "distributed.http.proxy", "distributed.batched",
-                 "distributed.worker.state_machine"):
+                 "distributed.worker.state_machine", "distributed.client", "distributed.comm",
+                 "asyncio", "tornado.application", "tornado.general"):
         logging.getLogger(name).setLevel(level)
     if not debug:
-        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
 
 
 def cmd_run(args) -> int:
