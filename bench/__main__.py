@@ -45,7 +45,8 @@ def main(argv=None) -> int:
                         "50-D mixture)")
     p.add_argument("--only", default=None,
                    help="lle, spectral: only the data set whose name starts with this "
-                        "('swiss', '50-D')")
+                        "('swiss', '50-D'); pca: 'read' times the input read path against "
+                        "zarr's own dask reader")
     p.add_argument("--first-run", action="store_true",
                    help="tsne, umap: also time one run in a fresh process with an empty numba "
                         "cache (compilation included)")
@@ -92,6 +93,8 @@ def main(argv=None) -> int:
 
     if args.big:
         return pca.main_big(args)
+    if args.only == "read":
+        return pca.main_read(args)
     return pca.main(args)
 
 
