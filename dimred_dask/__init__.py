@@ -16,6 +16,7 @@ from .methods import (Isomap, IsomapModel, LandmarkIsomap, LaplacianEigenmaps,
                       laplacian_eigenmaps, lle, spectral_clustering)
 from .methods import (ActionRespectingEmbedding, LandmarkMVU, MaximumVarianceUnfolding,
                       SDPEmbeddingModel, action_respecting_embedding, landmark_mvu, mvu)
+from .methods import make_chain
 
 __version__ = "0.1.0"
 
@@ -36,5 +37,5 @@ __all__ = [
     "DimredWarning", "StageError", "InfeasibleError", "SolverError",
     "MaximumVarianceUnfolding", "mvu", "LandmarkMVU", "landmark_mvu",
     "ActionRespectingEmbedding", "action_respecting_embedding", "SDPEmbeddingModel",
-    "__version__",
+    "make_chain", "__version__",
 ]

@@ -21,6 +21,8 @@ EPILOG = """examples:
   dimred-dask run --input data.zarr --labels y.zarr --output spca.zarr --method spca
   dimred-dask run --input roll.zarr --output mvu.zarr --method mvu --param n_neighbors=6
   dimred-dask run --input walk.zarr --actions actions.zarr --output are.zarr --method are
+  dimred-dask run --input cells.zarr --output map.zarr --method pca+umap \\
+      --param pca.n_components=50 --param umap.n_neighbors=30
   dimred-dask inspect out.zarr
 
 environment:
@@ -51,7 +53,8 @@ def _params(args) -> dict:
         if not sep or not name:
             raise DimredError(f"--param takes name=value; found {item!r}. "
                               "Fix: e.g. --param solver=covariance")
-        params[name.strip().replace("-", "_")] = parse_param_value(value)
+        step, dot, key = name.strip().rpartition(".")  # a chain's step keeps its own name
+        params[step + dot + key.replace("-", "_")] = parse_param_value(value)
     if args.n_components is not None:
         params["n_components"] = parse_param_value(args.n_components)
     return params
@@ -78,11 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     from .methods import METHODS
 
     run.add_argument("--method", default="pca", metavar="METHOD",
-                     help=f"embedding method: {', '.join(sorted(METHODS))} (default: pca)")
+                     help=f"embedding method: {', '.join(sorted(METHODS))} (default: pca); "
+                          "or a chain pca+METHOD (e.g. pca+umap): PCA first, then METHOD on its "
+                          "embedding, in one run store")
     run.add_argument("--n-components", metavar="K",
                      help="components to keep: an int, or a fraction of variance in (0, 1)")
     run.add_argument("--param", action="append", metavar="NAME=VALUE",
-                     help="a method parameter, repeatable (e.g. solver=randomized, whiten=true)")
+                     help="a method parameter, repeatable (e.g. solver=randomized, whiten=true); "
+                          "in a chain STEP.NAME=VALUE (pca.n_components=50, "
+                          "umap.n_neighbors=30; without STEP: the final step)")
     run.add_argument("--columns", help="comma-separated numeric columns of a Parquet/CSV input")
     run.add_argument("--scheduler", metavar="ADDR",
                      help="tcp://host:port of an existing Dask scheduler (default: a local cluster)")

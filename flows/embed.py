@@ -27,6 +27,7 @@ from dimred_dask.io import (Lease, RunStore, array_fingerprint, check_output_loc
                             run_storage_options)
 from dimred_dask.io.read import TARGET_CHUNK_BYTES
 
+from .chain import PCA_DEFAULT_COMPONENTS, chain_steps, expand_output
 from .knn import (build_graph, connect, graph_fingerprint, graph_summary, load_graph,
                   normalize_request, resolve_cache, save_graph)
 from .methods import get_method
@@ -93,12 +94,16 @@ def validate(spec: dict) -> dict:
     if spec["sample_size"] < 10:
         raise InputError(f"sample_size must be at least 10; found {spec['sample_size']}.",
                          "pass --sample-size 2000 (the default) or more.")
-    params = adapter.check(spec["params"], inp.shape)
+    params = dict(spec["params"])
+    if spec.get("default_components"):  # a chain's PCA step: 50 components, or fewer if need be
+        params["n_components"] = min(PCA_DEFAULT_COMPONENTS, *inp.shape)
+    params = adapter.check(params, inp.shape)
     graph_request = (normalize_request(adapter.graph(params, inp.shape), inp.shape,
                                        spec["method"]) if adapter.graph else None)
     labels_fp = _check_labels(spec, adapter, inp)
     actions_fp = _check_actions(spec, adapter, inp)
-    mode = RunStore(spec["output"]).check_writable(spec["overwrite"])
+    mode = RunStore(spec["output"]).check_writable(spec["overwrite"],
+                                                   committed_ok=bool(spec.get("internal")))
     row_chunk, memory = _plan_chunks(spec, inp)
     checked = inp.meta  # the chunk inventory is taken once, by the first open
     inp = _open(spec, {"row_chunk": row_chunk})
@@ -117,11 +122,13 @@ def validate(spec: dict) -> dict:
 def _check_locations(spec: dict, inp) -> None:
     """The output is none of the run's inputs, lies in none and contains none (after symbolic
     links): the input, the labels, the actions and the shared graph cache."""
-    out = parse_uri(spec["output"], role="output")
+    out = parse_uri(spec.get("root") or spec["output"], role="output")  # a chain: all of it
     others = [("labels", spec.get("labels")), ("actions", spec.get("actions"))]
-    inputs = [("input", inp.location)] + [(role, parse_uri(uri, role=role))
-                                          for role, uri in others if uri]
-    cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location.url)
+    inputs = [(role, parse_uri(uri, role=role)) for role, uri in others if uri]
+    if not spec.get("internal_input"):  # a chain's later step reads its own earlier step
+        inputs.insert(0, ("input", inp.location))
+    cache = resolve_cache(spec.get("graph_cache"), spec.get("root") or spec["output"],
+                          inp.location.url)
     if cache is not None:
         inputs.append(("graph cache", parse_uri(cache.url, role="graph cache")))
     check_output_location(out, *inputs)
@@ -384,17 +391,28 @@ def evaluate(spec: dict, v: dict) -> dict:
     inp = _open(spec, v)
     idx, how = chunk_sample(inp.array.chunks[0], spec["sample_size"])
     Y = da.from_zarr(store.open_array("embedding"))
+    original = inp
+    if spec.get("evaluate_input"):  # a chain's final step: judged against the run's own input
+        original = open_input(spec["evaluate_input"], columns=spec.get("evaluate_columns"),
+                              as_float=True, check_chunks=False, allow_missing_chunks=True)
     with stage_errors("evaluate", **_mem(v)):
-        Xs, Ys = compute(inp.array[idx], Y[idx], stage="sample")
+        Xs, Ys, Xo = compute(inp.array[idx], Y[idx], original.array[idx], stage="sample")
+    Xs, Xo = _dense(Xs), _dense(Xo)
     k = int(min(10, max(1, len(idx) // 2 - 1)))
     result = {"sample": how, "sample_size": int(len(idx)), "n_neighbors": k,
-              "trustworthiness": metrics.trustworthiness(Xs, Ys, k),
-              "knn_recall": metrics.knn_recall(Xs, Ys, k),
+              "trustworthiness": metrics.trustworthiness(Xo, Ys, k),
+              "knn_recall": metrics.knn_recall(Xo, Ys, k),
               **adapter.sample_metrics(adapter.load(store), Xs, Ys)}
     store.mark_stage("evaluate", fp, {"info": result})
     log_execution("evaluate", fp, spec["output"])
     fault_point("evaluate")
     return {**result, "reused": False, "seconds": time.perf_counter() - t0}
+
+
+def _dense(block):
+    """Sampled rows as a NumPy array (a sparse input's sample is densified: a few thousand
+    rows)."""
+    return block.toarray() if hasattr(block, "toarray") else block
 
 
 def _versions() -> dict:
@@ -405,6 +423,16 @@ def _versions() -> dict:
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+def _scheduled_start():
+    """The run's scheduled start (a deployment's schedule), or None (now)."""
+    try:
+        from prefect.runtime import flow_run
+
+        return flow_run.scheduled_start_time
+    except Exception:
+        return None
 
 
 def _flow_run_id() -> str | None:
@@ -425,17 +453,25 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict) -> dict:
     store.write_bytes("embedding.png", embedding_png(Yp, title=f"{spec['method']} of "
                                                      f"{spec['input']}", n_total=Y.shape[0]))
     stages = {**stages, "publish": {"seconds": time.perf_counter() - t0, "reused": False}}
+    chain = spec.get("chain")
+    first = (stages.get("earlier_steps") or [{}])[0]
     manifest = {
-        "method": spec["method"], "params": v["params"], "input": spec["input"],
-        "input_meta": v["input_meta"], "input_fingerprint": v["input_fingerprint"],
+        "method": chain["method"] if chain else spec["method"],
+        "params": {**{s["method"]: s["params"] for s in stages.get("earlier_steps", [])},
+                   spec["method"]: v["params"]} if chain else v["params"],
+        "input": chain["input"] if chain else spec["input"],
+        "input_meta": first.get("input_meta", v["input_meta"]),
+        "input_fingerprint": first.get("input_fingerprint", v["input_fingerprint"]),
         "chunking": {"row_chunk": v["row_chunk"], "n_chunks": v["n_chunks"],
                      "chunk_bytes": v["chunk_bytes"], "worker_memory_limit": v["worker_memory"]},
         "output": store.url, "fingerprint": _fingerprints(spec, v)["evaluate"],
         "versions": _versions(), "cluster": cluster, "flow_run_id": _flow_run_id(),
-        "timings": {k: round(s["seconds"], 4) for k, s in stages.items()},
+        "timings": {k: round(s["seconds"], 4) for k, s in stages.items()
+                    if k != "earlier_steps"},
         "stages": {k: ("not needed" if s.get("needed") is False else
                        "reused from cache" if s.get("source") == "cache" else
-                       "reused" if s.get("reused") else "computed") for k, s in stages.items()},
+                       "reused" if s.get("reused") else "computed") for k, s in stages.items()
+                   if k != "earlier_steps"},
         "graph": ({q: val for q, val in stages["knn"].items() if q not in ("reused", "seconds")}
                   if stages.get("knn", {}).get("needed") else None),
         "labels": spec.get("labels"),
@@ -446,10 +482,21 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict) -> dict:
                     if k not in ("seconds", "reused")},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if chain:  # the final step of a chain: what each step was, and where it is
+        manifest["chain"] = {"steps": chain["steps"], "step_outputs": chain["step_outputs"],
+                             "final_step_input": spec["input"],
+                             "final_step_input_meta": v["input_meta"],
+                             "earlier": stages.get("earlier_steps", [])}
     store.commit(manifest)
     log_execution("publish", manifest["fingerprint"], spec["output"])
+    fault_point("publish")
     _artifacts(manifest)
     return manifest
+
+
+def _key(method: str) -> str:
+    """An artifact key from a method name (Prefect allows lowercase letters, digits, dashes)."""
+    return "".join(c if c.isalnum() else "-" for c in method.lower())
 
 
 def _num(v) -> str:
@@ -467,7 +514,7 @@ def _artifacts(m: dict) -> None:
             f"|---|---|---|---|---|---|---|\n{conv_rows}\n") if conv_rows else ""
     metric_rows = "\n".join(f"| {k} | {v:.6g} |" for k, v in met.items() if isinstance(v, float))
     create_markdown_artifact(
-        key=f"{m['method']}-summary",
+        key=f"{_key(m['method'])}-summary",
         description="dimred-dask run summary",
         markdown=(f"# {m['method']} embedding\n\n"
                   f"- input: `{m['input']}` shape {m['input_meta']['shape']} "
@@ -483,7 +530,7 @@ def _artifacts(m: dict) -> None:
     if "explained_variance" in model:
         ratio = np.asarray(model["explained_variance_ratio"])
         create_table_artifact(
-            key=f"{m['method']}-explained-variance", description="explained variance by component",
+            key=f"{_key(m['method'])}-explained-variance", description="explained variance by component",
             table=[{"component": i + 1, "variance": float(ev), "ratio": float(r),
                     "cumulative": float(c)} for i, (ev, r, c) in
                    enumerate(zip(model["explained_variance"], ratio, np.cumsum(ratio)))])
@@ -528,10 +575,16 @@ def embed(input: str, output: str, method: str = "pca", params: dict | None = No
     ``graph_cache``: where kNN graphs are shared between runs (flows/knn.py; default
     ``.dimred-cache`` next to the output, ``"none"`` to turn it off). ``actions``: the URI of
     the actions of a sequence method (are): n - 1 labels, action i taken between rows i and
-    i + 1. ``allow_missing_chunks``: read absent chunks of a Zarr input as its fill value
+    i + 1. ``method`` may be a chain, ``pca+<method>`` (flows/chain.py): PCA, then the method
+    on PCA's embedding, in one run store; ``params`` then address a step as
+    ``pca.n_components`` / ``umap.n_neighbors`` (a name without a step is the final step's).
+    ``output`` may hold ``{date}``, replaced by the run's UTC date (its scheduled start for a
+    deployment's run), so that a nightly job does not replace yesterday's result.
+    ``allow_missing_chunks``: read absent chunks of a Zarr input as its fill value
     (zarr leaves out chunks that hold only the fill value) instead of refusing the input; the
     manifest counts them.
     """
+    output = expand_output(output, _scheduled_start())
     spec = {"input": input, "output": output, "method": method, "params": dict(params or {}),
             "overwrite": overwrite, "columns": columns, "sample_size": int(sample_size),
             "chunk_rows": chunk_rows, "labels": labels, "graph_cache": graph_cache,
@@ -543,27 +596,78 @@ def embed(input: str, output: str, method: str = "pca", params: dict | None = No
 
 
 def _embed(spec: dict, scheduler) -> dict:
-    output = spec["output"]
+    from .methods import METHODS
+
+    steps = chain_steps(spec, METHODS)
     with cluster_client(scheduler) as client:
-        v = validate(spec)
-        lease = Lease(RunStore(output), holder=f"flow run {_flow_run_id()}").acquire()
-        done = False
-        try:
-            with lease.keepalive():
-                stages = {"validate": {"seconds": v["seconds"], "reused": False}}
-                stages["knn"] = knn_stage(spec, v)
-                if stages["knn"]["needed"]:
-                    v = {**v, "knn": stages["knn"], "mode": "resume"}
-                stages["kernel"] = kernel_stage(spec, v)
-                if stages["kernel"]["needed"]:
-                    # the kernel stage prepared the store: later stages resume in it
-                    v = {**v, "kernel": stages["kernel"], "mode": "resume"}
-                stages["fit"] = fit(spec, v)
-                stages["transform"] = transform_write(spec, v)
-                stages["evaluate"] = evaluate(spec, v)
-                manifest = publish(spec, v, stages, describe_cluster(client))
-                done = True
-        finally:
-            lease.release(remove_empty_root=not done)
+        if len(steps) == 1:
+            v = validate(spec)
+            manifest = _leased(spec["output"], lambda: _run_stages(spec, v, client))
+        else:
+            manifest = _run_chain(spec, steps, client)
     get_run_logger().info("committed %s (%s)", manifest["output"], manifest["timings"])
     return manifest
+
+
+def _leased(output: str, body):
+    """Run ``body()`` holding the output's lease (renewed while it runs)."""
+    lease = Lease(RunStore(output), holder=f"flow run {_flow_run_id()}").acquire()
+    done = False
+    try:
+        with lease.keepalive():
+            result = body()
+            done = True
+            return result
+    finally:
+        lease.release(remove_empty_root=not done)
+
+
+def _run_stages(spec: dict, v: dict, client, earlier: list | None = None) -> dict:
+    """knn -> kernel -> fit -> transform + write -> evaluate -> publish, for a validated run."""
+    stages = {"validate": {"seconds": v["seconds"], "reused": False}}
+    stages["knn"] = knn_stage(spec, v)
+    if stages["knn"]["needed"]:
+        v = {**v, "knn": stages["knn"], "mode": "resume"}
+    stages["kernel"] = kernel_stage(spec, v)
+    if stages["kernel"]["needed"]:
+        # the kernel stage prepared the store: later stages resume in it
+        v = {**v, "kernel": stages["kernel"], "mode": "resume"}
+    stages["fit"] = fit(spec, v)
+    stages["transform"] = transform_write(spec, v)
+    stages["evaluate"] = evaluate(spec, v)
+    if earlier:
+        stages["earlier_steps"] = earlier
+    return publish(spec, v, stages, describe_cluster(client))
+
+
+def _run_chain(spec: dict, steps: list[dict], client) -> dict:
+    """PCA, then the final method on PCA's embedding, in one run store (flows/chain.py).
+
+    Everything that can be checked before the first step runs is checked first: the input,
+    every location, the PCA step's parameters, and the final step's parameters against the
+    shape PCA will give it when its number of components is fixed."""
+    first, last = steps
+    v1 = validate(first)
+    k = v1["params"]["n_components"]
+    if isinstance(k, int):
+        get_method(last["method"]).check(last["params"], (v1["shape"][0], k))
+    root = RunStore(spec["output"])
+    mode = root.check_writable(spec["overwrite"])
+    attrs = {"method": spec["method"], "version": dimred_dask.__version__}
+
+    def body():
+        nonlocal v1
+        if mode in ("new", "overwrite"):
+            root.prepare(mode, attrs)  # the chain's store first, its steps inside
+            v1 = {**v1, "mode": "new"}
+        m1 = _run_stages(first, v1, client)
+        v2 = validate(last)
+        summary = {"method": m1["method"], "output": m1["output"], "params": m1["params"],
+                   "input_meta": m1["input_meta"], "input_fingerprint": m1["input_fingerprint"],
+                   "timings": m1["timings"], "stages": m1["stages"],
+                   "convergence": m1.get("convergence", []),
+                   "explained_variance_ratio_total":
+                       m1["model"].get("explained_variance_ratio_total")}
+        return _run_stages(last, v2, client, earlier=[summary])
+
+    return _leased(spec["output"], body)

@@ -306,6 +306,10 @@ def test_prefect_deployments_resolve_and_are_scheduled():
     required = {a.arg for a in embed.args.args[:n_required]}
     assert required == {"input", "output"}
     assert required <= set(deployments["pca-nightly-cluster"]["parameters"])
+    # the nightly chain writes a dated store: tonight's run never replaces yesterday's
+    chain = deployments["pca-umap-nightly"]["parameters"]
+    assert chain["method"] == "pca+umap" and "{date}" in chain["output"]
+    assert chain["overwrite"] is False and chain["params"]["pca.n_components"] == 50
 
 
 def test_prefect_pull_step_matches_the_image():

@@ -30,7 +30,8 @@ LEASE = "_LEASE"
 # Every top-level entry a run writes (the lease and its helper objects start with LEASE).
 # --overwrite replaces a run store only when it holds nothing else.
 RUN_ENTRIES = frozenset({"zarr.json", "embedding", "model", "graph", "kernel", "checkpoints",
-                         MANIFEST, "embedding.png", STAGES, COMMITTED})
+                         MANIFEST, "embedding.png", STAGES, COMMITTED,
+                         "steps"})  # a chain's earlier steps, each a run store of its own
 ROOT_DOC = "zarr.json"
 # zarr leaves out chunks that hold only the fill value unless told: every array written here
 # stores all its chunks, so a count of stored chunks proves a write complete
@@ -160,7 +161,7 @@ class RunStore:
         """Top-level entries that no run writes (a user's files put into the store)."""
         return sorted(n for n in map(_name, self._entries()) if n not in RUN_ENTRIES)
 
-    def check_writable(self, overwrite: bool) -> str:
+    def check_writable(self, overwrite: bool, *, committed_ok: bool = False) -> str:
         """Say what writing here would do; raise `OutputExistsError` if it is not allowed.
 
         Returns "new", "resume" (an unfinished run of ours: committed stages are reused) or
@@ -168,6 +169,8 @@ class RunStore:
         location or into a run store of this project (its ``zarr.json`` carries the run
         attribute): never into someone else's data, never through a symbolic link, and
         ``overwrite`` replaces a run store only if it holds nothing a run does not write.
+        ``committed_ok``: a committed store is resumed (its stages reused) rather than refused:
+        a chain's own intermediate step.
         """
         if self.location.is_local and os.path.islink(self.root):
             raise OutputExistsError(
@@ -193,7 +196,7 @@ class RunStore:
                 "never writes or deletes through links.",
                 "remove the links, or choose another output.")
         if not overwrite:
-            if self.committed():
+            if self.committed() and not committed_ok:
                 raise OutputExistsError(f"The output {self.url} holds a committed run already.",
                                         "pass --overwrite to replace it, or choose another output.")
             return "resume"
