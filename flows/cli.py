@@ -136,6 +136,10 @@ def print_summary(m: dict, stream=None) -> None:
     w(f"output      {m['output']}\n")
     w(f"method      {m['method']}  params {json.dumps(m['params'], sort_keys=True)}\n")
     w(f"input       {m['input']}  shape {m['input_meta']['shape']} {m['input_meta']['dtype']}\n")
+    w(f"            {_input_kind(m['input_meta'])}\n")
+    for step in (m.get("chain") or {}).get("earlier", []):
+        w(f"step        {step['method']} -> {step['output']}  "
+          f"({', '.join(f'{k} {v:.2f}s' for k, v in step['timings'].items())})\n")
     if "explained_variance_ratio_total" in model:
         w(f"explained variance ratio (total of {model['n_components']}): "
           f"{model['explained_variance_ratio_total']:.6f}\n")
@@ -158,6 +162,25 @@ def print_summary(m: dict, stream=None) -> None:
                                  m["timings"].items()) + "\n")
     if m.get("flow_run_id"):
         w(f"flow run    {m['flow_run_id']}\n")
+
+
+def _input_kind(meta: dict) -> str:
+    """How the input is kept: its format, dense or sparse (density), shards, element."""
+    parts = [meta.get("format", "?")]
+    if meta.get("element"):
+        parts.append(f"element {meta['element']}")
+    if meta.get("sparse"):
+        parts.append(f"sparse, {meta.get('nnz', 0):,} stored values "
+                     f"(density {100 * meta.get('density', 0):.2f} %)")
+    else:
+        parts.append("dense")
+    if meta.get("shards"):
+        parts.append(f"{meta['shards']} shards")
+    if meta.get("stored_dtype"):
+        parts.append(f"stored as {meta['stored_dtype']}")
+    if meta.get("missing_chunks"):
+        parts.append(f"{meta['missing_chunks']} missing chunks read as fill value")
+    return ", ".join(parts)
 
 
 def _quiet_logs(debug: bool = False) -> None:
