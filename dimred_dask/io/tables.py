@@ -1,17 +1,24 @@
-"""Tables as 2-D arrays: Parquet files (one file or a folder of them) read with Arrow by row
-ranges, and CSV through dask.dataframe.
+"""Tables as 2-D arrays: Parquet files (one file, a folder or a glob of them) read with Arrow
+by row ranges, and CSV through dask.dataframe.
 
 A Parquet input is read where it is computed (on the workers), one regular row block per task:
 a block reads only the row groups that overlap it and only the chosen columns. Column types are
 checked from the files' schemas (the same in every file) before any data is read, and an
 integer or boolean column whose statistics admit nulls is read as float64 (a null becomes NaN,
 which the methods then refuse by name).
+
+A list or fixed-size-list column of numbers (an embedding per row, ``--columns embedding``)
+gives one feature per list entry: Arrow's flat values buffer is reshaped to (rows, length),
+never passing through Python lists. A fixed-size list's length comes from the schema; a
+variable list's from the first row of the first row group (the only data read when opening).
+A row whose list has another length, a null list or a null inside one is refused when read,
+naming the file, the row group and the row.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError, InputTypeError, is_storage_error, storage_error
+from ..errors import DimredError, InputError, InputTypeError, is_storage_error, storage_error
 from .uris import Location
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -24,15 +31,23 @@ def _numeric(arrow_type) -> bool:
             or pa.types.is_boolean(arrow_type))
 
 
+def _numeric_list(arrow_type) -> bool:
+    import pyarrow as pa
+
+    return ((pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)
+             or pa.types.is_fixed_size_list(arrow_type)) and _numeric(arrow_type.value_type))
+
+
 def choose_columns(loc: Location, available: list[str], numeric: list[str], columns,
-                   describe) -> list[str]:
-    """The columns to read: the named ones, checked, or every numeric one."""
+                   describe, default: list[str] | None = None) -> list[str]:
+    """The columns to read: the named ones, checked, or ``default`` (every numeric one)."""
     if columns is None:
-        if not numeric:
+        default = numeric if default is None else default
+        if not default:
             raise InputTypeError(f"Methods need numbers; {loc} has no numeric columns "
                                  f"(columns: {available}).",
                                  "convert the columns you want to numbers.")
-        return list(numeric)
+        return list(default)
     chosen = list(columns)
     missing = [c for c in chosen if c not in available]
     if missing:
@@ -57,14 +72,18 @@ def _parquet_files(fs, path: str) -> list[str]:
 
 class ParquetRows:
     """Row-range reader over the row groups of one or more Parquet files, in path order.
-    Picklable: it carries the URL, the options and the row-group table, never data."""
+    ``widths``: 1 for a scalar column, the list length for a list column. Picklable: it
+    carries the URL, the options and the row-group table, never data."""
 
     def __init__(self, loc: Location, files: list[str], groups: list[tuple[int, int, int]],
-                 columns: list[str], dtype):
+                 columns: list[str], dtype, widths: list[int] | None = None,
+                 lists: frozenset = frozenset()):
         self.loc, self.files, self.columns = loc, files, columns
+        self.widths = list(widths) if widths is not None else [1] * len(columns)
+        self.lists = frozenset(lists)
         self.groups = np.asarray(groups, dtype=np.int64).reshape(-1, 3)  # (file, group, rows)
         self.starts = np.concatenate([[0], np.cumsum(self.groups[:, 2])])
-        self.shape = (int(self.starts[-1]), len(columns))
+        self.shape = (int(self.starts[-1]), int(sum(self.widths)))
         self.dtype, self.ndim = np.dtype(dtype), 2
 
     def __getitem__(self, key):
@@ -84,9 +103,9 @@ class ParquetRows:
                         handle.close()
                     opened = {f: fs.open(self.files[f], "rb")}
                 table = _parquet_file(opened[f]).read_row_group(rg, columns=self.columns)
-                parts.append(np.column_stack(
-                    [_to_numpy(table.column(c), self.dtype) for c in self.columns])
-                    if self.columns else np.empty((table.num_rows, 0), self.dtype))
+                parts.append(self._block(table, g))
+        except DimredError:
+            raise
         except Exception as exc:
             if is_storage_error(exc) and not type(exc).__module__.startswith("pyarrow"):
                 raise storage_error(exc, f"Reading {self.loc}") from None
@@ -101,6 +120,53 @@ class ParquetRows:
         block = np.concatenate(parts) if parts else np.empty((0, self.shape[1]), self.dtype)
         lo = start - int(self.starts[first])
         return block[lo:lo + (stop - start)]
+
+    def _block(self, table, g: int) -> np.ndarray:
+        if not self.columns:
+            return np.empty((table.num_rows, 0), self.dtype)
+        cols = []
+        for c, width in zip(self.columns, self.widths):
+            if c in self.lists:
+                cols.append(self._list_values(table.column(c), c, width, g))
+            else:
+                cols.append(_to_numpy(table.column(c), self.dtype)[:, None])
+        return cols[0] if len(cols) == 1 else np.hstack(cols)
+
+    def _list_values(self, column, name: str, width: int, g: int) -> np.ndarray:
+        """(rows, width) from a list column's flat values buffer; refused by row group."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        f, rg = int(self.groups[g, 0]), int(self.groups[g, 1])
+        where = f"the list column {name!r} of the Parquet file {self.files[f]}, row group {rg}"
+        if arr.null_count:
+            row = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+            raise self._list_error(where, _count(arr.null_count, "null list"), row, g)
+        if not pa.types.is_fixed_size_list(arr.type):
+            lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+            bad = np.flatnonzero(lengths != width)
+            if bad.size:
+                raise self._list_error(where, f"{_count(bad.size, 'list')} whose length is not "
+                                       f"{width} (e.g. {int(lengths[bad[0]])})", int(bad[0]), g)
+        values = arr.flatten()
+        if values.null_count:
+            row = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0]) // width
+            raise self._list_error(where, f"{_count(values.null_count, 'null value')} inside "
+                                   "its lists", row, g)
+        out = np.asarray(values.to_numpy(zero_copy_only=False), dtype=self.dtype)
+        return out.reshape(len(arr), width)
+
+    def _list_error(self, where: str, what: str, row: int, g: int) -> InputError:
+        return InputError(f"{where[0].upper()}{where[1:]} has {what} (first at row "
+                          f"{int(self.starts[g]) + row} of the input); each row needs one "
+                          "list of the same length, without nulls.",
+                          "fill or drop those rows (or pad the lists to one length) and write "
+                          "the file again.")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _to_numpy(column, dtype):
@@ -117,6 +183,12 @@ def _parquet_file(handle):
     return pq.ParquetFile(handle)
 
 
+def _leaf_index(meta, name: str) -> int:
+    """Index of the first Parquet leaf column of the top-level column ``name``."""
+    schema = meta.schema
+    return next(i for i in range(len(schema)) if schema.column(i).path.split(".")[0] == name)
+
+
 def _may_have_nulls(meta, index: int) -> bool:
     for rg in range(meta.num_row_groups):
         stats = meta.row_group(rg).column(index).statistics
@@ -125,32 +197,65 @@ def _may_have_nulls(meta, index: int) -> bool:
     return False
 
 
-def open_parquet(loc: Location, fs, path: str, columns, row_chunk, plan):
-    """(dask array, meta) for the Parquet file or folder at ``path``; reads metadata only."""
+def _list_width(loc: Location, fs, files: list[str], groups, name: str, arrow_type) -> int:
+    """A list column's length: from the schema (fixed size), else from its first row."""
+    import pyarrow as pa
+
+    if pa.types.is_fixed_size_list(arrow_type):
+        return int(arrow_type.list_size)
+    for f, rg, count in groups:
+        if count:
+            with fs.open(files[f], "rb") as handle:
+                batch = next(_parquet_file(handle).iter_batches(
+                    batch_size=1, row_groups=[rg], columns=[name]))
+            first = batch.column(0)[0]
+            if not first.is_valid:
+                raise InputError(f"The list column {name!r} of the Parquet file {files[f]}, row "
+                                 f"group {rg} has a null list in its first row.",
+                                 "fill or drop that row and write the file again.")
+            return len(first)
+    return 0
+
+
+def _schema_columns(loc, schema, columns) -> tuple[list[str], set[str]]:
+    """(the chosen columns, those that are lists) from the first file's schema."""
+    available = list(schema.names)
+    scalars = [c for c in available if _numeric(schema.field(c).type)]
+    lists = [c for c in available if _numeric_list(schema.field(c).type)]
+    describe = (lambda c: schema.field(c).type)
+    chosen = choose_columns(loc, available, scalars + lists, columns, describe,
+                            default=scalars or lists)
+    return chosen, {c for c in chosen if c in lists}
+
+
+def _file_metadata(fs, name: str):
+    try:
+        with fs.open(name, "rb") as handle:
+            return _parquet_file(handle).metadata
+    except Exception as exc:
+        if is_storage_error(exc) and not type(exc).__module__.startswith("pyarrow"):
+            raise storage_error(exc, f"Opening {name}") from None
+        raise InputError(f"Could not read {name} as Parquet ({type(exc).__name__}: {exc}).",
+                         "check that it is a valid Parquet file.") from None
+
+
+def open_parquet(loc: Location, fs, path: str, columns, row_chunk, plan, files=None):
+    """(dask array, meta) for the Parquet file, folder or list of ``files`` at ``path``;
+    reads metadata only (and a variable list column's first row)."""
     import dask.array as da
     from dask.base import tokenize
 
-    files = _parquet_files(fs, path)
+    files = list(files) if files is not None else _parquet_files(fs, path)
     if not files:
         raise InputError(f"The folder {loc} holds no Parquet files.",
                          "point --input at a .parquet file or a folder of them.")
     schema, groups, nullable = None, [], set()
     for i, name in enumerate(files):
-        try:
-            with fs.open(name, "rb") as handle:
-                meta = _parquet_file(handle).metadata
-        except Exception as exc:
-            if is_storage_error(exc) and not type(exc).__module__.startswith("pyarrow"):
-                raise storage_error(exc, f"Opening {name}") from None
-            raise InputError(f"Could not read {name} as Parquet ({type(exc).__name__}: {exc}).",
-                             "check that it is a valid Parquet file.") from None
+        meta = _file_metadata(fs, name)
         file_schema = meta.schema.to_arrow_schema()
         if schema is None:
             schema = file_schema
-            available = list(schema.names)
-            numeric = [c for c in available if _numeric(schema.field(c).type)]
-            chosen = choose_columns(loc, available, numeric, columns,
-                                    lambda c: schema.field(c).type)
+            chosen, lists = _schema_columns(loc, schema, columns)
         mismatched = [c for c in chosen if c not in file_schema.names
                       or file_schema.field(c).type != schema.field(c).type]
         if mismatched:
@@ -158,31 +263,38 @@ def open_parquet(loc: Location, fs, path: str, columns, row_chunk, plan):
                              f"{files[0]} has {[str(schema.field(c).type) for c in mismatched]}, "
                              f"{name} has {[str(file_schema.field(c).type) if c in file_schema.names else 'none' for c in mismatched]}.",
                              "write every file with the same schema, or choose other columns.")
-        nullable |= {c for c in chosen if meta.num_row_groups and
-                     _may_have_nulls(meta, file_schema.get_field_index(c))}
+        nullable |= {c for c in chosen if c not in lists and meta.num_row_groups and
+                     _may_have_nulls(meta, _leaf_index(meta, c))}
         groups += [(i, rg, meta.row_group(rg).num_rows) for rg in range(meta.num_row_groups)]
-    types = [schema.field(c).type for c in chosen]
+    types = [schema.field(c).type.value_type if c in lists else schema.field(c).type
+             for c in chosen]
     dtype = np.result_type(*[np.dtype(t.to_pandas_dtype()) for t in types]) if types else \
         np.dtype(np.float64)
     if dtype.kind in "iub" and nullable:
         dtype = np.dtype(np.float64)  # nulls become NaN (refused later, by row)
-    reader = ParquetRows(loc, files, groups, chosen, dtype)
+    widths = [_list_width(loc, fs, files, groups, c, schema.field(c).type) if c in lists else 1
+              for c in chosen]
+    reader = ParquetRows(loc, files, groups, chosen, dtype, widths, frozenset(lists))
     n, d = reader.shape
     rows = row_chunk or plan(n, d, dtype.itemsize)
-    name = "parquet-" + tokenize(loc.url, files, groups, chosen, str(dtype))
+    name = "parquet-" + tokenize(loc.url, files, groups, chosen, widths, str(dtype))
     arr = da.from_array(reader, chunks=(max(1, min(rows, max(n, 1))), d), asarray=False,
                         fancy=False, lock=False, name=name)
-    return arr, {"columns": chosen, "files": len(files), "row_groups": len(groups)}
+    return arr, {"columns": chosen, "files": len(files), "row_groups": len(groups),
+                 **({"list_columns": {c: w for c, w in zip(chosen, widths) if c in lists}}
+                    if lists else {}), "_reader": reader}
 
 
-def open_csv(loc: Location, columns, row_chunk):
-    """(dask array, meta) for a CSV file through dask.dataframe (its lengths are counted here,
-    which reads the file once: a value that does not parse is reported now, by column)."""
+def open_csv(loc: Location, columns, row_chunk, urls: list[str] | None = None):
+    """(dask array, meta) for a CSV file, or the CSV shards ``urls`` in order, through
+    dask.dataframe (their lengths are counted here, which reads them once: a value that does
+    not parse is reported now, by column)."""
     import dask.dataframe as dd
     from pandas.api.types import is_complex_dtype, is_numeric_dtype
 
     try:
-        df = dd.read_csv(loc.url, storage_options=loc.storage_options or None, blocksize="64MB")
+        df = dd.read_csv(urls or loc.url, storage_options=loc.storage_options or None,
+                         blocksize="64MB")
     except Exception as exc:
         if is_storage_error(exc):
             raise storage_error(exc, f"Opening {loc}") from None

@@ -1,0 +1,56 @@
+"""What every reader shares: the planned row chunk and the filesystem of a location."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import fsspec
+
+from ..errors import StoreError, is_storage_error, storage_error
+from .uris import Location
+
+TARGET_CHUNK_BYTES = 64 * 2**20
+
+
+def plan_row_chunk(n: int, d: int, itemsize: int, base: int = 1,
+                   target_bytes: int = TARGET_CHUNK_BYTES) -> int:
+    """Rows per dask chunk: about ``target_bytes`` per chunk, a multiple of the stored chunk."""
+    rows = max(1, target_bytes // max(1, d * itemsize))
+    rows = max(base, (rows // base) * base)
+    return int(min(max(n, 1), rows))
+
+
+def fs_of(loc: Location):
+    """(filesystem, path) of ``loc``; a missing storage extra is a `StoreError` with its fix."""
+    try:
+        return fsspec.core.url_to_fs(loc.url, **loc.storage_options)
+    except ImportError as exc:
+        raise StoreError(f"Cannot open {loc.url}: {exc}.",
+                         "install the extra for that storage, e.g. pip install 'dimred-dask[s3]'.")
+
+
+def exists(loc: Location) -> bool:
+    fs, path = fs_of(loc)
+    try:
+        return fs.exists(path)
+    except Exception as exc:
+        if is_storage_error(exc):
+            raise storage_error(exc, f"Opening {loc.url}") from None
+        raise
+
+
+def row_range(key, n: int) -> tuple[int, int, object]:
+    """(start, stop, column key) of a reader's ``[rows, cols]`` or ``[rows]`` key."""
+    rows, cols = (tuple(key) + (slice(None),))[:2] if isinstance(key, tuple) else \
+        (key, slice(None))
+    start, stop, _ = rows.indices(n)
+    return start, stop, cols
+
+
+@dataclass(frozen=True)
+class OpenOptions:
+    """What `open_input` passes to every opener."""
+
+    columns: tuple | None = None
+    row_chunk: int | None = None
+    check_chunks: bool = True
+    allow_missing: bool = False
