@@ -1,0 +1,394 @@
+"""Readers of the formats users keep data in, against what their own libraries read: AnnData
+(.h5ad and AnnData-Zarr v2 / v3; X, layers, obsm, raw; CSR and CSC), HDF5 datasets (h5py),
+SciPy sparse .npz (compressed and not), shards (glob or folder) and Parquet list columns;
+locally and from a real S3-compatible server; and every bad input refused by name."""
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+from dimred_dask import InputError
+from dimred_dask.errors import InputTypeError
+from dimred_dask.io import open_input
+
+
+@contextlib.contextmanager
+def _object_strings():
+    """anndata 0.12.6 writes string names only as object arrays, not pandas 3's str dtype."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pd.option_context("future.infer_string", False):
+            yield
+
+
+def _adata(X, **kw):
+    import anndata as ad
+
+    with _object_strings():
+        return ad.AnnData(X=X, **kw)
+
+
+def _write(adata, path, zarr_format=None, **kw):
+    import anndata as ad
+
+    with _object_strings():
+        if str(path).endswith(".h5ad"):
+            adata.write_h5ad(path, **kw)
+        else:
+            with ad.settings.override(zarr_write_format=zarr_format):
+                adata.write_zarr(path)
+
+
+def _blocks(arr, **kw):
+    import dask
+
+    return list(dask.compute(*arr.to_delayed().ravel(), **({"scheduler": "sync"} | kw)))
+
+
+def _sparse_equal(inp, expected, **kw):
+    """The chunks are CSR row blocks of all columns whose rows stack to ``expected``."""
+    blocks = _blocks(inp.array, **kw)
+    assert all(isinstance(b, sp.csr_matrix) for b in blocks)
+    assert inp.array.chunks[1] == (expected.shape[1],)
+    assert isinstance(inp.array._meta, sp.csr_matrix)
+    sizes = inp.array.chunks[0]
+    assert len(set(sizes[:-1])) <= 1 and sizes[-1] <= sizes[0]  # regular row chunks
+    got = sp.vstack(blocks).toarray()
+    np.testing.assert_array_equal(got, expected.toarray() if sp.issparse(expected) else expected)
+
+
+def _has(meta: dict, **expected):
+    assert {k: meta.get(k) for k in expected} == expected, meta
+
+
+@pytest.fixture
+def cells(rng):
+    """An AnnData as users keep one: float32 CSR X, integer counts, a dense layer, obsm, raw."""
+    X = sp.random(300, 40, density=0.1, format="csr", random_state=1, dtype=np.float32)
+    counts = X.copy()
+    counts.data = np.ceil(counts.data * 20)
+    return _adata(X, layers={"counts": counts.astype(np.int32),
+                             "dense": rng.standard_normal((300, 40))},
+                  obsm={"X_pca": rng.standard_normal((300, 5)).astype(np.float32)})
+
+
+def test_h5ad_elements_equal_what_anndata_reads(tmp_path, cells):
+    import anndata as ad
+
+    cells.raw = cells
+    path = tmp_path / "cells.h5ad"
+    _write(cells, path)
+    back = ad.read_h5ad(path)
+    inp = open_input(str(path), row_chunk=64)
+    _sparse_equal(inp, back.X)
+    _has(inp.meta, format="h5ad", sparse=True, element="X", nnz=back.X.nnz, layout="csr")
+    assert inp.meta["density"] == pytest.approx(back.X.nnz / (300 * 40))
+    counts = open_input(f"{path}#layers/counts", row_chunk=100, as_float=True)
+    assert counts.meta["stored_dtype"] == "int32" and counts.array.dtype == np.float64
+    _sparse_equal(counts, back.layers["counts"].astype(np.float64))
+    _sparse_equal(open_input(f"{path}#raw/X", row_chunk=64), back.raw.X)
+    for element, expected in (("layers/dense", back.layers["dense"]),
+                              ("obsm/X_pca", back.obsm["X_pca"])):
+        dense = open_input(f"{path}#{element}", row_chunk=64)
+        assert dense.meta["element"] == element and dense.meta["sparse"] is False
+        np.testing.assert_array_equal(dense.array.compute(scheduler="sync"), expected)
+
+
+def test_csc_is_read_by_rows_and_refused_above_the_scan_limit(tmp_path, cells, monkeypatch):
+    import dimred_dask.io.sparse as sparse
+
+    csc = _adata(sp.csc_matrix(cells.X))
+    _write(csc, tmp_path / "csc.h5ad")
+    _write(csc, tmp_path / "csc.zarr", zarr_format=3)
+    for path in ("csc.h5ad", "csc.zarr"):
+        inp = open_input(str(tmp_path / path), row_chunk=70)
+        assert inp.meta["layout"] == "csc"
+        _sparse_equal(inp, cells.X)
+    monkeypatch.setattr(sparse, "SLAB_ENTRIES", 97)  # many slabs: the scan crosses columns
+    _sparse_equal(open_input(str(tmp_path / "csc.h5ad"), row_chunk=33), cells.X)
+    monkeypatch.setattr(sparse, "SCAN_MAX_BYTES", 1000)
+    with pytest.raises(InputError, match=r"(?s)stored by columns \(CSC\).*Fix: convert it to "
+                                         r"CSR once.*tocsr"):
+        open_input(str(tmp_path / "csc.h5ad"))
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_anndata_zarr_and_its_missing_chunks(tmp_path, cells, zarr_format):
+    import anndata as ad
+
+    path = tmp_path / f"cells-v{zarr_format}.zarr"
+    _write(cells, path, zarr_format=zarr_format)
+    back = ad.read_zarr(path)
+    inp = open_input(str(path), row_chunk=64)
+    assert inp.meta["format"] == "anndata-zarr" and inp.meta["zarr_format"] == zarr_format
+    assert inp.meta["chunk_objects"] >= 3 and inp.meta["missing_chunks"] == 0
+    _sparse_equal(inp, back.X)
+    pca = open_input(f"{path}#obsm/X_pca")
+    np.testing.assert_array_equal(pca.array.compute(scheduler="sync"), back.obsm["X_pca"])
+    chunk = next(p for p in sorted((path / "X" / "data").rglob("*"))
+                 if p.is_file() and p.name not in ("zarr.json", ".zarray", ".zattrs"))
+    chunk.unlink()
+    with pytest.raises(InputError, match=r"incomplete: 1 of its \d+ chunk objects missing"):
+        open_input(str(path))
+    unchecked = open_input(str(path), check_chunks=False)  # a chunk lost after validation
+    with pytest.raises(InputError, match="X/data"):
+        _blocks(unchecked.array)
+
+
+def test_hdf5_datasets_dense_sparse_and_1d(tmp_path, rng):
+    import h5py
+
+    X = rng.standard_normal((500, 7))
+    with h5py.File(tmp_path / "d.h5", "w") as f:
+        f.create_dataset("g/x", data=X, chunks=(64, 7), compression="gzip")
+        f.create_dataset("y", data=np.arange(500, dtype=np.int16))
+        f.create_dataset("names", data=np.array([b"a", b"b"]))
+    inp = open_input(f"{tmp_path}/d.h5#g/x", row_chunk=100)
+    _has(inp.meta, format="hdf5", sparse=False, stored_chunks=[64, 7])
+    np.testing.assert_array_equal(inp.array.compute(scheduler="sync"), X)
+    y = open_input(f"{tmp_path}/d.h5#y", allow_1d=True, as_float=True)
+    np.testing.assert_array_equal(y.array.compute(scheduler="sync")[:, 0], np.arange(500.0))
+    for uri, pattern in ((f"{tmp_path}/d.h5", r"(?s)name the dataset.*\['g/x', 'y'\].*#g/x"),
+                         (f"{tmp_path}/d.h5#g", r"HDF5 group, not a dataset.*\['x'\]"),
+                         (f"{tmp_path}/d.h5#zz", r"No dataset 'zz'.*\['g/x', 'y'\]")):
+        with pytest.raises(InputError, match=pattern):
+            open_input(uri)
+    with pytest.raises(InputTypeError, match=r"names .*\|S1.*real numbers"):
+        open_input(f"{tmp_path}/d.h5#names", allow_1d=True)
+
+
+def test_damaged_hdf5_chunk_is_an_input_error_naming_it(tmp_path, cells):
+    import h5py
+
+    path = tmp_path / "z.h5ad"
+    _write(cells, path, compression="gzip")
+    with h5py.File(path, "r") as f:
+        info = f["X/data"].id.get_chunk_info(0)
+    with open(path, "r+b") as f:
+        f.seek(info.byte_offset + 4)
+        f.write(b"\xff" * 16)
+    inp = open_input(str(path), row_chunk=100)
+    with pytest.raises(InputError, match=r"(?s)Could not read entries .* of '/X/data' of "
+                                         r".*z\.h5ad#X.*Fix: the file is damaged"):
+        _blocks(inp.array)
+
+
+def test_npz_stored_deflated_csc_and_refusals(tmp_path, monkeypatch):
+    import dimred_dask.io.npz as npz
+
+    X = sp.random(300, 40, density=0.1, format="csr", random_state=2)
+    sp.save_npz(tmp_path / "deflated.npz", X)
+    sp.save_npz(tmp_path / "stored.npz", X, compressed=False)
+    sp.save_npz(tmp_path / "csc.npz", X.tocsc(), compressed=False)
+    for name, compressed in (("deflated", True), ("stored", False), ("csc", False)):
+        inp = open_input(str(tmp_path / f"{name}.npz"), row_chunk=70)
+        assert inp.meta["format"] == "npz" and inp.meta["compressed"] is compressed
+        assert inp.meta["nnz"] == X.nnz
+        _sparse_equal(inp, sp.load_npz(tmp_path / f"{name}.npz"))
+    monkeypatch.setattr(npz, "SCAN_MAX_BYTES", 1000)
+    with pytest.raises(InputError, match=r"(?s)compressed \(deflate.*compressed=False"):
+        open_input(str(tmp_path / "deflated.npz"))
+    open_input(str(tmp_path / "stored.npz"))  # read by byte range: no limit
+    sp.save_npz(tmp_path / "coo.npz", X.tocoo())
+    np.savez(tmp_path / "plain.npz", a=np.ones(3))
+    for name, pattern in (("coo", "not a scipy.sparse .npz"), ("plain", r"members: \['a.npy'\]")):
+        with pytest.raises(InputError, match=pattern):
+            open_input(str(tmp_path / f"{name}.npz"))
+
+
+def test_npy_shards_by_glob_and_folder_in_sorted_order(tmp_path, rng):
+    parts = [rng.standard_normal((n, 6)).astype(np.float32) for n in (100, 57, 200)]
+    (tmp_path / "sh").mkdir()
+    for i, part in reversed(list(enumerate(parts))):
+        np.save(tmp_path / "sh" / f"part-{i:02d}.npy", part)
+    (tmp_path / "sh" / "_SUCCESS").write_text("")
+    for uri in (f"{tmp_path}/sh", f"{tmp_path}/sh/part-*.npy"):
+        inp = open_input(uri, row_chunk=90)
+        assert inp.meta["format"] == "npy-shards" and inp.meta["shards"] == 3
+        assert inp.array.chunks[0] == (90, 90, 90, 87)  # regular, across shard ends
+        np.testing.assert_array_equal(inp.array.compute(scheduler="sync"), np.concatenate(parts))
+    reader = inp.array.dask[(inp.array.name, 0, 0)]
+    assert len(pickle.dumps(reader)) < 20_000  # the graph carries paths, never data
+    np.save(tmp_path / "sh" / "part-03.npy", np.ones((5, 7), np.float32))
+    with pytest.raises(InputError, match=r"(?s)shards of .* differ: .*part-03\.npy has 7 "
+                                         r"columns.*part-00\.npy has 6 columns"):
+        open_input(f"{tmp_path}/sh")
+    np.save(tmp_path / "sh" / "part-03.npy", np.ones((5, 6), np.float64))
+    with pytest.raises(InputError, match=r"part-03\.npy has 6 columns of float64"):
+        open_input(f"{tmp_path}/sh/part-*.npy")
+    with pytest.raises(InputError, match="matches no file"):
+        open_input(f"{tmp_path}/sh/nothing-*.npy")
+
+
+def test_sparse_h5ad_shards_with_an_element(tmp_path, cells):
+    for i, rows in enumerate((slice(0, 120), slice(120, 300))):
+        _write(cells[rows].copy(), tmp_path / f"cells-{i}.h5ad")
+    inp = open_input(f"{tmp_path}/cells-*.h5ad#layers/counts", row_chunk=50)
+    _has(inp.meta, format="h5ad-shards", shards=2, sparse=True, element="layers/counts")
+    assert inp.meta["nnz"] == cells.layers["counts"].nnz
+    _sparse_equal(inp, cells.layers["counts"])
+
+
+def _embeddings(rng, n=250, k=8):
+    import pyarrow as pa
+
+    emb = rng.standard_normal((n, k)).astype(np.float32)
+    offsets = pa.array(np.arange(n + 1, dtype=np.int32) * k)
+    return emb, pa.table({
+        "id": np.arange(n, dtype=np.int64),
+        "embedding": pa.ListArray.from_arrays(offsets, pa.array(emb.ravel())),
+        "fixed": pa.FixedSizeListArray.from_arrays(pa.array(emb.ravel().astype(np.float64)), k),
+        "name": pa.array([f"c{i}" for i in range(n)])})
+
+
+def test_parquet_list_columns(tmp_path, rng):
+    import pyarrow.parquet as pq
+
+    emb, table = _embeddings(rng)
+    pq.write_table(table, tmp_path / "e.parquet", row_group_size=60)
+    inp = open_input(str(tmp_path / "e.parquet"), columns=["embedding"], row_chunk=100)
+    assert inp.meta["list_columns"] == {"embedding": 8} and inp.array.dtype == np.float32
+    np.testing.assert_array_equal(inp.array.compute(scheduler="sync"), emb)
+    both = open_input(str(tmp_path / "e.parquet"), columns=["id", "fixed"], row_chunk=64)
+    expected = np.column_stack([np.arange(250.0), emb.astype(np.float64)])
+    np.testing.assert_array_equal(both.array.compute(scheduler="sync"), expected)
+    for name, values in (("ragged", [[1.0, 2.0]] * 70 + [[1.0]] + [[1.0, 2.0]] * 29),
+                         ("null list", [[1.0, 2.0]] * 70 + [None] + [[1.0, 2.0]] * 29),
+                         ("null value", [[1.0, 2.0]] * 70 + [[1.0, None]] + [[1.0, 2.0]] * 29)):
+        import pyarrow as pa
+
+        path = tmp_path / f"{name.replace(' ', '-')}.parquet"
+        pq.write_table(pa.table({"embedding": pa.array(values)}), path, row_group_size=50)
+        bad = open_input(str(path), columns=["embedding"])
+        with pytest.raises(InputError, match=rf"(?s)'embedding' of the Parquet file .*{path.name}"
+                                             r", row group 1 has 1 .*first at row 70"):
+            bad.array.compute(scheduler="sync")
+
+
+def test_bad_anndata_inputs_are_refused_by_name(tmp_path, cells):
+    import anndata as ad
+    import h5py
+
+    with _object_strings():
+        obs = pd.DataFrame(index=[f"c{i}" for i in range(5)])
+    _write(_adata(None, obs=obs, obsm={"X_pca": np.ones((5, 2))}), tmp_path / "nox.h5ad")
+    with pytest.raises(InputError, match=r"(?s)has no X.*\['obsm/X_pca'\].*#obsm/X_pca"):
+        open_input(str(tmp_path / "nox.h5ad"))
+    strings = _adata(np.array([["a", "b"], ["c", "d"]], dtype=object))
+    _write(strings, tmp_path / "strings.h5ad")
+    with pytest.raises(InputTypeError, match="real numbers"):
+        open_input(str(tmp_path / "strings.h5ad"))
+    with _object_strings():
+        frame = cells.copy()
+        frame.obsm["table"] = pd.DataFrame({"u": np.arange(300.0)}, index=cells.obs_names)
+    _write(frame, tmp_path / "frame.h5ad")
+    with h5py.File(tmp_path / "frame.h5ad", "r+") as f, _object_strings():
+        del f["X"]
+        ad.io.write_elem(f, "X", pd.DataFrame({"u": ["x"] * 300}, index=cells.obs_names))
+    for element in ("", "#obsm/table"):
+        with pytest.raises(InputTypeError, match=r"is a dataframe with columns \['u'\], not a "
+                                                 "numeric matrix"):
+            open_input(f"{tmp_path}/frame.h5ad{element}")
+    _write(cells, tmp_path / "cells.zarr", zarr_format=3)
+    for uri in (f"{tmp_path}/frame.h5ad#layers/nope", f"{tmp_path}/cells.zarr#obsm/nope"):
+        with pytest.raises(InputError, match=r"No element '.*nope'.*\[('X', )?'layers/counts', "
+                                             r"'layers/dense', 'obsm/X_pca'\]"):
+            open_input(uri)
+
+
+def test_sparse_nan_and_inf_are_refused_naming_rows(tmp_path):
+    dense = np.zeros((100, 10))
+    dense[::3, 2] = 1.0
+    dense[5, 4] = dense[6, 0] = np.nan  # rows 5 and 6 hold a NaN each, row 40 an inf
+    dense[40, 9] = np.inf
+    sp.save_npz(tmp_path / "nan.npz", sp.csr_matrix(dense), compressed=False)
+    inp = open_input(str(tmp_path / "nan.npz"), row_chunk=30)
+    with pytest.raises(InputError, match=r"(?s)found 2 NaN in rows 5-6 of .*nan\.npz.*Fix: "
+                                         "impute or drop"):
+        _blocks(inp.array[:30])
+    with pytest.raises(InputError, match=r"1 inf in row 40 "):
+        _blocks(inp.array[30:60])
+
+
+def test_sparse_row_chunks_are_planned_from_nnz(tmp_path, monkeypatch):
+    import dimred_dask.io.base as base
+    from dimred_dask.io.sparse import plan_sparse_rows
+
+    X = sp.random(2000, 50, density=0.05, format="csr", random_state=4, dtype=np.float32)
+    sp.save_npz(tmp_path / "x.npz", X, compressed=False)
+    monkeypatch.setattr(base, "TARGET_CHUNK_BYTES", 8000)
+    monkeypatch.setattr("dimred_dask.io.npz.TARGET_CHUNK_BYTES", 8000)
+    inp = open_input(str(tmp_path / "x.npz"))
+    rows = plan_sparse_rows(2000, X.nnz, 4 + 4, 8000)
+    assert inp.array.chunks[0][0] == rows and 100 < rows < 2000
+    _sparse_equal(inp, X)
+    assert open_input(str(tmp_path / "x.npz"), row_chunk=333).array.chunks[0][0] == 333
+
+
+# --- object storage: the same readers through a real S3-compatible server, read by the workers
+
+
+@pytest.fixture
+def bucket(s3_server):
+    import boto3
+
+    name = f"fmt-{os.urandom(4).hex()}"
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket=name)
+    return name
+
+
+def _s3fs():
+    import fsspec
+
+    return fsspec.filesystem("s3", client_kwargs={"endpoint_url": os.environ["AWS_ENDPOINT_URL"]})
+
+
+def test_s3_h5ad_anndata_zarr_hdf5_npz(client, bucket, tmp_path, cells, rng):
+    import h5py
+
+    fs = _s3fs()
+    _write(cells, tmp_path / "cells.h5ad")
+    _write(cells, tmp_path / "cells.zarr", zarr_format=3)
+    sp.save_npz(tmp_path / "x.npz", cells.X, compressed=False)
+    X = rng.standard_normal((400, 9))
+    with h5py.File(tmp_path / "d.h5", "w") as f:
+        f.create_dataset("emb/x", data=X, chunks=(50, 9))
+    for name in ("cells.h5ad", "x.npz", "d.h5"):
+        fs.put(str(tmp_path / name), f"{bucket}/{name}")
+    fs.put(str(tmp_path / "cells.zarr"), f"{bucket}/cells.zarr", recursive=True)
+    for uri in (f"s3://{bucket}/cells.h5ad", f"s3://{bucket}/cells.zarr",
+                f"s3://{bucket}/x.npz"):
+        inp = open_input(uri, row_chunk=64)
+        assert inp.meta["sparse"] and inp.meta["nnz"] == cells.X.nnz
+        _sparse_equal(inp, cells.X, scheduler=client)
+    counts = open_input(f"s3://{bucket}/cells.h5ad#layers/counts", row_chunk=128)
+    _sparse_equal(counts, cells.layers["counts"], scheduler=client)
+    pca = open_input(f"s3://{bucket}/cells.zarr#obsm/X_pca")
+    np.testing.assert_array_equal(pca.array.compute(), cells.obsm["X_pca"])
+    np.testing.assert_array_equal(open_input(f"s3://{bucket}/d.h5#emb/x", row_chunk=64)
+                                  .array.compute(), X)
+    fs.rm(f"{bucket}/cells.zarr/X/indices/c/0")
+    with pytest.raises(InputError, match=r"missing \(X/indices/c/0\)"):
+        open_input(f"s3://{bucket}/cells.zarr")
+
+
+def test_s3_parquet_glob_of_list_columns(client, bucket, tmp_path, rng):
+    import pyarrow.parquet as pq
+
+    fs = _s3fs()
+    emb, table = _embeddings(rng, n=300)
+    for i, (a, b) in enumerate(((0, 100), (100, 180), (180, 300))):
+        pq.write_table(table.slice(a, b - a), tmp_path / "p.parquet", row_group_size=40)
+        fs.put(str(tmp_path / "p.parquet"), f"{bucket}/emb/part-{i:03d}.parquet")
+    inp = open_input(f"s3://{bucket}/emb/part-*.parquet", columns=["embedding"], row_chunk=64)
+    assert inp.meta["shards"] == 3 and inp.meta["format"] == "parquet"
+    np.testing.assert_array_equal(inp.array.compute(), emb)
+    with pytest.raises(InputError, match="matches no file"):
+        open_input(f"s3://{bucket}/emb/other-*.parquet")
