@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import DimredError, InputError, InputTypeError, is_storage_error, storage_error
 from .base import plan_row_chunk, row_range
-from .sparse import Ranges, SparseRows, sparse_array, sparse_meta
+from .sparse import SparseRows, sparse_array, sparse_meta
 from .uris import Location
 
 H5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
@@ -221,8 +221,8 @@ def open_sparse_group(group, loc: Location, name: str, source, opts, fmt_meta: d
     """(dask array, meta) of a sparse group whose arrays ``source`` reads per task."""
     from dask.base import tokenize
 
-    from .base import TARGET_CHUNK_BYTES
-    from .sparse import plan_sparse_rows, scan_limit_error, SCAN_MAX_BYTES
+    from .base import TARGET_CHUNK_BYTES  # looked up per call (tests lower them)
+    from .sparse import SCAN_MAX_BYTES, plan_sparse_rows, scan_limit_error
 
     where = source.where
     layout, shape, dtype, nnz = sparse_info(group, where)
@@ -241,9 +241,6 @@ def open_sparse_group(group, loc: Location, name: str, source, opts, fmt_meta: d
 
 def open_hdf5(loc: Location, opts):
     """(dask array, meta) of the HDF5 dataset or sparse group named by ``loc``'s #path."""
-    import dask.array as da
-    from dask.base import tokenize
-
     with h5_file(loc) as (f, recorder):
         name = (loc.fragment or "").strip("/")
         if not name or name not in f:

@@ -32,7 +32,7 @@ from .base import (TARGET_CHUNK_BYTES, OpenOptions, exists as _exists, fs_of as 
 from .hdf5 import H5_SUFFIXES, open_hdf5
 from .npz import open_npz
 from .shards import classify, csv_headers_alike, is_glob, open_shards, shard_location
-from .tables import PARQUET_SUFFIXES, open_csv, open_parquet
+from .tables import open_csv, open_parquet
 from .uris import Location, parse_uri
 from .zarr_arrays import (chunk_inventory, missing_chunks_error, open_zarr,  # noqa: F401
                           strict_store)
@@ -143,7 +143,7 @@ OPENERS = {}  # format -> opener(loc, opts) -> (dask array, meta); filled below
 
 
 def _open(loc: Location, fmt: str, opts: OpenOptions):
-    if fmt in ("parquet", "csv-shards") or (fmt == "csv"):
+    if fmt in TABLES:
         return _open_table(loc, fmt, opts)
     if fmt.endswith("-shards"):
         single = fmt[:-len("-shards")]
@@ -277,5 +277,4 @@ def _open_table(loc: Location, fmt: str, opts: OpenOptions):
 
 
 OPENERS.update({"zarr": open_zarr, "anndata-zarr": open_anndata_zarr, "h5ad": open_h5ad,
-                "hdf5": open_hdf5, "npz": open_npz, "npy": _open_npy,
-                "csv": lambda loc, opts: _open_table(loc, "csv", opts)})
+                "hdf5": open_hdf5, "npz": open_npz, "npy": _open_npy})
