@@ -66,6 +66,9 @@ def _plan_chunks(spec: dict, inp) -> tuple[int, int | None]:
     """Rows per chunk from the workers' memory, or the forced ``chunk_rows`` if it fits."""
     n, d = inp.shape
     itemsize = inp.array.dtype.itemsize
+    if inp.meta.get("sparse"):  # a stored value costs its value and its column index
+        d = max(1, int(round(inp.meta.get("density", 1.0) * d)))
+        itemsize += 4
     memory = _worker_memory()
     if spec.get("chunk_rows"):
         rows = int(spec["chunk_rows"])
