@@ -20,6 +20,7 @@ __all__ = [
     "check_n_features",
     "describe_nonfinite",
     "is_dask",
+    "is_sparse_input",
 ]
 
 
@@ -29,6 +30,55 @@ def is_dask(X) -> bool:
 
 def _is_sparse(X) -> bool:
     return hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse")
+
+
+def is_sparse_input(X) -> bool:
+    """Whether ``X`` is sparse input as the methods take it: an in-memory sparse matrix or
+    array (``scipy.sparse``, any format; `check_array` turns it into CSR), or a dask array
+    whose chunks are ``scipy.sparse`` row blocks (``meta`` a ``scipy.sparse`` matrix)."""
+    if is_dask(X):
+        return _is_sparse(getattr(X, "_meta", None))
+    return _is_sparse(X)
+
+
+# The flow's method names (``--method``), from the names the methods give themselves in their
+# messages (compared lower-case, letters and digits only): a refusal of sparse input names the
+# chain that runs the method on PCA's embedding.
+_CHAIN_NAMES = {
+    "kpca": "kpca", "kernelpca": "kpca", "mds": "mds", "landmarkmds": "landmark-mds",
+    "spca": "spca", "supervisedpca": "spca", "kspca": "kspca", "kernelsupervisedpca": "kspca",
+    "isomap": "isomap", "landmarkisomap": "landmark-isomap", "lle": "lle",
+    "locallylinearembedding": "lle", "laplacian": "laplacian",
+    "laplacianeigenmaps": "laplacian", "spectral": "spectral",
+    "spectralclustering": "spectral", "tsne": "tsne", "tsnetransform": "tsne", "umap": "umap",
+    "umaptransform": "umap", "sne": "sne", "mvu": "mvu", "maximumvarianceunfolding": "mvu",
+    "landmarkmvu": "landmark-mvu", "are": "are", "actionrespectingembedding": "are",
+}
+
+
+def chain_name(method: str) -> str | None:
+    """The flow's name of the method called ``method`` in messages ("t-SNE" -> "tsne"), or
+    None when it has none (it is not a method of the flow)."""
+    return _CHAIN_NAMES.get("".join(c for c in str(method).lower() if c.isalnum()))
+
+
+def sparse_refusal(method: str, where: str, X, why: str = "") -> InputTypeError:
+    """The `InputTypeError` of a method (or a solver path) that does not take sparse input:
+    what was found, and the fix (the chain through PCA, which takes sparse input, or
+    densifying). ``why``: a clause saying what would need the dense matrix."""
+    kind = "a dask array of sparse chunks" if is_dask(X) else \
+        f"a sparse matrix of type {type(X).__name__}"
+    shape = "x".join(str(s) for s in getattr(X, "shape", ()))
+    name = chain_name(method)
+    if name:
+        fix = (f"reduce with PCA first: --method pca+{name}, the chain (e.g. --param "
+               f"pca.n_components=50; in Python make_chain('pca+{name}')), or densify "
+               "(X.toarray()) if n x d fits in memory.")
+    else:
+        fix = ("reduce with PCA first (dimred_dask.PCA(50) takes sparse input and gives a "
+               "dense embedding), or densify (X.toarray()) if n x d fits in memory.")
+    return InputTypeError(f"{method} does not take sparse input{why}; found {kind} "
+                          f"({shape}) in {where}.", fix)
 
 
 def format_rows(rows, n_rows: int | None = None, *, shown: int = 6) -> str:
@@ -97,20 +147,27 @@ def check_array(
     min_features: int = 1,
     check_finite: bool = True,
     allow_dask: bool = True,
+    accept_sparse: bool = False,
 ):
     """Return ``X`` as a 2-D float32/float64 NumPy or dask array, or raise `InputError`.
 
-    float32 stays float32 and float64 stays float64; other real dtypes become float64.
+    float32 stays float32 and float64 stays float64; other real dtypes follow `float_dtype`.
     For dask input nothing is computed: finiteness is left to the first pass of the solver.
+
+    Sparse input (`is_sparse_input`) is refused unless ``accept_sparse``, with the fix (the
+    chain through PCA, or densifying). With ``accept_sparse`` it comes back as a
+    ``scipy.sparse.csr_matrix``, or as a dask array of CSR row blocks holding all columns, in
+    the same float dtype rule; only the stored values are checked for finiteness (for dask
+    input by the solver's first pass, see ``blocks.sparse.sparse_block_stats``).
     """
     if X is None:
         raise InputError(f"{method} needs a 2-D array of samples x features; found None.",
                          "pass an array of shape (n_samples, n_features).")
-    if _is_sparse(X):
-        raise InputTypeError(
-            f"{method} needs a dense array; found a sparse matrix of type {type(X).__name__}.",
-            "convert it with X.toarray() (dense input only for this method).",
-        )
+    if is_sparse_input(X):
+        if not accept_sparse:
+            raise sparse_refusal(method, where, X)
+        return _check_sparse(X, method=method, where=where, min_samples=min_samples,
+                             min_features=min_features, check_finite=check_finite)
     if is_dask(X):
         if not allow_dask:
             raise InputTypeError(f"{method} needs an in-memory array here; found a dask array.",
@@ -205,6 +262,42 @@ def _check_dask(X, *, method, where, min_samples, min_features):
     return X if X.dtype == dtype else X.astype(dtype)
 
 
+def _check_sparse(X, *, method, where, min_samples, min_features, check_finite):
+    import scipy.sparse as sp
+
+    if is_dask(X):
+        X = _check_dask(X, method=method, where=where, min_samples=min_samples,
+                        min_features=min_features)
+        return X if X.numblocks[1] == 1 else X.rechunk({1: -1})
+    if getattr(X, "ndim", 2) != 2:
+        _check_shape(X.shape, method=method, where=where, min_samples=min_samples,
+                     min_features=min_features)
+    X = X.tocsr()  # no copy when X is CSR already; CSC, COO, ... are converted
+    if not isinstance(X, sp.csr_matrix):  # a csr_array: the matrix type the chunks are
+        X = sp.csr_matrix(X)
+    kind = X.dtype.kind
+    if kind == "c":
+        raise InputError(f"Complex data not supported: {method} needs real numbers; "
+                         f"found dtype {X.dtype} in {where}.",
+                         "pass the real part, the modulus or both as separate columns.")
+    if kind not in "fiub":
+        raise InputTypeError(f"{method} needs numbers; found dtype {X.dtype} in {where}.",
+                             "store the sparse matrix with a numeric dtype.")
+    _check_shape(X.shape, method=method, where=where, min_samples=min_samples,
+                 min_features=min_features)
+    dtype = _float_dtype(X.dtype)
+    if X.dtype != dtype:
+        X = X.astype(dtype)
+    if check_finite:
+        bad = ~np.isfinite(X.data)
+        if bad.any():
+            at = np.flatnonzero(bad)
+            rows = np.searchsorted(X.indptr, at, side="right") - 1
+            n_nan = int(np.isnan(X.data[at]).sum())
+            raise nonfinite_error(method, rows, n_nan, at.size - n_nan, where)
+    return X
+
+
 def check_n_components(n_components, n_samples: int, n_features: int, *, method: str = "PCA",
                        allow_fraction: bool = True, allow_none: bool = True):
     """Validate ``n_components``: an int in [1, min(n, d)], a fraction in (0, 1), or None."""
@@ -264,4 +357,5 @@ def check_is_fitted(estimator, attribute: str):
             "appropriate arguments before using this estimator.")
 
 
-__all__ += ["nonfinite_error", "InputTypeError", "check_is_fitted", "float_dtype"]
+__all__ += ["nonfinite_error", "InputTypeError", "check_is_fitted", "float_dtype",
+            "sparse_refusal", "chain_name"]

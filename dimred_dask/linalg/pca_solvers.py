@@ -1,12 +1,15 @@
 """PCA solvers on NumPy or dask arrays. Each returns a `Spectrum` of the centred data.
 
 - ``covariance_eigh``: one pass (mean and d x d scatter in float64, blockwise), then ``eigh``.
-  Exact; the choice for up to a few thousand features.
+  Exact; the choice for up to a few thousand features. Sparse rows give their scatter as
+  X^T X - n mu mu^T from one sparse product per block (``blocks.sparse``).
 - ``tsqr_svd``: exact SVD of the tall centred matrix through its R factor (TSQR, Demmel et
   al. 2012; ``dask.array.linalg.tsqr``): better conditioned than the scatter matrix.
 - ``randomized_eigh``: randomized subspace iteration (Halko, Martinsson & Tropp 2011,
   Alg. 4.4/5.3) on the operator A = Xc^T Xc, never formed. Each power iteration is one pass
   over the rows (A Q = sum_b Xb^T (Xb Q)); a final pass gives the Rayleigh-Ritz matrix.
+  Sparse rows are centred implicitly (Xc Q = X Q - 1 (mu^T Q), Xc^T Y = X^T Y - mu (1^T Y),
+  ``blocks.sparse``), so the same iteration takes CSR input and CSR-chunked dask arrays.
 - ``dual_eigh``: n << d. Eigenvectors V of the n x n Gram Xc Xc^T, then U = Xc^T V S^-1
   (dual PCA: the Gram matrix's eigenvectors give the principal directions).
 
@@ -20,7 +23,8 @@ import numpy as np
 import scipy.linalg
 
 from .._compute import compute
-from .._validation import is_dask
+from .._validation import is_dask, is_sparse_input
+from ..blocks.sparse import sparse_gram_products
 from ..blocks.stats import BlockStats, tree_reduce
 from .convergence import completed
 from .moments import NUMPY_BLOCK_ROWS, column_stats, row_blocks
@@ -123,12 +127,15 @@ def randomized_eigh(X, n_components: int, *, n_oversamples: int = 10, n_iter: in
     width = min(d, n_components + n_oversamples)
     q, _ = np.linalg.qr(rng.standard_normal((d, width)))
     residual = None
+    block = sparse_gram_products if is_sparse_input(X) else _block_products
     for it in range(n_iter):
-        aq, _ = _gram_products(X, stats.mean, q, stage=f"power iteration {it + 1}/{n_iter}")
+        aq, _ = _gram_products(X, stats.mean, q, stage=f"power iteration {it + 1}/{n_iter}",
+                               block=block)
         if it == n_iter - 1:
             residual = _ritz_residual(q, aq, n_components)
         q, _ = np.linalg.qr(aq)
-    _, small = _gram_products(X, stats.mean, q, stage="Rayleigh-Ritz pass", need_aq=False)
+    _, small = _gram_products(X, stats.mean, q, stage="Rayleigh-Ritz pass", need_aq=False,
+                              block=block)
     w, v = scipy.linalg.eigh(small)
     sp = _from_eigh(w / (n - 1), q @ v, stats, exact=False, passes=n_iter + 2)
     sp.components, sp.variances = sp.components[:n_components], sp.variances[:n_components]
@@ -167,15 +174,17 @@ def _add_pairs(a, b):
     return (None if a[0] is None else a[0] + b[0], a[1] + b[1])
 
 
-def _gram_products(X, mean, q, *, stage, need_aq=True):
+def _gram_products(X, mean, q, *, stage, need_aq=True, block=_block_products):
+    """Sum over row blocks of ``block``'s products (``_block_products`` for dense rows,
+    ``blocks.sparse.sparse_gram_products`` for sparse ones), in a fixed tree."""
     if not is_dask(X):
-        return tree_reduce((_block_products(X[a:b], mean, q, need_aq)
+        return tree_reduce((block(X[a:b], mean, q, need_aq)
                             for a, b in row_blocks(X.shape[0], NUMPY_BLOCK_ROWS)), _add_pairs)
     from dask import delayed
 
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
-    leaves = [delayed(_block_products, pure=True)(b, mean, q, need_aq)
+    leaves = [delayed(block, pure=True)(b, mean, q, need_aq)
               for b in X.to_delayed().ravel()]
     (res,) = compute(tree_reduce(leaves, delayed(_add_pairs, pure=True)), stage=stage)
     return res

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
-from .._validation import is_dask
+from .._validation import is_dask, is_sparse_input
+from ..blocks.sparse import csr64
 
 
 class DimredEstimator(TransformerMixin, BaseEstimator):
@@ -54,3 +55,26 @@ def rowwise(X, fn, n_out: int, dtype):
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
     return X.map_blocks(fn, chunks=(X.chunks[0], (n_out,)), dtype=dtype)
+
+
+def sparse_affine(X, w: np.ndarray, mean: np.ndarray, dtype):
+    """(X - 1 mean^T) w for sparse ``X`` (CSR, or dask of CSR row blocks) without centring X:
+    X w - 1 (mean^T w), products in float64, the result dense in ``dtype``; lazy for dask input
+    (chunked like its rows), NumPy otherwise."""
+    w = np.asarray(w, dtype=np.float64)
+    shift = np.asarray(mean, dtype=np.float64) @ w
+
+    def encode(block):
+        return (csr64(block) @ w - shift).astype(dtype, copy=False)
+
+    if not is_dask(X):
+        return encode(X)
+    return X.map_blocks(encode, chunks=(X.chunks[0], (w.shape[1],)), dtype=dtype,
+                        meta=np.empty((0, 0), dtype=dtype))
+
+
+def affine(X, w: np.ndarray, mean: np.ndarray, dtype, dense_encode):
+    """``dense_encode`` row by row for dense X (`rowwise`), `sparse_affine` for sparse X."""
+    if is_sparse_input(X):
+        return sparse_affine(X, w, mean, dtype)
+    return rowwise(X, dense_encode, w.shape[1], dtype)

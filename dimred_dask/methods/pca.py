@@ -11,6 +11,14 @@ Solvers (``solver=``): ``covariance`` (one pass, exact), ``tsqr`` (exact SVD, tw
 ``randomized`` (Halko et al., ``n_iter`` + 2 passes, for wide data), ``dual`` (n << d),
 ``auto`` (covariance up to ``COVARIANCE_MAX_FEATURES`` features, else dual when
 n <= ``DUAL_MAX_SAMPLES``, else randomized).
+
+Sparse input (a ``scipy.sparse`` matrix, or a dask array of CSR row blocks; single-cell counts)
+is centred implicitly, X - 1 mean^T is never formed: ``covariance`` accumulates
+X^T X - n mean mean^T blockwise in float64 (refused when the d x d accumulators would not fit,
+see ``SPARSE_COVARIANCE_SHARE``), ``randomized`` multiplies X Q - 1 (mean^T Q) and
+X^T Y - mean (1^T Y) (Halko, Martinsson & Tropp 2011); ``auto`` picks covariance up to
+``COVARIANCE_MAX_FEATURES`` features, else randomized. ``tsqr`` and ``dual`` would densify and
+refuse sparse input. ``transform`` gives the dense embedding X W - 1 (mean^T W).
 """
 from __future__ import annotations
 
@@ -19,17 +27,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._compute import active_client
 from .._validation import (check_array, check_is_fitted, check_n_components, check_n_features,
-                           float_dtype, is_dask)
-from ..errors import DimredWarning, InputError
+                           float_dtype, is_dask, is_sparse_input)
+from ..errors import DimredWarning, InputError, InputTypeError
 from ..linalg import covariance_eigh, dual_eigh, randomized_eigh, tsqr_svd
-from ._base import DimredEstimator, HasConvergence, rowwise, sign_fix
+from ._base import DimredEstimator, HasConvergence, rowwise, sign_fix, sparse_affine
 
 __all__ = ["PCA", "PCAModel", "pca", "SOLVERS"]
 
 SOLVERS = ("auto", "covariance", "tsqr", "randomized", "dual")
 COVARIANCE_MAX_FEATURES = 4096
 DUAL_MAX_SAMPLES = 4096
+SPARSE_SOLVERS = ("auto", "covariance", "randomized")
+# Sparse covariance: a task holds about this many d x d float64 matrices at once (the block's
+# X^T X made dense, its centred scatter, and in a merge the two it combines), and they may use
+# at most SPARSE_COVARIANCE_SHARE of the smallest worker's memory limit (of the machine's
+# memory for in-memory input): 4096 features need 0.4 GiB, 20 000 need 9.6 GiB.
+SPARSE_COVARIANCE_COPIES = 3
+SPARSE_COVARIANCE_SHARE = 0.5
 
 
 @dataclass
@@ -66,6 +82,8 @@ class PCAModel(HasConvergence):
         scale = self._scale()
         if scale is not None:
             w = w / scale
+        if is_sparse_input(X):  # X W - 1 (mean^T W): X is never centred
+            return sparse_affine(X, w, self.mean, dtype)
         w, mu = w.astype(dtype), self.mean.astype(dtype)
 
         def encode(block):
@@ -124,6 +142,53 @@ def choose_solver(solver: str, n: int, d: int, n_components) -> str:
     return "randomized" if not isinstance(n_components, float) else "tsqr"
 
 
+def _memory(X) -> int | None:
+    """Memory a task may use: the smallest worker memory limit for dask input on a
+    distributed client, else the machine's memory (None when unknown)."""
+    client = active_client() if is_dask(X) else None
+    if client is not None:
+        limits = [w.get("memory_limit") or 0
+                  for w in client.scheduler_info()["workers"].values()]
+        if limits and min(limits) > 0:
+            return int(min(limits))
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except ImportError:
+        return None
+
+
+def choose_sparse_solver(solver: str, X, k_request, where: str) -> str:
+    """The solver for sparse input: covariance or randomized (``auto``: covariance up to
+    COVARIANCE_MAX_FEATURES features); the densifying ones refused, and covariance refused
+    when its d x d accumulators would not fit in memory."""
+    n, d = X.shape
+    if solver in ("tsqr", "dual"):
+        raise InputTypeError(
+            f"PCA with solver={solver!r} does not take sparse input (it forms the centred "
+            f"matrix X - 1 mean^T, which is dense); found a sparse {n} x {d} matrix in "
+            f"{where}.", "pass solver='randomized' or 'covariance' (they centre sparse input "
+            "implicitly), or leave solver='auto'.")
+    if solver == "auto":
+        solver = "covariance" if d <= COVARIANCE_MAX_FEATURES or isinstance(k_request, float) \
+            else "randomized"
+    if solver == "covariance":
+        need = SPARSE_COVARIANCE_COPIES * 8 * d * d
+        memory = _memory(X)
+        if memory and need > SPARSE_COVARIANCE_SHARE * memory:
+            fraction = isinstance(k_request, float)
+            raise InputError(
+                f"PCA with solver='covariance' on sparse input holds d x d float64 scatter "
+                f"matrices: {need / 2**30:,.1f} GiB for d = {d} features, more than "
+                f"{SPARSE_COVARIANCE_SHARE:.0%} of the memory available "
+                f"({memory / 2**30:,.1f} GiB).",
+                "pass solver='randomized' (products with the sparse rows; memory grows with "
+                "d, not d^2)" + (" with an int n_components (a fraction of variance needs "
+                                 "the whole spectrum)" if fraction else "") + ".")
+    return solver
+
+
 def _spectrum(X, solver, k_request, n_oversamples, n_iter, random_state, where):
     if solver == "covariance":
         return covariance_eigh(X, where=where)
@@ -148,10 +213,12 @@ def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
     min(n_samples, n_features). Heavy work runs where ``X`` lives: NumPy in this process, dask
     on the active distributed client. Nothing here writes anything.
     """
-    X = check_array(X, method="PCA", where=where)
+    X = check_array(X, method="PCA", where=where, accept_sparse=True)
     n, d = X.shape
     k_request = check_n_components(n_components, n, d, method="PCA")
-    solver = choose_solver(solver, n, d, k_request)
+    resolved = choose_solver(solver, n, d, k_request)  # also checks the name
+    solver = choose_sparse_solver(solver, X, k_request, where) if is_sparse_input(X) else \
+        resolved
     sp = _spectrum(X, solver, k_request, n_oversamples, n_iter, random_state, where)
     _warn_constant(sp, d, where)
     total = sp.total_variance
@@ -235,9 +302,15 @@ class PCA(DimredEstimator):
     def fit_transform(self, X, y=None):
         return self.fit(X).transform(X)
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = self.solver in SPARSE_SOLVERS
+        return tags
+
     def _checked(self, X, n_features):
         check_is_fitted(self, "components_")
-        X = check_array(X, method="PCA", min_samples=1, check_finite=not is_dask(X))
+        X = check_array(X, method="PCA", min_samples=1, check_finite=not is_dask(X),
+                        accept_sparse=True)
         check_n_features(self, X, n_features)
         return X
 
