@@ -38,11 +38,14 @@ def exists(loc: Location) -> bool:
         raise
 
 
-def row_range(key, n: int) -> tuple[int, int, object]:
-    """(start, stop, column key) of a reader's ``[rows, cols]`` or ``[rows]`` key."""
+def row_range(key, n: int, d: int | None = None) -> tuple[int, int, object]:
+    """(start, stop, column key) of a reader's ``[rows, cols]`` or ``[rows]`` key; the column
+    key is ``slice(None)`` when it takes all ``d`` columns (dask's usual key)."""
     rows, cols = (tuple(key) + (slice(None),))[:2] if isinstance(key, tuple) else \
         (key, slice(None))
     start, stop, _ = rows.indices(n)
+    if d is not None and isinstance(cols, slice) and cols.indices(d) == (0, d, 1):
+        cols = slice(None)
     return start, stop, cols
 
 

@@ -109,7 +109,7 @@ class ShardRows:
         self.ndim = len(self.shape)
 
     def __getitem__(self, key):
-        start, stop, cols = row_range(key, self.shape[0])
+        start, stop, cols = row_range(key, self.shape[0], (self.shape + (1,))[1])
         parts = []
         i = int(np.searchsorted(self.starts, start, side="right") - 1)
         pos = start

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import DimredError, InputError, is_storage_error, storage_error
 from .._validation import describe_nonfinite
+from .base import row_range
 
 SCAN_MAX_BYTES = 512 * 2**20  # a CSC element (or a deflated .npz) read by scanning, at most
 SLAB_ENTRIES = 1 << 22  # entries per slab of a CSC scan (about 48 MiB of indices and data)
@@ -55,9 +56,7 @@ class SparseRows:
         self.layout, self.nnz, self.ndim = layout, int(nnz), 2
 
     def __getitem__(self, key):
-        rows, cols = (tuple(key) + (slice(None),))[:2] if isinstance(key, tuple) else \
-            (key, slice(None))
-        start, stop, _ = rows.indices(self.shape[0])
+        start, stop, cols = row_range(key, self.shape[0], self.shape[1])
         try:
             with self.source.open() as (indptr, indices, data):
                 read = self._csr_rows if self.layout == "csr" else self._csc_rows
