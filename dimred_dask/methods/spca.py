@@ -23,8 +23,10 @@ B is never formed: it is a factor Delta (n x r) with B = Delta Delta^T (``label_
 Q = C C^T with C = Xc^T Delta (d x r): U and the eigenvalues are the left singular vectors of C
 and its squared singular values (a thin SVD; Q itself is never formed). C comes from one pass
 over the rows: each block gives its count, means and centred co-moment, merged pairwise in a
-fixed tree (Chan, Golub & LeVeque's update, the co-moment analogue of ``blocks.stats``): the
-value of X^T Delta - n mu_x mu_Delta^T without its cancellation. Q has rank <= r (delta:
+fixed tree (Chan, Golub & LeVeque's update, the co-moment analogue of ``blocks.stats``;
+``linalg.cross_moments``): the value of X^T Delta - n mu_x mu_Delta^T without its
+cancellation. Sparse X (supervised PCA and Bair's screening; not the kernel methods) is
+centred implicitly: a block's co-moment is X^T (Delta - 1 mu_Delta^T). Q has rank <= r (delta:
 <= n_classes - 1, as H removes the constant); components past the rank carry no dependence on
 the labels and are completed by an arbitrary orthonormal basis (eigenvalue 0, DimredWarning).
 
@@ -57,16 +59,16 @@ import scipy.linalg
 
 from .._compute import compute
 from .._validation import (check_array, check_is_fitted, check_n_features, check_random_state,
-                           describe_nonfinite, format_rows, is_dask, nonfinite_error)
+                           describe_nonfinite, is_dask, is_sparse_input)
 from ..blocks.kernels import kernel_block
-from ..blocks.stats import MAX_LISTED_ROWS, merge_row_lists, tree_reduce
 from ..errors import DimredWarning, InputError
 from ..linalg import (NystromMap, choose_landmarks, column_stats, nystrom_error, nystrom_features,
-                      nystrom_map, row_blocks, top_eigh)
-from ..linalg.moments import NUMPY_BLOCK_ROWS
+                      nystrom_map, top_eigh)
+from ..linalg.cross_moments import CrossStats, cross_stats
+from ..linalg.cross_moments import bad_labels as _bad_labels
 from ..linalg.pca_solvers import _complete_basis
 from ..pairwise import check_kernel, double_center, pairwise_kernels
-from ._base import DimredEstimator, HasConvergence, rowwise, sign_fix
+from ._base import DimredEstimator, HasConvergence, rowwise, sign_fix, sparse_affine
 from .kpca import _held_out
 from .pca import pca
 
@@ -138,11 +140,6 @@ def _real_labels(y2, label_kernel: str):
 def _clip(m, n: int):
     """At most n landmarks (anything but an int is left to choose_landmarks to refuse)."""
     return min(m, n) if isinstance(m, numbers.Integral) and not isinstance(m, bool) else m
-
-
-def _bad_labels(method: str, what: str) -> InputError:
-    return InputError(f"{method} needs finite labels; found {what}.",
-                      "impute or drop those rows of X and y together.")
 
 
 def _align(y2, X):
@@ -222,83 +219,6 @@ def prepare_labels(y, X, kind, *, gamma, width, n_landmarks, random_state, metho
                          random_state=random_state, method=method)
 
 
-# ---------------------------------------------------------------- one pass: Xc^T Delta
-
-@dataclass
-class CrossStats:
-    n: int
-    mean_x: np.ndarray  # (p,)
-    mean_d: np.ndarray  # (r,)
-    cross: np.ndarray | None  # (p, r) centred co-moment (X - 1 mean_x^T)^T (Delta - 1 mean_d^T)
-    sumsq: np.ndarray  # (p,) centred sum of squares of each column of X
-    bad: tuple | None = None  # (which, n_nan, n_inf, listed rows, rows in all) of non-finite values
-
-
-def _bad_block(x, dl, offset):
-    for which, a in (("X", x), ("y", dl)):
-        finite = np.isfinite(a)
-        if not finite.all():
-            rows = np.nonzero(~finite.all(axis=1))[0]
-            n_nan = int(np.isnan(a).sum())
-            return which, n_nan, int((~finite).sum()) - n_nan, \
-                tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]), int(rows.size)
-    return None
-
-
-def _cross_block(x, dl, offset: int = 0) -> CrossStats:
-    x, dl = np.asarray(x, dtype=np.float64), np.asarray(dl, dtype=np.float64)
-    p, r = x.shape[1], dl.shape[1]
-    if x.shape[0] == 0:
-        return CrossStats(0, np.zeros(p), np.zeros(r), np.zeros((p, r)), np.zeros(p))
-    with np.errstate(invalid="ignore", over="ignore"):
-        mx, md = x.mean(axis=0), dl.mean(axis=0)
-        xc = x - mx
-        cross, sumsq = xc.T @ (dl - md), np.einsum("ij,ij->j", xc, xc)
-    if not (np.isfinite(cross).all() and np.isfinite(sumsq).all()):
-        bad = _bad_block(x, dl, offset)
-        if bad is not None:
-            return CrossStats(x.shape[0], np.zeros(p), np.zeros(r), None, np.zeros(p), bad)
-    return CrossStats(x.shape[0], mx, md, cross, sumsq)
-
-
-def _merge_cross(a: CrossStats, b: CrossStats) -> CrossStats:
-    if a.bad or b.bad:
-        if a.bad and b.bad and a.bad[0] == b.bad[0]:
-            bad = (a.bad[0], a.bad[1] + b.bad[1], a.bad[2] + b.bad[2],
-                   merge_row_lists(a.bad[3], b.bad[3]), a.bad[4] + b.bad[4])
-        else:
-            bad = a.bad if a.bad and (a.bad[0] == "X" or not b.bad) else b.bad
-        return CrossStats(a.n + b.n, a.mean_x, a.mean_d, None, a.sumsq, bad)
-    if a.n == 0 or b.n == 0:
-        return b if a.n == 0 else a
-    n = a.n + b.n
-    dx, dd, w = b.mean_x - a.mean_x, b.mean_d - a.mean_d, a.n * b.n / n
-    return CrossStats(n, a.mean_x + dx * (b.n / n), a.mean_d + dd * (b.n / n),
-                      a.cross + b.cross + w * np.outer(dx, dd), a.sumsq + b.sumsq + w * dx**2)
-
-
-def cross_stats(F, D, *, method: str, where: str = "X", stage: str = "X^T H Delta pass"):
-    """Means, centred co-moment F_c^T Delta and column sums of squares of F, in one pass."""
-    if is_dask(F):
-        from dask import delayed
-
-        F = F if F.numblocks[1] == 1 else F.rechunk({1: -1})
-        D = D.rechunk({0: F.chunks[0], 1: -1})
-        offsets = np.concatenate([[0], np.cumsum(F.chunks[0])[:-1]])
-        leaves = [delayed(_cross_block, pure=True)(f, dl, int(o)) for f, dl, o in
-                  zip(F.to_delayed().ravel(), D.to_delayed().ravel(), offsets)]
-        (st,) = compute(tree_reduce(leaves, delayed(_merge_cross, pure=True)), stage=stage)
-    else:
-        st = tree_reduce([_cross_block(F[a:b], D[a:b], a)
-                          for a, b in row_blocks(F.shape[0], NUMPY_BLOCK_ROWS)], _merge_cross)
-    if st.bad is not None:
-        which, n_nan, n_inf, rows, n_rows = st.bad
-        if which == "X":
-            raise nonfinite_error(method, np.array(rows), n_nan, n_inf, where, n_rows=n_rows)
-        raise _bad_labels(method, f"NaN or inf in the labels ({format_rows(rows, n_rows)} of y)")
-    return st
-
-
 # ---------------------------------------------------------------- shared linear algebra
 
 def _check_k(k, n: int, d: int | None, method: str) -> int:
@@ -354,8 +274,11 @@ class SupervisedPCAModel(HasConvergence):
         return self.components.shape[0]
 
     def transform(self, X):
-        """Encode: Y = (X - mean) U (lazy rowwise for dask input)."""
+        """Encode: Y = (X - mean) U (lazy rowwise for dask input; X U - 1 (mean^T U) for
+        sparse X, never centred)."""
         dtype = X.dtype
+        if is_sparse_input(X):
+            return sparse_affine(X, self.components.T, self.mean, dtype)
         w, mu = self.components.T.astype(dtype), self.mean.astype(dtype)
         return rowwise(X, lambda b: (b - mu) @ w, self.n_components, dtype)
 
@@ -440,7 +363,7 @@ def supervised_pca(X, y=None, *, n_components: int = 2, label_kernel: str = "del
                    where: str = "X") -> SupervisedPCAModel:
     """Fit supervised PCA (or Bair's screened PCA) of ``X`` (NumPy or dask) against ``y``."""
     method = "Supervised PCA"
-    X = check_array(X, method=method, where=where)
+    X = check_array(X, method=method, where=where, accept_sparse=True)
     n, d = X.shape
     k = _check_k(n_components, n, d, method)
     _choice(label_kernel, LABEL_KERNELS, "label_kernel", method, "delta")
@@ -691,15 +614,18 @@ def hsic(X, y, *, kernel: str = "gaussian", gamma=None, width=None, degree: int 
 class _SupervisedBase(DimredEstimator):
     """fit calls the function core with the parameters (their names are its keywords)."""
 
+    accepts_sparse = False  # whether fit and transform take sparse X
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.required = self.label_kernel != "identity"
+        tags.input_tags.sparse = self.accepts_sparse
         return tags
 
     def _checked(self, X, n_features):
         check_is_fitted(self, "n_features_in_")
         X = check_array(X, method=type(self).__name__, min_samples=1,
-                        check_finite=not is_dask(X))
+                        check_finite=not is_dask(X), accept_sparse=self.accepts_sparse)
         check_n_features(self, X, n_features)
         return X
 
@@ -729,7 +655,11 @@ class SupervisedPCA(_SupervisedBase):
     ----------
     components_, mean_, eigenvalues_, n_components_, n_features_in_, n_samples_,
     selected_features_, feature_scores_ (Bair only, else None)
+
+    Sparse X (CSR, or dask of CSR row blocks) is centred implicitly, as in `PCA`.
     """
+
+    accepts_sparse = True
 
     def __init__(self, n_components=2, *, label_kernel="delta", label_gamma=None,
                  label_width=None, n_label_landmarks=100, bair_threshold=None,
