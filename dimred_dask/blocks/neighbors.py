@@ -5,13 +5,16 @@
 smaller index so the result does not depend on the order blocks are visited in.
 ``merge_topk`` merges two such candidate lists. Distances are computed in float64 (the
 expansion ||a||^2 + ||b||^2 - 2 a.b in float32 loses the small distances that decide
-who is nearest), and returned in float64.
+who is nearest), and returned in float64. Sparse blocks (``scipy.sparse``) stay sparse: their
+distances come from sparse products (``blocks.kernels.SPARSE_METRICS``).
 """
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from .kernels import distance_block
+from .sparse import csr64
 
 PANEL_ROWS = 1024  # rows of ``a`` per distance panel
 # entries of one distance panel (64 MiB of float64): the columns of ``b`` are taken in slices
@@ -41,8 +44,8 @@ def _ordered_topk(d: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, n
 def block_topk(a: np.ndarray, b: np.ndarray, k: int, *, b_offset: int = 0,
                metric: str = "euclidean", p: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
     """(indices int64 (len(a), min(k, len(b))), distances float64) of the nearest rows of b."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
+    a = csr64(a) if sp.issparse(a) else np.asarray(a, dtype=np.float64)
+    b = csr64(b) if sp.issparse(b) else np.asarray(b, dtype=np.float64)
     kk = min(k, b.shape[0])
     out_i = np.empty((a.shape[0], kk), dtype=np.int64)
     out_d = np.empty((a.shape[0], kk), dtype=np.float64)

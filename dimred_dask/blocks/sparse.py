@@ -33,10 +33,7 @@ def as_csr(block) -> sp.csr_matrix:
 
 def csr64(block) -> sp.csr_matrix:
     """The block in float64, sharing its index arrays (only ``data`` is copied)."""
-    x = as_csr(block)
-    if x.dtype == np.float64:
-        return x
-    return sp.csr_matrix((x.data.astype(np.float64), x.indices, x.indptr), shape=x.shape)
+    return _in(block if sp.issparse(block) else sp.csr_matrix(block), np.float64)
 
 
 def row_of(x: sp.csr_matrix, positions: np.ndarray) -> np.ndarray:
@@ -124,11 +121,21 @@ def row_sqnorms(x) -> np.ndarray:
     return np.einsum("ij,ij->i", x, x, dtype=np.float64)
 
 
+def _in(x, dtype):
+    """``x`` (sparse: as CSR) with its values in ``dtype`` (a copy of the values if needed)."""
+    if not sp.issparse(x):
+        return np.asarray(x, dtype=dtype)
+    x = as_csr(x)
+    if x.dtype == dtype:
+        return x
+    return sp.csr_matrix((x.data.astype(dtype), x.indices, x.indptr), shape=x.shape)
+
+
 def dense_dot(a, b, dtype) -> np.ndarray:
-    """a b^T as a dense array of ``dtype`` for any mix of sparse and dense ``a`` and ``b``."""
-    out = a @ b.T
-    out = out.toarray() if sp.issparse(out) else np.asarray(out)
-    return out.astype(dtype, copy=False)
+    """a b^T computed in ``dtype`` as a dense array, for any mix of sparse and dense ``a``
+    and ``b``."""
+    out = _in(a, dtype) @ _in(b, dtype).T
+    return out.toarray() if sp.issparse(out) else np.asarray(out)
 
 
 def toarray_rows(x, rows: int = 4096):

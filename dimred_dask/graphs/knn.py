@@ -22,6 +22,12 @@ broken by the smaller index. Backends (``backend=``):
   candidates of a row from its cells are merged. Points near cell borders see both sides.
 - ``auto``: exact up to ``EXACT_MAX`` rows, nndescent above.
 
+Sparse input (CSR, or a dask array of CSR row blocks) is taken as it is, never densified, for
+the metrics made of inner products (``SPARSE_KNN_METRICS``: euclidean, sqeuclidean, cosine):
+the exact backend computes distances from sparse products, NN-descent gets the CSR rows
+(pynndescent's sparse code; no locality order). The partitioned backend and other metrics
+refuse sparse input (`InputTypeError`).
+
 The graph is held in memory as NumPy (n x k int64 indices and float64 distances: 16 bytes per
 edge, 240 MB for 1 000 000 x 15); the flow stores it in the run's store and reuses it by
 fingerprint. ``sample_recall`` measures the recall of a graph against exact neighbours on a
@@ -37,14 +43,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._compute import compute
-from .._validation import check_array, check_random_state, is_dask
-from ..blocks.kernels import METRICS
+from .._validation import check_array, check_random_state, is_dask, is_sparse_input
+from ..blocks.kernels import METRICS, SPARSE_METRICS
 from ..blocks.landmarks import kmeans
 from ..blocks.neighbors import block_topk, drop_self, merge_candidates, merge_topk
-from ..errors import InputError
+from ..blocks.sparse import csr64
+from ..errors import InputError, InputTypeError
 
 __all__ = ["KNNGraph", "knn_graph", "check_n_neighbors", "sample_recall", "KNN_BACKENDS",
-           "EXACT_MAX"]
+           "EXACT_MAX", "SPARSE_KNN_METRICS", "check_sparse_knn"]
 
 KNN_BACKENDS = ("auto", "exact", "nndescent", "partitioned")
 EXACT_MAX = 20_000  # auto: brute force up to this many rows (n^2 d flops, ~1 s at 20 000 x 50)
@@ -54,6 +61,7 @@ NNDESCENT_METRICS = ("euclidean", "sqeuclidean", "cosine", "manhattan", "chebysh
                      "braycurtis", "haversine", "hellinger", "l1", "l2", "taxicab", "linf",
                      "dot", "inner_product", "seuclidean", "mahalanobis", "wminkowski",
                      "spearmanr", "true_angular", "jensen_shannon", "symmetric_kl")
+SPARSE_KNN_METRICS = SPARSE_METRICS  # euclidean, sqeuclidean, cosine: from inner products
 
 
 @dataclass
@@ -119,6 +127,22 @@ def _check_metric(metric, backend: str, metric_kwds: dict) -> None:
                          "pass metric_kwds={'p': 2}.")
 
 
+def check_sparse_knn(metric: str, backend: str, where: str = "X") -> None:
+    """Refuse (`InputTypeError`) a metric or backend that cannot take sparse rows."""
+    if metric not in SPARSE_KNN_METRICS:
+        raise InputTypeError(
+            f"The kNN graph of sparse input is built for the metrics "
+            f"{', '.join(SPARSE_KNN_METRICS)} (from sparse inner products); found "
+            f"metric={metric!r} with sparse {where}.",
+            "pass metric='euclidean' or 'cosine', or reduce with PCA first (--method "
+            "pca+<method>) and use any metric on the dense embedding.")
+    if backend == "partitioned":
+        raise InputTypeError(
+            f"The partitioned kNN backend needs dense rows (k-means cells); found sparse "
+            f"{where}.", "pass backend='nndescent' (takes CSR rows) or 'exact', or reduce "
+            "with PCA first (--method pca+<method>).")
+
+
 def choose_backend(backend: str, n: int) -> str:
     if backend not in KNN_BACKENDS:
         raise InputError(f"kNN backend must be one of {', '.join(KNN_BACKENDS)}; found "
@@ -138,12 +162,14 @@ def knn_graph(X, n_neighbors: int = 15, *, metric: str = "euclidean", metric_kwd
     ``n_iters``, ``max_candidates``, ...). ``n_partitions`` / ``overlap``: the partitioned
     backend's cell count (default: cells of about 100 000 rows) and cells per row.
     """
-    X = check_array(X, method="The kNN graph", where=where)
+    X = check_array(X, method="The kNN graph", where=where, accept_sparse=True)
     n = X.shape[0]
     k = check_n_neighbors(n_neighbors, n)
     metric_kwds = dict(metric_kwds or {})
     backend = choose_backend(backend, n)
     _check_metric(metric, backend, metric_kwds)
+    if is_sparse_input(X):
+        check_sparse_knn(metric, backend, where)
     t0 = time.perf_counter()
     if backend == "exact":
         idx, dist = _exact(X, k, metric, metric_kwds)
@@ -252,7 +278,7 @@ def _nndescent_compact(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kw
     graph, "tidy": mapped back, ties ordered, self dropped}."""
     t0 = time.perf_counter()
     if x.shape[0] <= 4 * (k + 1):  # too small for NN-descent's trees: brute force
-        x = np.ascontiguousarray(x)
+        x = x if _issparse(x) else np.ascontiguousarray(x)
         idx, dist = block_topk(x, x, k + 1, metric=metric if metric in METRICS else "euclidean",
                                p=float(metric_kwds.get("p", 2.0)))
         idx, dist = drop_self(idx, dist, np.arange(x.shape[0]), k)
@@ -267,7 +293,10 @@ def _locality_prepare(x: np.ndarray, metric: str, kwds: dict, locality: bool | N
     float32 and NN-descent makes no copy of its own. At most one float32 copy besides the given
     x is held at a time (1 000 000 x 50 float64: peak rise 222 MiB, was 388 MiB with the
     converted copy and its ordered copy both alive). The caller should drop its reference to
-    the given x, which is then freed before NN-descent starts."""
+    the given x, which is then freed before NN-descent starts. Sparse x: float32 CSR, in the
+    given order (the ordering tree is built on dense rows)."""
+    if _issparse(x):
+        return _csr32(x), None
     given, x = x, np.ascontiguousarray(x, dtype=np.float32)
     if locality is None:
         locality = x.nbytes >= LOCALITY_MIN_BYTES
@@ -328,8 +357,35 @@ def _nndescent_ordered(x: np.ndarray, order, k: int, metric: str, metric_kwds: d
                        "tidy": round(time.perf_counter() - t1, 3)}
 
 
+def _issparse(x) -> bool:
+    import scipy.sparse as sp
+
+    return sp.issparse(x)
+
+
+def _csr32(x):
+    """CSR rows in float32 (pynndescent's dtype), the index arrays shared."""
+    import scipy.sparse as sp
+
+    x = x.tocsr()
+    if x.dtype == np.float32:
+        return x
+    return sp.csr_matrix((x.data.astype(np.float32), x.indices, x.indptr), shape=x.shape)
+
+
+def _stack(chunks):
+    """Row chunks as one array (CSR for sparse chunks)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    if _issparse(chunks[0]):
+        import scipy.sparse as sp
+
+        return sp.vstack(chunks, format="csr")
+    return np.concatenate(chunks)
+
+
 def _gathered_nndescent(k, metric, metric_kwds, kwds, *chunks):
-    x = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+    x = _stack(chunks)
     if x.shape[0] <= 4 * (k + 1):
         return _nndescent_compact(x, k, metric, metric_kwds, kwds)
     t0 = time.perf_counter()
@@ -438,6 +494,19 @@ def _partitioned(X, k, metric, metric_kwds, random_state, n_partitions, overlap,
 # --------------------------------------------------------------------------- recall
 
 
+def _sample(X, rows: np.ndarray):
+    """Rows ``rows`` (sorted) of X in float64: NumPy, or CSR for sparse input."""
+    if is_sparse_input(X):
+        if is_dask(X):
+            (part,) = compute(X[rows], stage="recall sample")
+        else:
+            part = X[rows]
+        return csr64(part)
+    from ..linalg.nystrom import take_rows
+
+    return take_rows(X, rows, "recall sample").astype(np.float64)
+
+
 def sample_recall(X, graph: KNNGraph, n_samples: int = 1000, random_state=0) -> dict:
     """Recall of ``graph`` against exact neighbours on ``n_samples`` random rows: the share of
     a row's listed neighbours that are within its exact k-th neighbour distance (so ties and
@@ -447,9 +516,7 @@ def sample_recall(X, graph: KNNGraph, n_samples: int = 1000, random_state=0) -> 
         return {"recall": None, "why": f"no exact reference for metric {graph.metric!r}"}
     rng = check_random_state(random_state)
     rows = np.sort(rng.choice(n, size=min(n, n_samples), replace=False))
-    from ..linalg.nystrom import take_rows
-
-    sample = take_rows(X, rows, "recall sample").astype(np.float64)
+    sample = _sample(X, rows)
     p = float(graph.info.get("metric_kwds", {}).get("p", 2.0))
     if is_dask(X):
         from dask import delayed

@@ -9,13 +9,20 @@ input the result is a NumPy array.
 ``double_center(M)`` returns H M H (H = I - 11^T/n) without forming H: the row means, the
 column means and the grand mean are dask reductions, and the centred matrix is the lazy
 expression M - r 1^T - 1 c^T + g. ``-0.5 * double_center(D**2)`` is classical MDS's B.
+
+Sparse X or Y (``scipy.sparse``, or dask arrays of CSR row blocks) give the same dense matrix
+for the kernels and distances made of inner products (``blocks.kernels.SPARSE_KERNELS`` /
+``SPARSE_METRICS``: euclidean, sqeuclidean and cosine distances; linear, polynomial, gaussian,
+sigmoid and cosine kernels), each block from sparse products of two row blocks; the others
+refuse sparse input (`InputTypeError`) before anything is computed.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .._validation import is_dask
-from ..blocks.kernels import distance_block, kernel_block
+from .._validation import is_dask, is_sparse_input
+from ..blocks.kernels import SPARSE_KERNELS, SPARSE_METRICS, distance_block, kernel_block
+from ..errors import InputTypeError
 from .params import check_kernel, check_metric
 
 __all__ = ["pairwise_kernels", "pairwise_distances", "double_center", "center_stats",
@@ -79,6 +86,7 @@ def pairwise_kernels(X, Y=None, *, kernel: str = "gaussian", gamma=None, width=N
     """Kernel matrix K_ij = k(x_i, y_j); lazy for dask input (see the module docstring)."""
     params = check_kernel(kernel, X.shape[1], gamma=gamma, width=width, degree=degree,
                           coef0=coef0)
+    _check_sparse(X, Y, params["kernel"], SPARSE_KERNELS, "kernel")
     return _pairwise(kernel_block, params, X, Y, square_chunks, zero_diagonal=False)
 
 
@@ -86,7 +94,23 @@ def pairwise_distances(X, Y=None, *, metric: str = "euclidean", p: float = 2.0,
                        square_chunks: int | None = None):
     """Distance matrix D_ij = d(x_i, y_j); lazy for dask input."""
     params = check_metric(metric, p)
+    _check_sparse(X, Y, params["metric"], SPARSE_METRICS, "metric")
     return _pairwise(distance_block, params, X, Y, square_chunks, zero_diagonal=True)
+
+
+def _check_sparse(X, Y, name: str, allowed, what: str) -> None:
+    if name in allowed or not (is_sparse_input(X) or (Y is not None and is_sparse_input(Y))):
+        return
+    raise InputTypeError(
+        f"The {name} {what} is not made of inner products, so it needs dense rows; found "
+        f"sparse input. Sparse rows take the {what}s {', '.join(allowed)}.",
+        f"pass one of those {what}s, or reduce with PCA first (--method pca+<method>) and use "
+        f"the {name} {what} on the dense embedding.")
+
+
+def _block(a):
+    """A row block as the block kernels take it: NumPy, or sparse as it is."""
+    return a if hasattr(a, "tocsr") else np.asarray(a)
 
 
 class _Bound:
@@ -96,7 +120,7 @@ class _Bound:
         self.fn, self.params = fn, dict(params)
 
     def __call__(self, a, b):
-        return self.fn(np.asarray(a), np.asarray(b), **self.params)
+        return self.fn(_block(a), _block(b), **self.params)
 
     def __dask_tokenize__(self):
         return (self.fn.__module__, self.fn.__name__, sorted(self.params.items()))
@@ -107,18 +131,32 @@ def _pairwise(fn, params, X, Y, square_chunks, zero_diagonal):
     if is_dask(X) or is_dask(Y):
         import dask.array as da
 
-        X = X if is_dask(X) else da.from_array(np.asarray(X))
+        X = X if is_dask(X) else _from_memory(X, None)
         if Y is not None and not is_dask(Y):
-            Y = da.from_array(np.asarray(Y), chunks=(X.chunks[0][0], -1))
+            Y = _from_memory(Y, X.chunks[0][0])
         return blockwise(bound, X, Y, dtype=X.dtype, square_chunks=square_chunks,
                          zero_diagonal=zero_diagonal)
-    X = np.asarray(X)
-    out = bound(X, X if Y is None else np.asarray(Y))
+    X = _block(X)
+    out = bound(X, X if Y is None else _block(Y))
     if Y is None:  # the same exact symmetry as the blockwise path
         out = np.triu(out) + np.triu(out, 1).T
         if zero_diagonal:
             np.fill_diagonal(out, 0)
     return out
+
+
+def _from_memory(X, rows):
+    """An in-memory X as a dask array of row chunks (CSR chunks for sparse X)."""
+    import dask.array as da
+
+    if is_sparse_input(X):
+        import scipy.sparse as sp
+
+        X = sp.csr_matrix(X)
+        return da.from_array(X, chunks=(rows or "auto", X.shape[1]), asarray=False,
+                             meta=sp.csr_matrix((0, X.shape[1]), dtype=X.dtype))
+    return da.from_array(np.asarray(X)) if rows is None else \
+        da.from_array(np.asarray(X), chunks=(rows, -1))
 
 
 def center_stats(M):
