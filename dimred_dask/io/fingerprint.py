@@ -2,7 +2,10 @@
 
 Arrays up to ``FULL_HASH_BYTES`` are hashed whole; larger ones by a fixed, evenly spaced
 sample of ``SAMPLE_CHUNKS`` chunks (always the first and the last). The manifest says which.
-Chunks are hashed where they are read (on the workers); only digests travel.
+Chunks are hashed where they are read (on the workers); only digests travel. A sparse chunk
+(``scipy.sparse``, CSR row blocks) is hashed from its CSR structure: shape, dtype, indptr,
+indices (sorted within each row) and data, the index arrays as int64 so the digest does not
+depend on the index width a reader chose.
 """
 from __future__ import annotations
 
@@ -18,8 +21,22 @@ SAMPLE_CHUNKS = 16
 
 
 def _hash_block(block) -> str:
+    if hasattr(block, "tocsr"):
+        return _hash_sparse(block.tocsr())
     b = np.ascontiguousarray(block)
     return hashlib.blake2b(b.tobytes(), digest_size=16).hexdigest()
+
+
+def _hash_sparse(x) -> str:
+    if not x.has_sorted_indices:  # the same matrix gives the same digest whatever its order
+        x = x.sorted_indices()
+    h = hashlib.blake2b(digest_size=16)
+    h.update(json.dumps({"sparse": "csr", "shape": list(x.shape),
+                         "dtype": str(x.dtype)}).encode())
+    for part in (x.indptr.astype(np.int64, copy=False), x.indices.astype(np.int64, copy=False),
+                 np.ascontiguousarray(x.data)):
+        h.update(np.ascontiguousarray(part).tobytes())
+    return h.hexdigest()
 
 
 def array_fingerprint(arr, meta: dict | None = None) -> dict:
