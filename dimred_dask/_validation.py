@@ -72,8 +72,8 @@ def sparse_refusal(method: str, where: str, X, why: str = "") -> InputTypeError:
     name = chain_name(method)
     if name:
         fix = (f"reduce with PCA first: --method pca+{name}, the chain (e.g. --param "
-               f"pca.n_components=50; in Python make_chain('pca+{name}')), or densify "
-               "(X.toarray()) if n x d fits in memory.")
+               "pca.n_components=50; in Python PCA(50).fit_transform(X), which takes sparse "
+               "input), or densify (X.toarray()) if n x d fits in memory.")
     else:
         fix = ("reduce with PCA first (dimred_dask.PCA(50) takes sparse input and gives a "
                "dense embedding), or densify (X.toarray()) if n x d fits in memory.")

@@ -11,6 +11,9 @@ from ..blocks.sparse import csr64
 class DimredEstimator(TransformerMixin, BaseEstimator):
     """Base of every estimator. scikit-learn is used for its protocol only, not its numerics."""
 
+    # whether fit and transform take sparse X (``sparse_support.SPARSE_METHODS`` by flow name)
+    accepts_sparse = False
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False

@@ -302,6 +302,8 @@ class PCA(DimredEstimator):
     def fit_transform(self, X, y=None):
         return self.fit(X).transform(X)
 
+    accepts_sparse = True  # solvers auto, covariance and randomized (SPARSE_SOLVERS)
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = self.solver in SPARSE_SOLVERS

@@ -614,8 +614,6 @@ def hsic(X, y, *, kernel: str = "gaussian", gamma=None, width=None, degree: int 
 class _SupervisedBase(DimredEstimator):
     """fit calls the function core with the parameters (their names are its keywords)."""
 
-    accepts_sparse = False  # whether fit and transform take sparse X
-
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.required = self.label_kernel != "identity"
