@@ -161,8 +161,9 @@ def _memory(X) -> int | None:
 
 def choose_sparse_solver(solver: str, X, k_request, where: str) -> str:
     """The solver for sparse input: covariance or randomized (``auto``: covariance up to
-    COVARIANCE_MAX_FEATURES features); the densifying ones refused, and covariance refused
-    when its d x d accumulators would not fit in memory."""
+    COVARIANCE_MAX_FEATURES features, or for a fraction of variance, when its d x d
+    accumulators fit in memory; else randomized); the densifying ones refused, and covariance
+    refused when its accumulators would not fit."""
     n, d = X.shape
     if solver in ("tsqr", "dual"):
         raise InputTypeError(
@@ -170,23 +171,26 @@ def choose_sparse_solver(solver: str, X, k_request, where: str) -> str:
             f"matrix X - 1 mean^T, which is dense); found a sparse {n} x {d} matrix in "
             f"{where}.", "pass solver='randomized' or 'covariance' (they centre sparse input "
             "implicitly), or leave solver='auto'.")
+    fraction = isinstance(k_request, float)
+    need = SPARSE_COVARIANCE_COPIES * 8 * d * d
+    memory = _memory(X)
+    fits = not memory or need <= SPARSE_COVARIANCE_SHARE * memory
     if solver == "auto":
-        solver = "covariance" if d <= COVARIANCE_MAX_FEATURES or isinstance(k_request, float) \
-            else "randomized"
-    if solver == "covariance":
-        need = SPARSE_COVARIANCE_COPIES * 8 * d * d
-        memory = _memory(X)
-        if memory and need > SPARSE_COVARIANCE_SHARE * memory:
-            fraction = isinstance(k_request, float)
-            raise InputError(
-                f"PCA with solver='covariance' on sparse input holds d x d float64 scatter "
-                f"matrices: {need / 2**30:,.1f} GiB for d = {d} features, more than "
-                f"{SPARSE_COVARIANCE_SHARE:.0%} of the memory available "
-                f"({memory / 2**30:,.1f} GiB).",
-                "pass solver='randomized' (products with the sparse rows; memory grows with "
-                "d, not d^2)" + (" with an int n_components (a fraction of variance needs "
-                                 "the whole spectrum)" if fraction else "") + ".")
+        wanted = d <= COVARIANCE_MAX_FEATURES or fraction
+        solver = "covariance" if wanted and (fits or fraction) else "randomized"
+    if solver == "covariance" and not fits:
+        raise InputError(
+            f"PCA with solver='covariance' on sparse input holds d x d float64 scatter "
+            f"matrices: {_size(need)} for d = {d} features, more than "
+            f"{SPARSE_COVARIANCE_SHARE:.0%} of the memory available ({_size(memory)}).",
+            "pass solver='randomized' (products with the sparse rows; memory grows with d, not "
+            "d^2)" + (" with an int n_components (a fraction of variance needs the whole "
+                      "spectrum)" if fraction else "") + ".")
     return solver
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:,.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:,.1f} MiB"
 
 
 def _spectrum(X, solver, k_request, n_oversamples, n_iter, random_state, where):
