@@ -118,8 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="make a synthetic dataset and embed it end to end",
                           parents=[common])
     demo.add_argument("--dir", default=".dimred-demo", help="folder for the data and the output")
-    demo.add_argument("--rows", type=int, default=200_000)
-    demo.add_argument("--features", type=int, default=256)
+    demo.add_argument("--data", choices=("lowrank", "cells"), default="lowrank",
+                      help="lowrank: 200 000 x 256 dense, PCA (default); cells: a sparse count "
+                           "matrix as AnnData .h5ad (50 000 cells x 2 000 genes unless --rows / "
+                           "--features), PCA then UMAP")
+    demo.add_argument("--rows", type=int, default=None)
+    demo.add_argument("--features", type=int, default=None)
     demo.add_argument("--rank", type=int, default=16, help="rank of the signal under the noise")
     demo.add_argument("--n-components", type=int, default=16)
     demo.add_argument("--scheduler", metavar="ADDR")
@@ -221,8 +225,15 @@ def cmd_run(args) -> int:
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
-    manifest = run_demo(args.dir, rows=args.rows, features=args.features, rank=args.rank,
-                        n_components=args.n_components, scheduler=args.scheduler)
+    if args.data == "cells":
+        from .demo import run_cells_demo
+
+        manifest = run_cells_demo(args.dir, cells=args.rows or 50_000,
+                                  genes=args.features or 2000, scheduler=args.scheduler)
+    else:
+        manifest = run_demo(args.dir, rows=args.rows or 200_000, features=args.features or 256,
+                            rank=args.rank, n_components=args.n_components,
+                            scheduler=args.scheduler)
     print()
     print_summary(manifest)
     print(f"\nembedding   {manifest['output']}/embedding  (Zarr array)")

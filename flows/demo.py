@@ -1,11 +1,12 @@
-"""The demo: a low-rank-plus-noise matrix made on the cluster, then the embedding flow."""
+"""The demos: a low-rank-plus-noise matrix made on the cluster, then PCA; or a synthetic
+single-cell count matrix (sparse, cell types) written as AnnData .h5ad, then PCA + UMAP."""
 from __future__ import annotations
 
 import os
 import time
 
 from dimred_dask.cluster import cluster_client
-from dimred_dask.datasets import low_rank_plus_noise
+from dimred_dask.datasets import low_rank_plus_noise, sparse_counts
 from dimred_dask.io import save_array
 
 from .embed import embed
@@ -27,3 +28,24 @@ def run_demo(folder: str = ".dimred-demo", *, rows: int = 200_000, features: int
               f" Dask workers -> {out}")
         return embed(data, out, method="pca", params={"n_components": n_components},
                      scheduler=scheduler, overwrite=True)
+
+
+def run_cells_demo(folder: str = ".dimred-demo", *, cells: int = 50_000, genes: int = 2000,
+                   types: int = 8, scheduler: str | None = None) -> dict:
+    """Sparse log1p counts of ``cells`` x ``genes`` (2 % non-zero, ``types`` cell types) as an
+    AnnData .h5ad, then the chain pca+umap (50 components, then a 2-D map)."""
+    from dimred_dask.io.write import save_h5ad
+
+    folder = os.path.abspath(folder)
+    data, out = os.path.join(folder, "cells.h5ad"), os.path.join(folder, "cells-map")
+    os.makedirs(folder, exist_ok=True)
+    if not os.path.exists(data):
+        t0 = time.perf_counter()
+        print(f"making {cells:,} cells x {genes:,} genes of sparse counts ({types} cell types) "
+              f"at {data} ...")
+        X, kind = sparse_counts(cells, genes, types=types)
+        save_h5ad(X, data, obs={"cell_type": kind.astype(str)})
+        print(f"  {X.nnz:,} stored values written in {time.perf_counter() - t0:.1f} s")
+    print(f"embedding with PCA (50 components) then UMAP -> {out}")
+    return embed(data, out, method="pca+umap", params={"umap.random_state": 0},
+                 scheduler=scheduler, overwrite=True)
