@@ -22,6 +22,7 @@ from dimred_dask._compute import active_client, compute
 from dimred_dask._validation import check_array
 from dimred_dask.cluster import cluster_client, describe_cluster
 from dimred_dask.errors import InputError, StageError
+from dimred_dask.methods import accepts_sparse, check_sparse_input
 from dimred_dask.io import (Lease, RunStore, array_fingerprint, check_output_location, digest_of,
                             embedding_png, open_input, parse_uri, plan_row_chunk,
                             run_storage_options)
@@ -93,7 +94,10 @@ def validate(spec: dict) -> dict:
     adapter = get_method(spec["method"])
     inp = _open(spec, check_chunks=True)
     _check_locations(spec, inp)
-    check_array(inp.array, method=spec["method"].upper(), where=f"'{inp.location}'")  # metadata only
+    where = f"'{inp.location}'"
+    check_sparse_input(spec["method"], inp.array, spec["params"], where=where)  # fix: a chain
+    check_array(inp.array, method=spec["method"].upper(), where=where,  # metadata only
+                accept_sparse=accepts_sparse(spec["method"]))
     if spec["sample_size"] < 10:
         raise InputError(f"sample_size must be at least 10; found {spec['sample_size']}.",
                          "pass --sample-size 2000 (the default) or more.")
