@@ -122,3 +122,30 @@ def test_make_chain_is_a_scikit_learn_pipeline():
     assert clone(pipe).set_params(umap__n_neighbors=5).steps[1][1].n_neighbors == 5
     with pytest.raises(InputError, match="PCA then one of"):
         make_chain("umap+pca")
+
+
+def test_sparse_counts_in_an_h5ad_go_through_pca_then_umap(client, prefect_api, tmp_path,
+                                                           capsys):
+    from dimred_dask.datasets import sparse_counts
+    from dimred_dask.io.write import save_h5ad
+    from flows.cli import main
+
+    X, _ = sparse_counts(3000, 300, types=4, density=0.05, chunk_rows=1000)
+    path = save_h5ad(X, str(tmp_path / "cells.h5ad"))
+    # a method that would densify the matrix is refused, its fix names the chain
+    assert main(["run", "--input", path, "--output", str(tmp_path / "u"), "--method",
+                 "umap"]) == 2
+    err = capsys.readouterr().err
+    assert "InputTypeError" in err and "pca+umap" in err, err
+    assert not (tmp_path / "u").exists()
+    out = tmp_path / "map"
+    assert main(["run", "--input", path, "--output", str(out), "--method", "pca+umap",
+                 "--param", "pca.n_components=10", "--param", "umap.n_epochs=60"]) == 0
+    printed = capsys.readouterr().out
+    assert "h5ad, element X, sparse" in printed, printed
+    m = open_output(str(out)).read_json("manifest.json")
+    assert m["input_meta"]["sparse"] and m["input_meta"]["format"] == "h5ad"
+    step = open_output(str(out / "steps" / "pca")).read_array("embedding").astype(np.float64)
+    dense = PCA(10).fit_transform(X.toarray().astype(np.float64))
+    _same_up_to_sign(step[:, :3], dense[:, :3], atol=1e-3)  # the 3 cell-type directions
+    assert open_output(str(out)).read_array("embedding").shape == (3000, 2)
