@@ -37,7 +37,8 @@ def run_cells_demo(folder: str = ".dimred-demo", *, cells: int = 50_000, genes: 
     from dimred_dask.io.write import save_h5ad
 
     folder = os.path.abspath(folder)
-    data, out = os.path.join(folder, "cells.h5ad"), os.path.join(folder, "cells-map")
+    data = os.path.join(folder, f"cells-{cells}x{genes}.h5ad")  # a new size, a new file
+    out = os.path.join(folder, "cells-map")
     os.makedirs(folder, exist_ok=True)
     if not os.path.exists(data):
         t0 = time.perf_counter()
