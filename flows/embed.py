@@ -347,7 +347,8 @@ def _refuse_unconverged(method: str, records: list[dict]) -> None:
     for rec in records:
         if not rec.get("converged") and not rec.get("handled_by"):
             raise unconverged_error(method, [rec], "raise the method's max_iter (--param "
-                                    "max_iter=...) or loosen its tol; or choose its robust "
+                                    "max_iter=...; n_iter for randomized solvers) or loosen "
+                                    "its tol; or choose its robust "
                                     "solver (e.g. --param eigen_solver=arpack).")
 
 

@@ -25,7 +25,7 @@ from .adapter import (MethodAdapter, check_known, model_loader, parse_param_valu
 
 
 PCA_DEFAULTS = {"n_components": 2, "solver": "auto", "whiten": False, "n_oversamples": 10,
-                "n_iter": 4, "random_state": 0}
+                "n_iter": 4, "tol": 0.0, "random_state": 0}
 
 
 def _pca_check(params: dict, shape: tuple) -> dict:

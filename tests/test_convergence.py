@@ -79,8 +79,11 @@ def test_dense_randomized_and_lanczos_records():
     rand = top_eigh(A, 3, solver="randomized").convergence
     assert rand["status"] == "completed" and rand["passes"] == 5 and rand["residual"] < 1e-3
     assert top_eigh(A, 3, solver="lanczos").convergence["matvecs"] > 0
-    pca = randomized_eigh(rng.standard_normal((500, 20)) * np.arange(1, 21), 3)
+    pca = randomized_eigh(rng.standard_normal((500, 80)) * np.arange(1, 81), 3)
     assert pca.convergence["status"] == "completed" and pca.convergence["passes"] == 6
+    # 20 features: two Krylov blocks of 13 span all of them, so the third pass is the last
+    small = randomized_eigh(rng.standard_normal((500, 20)) * np.arange(1, 21), 3)
+    assert small.convergence["passes"] == 3 and small.convergence["residual"] < 1e-12
 
 
 def test_sparse_solver_records_converged_and_stopped_short():

@@ -177,3 +177,43 @@ def test_function_form_returns_model(rng):
 def test_auto_solver_choice(rng):
     assert PCA(2).fit(low_rank(rng)).solver_ == "covariance"
     assert PCA(2).fit(rng.standard_normal((20, 5000))).solver_ == "dual"
+
+
+def _flat_tail(rng, n=3000, d=300):
+    """A few strong directions, then a nearly flat spectrum: slow for subspace iteration."""
+    X = rng.standard_normal((n, d)) * np.r_[np.geomspace(8, 3, 6), np.linspace(1.05, 0.95, d - 6)]
+    return X + 5.0
+
+
+def test_randomized_krylov_reaches_its_tol_on_a_flat_spectrum(rng):
+    X = _flat_tail(rng)
+    exact = SkPCA(20, svd_solver="full").fit(X).explained_variance_
+    short = PCA(20, solver="randomized", n_iter=2, random_state=0).fit(X)
+    err_short = np.max(np.abs(short.explained_variance_ - exact) / exact)
+    model = PCA(20, solver="randomized", n_iter=40, tol=1e-5, random_state=0).fit(X)
+    rec = model.convergence_[0]
+    assert rec["converged"] and rec["status"] == "converged" and rec["residual"] <= 1e-5
+    assert rec["passes"] < 42  # stopped early, at the tolerance
+    err = np.max(np.abs(model.explained_variance_ - exact) / exact)
+    assert err < 1e-5 < err_short
+    ref = SkPCA(20, svd_solver="full").fit(X).components_
+    np.testing.assert_allclose(np.abs(np.sum(model.components_ * ref, axis=1))[:6], 1, atol=1e-6)
+
+
+def test_randomized_tol_not_reached_is_unconverged_and_bad_tol_refused(rng):
+    X = _flat_tail(rng)
+    rec = PCA(20, solver="randomized", n_iter=1, tol=1e-8, random_state=0).fit(X).convergence_[0]
+    assert not rec["converged"] and rec["residual"] > rec["tol"] == 1e-8
+    assert rec["passes"] == 3 and "stopped after n_iter + 1 = 2" in rec["status"]
+    for bad in (-1.0, float("nan"), "small"):
+        with pytest.raises(InputError, match="tol >= 0"):
+            PCA(2, solver="randomized", tol=bad).fit(X)
+
+
+def test_randomized_krylov_same_result_from_dask_chunks(rng):
+    X = _flat_tail(rng, n=1200, d=80)
+    a = PCA(10, solver="randomized", n_iter=6, random_state=1).fit(X)
+    b = PCA(10, solver="randomized", n_iter=6, random_state=1).fit(
+        da.from_array(X, chunks=(250, 80)))
+    np.testing.assert_allclose(a.explained_variance_, b.explained_variance_, rtol=1e-10)
+    np.testing.assert_allclose(a.components_, b.components_, atol=1e-8)

@@ -5,9 +5,10 @@
   X^T X - n mu mu^T from one sparse product per block (``blocks.sparse``).
 - ``tsqr_svd``: exact SVD of the tall centred matrix through its R factor (TSQR, Demmel et
   al. 2012; ``dask.array.linalg.tsqr``): better conditioned than the scatter matrix.
-- ``randomized_eigh``: randomized subspace iteration (Halko, Martinsson & Tropp 2011,
-  Alg. 4.4/5.3) on the operator A = Xc^T Xc, never formed. Each power iteration is one pass
-  over the rows (A Q = sum_b Xb^T (Xb Q)); a final pass gives the Rayleigh-Ritz matrix.
+- ``randomized_eigh``: randomized block Krylov iteration (Halko, Martinsson & Tropp 2011;
+  Musco & Musco 2015) on the operator A = Xc^T Xc, never formed. Each pass over the rows gives
+  A Q = sum_b Xb^T (Xb Q) for the newest block; Rayleigh-Ritz on all blocks so far, with exact
+  residuals, after every pass (stopping early at ``tol``).
   Sparse rows are centred implicitly (Xc Q = X Q - 1 (mu^T Q), Xc^T Y = X^T Y - mu (1^T Y),
   ``blocks.sparse``), so the same iteration takes CSR input and CSR-chunked dask arrays.
 - ``dual_eigh``: n << d. Eigenvectors V of the n x n Gram Xc Xc^T, then U = Xc^T V S^-1
@@ -26,7 +27,7 @@ from .._compute import compute
 from .._validation import is_dask, is_sparse_input
 from ..blocks.sparse import sparse_gram_products
 from ..blocks.stats import BlockStats, tree_reduce
-from .convergence import completed
+from .convergence import record
 from .moments import NUMPY_BLOCK_ROWS, column_stats, row_blocks
 from .threaded import RowBlockPool
 
@@ -118,8 +119,21 @@ def _complete_basis(rows: np.ndarray, r: int) -> np.ndarray:
 
 
 def randomized_eigh(X, n_components: int, *, n_oversamples: int = 10, n_iter: int = 4,
-                    random_state=None, method="PCA", where="X") -> Spectrum:
-    """Top ``n_components`` of the covariance by randomized subspace iteration."""
+                    tol: float = 0.0, random_state=None, method="PCA",
+                    where="X") -> Spectrum:
+    """Top ``n_components`` of the covariance by randomized block Krylov iteration.
+
+    A random start block Q0 of width k + ``n_oversamples``; each pass over the rows gives
+    A Qj (A = Xc^T Xc), and the next block is A Qj orthogonalised against every earlier one, so
+    after j passes the basis spans the block Krylov space [Q0, A Q0, ..., A^(j-1) Q0]
+    (Musco & Musco 2015, "Randomized Block Krylov Methods for Stronger and Faster Approximate
+    Singular Value Decomposition"): it holds subspace iteration's space of the same passes, and
+    converges in about the square root of its passes where the spectrum is flat. Every
+    product A Qj is kept, so the Rayleigh-Ritz pairs and their exact residuals come from
+    memory after each pass: at most ``n_iter`` + 1 passes (plus the mean pass), fewer once the
+    largest residual ||A u - theta u|| / theta_1 of the wanted pairs is at most ``tol``
+    (``tol`` = 0: all of them). The basis (d x width per pass) is held in memory.
+    """
     from .._validation import check_random_state
 
     n, d = X.shape
@@ -127,36 +141,58 @@ def randomized_eigh(X, n_components: int, *, n_oversamples: int = 10, n_iter: in
     rng = check_random_state(random_state)
     width = min(d, n_components + n_oversamples)
     q, _ = np.linalg.qr(rng.standard_normal((d, width)))
-    residual = None
     block = sparse_gram_products if is_sparse_input(X) else _block_products
-    for it in range(n_iter):
-        aq, _ = _gram_products(X, stats.mean, q, stage=f"power iteration {it + 1}/{n_iter}",
+    basis, images = [q], []
+    steps = int(n_iter) + 1
+    for it in range(steps):
+        aq, _ = _gram_products(X, stats.mean, q, stage=f"Krylov pass {it + 1}/{steps}",
                                block=block)
-        if it == n_iter - 1:
-            residual = _ritz_residual(q, aq, n_components)
-        q, _ = np.linalg.qr(aq)
-    _, small = _gram_products(X, stats.mean, q, stage="Rayleigh-Ritz pass", need_aq=False,
-                              block=block)
-    w, v = scipy.linalg.eigh(small)
-    sp = _from_eigh(w / (n - 1), q @ v, stats, exact=False, passes=n_iter + 2)
+        images.append(aq)
+        V, AV = np.hstack(basis), np.hstack(images)
+        theta, u, residual = _ritz_pairs(V, AV, n_components)
+        if residual <= tol or it == steps - 1 or V.shape[1] >= d:
+            break
+        q = _next_block(V, aq)
+        if q is None:  # the Krylov space is invariant: its Ritz pairs are exact
+            break
+        basis.append(q)
+    passes = len(images) + 1
+    sp = _from_eigh(theta / (n - 1), V @ u, stats, exact=False, passes=passes)
     sp.components, sp.variances = sp.components[:n_components], sp.variances[:n_components]
-    sp.convergence = completed(
-        f"top {n_components} eigenpairs of the covariance", "randomized subspace iteration",
-        n_iter, passes=n_iter + 2, residual=residual,
-        measure="max ||A u - theta u|| / theta_max of the Ritz pairs one pass before the "
-                "last (an estimate for the last pass's, usually smaller); None without power "
-                "iterations")
+    asked = float(tol) > 0
+    reached = residual <= tol
+    sp.convergence = record(
+        f"top {n_components} eigenpairs of the covariance", "randomized block Krylov",
+        converged=reached or not asked, iterations=len(images), residual=residual,
+        tol=float(tol) if asked else None, passes=passes,
+        status="converged" if asked and reached else "completed" if not asked else
+        f"stopped after n_iter + 1 = {len(images)} Krylov passes",
+        measure="max ||A u - theta u|| / theta_1 of the wanted Ritz pairs after the last pass")
     return sp
 
 
-def _ritz_residual(q: np.ndarray, aq: np.ndarray, k: int) -> float:
-    """Relative residual of the top ``k`` Ritz pairs of A on span(q), from aq = A q (d x width,
-    in memory: no pass)."""
-    theta, u = scipy.linalg.eigh((q.T @ aq + aq.T @ q) / 2)
+def _ritz_pairs(V: np.ndarray, AV: np.ndarray, k: int):
+    """The top ``k`` Ritz pairs of A on span(V) (V orthonormal, AV = A V in memory) and the
+    largest residual ||A u - theta u|| / theta_1 among them (u = V y: A u = AV y)."""
+    T = V.T @ AV
+    theta, y = scipy.linalg.eigh((T + T.T) / 2)
     order = np.argsort(theta)[::-1][:k]
-    theta, u = theta[order], u[:, order]
-    r = np.linalg.norm(aq @ u - (q @ u) * theta, axis=0)
-    return float(r.max() / max(float(theta[0]), np.finfo(np.float64).tiny))
+    theta, y = theta[order], y[:, order]
+    r = np.linalg.norm(AV @ y - (V @ y) * theta, axis=0)
+    return theta, y, float(r.max() / max(float(theta[0]), np.finfo(np.float64).tiny))
+
+
+def _next_block(V: np.ndarray, aq: np.ndarray) -> np.ndarray | None:
+    """A Qj orthogonalised against the basis V (twice, for orthogonality to rounding), as an
+    orthonormal block; directions already in span(V) (norm below 1e-10 of A Qj's) dropped;
+    None when nothing new is left."""
+    w = aq - V @ (V.T @ aq)
+    w -= V @ (V.T @ w)
+    u, s, _ = np.linalg.svd(w, full_matrices=False)
+    scale = max(float(np.linalg.norm(aq, 2)), np.finfo(np.float64).tiny)
+    keep = s > 1e-10 * scale
+    keep[V.shape[0] - V.shape[1]:] = False  # never more columns than the space has
+    return u[:, keep] if keep.any() else None
 
 
 def _block_products(block, mean, q, need_aq):
