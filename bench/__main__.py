@@ -10,7 +10,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("name", choices=["pca", "kpca", "mds", "knn", "isomap", "lle", "spectral",
-                                    "clustering", "mvu", "tsne", "umap"], help="which benchmark")
+                                    "clustering", "mvu", "tsne", "umap", "sparse",
+                                    "shards"], help="which benchmark")
     p.add_argument("--big", action="store_true",
                    help="out of core: a Zarr array on disk larger than memory (pca); "
                         "n = 1 000 000 Nyström on 4 GiB workers (kpca); 1 000 000 x 50 end to "
@@ -52,7 +53,16 @@ def main(argv=None) -> int:
                         "cache (compilation included)")
     p.add_argument("--big-repeat", type=int, default=1,
                    help="mvu: timed repetitions of landmark MVU at n = --rows (default 20 000)")
+    p.add_argument("--genes", type=int, default=None, help="sparse: columns (default 20 000)")
     args = p.parse_args(argv)
+    if args.name == "sparse":
+        from . import sparse
+
+        return sparse.main(args)
+    if args.name == "shards":
+        from . import shards
+
+        return shards.main(args)
     if args.name in ("tsne", "umap"):
         from . import neighbor
 
