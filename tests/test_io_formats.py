@@ -272,6 +272,43 @@ def test_parquet_list_columns(tmp_path, rng):
             bad.array.compute(scheduler="sync")
 
 
+def test_parquet_chunks_are_whole_row_groups(tmp_path, rng, monkeypatch):
+    """Row groups larger than the planned chunk: opening reads none, chunks take whole row
+    groups, each read once; a chunk that takes part of a row group does not hold all of it."""
+    import pyarrow.parquet as pq
+
+    from dimred_dask.io import base, read, tables
+
+    emb, table = _embeddings(rng, n=600)
+    folder = tmp_path / "emb"
+    folder.mkdir()
+    for i in range(3):
+        pq.write_table(table.slice(200 * i, 200), folder / f"part-{i}.parquet",
+                       row_group_size=100)
+    monkeypatch.setattr(read, "plan_row_chunk", lambda n, d, size, base=1: base_plan(
+        n, d, size, base=base, target_bytes=40 * d * size))  # 40 rows planned
+    base_plan = base.plan_row_chunk
+    reads, opened = [], tables._parquet_file
+
+    def counting(handle):
+        pf = opened(handle)
+        whole = pf.read_row_group
+        pf.read_row_group = lambda i, **kw: reads.append(i) or whole(i, **kw)
+        return pf
+
+    monkeypatch.setattr(tables, "_parquet_file", counting)
+    inp = open_input(str(folder), columns=["fixed"])
+    assert reads == []  # opening reads metadata only
+    assert inp.meta["stored_chunks"] == [100, 8] and inp.array.chunks[0] == (100,) * 6
+    np.testing.assert_array_equal(inp.array.compute(scheduler="sync"), emb)
+    assert len(reads) == 6
+    part = open_input(str(folder), columns=["fixed"], row_chunk=150)
+    reader = next(v for v in part.array.dask.values() if isinstance(v, tables.ParquetRows))
+    rows = reader[150:300]
+    np.testing.assert_array_equal(rows, emb[150:300])
+    assert rows.base is None
+
+
 def test_bad_anndata_inputs_are_refused_by_name(tmp_path, cells):
     import anndata as ad
     import h5py

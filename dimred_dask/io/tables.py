@@ -7,6 +7,13 @@ checked from the files' schemas (the same in every file) before any data is read
 integer or boolean column whose statistics admit nulls is read as float64 (a null becomes NaN,
 which the methods then refuse by name).
 
+Chunks are a whole multiple of the largest row group (``meta["stored_chunks"]``, which a
+run's chunk plan follows as it does a Zarr array's chunks): Arrow reads a row group whole, so
+a chunk smaller than the row groups would read each of them once per chunk it overlaps. With
+row groups of one size a chunk reads exactly its own row groups; otherwise at most one extra
+row group at each end. A chunk that takes part of a row group is copied out of it, so it does
+not hold the whole row group in memory.
+
 A list or fixed-size-list column of numbers (an embedding per row, ``--columns embedding``)
 gives one feature per list entry: Arrow's flat values buffer is reshaped to (rows, length),
 never passing through Python lists. A fixed-size list's length comes from the schema; a
@@ -91,6 +98,8 @@ class ParquetRows:
 
         rows = key[0] if isinstance(key, tuple) else key
         start, stop, _ = rows.indices(self.shape[0])
+        if stop <= start:  # e.g. dask's probe for the array's type: nothing to read
+            return np.empty((0, self.shape[1]), self.dtype)
         first = int(np.searchsorted(self.starts, start, side="right") - 1)
         last = int(np.searchsorted(self.starts, max(start, stop - 1), side="right") - 1)
         fs, _ = fsspec.core.url_to_fs(self.loc.url, **self.loc.storage_options)
@@ -119,7 +128,8 @@ class ParquetRows:
                 handle.close()
         block = np.concatenate(parts) if parts else np.empty((0, self.shape[1]), self.dtype)
         lo = start - int(self.starts[first])
-        return block[lo:lo + (stop - start)]
+        rows_of = block[lo:lo + (stop - start)]
+        return rows_of if len(rows_of) == len(block) else rows_of.copy()  # not a view of it all
 
     def _block(self, table, g: int) -> np.ndarray:
         if not self.columns:
@@ -276,11 +286,13 @@ def open_parquet(loc: Location, fs, path: str, columns, row_chunk, plan, files=N
               for c in chosen]
     reader = ParquetRows(loc, files, groups, chosen, dtype, widths, frozenset(lists))
     n, d = reader.shape
-    rows = row_chunk or plan(n, d, dtype.itemsize)
+    largest = max((count for _, _, count in groups), default=0)
+    rows = row_chunk or plan(n, d, dtype.itemsize, base=max(1, largest))
     name = "parquet-" + tokenize(loc.url, files, groups, chosen, widths, str(dtype))
     arr = da.from_array(reader, chunks=(max(1, min(rows, max(n, 1))), d), asarray=False,
                         fancy=False, lock=False, name=name)
     return arr, {"columns": chosen, "files": len(files), "row_groups": len(groups),
+                 **({"stored_chunks": [largest, d]} if largest else {}),
                  **({"list_columns": {c: w for c, w in zip(chosen, widths) if c in lists}}
                     if lists else {}), "_reader": reader}
 
