@@ -142,57 +142,78 @@ def randomized_eigh(X, n_components: int, *, n_oversamples: int = 10, n_iter: in
     width = min(d, n_components + n_oversamples)
     q, _ = np.linalg.qr(rng.standard_normal((d, width)))
     block = sparse_gram_products if is_sparse_input(X) else _block_products
-    basis, images = [q], []
     steps = int(n_iter) + 1
+    krylov = _Krylov(d, min(d, width * steps), q)
     for it in range(steps):
         aq, _ = _gram_products(X, stats.mean, q, stage=f"Krylov pass {it + 1}/{steps}",
                                block=block)
-        images.append(aq)
-        V, AV = np.hstack(basis), np.hstack(images)
-        theta, u, residual = _ritz_pairs(V, AV, n_components)
-        if residual <= tol or it == steps - 1 or V.shape[1] >= d:
+        theta, V, residual = krylov.add_image(aq, n_components)
+        if residual <= tol or it == steps - 1 or krylov.full:
             break
-        q = _next_block(V, aq)
+        q = krylov.next_block(aq)
         if q is None:  # the Krylov space is invariant: its Ritz pairs are exact
             break
-        basis.append(q)
-    passes = len(images) + 1
-    sp = _from_eigh(theta / (n - 1), V @ u, stats, exact=False, passes=passes)
+    passes = krylov.passes + 1
+    sp = _from_eigh(theta / (n - 1), V, stats, exact=False, passes=passes)
     sp.components, sp.variances = sp.components[:n_components], sp.variances[:n_components]
     asked = float(tol) > 0
     reached = residual <= tol
     sp.convergence = record(
         f"top {n_components} eigenpairs of the covariance", "randomized block Krylov",
-        converged=reached or not asked, iterations=len(images), residual=residual,
+        converged=reached or not asked, iterations=krylov.passes, residual=residual,
         tol=float(tol) if asked else None, passes=passes,
         status="converged" if asked and reached else "completed" if not asked else
-        f"stopped after n_iter + 1 = {len(images)} Krylov passes",
+        f"stopped after n_iter + 1 = {krylov.passes} Krylov passes",
         measure="max ||A u - theta u|| / theta_1 of the wanted Ritz pairs after the last pass")
     return sp
 
 
-def _ritz_pairs(V: np.ndarray, AV: np.ndarray, k: int):
-    """The top ``k`` Ritz pairs of A on span(V) (V orthonormal, AV = A V in memory) and the
-    largest residual ||A u - theta u|| / theta_1 among them (u = V y: A u = AV y)."""
-    T = V.T @ AV
-    theta, y = scipy.linalg.eigh((T + T.T) / 2)
-    order = np.argsort(theta)[::-1][:k]
-    theta, y = theta[order], y[:, order]
-    r = np.linalg.norm(AV @ y - (V @ y) * theta, axis=0)
-    return theta, y, float(r.max() / max(float(theta[0]), np.finfo(np.float64).tiny))
+class _Krylov:
+    """The block Krylov basis V (d x m, orthonormal) and A V, in preallocated columns, with the
+    projected matrix T = V^T A V grown by one block row and column per pass (O(d m b) a pass,
+    not O(d m^2))."""
 
+    def __init__(self, d: int, columns: int, q0: np.ndarray):
+        self.V = np.empty((d, columns))
+        self.AV = np.empty((d, columns))
+        self.T = np.empty((columns, columns))
+        self.m, self.passes, self.pending = 0, 0, q0
 
-def _next_block(V: np.ndarray, aq: np.ndarray) -> np.ndarray | None:
-    """A Qj orthogonalised against the basis V (twice, for orthogonality to rounding), as an
-    orthonormal block; directions already in span(V) (norm below 1e-10 of A Qj's) dropped;
-    None when nothing new is left."""
-    w = aq - V @ (V.T @ aq)
-    w -= V @ (V.T @ w)
-    u, s, _ = np.linalg.svd(w, full_matrices=False)
-    scale = max(float(np.linalg.norm(aq, 2)), np.finfo(np.float64).tiny)
-    keep = s > 1e-10 * scale
-    keep[V.shape[0] - V.shape[1]:] = False  # never more columns than the space has
-    return u[:, keep] if keep.any() else None
+    @property
+    def full(self) -> bool:
+        return self.m >= self.V.shape[0]
+
+    def add_image(self, aq: np.ndarray, k: int):
+        """Append the pending block Q and its image A Q; return the top ``k`` Ritz values,
+        their vectors V y and the largest residual ||A u - theta u|| / theta_1 among them."""
+        q, m = self.pending, self.m
+        b = q.shape[1]
+        self.V[:, m:m + b], self.AV[:, m:m + b] = q, aq
+        V, AV = self.V[:, :m + b], self.AV[:, :m + b]
+        self.T[:m + b, m:m + b] = V.T @ aq
+        self.T[m:m + b, :m] = self.T[:m, m:m + b].T
+        self.m, self.passes = m + b, self.passes + 1
+        T = self.T[:m + b, :m + b]
+        top = min(k, m + b)
+        theta, y = scipy.linalg.eigh((T + T.T) / 2, subset_by_index=[m + b - top, m + b - 1])
+        theta, y = theta[::-1], y[:, ::-1]
+        u = V @ y
+        r = np.linalg.norm(AV @ y - u * theta, axis=0)
+        return theta, u, float(r.max() / max(float(theta[0]), np.finfo(np.float64).tiny))
+
+    def next_block(self, aq: np.ndarray) -> np.ndarray | None:
+        """A Q orthogonalised against the basis (twice, for orthogonality to rounding), as an
+        orthonormal block; directions already in the span (below 1e-10 of A Q's Frobenius norm)
+        dropped; None when nothing new is left or there is no room for it."""
+        V = self.V[:, :self.m]
+        w = aq - V @ (V.T @ aq)
+        w -= V @ (V.T @ w)
+        u, s, _ = np.linalg.svd(w, full_matrices=False)
+        scale = max(float(np.linalg.norm(aq)), np.finfo(np.float64).tiny)
+        keep = s > 1e-10 * scale
+        keep[self.V.shape[1] - self.m:] = False  # never more columns than allocated (<= d)
+        self.pending = u[:, keep] if keep.any() else None
+        return self.pending
 
 
 def _block_products(block, mean, q, need_aq):
