@@ -110,7 +110,7 @@ class ParquetRows:
                 if f not in opened:
                     for handle in opened.values():  # one file open at a time
                         handle.close()
-                    opened = {f: fs.open(self.files[f], "rb")}
+                    opened = {f: self._open(fs, self.files[f])}
                 table = _parquet_file(opened[f]).read_row_group(rg, columns=self.columns)
                 parts.append(self._block(table, g))
         except DimredError:
@@ -130,6 +130,16 @@ class ParquetRows:
         lo = start - int(self.starts[first])
         rows_of = block[lo:lo + (stop - start)]
         return rows_of if len(rows_of) == len(block) else rows_of.copy()  # not a view of it all
+
+    def _open(self, fs, name: str):
+        """A local file as Arrow's own file (its reads land in Arrow's memory pool, not in
+        Python bytes that the allocator may hand back to the system after each read), else
+        through fsspec."""
+        if self.loc.is_local:
+            import pyarrow as pa
+
+            return pa.OSFile(name, "rb")
+        return fs.open(name, "rb")
 
     def _block(self, table, g: int) -> np.ndarray:
         if not self.columns:
