@@ -131,8 +131,10 @@ def randomized_eigh(X, n_components: int, *, n_oversamples: int = 10, n_iter: in
     converges in about the square root of its passes where the spectrum is flat. Every
     product A Qj is kept, so the Rayleigh-Ritz pairs and their exact residuals come from
     memory after each pass: at most ``n_iter`` + 1 passes (plus the mean pass), fewer once the
-    largest residual ||A u - theta u|| / theta_1 of the wanted pairs is at most ``tol``
-    (``tol`` = 0: all of them). The basis (d x width per pass) is held in memory.
+    largest relative residual ||A u - theta u|| / theta of the wanted pairs is at most ``tol``
+    (``tol`` = 0: all of them). That residual bounds the distance from theta to an eigenvalue
+    of A (Bauer-Fike), so ``tol`` bounds each explained variance's relative error; the error
+    itself is usually far smaller (of the order of the residual squared over the gap). The basis (d x width per pass) is held in memory.
     """
     from .._validation import check_random_state
 
@@ -164,7 +166,7 @@ def randomized_eigh(X, n_components: int, *, n_oversamples: int = 10, n_iter: in
         tol=float(tol) if asked else None, passes=passes,
         status="converged" if asked and reached else "completed" if not asked else
         f"stopped after n_iter + 1 = {krylov.passes} Krylov passes",
-        measure="max ||A u - theta u|| / theta_1 of the wanted Ritz pairs after the last pass")
+        measure="max ||A u - theta u|| / theta of the wanted Ritz pairs after the last pass")
     return sp
 
 
@@ -185,7 +187,8 @@ class _Krylov:
 
     def add_image(self, aq: np.ndarray, k: int):
         """Append the pending block Q and its image A Q; return the top ``k`` Ritz values,
-        their vectors V y and the largest residual ||A u - theta u|| / theta_1 among them."""
+        their vectors V y and the largest relative residual ||A u - theta u|| / theta among
+        them (theta floored at sqrt(eps) theta_1, for pairs at the rounding level)."""
         q, m = self.pending, self.m
         b = q.shape[1]
         self.V[:, m:m + b], self.AV[:, m:m + b] = q, aq
@@ -199,7 +202,8 @@ class _Krylov:
         theta, y = theta[::-1], y[:, ::-1]
         u = V @ y
         r = np.linalg.norm(AV @ y - u * theta, axis=0)
-        return theta, u, float(r.max() / max(float(theta[0]), np.finfo(np.float64).tiny))
+        floor = max(float(theta[0]) * np.sqrt(np.finfo(np.float64).eps), np.finfo(float).tiny)
+        return theta, u, float(np.max(r / np.maximum(theta, floor)))
 
     def next_block(self, aq: np.ndarray) -> np.ndarray | None:
         """A Q orthogonalised against the basis (twice, for orthogonality to rounding), as an

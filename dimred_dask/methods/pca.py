@@ -276,11 +276,12 @@ class PCA(DimredEstimator):
         Randomized solver only: extra random directions beyond n_components, and the number
         of Krylov passes beyond the first (at most n_iter + 1 products with the data).
     tol : float, default 0
-        Randomized solver only: stop once the wanted Ritz pairs' largest relative residual
-        ||C u - theta u|| / theta_1 is at most ``tol``; 0 runs every pass. A ``tol`` > 0 not
-        reached within the passes marks the fit unconverged (the flow refuses to commit it).
-        Where the spectrum is flat (e.g. sparse counts beyond their first components), the
-        explained variances need n_iter of 15-30 and tol about 1e-4 to be accurate to 1e-4.
+        Randomized solver only: stop once every wanted Ritz pair's relative residual
+        ||C u - theta u|| / theta is at most ``tol``, which bounds the relative error of its
+        explained variance (the error is usually much smaller); 0 runs every pass. A ``tol``
+        > 0 not reached within the passes marks the fit unconverged (the flow refuses to
+        commit it). Where the spectrum is flat (sparse counts beyond their first components),
+        accurate explained variances need an n_iter of 20-40 with tol about 1e-3.
     random_state : int, numpy Generator or None
         Seeds the randomized solver; the same seed gives the same result on any cluster.
 
