@@ -54,11 +54,17 @@ def main(argv=None) -> int:
     p.add_argument("--big-repeat", type=int, default=1,
                    help="mvu: timed repetitions of landmark MVU at n = --rows (default 20 000)")
     p.add_argument("--genes", type=int, default=None, help="sparse: columns (default 20 000)")
+    p.add_argument("--no-scanpy", action="store_true",
+                   help="sparse: leave scanpy out (it calls scikit-learn's ARPACK PCA)")
+    p.add_argument("--density", type=float, default=None,
+                   help="sparse --big: share of non-zero counts (default 0.035)")
+    p.add_argument("--worker-memory", default=None,
+                   help="sparse --big: memory_limit of each worker (default 5GiB)")
     args = p.parse_args(argv)
     if args.name == "sparse":
         from . import sparse
 
-        return sparse.main(args)
+        return sparse.main_big(args) if args.big else sparse.main(args)
     if args.name == "shards":
         from . import shards
 
