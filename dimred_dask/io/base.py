@@ -1,11 +1,12 @@
 """What every reader shares: the planned row chunk and the filesystem of a location."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import fsspec
 
-from ..errors import StoreError, is_storage_error, storage_error
+from ..errors import DimredError, StoreError, is_storage_error, storage_error
 from .uris import Location
 
 TARGET_CHUNK_BYTES = 64 * 2**20
@@ -26,6 +27,24 @@ def fs_of(loc: Location):
     except ImportError as exc:
         raise StoreError(f"Cannot open {loc.url}: {exc}.",
                          "install the extra for that storage, e.g. pip install 'dimred-dask[s3]'.")
+
+
+@contextmanager
+def read_errors(where, damaged, *, doing: str = "Reading", decoder_module: str | None = None):
+    """The errors of reading rows of ``where``: our own errors pass; a failure of the storage
+    (network, permissions, a vanished object) is the `StoreError` "``doing`` ``where``";
+    anything else is the data itself, ``damaged(exc)`` (an `InputError` naming what to
+    rewrite). ``decoder_module``: errors raised from that library's modules (its decoder's
+    own OSErrors) count as damaged data, not storage."""
+    try:
+        yield
+    except DimredError:
+        raise
+    except Exception as exc:
+        foreign = decoder_module and type(exc).__module__.startswith(decoder_module)
+        if is_storage_error(exc) and not foreign:
+            raise storage_error(exc, f"{doing} {where}") from None
+        raise damaged(exc) from None
 
 
 def exists(loc: Location) -> bool:

@@ -26,7 +26,7 @@ import zipfile
 import numpy as np
 
 from ..errors import DimredError, InputError, InputTypeError, is_storage_error, storage_error
-from .base import TARGET_CHUNK_BYTES, fs_of
+from .base import TARGET_CHUNK_BYTES, fs_of, read_errors
 from .sparse import (SCAN_MAX_BYTES, SparseRows, plan_sparse_rows, scan_limit_error,
                      sparse_array, sparse_meta)
 from .uris import Location
@@ -117,21 +117,15 @@ class _Inflated:
         start, stop, _ = key.indices(self.length)
         count, size = max(0, stop - start), self.dtype.itemsize
         target = self.offset + start * size
-        try:
+        with read_errors(self.where, lambda exc: InputError(
+                f"Could not inflate the member {self.name} of the .npz file {self.where} "
+                f"({type(exc).__name__}: {exc}).",
+                "the file is damaged: write it again with scipy.sparse.save_npz.")):
             if self.member is None or self.member.tell() > target:
                 self.close()
                 self.member = self.zf.open(self.name)
             self.member.seek(target)
             raw = self.member.read(count * size)
-        except DimredError:
-            raise
-        except Exception as exc:
-            if is_storage_error(exc):
-                raise storage_error(exc, f"Reading {self.where}") from None
-            raise InputError(f"Could not inflate the member {self.name} of the .npz file "
-                             f"{self.where} ({type(exc).__name__}: {exc}).",
-                             "the file is damaged: write it again with "
-                             "scipy.sparse.save_npz.") from None
         if len(raw) != count * size:
             raise InputError(f"The .npz file {self.where} is truncated: its member "
                              f"{self.name} ends early.", "write the file again.")

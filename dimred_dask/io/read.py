@@ -28,7 +28,7 @@ from ..errors import (DimredError, InputError, InputTypeError, is_storage_error,
 from .._validation import float_dtype
 from .anndata import open_anndata_zarr, open_h5ad
 from .base import (TARGET_CHUNK_BYTES, OpenOptions, exists as _exists, fs_of as _fs,  # noqa: F401
-                   plan_row_chunk, row_range)
+                   plan_row_chunk, read_errors, row_range)
 from .hdf5 import H5_SUFFIXES, open_hdf5
 from .npz import open_npz
 from .shards import classify, csv_headers_alike, is_glob, open_shards, shard_location
@@ -185,15 +185,11 @@ class _NpyRows:
 
     def __getitem__(self, key):
         start, stop, cols = row_range(key, self.shape[0])
-        try:
+        with read_errors(self.loc, lambda exc: InputError(
+                f"Could not read rows {start}-{stop - 1} of the .npy file {self.loc} "
+                f"({type(exc).__name__}: {exc}).", "the file changed or was truncated after "
+                "the run started: write it again and re-run.")):
             block = self._read(start, stop)
-        except Exception as exc:
-            if is_storage_error(exc):
-                raise storage_error(exc, f"Reading {self.loc}") from None
-            raise InputError(f"Could not read rows {start}-{stop - 1} of the .npy file "
-                             f"{self.loc} ({type(exc).__name__}: {exc}).",
-                             "the file changed or was truncated after the run started: write "
-                             "it again and re-run.") from None
         return block[(slice(None), cols)] if self.ndim == 2 else block
 
     def _read(self, start: int, stop: int) -> np.ndarray:

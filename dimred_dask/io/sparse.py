@@ -24,9 +24,9 @@ import contextlib
 
 import numpy as np
 
-from ..errors import DimredError, InputError, is_storage_error, storage_error
+from ..errors import InputError
 from .._validation import describe_nonfinite
-from .base import row_range
+from .base import read_errors, row_range
 
 SCAN_MAX_BYTES = 512 * 2**20  # a CSC element (or a deflated .npz) read by scanning, at most
 SLAB_ENTRIES = 1 << 22  # entries per slab of a CSC scan (about 48 MiB of indices and data)
@@ -57,19 +57,13 @@ class SparseRows:
 
     def __getitem__(self, key):
         start, stop, cols = row_range(key, self.shape[0], self.shape[1])
-        try:
-            with self.source.open() as (indptr, indices, data):
-                read = self._csr_rows if self.layout == "csr" else self._csc_rows
-                block = read(start, stop, indptr, indices, data)
-        except DimredError:
-            raise
-        except Exception as exc:
-            if is_storage_error(exc):
-                raise storage_error(exc, f"Reading {self.source.where}") from None
-            raise InputError(f"Could not read rows {start}-{stop - 1} of the sparse matrix "
-                             f"{self.source.where} ({type(exc).__name__}: {exc}).",
-                             "the file is damaged or was changed after the run started: "
-                             "write it again from its source.") from None
+        with read_errors(self.source.where, lambda exc: InputError(
+                f"Could not read rows {start}-{stop - 1} of the sparse matrix "
+                f"{self.source.where} ({type(exc).__name__}: {exc}).",
+                "the file is damaged or was changed after the run started: write it again "
+                "from its source.")), self.source.open() as (indptr, indices, data):
+            read = self._csr_rows if self.layout == "csr" else self._csc_rows
+            block = read(start, stop, indptr, indices, data)
         self._check_finite(block, start)
         return block if cols == slice(None) else block[:, cols]
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DimredError, InputError, InputTypeError, is_storage_error, storage_error
+from ..errors import InputError, InputTypeError, is_storage_error, storage_error
+from .base import read_errors
 from .uris import Location
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -103,26 +104,25 @@ class ParquetRows:
         first = int(np.searchsorted(self.starts, start, side="right") - 1)
         last = int(np.searchsorted(self.starts, max(start, stop - 1), side="right") - 1)
         fs, _ = fsspec.core.url_to_fs(self.loc.url, **self.loc.storage_options)
-        parts, opened = [], {}
+        parts, opened, at = [], {}, [first]
+
+        def damaged(exc):
+            f, rg = int(self.groups[at[0], 0]), int(self.groups[at[0], 1])
+            return InputError(f"Could not decode row group {rg} of the Parquet file "
+                              f"{self.files[f]} ({type(exc).__name__}: {exc}).",
+                              "the file is damaged or truncated: write it again from its "
+                              "source.")
         try:
-            for g in range(first, min(last, len(self.groups) - 1) + 1):
-                f, rg = int(self.groups[g, 0]), int(self.groups[g, 1])
-                if f not in opened:
-                    for handle in opened.values():  # one file open at a time
-                        handle.close()
-                    opened = {f: self._open(fs, self.files[f])}
-                table = _parquet_file(opened[f]).read_row_group(rg, columns=self.columns)
-                parts.append(self._block(table, g))
-        except DimredError:
-            raise
-        except Exception as exc:
-            if is_storage_error(exc) and not type(exc).__module__.startswith("pyarrow"):
-                raise storage_error(exc, f"Reading {self.loc}") from None
-            f, rg = int(self.groups[g, 0]), int(self.groups[g, 1])
-            raise InputError(f"Could not decode row group {rg} of the Parquet file "
-                             f"{self.files[f]} ({type(exc).__name__}: {exc}).",
-                             "the file is damaged or truncated: write it again from its "
-                             "source.") from None
+            with read_errors(self.loc, damaged, decoder_module="pyarrow"):
+                for g in range(first, min(last, len(self.groups) - 1) + 1):
+                    at[0] = g
+                    f, rg = int(self.groups[g, 0]), int(self.groups[g, 1])
+                    if f not in opened:
+                        for handle in opened.values():  # one file open at a time
+                            handle.close()
+                        opened = {f: self._open(fs, self.files[f])}
+                    table = _parquet_file(opened[f]).read_row_group(rg, columns=self.columns)
+                    parts.append(self._block(table, g))
         finally:
             for handle in opened.values():
                 handle.close()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import (DimredError, InputError, InputTypeError, StoreError, is_storage_error,
+from ..errors import (InputError, InputTypeError, StoreError, is_storage_error,
                       storage_error)
-from .base import fs_of as _fs, plan_row_chunk
+from .base import fs_of as _fs, plan_row_chunk, read_errors
 from .uris import Location
 
 METADATA_KEYS = ("zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata")
@@ -140,14 +140,8 @@ class _ZarrRows:
         self.shape, self.dtype, self.ndim = tuple(node.shape), node.dtype, node.ndim
 
     def __getitem__(self, key):
-        try:
+        with read_errors(self.where, lambda exc: self._decode_error(key, exc)):
             return np.asarray(self.node[key])
-        except DimredError:
-            raise
-        except Exception as exc:
-            if is_storage_error(exc):
-                raise storage_error(exc, f"Reading {self.where}") from None
-            raise self._decode_error(key, exc) from None
 
     def _decode_error(self, key, exc) -> InputError:
         """Find the stored object that fails (only on the failure path) and name it."""
