@@ -191,9 +191,7 @@ def _as_real(arr: np.ndarray, *, method: str, where: str) -> np.ndarray:
     if kind in "fiub":
         return arr.astype(_float_dtype(arr.dtype), copy=False)
     if kind == "c":
-        raise InputError(f"Complex data not supported: {method} needs real numbers; "
-                         f"found dtype {arr.dtype} in {where}.",
-                         "pass the real part, the modulus or both as separate columns.")
+        _refuse_non_real(arr.dtype, method, where, "")
     if kind == "O":
         try:
             return arr.astype(np.float64)
@@ -247,19 +245,23 @@ def _check_dask(X, *, method, where, min_samples, min_features):
         raise ChunkingError(
             f"{method} needs known chunk sizes; {where} has unknown (NaN) chunk sizes.",
             "call X.compute_chunk_sizes() or build the array with known lengths.")
-    kind = X.dtype.kind
-    if kind == "c":
-        raise InputError(f"Complex data not supported: {method} needs real numbers; "
-                         f"found dtype {X.dtype} in {where}.",
-                         "pass the real part, the modulus or both as separate columns.")
-    if kind not in "fiub":
-        raise InputTypeError(
-            f"{method} needs numbers; found dtype {X.dtype} in {where}.",
-            "select numeric columns, or encode text as numbers first.")
+    _refuse_non_real(X.dtype, method, where,
+                     "select numeric columns, or encode text as numbers first.")
     _check_shape(X.shape, method=method, where=where, min_samples=min_samples,
                  min_features=min_features)
     dtype = _float_dtype(X.dtype)
     return X if X.dtype == dtype else X.astype(dtype)
+
+
+def _refuse_non_real(dtype, method: str, where: str, fix: str) -> None:
+    """Complex numbers are an `InputError`, other non-numeric dtypes an `InputTypeError` with
+    ``fix``; real numbers, integers and booleans pass."""
+    if dtype.kind == "c":
+        raise InputError(f"Complex data not supported: {method} needs real numbers; "
+                         f"found dtype {dtype} in {where}.",
+                         "pass the real part, the modulus or both as separate columns.")
+    if dtype.kind not in "fiub":
+        raise InputTypeError(f"{method} needs numbers; found dtype {dtype} in {where}.", fix)
 
 
 def _check_sparse(X, *, method, where, min_samples, min_features, check_finite):
@@ -275,14 +277,7 @@ def _check_sparse(X, *, method, where, min_samples, min_features, check_finite):
     X = X.tocsr()  # no copy when X is CSR already; CSC, COO, ... are converted
     if not isinstance(X, sp.csr_matrix):  # a csr_array: the matrix type the chunks are
         X = sp.csr_matrix(X)
-    kind = X.dtype.kind
-    if kind == "c":
-        raise InputError(f"Complex data not supported: {method} needs real numbers; "
-                         f"found dtype {X.dtype} in {where}.",
-                         "pass the real part, the modulus or both as separate columns.")
-    if kind not in "fiub":
-        raise InputTypeError(f"{method} needs numbers; found dtype {X.dtype} in {where}.",
-                             "store the sparse matrix with a numeric dtype.")
+    _refuse_non_real(X.dtype, method, where, "store the sparse matrix with a numeric dtype.")
     _check_shape(X.shape, method=method, where=where, min_samples=min_samples,
                  min_features=min_features)
     dtype = _float_dtype(X.dtype)
