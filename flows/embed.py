@@ -405,12 +405,11 @@ def evaluate(spec: dict, v: dict) -> dict:
                               as_float=True, check_chunks=False, allow_missing_chunks=True)
     with stage_errors("evaluate", **_mem(v)):
         Xs, Ys, Xo = compute(inp.array[idx], Y[idx], original.array[idx], stage="sample")
-    Xs, Xo = _dense(Xs), _dense(Xo)
     k = int(min(10, max(1, len(idx) // 2 - 1)))
-    result = {"sample": how, "sample_size": int(len(idx)), "n_neighbors": k,
-              "trustworthiness": metrics.trustworthiness(Xo, Ys, k),
-              "knn_recall": metrics.knn_recall(Xo, Ys, k),
-              **adapter.sample_metrics(adapter.load(store), Xs, Ys)}
+    result = {"sample": how, "sample_size": int(len(idx)), "n_neighbors": k,  # a sparse
+              "trustworthiness": metrics.trustworthiness(Xo, Ys, k),  # sample's distances:
+              "knn_recall": metrics.knn_recall(Xo, Ys, k),  # sparse products, not densified
+              **adapter.sample_metrics(adapter.load(store), _dense(Xs), Ys)}
     store.mark_stage("evaluate", fp, {"info": result})
     log_execution("evaluate", fp, spec["output"])
     fault_point("evaluate")
