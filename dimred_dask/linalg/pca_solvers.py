@@ -134,7 +134,8 @@ def randomized_eigh(X, n_components: int, *, n_oversamples: int = 10, n_iter: in
     largest relative residual ||A u - theta u|| / theta of the wanted pairs is at most ``tol``
     (``tol`` = 0: all of them). That residual bounds the distance from theta to an eigenvalue
     of A (Bauer-Fike), so ``tol`` bounds each explained variance's relative error; the error
-    itself is usually far smaller (of the order of the residual squared over the gap). The basis (d x width per pass) is held in memory.
+    itself is usually far smaller (of the order of the residual squared over the gap). The
+    basis (d x width per pass) and its image are held in memory.
     """
     from .._validation import check_random_state
 
@@ -147,16 +148,16 @@ def randomized_eigh(X, n_components: int, *, n_oversamples: int = 10, n_iter: in
     steps = int(n_iter) + 1
     krylov = _Krylov(d, min(d, width * steps), q)
     for it in range(steps):
-        aq, _ = _gram_products(X, stats.mean, q, stage=f"Krylov pass {it + 1}/{steps}",
-                               block=block)
-        theta, V, residual = krylov.add_image(aq, n_components)
+        aq = _gram_products(X, stats.mean, q, stage=f"Krylov pass {it + 1}/{steps}",
+                            block=block)
+        theta, vectors, residual = krylov.add_image(aq, n_components)
         if residual <= tol or it == steps - 1 or krylov.full:
             break
         q = krylov.next_block(aq)
         if q is None:  # the Krylov space is invariant: its Ritz pairs are exact
             break
     passes = krylov.passes + 1
-    sp = _from_eigh(theta / (n - 1), V, stats, exact=False, passes=passes)
+    sp = _from_eigh(theta / (n - 1), vectors, stats, exact=False, passes=passes)
     sp.components, sp.variances = sp.components[:n_components], sp.variances[:n_components]
     asked = float(tol) > 0
     reached = residual <= tol
@@ -220,37 +221,32 @@ class _Krylov:
         return self.pending
 
 
-def _block_products(block, mean, q, need_aq):
-    """For one row block: (Xb - mean)^T (Xb - mean) q and ((Xb - mean) q)^T ((Xb - mean) q)."""
+def _block_products(block, mean, q):
+    """For one row block: (Xb - 1 mean^T)^T (Xb - 1 mean^T) q, without a centred copy."""
     x = np.asarray(block)
-    qd = q.astype(x.dtype, copy=False)
-    y = (x @ qd).astype(np.float64) - (mean @ q)  # (Xb - 1 mean^T) q without a centred copy
-    small = y.T @ y
-    if not need_aq:
-        return None, small
-    aq = (x.T @ y.astype(x.dtype, copy=False)).astype(np.float64) - np.outer(mean, y.sum(axis=0))
-    return aq, small
+    y = (x @ q.astype(x.dtype, copy=False)).astype(np.float64) - (mean @ q)
+    return (x.T @ y.astype(x.dtype, copy=False)).astype(np.float64) - \
+        np.outer(mean, y.sum(axis=0))
 
 
-def _add_pairs(a, b):
-    return (None if a[0] is None else a[0] + b[0], a[1] + b[1])
+def _add(a, b):
+    return a + b
 
 
-def _gram_products(X, mean, q, *, stage, need_aq=True, block=_block_products):
-    """Sum over row blocks of ``block``'s products (``_block_products`` for dense rows,
+def _gram_products(X, mean, q, *, stage, block=_block_products):
+    """Xc^T Xc q summed over row blocks of ``block`` (``_block_products`` for dense rows,
     ``blocks.sparse.sparse_gram_products`` for sparse ones), in a fixed tree."""
     if not is_dask(X):
         if block is sparse_gram_products:  # sparse products release the GIL: row blocks on
             with RowBlockPool(block_rows=NUMPY_BLOCK_ROWS) as pool:  # the cores, same sums
-                parts = pool.map(lambda a, b: block(X[a:b], mean, q, need_aq), X.shape[0])
-            return tree_reduce(parts, _add_pairs)
-        return tree_reduce((block(X[a:b], mean, q, need_aq)
-                            for a, b in row_blocks(X.shape[0], NUMPY_BLOCK_ROWS)), _add_pairs)
+                parts = pool.map(lambda a, b: block(X[a:b], mean, q), X.shape[0])
+            return tree_reduce(parts, _add)
+        return tree_reduce((block(X[a:b], mean, q)
+                            for a, b in row_blocks(X.shape[0], NUMPY_BLOCK_ROWS)), _add)
     from dask import delayed
 
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
-    leaves = [delayed(block, pure=True)(b, mean, q, need_aq)
-              for b in X.to_delayed().ravel()]
-    (res,) = compute(tree_reduce(leaves, delayed(_add_pairs, pure=True)), stage=stage)
+    leaves = [delayed(block, pure=True)(b, mean, q) for b in X.to_delayed().ravel()]
+    (res,) = compute(tree_reduce(leaves, delayed(_add, pure=True)), stage=stage)
     return res
