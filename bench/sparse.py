@@ -229,12 +229,19 @@ def main_big(args) -> int:
         if os.path.exists(path + ".partial"):
             raise SystemExit(f"{path}.partial is an unfinished store of an earlier run: "
                              "remove it first")
-        nnz = _write_anndata_zarr(path + ".partial", n, genes, density, 50_000)
-        os.rename(path + ".partial", path)
-    else:
-        import zarr
+        import multiprocessing
 
-        nnz = int(zarr.open_array(os.path.join(path, "X", "data"), mode="r").shape[0])
+        # in a process of its own, so that this one (the flow's) starts clean
+        writer = multiprocessing.get_context("spawn").Process(
+            target=_write_anndata_zarr, args=(path + ".partial", n, genes, density, 50_000))
+        writer.start()
+        writer.join()
+        if writer.exitcode != 0:
+            raise SystemExit(f"writing {path}.partial failed (exit code {writer.exitcode})")
+        os.rename(path + ".partial", path)
+    import zarr
+
+    nnz = int(zarr.open_array(os.path.join(path, "X", "data"), mode="r").shape[0])
     mem = psutil.virtual_memory().total
     csr = nnz * 8 + (n + 1) * 8
     print(f"  input {path}: {nnz:,} stored values; as CSR in memory {csr / 2**30:.1f} GiB "
@@ -258,8 +265,9 @@ def main_big(args) -> int:
     print(f"\nend to end {wall:.0f} s ({wall / 60:.1f} min); worker processes "
           f"{'unchanged (no restart)' if after == pids else f'CHANGED: {pids} -> {after}'}; "
           f"memory_limit {limit} each")
-    print(f"flow process (this one) peak RSS {flow.per_process_peak[os.getpid()] / 2**30:.2f} "
-          f"GiB; workers' peaks " + ", ".join(
+    print(f"flow process (this one, which also hosts the scheduler) peak RSS "
+          f"{flow.per_process_peak[os.getpid()] / 2**30:.2f} GiB (at the start "
+          f"{flow.base / 2**30:.2f}); workers' peaks " + ", ".join(
               f"{workers.per_process_peak[p] / 2**30:.2f}" for p in pids) + " GiB")
     print(json.dumps({k: manifest.get(k) for k in ("timings", "chain", "convergence",
                                                     "metrics")}, indent=1, default=str)[:6000])
