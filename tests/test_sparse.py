@@ -201,6 +201,43 @@ def test_pca_float32_counts_equal_the_float64_oracle(solver):
         _same_up_to_sign(Y.T, oracle.transform(X64).T, 10 * rtol)
 
 
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+@pytest.mark.parametrize("l2_bytes", [1 << 20, 1000])  # one range of genes; many, uneven
+def test_gram_kernel_equals_the_dense_centred_products(data, monkeypatch, dtype, rtol,
+                                                       l2_bytes):
+    """The kernel of the randomized passes against Xc^T Xc q in float64 on the densified
+    block: any cut of the genes into ranges, unsorted column indices, empty rows, int64
+    indices. float32 blocks multiply in float32 (the tolerance is float32 rounding summed over
+    a block's 3 000 rows, measured 6e-7)."""
+    from dimred_dask.blocks import sparse_kernels
+    from dimred_dask.blocks.sparse import sparse_gram_products
+
+    monkeypatch.setattr(sparse_kernels, "L2_BYTES", l2_bytes)
+    X, _ = data
+    X = X.astype(dtype).tolil()
+    X[100:140] = 0  # empty rows
+    X = X.tocsr()
+    rng = np.random.default_rng(1)
+    mean = np.asarray(X.mean(axis=0), np.float64).ravel()
+    q = rng.standard_normal((X.shape[1], 7))
+    dense = X.toarray().astype(np.float64) - mean
+    want = dense.T @ (dense @ q)
+    shuffled = X.copy()  # the same matrix, each row's stored values in another order
+    for i in range(shuffled.shape[0]):
+        a, b = shuffled.indptr[i], shuffled.indptr[i + 1]
+        order = rng.permutation(b - a) + a
+        shuffled.indices[a:b], shuffled.data[a:b] = X.indices[order], X.data[order]
+    shuffled.has_sorted_indices = False
+    wide = sp.csr_matrix((X.data, X.indices.astype(np.int64), X.indptr.astype(np.int64)),
+                         shape=X.shape)
+    assert len(sparse_kernels.gene_ranges(X.shape[1], 7, X.dtype.itemsize)) - 1 == \
+        (1 if l2_bytes > 1e5 else -(-X.shape[1] // max(1, l2_bytes // (7 * X.dtype.itemsize))))
+    for block in (X, shuffled, wide):
+        got = sparse_gram_products(block, mean, q)
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
+
+
 def test_pca_fraction_of_variance_and_auto(data, monkeypatch):
     X, _ = data
     model = PCA(0.9).fit(X)

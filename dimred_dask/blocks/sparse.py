@@ -102,16 +102,15 @@ def _overflowed(x: sp.csr_matrix, offset: int) -> BlockStats:
 
 def sparse_gram_products(block, mean: np.ndarray, q: np.ndarray):
     """For one sparse row block: (Xb - 1 mu^T)^T (Xb - 1 mu^T) q, as
-    ``linalg.pca_solvers._block_products`` gives for a dense block, from Xb q and Xb^T y (two
-    sparse products), never centring Xb. As there, the products run in the block's dtype
-    (float32 stays float32: half the bytes to stream, measured 2x faster on 100 000 x 20 000
-    at 2 %) and are centred in float64."""
+    ``linalg.pca_solvers._block_products`` gives for a dense block, from Xb q and Xb^T y, never
+    centring Xb (``sparse_kernels.centred_gram_apply``). As there, the products run in the
+    block's dtype (float32 stays float32: half the bytes to stream) and are centred in
+    float64; other dtypes run in float64."""
+    from .sparse_kernels import centred_gram_apply
+
     x = as_csr(block)
-    work = np.float32 if x.dtype == np.float32 else np.float64
-    x = _in(x, work)
-    y = (x @ q.astype(work)).astype(np.float64) - (mean @ q)  # Xc q = X q - 1 (mu^T q)
-    # Xc^T y = X^T y - mu (1^T y)
-    return (x.T @ y.astype(work)).astype(np.float64) - np.outer(mean, y.sum(axis=0))
+    return centred_gram_apply(_in(x, np.float32 if x.dtype == np.float32 else np.float64),
+                              mean, q)
 
 
 def sparse_matmul(block, w: np.ndarray) -> np.ndarray:
