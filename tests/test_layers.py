@@ -1,4 +1,4 @@
-"""DESIGN.md section 2 as a test: one-way imports between the layers."""
+"""docs/design.md section 2 as a test: one-way imports between the layers."""
 from __future__ import annotations
 
 import ast

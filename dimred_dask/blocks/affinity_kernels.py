@@ -2,9 +2,9 @@
 
 - `perplexity_rows`: per row, the Gaussian precision beta_i = 1 / (2 sigma_i^2) whose
   conditional distribution p_{j|i} ~ exp(-beta_i d_ij^2) over the row's neighbours has
-  entropy log(perplexity) (seed 004), by bisection on beta (H(beta) is decreasing).
+  entropy log(perplexity) (van der Maaten & Hinton 2008), by bisection on beta (H(beta) is decreasing).
 - `smooth_knn_rows`: UMAP's rho_i (distance to the nearest neighbour) and sigma_i with
-  sum_j exp(-max(0, d_ij - rho_i) / sigma_i) = log2(k) (seed 004's "k = 2^(sum_j p_{i|j})").
+  sum_j exp(-max(0, d_ij - rho_i) / sigma_i) = log2(k) (McInnes, Healy & Melville 2018).
 - `symmetric_merge`: the union of a directed graph and its transpose as CSR, with the value of
   (i, j) and of (j, i) combined by a rule: t-SNE's (a + b) * scale, or UMAP's fuzzy union
   a + b - a b (mixed with the intersection a b by ``mix``). Built without scipy's COO

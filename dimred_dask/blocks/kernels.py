@@ -6,8 +6,8 @@ minkowski (``p`` >= 1).
 Kernels (``KERNELS``), with the parameters of scikit-learn's ``pairwise_kernels``:
 
     linear      <x, x'>
-    polynomial  (gamma <x, x'> + coef0) ** degree     (seed 002's <x, x'>^c: gamma=1, coef0=0)
-    gaussian    exp(-gamma ||x - x'||^2)               (seed 002's width c: gamma = 1 / c^2)
+    polynomial  (gamma <x, x'> + coef0) ** degree     (<x, x'>^c: gamma=1, coef0=0)
+    gaussian    exp(-gamma ||x - x'||^2)               (width c: gamma = 1 / c^2)
     laplacian   exp(-gamma ||x - x'||_1)
     sigmoid     tanh(gamma <x, x'> + coef0)            (not positive semidefinite in general)
     cosine      <x, x'> / (||x|| ||x'||)

@@ -114,7 +114,7 @@ def merge_candidates(point: np.ndarray, nbr: np.ndarray, dist: np.ndarray, n: in
 
 
 def reconstruction_weights_block(x: np.ndarray, neighbours: np.ndarray, reg: float = 1e-3):
-    """LLE's reconstruction weights (seed 000): for each row x_i of ``x`` (b, d) and its k
+    """LLE's reconstruction weights (Roweis & Saul 2000): for each row x_i of ``x`` (b, d) and its k
     neighbours ``neighbours[i]`` (b, k, d), the w minimising ||x_i - sum_j w_j n_j||^2 with
     sum_j w_j = 1: solve G w = 1 with G = Z Z^T, Z = N - x_i (the local Gram matrix), then
     normalise w to sum 1. G is singular when k > d (and may be when points are degenerate), so

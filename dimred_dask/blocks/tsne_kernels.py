@@ -2,7 +2,7 @@
 
 Gradient convention (as openTSNE's): the optimiser works with
 g_i = sum_j (p_ij - q_ij) w_ij (y_i - y_j), w_ij = (1 + |y_i - y_j|^2)^-1, which is a quarter
-of dKL/dy_i (seed 004: 4 sum_j ...); the learning rate n / exaggeration is meant for it.
+of dKL/dy_i (van der Maaten & Hinton 2008: 4 sum_j ...); the learning rate n / exaggeration is meant for it.
 g_i = attraction - repulsion with attraction = sum_j p_ij w_ij (y_i - y_j) over the sparse P and
 repulsion = sum_j w_ij^2 (y_i - y_j) / Z, Z = sum_{k != l} w_kl.
 
@@ -410,7 +410,7 @@ def _sne_grad_rows(indptr, indices, data, t_indptr, t_indices, t_data, Y, logz, 
 
 
 def sne_cost_grad(indptr, indices, data, t_indptr, t_indices, t_data, Y):
-    """SNE (seed 004): C = sum_i KL(P_i || Q_i) with q_{j|i} ~ exp(-|y_i - y_j|^2), and its
+    """SNE (Hinton & Roweis 2002): C = sum_i KL(P_i || Q_i) with q_{j|i} ~ exp(-|y_i - y_j|^2), and its
     gradient 2 sum_j (p_{j|i} - q_{j|i} + p_{i|j} - q_{i|j}) (y_i - y_j). O(n^2)."""
     n = Y.shape[0]
     logz = np.empty(n)

@@ -1,5 +1,5 @@
 """numba kernels of UMAP's optimiser (in memory): one SGD epoch over the fuzzy graph with
-negative sampling (seed 004's cross-entropy gradients).
+negative sampling (the cross-entropy gradients of McInnes, Healy & Melville 2018).
 
 Edges are held in CSR by head vertex: row i lists its edges (i, j), each with its
 epochs-per-sample (1 / its weight relative to the strongest edge) and the epoch at which it is
@@ -59,7 +59,7 @@ def _draw(state, m):
 @njit(cache=True, nogil=True, fastmath=True)
 def attractive_coeff(d2, a, b):
     """The factor c of (y_i - y_j) in d/dy_i of -log q_ij, q = 1 / (1 + a d^2b), d2 = d^2:
-    c = 2ab d2^(b-1) / (1 + a d2^b) (seed 004's first term with p = 1); 0 at d2 = 0."""
+    c = 2ab d2^(b-1) / (1 + a d2^b) (the cross-entropy's attractive term with p = 1); 0 at d2 = 0."""
     if d2 <= 0.0:
         return 0.0
     return 2.0 * a * b * d2 ** (b - 1.0) / (1.0 + a * d2 ** b)
@@ -68,7 +68,7 @@ def attractive_coeff(d2, a, b):
 @njit(cache=True, nogil=True, fastmath=True)
 def repulsive_coeff(d2, a, b, eps):
     """The factor c of (y_i - y_j) in -d/dy_i of -log(1 - q_ij): c = 2b / ((eps + d2)
-    (1 + a d2^b)) (seed 004's second term with 1 - p = 1; eps = 0.001 keeps it finite)."""
+    (1 + a d2^b)) (its repulsive term with 1 - p = 1; eps = 0.001 keeps it finite)."""
     return 2.0 * b / ((eps + d2) * (1.0 + a * d2 ** b))
 
 

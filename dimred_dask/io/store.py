@@ -1,5 +1,5 @@
 """A run's store: a Zarr v3 group with the embedding, the model, the graph, the manifest,
-the picture, per-stage commit markers, and ``_COMMITTED`` written last (DESIGN.md section 4).
+the picture, per-stage commit markers, and ``_COMMITTED`` written last (docs/design.md section 5).
 
     <output>/embedding            (n, k), row chunks as the input
     <output>/model/<name>         the model's arrays

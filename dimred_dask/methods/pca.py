@@ -1,7 +1,8 @@
 """Principal component analysis: the function ``pca``, the `PCAModel` it returns, and `PCA`.
 
-Seed 000 (PCA, SVD view, dual PCA; encode / reconstruct training and test data) and
-seed 003 (PCA by SVD without forming the covariance) are the specification:
+PCA (Pearson 1901; Hotelling 1933), computed from the SVD of the centred data or the
+eigendecomposition of its covariance, or of its Gram matrix (dual PCA) when d > n; training
+and test data are encoded and reconstructed as
 
     encode       Y = (X - mean) U            (U: the top-k principal directions, d x k)
     reconstruct  X^ = Y U^T + mean
