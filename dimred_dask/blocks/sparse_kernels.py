@@ -8,8 +8,7 @@ shared cache. The genes are therefore cut into ranges whose slice of Q (and of t
 in L2, and each product sweeps the block's rows once per range, reading each row's stored values
 of that range only (CSR rows have sorted column indices, so a row's part in a range is one
 contiguous slice, found once per block). Y is streamed in row order, which the hardware
-prefetches. On 100 000 x 20 000 rows at 2 % with w = 64 float32 columns this took 0.71 s
-against 1.27 s for SciPy's two products on one core.
+prefetches (measurements in bench/RESULTS.md, sparse PCA).
 
 Sums: each row's X Q is accumulated in the block's dtype (as SciPy's product does), centred in
 float64; X^T Y is accumulated in the block's dtype over the block's rows (the caller sums blocks
