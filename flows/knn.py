@@ -28,8 +28,7 @@ import numpy as np
 import dimred_dask
 from dimred_dask.errors import InputError
 from dimred_dask.graphs import (KNN_BACKENDS, KNNGraph, check_connected, check_n_neighbors,
-                                connected_components, graph_csr, join_components, knn_graph,
-                                sample_recall)
+                                graph_components, join_components, knn_graph, sample_recall)
 from dimred_dask.io import Lease, LeaseHeldError, RunStore, digest_of, parse_uri
 
 __all__ = ["normalize_request", "graph_fingerprint", "save_graph", "load_graph", "GraphCache",
@@ -206,7 +205,7 @@ def build_graph(X, request: dict) -> tuple[KNNGraph, dict]:
 def connect(graph: KNNGraph, X, request: dict, method: str) -> KNNGraph:
     """Apply the request's connectivity rule: join, refuse, or leave as it is."""
     if request["join_components"] and not graph.info.get("joined_components"):
-        count, _ = connected_components(graph_csr(graph))
+        count, _ = graph_components(graph)
         if count > 1:
             graph, _ = join_components(graph, X)
             graph.info["components_before_join"] = int(count)
@@ -216,7 +215,7 @@ def connect(graph: KNNGraph, X, request: dict, method: str) -> KNNGraph:
 
 
 def graph_summary(graph: KNNGraph) -> dict:
-    count, _ = connected_components(graph_csr(graph))
+    count, _ = graph_components(graph)
     return {"n_samples": graph.n_samples, "n_neighbors": graph.n_neighbors,
             "metric": graph.metric, "backend": graph.backend, "components": int(count),
             "extra_edges": len(graph.info.get("extra_edges", [])),

@@ -240,6 +240,31 @@ def test_join_components_adds_the_shortest_edge():
     assert d == pytest.approx(D.min()) and {i, j} & set(range(60))
 
 
+@pytest.mark.parametrize("with_extra", [False, True])
+def test_graph_components_equal_scipys_on_the_symmetric_matrix(with_extra):
+    """Union-find over the neighbour lists against SciPy on graph_csr's matrix: the same
+    count and the same labels, with missing neighbours (-1), self-loops, one-way edges and
+    extra edges."""
+    from dimred_dask.graphs import graph_components
+
+    rng = np.random.default_rng(5)
+    n, k = 400, 3
+    indices = rng.integers(0, n, (n, k))
+    blocks = np.arange(n) // 25  # 16 groups: edges inside a group only, so several components
+    indices = blocks[:, None] * 25 + indices % 25
+    indices[rng.random((n, k)) < 0.5] = -1  # missing neighbours leave isolated rows
+    indices[7, 0] = 7  # a self-loop
+    distances = np.where(indices >= 0, rng.random((n, k)) + 0.1, np.inf)
+    info = {"extra_edges": [[3, 390, 1.5], [100, 200, 2.0]]} if with_extra else {}
+    g = KNNGraph(indices, distances, "euclidean", "exact", info)
+    count, labels = graph_components(g)
+    want_count, want = connected_components(graph_csr(g))
+    assert count == want_count > 16
+    np.testing.assert_array_equal(labels, want)
+    if with_extra:  # the extra edges join what the lists alone leave apart
+        assert connected_components(g)[0] > count
+
+
 def test_symmetrize_modes():
     A = sp.csr_matrix(np.array([[0, 1.0, 0], [3.0, 0, 2.0], [0, 0, 0]]))
     dense = {h: symmetrize(A, h).toarray() for h in ("max", "mean", "min")}

@@ -1,7 +1,7 @@
 """Neighbour graphs: the shared kNN graph (exact, NN-descent, partitioned), symmetrising,
 connectivity, edge weights and Laplacians."""
-from .connectivity import (SYMMETRIZE, check_connected, connected_components, graph_csr,
-                           join_components, symmetrize)
+from .connectivity import (SYMMETRIZE, check_connected, connected_components, graph_components,
+                           graph_csr, join_components, symmetrize)
 from .knn import EXACT_MAX, KNN_BACKENDS, KNNGraph, check_n_neighbors, knn_graph, sample_recall
 from .geodesic import dijkstra_block, geodesic_rows, geodesics_through_neighbours
 from .laplacian import WEIGHTS, graph_weights, laplacian
@@ -11,8 +11,8 @@ from .sdp import bandwidth_order, clique_dependencies, edge_list, maximal_clique
 from .landmark import edge_normals, laplacian_basis, reconstruction_basis
 
 __all__ = ["KNNGraph", "knn_graph", "check_n_neighbors", "sample_recall", "KNN_BACKENDS",
-           "EXACT_MAX", "symmetrize", "connected_components", "check_connected",
-           "join_components", "graph_csr", "SYMMETRIZE", "graph_weights", "laplacian",
+           "EXACT_MAX", "symmetrize", "connected_components", "graph_components",
+           "check_connected", "join_components", "graph_csr", "SYMMETRIZE", "graph_weights", "laplacian",
            "WEIGHTS", "reconstruction_weights", "check_reg", "dijkstra_block", "geodesic_rows",
            "geodesics_through_neighbours", "spectral_embedding", "SpectralResult",
            "WEIGHTS", "reconstruction_weights", "check_reg", "edge_list", "bandwidth_order",

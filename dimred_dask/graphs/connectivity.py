@@ -19,7 +19,8 @@ from ..blocks.neighbors import block_topk
 from ..errors import DisconnectedGraphError, InputError
 from .knn import KNNGraph
 
-__all__ = ["symmetrize", "connected_components", "check_connected", "join_components",
+__all__ = ["symmetrize", "connected_components", "graph_components", "check_connected",
+           "join_components",
            "SYMMETRIZE"]
 
 SYMMETRIZE = ("max", "mean", "min", "union")
@@ -51,10 +52,26 @@ def symmetrize(graph, how: str = "max"):
 
 
 def connected_components(A) -> tuple[int, np.ndarray]:
-    """(count, labels) of the undirected graph with adjacency A (any sparse or KNNGraph)."""
+    """(count, labels) of the undirected graph with adjacency A (any sparse or KNNGraph; a
+    KNNGraph's neighbour lists only, without its extra edges)."""
     if isinstance(A, KNNGraph):
-        A = A.to_csr()
+        return graph_components(A, extra=[])
     return _cc(sp.csr_matrix(A), directed=True, connection="weak")
+
+
+def graph_components(graph: KNNGraph, extra=None) -> tuple[int, np.ndarray]:
+    """(count, labels) of the undirected graph of ``graph``'s neighbour lists and its extra
+    edges (``graph.info["extra_edges"]`` unless ``extra`` is given): the components of
+    `graph_csr`'s matrix, numbered as SciPy numbers them (by their smallest row), found by
+    union-find over the n x k lists in O(n k) time and O(n) memory, without an n x n matrix
+    (at 3 000 000 x 15 the symmetric CSR and its temporaries take several GiB)."""
+    from ..blocks.union_find import component_labels
+
+    extra = graph.info.get("extra_edges", []) if extra is None else extra
+    e = np.asarray(extra, dtype=np.float64).reshape(-1, 3)
+    labels = component_labels(np.ascontiguousarray(graph.indices, dtype=np.int64),
+                              e[:, 0].astype(np.int64), e[:, 1].astype(np.int64))
+    return (int(labels.max()) + 1 if labels.size else 0), labels
 
 
 def _sizes_text(labels: np.ndarray, limit: int = 8) -> str:
@@ -105,7 +122,7 @@ def join_components(graph: KNNGraph, X, *, max_rounds: int = 64) -> tuple[KNNGra
     p = float(graph.info.get("metric_kwds", {}).get("p", 2.0))
     extra = [tuple(e) for e in graph.info.get("extra_edges", [])]
     for _ in range(max_rounds):
-        count, labels = connected_components(graph_csr(graph, extra))
+        count, labels = graph_components(graph, extra)
         if count == 1:
             break
         sizes = np.bincount(labels)

@@ -12,8 +12,8 @@ from .._compute import compute
 from .._validation import check_array, is_dask
 from ..blocks.neighbors import block_topk
 from ..errors import InputError
-from ..graphs import (KNNGraph, check_connected, check_n_neighbors, connected_components,
-                      graph_csr, join_components, knn_graph)
+from ..graphs import (KNNGraph, check_connected, check_n_neighbors, graph_components,
+                      join_components, knn_graph)
 from ._base import HasConvergence
 
 __all__ = ["ArrayModel", "check_n_components_graph", "fit_graph", "new_neighbours",
@@ -82,7 +82,7 @@ def fit_graph(X, graph, n_neighbors, *, method: str, metric="euclidean", backend
         if graph.n_neighbors != k:
             graph = graph.subset(k)
     if join_components_ and not graph.info.get("extra_edges"):
-        count, _ = connected_components(graph_csr(graph))
+        count, _ = graph_components(graph)
         if count > 1:
             graph, _ = join_components(graph, X)
             graph.info["components_before_join"] = int(count)
