@@ -16,12 +16,19 @@ in float64); 1^T Y is summed in float64. Results do not depend on the range widt
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from numba import njit
 
 __all__ = ["centred_gram_apply", "gene_ranges"]
 
 L2_BYTES = 1 << 20  # the slice of Q one range may take (Q's and the result's share L2)
+# Row blocks call the kernel from several threads at once (a thread pool, dask's threaded
+# scheduler). numba's first compilation in a process is not safe against a concurrent one
+# (numba issue 2517); the first call of each signature runs alone.
+_FIRST_CALL = threading.Lock()
+_COMPILED: set = set()
 
 
 def gene_ranges(d: int, w: int, itemsize: int) -> np.ndarray:
@@ -85,6 +92,15 @@ def centred_gram_apply(x, mean: np.ndarray, q: np.ndarray) -> np.ndarray:
     qw = np.ascontiguousarray(q, dtype=work)
     m = np.asarray(mean, dtype=np.float64) @ np.asarray(q, dtype=np.float64)
     bounds = gene_ranges(x.shape[1], qw.shape[1], qw.itemsize)
-    s = _row_splits(x.indices, x.indptr, bounds)
-    out, ysum = _gram_ranges(x.data, x.indices, s, qw, m)
+    key = (x.data.dtype.str, x.indices.dtype.str, x.indptr.dtype.str)
+    if key in _COMPILED:
+        out, ysum = _apply(x, bounds, qw, m)
+    else:
+        with _FIRST_CALL:
+            out, ysum = _apply(x, bounds, qw, m)
+            _COMPILED.add(key)
     return out.astype(np.float64) - np.outer(mean, ysum)
+
+
+def _apply(x, bounds, qw, m):
+    return _gram_ranges(x.data, x.indices, _row_splits(x.indices, x.indptr, bounds), qw, m)
