@@ -26,7 +26,7 @@ __all__ = ["centred_gram_apply", "gene_ranges"]
 L2_BYTES = 1 << 20  # the slice of Q one range may take (Q's and the result's share L2)
 # Row blocks call the kernel from several threads at once (a thread pool, dask's threaded
 # scheduler). numba's first compilation in a process is not safe against a concurrent one
-# (numba issue 2517); the first call of each signature runs alone.
+# (github.com/numba/numba/issues/2517); the first call of each signature runs alone.
 _FIRST_CALL = threading.Lock()
 _COMPILED: set = set()
 
