@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .sparse_kernels import centred_gram_apply
 from .stats import MAX_LISTED_ROWS, BlockStats
 
 __all__ = ["as_csr", "csr64", "nonfinite_rows", "row_of", "sparse_block_stats",
@@ -106,8 +107,6 @@ def sparse_gram_products(block, mean: np.ndarray, q: np.ndarray):
     centring Xb (``sparse_kernels.centred_gram_apply``). As there, the products run in the
     block's dtype (float32 stays float32: half the bytes to stream) and are centred in
     float64; other dtypes run in float64."""
-    from .sparse_kernels import centred_gram_apply
-
     x = as_csr(block)
     return centred_gram_apply(_in(x, np.float32 if x.dtype == np.float32 else np.float64),
                               mean, q)

@@ -104,3 +104,17 @@ def centred_gram_apply(x, mean: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 def _apply(x, bounds, qw, m):
     return _gram_ranges(x.data, x.indices, _row_splits(x.indices, x.indptr, bounds), qw, m)
+
+
+def _warm_up():
+    """Compile (or load from numba's cache) the common signatures on import, in the importing
+    thread: a process's first numba compilation then never runs in a worker thread."""
+    for dtype in (np.float32, np.float64):
+        data, indices, indptr = np.ones(1, dtype), np.zeros(1, np.int32), np.array([0, 1], np.int32)
+        q = np.ones((1, 1), dtype)
+        centred_gram_apply(_CSR((data, indices, indptr), shape=(1, 1)), np.zeros(1), q)
+
+
+from scipy.sparse import csr_matrix as _CSR  # noqa: E402
+
+_warm_up()

@@ -53,3 +53,8 @@ def component_labels(indices, extra_i, extra_j):
         else:
             labels[i] = labels[r]  # r < i: labelled already
     return labels
+
+
+# compiled (or loaded from numba's cache) on import, in the importing thread: a process's first
+# numba compilation then never runs in a worker thread
+component_labels(np.zeros((1, 1), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))

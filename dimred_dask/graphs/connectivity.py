@@ -16,6 +16,7 @@ from scipy.sparse.csgraph import connected_components as _cc
 
 from .._validation import is_dask
 from ..blocks.neighbors import block_topk
+from ..blocks.union_find import component_labels
 from ..errors import DisconnectedGraphError, InputError
 from .knn import KNNGraph
 
@@ -65,8 +66,6 @@ def graph_components(graph: KNNGraph, extra=None) -> tuple[int, np.ndarray]:
     `graph_csr`'s matrix, numbered as SciPy numbers them (by their smallest row), found by
     union-find over the n x k lists in O(n k) time and O(n) memory, without an n x n matrix
     (at 3 000 000 x 15 the symmetric CSR holds up to 90M entries)."""
-    from ..blocks.union_find import component_labels
-
     extra = graph.info.get("extra_edges", []) if extra is None else extra
     e = np.asarray(extra, dtype=np.float64).reshape(-1, 3)
     labels = component_labels(np.ascontiguousarray(graph.indices, dtype=np.int64),
