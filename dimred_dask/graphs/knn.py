@@ -239,9 +239,9 @@ def _nndescent_kw(n: int, random_state, extra) -> dict:
 # those reads jump around the whole array (200 MB at 1 000 000 x 50 float32, far beyond the
 # caches). Rows are first put in the leaf order of one random projection tree, so that near
 # rows sit near each other in memory; the graph is mapped back to the given row numbers.
-# Measured at 1 000 000 x 50 (bench/RESULTS.md): NN-descent 36-39 s -> 28-29 s, the order
-# itself ~1 s (one tree 0.6 s, the row gather 0.2-0.5 s), recall 0.9872 -> 0.9882. Below
-# this size the data fit in the caches and the order buys nothing.
+# The order costs one tree and one gather of the rows, far less than the reads it saves (see
+# the kNN section of bench/RESULTS.md). Below this size the data fit in the caches and the
+# order buys nothing.
 LOCALITY_MIN_BYTES = 32 * 2**20
 LOCALITY_LEAF = 256  # rows per leaf of the ordering tree
 _GATHER_ROWS = 65_536  # rows per block when the ordered float32 copy is gathered from other input
@@ -291,8 +291,7 @@ def _locality_prepare(x: np.ndarray, metric: str, kwds: dict, locality: bool | N
     """(x as float32 in C order, in locality order if asked or big enough; that order or
     None). pynndescent works in float32 (it converts anything else), so the ordered rows are
     float32 and NN-descent makes no copy of its own. At most one float32 copy besides the given
-    x is held at a time (1 000 000 x 50 float64: peak rise 222 MiB, was 388 MiB with the
-    converted copy and its ordered copy both alive). The caller should drop its reference to
+    x is held at a time (never the converted copy and its ordered copy together). The caller should drop its reference to
     the given x, which is then freed before NN-descent starts. Sparse x: float32 CSR, in the
     given order (the ordering tree is built on dense rows)."""
     if _issparse(x):

@@ -40,18 +40,15 @@ __all__ = ["bottom_eigsh_lobpcg", "PRECONDITIONERS"]
 PRECONDITIONERS = ("jacobi", "amg")
 # THREADS: the products with A and Aᵀ can be split by rows over threads (SciPy's sparse
 # products release the GIL; the solver runs in the client while the workers idle). Default
-# one: on the shared 2-core machine two threads won 0.092 s against 0.122 s on one product
-# (n = 200 000, 8 columns, load 3), but lost on a whole solve (38.6 s against 31.5 s, load
-# 3.8): the dense steps between products then compete with the machine's other jobs
+# one: two threads win on a product alone but lose on a whole solve on a shared 2-core
+# machine, where the dense steps between products then compete with other jobs.
 THREADS = 1
 # REORDER: rows and columns in reverse Cuthill-McKee order of the graph of A before solving
-# (the eigenvectors are permuted back): neighbours' rows of X are then close in memory, and
-# Aᵀ(A X) took 0.055 s instead of 0.100 s at n = 200 000 (the mixture's rows are in random
-# order); the ordering itself 0.17 s. On whole solves there, under loads of 3-4 from other
-# jobs, the gain was within the noise (31.5 s against 31.8 s; 36.0 s against 36.8 s)
+# (the eigenvectors are permuted back): neighbours' rows of X are then close in memory, which
+# nearly halves a product on rows given in random order; on whole solves the gain was within
+# the noise, so it is off by default.
 # BLAS_THREADS: the dense steps (n x 3p times 3p x p) run with one BLAS thread: OpenBLAS's
-# threads made them ten times slower on the 2-core machine under load (S @ c, 50 000 x 24
-# times 24 x 8: 24 ms with its default threads, 2.7 ms with one)
+# threads made these thin products an order of magnitude slower on a loaded 2-core machine.
 MAXITER = 1000
 REFRESH = 20
 # Rayleigh-Ritz drops basis directions whose Gram eigenvalue is below this times the
