@@ -329,3 +329,79 @@ def test_bottom_eigsh_gram_against_lapack():
     np.testing.assert_allclose(e.vectors.sum(axis=0), 0.0, atol=1e-10)  # orthogonal to 1
     with pytest.raises(InputError):
         bottom_eigsh_gram(A, n - 1)
+
+
+@pytest.mark.parametrize("X", ["ties", "blobs"])
+def test_kdtree_exact_graph_equals_the_distance_panels(X, blobs, monkeypatch):
+    """Low-dimensional euclidean input takes the k-d tree; its graph is the panels' graph:
+    the same neighbours (ties broken by index) and distances to rounding."""
+    import dimred_dask.graphs.knn as knn_mod
+
+    if X == "ties":  # a grid with many equal distances: integer coordinates are exact
+        X = np.random.default_rng(1).integers(0, 12, size=(1500, 2)).astype(np.float64)
+    else:
+        X = blobs
+    tree = knn_graph(X, 12, backend="exact")
+    monkeypatch.setattr(knn_mod, "KDTREE_MAX_DIM", 0)
+    panels = knn_graph(X, 12, backend="exact")
+    np.testing.assert_array_equal(tree.indices, panels.indices)
+    np.testing.assert_allclose(tree.distances, panels.distances, rtol=0, atol=1e-6)
+    x = np.asarray(X, np.float64)  # the tree's distances are the exact differences'
+    exact = np.linalg.norm(x[:, None, :] - x[tree.indices], axis=2)
+    np.testing.assert_allclose(tree.distances, exact, rtol=1e-15, atol=0)
+
+
+def _random_symmetric(n, density, seed):
+    A = sp.random(n, n, density=density, random_state=np.random.default_rng(seed),
+                  format="csr")
+    A = A.maximum(A.T).tocsr()
+    A.setdiag(0)
+    A.eliminate_zeros()
+    return A
+
+
+@pytest.mark.parametrize("levels", [1, 3, 16, 10_000])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_all_pairs_shortest_paths_equal_scipys_dijkstra(levels, threads):
+    """Any number of levels and threads, connected or not: SciPy's distances to rounding,
+    exactly symmetric, zero diagonal, and each source's count of unreachable vertices."""
+    from scipy.sparse.csgraph import dijkstra
+
+    from dimred_dask.blocks.geodesic_kernels import all_pairs_shortest_paths
+
+    for n, density, seed in [(1, 0.0, 0), (2, 0.0, 1), (9, 0.3, 2), (60, 0.04, 3),
+                             (400, 0.02, 4)]:
+        A = _random_symmetric(n, density, seed)
+        ref = dijkstra(A, directed=True)
+        D, unreached = all_pairs_shortest_paths(A, levels=levels, threads=threads)
+        assert D.shape == (n, n) and D.dtype == np.float64
+        np.testing.assert_array_equal(np.isinf(D), np.isinf(ref))
+        finite = np.isfinite(ref)
+        np.testing.assert_allclose(D[finite], ref[finite], rtol=1e-13, atol=0)
+        assert (D == D.T).all() and (np.diag(D) == 0).all()
+        np.testing.assert_array_equal(unreached, np.isinf(ref).sum(axis=1))
+
+
+def test_geodesic_matrix_on_a_worker_equals_in_process(client):
+    from scipy.sparse.csgraph import dijkstra
+    from sklearn.datasets import make_swiss_roll
+
+    from dimred_dask._compute import active_client
+    from dimred_dask.graphs import geodesic_matrix
+
+    g = knn_graph(make_swiss_roll(700, random_state=0)[0], 8)
+    assert active_client() is not None
+    on_worker = geodesic_matrix(g)
+    ref = dijkstra(graph_csr(g), directed=False)
+    np.testing.assert_allclose(on_worker, ref, rtol=1e-13, atol=0)
+    assert (on_worker == on_worker.T).all()
+
+
+def test_geodesic_matrix_refuses_a_disconnected_graph():
+    from dimred_dask.graphs import geodesic_matrix
+
+    g = knn_graph(_two_clusters(), 5)
+    with pytest.raises(DisconnectedGraphError, match="40 of the 100 points cannot be reached "
+                                                     "from point 0") as e:
+        geodesic_matrix(g, method="Isomap")
+    assert "join_components=True" in e.value.fix

@@ -215,6 +215,37 @@ def test_precomputed_rounding_asymmetry_is_cleaned():
     assert D[5, 5] == 1e-14  # the caller's array is untouched
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("square", [True, False])
+def test_double_centred_equals_the_centring_matrices(dtype, square):
+    from dimred_dask.blocks.centring import double_centred
+
+    x = np.random.default_rng(5).standard_normal((70, 4))
+    M = cdist(x, x).astype(dtype)
+    S = M.astype(np.float64) ** 2 if square else M.astype(np.float64)
+    J = np.eye(70) - 1.0 / 70
+    B, r, g = double_centred(M, square=square)
+    np.testing.assert_allclose(B, -0.5 * J @ S @ J, rtol=0, atol=1e-12 * np.abs(S).max())
+    np.testing.assert_allclose(r, S.mean(axis=1), rtol=1e-14)
+    assert g == pytest.approx(S.mean(), rel=1e-14) and B.dtype == np.float64
+    if dtype == np.float64:  # written over its own input
+        same, _, _ = double_centred(M, square=square, out=M)
+        assert same is M
+        np.testing.assert_allclose(M, B, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("solver", ["dense", "randomized"])
+def test_unchecked_input_gives_the_checked_result(solver):
+    """check_input=False (a matrix the caller made symmetric) skips only the validation."""
+    x = np.random.default_rng(6).standard_normal((300, 5))
+    D = cdist(x, x, "cityblock")
+    checked = classical_mds(D, n_components=3, metric="precomputed", solver=solver)
+    unchecked = classical_mds(D, n_components=3, metric="precomputed", solver=solver,
+                              check_input=False)
+    np.testing.assert_array_equal(unchecked.embedding, checked.embedding)
+    np.testing.assert_array_equal(unchecked.eigenvalues, checked.eigenvalues)
+
+
 # ----------------------------------------------------------------- out of sample
 
 

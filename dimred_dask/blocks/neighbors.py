@@ -21,6 +21,10 @@ PANEL_ROWS = 1024  # rows of ``a`` per distance panel
 # of PANEL_ENTRIES // rows, so memory does not grow with len(b) (a 1000-row recall sample
 # against 1 000 000 rows in one panel needed 8 GB, and its temporaries took a 24 GB machine)
 PANEL_ENTRIES = 1 << 23
+# exact euclidean kNN of dense rows with up to this many columns by a k-d tree (scipy's
+# cKDTree, on all cores) instead of distance panels: O(n log n) against O(n^2 d) when d is
+# small; in high dimensions the tree visits most leaves and the panels are faster.
+KDTREE_MAX_DIM = 16
 
 
 def _ordered_topk(d: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -62,6 +66,28 @@ def block_topk(a: np.ndarray, b: np.ndarray, k: int, *, b_offset: int = 0,
             best = cand
         out_i[s:s + PANEL_ROWS], out_d[s:s + PANEL_ROWS] = best
     return out_i, out_d
+
+
+def kdtree_topk(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(indices int64 (n, min(k, n)), euclidean distances float64) of the nearest rows of
+    ``x`` to each row of ``x`` (itself included), sorted by (distance, index) as `block_topk`
+    sorts them: the tree is asked for a few more, and a row whose k-th distance ties with the
+    last one fetched is searched again by `block_topk`, so ties are broken exactly."""
+    from scipy.spatial import cKDTree
+
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[0]
+    k = min(int(k), n)
+    fetch = min(n, k + 4)
+    dist, idx = cKDTree(x).query(x, fetch, workers=-1)
+    dist, idx = dist.reshape(n, fetch), idx.reshape(n, fetch).astype(np.int64)
+    order = np.lexsort((idx, dist), axis=1)
+    idx, dist = np.take_along_axis(idx, order, axis=1), np.take_along_axis(dist, order, axis=1)
+    if fetch > k:
+        rows = np.nonzero(dist[:, k - 1] == dist[:, fetch - 1])[0]
+        if rows.size:
+            idx[rows, :k], dist[rows, :k] = block_topk(x[rows], x, k)
+    return np.ascontiguousarray(idx[:, :k]), np.ascontiguousarray(dist[:, :k])
 
 
 def merge_topk(x: tuple, y: tuple, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,11 @@
 """Geodesic (shortest-path) distances on the symmetrised kNN graph, for Isomap
 (Tenenbaum, de Silva & Langford 2000).
 
+``geodesic_matrix(graph)``: all n x n distances for exact Isomap, by
+`blocks.geodesic_kernels.all_pairs_shortest_paths` (Dijkstra from every vertex on numba's
+threads, each run settling only the vertices whose rows are not finished yet) in one task on
+a worker when there is a client, else in this process. Exactly symmetric, zero diagonal.
+
 ``geodesic_rows(graph, sources)``: the (len(sources), n) matrix of shortest-path distances
 from each source to every vertex, by Dijkstra (``scipy.sparse.csgraph.dijkstra``) from blocks
 of sources. With a ``dask.distributed`` client the CSR graph is scattered to every worker
@@ -25,8 +30,8 @@ from ..errors import DisconnectedGraphError, InputError
 from .connectivity import graph_csr
 from .knn import KNNGraph
 
-__all__ = ["dijkstra_block", "geodesic_rows", "geodesics_through_neighbours",
-           "SOURCES_PER_TASK"]
+__all__ = ["dijkstra_block", "geodesic_matrix", "geodesic_rows",
+           "geodesics_through_neighbours", "SOURCES_PER_TASK"]
 
 SOURCES_PER_TASK = 32  # Dijkstra sources per task: ~0.6 s per source on a 1M-vertex graph
 
@@ -65,6 +70,35 @@ def _shared(csr):
     return client.scatter(csr, broadcast=True, hash=False)
 
 
+def _all_pairs(csr):
+    from ..blocks.geodesic_kernels import all_pairs_shortest_paths
+
+    return all_pairs_shortest_paths(csr)
+
+
+def geodesic_matrix(graph, *, method: str = "Isomap",
+                    stage: str = "geodesics (all pairs)") -> np.ndarray:
+    """The n x n float64 geodesic distances over ``graph`` (a `KNNGraph`, symmetrised with
+    its joined edges, or a symmetric CSR of distances): exactly symmetric, zero diagonal.
+    Raises `DisconnectedGraphError` when some point cannot be reached from another."""
+    from dask import delayed
+
+    csr = _adjacency(graph)
+    (G, unreached), = compute(delayed(_all_pairs, pure=True)(csr), stage=stage)
+    if unreached.any():
+        i = int(np.argmax(unreached > 0))
+        _disconnected(method, int(unreached[i]), csr.shape[0], i)
+    return G
+
+
+def _disconnected(method: str, count: int, n: int, source: int):
+    raise DisconnectedGraphError(
+        f"{method} needs a connected neighbour graph; {count} of the {n} points cannot be "
+        f"reached from point {source}.",
+        "raise n_neighbors, or pass join_components=True to join each component to its "
+        "nearest one by its shortest edge.")
+
+
 def geodesic_rows(graph, sources, *, dtype=np.float64, per_task: int = SOURCES_PER_TASK,
                   method: str = "Isomap", stage: str = "geodesics (Dijkstra)") -> np.ndarray:
     """(len(sources), n) geodesic distances from ``sources`` (row numbers) over ``graph`` (a
@@ -84,12 +118,7 @@ def geodesic_rows(graph, sources, *, dtype=np.float64, per_task: int = SOURCES_P
     unreachable = ~np.isfinite(rows)
     if unreachable.any():
         i = int(np.nonzero(unreachable.any(axis=1))[0][0])
-        count = int(unreachable[i].sum())
-        raise DisconnectedGraphError(
-            f"{method} needs a connected neighbour graph; {count} of the {csr.shape[0]} "
-            f"points cannot be reached from point {int(sources[i])}.",
-            "raise n_neighbors, or pass join_components=True to join each component to its "
-            "nearest one by its shortest edge.")
+        _disconnected(method, int(unreachable[i].sum()), csr.shape[0], int(sources[i]))
     return rows
 
 

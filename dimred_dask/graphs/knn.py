@@ -46,7 +46,8 @@ from .._compute import compute
 from .._validation import check_array, check_random_state, is_dask, is_sparse_input
 from ..blocks.kernels import METRICS, SPARSE_METRICS
 from ..blocks.landmarks import kmeans
-from ..blocks.neighbors import block_topk, drop_self, merge_candidates, merge_topk
+from ..blocks.neighbors import (KDTREE_MAX_DIM, block_topk, drop_self, kdtree_topk,
+                               merge_candidates, merge_topk)
 from ..blocks.sparse import csr64
 from ..errors import InputError, InputTypeError
 
@@ -200,6 +201,14 @@ def _refuse_all_duplicates(dist: np.ndarray, n: int, where: str) -> None:
 
 def _exact(X, k: int, metric: str, kw: dict):
     p = float(kw.get("p", 2.0))
+    if metric == "euclidean" and not is_sparse_input(X) and X.shape[1] <= KDTREE_MAX_DIM:
+        from dask import delayed
+
+        ids = np.arange(X.shape[0])
+        if not is_dask(X):
+            return drop_self(*kdtree_topk(X, k + 1), ids, k)
+        (found,) = compute(delayed(kdtree_topk, pure=True)(X, k + 1), stage="exact kNN graph")
+        return drop_self(*found, ids, k)
     if not is_dask(X):
         idx, dist = block_topk(X, X, k + 1, metric=metric, p=p)
         return drop_self(idx, dist, np.arange(X.shape[0]), k)

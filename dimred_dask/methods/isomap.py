@@ -10,8 +10,9 @@ D^G is not Euclidean, so B is not positive semidefinite. Only the positive
 part is kept: components whose eigenvalue is not above rounding are set to zero (with a
 warning), and the negative part is reported (``negative_mass`` = sum |lambda < 0| / sum
 |lambda| with the dense solver, ``negative_ratio`` = |lambda_min| / lambda_max otherwise),
-as classical MDS reports it. Geodesics: `graphs.geodesic_rows` (Dijkstra from blocks of
-sources on the workers, the graph scattered to each worker once). The MDS is
+as classical MDS reports it. Geodesics: `graphs.geodesic_matrix` (Dijkstra from every
+point on numba's threads in one task, each run settling only the points whose rows are not
+finished yet). The MDS is
 `methods.mds.classical_mds` of the precomputed geodesic matrix (dense, randomized or Lanczos).
 
 Landmark Isomap (``LandmarkIsomap``, for large n): Dijkstra from m landmarks only (an m x n
@@ -34,7 +35,8 @@ import numpy as np
 
 from .._validation import check_array, check_is_fitted, check_n_features, check_random_state
 from ..errors import InputError
-from ..graphs import check_n_neighbors, geodesic_rows, geodesics_through_neighbours
+from ..graphs import (check_n_neighbors, geodesic_matrix, geodesic_rows,
+                      geodesics_through_neighbours)
 from ..pairwise import check_metric
 from ._base import DimredEstimator, column_signs, rowwise
 from ._graph_common import (ArrayModel, fit_graph, like, new_neighbours, training_rows)
@@ -143,16 +145,15 @@ def isomap(X, *, n_components=2, n_neighbors=10, metric="euclidean", knn_backend
                          f"{solver!r}.", "pass solver='auto'.")
     g = fit_graph(X, graph, n_neighbors, method="Isomap", metric=metric, backend=knn_backend,
                   join_components_=join_components, random_state=random_state)
-    n = X.shape[0]
-    G = geodesic_rows(g, np.arange(n), method="Isomap")
+    G = geodesic_matrix(g, method="Isomap")
     mds = classical_mds(G, n_components=k, metric="precomputed", solver=solver,
                         n_oversamples=n_oversamples, n_iter=n_iter, random_state=random_state,
-                        where="the geodesic distance matrix")
+                        where="the geodesic distance matrix", check_input=False)
     X_fit = training_rows(X, "Isomap")
     info = {"graph": _graph_info(g), "mds_solver": mds.solver,
             "convergence": _mds_records(mds, "the geodesic distances' B")}
-    return IsomapModel(np.asarray(mds.embedding, X.dtype), mds, G.astype(X.dtype), X_fit,
-                       np.eye(k), np.zeros(k), int(n_neighbors), metric, None, info)
+    return IsomapModel(np.asarray(mds.embedding, X.dtype), mds, G.astype(X.dtype, copy=False),
+                       X_fit, np.eye(k), np.zeros(k), int(n_neighbors), metric, None, info)
 
 
 def _mds_records(mds, what: str) -> list:
