@@ -38,6 +38,9 @@ def main(argv=None) -> int:
                    help="knn: NN-descent trees of our tuned run (default: pynndescent's)")
     p.add_argument("--iters", type=int, default=None,
                    help="knn: NN-descent iterations of our tuned run (default: pynndescent's)")
+    p.add_argument("--exact", action="store_true",
+                   help="isomap: exact Isomap against scikit-learn's at n = 10 000 and 20 000 "
+                        "(--rows: one n), --repeat rounds in turns")
     p.add_argument("--skip-big", action="store_true",
                    help="isomap: only the n = 20 000 comparison, not the 1 000 000 run")
     p.add_argument("--solver", default=None,
@@ -76,7 +79,7 @@ def main(argv=None) -> int:
     if args.name == "isomap":
         from . import graph
 
-        return graph.main_isomap(args)
+        return graph.main_isomap_exact(args) if args.exact else graph.main_isomap(args)
     if args.name in ("lle", "spectral"):
         from . import graph
 

@@ -172,6 +172,65 @@ def main_isomap(args) -> int:
     return 0
 
 
+TARGET_EXACT_RATIO = 0.5
+TARGET_EXACT_PROCRUSTES = 1e-6
+
+
+def main_isomap_exact(args) -> int:
+    """Exact Isomap (all n x n geodesics, classical MDS) against scikit-learn's on the same
+    swiss roll, in turns, ``--repeat`` rounds per n: scikit-learn in this process, ours with
+    the 2-worker cluster as the flow runs it (the geodesics in one worker task, the MDS in
+    this process). The embeddings are compared by Procrustes disparity."""
+    from scipy.spatial import procrustes
+    from sklearn.manifold import Isomap as SkIsomap
+
+    from dimred_dask import Isomap
+
+    sizes = [args.rows] if args.rows else [10_000, 20_000]
+    print(f"# bench isomap --exact: swiss roll n = {', '.join(f'{n:,}' for n in sizes)}, "
+          f"k = {K}, {args.repeat} rounds in turns; {machine()}; load {os.getloadavg()}",
+          flush=True)
+    cluster, client = _cluster()
+    summary = []
+    try:
+        pids = list(client.run(os.getpid).values())
+        Isomap(2, n_neighbors=K).fit(swiss_roll(600)[0])  # numba kernels loaded on both sides
+        for n in sizes:
+            X, t = swiss_roll(n)
+            ratios, rows = [], []
+            for r in range(args.repeat):
+                sk, Ys = _measured(f"n = {n:,}, round {r + 1}: scikit-learn Isomap (in process)",
+                                   lambda: SkIsomap(n_neighbors=K, n_components=2,
+                                                    n_jobs=-1).fit_transform(X), pids)
+                ours, est = _measured(f"n = {n:,}, round {r + 1}: dimred-dask Isomap "
+                                      "(2 workers)", lambda: Isomap(2, n_neighbors=K).fit(X),
+                                      pids)
+                ours["quality"] = procrustes(Ys, np.asarray(est.embedding_))[2]
+                sk["quality"] = _spearman(Ys, t)
+                ours["notes"] = (f"ratio {ours['seconds'] / sk['seconds']:.3f}; "
+                                 f"Spearman {_spearman(est.embedding_, t):.5f}")
+                ratios.append(ours["seconds"] / sk["seconds"])
+                rows += [sk, ours]
+                del est, Ys
+            _table(rows, "Procrustes vs scikit-learn (ours) / Spearman (scikit-learn)")
+            med = float(np.median(ratios))
+            worst = max(r["quality"] for r in rows[1::2])
+            print(f"n = {n:,}: per-round ratios {', '.join(f'{x:.3f}' for x in ratios)}; "
+                  f"median {med:.3f} (target <= {TARGET_EXACT_RATIO}: "
+                  f"{'met' if med <= TARGET_EXACT_RATIO else 'NOT met'}); median times "
+                  f"{np.median([r['seconds'] for r in rows[0::2]]):.1f} s (scikit-learn), "
+                  f"{np.median([r['seconds'] for r in rows[1::2]]):.1f} s (ours); largest "
+                  f"Procrustes {worst:.2e} (target <= {TARGET_EXACT_PROCRUSTES:g}: "
+                  f"{'met' if worst <= TARGET_EXACT_PROCRUSTES else 'NOT met'})", flush=True)
+            summary.append({"n": n, "ratios": ratios, "procrustes": worst, "rows": rows})
+    finally:
+        client.close()
+        cluster.close()
+    print(f"load after: {os.getloadavg()}")
+    print(json.dumps(summary, default=float))
+    return 0
+
+
 # --------------------------------------------------------------------------- lle, spectral
 
 
