@@ -26,6 +26,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
 from .._compute import active_client, compute
+from ..blocks.geodesic_kernels import all_pairs_shortest_paths
 from ..errors import DisconnectedGraphError, InputError
 from .connectivity import graph_csr
 from .knn import KNNGraph
@@ -71,8 +72,6 @@ def _shared(csr):
 
 
 def _all_pairs(csr):
-    from ..blocks.geodesic_kernels import all_pairs_shortest_paths
-
     return all_pairs_shortest_paths(csr)
 
 

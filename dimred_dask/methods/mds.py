@@ -44,6 +44,7 @@ from scipy.spatial.distance import cdist
 from .._compute import compute
 from .._validation import (check_array, check_is_fitted, check_n_features, check_random_state,
                            describe_nonfinite, is_dask, nonfinite_error)
+from ..blocks.centring import double_centred
 from ..blocks.kernels import METRICS, distance_block
 from ..blocks.landmarks import maxmin
 from ..errors import DimredWarning, InputError
@@ -495,9 +496,8 @@ def classical_mds(X, *, n_components=2, metric="euclidean", p=2.0, solver="auto"
     the lazy B: ``n_iter + 1`` passes), ``lanczos``, or ``auto`` (dense up to
     ``linalg.DENSE_MAX`` points). ``measure_negative=False`` skips the extra solve for the
     most negative eigenvalues with the iterative solvers. ``where`` names the input in
-    errors ("D" for a precomputed matrix, "X" for data by default). ``check_input=False``
-    (a precomputed NumPy matrix only): D is known to be finite, >= 0, exactly symmetric with a
-    zero diagonal (e.g. `graphs.geodesic_matrix`'s), and its validation pass is skipped.
+    errors ("D" for a precomputed matrix, "X" for data by default). ``check_input=False``: a
+    precomputed NumPy D known to be valid and exactly symmetric is not checked again.
     """
     params = _check_metric(metric, p, "MDS")
     where = where or ("D" if params["metric"] == "precomputed" else "X")
@@ -514,15 +514,12 @@ def classical_mds(X, *, n_components=2, metric="euclidean", p=2.0, solver="auto"
         shift = _shift(X, params)
         X_fit, D2, r, g = _data_input(X, params, shift, solver == "dense")
         X_fit, dtype = check_array(X_fit, method="MDS", where=where), X.dtype
-    from ..blocks.centring import double_centred  # numba: compiled on first use
-
     if is_dask(D2):
         r, g = np.asarray(r, np.float64), float(g)
         B = -0.5 * double_center(D2, (r, g))
-    elif D2 is None:  # a precomputed matrix in memory: its squares are never held apart
-        B, r, g = double_centred(D, square=True)
-    else:  # squared distances made here: B takes their place
-        B, r, g = double_centred(D2, square=False, out=np.ascontiguousarray(D2, np.float64))
+    else:  # in memory: B from D (its squares never held apart), or in place of D2 made here
+        B, r, g = double_centred(D, square=True) if D2 is None else \
+            double_centred(D2, square=False, out=np.ascontiguousarray(D2, np.float64))
     n = B.shape[0]
     eig_kw = {"n_oversamples": n_oversamples, "n_iter": n_iter, "random_state": rng}
     solver_, lam, vectors, root, inv, negative, info = _eigen(
@@ -542,16 +539,14 @@ def classical_mds(X, *, n_components=2, metric="euclidean", p=2.0, solver="auto"
 
 
 def _precomputed_input(D, n_components, solver: str, where: str, check_input: bool = True):
-    """Validate D and compute the row means of D2 in the same pass (with the dense solver D
-    itself too, so that it is read once). Returns (D, k, solver, D2, row means, grand mean);
-    for D in memory D2 and the means are None (B is made from D directly)."""
+    """Validate D (dask: with the row means of D2 in the same pass). Returns (D, k, solver,
+    D2, row means, grand mean); the last three None for D in memory (B is made from D)."""
     D = _as_square(D, where, "MDS")
     k = _check_n_components(n_components, D.shape[0], "MDS")
     solver = choose_eigen_solver(solver, D.shape[0])
     if not is_dask(D):
-        if check_input:
-            D = check_distance_matrix(D, where=where, method="MDS")
-        return D, k, solver, None, None, None
+        return (check_distance_matrix(D, where=where, method="MDS") if check_input else D,
+                k, solver, None, None, None)
     if solver == "dense":
         _, (D, r, g) = _checked_distances(D, where, "MDS",
                                           extra=lambda M: (M, *_distance_stats(M)))
