@@ -293,7 +293,7 @@ def main_big(args) -> int:
         with flow, workers:
             embed(path, out, method="pca+umap", overwrite=True,
                   params={"pca.n_components": 50, "umap.random_state": 0},
-                  scheduler=address)
+                  scheduler=address, graph_cache="none")  # every stage computed
         wall = time.perf_counter() - t0
         after = sorted(client.run(os.getpid).values())
     manifest = json.load(open(os.path.join(out, "manifest.json")))
