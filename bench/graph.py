@@ -178,9 +178,9 @@ TARGET_EXACT_PROCRUSTES = 1e-6
 
 def main_isomap_exact(args) -> int:
     """Exact Isomap (all n x n geodesics, classical MDS) against scikit-learn's on the same
-    swiss roll, in turns, ``--repeat`` rounds per n: scikit-learn in this process, ours with
-    the 2-worker cluster as the flow runs it (the geodesics in one worker task, the MDS in
-    this process). The embeddings are compared by Procrustes disparity."""
+    swiss roll, in turns, ``--repeat`` rounds per n, both in this process (ours with a client
+    of the 2-worker cluster attached, as a flow fits it: the geodesics and the MDS run here,
+    where the matrix is used). The embeddings are compared by Procrustes disparity."""
     from scipy.spatial import procrustes
     from sklearn.manifold import Isomap as SkIsomap
 
@@ -203,7 +203,7 @@ def main_isomap_exact(args) -> int:
                                    lambda: SkIsomap(n_neighbors=K, n_components=2,
                                                     n_jobs=-1).fit_transform(X), pids)
                 ours, est = _measured(f"n = {n:,}, round {r + 1}: dimred-dask Isomap "
-                                      "(2 workers)", lambda: Isomap(2, n_neighbors=K).fit(X),
+                                      "(in process)", lambda: Isomap(2, n_neighbors=K).fit(X),
                                       pids)
                 ours["quality"] = procrustes(Ys, np.asarray(est.embedding_))[2]
                 sk["quality"] = _spearman(Ys, t)

@@ -391,10 +391,11 @@ def test_geodesic_matrix_on_a_worker_equals_in_process(client):
 
     g = knn_graph(make_swiss_roll(700, random_state=0)[0], 8)
     assert active_client() is not None
-    on_worker = geodesic_matrix(g)
+    on_worker = geodesic_matrix(g, on_workers=True)
     ref = dijkstra(graph_csr(g), directed=False)
     np.testing.assert_allclose(on_worker, ref, rtol=1e-13, atol=0)
     assert (on_worker == on_worker.T).all()
+    np.testing.assert_array_equal(geodesic_matrix(g), on_worker)
 
 
 def test_geodesic_matrix_refuses_a_disconnected_graph():

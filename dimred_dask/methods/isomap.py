@@ -11,8 +11,8 @@ part is kept: components whose eigenvalue is not above rounding are set to zero 
 warning), and the negative part is reported (``negative_mass`` = sum |lambda < 0| / sum
 |lambda| with the dense solver, ``negative_ratio`` = |lambda_min| / lambda_max otherwise),
 as classical MDS reports it. Geodesics: `graphs.geodesic_matrix` (Dijkstra from every
-point on numba's threads in one task, each run settling only the points whose rows are not
-finished yet). The MDS is
+point on numba's threads in this process, where the matrix is used; each run settles only the
+points whose rows are not finished yet). The MDS is
 `methods.mds.classical_mds` of the precomputed geodesic matrix (dense, randomized or Lanczos).
 
 Landmark Isomap (``LandmarkIsomap``, for large n): Dijkstra from m landmarks only (an m x n
