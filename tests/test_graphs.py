@@ -333,14 +333,15 @@ def test_bottom_eigsh_gram_against_lapack():
 
 @pytest.mark.parametrize("X", ["ties", "blobs"])
 def test_kdtree_exact_graph_equals_the_distance_panels(X, blobs, monkeypatch):
-    """Low-dimensional euclidean input takes the k-d tree; its graph is the panels' graph:
-    the same neighbours (ties broken by index) and distances to rounding."""
+    """Low-dimensional euclidean input on the k-d tree gives the panels' graph: the same
+    neighbours (ties broken by index) and distances to rounding."""
     import dimred_dask.graphs.knn as knn_mod
 
     if X == "ties":  # a grid with many equal distances: integer coordinates are exact
         X = np.random.default_rng(1).integers(0, 12, size=(1500, 2)).astype(np.float64)
     else:
         X = blobs
+    monkeypatch.setattr(knn_mod, "KDTREE_MAX_DIM", 16)
     tree = knn_graph(X, 12, backend="exact")
     monkeypatch.setattr(knn_mod, "KDTREE_MAX_DIM", 0)
     panels = knn_graph(X, 12, backend="exact")
