@@ -15,8 +15,7 @@ __all__ = ["KNNGraph", "knn_graph", "check_n_neighbors", "sample_recall", "KNN_B
            "EXACT_MAX", "symmetrize", "connected_components", "graph_components",
            "check_connected", "join_components", "graph_csr", "SYMMETRIZE", "graph_weights", "laplacian",
            "WEIGHTS", "reconstruction_weights", "check_reg", "dijkstra_block", "geodesic_matrix",
-           "geodesic_rows",
-           "geodesics_through_neighbours", "spectral_embedding", "SpectralResult",
+           "geodesic_rows", "geodesics_through_neighbours", "spectral_embedding", "SpectralResult",
            "WEIGHTS", "reconstruction_weights", "check_reg", "edge_list", "bandwidth_order",
            "maximal_cliques", "clique_dependencies", "reconstruction_basis", "laplacian_basis",
            "edge_normals"]

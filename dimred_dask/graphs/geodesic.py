@@ -71,10 +71,6 @@ def _shared(csr):
     return client.scatter(csr, broadcast=True, hash=False)
 
 
-def _all_pairs(csr):
-    return all_pairs_shortest_paths(csr)
-
-
 def geodesic_matrix(graph, *, method: str = "Isomap", on_workers: bool = False,
                     stage: str = "geodesics (all pairs)") -> np.ndarray:
     """The n x n float64 geodesic distances over ``graph`` (a `KNNGraph`, symmetrised with
@@ -90,9 +86,10 @@ def geodesic_matrix(graph, *, method: str = "Isomap", on_workers: bool = False,
 
     csr = _adjacency(graph)
     if on_workers and active_client() is not None:
-        (G, unreached), = compute(delayed(_all_pairs, pure=True)(csr), stage=stage)
+        task = delayed(all_pairs_shortest_paths, pure=True)(csr)
+        (G, unreached), = compute(task, stage=stage)
     else:
-        G, unreached = _all_pairs(csr)
+        G, unreached = all_pairs_shortest_paths(csr)
     if unreached.any():
         i = int(np.argmax(unreached > 0))
         _disconnected(method, int(unreached[i]), csr.shape[0], i)

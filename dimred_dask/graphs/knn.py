@@ -300,9 +300,9 @@ def _locality_prepare(x: np.ndarray, metric: str, kwds: dict, locality: bool | N
     """(x as float32 in C order, in locality order if asked or big enough; that order or
     None). pynndescent works in float32 (it converts anything else), so the ordered rows are
     float32 and NN-descent makes no copy of its own. At most one float32 copy besides the given
-    x is held at a time (never the converted copy and its ordered copy together). The caller should drop its reference to
-    the given x, which is then freed before NN-descent starts. Sparse x: float32 CSR, in the
-    given order (the ordering tree is built on dense rows)."""
+    x is held at a time (never the converted copy and its ordered copy together). The caller
+    should drop its reference to the given x, which is then freed before NN-descent starts.
+    Sparse x: float32 CSR, in the given order (the ordering tree is built on dense rows)."""
     if _issparse(x):
         return _csr32(x), None
     given, x = x, np.ascontiguousarray(x, dtype=np.float32)

@@ -46,7 +46,8 @@ THREADS = 1
 # REORDER: rows and columns in reverse Cuthill-McKee order of the graph of A before solving
 # (the eigenvectors are permuted back): neighbours' rows of X are then close in memory, which
 # nearly halves a product on rows given in random order; on whole solves the gain was within
-# the noise, so it is off by default.
+# the noise. On by default (``reorder=True``): the ordering costs about two products, little
+# next to a solve.
 # BLAS_THREADS: the dense steps (n x 3p times 3p x p) run with one BLAS thread: OpenBLAS's
 # threads made these thin products an order of magnitude slower on a loaded 2-core machine.
 MAXITER = 1000
