@@ -22,15 +22,17 @@ class MethodAdapter:
     load: Callable  # (store) -> model
     transform: Callable  # (model, X) -> lazy embedding
     summary: Callable  # (model) -> dict for the manifest
-    sample_metrics: Callable  # (model, X_sample, Y_sample) -> dict
+    sample_metrics: Callable  # (model, X_sample (NumPy or SciPy sparse), Y_sample) -> dict
     # the n x n matrix the method's solver reads several times, written to the run's store by
     # the kernel stage: (params, shape) -> None or {"kind": "kernel"|"distance", ...}
     matrix: Callable | None = None
     needs_labels: bool = False  # supervised: the flow passes labels=<dask array>
     # the kNN graph the method needs (flows/knn.py): (params, shape) -> None or a request
     # {"n_neighbors": ..., "metric": ..., "backend": ..., "join_components": ..., "connected": ...};
-    # the flow passes graph=<KNNGraph> to fit
+    # the flow passes graph=<KNNGraph> to fit, or with graph_in_store a `flows.knn.StoreGraph`
+    # (the run store's graph, read row block by row block where it is used)
     graph: Callable | None = None
+    graph_in_store: bool = False
     # the flow passes run={"output": <run store URL>, "fingerprint": <fit fingerprint>} to fit,
     # for methods that checkpoint long optimisations into the run's store
     run_context: bool = False

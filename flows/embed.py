@@ -29,8 +29,8 @@ from dimred_dask.io import (Lease, RunStore, array_fingerprint, check_output_loc
 from dimred_dask.io.read import TARGET_CHUNK_BYTES
 
 from .chain import PCA_DEFAULT_COMPONENTS, chain_steps, expand_output
-from .knn import (build_graph, connect, graph_fingerprint, graph_summary, load_graph,
-                  normalize_request, resolve_cache, save_graph)
+from .knn import (StoreGraph, build_graph, connect, graph_fingerprint, graph_summary,
+                  load_graph, normalize_request, resolve_cache, save_graph)
 from .methods import get_method
 from .stages import (chunk_sample, fault_point, log_execution, stage_errors, stage_progress,
                      stage_reusable)
@@ -320,7 +320,8 @@ def fit(spec: dict, v: dict) -> dict:
         owner = _kernel_store(store, v["kernel"])
         extras["matrix"] = da.from_zarr(owner.open_array(v["kernel"]["array"]))
     if (v.get("knn") or {}).get("needed"):
-        extras["graph"] = load_graph(store)
+        extras["graph"] = (StoreGraph.open(spec["output"]) if adapter.graph_in_store
+                           else load_graph(store))
     if adapter.run_context:
         extras["run"] = {"output": spec["output"], "fingerprint": fp}
     if adapter.needs_actions:
@@ -409,17 +410,11 @@ def evaluate(spec: dict, v: dict) -> dict:
     result = {"sample": how, "sample_size": int(len(idx)), "n_neighbors": k,  # a sparse
               "trustworthiness": metrics.trustworthiness(Xo, Ys, k),  # sample's distances:
               "knn_recall": metrics.knn_recall(Xo, Ys, k),  # sparse products, not densified
-              **adapter.sample_metrics(adapter.load(store), _dense(Xs), Ys)}
+              **adapter.sample_metrics(adapter.load(store), Xs, Ys)}
     store.mark_stage("evaluate", fp, {"info": result})
     log_execution("evaluate", fp, spec["output"])
     fault_point("evaluate")
     return {**result, "reused": False, "seconds": time.perf_counter() - t0}
-
-
-def _dense(block):
-    """Sampled rows as a NumPy array (a sparse input's sample is densified: a few thousand
-    rows)."""
-    return block.toarray() if hasattr(block, "toarray") else block
 
 
 def _versions() -> dict:

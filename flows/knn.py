@@ -31,7 +31,8 @@ from dimred_dask.graphs import (KNN_BACKENDS, KNNGraph, check_connected, check_n
                                 graph_components, join_components, knn_graph, sample_recall)
 from dimred_dask.io import Lease, LeaseHeldError, RunStore, digest_of, parse_uri
 
-__all__ = ["normalize_request", "graph_fingerprint", "save_graph", "load_graph", "GraphCache",
+__all__ = ["normalize_request", "graph_fingerprint", "save_graph", "load_graph", "StoreGraph",
+           "GraphCache",
            "resolve_cache", "build_graph", "CACHE_ENV"]
 
 CACHE_ENV = "DIMRED_GRAPH_CACHE"
@@ -73,7 +74,8 @@ def save_graph(store: RunStore, graph: KNNGraph, rows_per_chunk: int = GRAPH_ROW
     rows = int(max(1, min(n, rows_per_chunk)))
     for name, value in (("indices", graph.indices), ("distances", graph.distances)):
         arr = store.create_array(f"graph/{name}", (n, k), (rows, k), value.dtype)
-        arr[...] = value
+        for start in range(0, n, rows):  # a chunk at a time: no encoded copy of the whole
+            arr[start:start + rows] = value[start:start + rows]
     store.write_attrs("graph", {"metric": graph.metric, "backend": graph.backend,
                                 "info": graph.info})
     return store.chunk_count("graph/indices") + store.chunk_count("graph/distances")
@@ -84,6 +86,27 @@ def load_graph(store: RunStore) -> KNNGraph:
     return KNNGraph(np.asarray(store.read_array("graph/indices"), dtype=np.int64),
                     np.asarray(store.read_array("graph/distances"), dtype=np.float64),
                     attrs["metric"], attrs["backend"], dict(attrs.get("info") or {}))
+
+
+class StoreGraph:
+    """The graph in a run's store as a graph source (``graphs.affinities.graph_rows``): each
+    task that needs rows reads them on its worker, the task graph carries a URL, and the
+    process that opens it reads only the arrays' shapes (an n x k graph at n = 3 000 000 is
+    0.7 GB in memory)."""
+
+    def __init__(self, output: str, n_samples: int, n_neighbors: int):
+        self.output, self.n_samples, self.n_neighbors = output, int(n_samples), int(n_neighbors)
+
+    @classmethod
+    def open(cls, output: str) -> "StoreGraph":
+        n, k = RunStore(output).open_array("graph/indices").shape
+        return cls(output, n, k)
+
+    def rows(self, start: int, stop: int, k: int):
+        store = RunStore(self.output)
+        return (np.asarray(store.open_array("graph/indices")[start:stop, :k], dtype=np.int64),
+                np.asarray(store.open_array("graph/distances")[start:stop, :k],
+                           dtype=np.float64))
 
 
 def _stored_chunks(store: RunStore) -> int:

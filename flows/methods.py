@@ -61,9 +61,10 @@ def _pca_summary(model: PCAModel) -> dict:
                                                  model.explained_variance_ratio)}
 
 
-def _pca_sample_metrics(model: PCAModel, Xs: np.ndarray, Ys: np.ndarray) -> dict:
-    Xhat = model.inverse_transform(Ys)
-    return {"reconstruction_error": metrics.reconstruction_error(Xs, Xhat, model.mean)}
+def _pca_sample_metrics(model: PCAModel, Xs, Ys: np.ndarray) -> dict:
+    """Xs dense or sparse; reconstructed a block of rows at a time."""
+    return {"reconstruction_error": metrics.reconstruction_error(
+        Xs, lambda rows: model.inverse_transform(Ys[rows]), model.mean)}
 
 
 KPCA_DEFAULTS = {"n_components": 2, "kernel": "gaussian", "gamma": None, "width": None,

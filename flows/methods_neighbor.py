@@ -36,7 +36,7 @@ from dimred_dask.methods.umap import (UMAP_DEFAULTS, UMAP_SWEEPABLE, check_umap_
 
 from .adapter import MethodAdapter, model_loader
 
-__all__ = ["METHODS", "StoreCheckpoint", "StoreGraph", "CHECKPOINTS"]
+__all__ = ["METHODS", "StoreCheckpoint", "CHECKPOINTS"]
 
 CHECKPOINTS = "checkpoints"
 TRUST_SAMPLE = 2000  # rows of the per-embedding trustworthiness (k = TRUST_K), seed 0
@@ -112,20 +112,6 @@ class StoreCheckpoint:
         return {**state, "iteration": it, "rng": meta.get("rng"), "loss": meta.get("loss")}
 
 
-class StoreGraph:
-    """The knn stage's graph in a run's store, as a graph source: each affinity task reads
-    only its rows (on the worker), and the task graph carries a URL instead of the graph."""
-
-    def __init__(self, output: str, n_samples: int, n_neighbors: int):
-        self.output, self.n_samples, self.n_neighbors = output, int(n_samples), int(n_neighbors)
-
-    def rows(self, start: int, stop: int, k: int):
-        store = RunStore(self.output)
-        return (np.asarray(store.open_array("graph/indices")[start:stop, :k], dtype=np.int64),
-                np.asarray(store.open_array("graph/distances")[start:stop, :k],
-                           dtype=np.float64))
-
-
 class _Checkpoints:
     """The factory the method calls: one `StoreCheckpoint` per embedding of a fit."""
 
@@ -177,8 +163,6 @@ class _Family:
             report(f"embedding {index + 1}/{n_settings}: iteration {iteration}/{total}{tail}",
                    it, tot)
 
-        if run and graph is not None:  # tasks read the graph from the store
-            graph = StoreGraph(run["output"], graph.n_samples, graph.n_neighbors)
         models = self._sweep(X, graph=graph, checkpoint=checkpoints, callback=progress, **params)
         losses = [getattr(m, "kl_divergence", None) if self.name != "umap" else m.cross_entropy
                   for m in models]
@@ -231,7 +215,8 @@ def _transform(model: EmbeddingSet, X):
 def _adapter(family: _Family) -> MethodAdapter:
     return MethodAdapter(family.name, family.defaults, family.check, family.fit, _save,
                          model_loader(EmbeddingSet), _transform, family.summary,
-                         lambda m, Xs, Ys: {}, graph=family.graph, run_context=True)
+                         lambda m, Xs, Ys: {}, graph=family.graph, run_context=True,
+                         graph_in_store=True)
 
 
 def _tsne_k(settings):

@@ -7,6 +7,7 @@ from sklearn.manifold import trustworthiness as sk_trustworthiness
 
 from dimred_dask.blocks.stats import block_stats, merge_many
 from dimred_dask.metrics import knn_recall, reconstruction_error, sample_rows, trustworthiness
+from dimred_dask.metrics.quality import SPARSE_BLOCK_ROWS
 
 # A float32 scatter matrix made of float32 panel products summed in float64 was measured at
 # 2e-8 relative error (bench/RESULTS.md); 1e-6 leaves room for other data and BLAS builds.
@@ -68,3 +69,26 @@ def test_knn_recall_and_reconstruction(rng):
     idx = sample_rows(1000, 100, 3)
     assert len(np.unique(idx)) == 100 and np.all(np.diff(idx) > 0)
     np.testing.assert_array_equal(idx, sample_rows(1000, 100, 3))
+
+
+def test_reconstruction_error_block_by_block(rng):
+    """A reconstruction given as a function of row slices (never whole in memory) gives the
+    error of the whole array, over several blocks, for dense and sparse samples."""
+    import scipy.sparse as sp
+
+    X = rng.standard_normal((2500, 6)) * np.array([3, 2, 1, 0.5, 0.1, 0.1])
+    Xhat = X.copy()
+    Xhat[:, 3:] = 0.0
+    calls = []
+
+    def rebuild(rows):
+        calls.append(rows)
+        return Xhat[rows]
+
+    direct = float(((X - Xhat) ** 2).sum() / ((X - X.mean(0)) ** 2).sum())
+    assert reconstruction_error(X, rebuild, X.mean(0)) == pytest.approx(direct, rel=1e-12)
+    assert len(calls) == -(-2500 // SPARSE_BLOCK_ROWS) > 1  # block by block
+    S = sp.csr_matrix(np.where(np.abs(X) > 1, X, 0.0))
+    dense = S.toarray()
+    assert reconstruction_error(S, lambda rows: Xhat[rows], X.mean(0)) == pytest.approx(
+        reconstruction_error(dense, Xhat, X.mean(0)), rel=1e-12)

@@ -400,7 +400,11 @@ def _gathered_nndescent(k, metric, metric_kwds, kwds, *chunks):
     # the gathered copy is freed here, not held through NN-descent (a second copy of the data
     # for the whole run otherwise)
     x, order = _locality_prepare(x, metric, kwds, None)
-    return _nndescent_ordered(x, order, k, metric, metric_kwds, kwds, time.perf_counter() - t0)
+    idx, dist, seconds = _nndescent_ordered(x, order, k, metric, metric_kwds, kwds,
+                                            time.perf_counter() - t0)
+    # the graph's own dtypes made here, so that the caller receives no copy to convert (at
+    # 3 000 000 x 15 the int64 and float64 arrays are 0.7 GB)
+    return idx.astype(np.int64), dist.astype(np.float64), seconds
 
 
 def _nndescent_any(X, k, metric, metric_kwds, random_state, extra):
@@ -416,7 +420,8 @@ def _nndescent_any(X, k, metric, metric_kwds, random_state, extra):
                                                       *X.to_delayed().ravel())
         (out,) = compute(task, stage="NN-descent kNN graph (one worker)")
         idx, dist, seconds = out
-    return idx.astype(np.int64), dist.astype(np.float64), {"seconds_in_task": seconds}
+    return (idx.astype(np.int64, copy=False), dist.astype(np.float64, copy=False),
+            {"seconds_in_task": seconds})
 
 
 # --------------------------------------------------------------------------- partitioned
