@@ -32,7 +32,7 @@ from .chain import PCA_DEFAULT_COMPONENTS, chain_steps, expand_output
 from .knn import (StoreGraph, build_graph, connect, graph_fingerprint, graph_summary,
                   load_graph, normalize_request, resolve_cache, save_graph)
 from .methods import get_method
-from .stages import (chunk_sample, fault_point, log_execution, stage_errors, stage_progress,
+from .stages import (check_observer, chunk_sample, notify, stage_errors, stage_progress,
                      stage_reusable)
 
 TASK_OPTS = {"cache_policy": NO_CACHE, "persist_result": False}
@@ -231,8 +231,7 @@ def knn_stage(spec: dict, v: dict) -> dict:
         store.mark_stage("knn", fp, {"info": info})
     if cache is not None and source is None:
         info["cached"] = cache.save(fp, graph)
-    log_execution("knn", fp, spec["output"])
-    fault_point("knn")
+    notify("stage", stage="knn", fingerprint=fp, output=spec["output"])
     return {**info, "reused": source == "cache", "seconds": time.perf_counter() - t0}
 
 
@@ -298,8 +297,7 @@ def kernel_stage(spec: dict, v: dict) -> dict:
         store.mark_stage("kernel", fp, {"info": info})
     if cache is not None:
         info["cached"] = cache.point_to("kernel", fp, store.url, "kernel", KERNEL_ARRAY, info)
-    log_execution("kernel", fp, spec["output"])
-    fault_point("kernel")
+    notify("stage", stage="kernel", fingerprint=fp, output=spec["output"])
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
 
 
@@ -335,8 +333,7 @@ def fit(spec: dict, v: dict) -> dict:
         adapter.save(model, store)
         info = {"model": summary}
         store.mark_stage("fit", fp, {"info": info})
-    log_execution("fit", fp, spec["output"])
-    fault_point("fit")
+    notify("stage", stage="fit", fingerprint=fp, output=spec["output"])
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
 
 
@@ -383,8 +380,7 @@ def transform_write(spec: dict, v: dict) -> dict:
                              f"{info['stored_chunks']} embedding chunks are in the store.",
                              "re-run the same command; the stage will be redone.")
         store.mark_stage("transform", fp, {"info": info})
-    log_execution("transform", fp, spec["output"])
-    fault_point("transform")
+    notify("stage", stage="transform", fingerprint=fp, output=spec["output"])
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
 
 
@@ -412,8 +408,7 @@ def evaluate(spec: dict, v: dict) -> dict:
               "knn_recall": metrics.knn_recall(Xo, Ys, k),  # sparse products, not densified
               **adapter.sample_metrics(adapter.load(store), Xs, Ys)}
     store.mark_stage("evaluate", fp, {"info": result})
-    log_execution("evaluate", fp, spec["output"])
-    fault_point("evaluate")
+    notify("stage", stage="evaluate", fingerprint=fp, output=spec["output"])
     return {**result, "reused": False, "seconds": time.perf_counter() - t0}
 
 
@@ -490,8 +485,8 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict) -> dict:
                              "final_step_input_meta": v["input_meta"],
                              "earlier": stages.get("earlier_steps", [])}
     store.commit(manifest)
-    log_execution("publish", manifest["fingerprint"], spec["output"])
-    fault_point("publish")
+    notify("stage", stage="publish", fingerprint=manifest["fingerprint"],
+           output=spec["output"])
     _artifacts(manifest)
     return manifest
 
@@ -601,6 +596,7 @@ def _embed(spec: dict, scheduler) -> dict:
     from .methods import METHODS
 
     steps = chain_steps(spec, METHODS)
+    check_observer()  # a DIMRED_HOOK that cannot be imported is refused before any work
     with cluster_client(scheduler) as client:
         if len(steps) == 1:
             v = validate(spec)

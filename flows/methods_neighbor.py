@@ -12,9 +12,8 @@ again) resumes each embedding from its last checkpoint and ends exactly where an
 run ends. The checkpoints are removed once the model is saved. Progress (iteration and loss) is
 relayed from the workers to the fit stage's Prefect progress artifact.
 
-Fault injection for the tests: ``DIMRED_FAULT_INJECT=kill-at-checkpoint:<n>`` makes the
-process that writes the n-th checkpoint of a run SIGKILL itself right after writing it (once:
-the file named by ``DIMRED_FAULT_ONCE`` records that it fired).
+Each checkpoint written is announced to the observer ``DIMRED_HOOK`` names, if any
+(`flows.stages.notify`, event ``"checkpoint"``).
 """
 from __future__ import annotations
 
@@ -35,14 +34,13 @@ from dimred_dask.methods.umap import (UMAP_DEFAULTS, UMAP_SWEEPABLE, check_umap_
                                       umap_sweep)
 
 from .adapter import MethodAdapter, model_loader
+from .stages import notify
 
 __all__ = ["METHODS", "StoreCheckpoint", "CHECKPOINTS"]
 
 CHECKPOINTS = "checkpoints"
 TRUST_SAMPLE = 2000  # rows of the per-embedding trustworthiness (k = TRUST_K), seed 0
 TRUST_K = 10
-FAULT_ENV = "DIMRED_FAULT_INJECT"
-FAULT_ONCE_ENV = "DIMRED_FAULT_ONCE"
 STATE_ARRAYS = ("embedding", "update", "gains", "next_sample", "next_negative")
 
 
@@ -60,21 +58,6 @@ def _task_cancelled() -> bool:
         return ts is None or ts.state in ("cancelled", "released", "forgotten")
     except Exception:
         return False
-
-
-def _fault(count: int) -> None:
-    spec = os.environ.get(FAULT_ENV, "")
-    if not spec.startswith("kill-at-checkpoint:") or count != int(spec.split(":")[1]):
-        return
-    once = os.environ.get(FAULT_ONCE_ENV)
-    if once:
-        try:
-            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return
-    import signal
-
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class StoreCheckpoint:
@@ -98,7 +81,8 @@ class StoreCheckpoint:
             step = entry.rstrip("/").rsplit("/", 1)[-1]
             if step.isdigit() and int(step) < it:
                 store.remove(f"{self.prefix}/{step}")
-        _fault(it // self.every)
+        notify("checkpoint", output=self.output, prefix=self.prefix, iteration=it,
+               count=it // self.every)
 
     def load(self) -> dict | None:
         store = RunStore(self.output)

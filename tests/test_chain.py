@@ -13,6 +13,7 @@ import pytest
 
 from dimred_dask import PCA, InputError, OutputExistsError, make_chain
 from dimred_dask.io import RunStore, open_output
+from tests import hooks
 
 BIN = os.path.dirname(sys.executable)
 
@@ -78,12 +79,13 @@ def test_a_bad_chain_is_refused_before_anything_is_written(client, prefect_api, 
 def test_a_chain_killed_between_its_steps_reuses_the_first(client, prefect_api, tmp_path):
     np.save(tmp_path / "x.npy", _blobs(n=1200))
     out, log = tmp_path / "map", tmp_path / "executions.jsonl"
-    env = {**os.environ, "PREFECT_API_URL": prefect_api, "DIMRED_EXECUTION_LOG": str(log),
+    env = {**os.environ, "PREFECT_API_URL": prefect_api,
+           **hooks.env(DIMRED_TEST_EXECUTION_LOG=str(log)),
            "DASK_SCHEDULER_ADDRESS": client.scheduler.address}
     argv = [os.path.join(BIN, "dimred-dask"), "run", "--input", str(tmp_path / "x.npy"),
             "--output", str(out), "--method", "pca+umap", "--param", "pca.n_components=8",
             "--param", "umap.n_epochs=60"]
-    killed = subprocess.run(argv, env={**env, "DIMRED_FAULT_INJECT": "kill-after:publish"},
+    killed = subprocess.run(argv, env={**env, "DIMRED_TEST_KILL": "after:publish"},
                             capture_output=True, text=True, timeout=300)
     assert killed.returncode == -9, killed.stderr[-2000:]  # right after the PCA step committed
     assert RunStore(str(out / "steps" / "pca")).committed() and not RunStore(str(out)).committed()

@@ -16,6 +16,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from dimred_dask import StageError, StoreError
 from dimred_dask.io import open_output, save_array
+from tests import hooks
 from tests.data import low_rank, zarr_input
 
 BIN = os.path.dirname(sys.executable)
@@ -115,10 +116,11 @@ def test_flow_process_killed_after_stage_2_resumes(client, prefect_api, data, tm
 
     uri, _ = data
     log = tmp_path / "executions.jsonl"
-    env = {**os.environ, "PREFECT_API_URL": prefect_api, "DIMRED_EXECUTION_LOG": str(log)}
+    env = {**os.environ, "PREFECT_API_URL": prefect_api,
+           **hooks.env(DIMRED_TEST_EXECUTION_LOG=str(log))}
     args = ["--input", uri, "--output", str(tmp_path / "out"), "--n-components", "3",
             "--scheduler", client.scheduler.address]
-    first = _cli_run(args, {**env, "DIMRED_FAULT_INJECT": "kill-after:transform"})
+    first = _cli_run(args, {**env, "DIMRED_TEST_KILL": "after:transform"})
     assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
     assert not (tmp_path / "out" / "_COMMITTED").exists()
     second = _cli_run(args, env)
@@ -232,3 +234,26 @@ def test_denied_and_missing_storage_fail_clearly(client, prefect_api, s3_server,
     with pytest.raises(InputError, match="does not exist"):
         embed("s3://no-such-bucket-anywhere/in.zarr", f"s3://{s3_bucket}/out2",
               params={"n_components": 2})
+
+
+def test_observer_hook_is_called_and_a_bad_one_is_refused(monkeypatch, tmp_path):
+    """DIMRED_HOOK: the named function receives each event with its details; a name that
+    imports nothing is an InputError with the fix, raised before any work."""
+    from dimred_dask.errors import InputError
+    from flows.stages import check_observer, notify
+
+    log = tmp_path / "events.jsonl"
+    for name, value in hooks.env(DIMRED_TEST_EXECUTION_LOG=str(log)).items():
+        monkeypatch.setenv(name, value)
+    check_observer()
+    notify("stage", stage="fit", fingerprint="abc", output="runs/x")
+    notify("checkpoint", output="runs/x", prefix="p", iteration=20, count=1)  # not logged
+    (line,) = log.read_text().splitlines()
+    assert {k: json.loads(line)[k] for k in ("stage", "fingerprint", "output")} == {
+        "stage": "fit", "fingerprint": "abc", "output": "runs/x"}
+    for bad in ("tests.no_such_module:observe", "tests.hooks:no_such_function", "tests.hooks",
+                "tests.hooks:HOOK"):
+        monkeypatch.setenv("DIMRED_HOOK", bad)
+        with pytest.raises(InputError, match="DIMRED_HOOK") as err:
+            check_observer()
+        assert "package.module:function" in str(err.value)

@@ -12,6 +12,7 @@ from sklearn.datasets import load_digits
 
 from dimred_dask.errors import InputError
 from dimred_dask.io import open_output, save_array
+from tests import hooks
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +57,9 @@ def test_worker_killed_mid_optimisation_resumes_from_checkpoint(prefect_api, dig
 
     uri, _ = digits_uri
     flag = tmp_path / "fired"
-    monkeypatch.setenv("DIMRED_FAULT_INJECT", "kill-at-checkpoint:2")  # inherited by workers
-    monkeypatch.setenv("DIMRED_FAULT_ONCE", str(flag))
+    for name, value in hooks.env(DIMRED_TEST_KILL="checkpoint:2",  # inherited by workers
+                                 DIMRED_TEST_KILL_ONCE=str(flag)).items():
+        monkeypatch.setenv(name, value)
     params = {"n_epochs": 100, "checkpoint_every": 20, "random_state": 5}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
