@@ -29,6 +29,9 @@ def test_sweep_lists_every_embedding_and_reports_progress(client, prefect_api, d
 
     uri, X = digits_uri
     monkeypatch.setenv("DIMRED_TERMINAL_PROGRESS", "1")
+    # the threads asserted below assume both workers are up (a worker another test's run
+    # left restarting would make the split 2 cores // 1 visible worker)
+    client.wait_for_workers(2, timeout=120)
     out = str(tmp_path / "umap")
     m = embed(uri, out, method="umap", params={"random_state": [0, 1], "n_epochs": 60})
     rows = m["model"]["embeddings"]
