@@ -17,8 +17,6 @@ Each checkpoint written is announced to the observer ``DIMRED_HOOK`` names, if a
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from dimred_dask import metrics

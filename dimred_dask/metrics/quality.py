@@ -13,7 +13,7 @@ from scipy.spatial.distance import cdist
 
 from .._validation import check_random_state
 from ..blocks.kernels import sqeuclidean_block
-from ..blocks.sparse import csr64
+from ..blocks.sparse import csr64, toarray_rows
 
 
 def sample_rows(n: int, size: int, random_state=0) -> np.ndarray:
@@ -69,12 +69,11 @@ def reconstruction_error(X, X_hat, mean) -> float:
     memory (at d = 20 000, 5 000 rows are 800 MB in float64)."""
     mean = np.asarray(mean, dtype=np.float64)
     rebuild = X_hat if callable(X_hat) else (lambda rows: X_hat[rows])
-    X = csr64(X) if sp.issparse(X) else np.asarray(X)
     num = den = 0.0
-    for start in range(0, X.shape[0], SPARSE_BLOCK_ROWS):
-        rows = slice(start, start + SPARSE_BLOCK_ROWS)
-        block = X[rows]
-        block = block.toarray() if sp.issparse(block) else np.asarray(block, dtype=np.float64)
+    X = csr64(X) if sp.issparse(X) else np.asarray(X)  # dense rows stay in their dtype
+    for start, block in toarray_rows(X, SPARSE_BLOCK_ROWS):
+        block = block.astype(np.float64, copy=False)
+        rows = slice(start, start + block.shape[0])
         num += ((block - np.asarray(rebuild(rows), dtype=np.float64)) ** 2).sum()
         den += ((block - mean) ** 2).sum()
     return float(num / den) if den > 0 else 0.0
