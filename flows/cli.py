@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 
-from dimred_dask.errors import DimredError
+from dimred_dask.errors import DimredError, InputError
 
 EPILOG = """examples:
   dimred-dask demo
@@ -101,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--graph-cache", metavar="URI",
                      help="where kNN graphs are shared between runs on the same data (default: "
                           ".dimred-cache next to the output; 'none' turns it off)")
+    run.add_argument("--knn-target-recall", metavar="R", default="0.9",
+                     help="the recall the kNN graph of the graph methods should reach, checked "
+                          "on a sample against exact neighbours; short of it NN-descent builds "
+                          "again with a denser search (default 0.9; 'none': no check)")
+    run.add_argument("--knn-recall-budget", metavar="SECONDS", type=float,
+                     help="the time NN-descent may spend improving a graph short of the target "
+                          "recall (default: four times its first build)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing output")
     run.add_argument("--credentials-block", metavar="NAME",
                      help="a Prefect Secret block with aws_access_key_id / aws_secret_access_key "
@@ -150,6 +157,17 @@ def print_summary(m: dict, stream=None) -> None:
     for k in ("trustworthiness", "knn_recall", "reconstruction_error"):
         if k in met:
             w(f"{k:<22}{met[k]:.6f}\n")
+    graph = m.get("graph") or {}
+    if graph:
+        search = graph.get("recall_search") or {}
+        recall = graph.get("recall")
+        w(f"knn graph   {graph.get('n_neighbors')} neighbours, {graph.get('backend')}, "
+          f"{graph.get('components')} component(s), recall "
+          + (f"{recall:.3f}" if recall is not None else "not measured")
+          + (f" (target {search['target']:g}, {len(search['rounds'])} build(s))"
+             if search.get("rounds") else "") + f", {graph.get('source')}\n")
+        if graph.get("recall_warning"):
+            w(f"warning     {graph['recall_warning']}\n")
     if "sample" in met:
         w(f"metrics sample        {met['sample']} (k = {met.get('n_neighbors')})\n")
     for e in model.get("embeddings", []):  # t-SNE / UMAP / SNE: one line per setting
@@ -202,6 +220,16 @@ def _quiet_logs(debug: bool = False) -> None:
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
 
 
+def _target_recall(value: str):
+    if value.strip().lower() == "none":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(f"--knn-target-recall takes a number in (0, 1] or 'none'; found "
+                         f"{value!r}.", "pass --knn-target-recall 0.9.") from None
+
+
 def cmd_run(args) -> int:
     from .embed import embed
 
@@ -214,7 +242,9 @@ def cmd_run(args) -> int:
                          args.graph_cache if args.graph_cache.lower() == "none"
                          else _local(args.graph_cache)),
                      actions=args.actions and _local(args.actions),
-                     allow_missing_chunks=args.allow_missing_chunks)
+                     allow_missing_chunks=args.allow_missing_chunks,
+                     knn_target_recall=_target_recall(args.knn_target_recall),
+                     knn_recall_budget=args.knn_recall_budget)
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
     else:

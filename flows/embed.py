@@ -29,6 +29,8 @@ from dimred_dask.io import (Lease, RunStore, array_fingerprint, check_output_loc
 from dimred_dask.io.read import TARGET_CHUNK_BYTES
 
 from .chain import PCA_DEFAULT_COMPONENTS, chain_steps, expand_output
+from dimred_dask.graphs.knn import TARGET_RECALL
+
 from .knn import (StoreGraph, build_graph, connect, graph_fingerprint, graph_summary,
                   load_graph, normalize_request, resolve_cache, save_graph)
 from .methods import get_method
@@ -105,8 +107,9 @@ def validate(spec: dict) -> dict:
     if spec.get("default_components"):  # a chain's PCA step: 50 components, or fewer if need be
         params["n_components"] = min(PCA_DEFAULT_COMPONENTS, *inp.shape)
     params = adapter.check(params, inp.shape)
-    graph_request = (normalize_request(adapter.graph(params, inp.shape), inp.shape,
-                                       spec["method"]) if adapter.graph else None)
+    graph_request = (normalize_request(
+        {**adapter.graph(params, inp.shape), **_recall_request(spec)}, inp.shape,
+        spec["method"]) if adapter.graph else None)
     labels_fp = _check_labels(spec, adapter, inp)
     actions_fp = _check_actions(spec, adapter, inp)
     mode = RunStore(spec["output"]).check_writable(spec["overwrite"],
@@ -124,6 +127,11 @@ def validate(spec: dict) -> dict:
             "shape": list(inp.shape), "row_chunk": row_chunk, "worker_memory": memory,
             "chunk_bytes": row_chunk * inp.shape[1] * inp.array.dtype.itemsize,
             "n_chunks": len(inp.array.chunks[0]), "seconds": time.perf_counter() - t0}
+
+
+def _recall_request(spec: dict) -> dict:
+    return {"target_recall": spec.get("knn_target_recall", TARGET_RECALL),
+            "recall_budget": spec.get("knn_recall_budget")}
 
 
 def _check_locations(spec: dict, inp) -> None:
@@ -221,7 +229,9 @@ def knn_stage(spec: dict, v: dict) -> dict:
     with stage_errors("knn", **_mem(v)):
         if graph is None:
             with stage_progress(f"kNN graph ({request['n_neighbors']} neighbours)"):
-                graph, _ = build_graph(inp.array, request)
+                graph, quality = build_graph(inp.array, request)
+            if quality.get("warning"):
+                get_run_logger().warning("%s", quality["warning"])
         graph = connect(graph, inp.array, request, spec["method"])  # may refuse: nothing written
         store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
         chunks = save_graph(store, graph)
@@ -562,7 +572,8 @@ def embed(input: str, output: str, method: str = "pca", params: dict | None = No
           sample_size: int = 2000, chunk_rows: int | None = None,
           credentials_block: str | None = None, labels: str | None = None,
           graph_cache: str | None = None, actions: str | None = None,
-          allow_missing_chunks: bool = False) -> dict:
+          allow_missing_chunks: bool = False, knn_target_recall: float | None = TARGET_RECALL,
+          knn_recall_budget: float | None = None) -> dict:
     """Embed the array at ``input`` with ``method`` and write the run's store at ``output``.
 
     Credentials never come in as parameters (Prefect stores parameters): they come from the
@@ -579,13 +590,17 @@ def embed(input: str, output: str, method: str = "pca", params: dict | None = No
     deployment's run), so that a nightly job does not replace yesterday's result.
     ``allow_missing_chunks``: read absent chunks of a Zarr input as its fill value
     (zarr leaves out chunks that hold only the fill value) instead of refusing the input; the
-    manifest counts them.
+    manifest counts them. ``knn_target_recall`` / ``knn_recall_budget``: the recall the kNN
+    stage's NN-descent graph should reach (None: no check) and the seconds it may spend
+    improving a graph short of it (default: four times its first build); a graph that ends
+    short is kept with a warning in the log and the manifest (flows/knn.py).
     """
     output = expand_output(output, _scheduled_start())
     spec = {"input": input, "output": output, "method": method, "params": dict(params or {}),
             "overwrite": overwrite, "columns": columns, "sample_size": int(sample_size),
             "chunk_rows": chunk_rows, "labels": labels, "graph_cache": graph_cache,
-            "actions": actions, "allow_missing_chunks": bool(allow_missing_chunks)}
+            "actions": actions, "allow_missing_chunks": bool(allow_missing_chunks),
+            "knn_target_recall": knn_target_recall, "knn_recall_budget": knn_recall_budget}
     if credentials_block:
         with run_storage_options("s3", _block_credentials(credentials_block)):
             return _embed(spec, scheduler)

@@ -4,7 +4,13 @@ A method's adapter asks for a graph with ``adapter.graph(params, shape)`` -> Non
 
     {"n_neighbors": 15, "metric": "euclidean", "metric_kwds": {}, "backend": "auto",
      "join_components": False, "connected": True, "nndescent_kwds": {}, "n_partitions": None,
-     "recall_sample": 1000}
+     "recall_sample": 1000, "target_recall": 0.9, "recall_budget": None}
+
+``target_recall`` / ``recall_budget``: NN-descent measures its recall on a sample and builds
+again with a denser search while short of the target, within the budget (seconds; default
+four times its first build; `graphs.knn`). The stage then measures the recall once more on
+its own sample (``recall_sample`` rows); a graph that ends short of the target is kept, and
+the stage warns and records the shortfall in the manifest.
 
 ``connected``: the method needs one component (Isomap, LLE, MVU ...): a disconnected graph is
 refused with `DisconnectedGraphError` (sizes and fix), or joined when ``join_components``.
@@ -22,13 +28,15 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 
 import numpy as np
 
 import dimred_dask
-from dimred_dask.errors import InputError
+from dimred_dask.errors import DimredWarning, InputError
 from dimred_dask.graphs import (KNN_BACKENDS, KNNGraph, check_connected, check_n_neighbors,
                                 graph_components, join_components, knn_graph, sample_recall)
+from dimred_dask.graphs.knn import TARGET_RECALL, check_target_recall
 from dimred_dask.io import Lease, LeaseHeldError, RunStore, digest_of, parse_uri
 
 __all__ = ["normalize_request", "graph_fingerprint", "save_graph", "load_graph", "StoreGraph",
@@ -39,7 +47,7 @@ CACHE_ENV = "DIMRED_GRAPH_CACHE"
 REQUEST_DEFAULTS = {"n_neighbors": 15, "metric": "euclidean", "metric_kwds": {},
                     "backend": "auto", "join_components": False, "connected": True,
                     "nndescent_kwds": {}, "n_partitions": None, "recall_sample": 1000,
-                    "random_state": 0}
+                    "random_state": 0, "target_recall": TARGET_RECALL, "recall_budget": None}
 GRAPH_ROWS_PER_CHUNK = 262_144
 
 
@@ -54,6 +62,7 @@ def normalize_request(request: dict, shape: tuple, method: str) -> dict:
     if r["backend"] not in KNN_BACKENDS:
         raise InputError(f"knn_backend must be one of {', '.join(KNN_BACKENDS)}; found "
                          f"{r['backend']!r}.", "pass --param knn_backend=auto.")
+    check_target_recall(r["target_recall"], r["recall_budget"])
     if not isinstance(r["join_components"], bool):
         raise InputError(f"join_components must be true or false; found "
                          f"{r['join_components']!r}.", "pass --param join_components=true.")
@@ -214,15 +223,41 @@ def build_graph(X, request: dict) -> tuple[KNNGraph, dict]:
                       metric_kwds=request["metric_kwds"] or None, backend=request["backend"],
                       random_state=request["random_state"],
                       n_partitions=request["n_partitions"],
-                      nndescent_kwds=request["nndescent_kwds"] or None)
+                      nndescent_kwds=request["nndescent_kwds"] or None,
+                      target_recall=request["target_recall"],
+                      recall_budget=request["recall_budget"])
     quality = {}
     if graph.backend != "exact" and request["recall_sample"]:
         quality = sample_recall(X, graph, int(request["recall_sample"]),
                                 random_state=request["random_state"])
     elif graph.backend == "exact":
         quality = {"recall": 1.0, "why": "exact backend"}
+    short = recall_shortfall(graph, quality, request["target_recall"])
+    if short:
+        quality["warning"] = short
+        warnings.warn(DimredWarning(short), stacklevel=2)
     graph.info["recall"] = quality
     return graph, quality
+
+
+def recall_shortfall(graph: KNNGraph, quality: dict, target) -> str | None:
+    """A warning that says how far the graph's measured recall is below the target and what
+    to do, or None (target met, no target, or no measure)."""
+    recall = quality.get("recall")
+    if target is None or recall is None or recall >= target:
+        return None
+    search = graph.info.get("recall_search") or {}
+    rounds = search.get("rounds") or []
+    tried = (f" after {len(rounds)} NN-descent build(s) up to {rounds[-1]['search_neighbors']}"
+             f" search neighbours ({search['stopped']})" if rounds and search.get("stopped")
+             else "")
+    return (f"The kNN graph's recall is {recall:.3f} on {quality.get('sample_rows')} sampled "
+            f"rows, below the target {target:g}{tried}: about {100 * (1 - recall):.0f} % of "
+            f"the listed neighbours are not among the true {graph.n_neighbors} nearest "
+            f"({graph.backend} backend, {graph.n_samples} rows). Fix: pass a larger "
+            "--knn-recall-budget (seconds), or --param knn_backend=exact (O(n^2) distances), "
+            "or reduce the data's dimension first (--method pca+<method>); "
+            "--knn-target-recall sets the target.")
 
 
 def connect(graph: KNNGraph, X, request: dict, method: str) -> KNNGraph:
@@ -244,5 +279,7 @@ def graph_summary(graph: KNNGraph) -> dict:
             "extra_edges": len(graph.info.get("extra_edges", [])),
             "recall": (graph.info.get("recall") or {}).get("recall"),
             "recall_sample_rows": (graph.info.get("recall") or {}).get("sample_rows"),
+            "recall_warning": (graph.info.get("recall") or {}).get("warning"),
+            "recall_search": graph.info.get("recall_search"),
             "n_rows_with_duplicates": graph.info.get("n_rows_with_duplicates"),
             "build_seconds": graph.info.get("seconds")}

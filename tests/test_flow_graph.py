@@ -135,3 +135,30 @@ def test_bad_input_flow_and_cli(cid, tmp_path, client, prefect_api, capsys):
     stderr = capsys.readouterr().err
     assert err.__name__ in stderr and "Fix:" in stderr and re.search(pattern, stderr), stderr
     assert _snapshot(out) == before
+
+
+def test_knn_graph_short_of_its_target_recall_is_kept_with_a_warning(client, prefect_api,
+                                                                      tmp_path, capsys):
+    from flows.cli import main
+
+    X = np.random.default_rng(4).standard_normal((3000, 50)).astype(np.float32)
+    inp = _write(tmp_path, X, "in")
+    out = str(tmp_path / "lap")
+    argv = ["run", "--input", inp, "--output", out, "--method", "laplacian",
+            "--graph-cache", "none", "--param", "knn_backend=nndescent"]
+    before = _snapshot(out)
+    assert main(argv + ["--knn-target-recall", "high"]) == 2
+    err = capsys.readouterr().err
+    assert "InputError" in err and "--knn-target-recall 0.9" in err
+    assert _snapshot(out) == before
+    # a target NN-descent cannot reach on 50-D noise, and no time to improve
+    assert main(argv + ["--knn-target-recall", "1.0", "--knn-recall-budget", "0"]) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"knn graph +10 neighbours, nndescent, 1 component\(s\), recall 0\.\d+ "
+                     r"\(target 1, 1 build\(s\)\)", printed), printed
+    assert re.search(r"warning +The kNN graph's recall is 0\.\d+ on 1000 sampled rows, below "
+                     r"the target 1 after 1 NN-descent build\(s\).*time budget.*Fix:", printed)
+    graph = open_output(out).read_json("manifest.json")["graph"]
+    assert graph["recall"] < 1.0 and graph["recall_search"]["met"] is False
+    assert "below the target" in graph["recall_warning"]
+    assert open_output(out).read_array("embedding").shape == (3000, 2)

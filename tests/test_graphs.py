@@ -3,6 +3,7 @@ on worker processes, connectivity (refused with sizes, or joined), weights, Lapl
 sparse bottom eigensolver."""
 from __future__ import annotations
 
+import dask.array as da
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -157,6 +158,7 @@ def test_gathered_chunks_take_the_locality_order_above_the_size_threshold(blobs,
     monkeypatch.setattr(knn_module, "LOCALITY_MIN_BYTES", 0)
     orders = _spy_locality_order(monkeypatch)
     idx, dist, seconds = knn_module._gathered_nndescent(10, "euclidean", {}, {"random_state": 0},
+                                                        None, None,
                                                         *np.array_split(blobs, 3))
     assert len(orders) == 1 and (orders[0] != np.arange(3000)).any()
     recomputed = np.linalg.norm(blobs[:, None, :].astype(np.float64) - blobs[idx], axis=2)
@@ -407,3 +409,89 @@ def test_geodesic_matrix_refuses_a_disconnected_graph():
                                                      "from point 0") as e:
         geodesic_matrix(g, method="Isomap")
     assert "join_components=True" in e.value.fix
+
+
+# ---- a stated recall: 30 000 isotropic 50-D blobs are hard for NN-descent (its recall at
+# k = 10 with pynndescent's defaults is ~0.85 here), a denser search reaches the target
+
+
+@pytest.fixture(scope="module")
+def hard_blobs():
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(30_000, 50, centers=20, random_state=0)
+    return X.astype(np.float32)
+
+
+def test_nndescent_builds_again_until_the_target_recall(hard_blobs):
+    plain = knn_graph(hard_blobs, 10, backend="nndescent", target_recall=None)
+    before = sample_recall(hard_blobs, plain, 500, random_state=1)["recall"]
+    assert before < 0.9 and "recall_search" not in plain.info  # the case is hard: no check
+    g = knn_graph(hard_blobs, 10, backend="nndescent", target_recall=0.95, recall_budget=600)
+    search = g.info["recall_search"]
+    assert search["met"] and search["estimate"] >= 0.95 and len(search["rounds"]) >= 2
+    assert search["rounds"][1]["search_neighbors"] > 10
+    after = sample_recall(hard_blobs, g, 500, random_state=1)  # another sample
+    assert after["recall"] >= 0.93 and after["recall"] > before + 0.05, after
+    rows = np.arange(0, 30_000, 97)  # the distances are the listed rows' own
+    recomputed = np.linalg.norm(hard_blobs[rows, None, :].astype(np.float64)
+                                - hard_blobs[g.indices[rows]], axis=2)
+    np.testing.assert_allclose(g.distances[rows], recomputed, rtol=1e-5, atol=1e-5)
+    assert (np.diff(g.distances, axis=1) >= 0).all() and g.n_neighbors == 10
+
+
+def test_target_recall_within_a_budget_on_a_worker(client, hard_blobs):
+    X = da.from_array(hard_blobs, chunks=(10_000, 50))
+    g = knn_graph(X, 10, backend="nndescent", target_recall=0.99, recall_budget=0)
+    search = g.info["recall_search"]
+    assert not search["met"] and len(search["rounds"]) == 1 and "budget" in search["stopped"]
+    assert search["estimate"] == pytest.approx(
+        sample_recall(hard_blobs, g, 1000, random_state=1)["recall"], abs=0.05)
+
+
+@pytest.mark.parametrize("target, budget", [(0, None), (1.5, None), ("high", None),
+                                            (True, None), (0.9, -1), (0.9, "1m")])
+def test_bad_target_recall_refused(target, budget):
+    with pytest.raises(InputError, match="target_recall|recall_budget") as info:
+        knn_graph(np.zeros((50, 3)), 5, target_recall=target, recall_budget=budget)
+    assert "Fix:" in str(info.value)
+
+
+def test_auto_backend_does_not_gather_more_than_a_share_of_a_worker(client, blobs, monkeypatch):
+    from dimred_dask.graphs import knn as knn_module
+
+    X = da.from_array(np.tile(blobs, (8, 1)) + 1e-3 * np.arange(24_000)[:, None], chunks=(6000, 10))
+    assert knn_module.choose_backend("auto", 24_000, X, 8) == "nndescent"  # 2 MB: gathered
+    monkeypatch.setattr(knn_module, "GATHER_SHARE", 1e-4)  # a worker "too small" to gather X
+    g = knn_graph(X, 8)
+    assert g.backend == "partitioned" and "smallest worker's memory" in g.info["why_partitioned"]
+    assert sample_recall(X, g, 300, random_state=0)["recall"] >= PARTITIONED_RECALL
+    assert knn_module.choose_backend("auto", 24_000, X.compute(), 8) == "nndescent"  # in memory
+
+
+@pytest.mark.parametrize("metric, kind", [  # sparse rows: the metrics of inner products
+    (m, kind) for kind in ("dense", "offset", "sparse")
+    for m in ("euclidean", "sqeuclidean", "cosine", "manhattan")
+    if not (kind == "sparse" and m == "manhattan")])
+def test_exact_kth_distance_matches_the_sorted_panels(metric, kind):
+    from dimred_dask.blocks.neighbors import block_topk, drop_self, exact_kth_distance
+
+    rng = np.random.default_rng(5)
+    if kind == "sparse":
+        x = sp.random(3000, 200, density=0.05, format="csr", random_state=5, dtype=np.float32)
+    else:
+        x = rng.standard_normal((3000, 40)).astype(np.float32) + (300.0 if kind == "offset" else 0)
+        x[7] = x[8]  # an exact duplicate counts as a neighbour
+    rows = np.sort(rng.choice(3000, 200, replace=False))
+    rows[0] = 7
+    idx, dist = drop_self(*block_topk(x[rows], x, 11, metric=metric), rows, 10)
+    want = dist[:, -1]
+    np.testing.assert_allclose(exact_kth_distance(x, rows, 10, metric), want, rtol=1e-12,
+                               atol=1e-12)
+    # a bound from a graph (loose), and a bound that is wrongly too tight for some rows
+    np.testing.assert_allclose(exact_kth_distance(x, rows, 10, metric, bound=want * 1.5 + 1e-9),
+                               want, rtol=1e-12, atol=1e-12)
+    tight = want * 1.01 + 1e-9
+    tight[::3] = want[::3] * 0.5
+    np.testing.assert_allclose(exact_kth_distance(x, rows, 10, metric, bound=tight), want,
+                               rtol=1e-12, atol=1e-12)

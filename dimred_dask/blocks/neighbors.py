@@ -5,7 +5,8 @@
 smaller index so the result does not depend on the order blocks are visited in.
 ``merge_topk`` merges two such candidate lists. Distances are computed in float64 (the
 expansion ||a||^2 + ||b||^2 - 2 a.b in float32 loses the small distances that decide
-who is nearest), and returned in float64. Sparse blocks (``scipy.sparse``) stay sparse: their
+who is nearest), and returned in float64. ``exact_kth_distance`` gives the exact k-th
+neighbour distance of a sample of rows against all rows (a graph's recall, ``recall_at``). Sparse blocks (``scipy.sparse``) stay sparse: their
 distances come from sparse products (``blocks.kernels.SPARSE_METRICS``).
 """
 from __future__ import annotations
@@ -158,3 +159,110 @@ def reconstruction_weights_block(x: np.ndarray, neighbours: np.ndarray, reg: flo
     g[:, np.arange(k), np.arange(k)] += ridge[:, None]
     w = np.linalg.solve(g, np.ones((g.shape[0], k, 1)))[..., 0]
     return w / w.sum(axis=1, keepdims=True)
+
+
+# ---- exact k-th neighbour distances of a sample of rows (a graph's recall)
+
+
+def exact_kth_distance(x, rows: np.ndarray, k: int, metric: str = "euclidean", p: float = 2.0,
+                       bound: np.ndarray | None = None) -> np.ndarray:
+    """The exact distance of the k-th nearest other row, for rows ``rows`` of in-memory x
+    (dense or CSR). ``bound``: an upper bound of it per row (the k-th listed distance of any
+    graph bounds it: those are k real rows); inf or None: the k-th distance among an evenly
+    spaced subset of rows. One scan of x in panels keeps only the distances within the bound
+    (a comparison per entry instead of a partial sort of every panel); what passes is sorted.
+    No float64 copy of all of x is made."""
+    sparse = sp.issparse(x)
+    sample = csr64(x[rows]) if sparse else np.asarray(x[rows], dtype=np.float64)
+    bound = np.full(rows.size, np.inf) if bound is None else np.asarray(bound, np.float64)
+    loose = ~np.isfinite(bound)
+    if loose.any():
+        bound[loose] = _subset_kth(x, rows[loose], sample[loose], k, metric, p)
+    width = max(k + 1, PANEL_ENTRIES // max(1, rows.size))
+    l2 = not sparse and metric in ("euclidean", "sqeuclidean")
+    scan = _scan_l2 if l2 else _scan_any
+    r, c = scan(x, rows, sample, bound, metric, p, width)
+    short = np.bincount(r, minlength=rows.size) < k
+    if short.any():  # a bound below the true distance (it should not be): no bound for these
+        if loose[short].all():  # cannot happen: the subset's own k rows pass its bound
+            raise RuntimeError("exact k-th distances: a row has fewer than k candidates")
+        return exact_kth_distance(x, rows, k, metric, p, np.where(short, np.inf, bound))
+    dist = _pair_distances(x, sample, r, c, metric, p)
+    order = np.lexsort((dist, r))
+    r, dist = r[order], dist[order]
+    starts = np.searchsorted(r, np.arange(rows.size))
+    return dist[starts + k - 1]
+
+
+def _dense_or_csr(b):
+    return csr64(b) if sp.issparse(b) else np.asarray(b, dtype=np.float64)
+
+
+def _subset_kth(x, rows, sample, k, metric, p):
+    """The k-th distance among every (n / 20 000)-th row: at least the true one."""
+    sub = np.arange(0, x.shape[0], max(1, x.shape[0] // 20_000))
+    d = distance_block(sample, _dense_or_csr(x[sub]), metric, p)
+    d[rows[:, None] == sub[None, :]] = np.inf
+    return np.partition(d, k - 1, axis=1)[:, k - 1]
+
+
+def _hits(mask: np.ndarray, rows: np.ndarray, lo: int):
+    """(sample row, x row) of the True entries of a panel's mask, self excluded."""
+    any_row = np.nonzero(mask.any(axis=1))[0]  # few rows have a hit in a panel: look there
+    r, c = np.nonzero(mask[any_row])
+    r, c = any_row[r], c + lo
+    keep = rows[r] != c
+    return r[keep], c[keep]
+
+
+def _scan_any(x, rows, sample, bound, metric, p, width):
+    out = []
+    for lo in range(0, x.shape[0], width):
+        d = distance_block(sample, _dense_or_csr(x[lo:lo + width]), metric, p)
+        out.append(_hits(d <= bound[:, None] * (1 + 1e-9), rows, lo))
+    return np.concatenate([o[0] for o in out]), np.concatenate([o[1] for o in out])
+
+
+def _scan_l2(x, rows, sample, bound, metric, p, width):
+    """Dense euclidean rows screened in float32 (||b||^2 - 2 a.b against the bound, with a
+    margin of 1e-3 of the squared norms, far above float32's rounding); the pairs that pass
+    are computed again exactly."""
+    b2 = bound ** 2 if metric == "euclidean" else bound
+    na = np.einsum("ij,ij->i", sample, sample)
+    s32 = sample.astype(np.float32)
+    out = []
+    for lo in range(0, x.shape[0], width):
+        b = np.asarray(x[lo:lo + width], dtype=np.float32)
+        nb = np.einsum("ij,ij->i", b, b, dtype=np.float64)
+        screen = s32 @ b.T
+        screen *= -2.0
+        screen += nb.astype(np.float32)[None, :]
+        limit = (b2 - na + 1e-3 * (na + nb.max())).astype(np.float32)
+        out.append(_hits(screen <= limit[:, None], rows, lo))
+    return np.concatenate([o[0] for o in out]), np.concatenate([o[1] for o in out])
+
+
+def _pair_distances(x, sample, r, c, metric, p, step: int = 65_536):
+    """Distances between sample row r[i] and x row c[i], in float64, as `block_topk` has them
+    (dense euclidean from the differences)."""
+    dist = np.empty(r.size)
+    l2 = not sp.issparse(x) and metric in ("euclidean", "sqeuclidean")
+    for lo in range(0, r.size, step):
+        rr, cc = r[lo:lo + step], c[lo:lo + step]
+        if l2:
+            diff = sample[rr] - np.asarray(x[cc], dtype=np.float64)
+            d = np.einsum("ij,ij->i", diff, diff)
+            dist[lo:lo + step] = np.sqrt(d) if metric == "euclidean" else d
+            continue
+        for i in np.unique(rr):  # few distinct sample rows per step: one small block each
+            at = np.nonzero(rr == i)[0]
+            dist[lo + at] = distance_block(sample[i:i + 1], _dense_or_csr(x[cc[at]]), metric,
+                                           p)[0]
+    return dist
+
+
+def recall_at(listed: np.ndarray, kth: np.ndarray) -> float:
+    """Share of listed neighbour distances within the row's exact k-th neighbour distance (so
+    ties and duplicates count as found); NN-descent's distances are float32."""
+    tol = 1e-5 * np.maximum(kth, 1e-12)[:, None]
+    return float(((listed <= kth[:, None] + tol) & np.isfinite(listed)).mean())

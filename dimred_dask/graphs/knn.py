@@ -46,16 +46,18 @@ from .._compute import compute
 from .._validation import check_array, check_random_state, is_dask, is_sparse_input
 from ..blocks.kernels import METRICS, SPARSE_METRICS
 from ..blocks.landmarks import kmeans
-from ..blocks.neighbors import (KDTREE_MAX_DIM, block_topk, drop_self, kdtree_topk,
-                               merge_candidates, merge_topk)
+from ..blocks.neighbors import (KDTREE_MAX_DIM, block_topk, drop_self, exact_kth_distance,
+                               kdtree_topk, merge_candidates, merge_topk, recall_at)
 from ..blocks.sparse import csr64
 from ..errors import InputError, InputTypeError
 
 __all__ = ["KNNGraph", "knn_graph", "check_n_neighbors", "sample_recall", "KNN_BACKENDS",
-           "EXACT_MAX", "SPARSE_KNN_METRICS", "check_sparse_knn"]
+           "EXACT_MAX", "SPARSE_KNN_METRICS", "check_sparse_knn", "TARGET_RECALL",
+           "check_target_recall"]
 
 KNN_BACKENDS = ("auto", "exact", "nndescent", "partitioned")
 EXACT_MAX = 20_000  # auto: brute force up to this many rows (n^2 d flops, ~1 s at 20 000 x 50)
+TARGET_RECALL = 0.9  # NN-descent: the sample recall a graph should reach (see below)
 SMALL_CELL = 5_000  # partitioned: cells up to this size are searched by brute force
 NNDESCENT_METRICS = ("euclidean", "sqeuclidean", "cosine", "manhattan", "chebyshev",
                      "minkowski", "correlation", "hamming", "jaccard", "canberra",
@@ -144,30 +146,69 @@ def check_sparse_knn(metric: str, backend: str, where: str = "X") -> None:
             "with PCA first (--method pca+<method>).")
 
 
-def choose_backend(backend: str, n: int) -> str:
+# auto: NN-descent gathers X into one task; above this share of the smallest worker's memory
+# limit (by `nndescent_task_bytes`) the partitioned backend is used instead (dense input)
+GATHER_SHARE = 0.5
+
+
+def nndescent_task_bytes(n: int, d: int, itemsize: int, k: int) -> int:
+    """Estimated peak of the one-worker NN-descent task: the gathered rows, their float32
+    ordered copy and pynndescent's graph and candidate arrays (measured ~1.2 KB a row at
+    k = 15: 75 bytes per kept neighbour)."""
+    return int(n * d * itemsize + 4 * n * d + 75 * n * (k + 1))
+
+
+def _smallest_worker_memory() -> int | None:
+    from .._compute import active_client
+
+    client = active_client()
+    if client is None:
+        return None
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    limits = [m for m in limits if m > 0]
+    return min(limits) if limits else None
+
+
+def choose_backend(backend: str, n: int, X=None, k: int = 15, metric: str = "euclidean") -> str:
+    """The backend for ``backend`` (``auto``: exact up to EXACT_MAX rows; NN-descent above,
+    unless dense dask X would take more than GATHER_SHARE of a worker's memory in its one
+    task: then partitioned)."""
     if backend not in KNN_BACKENDS:
         raise InputError(f"kNN backend must be one of {', '.join(KNN_BACKENDS)}; found "
                          f"{backend!r}.", "pass backend='auto' (exact up to "
                          f"{EXACT_MAX} rows, nndescent above).")
-    if backend == "auto":
-        return "exact" if n <= EXACT_MAX else "nndescent"
-    return backend
+    if backend != "auto":
+        return backend
+    if n <= EXACT_MAX:
+        return "exact"
+    if X is not None and is_dask(X) and not is_sparse_input(X) and metric in METRICS:
+        limit = _smallest_worker_memory()
+        need = nndescent_task_bytes(n, X.shape[1], X.dtype.itemsize, k)
+        if limit and need > GATHER_SHARE * limit:
+            return "partitioned"
+    return "nndescent"
 
 
 def knn_graph(X, n_neighbors: int = 15, *, metric: str = "euclidean", metric_kwds=None,
               backend: str = "auto", random_state=0, n_partitions=None, overlap: int = 2,
-              nndescent_kwds=None, where: str = "X") -> KNNGraph:
+              nndescent_kwds=None, target_recall=TARGET_RECALL, recall_budget=None,
+              where: str = "X") -> KNNGraph:
     """The kNN graph of the rows of ``X`` (NumPy or dask). See the module docstring.
 
     ``nndescent_kwds``: extra arguments of ``pynndescent.NNDescent`` (``n_trees``,
     ``n_iters``, ``max_candidates``, ...). ``n_partitions`` / ``overlap``: the partitioned
     backend's cell count (default: cells of about 100 000 rows) and cells per row.
+    ``target_recall`` (NN-descent; None: no check): the recall the graph should reach on a
+    sample of rows against exact neighbours; short of it, NN-descent builds again with a
+    denser search graph, within ``recall_budget`` seconds (default: four times the first
+    build). ``info["recall_search"]`` records the rounds and whether the target was met.
     """
     X = check_array(X, method="The kNN graph", where=where, accept_sparse=True)
     n = X.shape[0]
     k = check_n_neighbors(n_neighbors, n)
+    check_target_recall(target_recall, recall_budget)
     metric_kwds = dict(metric_kwds or {})
-    backend = choose_backend(backend, n)
+    asked, backend = backend, choose_backend(backend, n, X, k, metric)
     _check_metric(metric, backend, metric_kwds)
     if is_sparse_input(X):
         check_sparse_knn(metric, backend, where)
@@ -177,11 +218,15 @@ def knn_graph(X, n_neighbors: int = 15, *, metric: str = "euclidean", metric_kwd
         info = {}
     elif backend == "nndescent":
         idx, dist, info = _nndescent_any(X, k, metric, metric_kwds, random_state,
-                                         nndescent_kwds)
+                                         nndescent_kwds, target_recall, recall_budget)
     else:
         idx, dist, info = _partitioned(X, k, metric, metric_kwds, random_state, n_partitions,
                                        overlap, nndescent_kwds)
     _refuse_all_duplicates(dist, n, where)
+    if asked == "auto" and backend == "partitioned":
+        need = nndescent_task_bytes(n, X.shape[1], X.dtype.itemsize, k) / 2**30
+        info["why_partitioned"] = (f"NN-descent in one task would need about {need:.1f} GiB, "
+                                   f"over {GATHER_SHARE:g} of the smallest worker's memory")
     info.update({"n_neighbors": k, "seconds": round(time.perf_counter() - t0, 3),
                  "n_rows_with_duplicates": int((dist[:, 0] == 0).sum()),
                  **({"metric_kwds": metric_kwds} if metric_kwds else {})})
@@ -279,7 +324,7 @@ def nndescent(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kwds: dict)
 
 
 def _nndescent_compact(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kwds: dict,
-                       locality: bool | None = None):
+                       locality: bool | None = None, target=None, budget=None):
     """`nndescent` in pynndescent's own dtypes (int32 indices, float32 distances: half the
     bytes to move from a worker to the client; widening float32 to float64 is exact, so
     sorting here gives the same order), and the seconds it took: {"order": the locality
@@ -293,7 +338,8 @@ def _nndescent_compact(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kw
         idx, dist = drop_self(idx, dist, np.arange(x.shape[0]), k)
         return idx, dist, {"nndescent": round(time.perf_counter() - t0, 3), "tidy": 0.0}
     x, order = _locality_prepare(x, metric, kwds, locality)
-    return _nndescent_ordered(x, order, k, metric, metric_kwds, kwds, time.perf_counter() - t0)
+    return _nndescent_to_target(x, order, k, metric, metric_kwds, kwds,
+                                time.perf_counter() - t0, target, budget)
 
 
 def _locality_prepare(x: np.ndarray, metric: str, kwds: dict, locality: bool | None):
@@ -327,15 +373,17 @@ def _locality_prepare(x: np.ndarray, metric: str, kwds: dict, locality: bool | N
 
 
 def _nndescent_ordered(x: np.ndarray, order, k: int, metric: str, metric_kwds: dict,
-                       kwds: dict, seconds_order: float):
+                       kwds: dict, seconds_order: float, search_k: int | None = None):
     """NN-descent on float32 ``x`` whose row i is given row ``order[i]`` (None: the given
-    order); the graph in the given row numbers."""
+    order); the graph in the given row numbers. ``search_k`` > k: the search keeps that many
+    neighbours per row (a denser graph to walk: higher recall on hard data) and the nearest k
+    are returned."""
     from pynndescent import NNDescent
 
     n = x.shape[0]
     t_order = time.perf_counter()
-    index = NNDescent(x, n_neighbors=k + 1, metric=metric, metric_kwds=metric_kwds or None,
-                      compressed=True, **kwds)
+    index = NNDescent(x, n_neighbors=max(k, search_k or k) + 1, metric=metric,
+                      metric_kwds=metric_kwds or None, compressed=True, **kwds)
     idx, dist = index.neighbor_graph
     del index, x
     t1 = time.perf_counter()
@@ -365,6 +413,122 @@ def _nndescent_ordered(x: np.ndarray, order, k: int, metric: str, metric_kwds: d
                        "tidy": round(time.perf_counter() - t1, 3)}
 
 
+# ---- a stated recall: NN-descent's recall falls with the data's intrinsic dimension (0.71 at
+# k = 15 on 300 000 isotropic 50-D blobs with pynndescent's defaults). After the first build
+# the task measures its recall on a sample against exact neighbours; while short of the target
+# it builds again with a denser search graph (more neighbours kept per row, more candidates per
+# join), and keeps the best graph, until the target or the time budget is met.
+RECALL_SAMPLE = 1000
+SEARCH_GROWTH = 1.5  # search neighbours per row, per improvement round
+SEARCH_MAX_CANDIDATES = 60  # pynndescent's candidates per join in improvement rounds
+SEARCH_MAX_NEIGHBORS = 128
+BUDGET_FACTOR = 4.0  # default time budget of the improvement rounds: times the first build
+COST_EXPONENT = 1.6  # a round's predicted time: first build x (search / k) ** this
+
+
+def check_target_recall(target_recall, recall_budget) -> None:
+    ok = target_recall is None or (isinstance(target_recall, numbers.Real)
+                                   and not isinstance(target_recall, bool)
+                                   and 0 < float(target_recall) <= 1)
+    if not ok:
+        raise InputError(f"target_recall must be a number in (0, 1] or None; found "
+                         f"{target_recall!r}.", f"pass target_recall={TARGET_RECALL} (the "
+                         "share of true neighbours the graph should list), or None to skip "
+                         "the check.")
+    ok = recall_budget is None or (isinstance(recall_budget, numbers.Real)
+                                   and not isinstance(recall_budget, bool)
+                                   and float(recall_budget) >= 0)
+    if not ok:
+        raise InputError(f"recall_budget must be a number of seconds >= 0 or None; found "
+                         f"{recall_budget!r}.", f"leave it out (up to {BUDGET_FACTOR:g} times "
+                         "the first build's time is spent improving a graph short of the "
+                         "target), or pass seconds.")
+
+
+def _round_bytes(n: int, search: int) -> int:
+    """pynndescent's arrays for a search of ``search`` neighbours with SEARCH_MAX_CANDIDATES
+    candidates: the heap (index, distance, flag) and the new / old candidate lists."""
+    return int(n * ((search + 1) * 9 + 4 * SEARCH_MAX_CANDIDATES * 8))
+
+
+def _room_left() -> int | None:
+    """Bytes below 90 % of this worker's memory limit, or None outside a worker / no limit."""
+    try:
+        import psutil
+        from distributed import get_worker
+
+        limit = get_worker().memory_manager.memory_limit
+    except (ImportError, ValueError, AttributeError):
+        return None
+    if not limit:
+        return None
+    return int(0.9 * limit - psutil.Process().memory_info().rss)
+
+
+def _nndescent_to_target(x, order, k, metric, metric_kwds, kwds, seconds_order, target,
+                         budget):
+    """`_nndescent_ordered`, then improvement rounds while the sample recall is short of
+    ``target`` (None: no check); the seconds dict gains "recall": the rounds and verdict."""
+    t0 = time.perf_counter()
+    idx, dist, seconds = _nndescent_ordered(x, order, k, metric, metric_kwds, kwds,
+                                            seconds_order)
+    if target is None or metric not in METRICS:
+        return idx, dist, seconds
+    first = time.perf_counter() - t0
+    n, p = x.shape[0], float(metric_kwds.get("p", 2.0))
+    seed = int(kwds.get("random_state", 0))
+    rows = np.sort(np.random.default_rng(seed + 7919).choice(n, min(n, RECALL_SAMPLE),
+                                                             replace=False))
+    t1 = time.perf_counter()
+    pos = rows
+    if order is not None:  # rows of x are in locality order: given row r is x[inv[r]]
+        inv = np.empty_like(order)
+        inv[order] = np.arange(order.size, dtype=order.dtype)
+        pos = inv[rows]
+    listed = np.where(np.isfinite(dist[rows, -1]), dist[rows, -1] * (1 + 1e-4) + 1e-12,
+                      np.inf)  # k real rows: a bound of the k-th distance (float32 rounding)
+    kth = exact_kth_distance(x, pos, k, metric, p, listed)
+    recall = recall_at(dist[rows], kth)
+    rounds = [{"search_neighbors": k, "max_candidates": kwds.get("max_candidates"),
+               "seconds": round(first, 3), "recall": recall}]
+    budget = BUDGET_FACTOR * first if budget is None else float(budget)
+    spent, search, stop = time.perf_counter() - t1, k, None
+    while recall < target:
+        nxt = min(SEARCH_MAX_NEIGHBORS, max(search + 1, math.ceil(search * SEARCH_GROWTH)))
+        if nxt <= search:
+            stop = f"search neighbours at their maximum ({SEARCH_MAX_NEIGHBORS})"
+            break
+        predicted = first * ((nxt + 1) / (k + 1)) ** COST_EXPONENT
+        if spent + predicted > budget:
+            stop = (f"time budget: the next round (about {predicted:.0f} s) would exceed "
+                    f"{budget:.0f} s")
+            break
+        room = _room_left()
+        if room is not None and _round_bytes(n, nxt) > room:
+            stop = (f"worker memory: the next round needs about "
+                    f"{_round_bytes(n, nxt) / 2**30:.1f} GiB, {room / 2**30:.1f} GiB are left")
+            break
+        search = nxt
+        kw = {**kwds, "random_state": seed + len(rounds),
+              "max_candidates": max(int(kwds.get("max_candidates") or 0),
+                                    SEARCH_MAX_CANDIDATES)}
+        t2 = time.perf_counter()
+        i2, d2, _ = _nndescent_ordered(x, order, k, metric, metric_kwds, kw, 0.0, search)
+        r2 = recall_at(d2[rows], kth)
+        took = time.perf_counter() - t2
+        spent += took
+        rounds.append({"search_neighbors": search, "max_candidates": kw["max_candidates"],
+                       "seconds": round(took, 3), "recall": r2})
+        if r2 > recall:
+            idx, dist, recall = i2, d2, r2
+        del i2, d2
+    seconds["recall"] = {"target": float(target), "estimate": recall,
+                         "sample_rows": int(rows.size), "met": recall >= target,
+                         "rounds": rounds, "budget_seconds": round(budget, 3),
+                         **({"stopped": stop} if stop and recall < target else {})}
+    return idx, dist, seconds
+
+
 def _issparse(x) -> bool:
     import scipy.sparse as sp
 
@@ -392,7 +556,7 @@ def _stack(chunks):
     return np.concatenate(chunks)
 
 
-def _gathered_nndescent(k, metric, metric_kwds, kwds, *chunks):
+def _gathered_nndescent(k, metric, metric_kwds, kwds, target, budget, *chunks):
     x = _stack(chunks)
     if x.shape[0] <= 4 * (k + 1):
         return _nndescent_compact(x, k, metric, metric_kwds, kwds)
@@ -400,28 +564,32 @@ def _gathered_nndescent(k, metric, metric_kwds, kwds, *chunks):
     # the gathered copy is freed here, not held through NN-descent (a second copy of the data
     # for the whole run otherwise)
     x, order = _locality_prepare(x, metric, kwds, None)
-    idx, dist, seconds = _nndescent_ordered(x, order, k, metric, metric_kwds, kwds,
-                                            time.perf_counter() - t0)
+    idx, dist, seconds = _nndescent_to_target(x, order, k, metric, metric_kwds, kwds,
+                                              time.perf_counter() - t0, target, budget)
     # the graph's own dtypes made here, so that the caller receives no copy to convert (at
     # 3 000 000 x 15 the int64 and float64 arrays are 0.7 GB)
     return idx.astype(np.int64), dist.astype(np.float64), seconds
 
 
-def _nndescent_any(X, k, metric, metric_kwds, random_state, extra):
-    """(indices int64, distances float64, info with the seconds of each step)."""
+def _nndescent_any(X, k, metric, metric_kwds, random_state, extra, target=None, budget=None):
+    """(indices int64, distances float64, info with the seconds of each step and, with a
+    target, the recall rounds)."""
     kw = _nndescent_kw(X.shape[0], random_state, extra)
     if not is_dask(X):
-        idx, dist, seconds = _nndescent_compact(X, k, metric, metric_kwds, kw)
+        idx, dist, seconds = _nndescent_compact(X, k, metric, metric_kwds, kw, target=target,
+                                                budget=budget)
     else:
         from dask import delayed
 
         X = X if X.numblocks[1] == 1 else X.rechunk({1: -1})
-        task = delayed(_gathered_nndescent, pure=True)(k, metric, metric_kwds, kw,
-                                                      *X.to_delayed().ravel())
+        task = delayed(_gathered_nndescent, pure=True)(k, metric, metric_kwds, kw, target,
+                                                      budget, *X.to_delayed().ravel())
         (out,) = compute(task, stage="NN-descent kNN graph (one worker)")
         idx, dist, seconds = out
-    return (idx.astype(np.int64, copy=False), dist.astype(np.float64, copy=False),
-            {"seconds_in_task": seconds})
+    info = {"seconds_in_task": seconds}
+    if "recall" in seconds:
+        info["recall_search"] = seconds.pop("recall")
+    return (idx.astype(np.int64, copy=False), dist.astype(np.float64, copy=False), info)
 
 
 # --------------------------------------------------------------------------- partitioned
@@ -547,10 +715,7 @@ def sample_recall(X, graph: KNNGraph, n_samples: int = 1000, random_state=0) -> 
     else:
         ex_i, ex_d = block_topk(sample, X, k + 1, metric=graph.metric, p=p)
     ex_i, ex_d = drop_self(ex_i, ex_d, rows, k)
-    kth = ex_d[:, -1:]
-    got = graph.distances[rows]
-    tol = 1e-5 * np.maximum(kth, 1e-12)  # NN-descent returns float32 distances
-    found = (got <= kth + tol) & np.isfinite(got)
-    return {"recall": float(found.mean()), "sample_rows": int(rows.size),
+    return {"recall": recall_at(graph.distances[rows], ex_d[:, -1]),
+            "sample_rows": int(rows.size),
             "exact_recall_by_index": float(np.mean([len(set(a) & set(b)) / k for a, b in
                                                     zip(graph.indices[rows], ex_i)]))}
