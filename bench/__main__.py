@@ -38,6 +38,8 @@ def main(argv=None) -> int:
                    help="knn: NN-descent trees of our tuned run (default: pynndescent's)")
     p.add_argument("--iters", type=int, default=None,
                    help="knn: NN-descent iterations of our tuned run (default: pynndescent's)")
+    p.add_argument("--fit-sample", type=int, default=None,
+                   help="umap/tsne --big: fit on this many rows, place the others")
     p.add_argument("--hard", action="store_true",
                    help="knn: 300 000 isotropic 50-D blobs (intrinsic dimension 50) with the "
                         "stage's target recall 0.95, against pynndescent tuned to reach it")

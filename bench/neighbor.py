@@ -203,7 +203,8 @@ def main_big(args) -> int:
                 from dimred_dask.methods.umap import umap_sweep as sweep
             else:
                 from dimred_dask.methods.tsne import tsne_sweep as sweep
-            (model,) = sweep(X, random_state=0, callback=cb)
+            extra = {"fit_sample": args.fit_sample} if args.fit_sample else {}
+            (model,) = sweep(X, random_state=0, callback=cb, **extra)
             seconds = time.perf_counter() - t0
         idx = np.sort(np.random.default_rng(0).choice(n, size=SAMPLE, replace=False))
         from dimred_dask.linalg import take_rows
@@ -216,5 +217,9 @@ def main_big(args) -> int:
           f"{opt:.0f} s) | peak RSS of the workers {', '.join(f'{p:,.0f}' for p in per_worker)}"
           f" MiB (sum of deltas {mem.peak / 2**20:,.0f} MiB) | trustworthiness "
           f"{trust:.4f} (5000 rows) | load average after {_load()} |")
+    if model.info.get("fit_sample"):
+        fs = model.info["fit_sample"]
+        print(f"fit on {fs['rows']:,} of {fs['of']:,} rows (seed {fs['seed']}); the other "
+              f"{fs['placed_rows']:,} placed by transform in {fs['place_seconds']:.1f} s")
     print(f"target <= {limit} min: {'met' if seconds <= 60 * limit else 'NOT met'}")
     return 0

@@ -171,9 +171,12 @@ def print_summary(m: dict, stream=None) -> None:
     if "sample" in met:
         w(f"metrics sample        {met['sample']} (k = {met.get('n_neighbors')})\n")
     for e in model.get("embeddings", []):  # t-SNE / UMAP / SNE: one line per setting
+        sample = e.get("fit_sample")
         w(f"embedding {e['index']:<3} {json.dumps(e['params'], sort_keys=True)}  "
           f"{e['loss_name']} {e['loss']:.4f}  trustworthiness {e['trustworthiness']:.4f}  "
-          f"({e['array']})\n")
+          f"({e['array']})"
+          + (f"; fit on {sample['rows']} of {sample['of']} rows (seed {sample['seed']}), the "
+             f"others placed in {sample['place_seconds']:.1f} s" if sample else "") + "\n")
     records = m.get("convergence") or []
     if records:
         handled = [f"{r.get('solver')} {r['handled_by']}" for r in records if r.get("handled_by")]

@@ -107,9 +107,9 @@ def validate(spec: dict) -> dict:
     if spec.get("default_components"):  # a chain's PCA step: 50 components, or fewer if need be
         params["n_components"] = min(PCA_DEFAULT_COMPONENTS, *inp.shape)
     params = adapter.check(params, inp.shape)
-    graph_request = (normalize_request(
-        {**adapter.graph(params, inp.shape), **_recall_request(spec)}, inp.shape,
-        spec["method"]) if adapter.graph else None)
+    request = adapter.graph(params, inp.shape) if adapter.graph else None
+    graph_request = (normalize_request({**request, **_recall_request(spec)}, inp.shape,
+                                       spec["method"]) if request is not None else None)
     labels_fp = _check_labels(spec, adapter, inp)
     actions_fp = _check_actions(spec, adapter, inp)
     mode = RunStore(spec["output"]).check_writable(spec["overwrite"],

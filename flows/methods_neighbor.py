@@ -126,8 +126,10 @@ class _Family:
         return {**{k: v for k, v in self.defaults.items() if not isinstance(v, np.ndarray)},
                 **params}
 
-    def graph(self, params: dict, shape: tuple) -> dict:
+    def graph(self, params: dict, shape: tuple) -> dict | None:
         settings = self._check(dict(params), shape[0])
+        if (settings[0].get("fit_sample") or shape[0]) < shape[0]:
+            return None  # fitted on a sample: the method builds that sample's graph itself
         return {"n_neighbors": self._k_of(settings), "metric": settings[0]["metric"],
                 "backend": settings[0]["knn_backend"], "connected": False,
                 "nndescent_kwds": settings[0].get("nndescent_kwds") or {}}
@@ -161,7 +163,9 @@ class _Family:
                          "loss": loss, "loss_name": self.loss_name,
                          "trustworthiness": info.get("trustworthiness"),
                          "seconds": info.get("seconds"), "threads": info.get("threads"),
-                         "resumed_from": info.get("resumed_from"), "init": info.get("init")})
+                         "resumed_from": info.get("resumed_from"), "init": info.get("init"),
+                         **({"fit_sample": info["fit_sample"]} if info.get("fit_sample")
+                            else {})})
         return {"n_embeddings": len(rows), "embeddings": rows,
                 "trustworthiness_sample": f"{TRUST_SAMPLE} rows (seed 0), k = {TRUST_K}",
                 "convergence": model.convergence}

@@ -495,3 +495,20 @@ def test_exact_kth_distance_matches_the_sorted_panels(metric, kind):
     tight[::3] = want[::3] * 0.5
     np.testing.assert_allclose(exact_kth_distance(x, rows, 10, metric, bound=tight), want,
                                rtol=1e-12, atol=1e-12)
+
+
+def test_a_pilot_on_subsets_starts_hard_data_with_a_denser_search(hard_blobs, monkeypatch):
+    from dimred_dask.graphs import knn as knn_module
+
+    # 30 000 rows take the pilot, on subsets as large as it takes at 200 000 rows and above
+    monkeypatch.setattr(knn_module, "PILOT_MIN_ROWS", 20_000)
+    monkeypatch.setattr(knn_module, "PILOT_SHARES", (1 / 4, 1 / 2))
+    g = knn_graph(hard_blobs, 10, backend="nndescent", target_recall=0.97, recall_budget=600)
+    pilot = g.info["recall_search"]["pilot"]
+    assert pilot["rows"] == [7500, 15000] and pilot["predicted"] < 0.97
+    assert pilot["recall"][0] >= pilot["recall"][1]  # recall falls with the rows searched
+    first = g.info["recall_search"]["rounds"][0]
+    assert first["search_neighbors"] == 15 and first["max_candidates"] == 60
+    assert sample_recall(hard_blobs, g, 500, random_state=1)["recall"] >= 0.95
+    easy = knn_graph(hard_blobs[:, :3].copy(), 10, backend="nndescent", target_recall=0.9)
+    assert easy.info["recall_search"]["rounds"][0]["search_neighbors"] == 10  # 3-D: easy

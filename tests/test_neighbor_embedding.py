@@ -346,6 +346,48 @@ def test_transform_places_new_points_near_their_class(digits):
         np.testing.assert_array_equal(Yd.compute(), Yt)
 
 
+# --------------------------------------------------------------------------- sample fit
+
+
+@pytest.mark.parametrize("method", ["umap", "tsne"])
+def test_fit_sample_fits_a_sample_and_places_the_rest(digits, method):
+    import dask.array as da
+
+    X, y = digits
+    fit, est = ((umap, UMAP(random_state=3, n_epochs=200, fit_sample=700)) if method == "umap"
+                else (tsne, TSNE(random_state=3, n_iter=400, fit_sample=700)))
+    opts = {"random_state": 3, **({"n_epochs": 200} if method == "umap" else {"n_iter": 400})}
+    m = fit(X, fit_sample=700, **opts)
+    rows = np.sort(np.random.default_rng(3).choice(len(X), 700, replace=False))
+    np.testing.assert_array_equal(m.fit_rows, rows)  # drawn with the recorded seed
+    assert m.info["fit_sample"] == {**m.info["fit_sample"], "rows": 700, "of": len(X),
+                                    "seed": 3, "placed_rows": len(X) - 700}
+    # the sampled rows are exactly a fit on those rows; the others placed by transform
+    alone = fit(X[rows], **opts)
+    np.testing.assert_array_equal(m.embedding[rows], alone.embedding)
+    full = fit(X, **opts)
+    t_sample = trustworthiness(X, m.embedding, 15)
+    # measured: 0.98-0.99 for both, sampled and full
+    assert t_sample >= trustworthiness(X, full.embedding, 15) - 0.02
+    assert _accuracy(m.embedding, y) >= 0.9
+    # the estimator: the same embedding, dask input in row chunks gives the same result,
+    # transform of new rows places them against the fit sample
+    Y = est.fit_transform(X)
+    np.testing.assert_array_equal(Y, m.embedding)
+    Yd = est.fit_transform(da.from_array(X, chunks=(500, -1)))
+    np.testing.assert_array_equal(np.asarray(Yd), m.embedding)
+    assert est._fit_X.shape == (700, 64)
+    np.testing.assert_array_equal(est.transform(X[rows[:50]]),
+                                  alone_place(fit, X, rows, alone, method)[:50])
+
+
+def alone_place(fit, X, rows, alone, method):
+    from importlib import import_module
+
+    mod = import_module(f"dimred_dask.methods.{method}")
+    return mod._place(X[rows], alone.embedding, X[rows], alone.params)
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -359,6 +401,10 @@ def test_transform_places_new_points_near_their_class(digits):
     (lambda X: tsne(X, graph=knn_graph(X, 5)), r"needs 90 neighbours per point; the kNN graph has 5"),
     (lambda X: tsne(X, perplexity=[5, 10]), r"use tsne_sweep"),
     (lambda X: umap(X, init="laplacian"), r"init must be one of spectral"),
+    (lambda X: umap(X, fit_sample=5), r"fit_sample must be an int >= 10"),
+    (lambda X: tsne(X, fit_sample="half"), r"fit_sample must be an int >= 10"),
+    (lambda X: umap(X, fit_sample=50, graph=knn_graph(X, 14)), r"a graph of all 100 rows"),
+    (lambda X: tsne(X, fit_sample=50, init=np.zeros((100, 2))), r"init array of 100 rows"),
 ])
 def test_bad_input_is_refused(call, match):
     X = np.random.default_rng(0).standard_normal((100, 5))

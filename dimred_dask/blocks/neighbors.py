@@ -5,9 +5,10 @@
 smaller index so the result does not depend on the order blocks are visited in.
 ``merge_topk`` merges two such candidate lists. Distances are computed in float64 (the
 expansion ||a||^2 + ||b||^2 - 2 a.b in float32 loses the small distances that decide
-who is nearest), and returned in float64. ``exact_kth_distance`` gives the exact k-th
-neighbour distance of a sample of rows against all rows (a graph's recall, ``recall_at``). Sparse blocks (``scipy.sparse``) stay sparse: their
+who is nearest), and returned in float64. Sparse blocks (``scipy.sparse``) stay sparse: their
 distances come from sparse products (``blocks.kernels.SPARSE_METRICS``).
+``exact_kth_distance`` gives the exact k-th neighbour distance of a sample of rows against
+all rows, and ``recall_at`` a graph's recall from it.
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from ..graphs import KNNGraph, knn_graph
 
 __all__ = ["expand_sweep", "run_tasks", "threads", "MemoryCheckpoint", "pca_init",
            "check_graph", "one_run", "fit_graph", "graph_ref", "delayed_literal", "like_input", "EmbeddingSet", "check_int", "check_float",
-           "check_choice", "TaskProgress"]
+           "check_choice", "TaskProgress", "check_fit_sample", "fit_then_place", "fitted_reference"]
 
 
 # --------------------------------------------------------------------------- parameters
@@ -100,6 +100,69 @@ def one_run(sweep, name: str, sweepable: tuple, X, graph, checkpoint, callback, 
     ck = (lambda i, s: checkpoint) if checkpoint is not None else None
     cb = (lambda i, it, total, loss: callback(it, total, loss)) if callback else None
     return sweep(X, graph=graph, checkpoint=ck, callback=cb, n_jobs=n_jobs, **params)[0]
+
+
+# --------------------------------------------------------------------------- sample fit
+
+
+def check_fit_sample(value, n: int, method: str, graph=None, init=None) -> int | None:
+    """The number of rows to fit on, or None (fit on all): ``fit_sample`` None or >= n."""
+    if value is None:
+        return None
+    if (not isinstance(value, numbers.Integral) or isinstance(value, bool)
+            or value < 10):
+        raise InputError(f"{method} fit_sample must be an int >= 10 (rows to fit on) or None; "
+                         f"found {value!r}.", "pass fit_sample=100000 (fit on 100 000 rows, "
+                         "place the others with transform), or leave it out.")
+    if value >= n:
+        return None
+    if graph is not None:
+        raise InputError(f"{method} with fit_sample={value} builds the kNN graph of the "
+                         f"sampled rows; a graph of all {n} rows was given.",
+                         "leave graph out, or leave fit_sample out.")
+    if isinstance(init, np.ndarray):
+        raise InputError(f"{method} with fit_sample={value} cannot take an init array of "
+                         f"{init.shape[0]} rows.", "pass init='pca' (or 'spectral' for "
+                         "UMAP), or leave fit_sample out.")
+    return int(value)
+
+
+def fit_then_place(sweep, place, X, size: int, seed: int, stage: str, **kw) -> list:
+    """`sweep` on ``size`` rows of X drawn without replacement with ``seed`` (recorded), then
+    every row placed into each embedding by ``place(X_fit, Y_fit, X, params)`` (dask X: one
+    task per row chunk, on all workers); the sampled rows keep their fitted positions. Each
+    model gains ``fit_rows`` and ``info["fit_sample"]``."""
+    import time
+
+    from ..linalg.nystrom import take_rows
+
+    n = X.shape[0]
+    rows = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+    Xs = np.asarray(take_rows(X, rows, "fit sample"))
+    models = sweep(Xs, fit_sample=None, **kw)
+    for m in models:
+        t0 = time.perf_counter()
+        Y = place(Xs, m.embedding, X, m.params)
+        if is_dask(Y):
+            (Y,) = compute(Y, stage=f"{stage}: placing {n - size} rows")
+        Y = np.asarray(Y, dtype=m.embedding.dtype)
+        Y[rows] = m.embedding
+        m.info["fit_sample"] = {"rows": int(size), "of": int(n), "seed": int(seed),
+                                "placed_rows": int(n - size),
+                                "place_seconds": round(time.perf_counter() - t0, 3)}
+        m.embedding, m.fit_rows = Y, rows
+    return models
+
+
+def fitted_reference(X, model):
+    """(rows, embedding) that ``transform`` places new points against: the fit sample's when
+    the model was fitted on one, else all of X."""
+    rows = getattr(model, "fit_rows", None)
+    if rows is None:
+        return X, model.embedding
+    from ..linalg.nystrom import take_rows
+
+    return np.asarray(take_rows(X, rows, "fit sample")), model.embedding[rows]
 
 
 # --------------------------------------------------------------------------- graph

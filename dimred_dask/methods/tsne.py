@@ -28,9 +28,10 @@ from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
 from ..linalg.convergence import completed
 from ._base import DimredEstimator, HasConvergence
-from ._neighbor_runs import (one_run, check_choice, check_float, check_int, delayed_literal,
-                             expand_sweep, fit_graph, graph_ref, like_input, pca_init,
-                             random_init, run_tasks, threads)
+from ._neighbor_runs import (one_run, check_choice, check_fit_sample, check_float, check_int,
+                             delayed_literal, expand_sweep, fit_graph, fit_then_place,
+                             fitted_reference, graph_ref, like_input, pca_init, random_init,
+                             run_tasks, threads)
 
 __all__ = ["TSNE", "TSNEModel", "tsne", "tsne_sweep", "TSNE_DEFAULTS", "TSNE_SWEEPABLE",
            "check_tsne_params", "EXACT_MAX"]
@@ -46,7 +47,7 @@ TSNE_DEFAULTS = {
     "max_step_norm": 5.0, "init": "pca", "gradient": "auto", "n_interpolation_points": 3,
     "min_num_intervals": None, "ints_in_interval": 1.0, "n_neighbors": None,
     "metric": "euclidean", "knn_backend": "auto", "random_state": 0,
-    "checkpoint_every": 50, "callback_every": 50,
+    "checkpoint_every": 50, "callback_every": 50, "fit_sample": None,
 }
 TSNE_SWEEPABLE = ("perplexity", "random_state", "learning_rate", "early_exaggeration",
                   "exaggeration")
@@ -108,10 +109,11 @@ class TSNEModel(HasConvergence):
     """A fitted t-SNE embedding and how it was made."""
 
     embedding: np.ndarray  # (n, n_components) float64
-    kl_divergence: float
+    kl_divergence: float  # of the fitted rows (all, or the fit sample)
     params: dict
     n_iter: int
     info: dict = field(default_factory=dict)
+    fit_rows: np.ndarray | None = None  # the rows fitted on (fit_sample), or None: all
 
 
 # --------------------------------------------------------------------------- optimiser
@@ -226,6 +228,11 @@ def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
     n = X.shape[0]
     settings = check_tsne_params(params, n)
     s0 = settings[0]
+    size = check_fit_sample(s0.get("fit_sample"), n, "t-SNE", graph, s0["init"])
+    if size:
+        return fit_then_place(tsne_sweep, _place, X, size, s0["random_state"] or 0, "t-SNE",
+                              checkpoint=checkpoint, callback=callback, n_jobs=n_jobs,
+                              **{k: v for k, v in params.items() if k != "fit_sample"})
     graph = fit_graph(X, graph, s0["n_neighbors"], "t-SNE", metric=s0["metric"],
                       backend=s0["knn_backend"], random_state=s0["random_state"] or 0)
     Y0 = _initial(X, settings)
@@ -238,6 +245,15 @@ def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
                     stage="t-SNE optimisation")
     return [TSNEModel(Y, float(kl), s, s["n_iter"], info)
             for (Y, kl, info), s in zip(out, settings)]
+
+
+def _place(X_fit, Y_fit, X, params: dict):
+    from ._tsne_transform import tsne_transform
+
+    return tsne_transform(X_fit, Y_fit, X, metric=params["metric"], gradient=params["gradient"],
+                          n_interpolation_points=params["n_interpolation_points"],
+                          min_num_intervals=params["min_num_intervals"],
+                          ints_in_interval=params["ints_in_interval"])
 
 
 def tsne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params) -> TSNEModel:
@@ -262,7 +278,8 @@ class TSNE(DimredEstimator):
                  max_step_norm=5.0, init="pca", gradient="auto", n_interpolation_points=3,
                  min_num_intervals=None, ints_in_interval=1.0, n_neighbors=None,
                  metric="euclidean", knn_backend="auto", random_state=0, n_jobs=None,
-                 checkpoint=None, checkpoint_every=50, callback=None, callback_every=50):
+                 checkpoint=None, checkpoint_every=50, callback=None, callback_every=50,
+                 fit_sample=None):
         for key, value in locals().items():
             if key not in ("self", "__class__"):
                 setattr(self, key, value)
@@ -280,7 +297,7 @@ class TSNE(DimredEstimator):
         self.info_ = model.info
         self.n_features_in_ = X.shape[1]
         self.convergence_ = model.convergence
-        self._fit_X = X
+        self._fit_X, self._fit_Y = fitted_reference(X, model)
         return self
 
     def fit_transform(self, X, y=None, *, graph=None):
@@ -291,10 +308,6 @@ class TSNE(DimredEstimator):
         check_is_fitted(self, "embedding_")
         X = check_array(X, method="t-SNE transform", min_samples=1)
         check_n_features(self, X, self.n_features_in_)
-        from ._tsne_transform import tsne_transform
-
-        return tsne_transform(self._fit_X, self.embedding_, X, metric=self.metric,
-                              gradient=self.gradient,
-                              n_interpolation_points=self.n_interpolation_points,
-                              min_num_intervals=self.min_num_intervals,
-                              ints_in_interval=self.ints_in_interval)
+        return _place(self._fit_X, self._fit_Y, X, {k: getattr(self, k) for k in (
+            "metric", "gradient", "n_interpolation_points", "min_num_intervals",
+            "ints_in_interval")})

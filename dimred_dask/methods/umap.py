@@ -28,9 +28,9 @@ from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, find_ab
 from ..linalg.convergence import completed
 from ._base import DimredEstimator, HasConvergence
-from ._neighbor_runs import (one_run, check_choice, check_float, check_int, delayed_literal,
-                             expand_sweep, fit_graph, graph_ref, like_input, pca_init,
-                             run_tasks, threads)
+from ._neighbor_runs import (one_run, check_choice, check_fit_sample, check_float, check_int,
+                             delayed_literal, expand_sweep, fit_graph, fit_then_place,
+                             fitted_reference, graph_ref, like_input, pca_init, run_tasks, threads)
 from ._umap_init import scale_layout, spectral_layout
 
 __all__ = ["UMAP", "UMAPModel", "umap", "umap_sweep", "UMAP_DEFAULTS", "UMAP_SWEEPABLE",
@@ -41,7 +41,7 @@ UMAP_DEFAULTS = {
     "learning_rate": 1.0, "negative_sample_rate": 5, "repulsion_strength": 1.0,
     "local_connectivity": 1.0, "set_op_mix_ratio": 1.0, "a": None, "b": None,
     "init": "spectral", "metric": "euclidean", "knn_backend": "auto", "random_state": 0,
-    "nndescent_kwds": None, "checkpoint_every": 20, "callback_every": 10,
+    "nndescent_kwds": None, "checkpoint_every": 20, "callback_every": 10, "fit_sample": None,
 }
 UMAP_SWEEPABLE = ("min_dist", "spread", "random_state", "n_neighbors", "learning_rate",
                   "negative_sample_rate", "repulsion_strength")
@@ -102,10 +102,11 @@ class UMAPModel(HasConvergence):
     """A fitted UMAP embedding and how it was made."""
 
     embedding: np.ndarray  # (n, n_components) float32
-    cross_entropy: float
+    cross_entropy: float  # of the fitted rows (all, or the fit sample)
     params: dict
     n_epochs: int
     info: dict = field(default_factory=dict)
+    fit_rows: np.ndarray | None = None  # the rows fitted on (fit_sample), or None: all
 
 
 # --------------------------------------------------------------------------- optimiser
@@ -252,6 +253,11 @@ def umap_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
     n = X.shape[0]
     settings = check_umap_params(params, n)
     s0 = settings[0]
+    size = check_fit_sample(s0["fit_sample"], n, "UMAP", graph, s0["init"])
+    if size:
+        return fit_then_place(umap_sweep, _place, X, size, s0["random_state"], "UMAP",
+                              checkpoint=checkpoint, callback=callback, n_jobs=n_jobs,
+                              **{k: v for k, v in params.items() if k != "fit_sample"})
     k = max(s["n_neighbors"] for s in settings) - 1
     graph = fit_graph(X, graph, k, "UMAP", metric=s0["metric"], backend=s0["knn_backend"],
                       random_state=s0["random_state"], nndescent_kwds=s0["nndescent_kwds"])
@@ -274,6 +280,12 @@ def umap_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
             for (Y, ce, info), s in zip(out, settings)]
 
 
+def _place(X_fit, Y_fit, X, params: dict):
+    from ._umap_transform import umap_transform
+
+    return umap_transform(X_fit, Y_fit, X, params)
+
+
 def umap(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params) -> UMAPModel:
     """One UMAP embedding (see `umap_sweep`; ``checkpoint`` is an object with save/load,
     ``callback(epoch, n_epochs, loss or None)``)."""
@@ -291,7 +303,7 @@ class UMAP(DimredEstimator):
                  repulsion_strength=1.0, local_connectivity=1.0, set_op_mix_ratio=1.0,
                  a=None, b=None, init="spectral", metric="euclidean", knn_backend="auto",
                  random_state=0, nndescent_kwds=None, n_jobs=None, checkpoint=None,
-                 checkpoint_every=20, callback=None, callback_every=10):
+                 checkpoint_every=20, callback=None, callback_every=10, fit_sample=None):
         for key, value in locals().items():
             if key not in ("self", "__class__"):
                 setattr(self, key, value)
@@ -305,7 +317,7 @@ class UMAP(DimredEstimator):
         self.n_epochs_, self.info_, self.params_ = model.n_epochs, model.info, model.params
         self.n_features_in_ = X.shape[1]
         self.convergence_ = model.convergence
-        self._fit_X = X
+        self._fit_X, self._fit_Y = fitted_reference(X, model)
         return self
 
     def fit_transform(self, X, y=None, *, graph=None):
@@ -316,6 +328,4 @@ class UMAP(DimredEstimator):
         check_is_fitted(self, "embedding_")
         X = check_array(X, method="UMAP transform", min_samples=1)
         check_n_features(self, X, self.n_features_in_)
-        from ._umap_transform import umap_transform
-
-        return umap_transform(self._fit_X, self.embedding_, X, self.params_)
+        return _place(self._fit_X, self._fit_Y, X, self.params_)
