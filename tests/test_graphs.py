@@ -502,7 +502,8 @@ def test_a_pilot_on_subsets_starts_hard_data_with_a_denser_search(hard_blobs, mo
 
     # 30 000 rows take the pilot, on subsets as large as it takes at 200 000 rows and above
     monkeypatch.setattr(knn_module, "PILOT_MIN_ROWS", 20_000)
-    monkeypatch.setattr(knn_module, "PILOT_SHARES", (1 / 4, 1 / 2))
+    monkeypatch.setattr(knn_module, "PILOT_ROWS", 15_000)
+    monkeypatch.setattr(knn_module, "PILOT_SHARES", (1 / 8, 1 / 4))
     g = knn_graph(hard_blobs, 10, backend="nndescent", target_recall=0.97, recall_budget=600)
     pilot = g.info["recall_search"]["pilot"]
     assert pilot["rows"] == [7500, 15000] and pilot["predicted"] < 0.97

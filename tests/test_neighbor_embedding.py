@@ -328,9 +328,14 @@ def test_resume_from_checkpoint_equals_uninterrupted(digits, method):
 # --------------------------------------------------------------------------- transform
 
 
-def test_transform_places_new_points_near_their_class(digits):
+@pytest.mark.parametrize("search", ["exact", "index"])
+def test_transform_places_new_points_near_their_class(digits, search, monkeypatch):
     import dask.array as da
 
+    from dimred_dask.graphs import query
+
+    if search == "index":  # the training rows' index, as above 20 000 training rows
+        monkeypatch.setattr(query, "EXACT_REFERENCE_MAX", 500)
     X, y = digits
     perm = np.random.default_rng(0).permutation(len(X))
     train, test = perm[:1400], perm[1400:]
@@ -340,10 +345,19 @@ def test_transform_places_new_points_near_their_class(digits):
         Yt = est.transform(X[test])
         # measured 0.98 - 0.99 (t-SNE, UMAP): held-out digits land among their own class
         assert clf.score(Yt, y[test]) >= 0.95
-        # chunk by chunk on dask input: the same positions whatever the chunking
+        # chunk by chunk on dask input: the same positions whatever the chunking (exact
+        # search); the index's query fills a short candidate list at random along its batch,
+        # so a rare row may differ between chunkings (measured: 1 of 397), never between
+        # runs with the same chunking
         Yd = est.transform(da.from_array(X[test], chunks=(150, -1)))
         assert isinstance(Yd, da.Array)
-        np.testing.assert_array_equal(Yd.compute(), Yt)
+        if search == "exact":
+            np.testing.assert_array_equal(Yd.compute(), Yt)
+        else:
+            same = (Yd.compute() == Yt).all(axis=1)
+            assert same.mean() >= 0.99, same.mean()
+            np.testing.assert_array_equal(
+                Yd.compute(), est.transform(da.from_array(X[test], chunks=(150, -1))).compute())
 
 
 # --------------------------------------------------------------------------- sample fit

@@ -418,7 +418,7 @@ def _nndescent_ordered(x: np.ndarray, order, k: int, metric: str, metric_kwds: d
 # the task measures its recall on a sample against exact neighbours; while short of the target
 # it builds again with a denser search graph (more neighbours kept per row, more candidates per
 # join), and keeps the best graph, until the target or the time budget is met.
-RECALL_SAMPLE = 1000
+RECALL_SAMPLE = 500  # rows of the in-task estimate (the flow's stage measures 1000 again)
 SEARCH_GROWTH = 1.5  # search neighbours per row, per improvement round
 SEARCH_MAX_CANDIDATES = 60  # pynndescent's candidates per join in improvement rounds
 SEARCH_MAX_NEIGHBORS = 128
@@ -446,15 +446,17 @@ def check_target_recall(target_recall, recall_budget) -> None:
 
 
 # A pilot predicts the recall of the first build on hard data, so that its cost is not spent
-# on a graph that will be built again: NN-descent on two random subsets (1/40 and 1/10 of the
-# rows), each one's recall measured exactly on 300 of its rows, extrapolated in log(rows) to n
-# (recall falls with n: 0.85 at 30 000 and 0.71 at 300 000 isotropic 50-D blobs). Its cost
-# is about an eighth of the first build's. Below 5 000 rows a subset's recall is near 1 on
-# data hard at n (no signal to extrapolate), hence the minimum n. The extrapolation is
-# optimistic (0.86 predicted for 0.71 measured on the blobs): a graph still short after the
-# first build is built again as without a pilot.
+# on a graph that will be built again: NN-descent on two random subsets (the larger of 30 000
+# rows and n / 25, and a quarter of that), each one's recall measured exactly on 300 of its
+# rows, extrapolated in log(rows) to n (recall falls with n: 0.85 at 30 000 and 0.71 at
+# 300 000 isotropic 50-D blobs). It costs an eighth of the first build at 300 000 rows and a
+# twentieth from 750 000 up. Below ~5 000 rows a subset's recall is near 1 on data hard at n
+# (no signal to extrapolate), hence the minimum n. The extrapolation is optimistic (0.86
+# predicted for 0.71 measured on the blobs): a graph still short after the first build is
+# built again as without a pilot.
 PILOT_MIN_ROWS = 200_000
-PILOT_SHARES = (1 / 40, 1 / 10)
+PILOT_ROWS = 30_000
+PILOT_SHARES = (1 / 100, 1 / 25)
 PILOT_SAMPLE = 300
 
 
@@ -463,8 +465,8 @@ def _pilot(x, k, metric, metric_kwds, kwds, p) -> dict:
     n = x.shape[0]
     rng = np.random.default_rng(int(kwds.get("random_state", 0)) + 104_729)
     sizes, recalls = [], []
-    for share in PILOT_SHARES:
-        m = int(n * share)
+    big = max(PILOT_ROWS, int(n * PILOT_SHARES[1]))
+    for m in (int(big * PILOT_SHARES[0] / PILOT_SHARES[1]), big):
         xs = x[np.sort(rng.choice(n, m, replace=False))]
         _, dist, _ = _nndescent_ordered(xs, None, k, metric, metric_kwds, kwds, 0.0)
         rows = np.sort(rng.choice(m, min(m, PILOT_SAMPLE), replace=False))

@@ -1,7 +1,8 @@
 """Placing new points into a fixed t-SNE embedding (openTSNE's partial optimisation, with a
 per-point normalisation so that every new point is independent of the others).
 
-For a new point x: its k nearest training points (exact, blockwise), p_{j|x} at perplexity
+For a new point x: its k nearest training points (exact up to 20 000 training
+points, else `graphs.query`'s index), p_{j|x} at perplexity
 ``perplexity`` (5: new points follow their closest neighbours), an initial position at the
 median of those neighbours' positions, then ``n_iter`` steps of gradient descent on
 KL(P_x || Q_x) with q_{j|x} = w_xj / sum_l w_xl over all training points (their positions
@@ -16,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import is_dask
-from ..blocks.neighbors import block_topk
 from ..blocks.tsne_gradient import Interpolation, InterpolationGrid, point_z
 from ..blocks.tsne_kernels import attraction, exact_repulsion, gains_step
 from ..graphs.affinities import SparseAffinity, conditional_rows
+from ..graphs.query import reference_topk
 
 __all__ = ["tsne_transform", "TRANSFORM_DEFAULTS"]
 
@@ -42,7 +43,7 @@ def _place_block(X_new, X_train, Y_train, grid, metric: str, opts: dict):
     X_new = np.asarray(X_new, dtype=np.float64)
     n_ref, d = Y_train.shape
     k = int(min(n_ref, max(3 * opts["perplexity"] + 1, 10)))
-    idx, dist = block_topk(X_new, X_train, k, metric=metric)
+    idx, dist = reference_topk(X_new, X_train, k, metric=metric)
     perp = min(opts["perplexity"], (k - 1) / 3)
     cond, _ = conditional_rows(dist, perp)
     P = SparseAffinity.from_rows(idx, cond, n_ref)

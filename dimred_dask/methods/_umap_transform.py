@@ -1,7 +1,7 @@
 """Placing new points into a fixed UMAP embedding (as umap-learn's ``transform``).
 
-For each new point: its ``n_neighbors`` nearest training points (exact, blockwise), memberships
-exp(-max(0, d - rho) / sigma) with local connectivity one less than the fit's, an initial
+For each new point: its ``n_neighbors`` nearest training points (exact up to 20 000 training
+points, else from an index over them, `graphs.query`), memberships exp(-max(0, d - rho) / sigma) with local connectivity one less than the fit's, an initial
 position at the membership-weighted mean of those neighbours' positions, then SGD epochs (a
 third of the fit's, at least 30... as umap-learn: 100 up to 10 000 training points, else 30)
 moving only the new points: attraction to their neighbours, repulsion from random training
@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import is_dask
-from ..blocks.neighbors import block_topk
 from ..blocks.umap_kernels import sgd_epoch
 from ..graphs.affinities import fuzzy_rows
+from ..graphs.query import reference_topk
 
 __all__ = ["umap_transform"]
 
@@ -29,7 +29,7 @@ def _place_block(X_new, row0: int, X_train, Y_train, params: dict):
     X_new = np.asarray(X_new, dtype=np.float64)
     n_ref, d = Y_train.shape
     k = int(min(params["n_neighbors"], n_ref))
-    idx, dist = block_topk(X_new, X_train, k, metric=params["metric"])
+    idx, dist = reference_topk(X_new, X_train, k, metric=params["metric"])
     vals, _, _ = fuzzy_rows(dist, float(k), max(0.0, params["local_connectivity"] - 1.0))
     w = vals / np.maximum(vals.sum(axis=1, keepdims=True), 1e-300)
     Y = np.ascontiguousarray((w[:, :, None] * Y_train[idx]).sum(axis=1), dtype=np.float32)
