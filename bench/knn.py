@@ -71,7 +71,8 @@ def _rss() -> int:
     return psutil.Process().memory_info().rss
 
 
-def _peer(X, kw: dict):
+def _peer(X, kw: dict, search_k: int = K):
+    """pynndescent alone (keeping ``search_k`` neighbours per row, the nearest K returned)."""
     from pynndescent import NNDescent
 
     from dimred_dask.blocks.neighbors import drop_self
@@ -79,7 +80,7 @@ def _peer(X, kw: dict):
 
     with PeakRSS(interval=0.05) as mem:
         t0 = time.perf_counter()
-        index = NNDescent(X, n_neighbors=K + 1, random_state=0, **kw)
+        index = NNDescent(X, n_neighbors=search_k + 1, random_state=0, **kw)
         idx, dist = index.neighbor_graph
         seconds = time.perf_counter() - t0
     idx, dist = drop_self(idx.astype(np.int64), dist.astype(np.float64),
@@ -305,7 +306,7 @@ def main_hard(args) -> int:
                 runs["trees"].append((t, sample_recall(X, gp, 1000, random_state=1)["recall"]))
             last = search["rounds"][-1]
             like = {"max_candidates": last["max_candidates"]} if last["max_candidates"] else {}
-            t, _, gp = _peer_k(X, last["search_neighbors"], like)
+            t, _, gp = _peer(X, like, last["search_neighbors"])
             runs.setdefault("like", []).append(
                 (t, sample_recall(X, gp, 1000, random_state=1)["recall"], last))
             builds = [(b["search_neighbors"], round(b["seconds"], 1), round(b["recall"], 4))
@@ -317,22 +318,6 @@ def main_hard(args) -> int:
                   f"{t:.1f} s (load {os.getloadavg()[0]:.2f})", flush=True)
     _report_hard(runs, peer_trees)
     return 0
-
-
-def _peer_k(X, search_k: int, kw: dict):
-    """pynndescent keeping ``search_k`` neighbours per row, the nearest K returned."""
-    from pynndescent import NNDescent
-
-    from dimred_dask.blocks.neighbors import drop_self
-    from dimred_dask.graphs import KNNGraph
-
-    t0 = time.perf_counter()
-    index = NNDescent(X, n_neighbors=search_k + 1, random_state=0, **kw)
-    idx, dist = index.neighbor_graph
-    seconds = time.perf_counter() - t0
-    idx, dist = drop_self(idx.astype(np.int64), dist.astype(np.float64),
-                          np.arange(X.shape[0]), K)
-    return seconds, 0, KNNGraph(idx, dist, "euclidean", "pynndescent")
 
 
 def _report_hard(runs: dict, peer_trees: int) -> None:
