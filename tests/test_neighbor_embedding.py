@@ -349,15 +349,17 @@ def test_transform_places_new_points_near_their_class(digits, search, monkeypatc
         # search); the index's query fills a short candidate list at random along its batch,
         # so a rare row may differ between chunkings (measured: 1 of 397), never between
         # runs with the same chunking
+        # (in this process: the threshold patched above does not reach worker processes)
         Yd = est.transform(da.from_array(X[test], chunks=(150, -1)))
         assert isinstance(Yd, da.Array)
         if search == "exact":
-            np.testing.assert_array_equal(Yd.compute(), Yt)
+            np.testing.assert_array_equal(Yd.compute(scheduler="threads"), Yt)
         else:
-            same = (Yd.compute() == Yt).all(axis=1)
+            same = (Yd.compute(scheduler="threads") == Yt).all(axis=1)
             assert same.mean() >= 0.99, same.mean()
-            np.testing.assert_array_equal(
-                Yd.compute(), est.transform(da.from_array(X[test], chunks=(150, -1))).compute())
+            again = est.transform(da.from_array(X[test], chunks=(150, -1)))
+            np.testing.assert_array_equal(Yd.compute(scheduler="threads"),
+                                          again.compute(scheduler="sync"))
 
 
 # --------------------------------------------------------------------------- sample fit
@@ -449,3 +451,27 @@ def test_sweep_on_workers_equals_in_process(client, digits, monkeypatch):
     for a, p in zip(t_workers, (10, 20)):
         np.testing.assert_array_equal(
             a.embedding, tsne(X, perplexity=p, n_iter=80, early_exaggeration_iter=30).embedding)
+
+
+def _reference_max(value):
+    from dimred_dask.graphs import query
+
+    query.EXACT_REFERENCE_MAX = value
+
+
+def test_the_index_placement_is_the_same_on_the_workers(client, digits, monkeypatch):
+    import dask.array as da
+
+    from dimred_dask.graphs import query
+
+    X, _ = digits
+    est = UMAP(random_state=0, n_epochs=100).fit(X[:1200])
+    new = da.from_array(X[1200:], chunks=(200, -1))
+    monkeypatch.setattr(query, "EXACT_REFERENCE_MAX", 500)  # the index, in this process
+    here = est.transform(new).compute(scheduler="sync")
+    client.run(_reference_max, 500)  # ... and on the workers, which build their own
+    try:
+        there = est.transform(new).compute()
+    finally:
+        client.run(_reference_max, 20_000)
+    np.testing.assert_array_equal(there, here)

@@ -6,8 +6,8 @@ the same as the exact kNN graph). Above, a pynndescent index over the training r
 (as umap-learn's and openTSNE's transforms do): the exact search costs a distance per (new,
 training) pair, 10^11 of them to place 900 000 rows against 100 000, while the index answers a
 row from a few hundred distances. The index is built once per process for a given training
-set (the tasks of one worker share it) with a fixed seed, so every task that places rows uses
-the same index. The index's query fills a row's candidate list at random when its search tree
+set (the tasks of one worker share it) with a fixed seed on one thread, so every process
+builds the same index. Its query fills a row's candidate list at random when its search tree
 gives too few, from one generator that runs along the batch: a rare row's neighbours can then
 differ with the chunk it is in (1 of 397 held-out digits moved, by 0.003), never between runs
 with the same chunks. The exact search does not depend on the chunking at all.
@@ -36,6 +36,7 @@ def _key(X: np.ndarray, metric: str) -> tuple:
 
 
 def _index(X_train: np.ndarray, metric: str):
+    import numba
     from pynndescent import NNDescent
 
     x = np.ascontiguousarray(X_train, dtype=np.float32)
@@ -43,9 +44,16 @@ def _index(X_train: np.ndarray, metric: str):
     with _LOCK:
         index = _INDEX.get(key)
         if index is None:
-            index = NNDescent(x, n_neighbors=min(INDEX_NEIGHBORS, x.shape[0] - 1), metric=metric,
-                              random_state=0, compressed=True)
-            index.prepare()
+            # one thread: NN-descent's parallel updates make the index depend on the thread
+            # count, and every process (the client, each worker) must build the same index
+            before = numba.get_num_threads()
+            numba.set_num_threads(1)
+            try:
+                index = NNDescent(x, n_neighbors=min(INDEX_NEIGHBORS, x.shape[0] - 1),
+                                  metric=metric, random_state=0, compressed=True)
+                index.prepare()
+            finally:
+                numba.set_num_threads(before)
             _INDEX.clear()
             _INDEX[key] = index
     return index
