@@ -460,6 +460,20 @@ PILOT_SHARES = (1 / 100, 1 / 25)
 PILOT_SAMPLE = 300
 
 
+def _denser(kwds: dict) -> dict:
+    """NN-descent's settings with SEARCH_MAX_CANDIDATES candidates per join (at least)."""
+    return {**kwds, "max_candidates": max(int(kwds.get("max_candidates") or 0),
+                                          SEARCH_MAX_CANDIDATES)}
+
+
+def _sample_kth(x, pos, listed, k, metric, p) -> np.ndarray:
+    """Exact k-th distances of rows ``pos`` of x, bounded by their listed k-th distances (k
+    real rows; float32 rounding allowed for)."""
+    last = listed[:, -1]
+    bound = np.where(np.isfinite(last), last * (1 + 1e-4) + 1e-12, np.inf)
+    return exact_kth_distance(x, pos, k, metric, p, bound)
+
+
 def _pilot(x, k, metric, metric_kwds, kwds, p) -> dict:
     t0 = time.perf_counter()
     n = x.shape[0]
@@ -470,9 +484,7 @@ def _pilot(x, k, metric, metric_kwds, kwds, p) -> dict:
         xs = x[np.sort(rng.choice(n, m, replace=False))]
         _, dist, _ = _nndescent_ordered(xs, None, k, metric, metric_kwds, kwds, 0.0)
         rows = np.sort(rng.choice(m, min(m, PILOT_SAMPLE), replace=False))
-        bound = np.where(np.isfinite(dist[rows, -1]), dist[rows, -1] * (1 + 1e-4) + 1e-12,
-                         np.inf)
-        kth = exact_kth_distance(xs, rows, k, metric, p, bound)
+        kth = _sample_kth(xs, rows, dist[rows], k, metric, p)
         sizes.append(m)
         recalls.append(recall_at(dist[rows], kth))
     slope = max(0.0, (recalls[0] - recalls[1]) / math.log(sizes[1] / sizes[0]))
@@ -512,9 +524,7 @@ def _nndescent_to_target(x, order, k, metric, metric_kwds, kwds, seconds_order, 
     pilot = _pilot(x, k, metric, metric_kwds, kwds, p) if n >= PILOT_MIN_ROWS else None
     search = k
     if pilot is not None and pilot["predicted"] < target:  # hard data: start denser
-        search = math.ceil(k * SEARCH_GROWTH)
-        kwds = {**kwds, "max_candidates": max(int(kwds.get("max_candidates") or 0),
-                                              SEARCH_MAX_CANDIDATES)}
+        search, kwds = math.ceil(k * SEARCH_GROWTH), _denser(kwds)
     t0 = time.perf_counter()
     idx, dist, seconds = _nndescent_ordered(x, order, k, metric, metric_kwds, kwds,
                                             seconds_order, search)
@@ -527,9 +537,7 @@ def _nndescent_to_target(x, order, k, metric, metric_kwds, kwds, seconds_order, 
         inv = np.empty_like(order)
         inv[order] = np.arange(order.size, dtype=order.dtype)
         pos = inv[rows]
-    listed = np.where(np.isfinite(dist[rows, -1]), dist[rows, -1] * (1 + 1e-4) + 1e-12,
-                      np.inf)  # k real rows: a bound of the k-th distance (float32 rounding)
-    kth = exact_kth_distance(x, pos, k, metric, p, listed)
+    kth = _sample_kth(x, pos, dist[rows], k, metric, p)
     recall = recall_at(dist[rows], kth)
     rounds = [{"search_neighbors": search, "max_candidates": kwds.get("max_candidates"),
                "seconds": round(first, 3), "recall": recall}]
@@ -551,9 +559,7 @@ def _nndescent_to_target(x, order, k, metric, metric_kwds, kwds, seconds_order, 
                     f"{_round_bytes(n, nxt) / 2**30:.1f} GiB, {room / 2**30:.1f} GiB are left")
             break
         search = nxt
-        kw = {**kwds, "random_state": seed + len(rounds),
-              "max_candidates": max(int(kwds.get("max_candidates") or 0),
-                                    SEARCH_MAX_CANDIDATES)}
+        kw = {**_denser(kwds), "random_state": seed + len(rounds)}
         t2 = time.perf_counter()
         i2, d2, _ = _nndescent_ordered(x, order, k, metric, metric_kwds, kw, 0.0, search)
         r2 = recall_at(d2[rows], kth)

@@ -22,6 +22,7 @@ import itertools
 import numbers
 import os
 import queue
+import time
 import uuid
 import warnings
 from dataclasses import dataclass, field
@@ -131,9 +132,8 @@ def fit_then_place(sweep, place, X, size: int, seed: int, stage: str, **kw) -> l
     """`sweep` on ``size`` rows of X drawn without replacement with ``seed`` (recorded), then
     every row placed into each embedding by ``place(X_fit, Y_fit, X, params)`` (dask X: one
     task per row chunk, on all workers); the sampled rows keep their fitted positions. Each
-    model gains ``fit_rows`` and ``info["fit_sample"]``."""
-    import time
-
+    model gains ``fit_rows``, ``fit_X`` (those rows, what ``transform`` places against) and
+    ``info["fit_sample"]``."""
     from ..linalg.nystrom import take_rows
 
     n = X.shape[0]
@@ -150,19 +150,16 @@ def fit_then_place(sweep, place, X, size: int, seed: int, stage: str, **kw) -> l
         m.info["fit_sample"] = {"rows": int(size), "of": int(n), "seed": int(seed),
                                 "placed_rows": int(n - size),
                                 "place_seconds": round(time.perf_counter() - t0, 3)}
-        m.embedding, m.fit_rows = Y, rows
+        m.embedding, m.fit_rows, m.fit_X = Y, rows, Xs
     return models
 
 
 def fitted_reference(X, model):
     """(rows, embedding) that ``transform`` places new points against: the fit sample's when
     the model was fitted on one, else all of X."""
-    rows = getattr(model, "fit_rows", None)
-    if rows is None:
+    if model.fit_rows is None:
         return X, model.embedding
-    from ..linalg.nystrom import take_rows
-
-    return np.asarray(take_rows(X, rows, "fit sample")), model.embedding[rows]
+    return model.fit_X, model.embedding[model.fit_rows]
 
 
 # --------------------------------------------------------------------------- graph

@@ -114,6 +114,7 @@ class TSNEModel(HasConvergence):
     n_iter: int
     info: dict = field(default_factory=dict)
     fit_rows: np.ndarray | None = None  # the rows fitted on (fit_sample), or None: all
+    fit_X: np.ndarray | None = field(default=None, repr=False)  # those rows' data
 
 
 # --------------------------------------------------------------------------- optimiser
