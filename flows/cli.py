@@ -154,6 +154,14 @@ def print_summary(m: dict, stream=None) -> None:
     if "explained_variance_ratio_total" in model:
         w(f"explained variance ratio (total of {model['n_components']}): "
           f"{model['explained_variance_ratio_total']:.6f}\n")
+    sketch = model.get("sketch")
+    if sketch:  # single-pass PCA
+        est = sketch.get("embedding_error_estimate")
+        w(f"single-pass sketch of {sketch['width']} columns: captured variance "
+          f"{sketch['captured_variance']:.6f}, embedding error estimate "
+          + (f"{est:.2e}" if est is not None else "not available") + "\n")
+        if sketch.get("warning"):
+            w(f"warning     {sketch['warning']}\n")
     for k in ("trustworthiness", "knn_recall", "reconstruction_error"):
         if k in met:
             w(f"{k:<22}{met[k]:.6f}\n")

@@ -330,7 +330,10 @@ def fit(spec: dict, v: dict) -> dict:
     if (v.get("knn") or {}).get("needed"):
         extras["graph"] = (StoreGraph.open(spec["output"]) if adapter.graph_in_store
                            else load_graph(store))
-    if adapter.run_context:
+    if adapter.run_context:  # the fit writes into the store (checkpoints, a row sketch):
+        store.prepare(v["mode"], {"method": spec["method"],  # prepared first, so the
+                                  "version": dimred_dask.__version__})  # writes are kept
+        v = {**v, "mode": "resume"}
         extras["run"] = {"output": spec["output"], "fingerprint": fp}
     if adapter.needs_actions:
         extras["actions"] = _open_actions(spec).array
@@ -338,6 +341,8 @@ def fit(spec: dict, v: dict) -> dict:
         model = adapter.fit(inp.array, v["params"], **extras)  # first pass checks finiteness
     summary = adapter.summary(model)
     _refuse_unconverged(spec["method"], summary.get("convergence") or [])
+    if (summary.get("sketch") or {}).get("warning"):  # single-pass PCA short of its accuracy
+        get_run_logger().warning("%s", summary["sketch"]["warning"])
     with stage_errors("fit", **_mem(v)):
         store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
         adapter.save(model, store)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from dimred_dask import metrics
-from dimred_dask._validation import check_n_components
-from dimred_dask.errors import InputError
+from dimred_dask._validation import check_n_components, is_dask
+from dimred_dask.errors import InputError, StageError
 from dimred_dask.linalg import LANDMARK_METHODS, choose_eigen_solver
 from dimred_dask.methods.mds import (LANDMARK_CHOICES, LandmarkMDSModel, MDSModel,
                                      classical_mds, landmark_mds)
@@ -34,14 +34,39 @@ def _pca_check(params: dict, shape: tuple) -> dict:
     if p["solver"] not in SOLVERS:
         raise InputError(f"PCA solver must be one of {SOLVERS}; found {p['solver']!r}.",
                          "pass --param solver=covariance (exact, one pass) or leave it out.")
+    if p["solver"] == "single-pass" and not isinstance(p["n_components"], int):
+        raise InputError(f"PCA with solver='single-pass' needs n_components as an int; found "
+                         f"{p['n_components']!r} (a fraction of variance needs the whole "
+                         "spectrum).", "pass --n-components 50 (an int), or use "
+                         "--param solver=covariance.")
     if not isinstance(p["whiten"], bool):
         raise InputError(f"whiten must be true or false; found {p['whiten']!r}.",
                          "pass --param whiten=true.")
     return p
 
 
-def _pca_fit(X, p: dict, **_):
-    return pca(X, **p)
+ROW_SKETCH = "sketch/rows"  # single-pass PCA's row sketch, in the run's store
+
+
+def _pca_fit(X, p: dict, run=None, **_):
+    """Single-pass on a dask input writes its row sketch into the run's store in the same
+    pass (the transform stage embeds from it instead of reading X again)."""
+    if p["solver"] != "single-pass" or run is None or not is_dask(X):
+        return pca(X, **p)
+    from dimred_dask.io import RunStore
+    from dimred_dask.linalg.single_pass import sketch_width
+
+    n, d = X.shape
+    k = p["n_components"]
+    width = sketch_width(k, p["n_oversamples"], n, d)
+    rows = max(X.chunks[0])
+    dtype = np.float32 if X.dtype == np.float32 else np.float64
+    target = RunStore(run["output"]).create_array(ROW_SKETCH, (n, width), (rows, width), dtype)
+    model = pca(X, row_sketch=target, **p)
+    model.info["row_sketch"] = {"array": ROW_SKETCH, "shape": [n, width],
+                                "chunks": [rows, width], "dtype": np.dtype(dtype).name,
+                                "stored_chunks": int(target.nchunks)}
+    return model
 
 
 def _pca_save(model: PCAModel, store) -> None:
@@ -51,12 +76,35 @@ def _pca_save(model: PCAModel, store) -> None:
 
 
 def _pca_load(store) -> PCAModel:
-    return PCAModel.from_arrays(store.read_group("model"), store.read_attrs("model"))
+    model = PCAModel.from_arrays(store.read_group("model"), store.read_attrs("model"))
+    if model.info.get("row_sketch"):  # a handle on the stored row sketch, not its data
+        model.sketch["store"] = store
+    return model
+
+
+def _pca_transform(model: PCAModel, X):
+    """The embedding: from the stored row sketch for a single-pass fit (no read of X), else
+    X's projection."""
+    info = model.info.get("row_sketch")
+    if not info or model.sketch is None or "store" not in (model.sketch or {}):
+        return model.transform(X)
+    import dask.array as da
+
+    store = model.sketch["store"]
+    stored = store.chunk_count(info["array"])
+    if stored != info["stored_chunks"] or tuple(X.shape[:1]) != (info["shape"][0],):
+        raise StageError(
+            f"Stage 'transform': the single-pass fit's row sketch ({info['array']}) has "
+            f"{stored} of its {info['stored_chunks']} chunks in the store; it was changed "
+            "after the fit was committed.", "re-run with --overwrite to fit again.")
+    rows = da.from_zarr(store.open_array(info["array"]), chunks=tuple(info["chunks"]))
+    return model.embed_row_sketch(rows)
 
 
 def _pca_summary(model: PCAModel) -> dict:
+    extra = {k: model.info[k] for k in ("sketch", "row_sketch") if k in model.info}
     return {"n_components": model.n_components, "solver": model.solver, "passes": model.passes,
-            "noise_variance": model.noise_variance, "convergence": model.convergence,
+            "noise_variance": model.noise_variance, "convergence": model.convergence, **extra,
             **metrics.explained_variance_summary(model.explained_variance,
                                                  model.explained_variance_ratio)}
 
@@ -245,7 +293,7 @@ def _supervised_summary(model) -> dict:
 
 METHODS = {
     "pca": MethodAdapter("pca", PCA_DEFAULTS, _pca_check, _pca_fit, _pca_save, _pca_load,
-                         lambda m, X: m.transform(X), _pca_summary, _pca_sample_metrics),
+                         _pca_transform, _pca_summary, _pca_sample_metrics, run_context=True),
     "kpca": MethodAdapter("kpca", KPCA_DEFAULTS, _kpca_check, _kpca_fit, save_model,
                           lambda store: KernelPCAModel.from_arrays(store.read_group("model"),
                                                                    store.read_attrs("model")),

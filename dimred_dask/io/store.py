@@ -30,6 +30,7 @@ LEASE = "_LEASE"
 # Every top-level entry a run writes (the lease and its helper objects start with LEASE).
 # --overwrite replaces a run store only when it holds nothing else.
 RUN_ENTRIES = frozenset({"zarr.json", "embedding", "model", "graph", "kernel", "checkpoints",
+                         "sketch",
                          MANIFEST, "embedding.png", STAGES, COMMITTED,
                          "steps"})  # a chain's earlier steps, each a run store of its own
 ROOT_DOC = "zarr.json"

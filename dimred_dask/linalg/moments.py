@@ -34,6 +34,13 @@ def column_stats(X, *, gram: bool = True, method: str = "PCA", where: str = "X",
     else:
         stats = merge_many(kernel(X[a:b], a, gram=gram)
                            for a, b in row_blocks(X.shape[0], NUMPY_BLOCK_ROWS))
+    check_stats(stats, method, where)
+    return stats
+
+
+def check_stats(stats: BlockStats, method: str, where: str) -> None:
+    """Raise `InputError` naming the rows when a pass found NaN / inf, or values too large to
+    square in float64."""
     if stats.nonfinite:
         raise nonfinite_error(method, np.array(stats.bad_rows), stats.n_nan,
                               stats.nonfinite - stats.n_nan, where, n_rows=stats.n_bad_rows)
@@ -44,7 +51,6 @@ def column_stats(X, *, gram: bool = True, method: str = "PCA", where: str = "X",
             "what float64 holds once squared.",
             "check those rows (values this large are usually damaged data), or rescale the "
             "columns before the run.")
-    return stats
 
 
 def _dask_stats(X, *, gram: bool, stage: str, kernel=block_stats) -> BlockStats:

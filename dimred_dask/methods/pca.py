@@ -10,7 +10,8 @@ and test data are encoded and reconstructed as
 
 Solvers (``solver=``): ``covariance`` (one pass, exact), ``tsqr`` (exact SVD, two passes),
 ``randomized`` (Halko et al., ``n_iter`` + 2 passes, for wide data), ``dual`` (n << d),
-``auto`` (covariance up to ``COVARIANCE_MAX_FEATURES`` features, else dual when
+``single-pass`` (one read of the data: a randomized sketch whose row sketch gives the training
+embedding, approximate, with its error reported; ``linalg.single_pass``), ``auto`` (covariance up to ``COVARIANCE_MAX_FEATURES`` features, else dual when
 n <= ``DUAL_MAX_SAMPLES``, else randomized).
 
 Sparse input (a ``scipy.sparse`` matrix, or a dask array of CSR row blocks; single-cell counts)
@@ -33,14 +34,18 @@ from .._validation import (check_array, check_is_fitted, check_n_components, che
                            float_dtype, is_dask, is_sparse_input)
 from ..errors import DimredWarning, InputError, InputTypeError
 from ..linalg import covariance_eigh, dual_eigh, randomized_eigh, tsqr_svd
+from ..linalg.single_pass import single_pass_eigh
 from ._base import DimredEstimator, HasConvergence, rowwise, sign_fix, sparse_affine
 
 __all__ = ["PCA", "PCAModel", "pca", "SOLVERS"]
 
-SOLVERS = ("auto", "covariance", "tsqr", "randomized", "dual")
+SOLVERS = ("auto", "covariance", "tsqr", "randomized", "dual", "single-pass")
 COVARIANCE_MAX_FEATURES = 4096
 DUAL_MAX_SAMPLES = 4096
-SPARSE_SOLVERS = ("auto", "covariance", "randomized")
+# single-pass: warn (and say so in the manifest and the CLI) above this estimated relative
+# error of the training embedding
+SKETCH_ERROR_WARN = 0.05
+SPARSE_SOLVERS = ("auto", "covariance", "randomized", "single-pass")
 # Sparse covariance: a task holds about this many d x d float64 matrices at once (the block's
 # X^T X made dense, its centred scatter, and in a merge the two it combines), and they may use
 # at most SPARSE_COVARIANCE_SHARE of the smallest worker's memory limit (of the machine's
@@ -64,6 +69,10 @@ class PCAModel(HasConvergence):
     solver: str = "covariance"
     passes: int = 1
     info: dict = field(default_factory=dict)
+    # single-pass only: {"map": (s, k), "offsets": (blocks, k)} giving the training rows'
+    # embedding from their stored row sketch (`embed_row_sketch`), and "rows" (the in-memory
+    # row sketch of NumPy input, not saved)
+    sketch: dict | None = None
 
     @property
     def n_components(self) -> int:
@@ -92,6 +101,32 @@ class PCAModel(HasConvergence):
 
         return rowwise(X, encode, self.n_components, dtype)
 
+    def embed_row_sketch(self, rows):
+        """The training rows' embedding from their row sketch (NumPy, or dask chunked as the
+        training rows were): rows @ map + the block's offset (``linalg.single_pass``)."""
+        if self.sketch is None:
+            raise InputError("This PCA model has no row sketch: it was not fitted with "
+                             "solver='single-pass'.", "use transform(X).")
+        emap, offsets = self.sketch["map"], self.sketch["offsets"]
+        dtype = self.components.dtype
+
+        def embed(block, block_id=None):
+            b = block_id[0] if block_id is not None else 0
+            return (block.astype(np.float64) @ emap + offsets[b]).astype(dtype)
+
+        if not is_dask(rows):
+            starts = np.cumsum([0] + list(self.sketch["block_rows"]))
+            return np.vstack([embed(rows[a:b], (i,)) for i, (a, b)
+                              in enumerate(zip(starts[:-1], starts[1:]))])
+        return rows.map_blocks(embed, chunks=(rows.chunks[0], (emap.shape[1],)), dtype=dtype)
+
+    def training_embedding(self):
+        """The embedding of the training rows when it is known without another pass (a
+        single-pass fit of in-memory data), else None."""
+        if self.sketch is None or self.sketch.get("rows") is None:
+            return None
+        return self.embed_row_sketch(self.sketch["rows"])
+
     def inverse_transform(self, Y):
         """Reconstruct: X^ = Y U^T + mean (Y multiplied back by sqrt(variance) if whitened)."""
         dtype = float_dtype(Y.dtype)
@@ -108,10 +143,14 @@ class PCAModel(HasConvergence):
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays that make up the model, for writing to a store's ``model/`` group."""
-        return {"components_": self.components, "mean_": self.mean,
-                "explained_variance_": self.explained_variance,
-                "explained_variance_ratio_": self.explained_variance_ratio,
-                "singular_values_": self.singular_values}
+        out = {"components_": self.components, "mean_": self.mean,
+               "explained_variance_": self.explained_variance,
+               "explained_variance_ratio_": self.explained_variance_ratio,
+               "singular_values_": self.singular_values}
+        if self.sketch is not None:
+            out.update(sketch_map_=self.sketch["map"], sketch_offsets_=self.sketch["offsets"],
+                       sketch_block_rows_=np.asarray(self.sketch["block_rows"], dtype=np.int64))
+        return out
 
     def scalars(self) -> dict:
         return {"noise_variance_": float(self.noise_variance), "n_samples": int(self.n_samples),
@@ -122,12 +161,17 @@ class PCAModel(HasConvergence):
     def from_arrays(cls, arrays: dict, scalars: dict) -> "PCAModel":
         extra = {k: v for k, v in scalars.items()
                  if k not in ("noise_variance_", "n_samples", "whiten", "solver", "passes")}
+        sketch = None
+        if "sketch_map_" in arrays:
+            sketch = {"map": np.asarray(arrays["sketch_map_"]),
+                      "offsets": np.asarray(arrays["sketch_offsets_"]),
+                      "block_rows": [int(r) for r in arrays["sketch_block_rows_"]]}
         return cls(np.asarray(arrays["components_"]), np.asarray(arrays["mean_"]),
                    np.asarray(arrays["explained_variance_"]),
                    np.asarray(arrays["explained_variance_ratio_"]),
                    np.asarray(arrays["singular_values_"]), float(scalars["noise_variance_"]),
                    int(scalars["n_samples"]), bool(scalars["whiten"]), scalars["solver"],
-                   int(scalars["passes"]), extra)
+                   int(scalars["passes"]), extra, sketch)
 
 
 def choose_solver(solver: str, n: int, d: int, n_components) -> str:
@@ -194,7 +238,8 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 2**30:,.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:,.1f} MiB"
 
 
-def _spectrum(X, solver, k_request, n_oversamples, n_iter, tol, random_state, where):
+def _spectrum(X, solver, k_request, n_oversamples, n_iter, tol, random_state, where,
+              row_sketch=None):
     if solver == "covariance":
         return covariance_eigh(X, where=where)
     if solver == "tsqr":
@@ -203,24 +248,32 @@ def _spectrum(X, solver, k_request, n_oversamples, n_iter, tol, random_state, wh
         return dual_eigh(X, where=where)
     if isinstance(k_request, float):
         raise InputError(
-            f"PCA with solver='randomized' needs n_components as an int; found the fraction "
+            f"PCA with solver={solver!r} needs n_components as an int; found the fraction "
             f"{k_request} (a fraction of variance needs the whole spectrum).",
             "pass an int n_components, or use solver='covariance' / 'tsqr' / 'dual'.")
+    if solver == "single-pass":
+        return single_pass_eigh(X, k_request, n_oversamples=n_oversamples,
+                                random_state=random_state, row_sketch=row_sketch, where=where)
     return randomized_eigh(X, k_request, n_oversamples=n_oversamples, n_iter=n_iter, tol=tol,
                            random_state=random_state, where=where)
 
 
 def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
         n_oversamples: int = 10, n_iter: int = 4, tol: float = 0.0, random_state=None,
-        where: str = "X") -> PCAModel:
+        row_sketch=None, where: str = "X") -> PCAModel:
     """Fit PCA to ``X`` (NumPy or dask, n_samples x n_features) and return the `PCAModel`.
 
     ``n_components``: an int, a fraction of variance to keep in (0, 1), or None for
     min(n_samples, n_features). ``n_iter``, ``n_oversamples``, ``tol``: the randomized
     solver's at most ``n_iter`` + 1 Krylov passes of width k + ``n_oversamples``, stopping
     early once the wanted pairs' largest relative residual is at most ``tol`` (0: never early;
-    a ``tol`` > 0 not reached marks the fit unconverged). Heavy work runs where ``X`` lives: NumPy in this process, dask
-    on the active distributed client. Nothing here writes anything.
+    a ``tol`` > 0 not reached marks the fit unconverged). ``solver="single-pass"`` sketches
+    k + max(``n_oversamples``, k) columns in one pass and reports its error in ``info``
+    (``linalg.single_pass``); ``row_sketch`` is where its n x s row sketch goes (an array of
+    that shape chunked like ``X``'s rows; kept in memory for NumPy input when not given), from
+    which `PCAModel.embed_row_sketch` gives the training embedding without reading ``X``
+    again. Heavy work runs where ``X`` lives: NumPy in this process, dask on the active
+    distributed client. Nothing here writes anything but ``row_sketch``.
     """
     X = check_array(X, method="PCA", where=where, accept_sparse=True)
     n, d = X.shape
@@ -231,7 +284,11 @@ def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
     if not (isinstance(tol, (int, float)) and np.isfinite(tol) and tol >= 0):
         raise InputError(f"PCA needs tol >= 0 (0: run all n_iter + 1 passes); found {tol!r}.",
                          "pass e.g. tol=1e-4 with a larger n_iter, or leave tol=0.")
-    sp = _spectrum(X, solver, k_request, n_oversamples, n_iter, tol, random_state, where)
+    sp = _spectrum(X, solver, k_request, n_oversamples, n_iter, tol, random_state, where,
+                   row_sketch)
+    sketch = None
+    if solver == "single-pass":
+        sp, sketch = sp
     _warn_constant(sp, d, where)
     total = sp.total_variance
     ratio_all = sp.variances / total if total > 0 else np.zeros_like(sp.variances)
@@ -244,11 +301,45 @@ def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
     kept = sp.variances[:k]
     noise = (total - kept.sum()) / (rank - k) if k < rank else 0.0
     comps = sign_fix(sp.components[:k])
-    return PCAModel(comps.astype(X.dtype), sp.mean.astype(X.dtype), kept.astype(X.dtype),
-                    ratio_all[:k].astype(X.dtype), np.sqrt(kept * (n - 1)).astype(X.dtype),
-                    float(max(noise, 0.0)), n, bool(whiten), solver, sp.passes,
-                    {"total_variance": float(total), "exact": bool(sp.exact),
-                     "convergence": [sp.convergence] if sp.convergence else []})
+    info = {"total_variance": float(total), "exact": bool(sp.exact),
+            "convergence": [sp.convergence] if sp.convergence else []}
+    model = PCAModel(comps.astype(X.dtype), sp.mean.astype(X.dtype), kept.astype(X.dtype),
+                     ratio_all[:k].astype(X.dtype), np.sqrt(kept * (n - 1)).astype(X.dtype),
+                     float(max(noise, 0.0)), n, bool(whiten), solver, sp.passes, info)
+    if sketch is not None:
+        _attach_sketch(model, sketch, comps, sp.components[:k])
+    return model
+
+
+def _attach_sketch(model: PCAModel, sketch, comps, raw) -> None:
+    """The single-pass fit's embedding map, with the components' signs and whitening, and its
+    error estimates (``linalg.single_pass``)."""
+    signs = np.sign(np.sum(comps * raw, axis=1))
+    emap = sketch.embed_map * signs
+    scale = model._scale()
+    if scale is not None:
+        emap = emap / scale
+    model.sketch = {"map": emap, "offsets": sketch.block_offsets @ emap,
+                    "block_rows": list(sketch.block_rows), "rows": sketch.rows}
+    model.info["sketch"] = {
+        "width": int(sketch.width), "captured_variance": float(sketch.captured_variance),
+        "embedding_error_estimate": _number(sketch.embedding_error_estimate),
+        "component_error_estimate": [float(e) for e in sketch.component_error_estimate]}
+    est = sketch.embedding_error_estimate
+    if np.isfinite(est) and est > SKETCH_ERROR_WARN:
+        msg = (f"PCA single-pass: the embedding's estimated relative error is {est:.2g} "
+               f"(more than {SKETCH_ERROR_WARN:g}); the sketch of {sketch.width} columns "
+               f"captured {sketch.captured_variance:.4f} of the variance, so the spectrum "
+               "decays too slowly past the components kept for one pass to determine them.")
+        fix = (f"pass a larger n_oversamples (now {sketch.width - model.n_components} extra "
+               "columns), fewer components, or solver='covariance' / 'randomized' (exact or "
+               "iterated, more passes).")
+        model.info["sketch"]["warning"] = f"{msg} Fix: {fix}"
+        warnings.warn(DimredWarning(f"{msg} {fix[0].upper()}{fix[1:]}"), stacklevel=3)
+
+
+def _number(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None  # no estimate: the sketch is too narrow
 
 
 def _warn_constant(sp, d: int, where: str) -> None:
@@ -270,12 +361,17 @@ class PCA(DimredEstimator):
     n_components : int, float in (0, 1) or None
         Components to keep; a float keeps the fewest components that explain that fraction
         of the variance; None keeps min(n_samples, n_features).
-    solver : {"auto", "covariance", "tsqr", "randomized", "dual"}
+    solver : {"auto", "covariance", "tsqr", "randomized", "dual", "single-pass"}
+        ``single-pass`` reads the data once and is approximate (use it where the spectrum
+        decays past n_components); ``fit_transform`` then embeds the training rows from the
+        sketch, and ``info["sketch"]`` of the model reports the variance it captured and an
+        estimate of the embedding's error.
     whiten : bool
         Scale the projections to unit variance.
     n_oversamples, n_iter : int
-        Randomized solver only: extra random directions beyond n_components, and the number
+        Randomized solver: extra random directions beyond n_components, and the number
         of Krylov passes beyond the first (at most n_iter + 1 products with the data).
+        Single-pass: the sketch has n_components + max(n_oversamples, n_components) columns.
     tol : float, default 0
         Randomized solver only: stop once every wanted Ritz pair's relative residual
         ||C u - theta u|| / theta is at most ``tol``, which bounds the relative error of its
@@ -303,6 +399,12 @@ class PCA(DimredEstimator):
         self.random_state = random_state
 
     def fit(self, X, y=None):
+        self._fit(X)
+        if self._model.sketch is not None:
+            self._model.sketch["rows"] = None  # the training rows' sketch: fit_transform only
+        return self
+
+    def _fit(self, X):
         model = pca(X, n_components=self.n_components, solver=self.solver, whiten=self.whiten,
                     n_oversamples=self.n_oversamples, n_iter=self.n_iter, tol=self.tol,
                     random_state=self.random_state)
@@ -318,10 +420,13 @@ class PCA(DimredEstimator):
         self.n_samples_ = model.n_samples
         self.solver_ = model.solver
         self.convergence_ = model.convergence
-        return self
 
     def fit_transform(self, X, y=None):
-        return self.fit(X).transform(X)
+        self._fit(X)
+        emb = self._model.training_embedding()  # single-pass: from the sketch, no second pass
+        if self._model.sketch is not None:
+            self._model.sketch["rows"] = None
+        return emb if emb is not None else self.transform(X)
 
     accepts_sparse = True  # solvers auto, covariance and randomized (SPARSE_SOLVERS)
 

@@ -1,0 +1,140 @@
+"""Mergeable sketches of row blocks for single-pass PCA (``linalg.single_pass``).
+
+For a block of rows x_i and a fixed d x s test matrix Omega, a `Sketch` holds, about a
+reference row r (a d-vector):
+
+    ys = sum_i Omega^T (x_i - r)                          (s,)
+    Z  = sum_i (x_i - r) (x_i - r)^T Omega                (d, s)   = Xr^T Xr Omega
+    G  = sum_i Omega^T (x_i - r) (x_i - r)^T Omega        (s, s)   = Yr^T Yr
+
+with Yr = Xr Omega the block's row sketch, together with the block's count, mean and sums of
+squares (`blocks.stats.BlockStats`, which also carries the finiteness check). Moving the
+reference from r to r' (t = r - r', w = Omega^T t, xs = n (mean - r)) is exact:
+
+    ys' = ys + n w
+    Z'  = Z + xs w^T + t ys^T + n t w^T
+    G'  = G + ys w^T + w ys^T + n w w^T
+
+so two sketches merge exactly about their merged mean (as `blocks.stats.merge_stats` merges
+scatter matrices; Chan, Golub & LeVeque 1979), and a tree of merges gives Xc^T Xc Omega and
+Yc^T Yc of the centred data in one pass. Each block is first centred about its own mean
+(rounded to the working dtype, so the shift is exact), so float32 blocks are multiplied in
+float32 without cancellation; the sums are float64.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .sparse import as_csr, csr64, sparse_block_stats
+from .stats import PANEL_ROWS, BlockStats, block_stats, merge_stats
+
+__all__ = ["Sketch", "dense_block_sketch", "sparse_block_sketch", "merge_sketches",
+           "rereference"]
+
+
+@dataclass
+class Sketch:
+    stats: BlockStats
+    ref: np.ndarray | None = None  # (d,) float64: the reference row the sums are taken about
+    ys: np.ndarray | None = None  # (s,)
+    Z: np.ndarray | None = None  # (d, s)
+    G: np.ndarray | None = None  # (s, s)
+    # Omega^T r_b of each block's own reference, in row order: the stored row sketch of block b
+    # is (X_b - r_b) Omega, so its centred rows are that plus Omega^T (r_b - mean)
+    block_refs: tuple = ()
+
+    @property
+    def bad(self) -> bool:
+        return bool(self.stats.nonfinite or self.stats.overflow)
+
+
+def _bad(stats: BlockStats) -> Sketch:
+    return Sketch(stats)
+
+
+def dense_block_sketch(block, omega: np.ndarray, offset: int = 0):
+    """(`Sketch`, row sketch (X_b - r_b) Omega) of a dense block; the row sketch is None when
+    the block holds NaN / inf or values too large to square (the stats say where)."""
+    x = np.asarray(block)
+    stats = block_stats(x, offset, gram=False)
+    if stats.nonfinite or stats.overflow:
+        return _bad(stats), None
+    for work in ((np.float32, np.float64) if x.dtype == np.float32 else (np.float64,)):
+        out = _dense_sums(x, omega, stats, work)
+        if out is not None:
+            return out
+    return _bad(_overflow_stats(x, offset)), None
+
+
+def _dense_sums(x: np.ndarray, omega: np.ndarray, stats: BlockStats, work):
+    n, d = x.shape
+    s = omega.shape[1]
+    ref = stats.mean.astype(work)  # exactly representable: x - ref is x shifted by ref
+    om = omega.astype(work)
+    Y = np.empty((n, s), dtype=work)
+    Z, G, ys = np.zeros((d, s)), np.zeros((s, s)), np.zeros(s)
+    buf = np.empty((min(PANEL_ROWS, max(n, 1)), d), dtype=work)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, n, PANEL_ROWS):
+            panel = x[start:start + PANEL_ROWS]
+            b = buf[: panel.shape[0]]
+            np.subtract(panel, ref, out=b, casting="unsafe")
+            y = Y[start:start + panel.shape[0]]
+            np.matmul(b, om, out=y)
+            Z += b.T @ y
+            G += y.T @ y
+            ys += y.sum(axis=0, dtype=np.float64)
+    if not (np.isfinite(Z).all() and np.isfinite(G).all()):
+        return None  # float32 products overflowed: the caller retries in float64
+    ref = ref.astype(np.float64)
+    return Sketch(stats, ref, ys, Z, G, (omega.T @ ref,)), Y
+
+
+def _overflow_stats(x: np.ndarray, offset: int) -> BlockStats:
+    from .stats import _overflowed
+
+    return _overflowed(x, offset)
+
+
+def sparse_block_sketch(block, omega: np.ndarray, offset: int = 0):
+    """`dense_block_sketch` for a sparse (CSR) block, centred implicitly in float64:
+    (X_b - 1 r^T) Omega = X_b Omega - 1 (Omega^T r)^T with r the block's mean."""
+    x = as_csr(block)
+    stats = sparse_block_stats(x, offset, gram=False)
+    if stats.nonfinite or stats.overflow:
+        return _bad(stats), None
+    x = csr64(x)
+    ref = stats.mean
+    proj = omega.T @ ref
+    Y = np.asarray(x @ omega) - proj
+    ys = Y.sum(axis=0)
+    Z = np.asarray(x.T @ Y) - np.outer(ref, ys)
+    return Sketch(stats, ref, ys, Z, Y.T @ Y, (proj,)), Y
+
+
+def rereference(sk: Sketch, ref: np.ndarray, omega: np.ndarray) -> Sketch:
+    """The same sketch about another reference row (exact, see the module docstring)."""
+    n = sk.stats.n
+    t = sk.ref - ref
+    w = omega.T @ t
+    xs = n * (sk.stats.mean - sk.ref)
+    Z = sk.Z + np.outer(xs, w) + np.outer(t, sk.ys) + n * np.outer(t, w)
+    G = sk.G + np.outer(sk.ys, w) + np.outer(w, sk.ys) + n * np.outer(w, w)
+    return Sketch(sk.stats, np.array(ref, dtype=np.float64), sk.ys + n * w, Z, G,
+                  sk.block_refs)
+
+
+def merge_sketches(a: Sketch, b: Sketch, omega: np.ndarray) -> Sketch:
+    """Exact combination of two sketches, about their merged mean; blocks stay in order."""
+    stats = merge_stats(a.stats, b.stats)
+    if a.bad or b.bad:
+        return Sketch(stats)
+    if a.stats.n == 0:
+        return Sketch(b.stats, b.ref, b.ys, b.Z, b.G, a.block_refs + b.block_refs)
+    if b.stats.n == 0:
+        return Sketch(a.stats, a.ref, a.ys, a.Z, a.G, a.block_refs + b.block_refs)
+    ra, rb = rereference(a, stats.mean, omega), rereference(b, stats.mean, omega)
+    return Sketch(stats, stats.mean.copy(), ra.ys + rb.ys, ra.Z + rb.Z, ra.G + rb.G,
+                  a.block_refs + b.block_refs)

@@ -1,0 +1,168 @@
+"""Single-pass PCA (``solver="single-pass"``): the mergeable block sketch against a float64
+oracle, the factorisation against exact PCA and the randomized range finder's error bound, the
+API's input kinds, and the flow writing and embedding from the row sketch."""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+from dimred_dask import PCA, DimredWarning, InputError, pca
+from dimred_dask.blocks.sketch import dense_block_sketch, merge_sketches, rereference
+from dimred_dask.errors import StageError
+from dimred_dask.linalg.single_pass import single_pass_eigh
+
+
+def _decaying(rng, n=3000, d=60, power=1.5, offset=7.0, dtype=np.float64):
+    """Rows with singular values j^-power (j = 1..d) times sqrt(n), shifted by ``offset``."""
+    sig = np.arange(1, d + 1) ** -power
+    V, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    U, _ = np.linalg.qr(rng.standard_normal((n, d)))
+    return ((U * sig) @ V.T * np.sqrt(n) + offset).astype(dtype)
+
+
+def _row_sketch(sk):
+    return np.asarray(sk.rows, np.float64) + np.repeat(sk.block_offsets, sk.block_rows, axis=0)
+
+
+def test_block_sketches_merge_to_the_centred_products(rng):
+    """Z = Xc^T Xc Omega and G = Omega^T Xc^T Xc Omega of the whole, from float32 blocks far
+    from the origin (offset 1e4, spread 1), against float64 products of the centred data."""
+    X = (rng.standard_normal((5000, 12)) + 1e4).astype(np.float32)
+    X[2500:] += 3.0  # the two blocks have different means
+    omega = rng.standard_normal((12, 4))
+    a, ya = dense_block_sketch(X[:2500], omega, 0)
+    b, yb = dense_block_sketch(X[2500:], omega, 2500)
+    merged = merge_sketches(a, b, omega)
+    x64 = X.astype(np.float64)
+    mu = x64.mean(axis=0)
+    Yc = (x64 - mu) @ omega
+    whole = rereference(merged, mu, omega)
+    np.testing.assert_allclose(whole.Z, (x64 - mu).T @ Yc, rtol=2e-5, atol=1e-6 * np.abs(whole.Z).max())
+    np.testing.assert_allclose(whole.G, Yc.T @ Yc, rtol=2e-5)
+    np.testing.assert_allclose(whole.ys, 0.0, atol=1e-6 * np.abs(Yc).sum())
+    # each block's stored rows are (X_b - r_b) Omega; + Omega^T (r_b - mu) gives the centred rows
+    rows = np.vstack([ya, yb]).astype(np.float64)
+    shift = np.repeat(np.stack(merged.block_refs) - omega.T @ mu, [2500, 2500], axis=0)
+    np.testing.assert_allclose(rows + shift, Yc, rtol=1e-4, atol=1e-4 * np.abs(Yc).max())
+
+
+def test_exact_when_the_sketch_spans_the_data(rng):
+    """Rank-6 data and a sketch of 12 columns: one pass gives exact PCA (float64 rounding)."""
+    w = rng.standard_normal((6, 30))
+    X = rng.standard_normal((2000, 6)) @ w + 5.0
+    ref = PCA(4, solver="covariance").fit(X)
+    ours = PCA(4, solver="single-pass", n_oversamples=8, random_state=0)
+    Y = ours.fit_transform(X)
+    np.testing.assert_allclose(ours.explained_variance_, ref.explained_variance_, rtol=1e-10)
+    np.testing.assert_allclose(ours.components_, ref.components_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(Y, ref.transform(X), rtol=1e-8, atol=1e-8 * np.abs(Y).max())
+    assert ours._model.info["sketch"]["captured_variance"] == pytest.approx(1.0, abs=1e-12)
+
+
+def test_variance_outside_the_sketch_within_the_range_finders_bound(rng):
+    """The variance the sketch misses (reported exactly as 1 - captured_variance) is at least
+    the best rank-s tail (Eckart-Young) and within the expected-error bound of the randomized
+    range finder, (1 + k / (p - 1)) sum_{j > k} sigma_j^2 for k + p samples (Halko, Martinsson
+    & Tropp 2011, theorem 10.5; the seed is fixed)."""
+    X = _decaying(rng)
+    k = 5
+    spec, sk = single_pass_eigh(X, k, n_oversamples=5, random_state=3)
+    s = np.linalg.svd(X - X.mean(axis=0), compute_uv=False)
+    missed = (1 - sk.captured_variance) * np.sum(s**2)
+    p = sk.width - k
+    assert np.sum(s[sk.width:] ** 2) <= missed <= (1 + k / (p - 1)) * np.sum(s[k:] ** 2)
+
+
+def test_embedding_close_to_exact_on_a_decaying_spectrum_and_its_estimate(rng):
+    """sigma_j = j^-2: the training embedding from the row sketch within 1e-2 of exact PCA's,
+    and the reported estimate not below half the error it estimates."""
+    X = _decaying(rng, n=20000, d=80, power=2.0, dtype=np.float32)
+    ref = PCA(6, solver="covariance").fit(X)
+    model = PCA(6, solver="single-pass", random_state=0)
+    Y = model.fit_transform(X)
+    Ye = ref.transform(X)
+    signs = np.sign(np.sum(model.components_ * ref.components_, axis=1))
+    err = np.linalg.norm(Y * signs - Ye) / np.linalg.norm(Ye)
+    est = model._model.info["sketch"]["embedding_error_estimate"]
+    assert err < 1e-2 and est >= err / 2, (err, est)
+    # transform of the training rows is their exact projection on the single-pass components
+    np.testing.assert_allclose(model.transform(X), (X - model.mean_) @ model.components_.T,
+                               rtol=1e-4, atol=1e-4 * np.abs(Ye).max())
+
+
+@pytest.mark.filterwarnings("ignore::dimred_dask.DimredWarning")  # masked: a flat spectrum
+def test_sparse_dask_and_numpy_give_the_same_fit(client, rng):
+    """One seed, one test matrix: CSR rows (centred implicitly), dask blocks on the workers and
+    NumPy in process agree to float64 rounding; the embedding too."""
+    X = _decaying(rng, n=3000, d=40, power=2.0, offset=0.0)
+    X *= rng.random(X.shape) < 0.3  # 30 % of the values stored
+    S = sps.csr_matrix(X)
+    kw = dict(n_components=4, solver="single-pass", random_state=5)
+    dense, sparse = pca(X, **kw), pca(S, **kw)
+    np.testing.assert_allclose(sparse.components, dense.components, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(sparse.training_embedding(), dense.training_embedding(),
+                               rtol=1e-8, atol=1e-10)
+    Xd = da.from_array(X, chunks=(700, 40))
+    rows = np.zeros((3000, dense.info["sketch"]["width"]))
+    on_workers = pca(Xd, row_sketch=rows, **kw)
+    assert on_workers.training_embedding() is None  # dask input: the rows went to row_sketch
+    np.testing.assert_allclose(on_workers.components, dense.components, rtol=1e-9, atol=1e-12)
+
+
+def test_refusals_and_the_warning_on_a_flat_spectrum(rng):
+    X = rng.standard_normal((3000, 40))  # no decay at all
+    with pytest.raises(InputError, match="single-pass.*fraction"):
+        pca(X, n_components=0.9, solver="single-pass")
+    bad = X.copy()
+    bad[17, 3] = np.nan
+    with pytest.raises(InputError, match="17"):
+        pca(da.from_array(bad, chunks=(1000, 40)), n_components=3, solver="single-pass")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = pca(X, n_components=5, solver="single-pass", random_state=0)
+    assert any(issubclass(w.category, DimredWarning) and "n_oversamples" in str(w.message)
+               for w in caught)
+    assert "n_oversamples" in model.info["sketch"]["warning"]
+
+
+def test_flow_embeds_from_the_stored_row_sketch(client, prefect_api, tmp_path, rng):
+    """Through the CLI: the fit's one pass writes the row sketch into the run store; the
+    embedding is that sketch times the model's map (not X's projection, which differs), the
+    manifest and the CLI report the sketch; a changed sketch is refused, not read as zeros."""
+    import zarr
+
+    from dimred_dask.io import RunStore, save_array
+    from flows.cli import main
+    from flows.methods import get_method
+
+    X = _decaying(rng, n=6000, d=50, power=2.0, dtype=np.float32)
+    uri = str(tmp_path / "in.zarr")
+    save_array(da.from_array(X, chunks=(1500, 50)), uri)
+    out = str(tmp_path / "out")
+    code = main(["run", "--input", uri, "--output", out, "--method", "pca", "--n-components",
+                 "3", "--param", "solver=single-pass", "--chunk-rows", "1500"])
+    assert code == 0
+    m = json.loads(open(os.path.join(out, "manifest.json")).read())
+    sketch, stored = m["model"]["sketch"], m["model"]["row_sketch"]
+    assert m["model"]["passes"] == 1 and sketch["width"] == 3 + 10  # k + max(p, k)
+    assert stored["shape"] == [6000, 13] and stored["stored_chunks"] == 4
+    assert 0.99 < sketch["captured_variance"] <= 1.0
+    store = RunStore(out)
+    model = get_method("pca").load(store)
+    Y = zarr.open_array(os.path.join(out, "embedding"))[...]
+    rows = zarr.open_array(os.path.join(out, "sketch", "rows"))[...]
+    np.testing.assert_allclose(Y, model.embed_row_sketch(da.from_array(rows, chunks=stored["chunks"]))
+                               .compute(), rtol=1e-6, atol=1e-6)
+    exact_projection = model.transform(X)
+    assert 1e-7 < np.abs(Y - exact_projection).max() / np.abs(Y).max() < 1e-2
+    # a chunk of the row sketch removed after the fit: the transform refuses it
+    os.remove(os.path.join(out, "sketch", "rows", "c", "1", "0"))
+    with pytest.raises(StageError, match="row sketch"):
+        get_method("pca").transform(get_method("pca").load(store),
+                                    da.from_array(X, chunks=(1500, 50)))
