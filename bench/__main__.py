@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None,
                    help="lle, spectral: only the data set whose name starts with this "
                         "('swiss', '50-D'); pca: 'read' times the input read path against "
-                        "zarr's own dask reader")
+                        "zarr's own dask reader, 'single-pass' the one-pass PCA out of core")
     p.add_argument("--first-run", action="store_true",
                    help="tsne, umap: also time one run in a fresh process with an empty numba "
                         "cache (compilation included)")
@@ -119,6 +119,10 @@ def main(argv=None) -> int:
         return pca.main_big(args)
     if args.only == "read":
         return pca.main_read(args)
+    if args.only == "single-pass":
+        from . import pca_single
+
+        return pca_single.main_single_pass(args)
     return pca.main(args)
 
 

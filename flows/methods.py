@@ -61,7 +61,8 @@ def _pca_fit(X, p: dict, run=None, **_):
     width = sketch_width(k, p["n_oversamples"], n, d)
     rows = max(X.chunks[0])
     dtype = np.float32 if X.dtype == np.float32 else np.float64
-    target = RunStore(run["output"]).create_array(ROW_SKETCH, (n, width), (rows, width), dtype)
+    target = RunStore(run["output"]).create_array(ROW_SKETCH, (n, width), (rows, width), dtype,
+                                                  compressors=None)  # floats: no gain
     model = pca(X, row_sketch=target, **p)
     model.info["row_sketch"] = {"array": ROW_SKETCH, "shape": [n, width],
                                 "chunks": [rows, width], "dtype": np.dtype(dtype).name,

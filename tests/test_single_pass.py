@@ -52,6 +52,20 @@ def test_block_sketches_merge_to_the_centred_products(rng):
     np.testing.assert_allclose(rows + shift, Yc, rtol=1e-4, atol=1e-4 * np.abs(Yc).max())
 
 
+def test_float32_products_that_overflow_are_redone_in_float64(rng):
+    """Values of 1e18: their float32 products overflow, their variances (1e37) do not; the
+    block is redone in float64 and the fit equals the one on the data scaled down."""
+    from dimred_dask.blocks.sketch import _dense_sums
+
+    w = rng.standard_normal((3, 10))
+    small = (rng.standard_normal((800, 3)) @ w).astype(np.float32)
+    kw = dict(n_components=2, solver="single-pass", n_oversamples=4, random_state=0)
+    assert _dense_sums(small * np.float32(1e18), np.ones((10, 6)), np.float32) is None
+    big, ref = pca(small * np.float32(1e18), **kw), pca(small, **kw)
+    np.testing.assert_allclose(big.components, ref.components, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(big.explained_variance / np.float32(1e36), ref.explained_variance, rtol=1e-4)
+
+
 def test_exact_when_the_sketch_spans_the_data(rng):
     """Rank-6 data and a sketch of 12 columns: one pass gives exact PCA (float64 rounding)."""
     w = rng.standard_normal((6, 30))

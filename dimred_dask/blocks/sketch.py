@@ -17,9 +17,10 @@ reference from r to r' (t = r - r', w = Omega^T t, xs = n (mean - r)) is exact:
 
 so two sketches merge exactly about their merged mean (as `blocks.stats.merge_stats` merges
 scatter matrices; Chan, Golub & LeVeque 1979), and a tree of merges gives Xc^T Xc Omega and
-Yc^T Yc of the centred data in one pass. Each block is first centred about its own mean
-(rounded to the working dtype, so the shift is exact), so float32 blocks are multiplied in
-float32 without cancellation; the sums are float64.
+Yc^T Yc of the centred data in one pass. Each block is first shifted by a reference row (its
+first panel's mean, rounded to the working dtype, so the shift is exact), so float32 blocks
+are multiplied in float32 without cancellation, panel by panel (4096 rows); the panels' sums
+are added in float64, as `blocks.stats` does for the covariance solver.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .sparse import as_csr, csr64, sparse_block_stats
-from .stats import PANEL_ROWS, BlockStats, block_stats, merge_stats
+from .stats import PANEL_ROWS, BlockStats, _overflowed, block_stats, merge_stats
 
 __all__ = ["Sketch", "dense_block_sketch", "sparse_block_sketch", "merge_sketches",
            "rereference"]
@@ -56,46 +57,58 @@ def _bad(stats: BlockStats) -> Sketch:
 
 def dense_block_sketch(block, omega: np.ndarray, offset: int = 0):
     """(`Sketch`, row sketch (X_b - r_b) Omega) of a dense block; the row sketch is None when
-    the block holds NaN / inf or values too large to square (the stats say where)."""
+    the block holds NaN / inf or values too large to square (the stats say where).
+
+    One pass over the block, panel by panel, as `blocks.stats.block_stats`: each panel is
+    shifted by the reference r_b (the first panel's mean in the working dtype), then its column
+    sums and sums of squares, its row sketch and its products are taken while it is in cache.
+    Non-finite sums send the block to ``block_stats``, which names the bad rows (or, for finite
+    float32 values whose products overflowed, the block is redone in float64)."""
     x = np.asarray(block)
-    stats = block_stats(x, offset, gram=False)
-    if stats.nonfinite or stats.overflow:
-        return _bad(stats), None
+    n, d = x.shape
+    if n == 0:
+        return Sketch(block_stats(x, offset, gram=False), np.zeros(d),
+                      np.zeros(omega.shape[1]), np.zeros((d, omega.shape[1])),
+                      np.zeros((omega.shape[1],) * 2), ()), np.zeros((0, omega.shape[1]))
     for work in ((np.float32, np.float64) if x.dtype == np.float32 else (np.float64,)):
-        out = _dense_sums(x, omega, stats, work)
+        out = _dense_sums(x, omega, work)
         if out is not None:
             return out
-    return _bad(_overflow_stats(x, offset)), None
+        stats = block_stats(x, offset, gram=False)
+        if stats.nonfinite or stats.overflow:
+            return _bad(stats), None
+    return _bad(_overflowed(x, offset)), None  # its products overflow float64
 
 
-def _dense_sums(x: np.ndarray, omega: np.ndarray, stats: BlockStats, work):
+def _dense_sums(x: np.ndarray, omega: np.ndarray, work):
     n, d = x.shape
     s = omega.shape[1]
-    ref = stats.mean.astype(work)  # exactly representable: x - ref is x shifted by ref
-    om = omega.astype(work)
-    Y = np.empty((n, s), dtype=work)
-    Z, G, ys = np.zeros((d, s)), np.zeros((s, s)), np.zeros(s)
-    buf = np.empty((min(PANEL_ROWS, max(n, 1)), d), dtype=work)
     with np.errstate(over="ignore", invalid="ignore"):
+        # exactly representable in ``work``: x - ref is x shifted by exactly this row
+        ref = x[:PANEL_ROWS].mean(axis=0, dtype=np.float64).astype(work)
+        om = omega.astype(work)
+        Y = np.empty((n, s), dtype=work)
+        Z, G, ys = np.zeros((d, s)), np.zeros((s, s)), np.zeros(s)
+        s1, s2 = np.zeros(d), np.zeros(d)
+        buf = np.empty((min(PANEL_ROWS, n), d), dtype=work)
+        ones = np.ones(buf.shape[0], dtype=work)
         for start in range(0, n, PANEL_ROWS):
             panel = x[start:start + PANEL_ROWS]
             b = buf[: panel.shape[0]]
             np.subtract(panel, ref, out=b, casting="unsafe")
+            s1 += ones[: b.shape[0]] @ b  # a panel's sums in the working dtype (BLAS),
+            s2 += np.einsum("ij,ij->j", b, b)  # the panels' sums in float64
             y = Y[start:start + panel.shape[0]]
             np.matmul(b, om, out=y)
             Z += b.T @ y
             G += y.T @ y
             ys += y.sum(axis=0, dtype=np.float64)
-    if not (np.isfinite(Z).all() and np.isfinite(G).all()):
-        return None  # float32 products overflowed: the caller retries in float64
+    if not all(np.isfinite(a).all() for a in (s1, s2, Z, G)):
+        return None
     ref = ref.astype(np.float64)
+    delta = s1 / n
+    stats = BlockStats(n, ref + delta, None, s2 - n * delta**2)
     return Sketch(stats, ref, ys, Z, G, (omega.T @ ref,)), Y
-
-
-def _overflow_stats(x: np.ndarray, offset: int) -> BlockStats:
-    from .stats import _overflowed
-
-    return _overflowed(x, offset)
 
 
 def sparse_block_sketch(block, omega: np.ndarray, offset: int = 0):

@@ -267,11 +267,14 @@ class RunStore:
                                          config=ALL_CHUNKS)
         arr[...] = value
 
-    def create_array(self, name: str, shape, chunks, dtype):
+    def create_array(self, name: str, shape, chunks, dtype, compressors="auto"):
         """An array every chunk of which is stored when written, even one holding only the
-        fill value: the stage markers count stored chunks to prove a write complete."""
+        fill value: the stage markers count stored chunks to prove a write complete.
+        ``compressors``: zarr's default, or None for raw chunks (data that does not compress,
+        read back soon)."""
         return self._group().create_array(name, shape=tuple(shape), chunks=tuple(chunks),
-                                          dtype=dtype, overwrite=True, config=ALL_CHUNKS)
+                                          dtype=dtype, overwrite=True, config=ALL_CHUNKS,
+                                          compressors=compressors)
 
     def open_array(self, name: str):
         return self._group("r")[name]

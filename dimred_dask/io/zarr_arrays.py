@@ -8,8 +8,11 @@ import numpy as np
 from ..errors import (InputError, InputTypeError, StoreError, is_storage_error,
                       storage_error)
 from .base import fs_of as _fs, plan_row_chunk, read_errors
+from .raw_chunks import RawRows, raw_layout
 from .uris import Location
 
+# rows of uncompressed local arrays are read from their chunk files (``io.raw_chunks``)
+RAW_READS = True
 METADATA_KEYS = ("zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata")
 
 
@@ -205,9 +208,13 @@ def open_zarr(loc: Location, opts):
     name = "zarr-" + tokenize(loc.url, loc.fragment, tuple(node.shape), str(node.dtype),
                               node.metadata.to_dict(), allow_missing)
     reader = _ZarrRows(node, str(loc))
+    layout, why = raw_layout(node, loc) if RAW_READS else (None, "disabled")
+    if layout is not None:  # uncompressed local chunk files: read them directly
+        reader = RawRows(layout, reader, str(loc), allow_missing)
     arr = da.from_array(reader, chunks=(rows,) + tuple(node.shape[1:]),
                         asarray=False, fancy=False, lock=False, name=name)  # whole rows per task
     meta = {"zarr_format": node.metadata.zarr_format, "stored_chunks": list(node.chunks),
+            "read_path": "chunk files" if layout is not None else f"zarr ({why})",
             "_reader": reader}
     if opts.check_chunks:  # run by open_input once the shape and dtype are known to be right
         meta["_check"] = lambda: _check_inventory(node, loc, allow_missing)

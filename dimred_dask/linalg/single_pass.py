@@ -138,7 +138,7 @@ def _factor(G: np.ndarray, Z: np.ndarray, k: int):
     and missing components completed with zero variance."""
     g, E = scipy.linalg.eigh((G + G.T) / 2)
     g, E = g[::-1], E[:, ::-1]
-    floor = max(g[0], 0.0) * G.shape[0] * np.finfo(np.float32).eps
+    floor = max(g[0], 0.0) * G.shape[0] * np.finfo(np.float32).eps ** 2
     keep = g > floor if g[0] > 0 else np.zeros(g.shape, dtype=bool)
     gih = E[:, keep] / np.sqrt(g[keep])  # Q = Yc gih has orthonormal columns
     d = Z.shape[0]

@@ -1,0 +1,213 @@
+"""Rows of a local, uncompressed Zarr array read straight from its chunk files.
+
+Reading a chunk through zarr copies it several times (the file into a bytes object, that into
+a buffer, the buffer into the output) into freshly allocated memory; on the benchmark machine
+this made a cold read of an uncompressed array cost about 5x the system time of ``cat`` on
+the same files, so a pass over data on local disk was bound by the read's CPU, not the disk.
+For arrays whose chunk files are exactly the C-ordered bytes of the chunk (a layout fixed by
+the metadata), `RawRows` reads the wanted rows of each chunk file with one ``os.preadv`` into
+the output array: the bytes are copied once, by the kernel, or not at all (O_DIRECT, for
+arrays too large for the page cache). Every other array (compressed,
+filtered, sharded, chunked across columns, big-endian, object storage) is read by zarr, and
+`raw_layout` says why not in ``reason``.
+
+Strict as the zarr path (``io.zarr_arrays``): an absent chunk file is an `InputError` naming
+it (fill values only with ``allow_missing``), a chunk file of the wrong size is named as
+damaged, and a failing disk is a `StoreError`.
+"""
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+from .base import read_errors, row_range
+
+__all__ = ["RawLayout", "RawRows", "raw_layout"]
+
+# Whole chunks of an array larger than DIRECT_SHARE of the machine's memory are read with
+# O_DIRECT: from the disk into the output without the page cache, which such an array cannot
+# stay in anyway; the kernel's copy out of the page cache was measured at about 0.5 s of
+# system time per GB on the benchmark machine, a quarter of what a pass could compute in it.
+# Smaller arrays are read through the page cache (a second pass finds them there).
+DIRECT_READS = True
+DIRECT_SHARE = 0.5
+ALIGN = 4096
+
+
+@dataclass(frozen=True)
+class RawLayout:
+    root: str  # the array's folder
+    shape: tuple
+    dtype: np.dtype
+    chunk_rows: int
+    keys: tuple  # the chunk key of each row chunk, in order ("c/5/0", "5.0", ...)
+    fill_value: object
+
+
+def _plain_bytes(node) -> str | None:
+    """None when the chunk files of ``node`` hold the chunk's raw C-ordered bytes in the
+    machine's byte order; else why not."""
+    if node.shards is not None:
+        return "sharded"
+    if tuple(node.compressors or ()) or tuple(node.filters or ()):
+        return "compressed or filtered"
+    dtype = np.dtype(node.dtype)
+    if dtype.kind not in "biuf":
+        return f"dtype {dtype}"
+    if node.metadata.zarr_format == 3:
+        endian = getattr(getattr(node.serializer, "endian", None), "value", None)
+        if dtype.itemsize > 1 and endian != ("little" if np.little_endian else "big"):
+            return f"byte order {endian}"
+    else:
+        if getattr(node, "order", "C") != "C":
+            return "Fortran order"
+        if not dtype.isnative:
+            return "byte order"
+    return None
+
+
+def raw_layout(node, loc) -> tuple[RawLayout | None, str]:
+    """(layout, '') when rows of the Zarr array ``node`` at ``loc`` can be read from its chunk
+    files directly, else (None, the reason)."""
+    if not loc.is_local:
+        return None, "not a local path"
+    if node.ndim not in (1, 2):
+        return None, f"{node.ndim} dimensions"
+    if node.ndim == 2 and node.chunks[1] < node.shape[1]:
+        return None, "chunked across columns"
+    why = _plain_bytes(node)
+    if why:
+        return None, why
+    root = loc.url[len("file://"):] if loc.url.startswith("file://") else loc.url
+    if loc.fragment:
+        root = os.path.join(root, loc.fragment.strip("/"))
+    rows = int(node.chunks[0])
+    n_chunks = -(-int(node.shape[0]) // rows) if node.shape[0] else 0
+    tail = (0,) * (node.ndim - 1)
+    keys = tuple(node.metadata.encode_chunk_key((i,) + tail) for i in range(n_chunks))
+    return RawLayout(os.path.abspath(root), tuple(int(s) for s in node.shape),
+                     np.dtype(node.dtype), rows, keys, node.fill_value), ""
+
+
+class RawRows:
+    """Row ranges of an array with a `RawLayout`, read with ``preadv`` into the output;
+    any other key is read by ``fallback`` (the zarr reader). Picklable."""
+
+    def __init__(self, layout: RawLayout, fallback, where: str, allow_missing: bool = False):
+        self.layout, self.fallback, self.where = layout, fallback, where
+        self.allow_missing = allow_missing
+        self.shape, self.dtype, self.ndim = layout.shape, layout.dtype, len(layout.shape)
+        self._use_direct = None
+
+    def __getitem__(self, key):
+        d = self.shape[1] if self.ndim == 2 else None
+        start, stop, cols = row_range(key, self.shape[0], d)
+        rows = key[0] if isinstance(key, tuple) else key
+        if cols != slice(None) or not isinstance(rows, slice) or rows.step not in (None, 1):
+            return self.fallback[key]
+        out = _aligned_empty((max(stop - start, 0),) + tuple(self.shape[1:]), self.dtype)
+        self.read_into(out, start)
+        return out
+
+    def _direct(self) -> bool:
+        """Whether this process reads with O_DIRECT (see DIRECT_SHARE), decided once."""
+        if self._use_direct is None:
+            try:
+                import psutil
+
+                memory = psutil.virtual_memory().total
+            except ImportError:
+                memory = None
+            nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
+            self._use_direct = bool(DIRECT_READS and hasattr(os, "O_DIRECT") and memory
+                                    and nbytes > DIRECT_SHARE * memory)
+        return self._use_direct
+
+    def __getstate__(self):
+        return {**self.__dict__, "_use_direct": None}  # decided again where it is read
+
+    def read_into(self, out: np.ndarray, start: int) -> None:
+        lay = self.layout
+        row_bytes = out.itemsize * (int(np.prod(lay.shape[1:])) if len(lay.shape) > 1 else 1)
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        self._address = out.ctypes.data
+        stop, pos = start + out.shape[0], start
+        while pos < stop:
+            i = pos // lay.chunk_rows
+            lo = pos - i * lay.chunk_rows
+            hi = min(stop, (i + 1) * lay.chunk_rows) - i * lay.chunk_rows
+            dest = view[(pos - start) * row_bytes:(pos - start + hi - lo) * row_bytes]
+            self._read_chunk(lay.keys[i], dest, lo * row_bytes, lay.chunk_rows * row_bytes,
+                             self._address + (pos - start) * row_bytes)
+            pos += hi - lo
+
+    def _read_chunk(self, key: str, dest: memoryview, offset: int, size: int,
+                    address: int) -> None:
+        path = os.path.join(self.layout.root, key)
+        direct = self._direct() and not (offset % ALIGN or len(dest) % ALIGN or address % ALIGN)
+        with read_errors(self.where, lambda exc: _damaged(key, self.where, exc)):
+            self._read_file(key, path, dest, offset, size, direct)
+
+    def _read_file(self, key: str, path: str, dest: memoryview, offset: int, size: int,
+                   direct: bool):
+        try:
+            fd = _open(path, direct)
+        except FileNotFoundError:
+            if not self.allow_missing:
+                from .zarr_arrays import missing_chunks_error
+
+                raise missing_chunks_error(self.where, [key], None) from None
+            fill = self.layout.fill_value
+            np.frombuffer(dest, dtype=self.dtype)[...] = 0 if fill is None else fill
+            return
+        try:
+            found = os.fstat(fd).st_size
+            if found != size:
+                raise InputError(
+                    f"Could not decode chunk {key!r} of the Zarr array {self.where}: its file "
+                    f"has {found} bytes, an uncompressed chunk of this array has {size}.",
+                    "the chunk is damaged or truncated: re-copy or re-write the array from "
+                    "its source.")
+            done = 0
+            while done < len(dest):
+                got = os.preadv(fd, [dest[done:]], offset + done)
+                if got <= 0:
+                    raise InputError(f"Could not read chunk {key!r} of the Zarr array "
+                                     f"{self.where}: it ended early.", "re-copy the array.")
+                done += got
+                if direct and done < len(dest) and done % ALIGN:  # the rest unaligned
+                    os.close(fd)
+                    fd, direct = os.open(path, os.O_RDONLY), False
+        finally:
+            os.close(fd)
+
+
+def _open(path: str, direct: bool) -> int:
+    """A read-only descriptor of ``path``, with O_DIRECT when asked and the file system takes
+    it (tmpfs and some network file systems refuse it: then a buffered one)."""
+    if direct:
+        try:
+            return os.open(path, os.O_RDONLY | os.O_DIRECT)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+    return os.open(path, os.O_RDONLY)
+
+
+def _aligned_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """An uninitialised C-ordered array whose data starts on an ALIGN boundary (O_DIRECT
+    reads need it)."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _damaged(key: str, where: str, exc: BaseException) -> InputError:
+    return InputError(f"Could not read chunk {key!r} of the Zarr array {where} "
+                      f"({type(exc).__name__}: {exc}).",
+                      "the chunk is damaged: re-copy or re-write the array from its source.")
