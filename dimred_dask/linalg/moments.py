@@ -53,14 +53,48 @@ def check_stats(stats: BlockStats, method: str, where: str) -> None:
             "columns before the run.")
 
 
-def _dask_stats(X, *, gram: bool, stage: str, kernel=block_stats) -> BlockStats:
+FUSED = True
+
+
+def _in_cell(block, *args, fn=None, block_info=None):
+    out = np.empty((1, 1), dtype=object)
+    out[0, 0] = fn(block, int(block_info[0]["array-location"][0][0]), *args)
+    return out
+
+
+def _cell(x):
+    return x[0, 0]
+
+
+def block_tasks(X, fn, *args) -> list:
+    """One delayed ``fn(block, offset, *args)`` per row block of the dask array ``X`` (whole
+    rows), in row order; ``args`` may hold Delayed objects (one copy each in the graph).
+
+    The read of each block and ``fn`` run in one task (dask fuses the block's getter into it),
+    so a worker's threads each read then compute, out of step with one another: the disk and
+    the cores stay busy together. Separate read and compute tasks run in waves instead (every
+    thread reading, then every thread computing), and a pass took the sum of its read and its
+    compute rather than the larger (bench/RESULTS.md, single-pass PCA out of core)."""
     from dask import delayed
 
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
-    offsets = np.concatenate([[0], np.cumsum(X.chunks[0])[:-1]])
+    if not FUSED:
+        offsets = np.concatenate([[0], np.cumsum(X.chunks[0])[:-1]])
+        return [delayed(fn, pure=False)(blk, int(off), *args)
+                for blk, off in zip(X.to_delayed().ravel(), offsets)]
+    cells = X.map_blocks(_in_cell, *args, fn=fn, dtype=object,
+                         chunks=((1,) * X.numblocks[0], (1,)),
+                         meta=np.empty((0, 0), dtype=object))
+    return [delayed(_cell, pure=True)(c) for c in cells.to_delayed().ravel()]
+
+
+def _dask_stats(X, *, gram: bool, stage: str, kernel=block_stats) -> BlockStats:
+    from functools import partial
+
+    from dask import delayed
+
     # the merge order is fixed by this list, so results do not depend on the schedule
-    leaves = [delayed(kernel, pure=True)(blk, int(off), gram=gram)
-              for blk, off in zip(X.to_delayed().ravel(), offsets)]
+    leaves = block_tasks(X, partial(kernel, gram=gram))
     (stats,) = compute(tree_reduce(leaves, delayed(merge_stats, pure=True)), stage=stage)
     return stats
