@@ -39,6 +39,9 @@ from .stages import (check_observer, chunk_sample, notify, stage_errors, stage_p
 
 TASK_OPTS = {"cache_policy": NO_CACHE, "persist_result": False}
 PLOT_POINTS = 50_000
+# what a fit writes for the transform stage only (single-pass PCA's row sketch,
+# flows.methods.ROW_SKETCH): removed once the embedding is committed
+SCRATCH = "sketch"
 
 
 def _open(spec: dict, v: dict | None = None, *, check_chunks: bool = False):
@@ -395,6 +398,7 @@ def transform_write(spec: dict, v: dict) -> dict:
                              f"{info['stored_chunks']} embedding chunks are in the store.",
                              "re-run the same command; the stage will be redone.")
         store.mark_stage("transform", fp, {"info": info})
+        store.remove(SCRATCH)  # single-pass PCA's row sketch: the embedding is made from it
     notify("stage", stage="transform", fingerprint=fp, output=spec["output"])
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
 

@@ -167,16 +167,49 @@ def test_flow_embeds_from_the_stored_row_sketch(client, prefect_api, tmp_path, r
     assert m["model"]["passes"] == 1 and sketch["width"] == 3 + 10  # k + max(p, k)
     assert stored["shape"] == [6000, 13] and stored["stored_chunks"] == 4
     assert 0.99 < sketch["captured_variance"] <= 1.0
+    assert not os.path.exists(os.path.join(out, "sketch"))  # removed once used
     store = RunStore(out)
     model = get_method("pca").load(store)
     Y = zarr.open_array(os.path.join(out, "embedding"))[...]
-    rows = zarr.open_array(os.path.join(out, "sketch", "rows"))[...]
-    np.testing.assert_allclose(Y, model.embed_row_sketch(da.from_array(rows, chunks=stored["chunks"]))
-                               .compute(), rtol=1e-6, atol=1e-6)
     exact_projection = model.transform(X)
     assert 1e-7 < np.abs(Y - exact_projection).max() / np.abs(Y).max() < 1e-2
-    # a chunk of the row sketch removed after the fit: the transform refuses it
-    os.remove(os.path.join(out, "sketch", "rows", "c", "1", "0"))
+    # the fit stage alone, into a store of its own: the embedding is the stored row sketch
+    # times the model's map; a chunk of the sketch lost before the transform is refused
+    adapter, out2 = get_method("pca"), str(tmp_path / "fit-only")
+    Xd = da.from_array(X, chunks=(1500, 50))
+    p = adapter.check({"n_components": 3, "solver": "single-pass"}, X.shape)
+    fitted = adapter.fit(Xd, p, run={"output": out2, "fingerprint": "f"})
+    adapter.save(fitted, RunStore(out2))
+    rows = zarr.open_array(os.path.join(out2, "sketch", "rows"))[...]
+    np.testing.assert_allclose(adapter.transform(adapter.load(RunStore(out2)), Xd).compute(),
+                               fitted.embed_row_sketch(da.from_array(rows, chunks=(1500, 13)))
+                               .compute(), rtol=1e-6, atol=1e-6)
+    os.remove(os.path.join(out2, "sketch", "rows", "c", "1", "0"))
     with pytest.raises(StageError, match="row sketch"):
-        get_method("pca").transform(get_method("pca").load(store),
-                                    da.from_array(X, chunks=(1500, 50)))
+        adapter.transform(adapter.load(RunStore(out2)), Xd)
+
+
+def test_a_pass_reads_and_computes_each_block_in_one_task(tmp_path, rng):
+    """block_tasks: one task per row block that reads it and runs the kernel (dask fuses the
+    read into it), not a read task and a kernel task; offsets and order as the rows'."""
+    from dask import compute
+
+    from dimred_dask.linalg.moments import block_tasks
+
+    def kernel(block, offset, k):
+        return offset, block.shape[0], block.shape[1], k
+
+    from dimred_dask.io import open_input, save_array
+
+    X = rng.standard_normal((1000, 6))
+    save_array(da.from_array(X, chunks=(150, 6)), str(tmp_path / "x.zarr"))
+    tasks = block_tasks(open_input(str(tmp_path / "x.zarr"), row_chunk=150).array, kernel, 7)
+    graph = dict(tasks[0].__dask_graph__())
+    n_blocks = 7
+    assert len([k for k in graph if str(k[0] if isinstance(k, tuple) else k)
+                .startswith("_in_cell")]) == n_blocks
+    assert len(graph) <= n_blocks + 2  # + the reader's handle and the one result cell
+    expected = [(150 * i, min(150, 1000 - 150 * i), 6, 7) for i in range(n_blocks)]
+    assert list(compute(*tasks, scheduler="sync")) == expected
+    split = block_tasks(da.from_array(X, chunks=(150, 3)), kernel, 7)  # columns joined first
+    assert list(compute(*split, scheduler="sync")) == expected
