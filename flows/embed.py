@@ -333,10 +333,7 @@ def fit(spec: dict, v: dict) -> dict:
     if (v.get("knn") or {}).get("needed"):
         extras["graph"] = (StoreGraph.open(spec["output"]) if adapter.graph_in_store
                            else load_graph(store))
-    if adapter.run_context:  # the fit writes into the store (checkpoints, a row sketch):
-        store.prepare(v["mode"], {"method": spec["method"],  # prepared first, so the
-                                  "version": dimred_dask.__version__})  # writes are kept
-        v = {**v, "mode": "resume"}
+    if adapter.run_context:
         extras["run"] = {"output": spec["output"], "fingerprint": fp}
     if adapter.needs_actions:
         extras["actions"] = _open_actions(spec).array
@@ -347,7 +344,8 @@ def fit(spec: dict, v: dict) -> dict:
     if (summary.get("sketch") or {}).get("warning"):  # single-pass PCA short of its accuracy
         get_run_logger().warning("%s", summary["sketch"]["warning"])
     with stage_errors("fit", **_mem(v)):
-        store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
+        store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__},
+                      keep=(SCRATCH,))  # what this fit wrote for the transform stage
         adapter.save(model, store)
         info = {"model": summary}
         store.mark_stage("fit", fp, {"info": info})

@@ -61,9 +61,17 @@ def _pca_fit(X, p: dict, run=None, **_):
     width = sketch_width(k, p["n_oversamples"], n, d)
     rows = max(X.chunks[0])
     dtype = np.float32 if X.dtype == np.float32 else np.float64
-    target = RunStore(run["output"]).create_array(ROW_SKETCH, (n, width), (rows, width), dtype,
-                                                  compressors=None)  # floats: no gain
-    model = pca(X, row_sketch=target, **p)
+    store = RunStore(run["output"])
+    fresh = not store.exists()  # new: nothing but this run's lease is there yet
+    target = store.create_array(ROW_SKETCH, (n, width), (rows, width), dtype,
+                                compressors=None)  # floats: no gain
+    try:
+        model = pca(X, row_sketch=target, **p)
+    except BaseException:  # bad values found by the pass, a lost worker, Ctrl-C: the store
+        store.remove(ROW_SKETCH.split("/")[0])  # is left as it was before the fit
+        if fresh:
+            store.remove("zarr.json")
+        raise
     model.info["row_sketch"] = {"array": ROW_SKETCH, "shape": [n, width],
                                 "chunks": [rows, width], "dtype": np.dtype(dtype).name,
                                 "stored_chunks": int(target.nchunks)}

@@ -213,3 +213,34 @@ def test_a_pass_reads_and_computes_each_block_in_one_task(tmp_path, rng):
     assert list(compute(*tasks, scheduler="sync")) == expected
     split = block_tasks(da.from_array(X, chunks=(150, 3)), kernel, 7)  # columns joined first
     assert list(compute(*split, scheduler="sync")) == expected
+
+
+def test_values_refused_by_the_pass_leave_the_output_as_it_was(client, prefect_api,
+                                                                  tmp_path, rng):
+    """NaN is found by the fit's one pass, after it began writing its row sketch: the run
+    fails with the rows named and the output is as before, absent or an earlier run."""
+    from dimred_dask.io import save_array
+    from flows.embed import embed
+
+    X = _decaying(rng, n=3000, d=20, dtype=np.float32)
+    X[2500, 4] = np.nan
+    bad = str(tmp_path / "bad.zarr")
+    save_array(da.from_array(X, chunks=(500, 20)), bad)
+    params = {"n_components": 2, "solver": "single-pass"}
+
+    def files(path):
+        return sorted(os.path.relpath(os.path.join(r, f), path) for r, _, fs in os.walk(path)
+                      for f in fs) if os.path.exists(path) else None
+
+    out = str(tmp_path / "new")
+    with pytest.raises(InputError, match="2500"):
+        embed(bad, out, method="pca", params=params, chunk_rows=500)
+    assert files(out) is None
+    good = str(tmp_path / "good.zarr")
+    save_array(da.from_array(np.nan_to_num(X), chunks=(500, 20)), good)
+    earlier = str(tmp_path / "earlier")
+    embed(good, earlier, method="pca", params=params, chunk_rows=500)
+    before = files(earlier)
+    with pytest.raises(InputError, match="2500"):
+        embed(bad, earlier, method="pca", params=params, chunk_rows=500, overwrite=True)
+    assert files(earlier) == before and "sketch/rows/zarr.json" not in before

@@ -230,12 +230,15 @@ class RunStore:
         else:
             os.unlink(path)
 
-    def prepare(self, mode: str, attrs: dict) -> None:
+    def prepare(self, mode: str, attrs: dict, keep: tuple = ()) -> None:
+        """Make the location this run's store: in ``overwrite`` mode, remove what an earlier
+        run wrote (`RUN_ENTRIES`, never anything else) except the entries ``keep`` (written
+        by this run already); record ``attrs``."""
         import zarr
 
         if mode == "overwrite":  # what a run writes, never anything else; the root doc last
             self.check_writable(True)
-            names = sorted(set(map(_name, self._entries())) & RUN_ENTRIES,
+            names = sorted(set(map(_name, self._entries())) & RUN_ENTRIES - set(keep),
                            key=lambda n: n == ROOT_DOC)
             for name in names:
                 self.remove(name)
