@@ -1,26 +1,24 @@
-"""Rows of a local Zarr array read straight from its chunk files.
+"""Rows of a local, uncompressed Zarr array read straight from its chunk files.
 
 Reading a chunk through zarr copies it several times (the file into a bytes object, that into
 a buffer, the buffer into the output) into freshly allocated memory; on the benchmark machine
 this made a cold read of an uncompressed array cost about 5x the system time of ``cat`` on
 the same files, so a pass over data on local disk was bound by the read's CPU, not the disk.
-For arrays whose chunk files are the C-ordered bytes of the chunk, raw or in one zstd or blosc
-frame (a layout fixed by the metadata), `RawRows` reads each chunk file with ``os.preadv``:
-raw chunks straight into the output array (copied once, by the kernel, or not at all with
-O_DIRECT for arrays too large for the page cache), compressed ones into a reused buffer of the
-reading thread whose frame is decoded (numcodecs, which releases the GIL) straight into the
-output. Every other array (other codecs, filters, sharded, chunked across columns, big-endian,
-object storage) is read by zarr, and `raw_layout` says why not in ``reason``.
+For arrays whose chunk files are exactly the C-ordered bytes of the chunk (a layout fixed by
+the metadata), `RawRows` reads the wanted rows of each chunk file with one ``os.preadv`` into
+the output array: the bytes are copied once, by the kernel, or not at all (O_DIRECT, for
+arrays too large for the page cache). Every other array (compressed,
+filtered, sharded, chunked across columns, big-endian, object storage) is read by zarr, and
+`raw_layout` says why not in ``reason``.
 
 Strict as the zarr path (``io.zarr_arrays``): an absent chunk file is an `InputError` naming
-it (fill values only with ``allow_missing``), a chunk file of the wrong size or a frame that
-does not decode to one chunk is named as damaged, and a failing disk is a `StoreError`.
+it (fill values only with ``allow_missing``), a chunk file of the wrong size is named as
+damaged, and a failing disk is a `StoreError`.
 """
 from __future__ import annotations
 
 import errno
 import os
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,37 +46,15 @@ class RawLayout:
     chunk_rows: int
     keys: tuple  # the chunk key of each row chunk, in order ("c/5/0", "5.0", ...)
     fill_value: object
-    codec: str = "raw"  # "raw", or the one compressor the chunk files are framed by
-
-
-# compressors whose frames numcodecs decodes straight into an output buffer
-CODECS = ("zstd", "blosc")
-
-
-def _compressor(node) -> tuple[str | None, str]:
-    """("raw", '') for no compressor, (name, '') for one of CODECS, else (None, why not)."""
-    comps = tuple(node.compressors or ())
-    if tuple(node.filters or ()):
-        return None, "filtered"
-    if not comps:
-        return "raw", ""
-    if len(comps) > 1:
-        return None, "several compressors"
-    c = comps[0]
-    name = getattr(c, "codec_id", None) or type(c).__name__.lower().replace("codec", "")
-    if name not in CODECS:
-        return None, f"compressed with {name}"
-    return name, ""
 
 
 def _plain_bytes(node) -> str | None:
-    """None when the chunk files of ``node`` hold the chunk's C-ordered bytes in the machine's
-    byte order, raw or in one zstd or blosc frame; else why not."""
+    """None when the chunk files of ``node`` hold the chunk's raw C-ordered bytes in the
+    machine's byte order; else why not."""
     if node.shards is not None:
         return "sharded"
-    codec, why = _compressor(node)
-    if codec is None:
-        return why
+    if tuple(node.compressors or ()) or tuple(node.filters or ()):
+        return "compressed or filtered"
     dtype = np.dtype(node.dtype)
     if dtype.kind not in "biuf":
         return f"dtype {dtype}"
@@ -114,8 +90,7 @@ def raw_layout(node, loc) -> tuple[RawLayout | None, str]:
     tail = (0,) * (node.ndim - 1)
     keys = tuple(node.metadata.encode_chunk_key((i,) + tail) for i in range(n_chunks))
     return RawLayout(os.path.abspath(root), tuple(int(s) for s in node.shape),
-                     np.dtype(node.dtype), rows, keys, node.fill_value,
-                     _compressor(node)[0]), ""
+                     np.dtype(node.dtype), rows, keys, node.fill_value), ""
 
 
 class RawRows:
@@ -127,7 +102,6 @@ class RawRows:
         self.allow_missing = allow_missing
         self.shape, self.dtype, self.ndim = layout.shape, layout.dtype, len(layout.shape)
         self._use_direct = None
-        self._local = threading.local()  # per thread: a decoder and its scratch buffers
 
     def __getitem__(self, key):
         d = self.shape[1] if self.ndim == 2 else None
@@ -153,12 +127,8 @@ class RawRows:
                                     and nbytes > DIRECT_SHARE * memory)
         return self._use_direct
 
-    def __getstate__(self):  # decided again where it is read; buffers are per process
-        return {**self.__dict__, "_use_direct": None, "_local": None}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._local = threading.local()
+    def __getstate__(self):
+        return {**self.__dict__, "_use_direct": None}  # decided again where it is read
 
     def read_into(self, out: np.ndarray, start: int) -> None:
         lay = self.layout
@@ -180,17 +150,19 @@ class RawRows:
         path = os.path.join(self.layout.root, key)
         direct = self._direct() and not (offset % ALIGN or len(dest) % ALIGN or address % ALIGN)
         with read_errors(self.where, lambda exc: _damaged(key, self.where, exc)):
-            if self.layout.codec == "raw":
-                self._read_file(key, path, dest, offset, size, direct)
-            else:
-                self._decode_file(key, path, dest, offset, size)
+            self._read_file(key, path, dest, offset, size, direct)
 
     def _read_file(self, key: str, path: str, dest: memoryview, offset: int, size: int,
                    direct: bool):
         try:
             fd = _open(path, direct)
         except FileNotFoundError:
-            self._fill(key, dest)
+            if not self.allow_missing:
+                from .zarr_arrays import missing_chunks_error
+
+                raise missing_chunks_error(self.where, [key], None) from None
+            fill = self.layout.fill_value
+            np.frombuffer(dest, dtype=self.dtype)[...] = 0 if fill is None else fill
             return
         try:
             found = os.fstat(fd).st_size
@@ -212,85 +184,6 @@ class RawRows:
                     fd, direct = os.open(path, os.O_RDONLY), False
         finally:
             os.close(fd)
-
-
-    def _decode_file(self, key: str, path: str, dest: memoryview, offset: int, size: int):
-        """A compressed chunk: its file read into this thread's reused buffer, its frame
-        decoded straight into ``dest`` when ``dest`` is the whole chunk, else into a reused
-        chunk buffer whose wanted rows are copied."""
-        local = self._local
-        if getattr(local, "decoder", None) is None:
-            import numcodecs
-
-            local.decoder = numcodecs.get_codec({"id": self.layout.codec})
-            local.frame, local.chunk = bytearray(), None
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            self._fill(key, dest)
-            return
-        try:
-            found = os.fstat(fd).st_size
-            if len(local.frame) < found:
-                local.frame = bytearray(found)
-            frame = memoryview(local.frame)[:found]
-            done = 0
-            while done < found:
-                got = os.preadv(fd, [frame[done:]], done)
-                if got <= 0:
-                    raise InputError(f"Could not read chunk {key!r} of the Zarr array "
-                                     f"{self.where}: it ended early.", "re-copy the array.")
-                done += got
-        finally:
-            os.close(fd)
-        whole = offset == 0 and len(dest) == size
-        if not whole and (local.chunk is None or len(local.chunk) < size):
-            local.chunk = bytearray(size)
-        target = dest if whole else memoryview(local.chunk)[:size]
-        content = _content_size(self.layout.codec, frame)
-        if content is not None and content != size:
-            raise InputError(f"Could not decode chunk {key!r} of the Zarr array {self.where}: "
-                             f"its frame holds {content} bytes, a chunk of this array has "
-                             f"{size}.", "the chunk is damaged: re-copy or re-write the array "
-                             "from its source.")
-        if content is None:  # a frame that does not state its size: decoded, then checked
-            out = np.asarray(local.decoder.decode(frame)).reshape(-1).view(np.uint8)
-            if out.nbytes != size:
-                raise InputError(f"Could not decode chunk {key!r} of the Zarr array "
-                                 f"{self.where}: it decodes to {out.nbytes} bytes, a chunk of "
-                                 f"this array has {size}.", "the chunk is damaged: re-copy "
-                                 "or re-write the array from its source.")
-            np.frombuffer(target, dtype=np.uint8)[...] = out
-        else:
-            local.decoder.decode(frame, out=np.frombuffer(target, dtype=np.uint8))
-        if not whole:
-            dest[:] = target[offset:offset + len(dest)]
-
-    def _fill(self, key: str, dest: memoryview) -> None:
-        if not self.allow_missing:
-            from .zarr_arrays import missing_chunks_error
-
-            raise missing_chunks_error(self.where, [key], None)
-        fill = self.layout.fill_value
-        np.frombuffer(dest, dtype=self.dtype)[...] = 0 if fill is None else fill
-
-
-def _content_size(codec: str, frame) -> int | None:
-    """The decoded size a frame states in its header, or None when it does not state it
-    (zstd: RFC 8878 section 3.1.1.1; blosc: bytes 4-7 of its 16-byte header)."""
-    head = bytes(frame[:18])
-    if codec == "blosc":
-        return int.from_bytes(head[4:8], "little") if len(head) >= 16 else None
-    if len(head) < 5 or int.from_bytes(head[:4], "little") != 0xFD2FB528:
-        return None
-    desc = head[4]
-    single = bool(desc & 0x20)
-    fcs_size = {0: 1 if single else 0, 1: 2, 2: 4, 3: 8}[desc >> 6]
-    pos = 5 + (0 if single else 1) + {0: 0, 1: 1, 2: 2, 3: 4}[desc & 0x03]
-    if fcs_size == 0 or len(head) < pos + fcs_size:
-        return None
-    value = int.from_bytes(head[pos:pos + fcs_size], "little")
-    return value + 256 if fcs_size == 2 else value
 
 
 def _open(path: str, direct: bool) -> int:

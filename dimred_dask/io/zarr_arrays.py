@@ -214,8 +214,7 @@ def open_zarr(loc: Location, opts):
     arr = da.from_array(reader, chunks=(rows,) + tuple(node.shape[1:]),
                         asarray=False, fancy=False, lock=False, name=name)  # whole rows per task
     meta = {"zarr_format": node.metadata.zarr_format, "stored_chunks": list(node.chunks),
-            "read_path": (f"chunk files{'' if layout.codec == 'raw' else f' ({layout.codec})'}"
-                          if layout is not None else f"zarr ({why})"),
+            "read_path": "chunk files" if layout is not None else f"zarr ({why})",
             "_reader": reader}
     if opts.check_chunks:  # run by open_input once the shape and dtype are known to be right
         meta["_check"] = lambda: _check_inventory(node, loc, allow_missing)
