@@ -33,15 +33,12 @@ from dimred_dask.graphs.knn import TARGET_RECALL
 
 from .knn import (StoreGraph, build_graph, connect, graph_fingerprint, graph_summary,
                   load_graph, normalize_request, resolve_cache, save_graph)
-from .methods import get_method
+from .methods import SCRATCH, get_method
 from .stages import (check_observer, chunk_sample, notify, stage_errors, stage_progress,
                      stage_reusable)
 
 TASK_OPTS = {"cache_policy": NO_CACHE, "persist_result": False}
 PLOT_POINTS = 50_000
-# what a fit writes for the transform stage only (single-pass PCA's row sketch,
-# flows.methods.ROW_SKETCH): removed once the embedding is committed
-SCRATCH = "sketch"
 
 
 def _open(spec: dict, v: dict | None = None, *, check_chunks: bool = False):

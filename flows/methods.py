@@ -45,7 +45,10 @@ def _pca_check(params: dict, shape: tuple) -> dict:
     return p
 
 
-ROW_SKETCH = "sketch/rows"  # single-pass PCA's row sketch, in the run's store
+# what a fit writes for the transform stage only, removed once the embedding is committed:
+# single-pass PCA's row sketch
+SCRATCH = "sketch"
+ROW_SKETCH = f"{SCRATCH}/rows"
 
 
 def _pca_fit(X, p: dict, run=None, **_):
@@ -68,7 +71,7 @@ def _pca_fit(X, p: dict, run=None, **_):
     try:
         model = pca(X, row_sketch=target, **p)
     except BaseException:  # bad values found by the pass, a lost worker, Ctrl-C: the store
-        store.remove(ROW_SKETCH.split("/")[0])  # is left as it was before the fit
+        store.remove(SCRATCH)  # is left as it was before the fit
         if fresh:
             store.remove("zarr.json")
         raise

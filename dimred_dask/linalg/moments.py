@@ -53,9 +53,6 @@ def check_stats(stats: BlockStats, method: str, where: str) -> None:
             "columns before the run.")
 
 
-FUSED = True
-
-
 def _in_cell(block, *args, fn=None, block_info=None):
     out = np.empty((1, 1), dtype=object)
     out[0, 0] = fn(block, int(block_info[0]["array-location"][0][0]), *args)
@@ -71,18 +68,14 @@ def block_tasks(X, fn, *args) -> list:
     rows), in row order; ``args`` may hold Delayed objects (one copy each in the graph).
 
     The read of each block and ``fn`` run in one task (dask fuses the block's getter into it),
-    so a worker's threads each read then compute, out of step with one another: the disk and
-    the cores stay busy together. Separate read and compute tasks run in waves instead (every
-    thread reading, then every thread computing), and a pass took the sum of its read and its
-    compute rather than the larger (bench/RESULTS.md, single-pass PCA out of core)."""
+    so a worker's threads each read then compute, out of step with one another, and the block
+    is freed when its task ends. With a read task and a kernel task per block, a pass over
+    35 GiB on local disk took about the sum of its read and its compute; fused, 7 % less
+    (bench/RESULTS.md, PCA out of core in one pass)."""
     from dask import delayed
 
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
-    if not FUSED:
-        offsets = np.concatenate([[0], np.cumsum(X.chunks[0])[:-1]])
-        return [delayed(fn, pure=False)(blk, int(off), *args)
-                for blk, off in zip(X.to_delayed().ravel(), offsets)]
     cells = X.map_blocks(_in_cell, *args, fn=fn, dtype=object,
                          chunks=((1,) * X.numblocks[0], (1,)),
                          meta=np.empty((0, 0), dtype=object))

@@ -11,8 +11,9 @@ and test data are encoded and reconstructed as
 Solvers (``solver=``): ``covariance`` (one pass, exact), ``tsqr`` (exact SVD, two passes),
 ``randomized`` (Halko et al., ``n_iter`` + 2 passes, for wide data), ``dual`` (n << d),
 ``single-pass`` (one read of the data: a randomized sketch whose row sketch gives the training
-embedding, approximate, with its error reported; ``linalg.single_pass``), ``auto`` (covariance up to ``COVARIANCE_MAX_FEATURES`` features, else dual when
-n <= ``DUAL_MAX_SAMPLES``, else randomized).
+embedding, approximate, with its error reported; ``linalg.single_pass``), ``auto``
+(covariance up to ``COVARIANCE_MAX_FEATURES`` features, else dual when
+n <= ``DUAL_MAX_SAMPLES``, else randomized; never single-pass).
 
 Sparse input (a ``scipy.sparse`` matrix, or a dask array of CSR row blocks; single-cell counts)
 is centred implicitly, X - 1 mean^T is never formed: ``covariance`` accumulates
