@@ -207,7 +207,7 @@ def test_a_pass_reads_and_computes_each_block_in_one_task(tmp_path, rng):
     graph = dict(tasks[0].__dask_graph__())
     n_blocks = 7
     assert len([k for k in graph if str(k[0] if isinstance(k, tuple) else k)
-                .startswith("_in_cell")]) == n_blocks
+                .startswith("kernel-")]) == n_blocks  # named after the kernel
     assert len(graph) <= n_blocks + 2  # + the reader's handle and the one result cell
     expected = [(150 * i, min(150, 1000 - 150 * i), 6, 7) for i in range(n_blocks)]
     assert list(compute(*tasks, scheduler="sync")) == expected

@@ -76,9 +76,13 @@ def block_tasks(X, fn, *args) -> list:
 
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
+    from dask.base import tokenize
+
+    kernel = getattr(fn, "func", fn)  # the tasks are named after the kernel (a partial's too)
     cells = X.map_blocks(_in_cell, *args, fn=fn, dtype=object,
                          chunks=((1,) * X.numblocks[0], (1,)),
-                         meta=np.empty((0, 0), dtype=object))
+                         meta=np.empty((0, 0), dtype=object),
+                         name=f"{kernel.__name__}-{tokenize(X, fn, *args)}")
     return [delayed(_cell, pure=True)(c) for c in cells.to_delayed().ravel()]
 
 

@@ -63,7 +63,7 @@ def sketch_width(n_components: int, n_oversamples: int, n: int, d: int) -> int:
     return int(min(n, d, n_components + max(int(n_oversamples), n_components)))
 
 
-def _leaf(block, offset, omega, target, sparse):
+def sketch_block(block, offset, omega, target, sparse):
     """One block's sketch; its row sketch written to ``target[offset:...]`` when given."""
     kernel = sparse_block_sketch if sparse else dense_block_sketch
     sk, rows = kernel(block, omega, offset)
@@ -95,7 +95,7 @@ def single_pass_eigh(X, n_components: int, *, n_oversamples: int = 10, random_st
         if rows is None:
             rows = np.empty((n, s), dtype=np.float32 if X.dtype == np.float32 else np.float64)
         blocks = row_blocks(n, NUMPY_BLOCK_ROWS)
-        sk = tree_reduce((_leaf(X[a:b], a, omega, rows, sparse) for a, b in blocks),
+        sk = tree_reduce((sketch_block(X[a:b], a, omega, rows, sparse) for a, b in blocks),
                          _merge(omega))
         block_rows = [b - a for a, b in blocks]
     check_stats(sk.stats, method, where)
@@ -122,7 +122,7 @@ def _dask_pass(X, omega, target, sparse):
         X = X.rechunk({0: max(chunks)})  # one writer per stored chunk of the row sketch
         chunks = X.chunks[0]
     om = delayed(omega, pure=True)  # one copy in the graph, not one per block
-    leaves = block_tasks(X, _leaf, om, target, sparse)
+    leaves = block_tasks(X, sketch_block, om, target, sparse)
     merge = delayed(merge_sketches, pure=True)
     (sk,) = compute(tree_reduce(leaves, lambda a, b: merge(a, b, om)),
                     stage="single-pass sketch")
