@@ -6,11 +6,13 @@ method family keeps its adapters in its own module (``flows/methods_<family>.py`
 ``METHODS``) that is merged below."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from dimred_dask import metrics
 from dimred_dask._validation import check_n_components, is_dask
-from dimred_dask.errors import InputError, StageError
+from dimred_dask.errors import DimredWarning, InputError, StageError
 from dimred_dask.linalg import LANDMARK_METHODS, choose_eigen_solver
 from dimred_dask.methods.mds import (LANDMARK_CHOICES, LandmarkMDSModel, MDSModel,
                                      classical_mds, landmark_mds)
@@ -53,7 +55,14 @@ ROW_SKETCH = f"{SCRATCH}/rows"
 
 def _pca_fit(X, p: dict, run=None, **_):
     """Single-pass on a dask input writes its row sketch into the run's store in the same
-    pass (the transform stage embeds from it instead of reading X again)."""
+    pass (the transform stage embeds from it instead of reading X again). Its accuracy
+    warning is the fit stage's to report (run log, manifest, CLI), once."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "PCA single-pass", DimredWarning)
+        return _pca_fit_quietly(X, p, run)
+
+
+def _pca_fit_quietly(X, p: dict, run):
     if p["solver"] != "single-pass" or run is None or not is_dask(X):
         return pca(X, **p)
     from dimred_dask.io import RunStore

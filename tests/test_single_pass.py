@@ -244,3 +244,24 @@ def test_values_refused_by_the_pass_leave_the_output_as_it_was(client, prefect_a
     with pytest.raises(InputError, match="2500"):
         embed(bad, earlier, method="pca", params=params, chunk_rows=500, overwrite=True)
     assert files(earlier) == before and "sketch/rows/zarr.json" not in before
+
+
+def test_cli_reports_a_short_sketch_once(prefect_api, tmp_path, rng):
+    """Noise has no decaying spectrum: the run commits, and the CLI (a process of its own)
+    shows the warning on its own line with the fix, not a Python warning as well."""
+    import subprocess
+    import sys
+
+    from dimred_dask.io import save_array
+
+    uri = str(tmp_path / "noise.zarr")
+    save_array(da.from_array(rng.standard_normal((4000, 30)).astype(np.float32),
+                             chunks=(1000, 30)), uri)
+    cli = os.path.join(os.path.dirname(sys.executable), "dimred-dask")
+    done = subprocess.run([cli, "run", "--input", uri, "--output", str(tmp_path / "o"),
+                           "--method", "pca", "--n-components", "3", "--param",
+                           "solver=single-pass"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PREFECT_API_URL": prefect_api})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("warning     PCA single-pass") == 1
+    assert "n_oversamples" in done.stdout and "DimredWarning" not in done.stderr
