@@ -134,7 +134,7 @@ class RawRows:
         lay = self.layout
         row_bytes = out.itemsize * (int(np.prod(lay.shape[1:])) if len(lay.shape) > 1 else 1)
         view = memoryview(out.reshape(-1).view(np.uint8))
-        self._address = out.ctypes.data
+        address = out.ctypes.data  # a local: the reader is shared by a worker's threads
         stop, pos = start + out.shape[0], start
         while pos < stop:
             i = pos // lay.chunk_rows
@@ -142,7 +142,7 @@ class RawRows:
             hi = min(stop, (i + 1) * lay.chunk_rows) - i * lay.chunk_rows
             dest = view[(pos - start) * row_bytes:(pos - start + hi - lo) * row_bytes]
             self._read_chunk(lay.keys[i], dest, lo * row_bytes, lay.chunk_rows * row_bytes,
-                             self._address + (pos - start) * row_bytes)
+                             address + (pos - start) * row_bytes)
             pos += hi - lo
 
     def _read_chunk(self, key: str, dest: memoryview, offset: int, size: int,
