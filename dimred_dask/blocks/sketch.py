@@ -51,10 +51,6 @@ class Sketch:
         return bool(self.stats.nonfinite or self.stats.overflow)
 
 
-def _bad(stats: BlockStats) -> Sketch:
-    return Sketch(stats)
-
-
 def dense_block_sketch(block, omega: np.ndarray, offset: int = 0):
     """(`Sketch`, row sketch (X_b - r_b) Omega) of a dense block; the row sketch is None when
     the block holds NaN / inf or values too large to square (the stats say where).
@@ -76,8 +72,8 @@ def dense_block_sketch(block, omega: np.ndarray, offset: int = 0):
             return out
         stats = block_stats(x, offset, gram=False)
         if stats.nonfinite or stats.overflow:
-            return _bad(stats), None
-    return _bad(_overflowed(x, offset)), None  # its products overflow float64
+            return Sketch(stats), None
+    return Sketch(_overflowed(x, offset)), None  # its products overflow float64
 
 
 def _dense_sums(x: np.ndarray, omega: np.ndarray, work):
@@ -117,7 +113,7 @@ def sparse_block_sketch(block, omega: np.ndarray, offset: int = 0):
     x = as_csr(block)
     stats = sparse_block_stats(x, offset, gram=False)
     if stats.nonfinite or stats.overflow:
-        return _bad(stats), None
+        return Sketch(stats), None
     x = csr64(x)
     ref = stats.mean
     proj = omega.T @ ref

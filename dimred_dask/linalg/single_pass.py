@@ -31,6 +31,7 @@ the components past the signal are not determined by one pass; use solver="covar
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import scipy.linalg
@@ -72,10 +73,6 @@ def sketch_block(block, offset, omega, target, sparse):
     return sk
 
 
-def _merge(omega):
-    return lambda a, b: merge_sketches(a, b, omega)
-
-
 def single_pass_eigh(X, n_components: int, *, n_oversamples: int = 10, random_state=None,
                      row_sketch=None, method="PCA", where="X"):
     """(`Spectrum`, `SketchResult`) of ``X`` from one pass (module docstring).
@@ -96,7 +93,7 @@ def single_pass_eigh(X, n_components: int, *, n_oversamples: int = 10, random_st
             rows = np.empty((n, s), dtype=np.float32 if X.dtype == np.float32 else np.float64)
         blocks = row_blocks(n, NUMPY_BLOCK_ROWS)
         sk = tree_reduce((sketch_block(X[a:b], a, omega, rows, sparse) for a, b in blocks),
-                         _merge(omega))
+                         partial(merge_sketches, omega=omega))
         block_rows = [b - a for a, b in blocks]
     check_stats(sk.stats, method, where)
     mean = sk.stats.mean
