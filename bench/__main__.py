@@ -56,6 +56,9 @@ def main(argv=None) -> int:
                    help="lle, spectral: only the data set whose name starts with this "
                         "('swiss', '50-D'); pca: 'read' times the input read path against "
                         "zarr's own dask reader, 'single-pass' the one-pass PCA out of core")
+    p.add_argument("--compare-pool", action="store_true",
+                   help="pca --only single-pass: each flow run also with the read buffers "
+                        "not reused, in turns")
     p.add_argument("--first-run", action="store_true",
                    help="tsne, umap: also time one run in a fresh process with an empty numba "
                         "cache (compilation included)")

@@ -1,4 +1,5 @@
-"""Single-pass PCA out of core: ``python -m bench pca --only single-pass [--gib G] [--dir D]``.
+"""Single-pass PCA out of core: ``python -m bench pca --only single-pass [--gib G] [--dir D]
+[--compare-pool]``.
 
 An array of ``gib`` GiB (default 1.5x the machine's memory), float32 x 512, uncompressed Zarr,
 with singular values proportional to j^-2 (j = 1..512) around a mean of 1: a spectrum that
@@ -12,6 +13,8 @@ decays. Each pass starts with the page cache dropped where the machine allows. M
   transform: the embedding from the row sketch): fit + transform (the passes; the ratios use
   these) and end to end (with validate's and evaluate's sampled chunks), workers' peak RSS;
 - the flow with the exact covariance solver on the same array (two reads), the reference;
+- with ``--compare-pool``, each flow run first with the read buffers not reused (a fresh
+  buffer per block, ``raw_chunks.POOL_BUFFERS = 0`` on the workers), then as shipped;
 - the single-pass embedding's relative error against the exact one (signs aligned by the
   components), overall and per component, and the error estimate the fit reported.
 """
@@ -27,6 +30,15 @@ import numpy as np
 from ._measure import PeakRSS, machine
 
 K, D, CHUNK_ROWS, POWER = 32, 512, 32_768, 2.0
+POOL_BUFFERS = 4  # dimred_dask.io.raw_chunks' default
+
+
+def _set_pool(buffers: int) -> None:
+    """On a worker: how many read buffers it keeps for reuse (0: a fresh one per block)."""
+    from dimred_dask.io import raw_chunks
+
+    raw_chunks.POOL_BUFFERS = buffers
+    raw_chunks._POOL.clear()
 
 
 def _decaying_block(i: int, rows: int, d: int, seed: int) -> np.ndarray:
@@ -155,7 +167,12 @@ def main_single_pass(args) -> int:
               + ", ".join(f"{k} {v:.1f} s" for k, v in floors.items()), flush=True)
         pids = list(client.run(os.getpid).values())
         runs = {}
-        for name, solver in (("single-pass", "single-pass"), ("covariance", "covariance")):
+        turns = [(name, solver, pool) for name, solver in (("single-pass", "single-pass"),
+                                                           ("covariance", "covariance"))
+                 for pool in ((False, True) if args.compare_pool else (True,))]
+        for name, solver, pool in turns:
+            client.run(_set_pool, POOL_BUFFERS if pool else 0)
+            label = name if pool else f"{name} (read buffers not reused)"
             out = os.path.join(folder, f"out-{name}")
             dropped.append(_drop_page_cache())
             with PeakRSS(pids, interval=0.25) as rss:
@@ -164,15 +181,15 @@ def main_single_pass(args) -> int:
                           overwrite=True)
                 total = time.perf_counter() - t0
             t = m["timings"]
-            runs[name] = {"total_s": round(total, 1),
-                          "fit_plus_transform_s": round(t["fit"] + t["transform"], 1),
-                          "stages_s": {k: round(v, 1) for k, v in m["timings"].items()},
-                          "passes_over_X": m["model"]["passes"] + (0 if name == "single-pass"
-                                                                    else 1),
-                          "worker_peak_rss_gib": [round(rss.per_process_peak[p] / 2**30, 2)
-                                                  for p in pids],
-                          "sketch": m["model"].get("sketch")}
-            print(f"  {name}: {json.dumps(runs[name])}", flush=True)
+            runs[label] = {"total_s": round(total, 1),
+                           "fit_plus_transform_s": round(t["fit"] + t["transform"], 1),
+                           "stages_s": {k: round(v, 1) for k, v in m["timings"].items()},
+                           "passes_over_X": m["model"]["passes"] + (0 if name == "single-pass"
+                                                                     else 1),
+                           "worker_peak_rss_gib": [round(rss.per_process_peak[p] / 2**30, 2)
+                                                   for p in pids],
+                           "sketch": m["model"].get("sketch")}
+            print(f"  {label}: {json.dumps(runs[label])}", flush=True)
         dropped.append(_drop_page_cache())
         sketch_read = _read_pass(os.path.join(folder, "out-single-pass", "sketch", "rows"))
         err = _embedding_error(os.path.join(folder, "out-single-pass"),

@@ -131,3 +131,27 @@ def test_direct_reads_of_whole_aligned_chunks(tmp_path, rng, monkeypatch):
         Y, _ = _read(str(path), row_chunk=row_chunk)
         assert _same_bytes(Y, X)
         assert any(opened) == (row_chunk is None) and not all(opened)
+
+
+def test_read_buffers_reused_only_once_unreferenced(tmp_path, rng):
+    """Blocks are read into the process's pooled buffers: a block still held anywhere (here
+    every block of a persisted array, and a view of one) is never written over by later
+    reads, and a block nothing refers to any more gives its buffer to the next read."""
+    from dimred_dask.io import raw_chunks
+
+    X = rng.standard_normal((600, 16)).astype(np.float32)
+    path = tmp_path / "a.zarr"
+    _write(path, X, chunks=(100, 16), compressors=None)
+    arr = open_input(str(path), row_chunk=100).array
+    held = arr.persist(scheduler="sync")  # six blocks alive at once
+    view = arr.blocks[2].compute(scheduler="sync")[10:20]
+    for _ in range(3):
+        assert _same_bytes(arr.compute(scheduler="sync"), X)
+    assert _same_bytes(held.compute(scheduler="sync"), X)
+    assert _same_bytes(view, X[210:220])
+    raw_chunks._POOL.clear()
+    first = arr.blocks[0].compute(scheduler="sync")
+    address = first.ctypes.data
+    del first
+    again = arr.blocks[1].compute(scheduler="sync")
+    assert again.ctypes.data == address and _same_bytes(again, X[100:200])

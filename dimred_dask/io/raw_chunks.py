@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +38,12 @@ __all__ = ["RawLayout", "RawRows", "raw_layout"]
 DIRECT_READS = True
 DIRECT_SHARE = 0.5
 ALIGN = 4096
+# Blocks are read into buffers this process keeps and hands out again once nothing refers to
+# them any more (no array, view or task result): a fresh buffer of a block's size comes from
+# the system as new pages, which the kernel zeroes on first touch, a system-time cost of the
+# order of the read itself when the read bypasses the page cache. At most POOL_BUFFERS are
+# kept, the least recently used dropped first; POOL_BUFFERS = 0 turns the reuse off.
+POOL_BUFFERS = 4
 
 
 @dataclass(frozen=True)
@@ -198,11 +206,44 @@ def _open(path: str, direct: bool) -> int:
     return os.open(path, os.O_RDONLY)
 
 
+class _BufferPool:
+    """Aligned byte buffers of this process, reused once unreferenced (see POOL_BUFFERS).
+
+    A buffer is free when the pool's list holds its only reference: every array handed out is
+    a view of it, and a view (or a view of a view) keeps its base alive, so a block still held
+    anywhere (a task's result, a persisted chunk, the caller's copy) is never written over."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._buffers: list[np.ndarray] = []
+
+    def take(self, nbytes: int) -> np.ndarray:
+        size = nbytes + ALIGN
+        with self._lock:
+            for i, raw in enumerate(self._buffers):
+                # references: the list, ``raw`` and getrefcount's argument
+                if raw.nbytes == size and sys.getrefcount(raw) == 3:
+                    self._buffers.append(self._buffers.pop(i))  # most recently used last
+                    return raw
+            raw = np.empty(size, dtype=np.uint8)
+            if POOL_BUFFERS > 0:
+                self._buffers.append(raw)
+                del self._buffers[:-POOL_BUFFERS]
+            return raw
+
+    def clear(self) -> None:
+        with self._lock:
+            self._buffers.clear()
+
+
+_POOL = _BufferPool()
+
+
 def _aligned_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
     """An uninitialised C-ordered array whose data starts on an ALIGN boundary (O_DIRECT
-    reads need it)."""
+    reads need it), in a buffer of the pool when one of the size is free."""
     nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    raw = _POOL.take(nbytes)
     start = -raw.ctypes.data % ALIGN
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
