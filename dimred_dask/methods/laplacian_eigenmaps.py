@@ -115,6 +115,7 @@ class LaplacianEigenmaps(DimredEstimator):
     n_neighbors : int
     weights : {"heat", "binary"}; t : heat kernel width (None: mean squared edge length)
     eigen_solver : {"auto", "dense", "arpack", "lobpcg"}; tol
+    max_iter : int or None, the eigensolver's iterations (None: its own default)
     metric, knn_backend, join_components, random_state : the kNN graph's
 
     Attributes
@@ -125,14 +126,15 @@ class LaplacianEigenmaps(DimredEstimator):
     """
 
     def __init__(self, n_components=2, *, n_neighbors=10, weights="heat", t=None,
-                 eigen_solver="auto", tol=1e-8, metric="euclidean", knn_backend="auto",
-                 join_components=False, random_state=0):
+                 eigen_solver="auto", tol=1e-8, max_iter=None, metric="euclidean",
+                 knn_backend="auto", join_components=False, random_state=0):
         self.n_components = n_components
         self.n_neighbors = n_neighbors
         self.weights = weights
         self.t = t
         self.eigen_solver = eigen_solver
         self.tol = tol
+        self.max_iter = max_iter
         self.metric = metric
         self.knn_backend = knn_backend
         self.join_components = join_components
@@ -142,7 +144,7 @@ class LaplacianEigenmaps(DimredEstimator):
         model = laplacian_eigenmaps(
             X, n_components=self.n_components, n_neighbors=self.n_neighbors,
             weights=self.weights, t=self.t, eigen_solver=self.eigen_solver, tol=self.tol,
-            metric=self.metric, knn_backend=self.knn_backend,
+            max_iter=self.max_iter, metric=self.metric, knn_backend=self.knn_backend,
             join_components=self.join_components, random_state=self.random_state)
         self._model = model
         self.embedding_ = like(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
