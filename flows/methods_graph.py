@@ -22,7 +22,8 @@ GRAPH_KEYS = {"n_neighbors": 10, "metric": "euclidean", "knn_backend": "auto",
               "join_components": False, "random_state": 0}
 
 DEFAULTS = {
-    "isomap": {"n_components": 2, "solver": "auto", **GRAPH_KEYS},
+    "isomap": {"n_components": 2, "solver": "auto", "n_oversamples": 10, "n_iter": 4,
+               **GRAPH_KEYS},
     "landmark-isomap": {"n_components": 2, "n_landmarks": None, "landmarks": "maxmin",
                         **GRAPH_KEYS},
     "lle": {"n_components": 2, "reg": 1e-3, "eigen_solver": "auto", "tol": 1e-8,

@@ -24,8 +24,8 @@ _COMMON = {"n_components": 2, "n_neighbors": 6, "solver": "clarabel", "tol": Non
 MVU_DEFAULTS = {**_COMMON, "constraints": "equality", "slack_penalty": 10.0,
                 "face_reduction": True, "formulation": "dual"}
 ARE_DEFAULTS = {**MVU_DEFAULTS, "constraints": "slack", "action_pairs": "all"}
-LMVU_DEFAULTS = {**_COMMON, "n_neighbors": 8, "n_landmarks": 40, "basis": "reconstruction",
-                 "landmarks": "maxmin", "penalty": 100.0}
+LMVU_DEFAULTS = {**_COMMON, "n_landmarks": 40, "basis": "reconstruction", "landmarks": "maxmin",
+                 "penalty": 100.0}
 
 
 def _bool(p: dict, name: str) -> None:
