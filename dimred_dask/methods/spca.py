@@ -1,15 +1,16 @@
 """Supervised PCA (Barshan et al. 2011), Bair's supervised principal components, kernel
 supervised PCA and the HSIC independence test, on NumPy or dask arrays.
 
-Seed 000 (lectures 9-10) is the specification. Rows are points (n x d); H = I - 11^T/n; B is a
-kernel on the labels (n x n):
+The formulations are Barshan et al.'s (SPCA, kernel SPCA), Gretton et al. 2005's (HSIC) and
+Bair, Hastie, Paul & Tibshirani 2006's. Rows are points (n x d); H = I - 11^T/n; B is a kernel
+on the labels (n x n):
 
     HSIC          tr(K H B H) / (n - 1)^2                       (K: a kernel on X)
     SPCA          U = top-k eigenvectors of Q = Xc^T B Xc       (Xc = H X; d x d)
                   encode y = U^T (x - mean), reconstruct x^ = U y + mean; B = I gives PCA
     kernel SPCA   max tr(beta^T K H B H K beta) s.t. beta^T K beta = I, the generalised problem
-                  K H B H K beta = lambda K beta; embedding K beta (the seed's beta^T K with
-                  rows = points), a new point y = beta^T k(X_train, x)
+                  K H B H K beta = lambda K beta; embedding K beta (Barshan et al.'s beta^T K
+                  with rows = points), a new point y = beta^T k(X_train, x)
     Bair          s_j = X_j^T y / sqrt(X_j^T X_j), keep |s_j| > threshold, PCA on those features
 
 B is never formed: it is a factor Delta (n x r) with B = Delta Delta^T (``label_kernel``):
@@ -30,10 +31,10 @@ centred implicitly: a block's co-moment is X^T (Delta - 1 mu_Delta^T). Q has ran
 <= n_classes - 1, as H removes the constant); components past the rank carry no dependence on
 the labels and are completed by an arbitrary orthonormal basis (eigenvalue 0, DimredWarning).
 
-Bair's scores are the seed's s_j on centred data, s_jc = Xc_j^T Delta_c / ||Xc_j|| (uncentred,
-the mean of x_j would dominate), taking max_c |s_jc| over Delta's columns: the one-hot
-columns for classes, the targets for q real targets. They come from the same pass; the PCA of
-the kept columns (`pca`) is a second one.
+Bair's scores are Bair et al.'s s_j on centred data, s_jc = Xc_j^T Delta_c / ||Xc_j||
+(uncentred, the mean of x_j would dominate), taking max_c |s_jc| over Delta's columns: the
+one-hot columns for classes, the targets for q real targets. They come from the same pass; the
+PCA of the kept columns (`pca`) is a second one.
 
 Kernel SPCA by reduction, not by regularisation. With a factor K ~ Phi Phi^T (n x p) and
 beta = P a such that K beta = Phi a, the problem is linear SPCA of the rows of Phi:
@@ -43,7 +44,7 @@ a = top eigenvectors of Phi^T H B H Phi = (Phic^T Delta)(Phic^T Delta)^T, embedd
   beta = V_+ S_+^-1/2 a: the solution of eigh(KHBHK, K) on the range of K.
 - ``nystrom``: Phi = k(X, L) U_W S_W^-1/2 (linalg.nystrom), one pass over the rows, never n x n;
   beta lives on the landmarks: y(x) = k(x, L) (U_W S_W^-1/2 a).
-The embedding is not centred (the seed's beta^T K). Eigenvalues are those of Q (resp.
+The embedding is not centred (Barshan et al.'s beta^T K). Eigenvalues are those of Q (resp.
 Phi^T H B H Phi), unscaled: sum(eigenvalues) / (n - 1)^2 is the HSIC between the projection
 (linear kernel) and the labels.
 """
