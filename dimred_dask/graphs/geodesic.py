@@ -34,7 +34,9 @@ from .knn import KNNGraph
 __all__ = ["dijkstra_block", "geodesic_matrix", "geodesic_rows",
            "geodesics_through_neighbours", "SOURCES_PER_TASK"]
 
-SOURCES_PER_TASK = 32  # Dijkstra sources per task: ~0.6 s per source on a 1M-vertex graph
+# Dijkstra sources per task: one source on a large graph is already a long computation, so a
+# few dozen make a task that outweighs its scheduling and still leave tasks for every worker
+SOURCES_PER_TASK = 32
 
 
 def dijkstra_block(csr, sources: np.ndarray, dtype=np.float64) -> np.ndarray:

@@ -56,7 +56,9 @@ __all__ = ["KNNGraph", "knn_graph", "check_n_neighbors", "sample_recall", "KNN_B
            "check_target_recall"]
 
 KNN_BACKENDS = ("auto", "exact", "nndescent", "partitioned")
-EXACT_MAX = 20_000  # auto: brute force up to this many rows (n^2 d flops, ~1 s at 20 000 x 50)
+# auto: brute force up to this many rows (n^2 d flops: still a short in-memory product, and the
+# graph is exact)
+EXACT_MAX = 20_000
 TARGET_RECALL = 0.9  # NN-descent: the sample recall a graph should reach (see below)
 SMALL_CELL = 5_000  # partitioned: cells up to this size are searched by brute force
 NNDESCENT_METRICS = ("euclidean", "sqeuclidean", "cosine", "manhattan", "chebyshev",
@@ -401,7 +403,7 @@ def _nndescent_ordered(x: np.ndarray, order, k: int, metric: str, metric_kwds: d
     # NN-descent may leave -1 where it found fewer candidates; treat them as far away
     dist[idx < 0] = np.inf
     # NN-descent lists each row by distance; only rows with a tie (or out of order) need the
-    # sort by (distance, index) (1.4 s on 1 000 000 x 16 when done for every row)
+    # sort by (distance, index), so the few such rows are sorted, not the whole array
     step = np.diff(dist, axis=1)
     redo = np.nonzero((step <= 0).any(axis=1))[0]
     if redo.size:
@@ -413,8 +415,9 @@ def _nndescent_ordered(x: np.ndarray, order, k: int, metric: str, metric_kwds: d
                        "tidy": round(time.perf_counter() - t1, 3)}
 
 
-# ---- a stated recall: NN-descent's recall falls with the data's intrinsic dimension (0.71 at
-# k = 15 on 300 000 isotropic 50-D blobs with pynndescent's defaults). After the first build
+# ---- a stated recall: NN-descent's recall falls with the data's intrinsic dimension (on
+# isotropic high-dimensional blobs it ends well short of TARGET_RECALL with pynndescent's
+# defaults; bench/RESULTS.md, kNN). After the first build
 # the task measures its recall on a sample against exact neighbours; while short of the target
 # it builds again with a denser search graph (more neighbours kept per row, more candidates per
 # join), and keeps the best graph, until the target or the time budget is met.
@@ -448,12 +451,11 @@ def check_target_recall(target_recall, recall_budget) -> None:
 # A pilot predicts the recall of the first build on hard data, so that its cost is not spent
 # on a graph that will be built again: NN-descent on two random subsets (the larger of 30 000
 # rows and n / 25, and a quarter of that), each one's recall measured exactly on 300 of its
-# rows, extrapolated in log(rows) to n (recall falls with n: 0.85 at 30 000 and 0.71 at
-# 300 000 isotropic 50-D blobs). It costs an eighth of the first build at 300 000 rows and a
-# twentieth from 750 000 up. Below ~5 000 rows a subset's recall is near 1 on data hard at n
-# (no signal to extrapolate), hence the minimum n. The extrapolation is optimistic (0.86
-# predicted for 0.71 measured on the blobs): a graph still short after the first build is
-# built again as without a pilot.
+# rows, extrapolated in log(rows) to n (recall falls with n). The subsets are small against n,
+# so the pilot costs a small part of the first build, and less the larger n is. A subset of a
+# few thousand rows has a recall near 1 even on data hard at n (no signal to extrapolate),
+# hence the minimum n. The extrapolation is optimistic: a graph still short after the first
+# build is built again as without a pilot.
 PILOT_MIN_ROWS = 200_000
 PILOT_ROWS = 30_000
 PILOT_SHARES = (1 / 100, 1 / 25)
@@ -643,10 +645,10 @@ def _nndescent_any(X, k, metric, metric_kwds, random_state, extra, target=None, 
 
 # --------------------------------------------------------------------------- partitioned
 
-# partitioned: default rows per cell (before the overlap). A cell's NN-descent task needs
-# ~1.2 KB a row at 50 columns (measured: 1.4 GB of worker RSS for the graph of 1 000 000 rows
-# in one task), and k-means cells of clustered data come out unequal (at 200 000 rows a cell
-# the largest of ten had 436 543 rows), so cells are kept small: 100 000 rows.
+# partitioned: default rows per cell (before the overlap). A cell's NN-descent task holds
+# several times the cell's own data in worker memory, and k-means cells of clustered data come
+# out unequal (the largest well above the mean), so cells are kept small enough that the
+# largest still fits a worker.
 CELL_ROWS = 100_000
 
 

@@ -294,8 +294,9 @@ def _fit_nystrom_steps(X, k, kern, m, method, random_state, n_oversamples, n_ite
 # The top eigenpairs of Phi's scatter come from subspace iteration over the centred C when C
 # can be held (NumPy input, or persisted on the cluster within PERSIST_SHARE of its memory)
 # and the block k + n_oversamples is at most this share of the rank r: each iteration is
-# 4 n r (k + p) flops against the 2 n r^2 of the scatter (20 000 x 2 000, k = 2: 5x fewer,
-# measured 0.3 s against 1.8 s of one core). Otherwise one pass forms the r x r scatter.
+# 4 n r (k + p) flops against the 2 n r^2 of the scatter, so with a block thin against r the
+# iterations together cost less than forming the scatter. Otherwise one pass forms the r x r
+# scatter.
 SUBSPACE_SHARE = 0.25
 
 
@@ -358,8 +359,8 @@ def _in_memory_spectrum(nmap, k, n_oversamples, n_iter, tol, random_state, *chun
 
 # Dask input whose C = k(X, L), X and the subspace block together need at most this share of
 # one worker's memory is gathered into one task, which runs the in-memory solver on that
-# worker's cores: on the kernel PCA benchmark (20 000 x 2000, 2 workers) the persisted-C path
-# took 3.6 s (nine passes, a scheduler round trip each) against 0.7 s in memory (measured).
+# worker's cores: the persisted-C path makes one pass over C per iteration, each a scheduler
+# round trip, which at these sizes costs more than the whole solve in memory.
 ONE_TASK_SHARE = 0.25
 
 

@@ -49,10 +49,10 @@ LANDMARK_BASES = ("reconstruction", "laplacian")
 LANDMARK_CHOICES = ("maxmin", "uniform")
 SAMPLE_FACTOR = 10  # max-min runs on a uniform sample of this many times m rows
 # Clarabel's gap / feasibility tolerance for the m x m problem. Not 1e-7 as for exact MVU:
-# the penalised objective is a difference of two O(1) ratios and Clarabel's relative gap
-# stalls near 2.5e-7 on some inputs (measured: swiss roll n = 3000, m = 40, dask input:
-# "AlmostSolved" at gap 2.47e-7, primal residual 1.4e-10). 1e-6 of the objective is far
-# below what the landmark approximation itself costs (mean relative edge error 13 % there).
+# the penalised objective is a difference of two O(1) ratios and Clarabel's relative gap can
+# stall between 1e-7 and 1e-6 on some inputs ("AlmostSolved" with tiny residuals). 1e-6 of the
+# objective is far below what the landmark approximation itself costs (its relative edge
+# error, docs/methods.md).
 DEFAULT_TOL = 1e-6
 
 

@@ -54,11 +54,10 @@ __all__ = ["LocallyLinearEmbedding", "LLEModel", "lle", "lle_matrix", "LLE_EIGEN
 LLE_EIGEN_SOLVERS = SPARSE_EIGEN_SOLVERS + ("factored", "amg")
 # "auto" factorises (shift-invert ARPACK on M, or the factored solver) only for data of at
 # most this many columns; above it, LOBPCG on products with I - W. Factorisations fill in on
-# kNN graphs of high-dimensional data (LU of I - W: 195 entries a row at n = 200 000 on the
-# 3-D swiss roll, 1,547 at n = 10 000 on the 50-D mixture; shift-invert on M at n = 20 000
-# there did not finish in 10 minutes), whereas LOBPCG needs the bottom eigenvalues not too
-# small against M's diagonal (~1e-3 - 1e-2 on the mixture, 1e-14 on the roll, where it
-# stalls). See bench/RESULTS.md.
+# kNN graphs of high-dimensional data (the LU of I - W stays sparse on a low-dimensional
+# manifold but not there, and shift-invert on M becomes impractical), whereas LOBPCG needs the
+# bottom eigenvalues not too small against M's diagonal: true on high-dimensional data, not on
+# a low-dimensional manifold such as the swiss roll, where it stalls. See bench/RESULTS.md.
 FACTORIZE_MAX_DIM = 8
 
 

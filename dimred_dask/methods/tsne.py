@@ -36,8 +36,9 @@ from ._neighbor_runs import (one_run, check_choice, check_fit_sample, check_floa
 __all__ = ["TSNE", "TSNEModel", "tsne", "tsne_sweep", "TSNE_DEFAULTS", "TSNE_SWEEPABLE",
            "check_tsne_params", "EXACT_MAX"]
 
-EXACT_MAX = 3000  # gradient="auto": exact up to this many points, FFT above (measured
-# crossover on 2 cores: 6 ms vs 10-20 ms per iteration at n = 1797)
+# gradient="auto": exact up to this many points, FFT above: on small n the exact O(n^2)
+# gradient is the faster one, as the FFT interpolation's grid has a fixed cost per iteration
+EXACT_MAX = 3000
 INIT_STD = 1e-4  # the initial embedding's first column has this standard deviation
 GRADIENTS = ("auto", "exact", "fft")
 TSNE_DEFAULTS = {
