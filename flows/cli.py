@@ -154,6 +154,11 @@ def print_summary(m: dict, stream=None) -> None:
     if "explained_variance_ratio_total" in model:
         w(f"explained variance ratio (total of {model['n_components']}): "
           f"{model['explained_variance_ratio_total']:.6f}\n")
+    choice = model.get("solver_choice") or {}
+    if choice.get("max_error") is not None:  # PCA's solver="auto" weighing single-pass
+        w(f"solver      {choice['solver']}: {choice['why']}\n")
+        if choice.get("fallback"):
+            w(f"            then {choice['fallback']}\n")
     sketch = model.get("sketch")
     if sketch:  # single-pass PCA
         est = sketch.get("embedding_error_estimate")

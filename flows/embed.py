@@ -340,6 +340,10 @@ def fit(spec: dict, v: dict) -> dict:
     _refuse_unconverged(spec["method"], summary.get("convergence") or [])
     if (summary.get("sketch") or {}).get("warning"):  # single-pass PCA short of its accuracy
         get_run_logger().warning("%s", summary["sketch"]["warning"])
+    choice = summary.get("solver_choice") or {}  # PCA's solver="auto" with max_error
+    if choice.get("max_error") is not None:
+        get_run_logger().info("solver %s: %s%s", choice["solver"], choice["why"],
+                              f"; then {choice['fallback']}" if choice.get("fallback") else "")
     with stage_errors("fit", **_mem(v)):
         store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__},
                       keep=(SCRATCH,))  # what this fit wrote for the transform stage

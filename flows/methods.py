@@ -20,14 +20,14 @@ from dimred_dask.methods.spca import (KernelSupervisedPCAModel, SupervisedPCAMod
                                       kernel_supervised_pca, supervised_pca)
 from dimred_dask.pairwise import check_kernel, check_metric
 from dimred_dask.methods.kpca import KernelPCAModel, check_kpca_params, kernel_pca
-from dimred_dask.methods.pca import SOLVERS, PCAModel, pca
+from dimred_dask.methods.pca import SOLVERS, PCAModel, check_max_error, pca, plan_solver
 
 from .adapter import (MethodAdapter, check_known, model_loader, parse_param_value,  # noqa: F401
                       save_model)
 
 
 PCA_DEFAULTS = {"n_components": 2, "solver": "auto", "whiten": False, "n_oversamples": 10,
-                "n_iter": 4, "tol": 0.0, "random_state": 0}
+                "n_iter": 4, "tol": 0.0, "random_state": 0, "max_error": None}
 
 
 def _pca_check(params: dict, shape: tuple) -> dict:
@@ -41,6 +41,7 @@ def _pca_check(params: dict, shape: tuple) -> dict:
                          f"{p['n_components']!r} (a fraction of variance needs the whole "
                          "spectrum).", "pass --n-components 50 (an int), or use "
                          "--param solver=covariance.")
+    check_max_error(p["max_error"])
     if not isinstance(p["whiten"], bool):
         raise InputError(f"whiten must be true or false; found {p['whiten']!r}.",
                          "pass --param whiten=true.")
@@ -63,7 +64,9 @@ def _pca_fit(X, p: dict, run=None, **_):
 
 
 def _pca_fit_quietly(X, p: dict, run):
-    if p["solver"] != "single-pass" or run is None or not is_dask(X):
+    if run is None or not is_dask(X) or plan_solver(
+            X, p["solver"], p["n_components"], max_error=p["max_error"],
+            n_oversamples=p["n_oversamples"], n_iter=p["n_iter"])[0] != "single-pass":
         return pca(X, **p)
     from dimred_dask.io import RunStore
     from dimred_dask.linalg.single_pass import sketch_width
@@ -84,6 +87,9 @@ def _pca_fit_quietly(X, p: dict, run):
         if fresh:
             store.remove("zarr.json")
         raise
+    if model.solver != "single-pass":  # auto refitted exactly: the sketch is not needed
+        store.remove(SCRATCH)
+        return model
     model.info["row_sketch"] = {"array": ROW_SKETCH, "shape": [n, width],
                                 "chunks": [rows, width], "dtype": np.dtype(dtype).name,
                                 "stored_chunks": int(target.nchunks)}
@@ -123,7 +129,8 @@ def _pca_transform(model: PCAModel, X):
 
 
 def _pca_summary(model: PCAModel) -> dict:
-    extra = {k: model.info[k] for k in ("sketch", "row_sketch") if k in model.info}
+    extra = {k: model.info[k] for k in ("sketch", "row_sketch", "solver_choice")
+             if k in model.info}
     return {"n_components": model.n_components, "solver": model.solver, "passes": model.passes,
             "noise_variance": model.noise_variance, "convergence": model.convergence, **extra,
             **metrics.explained_variance_summary(model.explained_variance,

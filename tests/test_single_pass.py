@@ -265,3 +265,57 @@ def test_cli_reports_a_short_sketch_once(prefect_api, tmp_path, rng):
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("warning     PCA single-pass") == 1
     assert "n_oversamples" in done.stdout and "DimredWarning" not in done.stderr
+
+
+def test_auto_takes_single_pass_out_of_core_when_max_error_allows(client, tmp_path, rng,
+                                                                   monkeypatch):
+    """solver="auto": exact without max_error, for data in memory and where the sketch would
+    be as costly as a second read; single-pass for data out of core (here: any dask data, the
+    share lowered) when max_error is given, its row sketch in the run store; refitted exactly,
+    the sketch removed, when its estimated error is above max_error (a flat spectrum). The
+    manifest's solver_choice and the CLI say which and why."""
+    import importlib
+    import io
+
+    from flows.cli import print_summary
+    from flows.methods import get_method
+
+    pca_module = importlib.import_module("dimred_dask.methods.pca")
+    X = _decaying(rng, n=6000, d=50, power=2.0, dtype=np.float32)
+    Xd = da.from_array(X, chunks=(1500, 50))
+    plan = pca_module.plan_solver
+    assert plan(Xd, "auto", 3, max_error=0.02)[1]["why"].startswith("exact: the data")
+    monkeypatch.setattr(pca_module, "OUT_OF_CORE_SHARE", 1e-9)  # the plan runs here
+    assert plan(Xd, "auto", 3)[0] == "covariance"
+    assert plan(X, "auto", 3, max_error=0.02)[0] == "covariance"
+    wide, why = plan(Xd, "auto", 20, max_error=0.02)  # a sketch of 40 of the 50 columns
+    assert wide == "covariance" and why["predicted_s"]["single-pass"] > \
+        why["predicted_s"]["covariance"]
+    assert plan(Xd, "single-pass", 3, max_error=0.02) == ("single-pass", {})
+
+    adapter = get_method("pca")
+    p = adapter.check({"n_components": 3, "max_error": 0.05}, X.shape)
+    model = adapter.fit(Xd, p, run={"output": str(tmp_path / "a"), "fingerprint": "f"})
+    choice = model.info["solver_choice"]
+    assert model.solver == "single-pass" and choice["solver"] == "single-pass", choice
+    assert "fallback" not in choice and model.info["row_sketch"]["shape"] == [6000, 13]
+    assert os.path.isdir(tmp_path / "a" / "sketch" / "rows")
+
+    flat = rng.standard_normal((6000, 50)).astype(np.float32)
+    out = tmp_path / "b"
+    model = adapter.fit(da.from_array(flat, chunks=(1500, 50)), {**p, "max_error": 0.01},
+                        run={"output": str(out), "fingerprint": "f"})
+    choice = model.info["solver_choice"]
+    assert model.solver == "covariance" and choice["solver"] == "single-pass"
+    assert "above max_error 0.01: refitted with covariance" in choice["fallback"]
+    assert model.sketch is None and not os.path.exists(out / "sketch")
+    ref = pca_module.pca(flat, n_components=3, solver="covariance")
+    np.testing.assert_allclose(model.components, ref.components, atol=1e-5)
+    shown = io.StringIO()
+    print_summary({"output": str(out), "method": "pca", "params": p,
+                   "input": "x", "input_meta": {"shape": [6000, 50], "dtype": "float32"},
+                   "model": adapter.summary(model), "timings": {}, "stages": {}}, shown)
+    assert "solver      single-pass: the data" in shown.getvalue()
+    assert "then the sketch's estimated embedding error" in shown.getvalue()
+    with pytest.raises(InputError, match="max_error"):
+        adapter.check({"n_components": 3, "max_error": 2}, X.shape)

@@ -13,7 +13,8 @@ Solvers (``solver=``): ``covariance`` (one pass, exact), ``tsqr`` (exact SVD, tw
 ``single-pass`` (one read of the data: a randomized sketch whose row sketch gives the training
 embedding, approximate, with its error reported; ``linalg.single_pass``), ``auto``
 (covariance up to ``COVARIANCE_MAX_FEATURES`` features, else dual when
-n <= ``DUAL_MAX_SAMPLES``, else randomized; never single-pass).
+n <= ``DUAL_MAX_SAMPLES``, else randomized; single-pass only when ``max_error`` allows an
+approximate embedding and the data is out of core, see `plan_solver`).
 
 Sparse input (a ``scipy.sparse`` matrix, or a dask array of CSR row blocks; single-cell counts)
 is centred implicitly, X - 1 mean^T is never formed: ``covariance`` accumulates
@@ -47,6 +48,15 @@ DUAL_MAX_SAMPLES = 4096
 # error of the training embedding
 SKETCH_ERROR_WARN = 0.05
 SPARSE_SOLVERS = ("auto", "covariance", "randomized", "single-pass")
+# solver="auto" with max_error on dense dask input larger than OUT_OF_CORE_SHARE of the
+# cluster's memory (each pass reads it from storage again): single-pass when its predicted time
+# is below the exact solver's. A pass is predicted at its floor, the larger of its read
+# (bytes / READ_BYTES_PER_S, writes counted alike) and its compute (flops / (FLOPS_PER_CORE x
+# the cluster's threads)); the rates are those `python -m bench pca --only single-pass`
+# measured on local disk (a plain read of uncompressed chunk files; float32 products).
+OUT_OF_CORE_SHARE = 0.5
+READ_BYTES_PER_S = 1.9e9
+FLOPS_PER_CORE = 1.2e11
 # Sparse covariance: a task holds about this many d x d float64 matrices at once (the block's
 # X^T X made dense, its centred scatter, and in a merge the two it combines), and they may use
 # at most SPARSE_COVARIANCE_SHARE of the smallest worker's memory limit (of the machine's
@@ -188,6 +198,76 @@ def choose_solver(solver: str, n: int, d: int, n_components) -> str:
     return "randomized" if not isinstance(n_components, float) else "tsqr"
 
 
+def plan_solver(X, solver: str, k_request, *, max_error=None, n_oversamples: int = 10,
+                n_iter: int = 4) -> tuple[str, dict]:
+    """(solver, why): the solver a fit uses and, for ``auto``, the reasons for it (the
+    manifest's ``solver_choice``). ``max_error``: the largest relative embedding error the
+    caller accepts from an approximate solver (None: exact only)."""
+    n, d = X.shape
+    if is_sparse_input(X):
+        return choose_sparse_solver(solver, X, k_request, "X"), {}
+    exact = choose_solver(solver, n, d, k_request)  # also checks the name
+    if solver != "auto":
+        return exact, {}
+    why = {"requested": "auto", "exact_solver": exact}
+    if max_error is None:
+        return exact, {**why, "solver": exact,
+                       "why": "exact: no max_error given, so no approximate solver"}
+    if isinstance(k_request, float) or not is_dask(X):
+        return exact, {**why, "solver": exact, "why": (
+            "exact: a fraction of variance needs the whole spectrum" if
+            isinstance(k_request, float) else "exact: the data is in memory, where a second "
+            "pass reads no storage")}
+    memory, threads = _cluster(X)
+    nbytes = n * d * X.dtype.itemsize
+    if not memory or nbytes <= OUT_OF_CORE_SHARE * memory:
+        return exact, {**why, "solver": exact, "why": (
+            f"exact: the data ({_size(nbytes)}) fits in {OUT_OF_CORE_SHARE:.0%} of the "
+            f"cluster's memory ({_size(memory or 0)}), where a second pass is cheap")}
+    from ..linalg.single_pass import sketch_width
+
+    s = sketch_width(k_request, n_oversamples, n, d)
+    rate = FLOPS_PER_CORE * max(threads, 1)
+
+    def passes(count: int, flops: float) -> float:
+        return count * max(nbytes / READ_BYTES_PER_S, flops / rate)
+
+    k = min(k_request, d)
+    predicted = {"single-pass": passes(1, 4.0 * n * d * s)
+                 + 2 * n * s * X.dtype.itemsize / READ_BYTES_PER_S}  # sketch written, read
+    predicted[exact] = passes(1, 2.0 * n * d * k) + {  # + the transform pass
+        "covariance": passes(1, 1.0 * n * d * d),
+        "tsqr": passes(2, 4.0 * n * d * d),
+        "dual": passes(1, 1.0 * n * n * d),
+        "randomized": passes(n_iter + 2, 4.0 * n * d * (k + n_oversamples))}[exact]
+    chosen = "single-pass" if predicted["single-pass"] < predicted[exact] else exact
+    return chosen, {**why, "solver": chosen, "max_error": float(max_error),
+                    "predicted_s": {k: float(f"{v:.3g}") for k, v in predicted.items()},
+                    "why": (f"the data ({_size(nbytes)}) is over {OUT_OF_CORE_SHARE:.0%} of "
+                            f"the cluster's memory ({_size(memory)}), so each pass reads it "
+                            f"from storage; predicted {predicted['single-pass']:.3g} s for "
+                            f"single-pass (one read, a sketch of {s} columns) against "
+                            f"{predicted[exact]:.3g} s for {exact}")}
+
+
+def _cluster(X) -> tuple[int | None, int]:
+    """(memory, threads) of the cluster that computes the dask array ``X``: the workers'
+    totals on a distributed client, else this machine's."""
+    import os
+
+    client = active_client()
+    if client is not None:
+        workers = client.scheduler_info()["workers"].values()
+        memory = sum(w.get("memory_limit") or 0 for w in workers)
+        return (memory or None), sum(w.get("nthreads") or 1 for w in workers)
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total), os.cpu_count() or 1
+    except ImportError:
+        return None, os.cpu_count() or 1
+
+
 def _memory(X) -> int | None:
     """Memory a task may use: the smallest worker memory limit for dask input on a
     distributed client, else the machine's memory (None when unknown)."""
@@ -261,7 +341,7 @@ def _spectrum(X, solver, k_request, n_oversamples, n_iter, tol, random_state, wh
 
 def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
         n_oversamples: int = 10, n_iter: int = 4, tol: float = 0.0, random_state=None,
-        row_sketch=None, where: str = "X") -> PCAModel:
+        max_error=None, row_sketch=None, where: str = "X") -> PCAModel:
     """Fit PCA to ``X`` (NumPy or dask, n_samples x n_features) and return the `PCAModel`.
 
     ``n_components``: an int, a fraction of variance to keep in (0, 1), or None for
@@ -273,15 +353,19 @@ def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
     (``linalg.single_pass``); ``row_sketch`` is where its n x s row sketch goes (an array of
     that shape chunked like ``X``'s rows; kept in memory for NumPy input when not given), from
     which `PCAModel.embed_row_sketch` gives the training embedding without reading ``X``
-    again. Heavy work runs where ``X`` lives: NumPy in this process, dask on the active
-    distributed client. Nothing here writes anything but ``row_sketch``.
+    again. ``max_error`` (None, or a relative error in (0, 1)): lets ``solver="auto"`` take
+    single-pass for data out of core (`plan_solver`), refitting with the exact solver when the
+    sketch's estimated embedding error is above it; with ``solver="single-pass"`` it is the
+    error above which the fit warns (default ``SKETCH_ERROR_WARN``). Heavy work runs where
+    ``X`` lives: NumPy in this process, dask on the active distributed client. Nothing here
+    writes anything but ``row_sketch``.
     """
     X = check_array(X, method="PCA", where=where, accept_sparse=True)
     n, d = X.shape
     k_request = check_n_components(n_components, n, d, method="PCA")
-    resolved = choose_solver(solver, n, d, k_request)  # also checks the name
-    solver = choose_sparse_solver(solver, X, k_request, where) if is_sparse_input(X) else \
-        resolved
+    check_max_error(max_error)
+    solver, choice = plan_solver(X, solver, k_request, max_error=max_error,
+                                 n_oversamples=n_oversamples, n_iter=n_iter)
     if not (isinstance(tol, (int, float)) and np.isfinite(tol) and tol >= 0):
         raise InputError(f"PCA needs tol >= 0 (0: run all n_iter + 1 passes); found {tol!r}.",
                          "pass e.g. tol=1e-4 with a larger n_iter, or leave tol=0.")
@@ -290,6 +374,14 @@ def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
     sketch = None
     if solver == "single-pass":
         sp, sketch = sp
+        est = sketch.embedding_error_estimate
+        if choice and not (np.isfinite(est) and est <= max_error):  # auto: exact after all
+            solver, sketch = choice["exact_solver"], None
+            choice["fallback"] = (
+                f"the sketch's estimated embedding error {est:.3g} is above max_error "
+                f"{max_error:g}: refitted with {solver} (exact; more passes over the data)")
+            sp = _spectrum(X, solver, k_request, n_oversamples, n_iter, tol, random_state,
+                           where)
     _warn_constant(sp, d, where)
     total = sp.total_variance
     ratio_all = sp.variances / total if total > 0 else np.zeros_like(sp.variances)
@@ -303,16 +395,29 @@ def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
     noise = (total - kept.sum()) / (rank - k) if k < rank else 0.0
     comps = sign_fix(sp.components[:k])
     info = {"total_variance": float(total), "exact": bool(sp.exact),
-            "convergence": [sp.convergence] if sp.convergence else []}
+            "convergence": [sp.convergence] if sp.convergence else [],
+            **({"solver_choice": choice} if choice else {})}
     model = PCAModel(comps.astype(X.dtype), sp.mean.astype(X.dtype), kept.astype(X.dtype),
                      ratio_all[:k].astype(X.dtype), np.sqrt(kept * (n - 1)).astype(X.dtype),
                      float(max(noise, 0.0)), n, bool(whiten), solver, sp.passes, info)
     if sketch is not None:
-        _attach_sketch(model, sketch, comps, sp.components[:k])
+        _attach_sketch(model, sketch, comps, sp.components[:k],
+                       SKETCH_ERROR_WARN if max_error is None else max_error)
     return model
 
 
-def _attach_sketch(model: PCAModel, sketch, comps, raw) -> None:
+def check_max_error(max_error) -> None:
+    if max_error is None:
+        return
+    if isinstance(max_error, bool) or not isinstance(max_error, (int, float)) or \
+            not 0 < max_error < 1:
+        raise InputError(
+            f"PCA needs max_error (the largest relative embedding error accepted from an "
+            f"approximate solver) in (0, 1), or None for exact solvers only; found "
+            f"{max_error!r}.", "pass e.g. max_error=0.01, or leave it unset.")
+
+
+def _attach_sketch(model: PCAModel, sketch, comps, raw, warn_above: float) -> None:
     """The single-pass fit's embedding map, with the components' signs and whitening, and its
     error estimates (``linalg.single_pass``)."""
     signs = np.sign(np.sum(comps * raw, axis=1))
@@ -327,9 +432,9 @@ def _attach_sketch(model: PCAModel, sketch, comps, raw) -> None:
         "embedding_error_estimate": _number(sketch.embedding_error_estimate),
         "component_error_estimate": [float(e) for e in sketch.component_error_estimate]}
     est = sketch.embedding_error_estimate
-    if np.isfinite(est) and est > SKETCH_ERROR_WARN:
+    if np.isfinite(est) and est > warn_above:
         msg = (f"PCA single-pass: the embedding's estimated relative error is {est:.2g} "
-               f"(more than {SKETCH_ERROR_WARN:g}); the sketch of {sketch.width} columns "
+               f"(more than {warn_above:g}); the sketch of {sketch.width} columns "
                f"captured {sketch.captured_variance:.4f} of the variance, so the spectrum "
                "decays too slowly past the components kept for one pass to determine them.")
         fix = (f"pass a larger n_oversamples (now {sketch.width - model.n_components} extra "
@@ -382,6 +487,12 @@ class PCA(DimredEstimator):
         accurate explained variances need an n_iter of 20-40 with tol about 1e-3.
     random_state : int, numpy Generator or None
         Seeds the randomized solver; the same seed gives the same result on any cluster.
+    max_error : float in (0, 1) or None, default None
+        The largest relative error of the embedding accepted from an approximate solver.
+        With ``solver="auto"`` and dask data larger than half the cluster's memory, the fit
+        then takes single-pass when it is predicted faster, and refits exactly when the
+        sketch's estimated error is above ``max_error``; ``info["solver_choice"]`` of the
+        model says what was chosen and why. None: exact solvers only.
 
     Attributes
     ----------
@@ -390,7 +501,7 @@ class PCA(DimredEstimator):
     """
 
     def __init__(self, n_components=None, *, solver="auto", whiten=False, n_oversamples=10,
-                 n_iter=4, tol=0.0, random_state=None):
+                 n_iter=4, tol=0.0, random_state=None, max_error=None):
         self.n_components = n_components
         self.solver = solver
         self.whiten = whiten
@@ -398,6 +509,7 @@ class PCA(DimredEstimator):
         self.n_iter = n_iter
         self.tol = tol
         self.random_state = random_state
+        self.max_error = max_error
 
     def fit(self, X, y=None):
         self._fit(X)
@@ -408,7 +520,7 @@ class PCA(DimredEstimator):
     def _fit(self, X):
         model = pca(X, n_components=self.n_components, solver=self.solver, whiten=self.whiten,
                     n_oversamples=self.n_oversamples, n_iter=self.n_iter, tol=self.tol,
-                    random_state=self.random_state)
+                    random_state=self.random_state, max_error=self.max_error)
         self._model = model
         self.components_ = model.components
         self.mean_ = model.mean
