@@ -69,8 +69,8 @@ def block_tasks(X, fn, *args) -> list:
 
     The read of each block and ``fn`` run in one task (dask fuses the block's getter into it),
     so a worker's threads each read then compute, out of step with one another, and the block
-    is freed when its task ends. With a read task and a kernel task per block, a pass over
-    35 GiB on local disk took about the sum of its read and its compute; fused, 7 % less
+    is freed when its task ends: with a read task and a kernel task per block, a pass took
+    about the sum of its read and its compute, as the workers read and computed in lockstep
     (bench/RESULTS.md, PCA out of core in one pass)."""
     from dask import delayed
 
