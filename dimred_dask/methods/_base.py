@@ -30,6 +30,18 @@ class HasConvergence:
         return list((getattr(self, "info", None) or {}).get("convergence") or [])
 
 
+def like_input(Y: np.ndarray, X, *, cast: bool = False):
+    """``Y`` (NumPy, X's rows) in the input's kind: a dask array in X's row chunks when X is
+    dask, else NumPy; in X's dtype with ``cast``."""
+    if cast:
+        Y = np.asarray(Y).astype(X.dtype, copy=False)
+    if not is_dask(X):
+        return Y
+    import dask.array as da
+
+    return da.from_array(Y, chunks=(X.chunks[0],) + tuple(Y.shape[1:]))
+
+
 def sign_fix(rows: np.ndarray) -> np.ndarray:
     """Flip each row so that its entry of largest magnitude is positive (deterministic signs)."""
     rows = np.array(rows, dtype=np.float64, copy=True)

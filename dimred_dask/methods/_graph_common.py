@@ -106,13 +106,6 @@ def new_neighbours(block: np.ndarray, X_fit: np.ndarray, k: int, metric: str = "
     return block_topk(np.asarray(block), X_fit, k, metric=metric, p=p)
 
 
-def like(arr: np.ndarray, X):
-    """``arr`` (n rows) as a dask array chunked like X's rows when X is dask, else as is."""
-    if not is_dask(X):
-        return arr
-    import dask.array as da
-
-    return da.from_array(arr, chunks=(X.chunks[0], arr.shape[1]))
 
 
 def checked(X, method: str, where: str = "X"):

@@ -33,6 +33,7 @@ from .._compute import active_client, compute
 from .._validation import check_random_state, is_dask
 from ..errors import DimredWarning, InputError
 from ..graphs import KNNGraph, knn_graph
+from ._base import like_input
 
 __all__ = ["expand_sweep", "run_tasks", "threads", "MemoryCheckpoint", "pca_init",
            "check_graph", "one_run", "fit_graph", "graph_ref", "delayed_literal", "like_input", "EmbeddingSet", "check_int", "check_float",
@@ -203,16 +204,6 @@ def graph_ref(graph):
     rows), an in-memory graph as one dask literal (the scheduler keeps it, so a dead worker
     loses nothing that cannot be recomputed; never scattered to a single worker)."""
     return graph if _is_source(graph) else delayed_literal(graph)
-
-
-def like_input(Y: np.ndarray, X):
-    """The embedding as the input's kind: NumPy in the input's dtype, or dask in its row
-    chunks."""
-    if is_dask(X):
-        import dask.array as da
-
-        return da.from_array(np.asarray(Y).astype(X.dtype), chunks=(X.chunks[0], Y.shape[1]))
-    return np.asarray(Y).astype(X.dtype, copy=False)
 
 
 def delayed_literal(value):

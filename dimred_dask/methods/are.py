@@ -24,7 +24,7 @@ from .._validation import check_array, is_dask
 from ..errors import InputError
 from ..graphs import check_reg
 from ..graphs.sdp import edge_list
-from .mvu import (EXACT_MAX, SDPEmbeddingModel, _SDPEstimator, check_sdp_params, distance_sdp,
+from .mvu import (EXACT_MAX, SDPEmbeddingModel, SDPEstimator, check_sdp_params, distance_sdp,
                   kernel_embedding, prepare_graph)
 
 __all__ = ["ActionRespectingEmbedding", "action_respecting_embedding", "check_actions",
@@ -159,7 +159,7 @@ def _action_violation(K: np.ndarray, extra) -> float:
     return float(np.abs(np.bincount(ci, weights=val)).max())
 
 
-class ActionRespectingEmbedding(_SDPEstimator):
+class ActionRespectingEmbedding(SDPEstimator):
     """Action respecting embedding (Bowling et al. 2005): ``fit(X, actions)`` with X in
     temporal order and ``actions`` of length n - 1. See `action_respecting_embedding` for the
     parameters."""

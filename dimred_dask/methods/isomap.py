@@ -38,9 +38,9 @@ from ..errors import InputError
 from ..graphs import (check_n_neighbors, geodesic_matrix, geodesic_rows,
                       geodesics_through_neighbours)
 from ..pairwise import check_metric
-from ._base import DimredEstimator, column_signs, rowwise
-from ._graph_common import (ArrayModel, fit_graph, like, new_neighbours, training_rows)
-from .mds import MDS_SOLVERS, MDSModel, _choose_landmarks, classical_mds
+from ._base import DimredEstimator, column_signs, like_input, rowwise
+from ._graph_common import (ArrayModel, fit_graph, new_neighbours, training_rows)
+from .mds import MDS_SOLVERS, MDSModel, choose_landmark_rows, classical_mds
 
 __all__ = ["Isomap", "LandmarkIsomap", "IsomapModel", "isomap", "landmark_isomap",
            "DEFAULT_N_LANDMARKS"]
@@ -191,7 +191,7 @@ def landmark_isomap(X, *, n_components=2, n_neighbors=10, n_landmarks=None,
     g = fit_graph(X, graph, n_neighbors, method="LandmarkIsomap", metric=metric,
                   backend=knn_backend, join_components_=join_components,
                   random_state=random_state)
-    _, idx = _choose_landmarks(X, int(m), landmarks, check_metric(metric, 2.0), rng, "X")
+    _, idx = choose_landmark_rows(X, int(m), landmarks, check_metric(metric, 2.0), rng, "X")
     GL = geodesic_rows(g, idx, method="LandmarkIsomap")  # (m, n)
     block = GL[:, idx]
     mds = classical_mds((block + block.T) / 2, n_components=k, metric="precomputed",
@@ -229,7 +229,7 @@ class _IsomapBase(DimredEstimator):
     def _set(self, model: IsomapModel, X):
         self._model = model
         X = X if hasattr(X, "chunks") else model.X_fit
-        self.embedding_ = like(model.embedding, X)
+        self.embedding_ = like_input(model.embedding, X)
         self.eigenvalues_ = model.mds.eigenvalues
         self.explained_variance_ratio_ = model.mds.explained_variance_ratio
         self.negative_eigenvalues_ = model.mds.negative_eigenvalues

@@ -52,7 +52,7 @@ from ..linalg.threaded import one_blas_thread
 from ..linalg import (DENSE_MAX, choose_landmarks, column_stats, nystrom_error, nystrom_kernel,
                       nystrom_map, nystrom_top_eigh, resolve_landmark_method, take_rows, top_eigh)
 from ..pairwise import center_stats, check_kernel, double_center, pairwise_kernels
-from ._base import DimredEstimator, HasConvergence, column_signs, rowwise
+from ._base import DimredEstimator, HasConvergence, column_signs, like_input, rowwise
 
 __all__ = ["KernelPCA", "KernelPCAModel", "kernel_pca", "KPCA_SOLVERS"]
 
@@ -279,7 +279,7 @@ def _fit_nystrom_steps(X, k, kern, m, method, random_state, n_oversamples, n_ite
     coef = coef * signs
     if emb is not None:
         emb = emb * signs
-    held = _held_out(X, idx, random_state)
+    held = held_out_rows(X, idx, random_state)
     error = nystrom_error(held, nmap)
     rec = require_converged({**how.pop("record"), "approximation_error": error}, "KernelPCA",
                             "raise n_iter (passes over the landmarks' kernel) or loosen tol.")
@@ -423,7 +423,7 @@ class _ScatterProduct:
         return self.nmap.solve_t(self.S @ self.nmap.solve(Z))
 
 
-def _held_out(X, landmark_idx, random_state) -> np.ndarray:
+def held_out_rows(X, landmark_idx, random_state) -> np.ndarray:
     n = X.shape[0]
     seed = random_state if isinstance(random_state, (int, np.integer)) else 0
     rng = check_random_state(np.random.default_rng([int(seed), 7]))  # apart from the landmarks
@@ -490,14 +490,14 @@ class KernelPCA(DimredEstimator):
         self.convergence_ = model.convergence
         if model.solver == "nystrom":
             self.embedding_ = (model.transform(X) if model.embedding is None else
-                               _like(model.embedding.astype(X.dtype), X))
+                               like_input(model.embedding, X, cast=True))
             self.eigenvectors_ = self.embedding_ * model._inv_sqrt().astype(X.dtype)
             self.landmarks_ = model.landmarks
             self.approximation_error_ = model.info["approximation_error"]
         else:
             emb = model.training_embedding().astype(X.dtype)
             self.eigenvectors_ = model.alphas
-            self.embedding_ = _like(emb, X)
+            self.embedding_ = like_input(emb, X)
         return self
 
     def fit_transform(self, X, y=None):
@@ -508,11 +508,3 @@ class KernelPCA(DimredEstimator):
         X = check_array(X, method="KernelPCA", min_samples=1, check_finite=not is_dask(X))
         check_n_features(self, X, self.n_features_in_)
         return self._model.transform(X)
-
-
-def _like(arr: np.ndarray, X):
-    if not is_dask(X):
-        return arr
-    import dask.array as da
-
-    return da.from_array(arr, chunks=(X.chunks[0], arr.shape[1]))

@@ -39,7 +39,7 @@ from ..linalg import take_rows
 from ..linalg.conic import solve_problem
 from ..linalg.sdp import solver_options
 from ._base import column_signs
-from .mvu import (DEFAULT_MAX_ITER, SDPEmbeddingModel, _SDPEstimator, _check_status,
+from .mvu import (DEFAULT_MAX_ITER, SDPEmbeddingModel, SDPEstimator, check_solver_status,
                   check_sdp_params, prepare_graph)
 
 __all__ = ["LandmarkMVU", "landmark_mvu", "LANDMARK_BASES", "LANDMARK_CHOICES",
@@ -236,7 +236,7 @@ def landmark_mvu(X, *, n_components=2, n_neighbors=6, n_landmarks=40, basis="rec
         p["max_iter"] if max_iter is not None else DEFAULT_MAX_ITER[solver], verbose)
     res = _Status(status, iters, solver, L)
     records = qrecords + [rec]
-    _check_status(res, "Landmark MVU", "penalised", allow_inaccurate, records=records,
+    check_solver_status(res, "Landmark MVU", "penalised", allow_inaccurate, records=records,
                   fix="raise max_iter if the iterations ran out; else allow it with "
                   "allow_inaccurate=True (the violations are reported), or lower the penalty "
                   "(a large penalty makes the problem ill-conditioned).")
@@ -259,7 +259,7 @@ def landmark_mvu(X, *, n_components=2, n_neighbors=6, n_landmarks=40, basis="rec
 
 
 class _Status:
-    """The fields of an SDP result that `_check_status` reads."""
+    """The fields of an SDP result that `check_solver_status` reads."""
 
     def __init__(self, status, iterations, solver, K):
         self.status, self.iterations, self.K = status, iterations, K
@@ -267,7 +267,7 @@ class _Status:
         self.info = {"solver": solver.upper(), "formulation": "landmark"}
 
 
-class LandmarkMVU(_SDPEstimator):
+class LandmarkMVU(SDPEstimator):
     """Landmark MVU on NumPy or dask arrays; see `landmark_mvu` for the parameters."""
 
     def __init__(self, n_components=2, *, n_neighbors=6, n_landmarks=40,

@@ -24,8 +24,8 @@ from .._validation import check_array, check_is_fitted, check_n_features
 from ..errors import InputError
 from ..graphs import WEIGHTS, graph_csr, graph_weights, spectral_embedding
 from ..linalg import SPARSE_EIGEN_SOLVERS
-from ._base import DimredEstimator, rowwise
-from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph, like,
+from ._base import DimredEstimator, like_input, rowwise
+from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph,
                             new_neighbours, training_rows)
 
 __all__ = ["LaplacianEigenmaps", "LaplacianEigenmapsModel", "laplacian_eigenmaps",
@@ -147,7 +147,7 @@ class LaplacianEigenmaps(DimredEstimator):
             max_iter=self.max_iter, metric=self.metric, knn_backend=self.knn_backend,
             join_components=self.join_components, random_state=self.random_state)
         self._model = model
-        self.embedding_ = like(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
+        self.embedding_ = like_input(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
         self.eigenvalues_ = model.eigenvalues
         self.t_ = model.t
         self.n_components_ = model.n_components

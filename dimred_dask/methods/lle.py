@@ -45,8 +45,8 @@ from ..linalg import (ARPACK_MAX, DENSE_MAX_SPARSE, SPARSE_EIGEN_SOLVERS, bottom
                       bottom_eigsh_gram, bottom_eigsh_lobpcg)
 from ..errors import InputError
 from ..linalg.convergence import solve_with_fallbacks
-from ._base import DimredEstimator, rowwise
-from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph, like,
+from ._base import DimredEstimator, like_input, rowwise
+from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph,
                             new_neighbours, training_rows)
 
 __all__ = ["LocallyLinearEmbedding", "LLEModel", "lle", "lle_matrix", "LLE_EIGEN_SOLVERS"]
@@ -246,7 +246,7 @@ class LocallyLinearEmbedding(DimredEstimator):
                     max_iter=self.max_iter, metric=self.metric, knn_backend=self.knn_backend,
                     join_components=self.join_components, random_state=self.random_state)
         self._model = model
-        self.embedding_ = like(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
+        self.embedding_ = like_input(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
         self.eigenvalues_ = model.eigenvalues
         self.reconstruction_error_ = model.reconstruction_error
         self.n_components_ = model.n_components

@@ -51,7 +51,7 @@ from ..errors import DimredWarning, InputError
 from ..linalg import choose_eigen_solver, column_stats, take_rows, top_eigh
 from ..linalg.convergence import diagnostic, require_converged
 from ..pairwise import center_stats, check_metric, double_center, pairwise_distances
-from ._base import DimredEstimator, HasConvergence, rowwise, sign_fix
+from ._base import DimredEstimator, HasConvergence, like_input, rowwise, sign_fix
 
 __all__ = ["LANDMARK_CHOICES", "MDS", "MDS_SOLVERS", "LandmarkMDS", "LandmarkMDSModel",
            "MDSModel", "check_distance_matrix", "classical_mds", "landmark_mds"]
@@ -591,7 +591,7 @@ def _finite_rows(rows: np.ndarray, idx: np.ndarray, where: str) -> None:
                               int(bad.sum()) - n_nan, where)
 
 
-def _choose_landmarks(X, m: int, how: str, metric: dict, rng, where: str):
+def choose_landmark_rows(X, m: int, how: str, metric: dict, rng, where: str):
     """(landmark rows (m, d), their sorted row indices)."""
     n = X.shape[0]
     if how == "uniform":
@@ -625,7 +625,7 @@ def landmark_mds(X, *, n_components=2, n_landmarks=None, landmarks="maxmin",
     n = X.shape[0]
     k, m = _check_landmark_params(n, n_components, n_landmarks, landmarks)
     rng = check_random_state(random_state)
-    L, idx = _choose_landmarks(X, m, landmarks, params, rng, where)
+    L, idx = choose_landmark_rows(X, m, landmarks, params, rng, where)
     shift = L.mean(axis=0, dtype=np.float64) if params["metric"] == "euclidean" else None
     D2 = _squared_matrix(L, params, shift)
     r, g = center_stats(D2)
@@ -672,13 +672,6 @@ def _with_stress(model: LandmarkMDSModel, X, metric: dict, rng) -> LandmarkMDSMo
 # --------------------------------------------------------------------------- estimators
 
 
-def _like(arr: np.ndarray, X):
-    """``arr`` (n rows) as a dask array chunked like X's rows when X is dask."""
-    if not is_dask(X):
-        return arr
-    import dask.array as da
-
-    return da.from_array(arr, chunks=(X.chunks[0], arr.shape[1]))
 
 
 class _MDSBase(DimredEstimator):
@@ -750,7 +743,7 @@ class MDS(_MDSBase):
                               solver=self.solver, n_oversamples=self.n_oversamples,
                               n_iter=self.n_iter, random_state=self.random_state)
         self._set_common(model)
-        self.embedding_ = _like(model.embedding, X)
+        self.embedding_ = like_input(model.embedding, X)
         self.n_features_in_ = model.n_features_in
         self.solver_ = model.solver
         return self

@@ -42,7 +42,7 @@ from ..graphs.sdp import bandwidth_order, clique_dependencies, edge_list
 from ..linalg import top_eigh
 from ..linalg.convergence import describe
 from ..linalg.sdp import SDP_FORMULATIONS, face_basis, max_trace_sdp, solver_options
-from ._base import DimredEstimator, HasConvergence, column_signs, rowwise
+from ._base import DimredEstimator, HasConvergence, column_signs, like_input, rowwise
 
 __all__ = ["MaximumVarianceUnfolding", "SDPEmbeddingModel", "mvu", "distance_sdp",
            "MVU_CONSTRAINTS", "kernel_embedding", "check_sdp_params"]
@@ -240,7 +240,7 @@ def distance_sdp(n: int, I, J, d2, *, extra=None, constraints="equality", slack_
                         "reverse Cuthill-McKee"})
         if res.status == "optimal" or _infeasible(res):
             break
-    _check_status(res, method, constraints, allow_inaccurate, records=records)
+    check_solver_status(res, method, constraints, allow_inaccurate, records=records)
     info.update({"status": res.status, "attempts": attempts, "objective": res.objective,
                  "solver": res.info["solver"], "formulation": formulation, "tol": tol,
                  "iterations": res.iterations, "setup_seconds": round(res.setup_seconds, 3),
@@ -308,7 +308,7 @@ def _infeasible(res) -> bool:
     return st.startswith("unbounded" if res.info["formulation"] == "dual" else "infeasible")
 
 
-def _check_status(res, method: str, constraints: str, allow_inaccurate: bool,
+def check_solver_status(res, method: str, constraints: str, allow_inaccurate: bool,
                   fix: str | None = None, records: list | None = None) -> None:
     """Accept "optimal"; refuse an infeasible problem (`InfeasibleError`) and any other status
     (`SolverError`), except "optimal_inaccurate" with ``allow_inaccurate`` (a warning, and
@@ -415,12 +415,12 @@ def mvu(X, *, n_components=2, n_neighbors=6, constraints="equality", slack_penal
                              K if keep_kernel else None, info)
 
 
-class _SDPEstimator(DimredEstimator):
+class SDPEstimator(DimredEstimator):
     """Shared fit results and transform of the SDP estimators."""
 
     def _set(self, model: SDPEmbeddingModel, X):
         self._model = model
-        self.embedding_ = model.embedding if not is_dask(X) else _like(model.embedding, X)
+        self.embedding_ = like_input(model.embedding, X)
         self.eigenvalues_ = model.eigenvalues
         self.kernel_ = model.kernel
         self.n_features_in_ = X.shape[1]
@@ -443,13 +443,9 @@ class _SDPEstimator(DimredEstimator):
         return self._model.transform(X)
 
 
-def _like(arr: np.ndarray, X):
-    import dask.array as da
-
-    return da.from_array(arr, chunks=(X.chunks[0], arr.shape[1]))
 
 
-class MaximumVarianceUnfolding(_SDPEstimator):
+class MaximumVarianceUnfolding(SDPEstimator):
     """Maximum variance unfolding (Weinberger & Saul 2006) on NumPy or dask arrays; see `mvu`.
 
     Attributes: embedding_, eigenvalues_ (of K), kernel_ (n x n K), solver_status_,

@@ -168,4 +168,4 @@ class SNE(DimredEstimator):
 
     def fit_transform(self, X, y=None, *, graph=None):
         X = check_array(X, method="SNE", min_samples=4)
-        return like_input(self.fit(X, graph=graph).embedding_, X)
+        return like_input(self.fit(X, graph=graph).embedding_, X, cast=True)

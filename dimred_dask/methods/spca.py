@@ -69,8 +69,8 @@ from ..linalg.cross_moments import CrossStats, cross_stats
 from ..linalg.cross_moments import bad_labels as _bad_labels
 from ..linalg.pca_solvers import _complete_basis
 from ..pairwise import check_kernel, double_center, pairwise_kernels
-from ._base import DimredEstimator, HasConvergence, rowwise, sign_fix, sparse_affine
-from .kpca import _held_out
+from ._base import DimredEstimator, HasConvergence, like_input, rowwise, sign_fix, sparse_affine
+from .kpca import held_out_rows
 from .pca import pca
 
 __all__ = ["SupervisedPCA", "SupervisedPCAModel", "supervised_pca", "KernelSupervisedPCA",
@@ -456,7 +456,7 @@ def _nystrom_factor(X, params, n_landmarks, landmarks, random_state):
     m = _clip(n_landmarks, X.shape[0])
     marks, idx = choose_landmarks(X, m, landmarks, random_state)
     nmap = nystrom_map(marks, params)
-    held = _held_out(X, idx, random_state)  # rows apart from the landmarks, as KernelPCA
+    held = held_out_rows(X, idx, random_state)  # rows apart from the landmarks, as KernelPCA
     info = {"n_landmarks": int(m), "landmark_method": landmarks, "kernel_rank": nmap.rank,
             "approximation_error": nystrom_error(held, nmap),
             "approximation_error_rows": int(held.shape[0])}
@@ -511,10 +511,8 @@ def kernel_supervised_pca(X, y=None, *, n_components: int = 2, kernel: str = "ga
     a, vals, rank = _feature_directions(phi, y2, lmap, k, method, where)
     a, dtype = sign_fix(a.T).T, X.dtype
     emb = rowwise(phi, lambda b: (b @ a.astype(b.dtype)).astype(dtype), k, dtype)
-    if solver == "dense" and is_dask(X):
-        import dask.array as da
-
-        emb = da.from_array(emb, chunks=(X.chunks[0], k))
+    if solver == "dense":
+        emb = like_input(emb, X)
     return KernelSupervisedPCAModel(np.asarray(ref).astype(dtype), (to_coef @ a).astype(dtype),
                                     vals.astype(dtype), params, n, solver, label_kernel,
                                     {**info, "rank": int(rank)}, emb)

@@ -37,7 +37,8 @@ from ..linalg import (LANDMARK_METHODS, SPARSE_EIGEN_SOLVERS, choose_landmarks, 
                       nystrom_map, take_rows)
 from ..linalg.convergence import completed, record
 from ..pairwise import check_kernel
-from ._graph_common import ArrayModel, fit_graph, like
+from ._base import like_input
+from ._graph_common import ArrayModel, fit_graph
 from .laplacian_eigenmaps import check_weights
 
 __all__ = ["SpectralClustering", "SpectralClusteringModel", "spectral_clustering",
@@ -116,7 +117,7 @@ def spectral_clustering(X, *, n_clusters=2, affinity="knn", cut="normalized", n_
                                  method="SpectralClustering",
                                  fix="pass eigen_solver='arpack' (shift-invert) or 'dense' "
                                      "(small n), or loosen tol.")
-        Y, vals, solver = like(res.embedding, X), res.eigenvalues, res.solver
+        Y, vals, solver = like_input(res.embedding, X), res.eigenvalues, res.solver
         info = {"t": t_used, "weights": weights, "convergence": res.convergence, "graph": {
             "n_neighbors": g.n_neighbors, "backend": g.backend,
             "extra_edges": len(g.info.get("extra_edges", []))}}

@@ -304,7 +304,7 @@ class TSNE(DimredEstimator):
 
     def fit_transform(self, X, y=None, *, graph=None):
         X = check_array(X, method=type(self).__name__, min_samples=4)
-        return like_input(self.fit(X, graph=graph).embedding_, X)
+        return like_input(self.fit(X, graph=graph).embedding_, X, cast=True)
 
     def transform(self, X):
         check_is_fitted(self, "embedding_")
