@@ -344,21 +344,68 @@ def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
         max_error=None, row_sketch=None, where: str = "X") -> PCAModel:
     """Fit PCA to ``X`` (NumPy or dask, n_samples x n_features) and return the `PCAModel`.
 
-    ``n_components``: an int, a fraction of variance to keep in (0, 1), or None for
-    min(n_samples, n_features). ``n_iter``, ``n_oversamples``, ``tol``: the randomized
-    solver's at most ``n_iter`` + 1 Krylov passes of width k + ``n_oversamples``, stopping
-    early once the wanted pairs' largest relative residual is at most ``tol`` (0: never early;
-    a ``tol`` > 0 not reached marks the fit unconverged). ``solver="single-pass"`` sketches
-    k + max(``n_oversamples``, k) columns in one pass and reports its error in ``info``
-    (``linalg.single_pass``); ``row_sketch`` is where its n x s row sketch goes (an array of
-    that shape chunked like ``X``'s rows; kept in memory for NumPy input when not given), from
-    which `PCAModel.embed_row_sketch` gives the training embedding without reading ``X``
-    again. ``max_error`` (None, or a relative error in (0, 1)): lets ``solver="auto"`` take
-    single-pass for data out of core (`plan_solver`), refitting with the exact solver when the
-    sketch's estimated embedding error is above it; with ``solver="single-pass"`` it is the
-    error above which the fit warns (default ``SKETCH_ERROR_WARN``). Heavy work runs where
-    ``X`` lives: NumPy in this process, dask on the active distributed client. Nothing here
-    writes anything but ``row_sketch``.
+    Heavy work runs where ``X`` lives: NumPy in this process, dask on the active distributed
+    client. Nothing here writes anything but ``row_sketch``.
+
+    Parameters
+    ----------
+    X : array-like, dask array or sparse matrix of shape (n_samples, n_features)
+        The data rows. Sparse input is centred implicitly (solvers ``auto``, ``covariance``
+        and ``randomized``).
+    n_components : int, float in (0, 1) or None, default None
+        Components to keep; a float keeps the fewest components that explain that fraction
+        of the variance (exact solvers only); None keeps min(n_samples, n_features).
+    solver : {"auto", "covariance", "tsqr", "randomized", "dual", "single-pass"}, default "auto"
+        ``single-pass`` sketches k + max(``n_oversamples``, k) columns in one pass and
+        reports its error in ``info`` (``linalg.single_pass``). ``auto``: see the module
+        docstring and `plan_solver`.
+    whiten : bool, default False
+        Scale the projections to unit variance.
+    n_oversamples : int, default 10
+        Randomized solver: extra random directions beyond k (Krylov passes of width
+        k + ``n_oversamples``). Single-pass: the sketch has k + max(``n_oversamples``, k)
+        columns.
+    n_iter : int, default 4
+        Randomized solver: at most ``n_iter`` + 1 Krylov passes over the data.
+    tol : float, default 0.0
+        Randomized solver: stop early once the wanted pairs' largest relative residual is at
+        most ``tol`` (0: never early; a ``tol`` > 0 not reached marks the fit unconverged).
+    random_state : int, numpy Generator or None, default None
+        Seeds the randomized and single-pass solvers.
+    max_error : float in (0, 1) or None, default None
+        A relative error: lets ``solver="auto"`` take single-pass for data out of core
+        (`plan_solver`), refitting with the exact solver when the sketch's estimated
+        embedding error is above it; with ``solver="single-pass"`` it is the error above
+        which the fit warns (default ``SKETCH_ERROR_WARN``). None: exact solvers only.
+    row_sketch : array or None, default None
+        Single-pass: where its n x s row sketch goes (an array of that shape chunked like
+        ``X``'s rows; kept in memory for NumPy input when not given), from which
+        `PCAModel.embed_row_sketch` gives the training embedding without reading ``X``
+        again.
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    PCAModel
+        The fitted model (components, mean, explained variances, ``info`` with the solver's
+        choice and, for single-pass, the sketch's error estimates).
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; ``n_components``, ``solver``, ``tol`` or
+        ``max_error`` is out of range; a fraction ``n_components`` with the randomized or
+        single-pass solver; ``solver="covariance"`` on sparse input whose d x d
+        accumulators would not fit in memory.
+    InputTypeError
+        Sparse ``X`` with ``solver="tsqr"`` or ``"dual"`` (they would densify it).
+
+    Warns
+    -----
+    DimredWarning
+        Columns of ``X`` with zero variance; a single-pass embedding error estimate above
+        ``max_error`` (or ``SKETCH_ERROR_WARN``).
     """
     X = check_array(X, method="PCA", where=where, accept_sparse=True)
     n, d = X.shape
