@@ -176,8 +176,70 @@ def kernel_pca(X, *, n_components=2, kernel="gaussian", gamma=None, width=None, 
                where="X") -> KernelPCAModel:
     """Fit kernel PCA to ``X`` (NumPy or dask) and return the `KernelPCAModel`.
 
-    ``kernel_matrix``: the uncentred n x n kernel of X, already computed (e.g. read from a
-    run's store), used by the exact solvers instead of recomputing it.
+    Kernel PCA (Schölkopf, Smola & Müller 1998) of the kernel centred in feature space; the
+    solvers are described in the module docstring.
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows.
+    n_components : int, default 2
+        Components to keep, less than n_samples (the centred kernel has rank at most n - 1).
+    kernel : str, default "gaussian"
+        The kernel k(x, x'): "gaussian", "polynomial", "laplacian", "sigmoid", "cosine" or
+        "linear"; ``"rbf"`` and ``"poly"`` are aliases of gaussian and polynomial.
+    gamma : float or None, default None
+        Kernel parameter (> 0); defaults to 1 / n_features. Pass ``gamma`` or ``width``, not
+        both.
+    width : float or None, default None
+        Kernel parameter: c of the gaussian kernel exp(-||x - x'||^2 / c^2) (gaussian only;
+        gamma = 1 / width**2).
+    degree : int, default 3
+        Kernel parameter: the polynomial kernel's degree (>= 1).
+    coef0 : float, default 1.0
+        Kernel parameter: the polynomial and sigmoid kernels' constant term.
+    solver : {"auto", "dense", "randomized", "lanczos", "nystrom"}, default "auto"
+        ``auto``: dense up to ``DENSE_MAX`` rows, else nystrom.
+    n_landmarks : int, default 1000
+        Nyström only: m, the number of landmarks, with n_components <= m <= n_samples.
+    landmarks : {"auto", "uniform", "kmeans++", "kmeans"}, default "auto"
+        Nyström only: how the landmarks are chosen ("auto": k-means++ up to 500 landmarks,
+        uniform above).
+    n_oversamples : int, default 20
+        Randomized / Lanczos parameter: extra vectors beyond n_components.
+    n_iter : int, default 6
+        Randomized / Lanczos parameter; for Nyström on NumPy input ``n_iter`` + 1 is the most
+        passes of subspace iteration.
+    tol : float, default 0.0
+        Randomized / Lanczos parameter; for Nyström on NumPy input the relative residual at
+        which subspace iteration stops (0: at the rounding floor of C's dtype).
+    random_state : int or None, default 0
+        Seeds the landmark choice and the randomized solvers.
+    kernel_matrix : array-like, dask array or None, default None
+        The uncentred n x n kernel of X, already computed (e.g. read from a run's store), used
+        by the exact solvers instead of recomputing it.
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    KernelPCAModel
+        The fitted model: eigenvalues (zero for components whose eigenvalue is not positive,
+        counted in ``info``), the training embedding, and what ``transform`` needs.
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; ``n_components`` not an int in
+        [1, n_samples); an unknown ``kernel``, ``solver`` or ``landmarks``; a kernel parameter
+        out of range; ``n_landmarks`` outside [n_components, n_samples] for Nyström.
+    SolverError
+        The eigensolver (or Nyström subspace iteration) did not converge.
+
+    Warns
+    -----
+    DimredWarning
+        Components with eigenvalue <= 0 (an indefinite or low-rank kernel), set to zero.
     """
     X = check_array(X, method="KernelPCA", where=where)
     n, d = X.shape
