@@ -377,9 +377,28 @@ def _checked_distances(D, where: str, method: str, extra=lambda _: ()):
 def check_distance_matrix(D, *, where: str = "D", method: str = "MDS"):
     """Return ``D`` (NumPy or dask, n x n) as a float matrix fit for MDS, or raise `InputError`.
 
-    Refused: not square; NaN or inf; a negative entry; a diagonal entry or an asymmetry
-    max|D - D^T| above ``SYMMETRY_RTOL`` * max|D|. Asymmetry and diagonal within the tolerance
-    are removed exactly. For a dask D all checks are one pass of reductions.
+    Asymmetry and diagonal within the tolerance are removed exactly. For a dask D all checks
+    are one pass of reductions.
+
+    Parameters
+    ----------
+    D : array-like or dask array of shape (n, n)
+        The distance matrix.
+    where : str, default "D"
+        The name of the input in error messages.
+    method : str, default "MDS"
+        The method named in error messages.
+
+    Returns
+    -------
+    array or dask array of shape (n, n)
+        ``D`` as a float matrix, exactly symmetric with a zero diagonal.
+
+    Raises
+    ------
+    InputError
+        ``D`` is not square; has NaN or inf; has a negative entry; has a diagonal entry or an
+        asymmetry max|D - D^T| above ``SYMMETRY_RTOL`` * max|D|.
     """
     D, _ = _checked_distances(D, where, method, extra=lambda _: ())
     return D
@@ -492,12 +511,58 @@ def classical_mds(X, *, n_components=2, metric="euclidean", p=2.0, solver="auto"
     """Classical MDS of ``X`` (data rows, or an n x n distance matrix with
     ``metric="precomputed"``), NumPy or dask; returns the `MDSModel`.
 
-    ``solver``: ``dense`` (whole spectrum in memory), ``randomized`` (subspace iteration over
-    the lazy B: ``n_iter + 1`` passes), ``lanczos``, or ``auto`` (dense up to
-    ``linalg.DENSE_MAX`` points). ``measure_negative=False`` skips the extra solve for the
-    most negative eigenvalues with the iterative solvers. ``where`` names the input in
-    errors ("D" for a precomputed matrix, "X" for data by default). ``check_input=False``: a
-    precomputed NumPy D known to be valid and exactly symmetric is not checked again.
+    Classical (Torgerson) MDS (Torgerson 1952; Gower 1966); see the module docstring for the
+    negative part of the spectrum and the stress reported.
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features) or (n_samples, n_samples)
+        The data rows, or with ``metric="precomputed"`` an n x n distance matrix (checked by
+        `check_distance_matrix`).
+    n_components : int, default 2
+        An int in [1, n_samples - 1].
+    metric : str, default "euclidean"
+        One of ``METRICS`` ("euclidean", "sqeuclidean", "cosine", "manhattan", "chebyshev",
+        "minkowski") or "precomputed".
+    p : float, default 2.0
+        The minkowski metric's order (>= 1); minkowski only.
+    solver : {"auto", "dense", "randomized", "lanczos"}, default "auto"
+        ``dense`` (whole spectrum in memory), ``randomized`` (subspace iteration over the lazy
+        B: ``n_iter + 1`` passes), ``lanczos``, or ``auto`` (dense up to ``linalg.DENSE_MAX``
+        points, randomized above).
+    n_oversamples : int, default 10
+        Randomized solver only: extra vectors beyond n_components.
+    n_iter : int, default 4
+        Randomized solver only: ``n_iter + 1`` passes.
+    random_state : int, numpy Generator or None, default 0
+        Seeds the randomized solver and the stress sample.
+    measure_negative : bool, default True
+        False skips the extra solve for the most negative eigenvalues with the iterative
+        solvers.
+    where : str or None, default None
+        Names the input in errors (None: "D" for a precomputed matrix, "X" for data).
+    check_input : bool, default True
+        False: a precomputed NumPy D known to be valid and exactly symmetric is not checked
+        again.
+
+    Returns
+    -------
+    MDSModel
+        The fitted model: embedding, eigenvalues, negative part of the spectrum, stress.
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array, or a precomputed D fails
+        `check_distance_matrix`; fewer than 2 samples; ``n_components``, ``metric``, ``p`` or
+        ``solver`` out of range.
+    SolverError
+        The eigensolver did not converge.
+
+    Warns
+    -----
+    DimredWarning
+        Kept components whose eigenvalue is not above rounding, set to zero.
     """
     params = _check_metric(metric, p, "MDS")
     where = where or ("D" if params["metric"] == "precomputed" else "X")
@@ -611,9 +676,43 @@ def landmark_mds(X, *, n_components=2, n_landmarks=None, landmarks="maxmin",
                  where="X") -> LandmarkMDSModel:
     """Landmark MDS of the rows of ``X`` (NumPy or dask); returns the `LandmarkMDSModel`.
 
-    ``n_landmarks``: m in (n_components, n_samples]; None for min(n_samples, 1000).
-    ``align``: the final PCA of the triangulated points (one pass over X).
-    The embedding is ``model.transform(X)`` (lazy for dask).
+    Landmark MDS (de Silva & Tenenbaum 2003): O(n m), nothing n x n. The embedding is
+    ``model.transform(X)`` (lazy for dask).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows (a precomputed distance matrix is refused).
+    n_components : int, default 2
+        An int in [1, n_samples - 1].
+    n_landmarks : int or None, default None
+        m in (n_components, n_samples]; None for min(n_samples, 1000).
+    landmarks : {"maxmin", "uniform"}, default "maxmin"
+        Max-min over a uniform sample of ``LANDMARK_SAMPLE_FACTOR * m`` rows (de Silva &
+        Tenenbaum's choice), or uniform rows.
+    metric : str, default "euclidean"
+        One of ``METRICS``.
+    p : float, default 2.0
+        The minkowski metric's order (>= 1); minkowski only.
+    align : bool, default True
+        The final PCA of the triangulated points (one pass over X).
+    random_state : int, numpy Generator or None, default 0
+        Seeds the landmark choice and the stress sample.
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    LandmarkMDSModel
+        The fitted model (landmarks, their eigenvalues, the triangulation map, stress).
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; ``metric="precomputed"``; ``n_components``,
+        ``n_landmarks``, ``landmarks``, ``metric`` or ``p`` out of range.
+    SolverError
+        The landmarks' eigensolver did not converge.
     """
     params = _check_metric(metric, p, "LandmarkMDS")
     if params["metric"] == "precomputed":
