@@ -133,10 +133,50 @@ def isomap(X, *, n_components=2, n_neighbors=10, metric="euclidean", knn_backend
            graph=None) -> IsomapModel:
     """Isomap of the rows of ``X`` (NumPy or dask); returns the `IsomapModel`.
 
-    ``graph``: a `KNNGraph` of these rows (the flow's stored one) instead of building it.
-    ``solver``: classical MDS's (``dense`` up to 4000 points under ``auto``, else
-    ``randomized``). Holds the n x n geodesic matrix in memory: for n up to ~20 000; use
-    `landmark_isomap` above.
+    Isomap (Tenenbaum, de Silva & Langford 2000): kNN graph, geodesic distances, classical MDS
+    of the geodesic matrix (its positive part; the negative part is reported). Holds the n x n
+    geodesic matrix in memory: for n up to ~20 000; use `landmark_isomap` above.
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows.
+    n_components : int, default 2
+        An int in [1, n_samples - 1].
+    n_neighbors : int, default 10
+        An int in [1, n_samples - 1].
+    metric : str, default "euclidean"
+        The kNN metric (euclidean, manhattan, ...); "precomputed" is refused.
+    knn_backend : {"auto", "exact", "nndescent", "partitioned"}, default "auto"
+        How the kNN graph is built.
+    join_components : bool, default False
+        Join a disconnected graph by its shortest edges (else refused).
+    solver : {"auto", "dense", "randomized", "lanczos"}, default "auto"
+        Classical MDS's (``dense`` up to 4000 points under ``auto``, else ``randomized``).
+    n_oversamples : int, default 10
+        Randomized solver only.
+    n_iter : int, default 4
+        Randomized solver only.
+    random_state : int, numpy Generator or None, default 0
+        Seeds the kNN graph and the randomized solver.
+    graph : KNNGraph or None, default None
+        A `KNNGraph` of these rows (the flow's stored one) instead of building it.
+
+    Returns
+    -------
+    IsomapModel
+        The fitted model: the embedding, the classical MDS of the geodesics and what
+        ``transform`` of new points needs.
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; ``n_components``, ``n_neighbors``,
+        ``metric`` or ``solver`` out of range; a ``graph`` of another number of rows.
+    DisconnectedGraphError
+        The kNN graph has more than one component and ``join_components`` is False.
+    SolverError
+        The MDS eigensolver did not converge.
     """
     X = check_array(X, method="Isomap")
     X, k = _check_common(X, n_components, n_neighbors, metric, "Isomap", X.shape[0] - 1)
@@ -174,8 +214,49 @@ def landmark_isomap(X, *, n_components=2, n_neighbors=10, n_landmarks=None,
                     landmarks="maxmin", metric="euclidean", knn_backend="auto",
                     join_components=False, random_state=0, graph=None) -> IsomapModel:
     """Landmark Isomap of the rows of ``X`` (NumPy or dask): Dijkstra from ``n_landmarks``
-    landmarks (max-min in the input space on a sample, or uniform rows; default
-    min(n, 300)), landmark MDS, triangulation, alignment. O(m n log n); nothing n x n."""
+    landmarks, landmark MDS, triangulation, alignment. O(m n log n); nothing n x n.
+
+    Landmark Isomap (de Silva & Tenenbaum 2003).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows.
+    n_components : int, default 2
+        An int in [1, n_samples - 2].
+    n_neighbors : int, default 10
+        An int in [1, n_samples - 1].
+    n_landmarks : int or None, default None
+        m, an int in (n_components, n_samples], or None for min(n_samples, 300).
+    landmarks : {"maxmin", "uniform"}, default "maxmin"
+        Max-min in the input space on a sample, or uniform rows.
+    metric : str, default "euclidean"
+        The kNN metric (euclidean, manhattan, ...); "precomputed" is refused.
+    knn_backend : {"auto", "exact", "nndescent", "partitioned"}, default "auto"
+        How the kNN graph is built.
+    join_components : bool, default False
+        Join a disconnected graph by its shortest edges (else refused).
+    random_state : int, numpy Generator or None, default 0
+        Seeds the kNN graph and the landmark choice.
+    graph : KNNGraph or None, default None
+        A `KNNGraph` of these rows (the flow's stored one) instead of building it.
+
+    Returns
+    -------
+    IsomapModel
+        The fitted model, with the landmarks' row indices.
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; ``n_components``, ``n_neighbors``,
+        ``n_landmarks``, ``landmarks`` or ``metric`` out of range; a ``graph`` of another
+        number of rows.
+    DisconnectedGraphError
+        The kNN graph has more than one component and ``join_components`` is False.
+    SolverError
+        The landmarks' MDS eigensolver did not converge.
+    """
     X = check_array(X, method="LandmarkIsomap")
     n = X.shape[0]
     m = min(n, DEFAULT_N_LANDMARKS) if n_landmarks is None else n_landmarks
