@@ -101,7 +101,20 @@ def lle_operator(weights: np.ndarray, indices: np.ndarray):
 
 
 def lle_matrix(weights: np.ndarray, indices: np.ndarray):
-    """M = (I - W)^T (I - W) as CSR from the (n, k) weights of each row's neighbours."""
+    """M = (I - W)^T (I - W) as CSR from the (n, k) weights of each row's neighbours.
+
+    Parameters
+    ----------
+    weights : numpy.ndarray of shape (n, k)
+        Row i's reconstruction weights of its k neighbours.
+    indices : numpy.ndarray of shape (n, k)
+        Row i's neighbours (row indices, in the order of ``weights``).
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix of shape (n, n)
+        M = (I - W)^T (I - W).
+    """
     A = lle_operator(weights, indices)
     return (A.T @ A).tocsr()
 
@@ -174,8 +187,60 @@ def _bottom_checked(A, k, solver, tol, max_iter, random_state):
 def lle(X, *, n_components=2, n_neighbors=10, reg=1e-3, eigen_solver="auto", tol=1e-8,
         max_iter=None, metric="euclidean", knn_backend="auto", join_components=False,
         random_state=0, graph=None) -> LLEModel:
-    """LLE of the rows of ``X`` (NumPy or dask); returns the `LLEModel`. ``graph``: a
-    `KNNGraph` of these rows to use instead of building one."""
+    """LLE of the rows of ``X`` (NumPy or dask); returns the `LLEModel`.
+
+    Locally linear embedding (Roweis & Saul 2000; Saul & Roweis 2003), scaled so that
+    (1/n) Y^T Y = I. A solve that stops short of ``tol`` is retried with the robust solver of
+    its size class (``lle_fallbacks``).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows.
+    n_components : int, default 2
+        An int in [1, n_samples - 2].
+    n_neighbors : int, default 10
+        More than n_components, less than n_samples.
+    reg : float, default 1e-3
+        > 0, the ridge on the local Gram matrix (times its trace).
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "factored", "amg"}, default "auto"
+        "auto" is dense up to 3000 rows; then, for data of at most 8 columns, shift-invert
+        ARPACK on M up to 200 000 rows and "factored" (LU of I - W) above; for wider data
+        "lobpcg" (LOBPCG on products with I - W, Jacobi-preconditioned, the constant deflated).
+        "amg": the same LOBPCG with an aggregation multigrid preconditioner.
+    tol : float, default 1e-8
+        The eigensolver's tolerance.
+    max_iter : int or None, default None
+        The eigensolver's iteration limit (the first solver's; fallbacks run with their
+        defaults); None for its default.
+    metric : str, default "euclidean"
+        The kNN graph's metric.
+    knn_backend : {"auto", "exact", "nndescent", "partitioned"}, default "auto"
+        The kNN graph's backend.
+    join_components : bool, default False
+        Join a disconnected kNN graph by its shortest edges (else refused).
+    random_state : int, numpy Generator or None, default 0
+        Seeds the kNN graph and the eigensolver.
+    graph : KNNGraph or None, default None
+        A `KNNGraph` of these rows to use instead of building one.
+
+    Returns
+    -------
+    LLEModel
+        The fitted model: embedding, eigenvalues, reconstruction error (the sum of the kept
+        eigenvalues), the eigensolver's records in ``info["convergence"]``.
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; ``n_components``, ``n_neighbors``, ``reg``,
+        ``eigen_solver`` or ``metric`` out of range; n_neighbors <= n_components; a ``graph``
+        of another number of rows.
+    DisconnectedGraphError
+        The kNN graph has more than one component and ``join_components`` is False.
+    SolverError
+        No eigensolver (the one asked for and its fallbacks) converged.
+    """
     X = check_array(X, method="LLE")
     n = X.shape[0]
     k = check_n_components_graph(n_components, n, "LLE")
