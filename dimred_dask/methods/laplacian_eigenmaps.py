@@ -67,6 +67,20 @@ class LaplacianEigenmapsModel(ArrayModel):
 
 
 def check_weights(weights, t):
+    """Check the graph weighting of Laplacian eigenmaps and spectral clustering.
+
+    Parameters
+    ----------
+    weights : {"heat", "binary"}
+        Heat-kernel weights exp(-d^2 / t), or binary weights.
+    t : float or None
+        The heat kernel width, a finite number > 0 (None: the mean squared edge length).
+
+    Raises
+    ------
+    InputError
+        An unknown ``weights``, or ``t`` not None and not a finite number > 0.
+    """
     if weights not in WEIGHTS:
         raise InputError(f"weights must be one of {', '.join(WEIGHTS)}; found {weights!r}.",
                          "pass weights='heat' (exp(-d^2/t)) or 'binary'.")
@@ -80,7 +94,59 @@ def laplacian_eigenmaps(X, *, n_components=2, n_neighbors=10, weights="heat", t=
                         eigen_solver="auto", tol=1e-8, max_iter=None, metric="euclidean",
                         knn_backend="auto", join_components=False, random_state=0,
                         graph=None) -> LaplacianEigenmapsModel:
-    """Laplacian eigenmaps of the rows of ``X`` (NumPy or dask); returns the model."""
+    """Laplacian eigenmaps of the rows of ``X`` (NumPy or dask); returns the model.
+
+    Laplacian eigenmaps (Belkin & Niyogi 2003): the generalised problem L y = lambda D y on the
+    weighted symmetrised kNN graph, the constant eigenvector dropped; columns D-orthonormal
+    (y^T D y = 1).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows.
+    n_components : int, default 2
+        An int in [1, n_samples - 2].
+    n_neighbors : int, default 10
+        An int in [1, n_samples - 1].
+    weights : {"heat", "binary"}, default "heat"
+        Heat-kernel weights w_ij = exp(-d_ij^2 / t), or binary weights.
+    t : float or None, default None
+        Heat kernel width (None: mean squared edge length).
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg"}, default "auto"
+        The eigensolver; a solve that stops short is retried with shift-invert ARPACK or
+        dense (see ``graphs.spectral``).
+    tol : float, default 1e-8
+        The eigensolver's tolerance.
+    max_iter : int or None, default None
+        The eigensolver's iterations (None: its own default).
+    metric : str, default "euclidean"
+        The kNN graph's metric.
+    knn_backend : {"auto", "exact", "nndescent", "partitioned"}, default "auto"
+        The kNN graph's backend.
+    join_components : bool, default False
+        Join a disconnected kNN graph by its shortest edges (else refused).
+    random_state : int, numpy Generator or None, default 0
+        Seeds the kNN graph and the eigensolver.
+    graph : KNNGraph or None, default None
+        A `KNNGraph` of these rows to use instead of building one.
+
+    Returns
+    -------
+    LaplacianEigenmapsModel
+        The fitted model: embedding, eigenvalues, the heat width used, the eigensolver's
+        records in ``info["convergence"]``.
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; ``n_components``, ``n_neighbors``,
+        ``weights``, ``t``, ``eigen_solver`` or ``metric`` out of range; a point without an
+        edge; a ``graph`` of another number of rows.
+    DisconnectedGraphError
+        The kNN graph has more than one component and ``join_components`` is False.
+    SolverError
+        No eigensolver converged.
+    """
     X = check_array(X, method="LaplacianEigenmaps")
     n = X.shape[0]
     k = check_n_components_graph(n_components, n, "LaplacianEigenmaps")
