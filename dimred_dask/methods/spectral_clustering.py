@@ -100,7 +100,80 @@ def spectral_clustering(X, *, n_clusters=2, affinity="knn", cut="normalized", n_
                         join_components=False, random_state=0,
                         graph=None) -> SpectralClusteringModel:
     """Spectral clustering of the rows of ``X`` (NumPy or dask); returns the model (its
-    ``labels`` and ``embedding`` lazy for dask input)."""
+    ``labels`` and ``embedding`` lazy for dask input).
+
+    Spectral clustering (Shi & Malik 2000; Ng, Jordan & Weiss 2002; von Luxburg 2007): the
+    ``n_clusters`` bottom eigenvectors of the cut's Laplacian are the spectral embedding, and
+    k-means on its rows gives the labels (for dask input, mini-batch k-means on a sample of
+    rows, labels assigned blockwise).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows.
+    n_clusters : int, default 2
+        An int in [1, n_samples - 1].
+    affinity : {"knn", "gaussian"}, default "knn"
+        Sparse kNN graph, or Nyström Gaussian kernel over all pairs (never n x n).
+    cut : {"normalized", "ratio"}, default "normalized"
+        ``normalized`` (L y = lambda D y) or ``ratio`` (the bottom eigenvectors of L = D - W;
+        kNN affinity only).
+    n_neighbors : int, default 10
+        The kNN affinity's: an int in [1, n_samples - 1].
+    weights : {"binary", "heat"}, default "binary"
+        The kNN affinity's edge weights (heat: exp(-d^2 / t)).
+    t : float or None, default None
+        The kNN affinity's heat kernel width (None: mean squared edge length).
+    gamma : float or None, default None
+        The Gaussian (Nyström) affinity's kernel parameter (> 0; None: 1 / n_features). Pass
+        ``gamma`` or ``width``, not both.
+    width : float or None, default None
+        The Gaussian (Nyström) affinity's c in exp(-||x - x'||^2 / c^2).
+    n_landmarks : int, default 500
+        The Gaussian (Nyström) affinity's m, an int in [n_clusters, n_samples].
+    landmarks : {"auto", "uniform", "kmeans++", "kmeans"}, default "kmeans++"
+        The Gaussian (Nyström) affinity's choice of landmarks.
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg"}, default "auto"
+        The sparse eigensolver's (kNN affinity).
+    tol : float, default 1e-8
+        The sparse eigensolver's tolerance.
+    n_init : int, default 10
+        k-means': the best of ``n_init`` k-means++ starts (an int >= 1).
+    max_iter : int, default 300
+        k-means': Lloyd iterations per start (in memory).
+    metric : str, default "euclidean"
+        The kNN graph's metric.
+    knn_backend : {"auto", "exact", "nndescent", "partitioned"}, default "auto"
+        The kNN graph's backend.
+    join_components : bool, default False
+        Join a disconnected kNN graph by its shortest edges (a disconnected graph is not
+        refused: its components' indicators are the bottom eigenvectors).
+    random_state : int, numpy Generator or None, default 0
+        Seeds the kNN graph, the eigensolver, the landmarks and k-means.
+    graph : KNNGraph or None, default None
+        A `KNNGraph` of these rows to use instead of building one (kNN affinity).
+
+    Returns
+    -------
+    SpectralClusteringModel
+        The fitted model: labels, embedding, eigenvalues, cluster centres (in the embedding),
+        inertia, and the solvers' records in ``info["convergence"]``.
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; ``n_clusters``, ``affinity``, ``cut``,
+        ``n_init``, ``eigen_solver``, ``n_neighbors``, ``weights``, ``t``, ``landmarks``,
+        ``n_landmarks`` or a kernel parameter out of range; ``affinity="gaussian"`` with
+        ``cut="ratio"``; a Nyström affinity giving a point a degree <= 0.
+    SolverError
+        No eigensolver converged.
+
+    Warns
+    -----
+    ConvergenceWarning
+        k-means' best start used all ``max_iter`` Lloyd iterations.
+    """
     X = check_array(X, method="SpectralClustering")
     n = X.shape[0]
     _check(n, n_clusters, affinity, cut, n_init, eigen_solver)
@@ -221,7 +294,7 @@ class SpectralClustering(ClusterMixin, BaseEstimator):
 
     Parameters
     ----------
-    n_clusters : int >= 2
+    n_clusters : int in [1, n_samples - 1]
     affinity : {"knn", "gaussian"} (sparse kNN graph, or Nyström Gaussian kernel)
     cut : {"normalized", "ratio"}
     n_neighbors, weights ({"binary", "heat"}), t : the kNN affinity's
