@@ -127,7 +127,41 @@ def reconstruct(X, X_fit: np.ndarray, Y_fit: np.ndarray, k: int, reg: float):
 
 def check_sdp_params(n: int, *, n_components, n_neighbors, constraints, slack_penalty,
                      formulation, solver, tol, max_iter, method: str) -> dict:
-    """Every parameter check of the SDP methods, before anything is computed."""
+    """Every parameter check of the SDP methods, before anything is computed.
+
+    Parameters
+    ----------
+    n : int
+        The number of samples.
+    n_components : int
+        An int with 1 <= n_components < n.
+    n_neighbors : int
+        An int with 1 <= n_neighbors < n.
+    constraints : {"equality", "slack"}
+        The distance constraints.
+    slack_penalty : float
+        A positive finite number.
+    formulation : {"dual", "primal"}
+        The SDP formulation.
+    solver : {"clarabel", "scs"}
+        The SDP solver.
+    tol : float or None
+        In (0, 1); None for the solver's default (1e-7 Clarabel, 1e-6 SCS).
+    max_iter : int or None
+        A positive int; None for the solver's default (200 Clarabel, 100 000 SCS).
+    method : str
+        The method named in error messages.
+
+    Returns
+    -------
+    dict
+        ``{"n_neighbors": int, "tol": float, "max_iter": int}``, the defaults resolved.
+
+    Raises
+    ------
+    InputError
+        Any of the parameters out of range.
+    """
     if (not isinstance(n_components, (int, np.integer)) or isinstance(n_components, bool)
             or not 1 <= n_components < n):
         raise InputError(f"{method} needs an int n_components with 1 <= n_components < "
@@ -216,14 +250,67 @@ def _prune_groups(n: int, Ip, Jp, rows: list) -> list:
 def distance_sdp(n: int, I, J, d2, *, extra=None, constraints="equality", slack_penalty=10.0,
                  face_reduction=True, formulation="dual", solver="clarabel", tol=1e-7,
                  max_iter=200, allow_inaccurate=False, method="MVU", verbose=False):
-    """Solve MVU's SDP on the edges (I, J) with squared lengths ``d2`` (plus ``extra``:
-    (ci, I, J, sign) dyads of further constraints with target 0, numbered from 0, e.g. the
-    action constraints of ARE). Returns (K in the original order, info).
+    """Solve MVU's SDP on the edges (I, J) with squared lengths ``d2``. Returns (K in the
+    original order, info).
 
     The problem is written in reverse Cuthill-McKee order; when the solver stops short of
     "optimal" it is solved once more in the reversed order (the same problem: only the
     sparse basis changes, and with it the solver's numerics). ``info["attempts"]`` lists the
-    statuses."""
+    statuses.
+
+    Parameters
+    ----------
+    n : int
+        The number of points (K is n x n).
+    I : numpy.ndarray of int
+        The edges' first endpoints.
+    J : numpy.ndarray of int
+        The edges' second endpoints.
+    d2 : numpy.ndarray of float
+        The edges' squared lengths.
+    extra : tuple of 4 arrays or None, default None
+        (ci, I, J, sign) dyads of further constraints with target 0, numbered from 0, e.g.
+        the action constraints of ARE.
+    constraints : {"equality", "slack"}, default "equality"
+        Exact distances, or violations penalised (max tr(K) - nu sum |xi_e|, with
+        nu = ``slack_penalty`` * D^2, D the graph's hop diameter).
+    slack_penalty : float, default 10.0
+        The slack variant's penalty factor.
+    face_reduction : bool, default True
+        Build the cliques' affine dependencies into the equality problem (dual formulation
+        only) and drop the constraints they make redundant.
+    formulation : {"dual", "primal"}, default "dual"
+        The SDP formulation (only the dual is retried in the reversed order).
+    solver : {"clarabel", "scs"}, default "clarabel"
+        The SDP solver.
+    tol : float, default 1e-7
+        The solver's tolerance.
+    max_iter : int, default 200
+        The solver's iteration limit.
+    allow_inaccurate : bool, default False
+        Accept the status "optimal_inaccurate" (with a `ConvergenceWarning`) instead of
+        raising `SolverError`.
+    method : str, default "MVU"
+        The method named in messages and progress reports.
+    verbose : bool, default False
+        Passed to the solver (its own log).
+
+    Returns
+    -------
+    K : numpy.ndarray of shape (n, n)
+        The kernel matrix in the original order.
+    info : dict
+        Status, attempts, objective, timings, the violations of the distance constraints and
+        every solve's record in ``info["convergence"]``.
+
+    Raises
+    ------
+    InfeasibleError
+        The problem is infeasible (for the equality problem, also a clique whose distances are
+        not Euclidean).
+    SolverError
+        The solver did not reach "optimal" (unless "optimal_inaccurate" is allowed).
+    """
     t0 = time.perf_counter()
     rcm = bandwidth_order(n, I, J)
     attempts, records, res = [], [], None
@@ -360,7 +447,25 @@ def violations(K: np.ndarray, I, J, d2) -> dict:
 
 def kernel_embedding(K: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, dict]:
     """Kernel PCA of a centred PSD kernel matrix: (Y = V Lambda^1/2 sign-fixed, Lambda, info)
-    from ``top_eigh`` (dense: the whole spectrum, so the negative part is reported)."""
+    from ``top_eigh`` (dense: the whole spectrum, so the negative part is reported).
+
+    Parameters
+    ----------
+    K : numpy.ndarray of shape (n, n)
+        The centred kernel matrix (e.g. the SDP's).
+    k : int
+        The number of components.
+
+    Returns
+    -------
+    Y : numpy.ndarray of shape (n, k)
+        The embedding V Lambda^1/2, column signs fixed.
+    Lambda : numpy.ndarray of shape (k,)
+        The top eigenvalues, negative ones clipped to 0.
+    info : dict
+        Explained variance ratio, rank, smallest eigenvalue ratio, centring ratio and the
+        eigensolver's record in ``info["convergence"]``.
+    """
     eig = top_eigh(K, k, solver="dense", stage="kernel PCA of the SDP kernel")
     lam = np.maximum(eig.values, 0.0)
     signs = column_signs(eig.vectors)
@@ -386,8 +491,75 @@ def mvu(X, *, n_components=2, n_neighbors=6, constraints="equality", slack_penal
         where="X") -> SDPEmbeddingModel:
     """Fit MVU to ``X`` (NumPy or dask; n up to ``EXACT_MAX``) and return the model.
 
-    ``graph``: a `KNNGraph` of X already built (the flow's kNN stage); else one is built
-    with ``n_neighbors``, ``metric`` and ``knn_backend``.
+    Maximum variance unfolding (Weinberger & Saul 2006): the SDP on the kNN graph's edges
+    (`distance_sdp`), then kernel PCA of its K (`kernel_embedding`). New points are placed by
+    their LLE reconstruction weights on their k nearest training rows.
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows; n_samples at most ``EXACT_MAX`` (use `landmark_mvu` above).
+    n_components : int, default 2
+        An int with 1 <= n_components < n_samples.
+    n_neighbors : int, default 6
+        The kNN graph's neighbours, an int with 1 <= n_neighbors < n_samples.
+    constraints : {"equality", "slack"}, default "equality"
+        The exact problem, or penalised violations (for noisy graphs; see the module
+        docstring).
+    slack_penalty : float, default 10.0
+        The slack variant's penalty factor (> 0): nu = ``slack_penalty`` * D^2, D the graph's
+        hop diameter.
+    face_reduction : bool, default True
+        Build the cliques' affine dependencies into the equality problem (dual formulation)
+        and drop the constraints they make redundant.
+    formulation : {"dual", "primal"}, default "dual"
+        The SDP formulation.
+    solver : {"clarabel", "scs"}, default "clarabel"
+        The SDP solver.
+    tol : float in (0, 1) or None, default None
+        The solver's tolerance; None for 1e-7 (Clarabel) or 1e-6 (SCS).
+    max_iter : int or None, default None
+        The solver's iteration limit; None for 200 (Clarabel) or 100 000 (SCS).
+    allow_inaccurate : bool, default False
+        Accept the solver status "optimal_inaccurate" (with a warning) instead of raising
+        `SolverError`.
+    metric : str, default "euclidean"
+        The kNN graph's metric.
+    knn_backend : {"auto", "exact", "nndescent", "partitioned"}, default "auto"
+        The kNN graph's backend.
+    join_components : bool, default False
+        Join a disconnected kNN graph by its shortest edges (else refused).
+    reg : float, default 1e-3
+        > 0, the ridge of the reconstruction weights that place new points.
+    keep_kernel : bool, default True
+        Keep the n x n kernel K in the model.
+    graph : KNNGraph or None, default None
+        A `KNNGraph` of X already built (the flow's kNN stage); else one is built with
+        ``n_neighbors``, ``metric`` and ``knn_backend``.
+    random_state : int, numpy Generator or None, default 0
+        Seeds the kNN graph.
+    verbose : bool, default False
+        Passed to the SDP solver (its own log).
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    SDPEmbeddingModel
+        The fitted model: embedding, eigenvalues of K, K (``keep_kernel``) and the solver's
+        report in ``info`` (status, objective, violations, every solve's record).
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; n_samples above ``EXACT_MAX``; a parameter out
+        of range; a ``graph`` of another number of rows, or with rows short of neighbours.
+    DisconnectedGraphError
+        The kNN graph has more than one component and ``join_components`` is False.
+    InfeasibleError
+        The equality problem is infeasible (use ``constraints="slack"``).
+    SolverError
+        The SDP solver did not reach "optimal" (unless ``allow_inaccurate``).
     """
     X = check_array(X, method="MVU", where=where)
     n = X.shape[0]
