@@ -35,7 +35,28 @@ MAX_ACTION_PAIRS = 50_000  # action constraints above this: refuse, suggest "nei
 
 
 def check_actions(actions, n: int, *, where: str = "actions") -> np.ndarray:
-    """The actions as integer codes (length n - 1), or an `InputError` saying what is wrong."""
+    """The actions as integer codes (length n - 1), or an `InputError` saying what is wrong.
+
+    Parameters
+    ----------
+    actions : array-like or dask array of shape (n - 1,) or (n - 1, 1)
+        The action taken between row i and row i + 1: labels (ints or strings).
+    n : int
+        The number of rows of the data.
+    where : str, default "actions"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n - 1,)
+        The actions as codes 0, 1, ... (in the sorted order of the labels).
+
+    Raises
+    ------
+    InputError
+        ``actions`` is None, not 1-D (or one column), not of length n - 1, has NaN or inf, or is
+        not of labels (ints or strings).
+    """
     if actions is None:
         raise InputError(f"Action respecting embedding needs the actions taken between "
                          f"consecutive rows ({n - 1} of them for {n} rows); found none.",
@@ -64,7 +85,29 @@ def check_actions(actions, n: int, *, where: str = "actions") -> np.ndarray:
 
 def action_constraints(codes: np.ndarray, pairs: str = "all", graph_pairs=None):
     """The dyads (ci, I, J, sign) of the action constraints: for each pair i < j with the
-    same action, +(i+1, j+1) and -(i, j)."""
+    same action, +(i+1, j+1) and -(i, j).
+
+    Parameters
+    ----------
+    codes : numpy.ndarray of int, shape (n - 1,)
+        The actions as codes (`check_actions`).
+    pairs : {"all", "neighbors"}, default "all"
+        Every pair of steps with the same action, or only pairs (i, j) that are graph
+        neighbours (for long sequences: all pairs of one action grow like n^2).
+    graph_pairs : numpy.ndarray of int or None, default None
+        With ``pairs="neighbors"``: the graph's edges as keys i * n + j (n the number of rows);
+        None keeps every pair.
+
+    Returns
+    -------
+    tuple of 4 numpy.ndarray
+        (ci, I, J, sign): constraint numbers from 0, two dyads each, signs +1 and -1.
+
+    Raises
+    ------
+    InputError
+        An unknown ``pairs``, or more than ``MAX_ACTION_PAIRS`` action constraints.
+    """
     if pairs not in ACTION_PAIRS:
         raise InputError(f"action_pairs must be one of {', '.join(ACTION_PAIRS)}; found "
                          f"{pairs!r}.", "pass action_pairs='all' (every pair, as in the method).")
@@ -116,7 +159,82 @@ def action_respecting_embedding(X, actions, *, n_components=2, n_neighbors=6,
                                 metric="euclidean", knn_backend="auto", join_components=False,
                                 reg=1e-3, keep_kernel=True, graph=None, random_state=0,
                                 verbose=False, where="X") -> SDPEmbeddingModel:
-    """Fit action respecting embedding to ``X`` (rows in temporal order) and ``actions``."""
+    """Fit action respecting embedding to ``X`` (rows in temporal order) and ``actions``.
+
+    Action respecting embedding (Bowling, Ghodsi & Wilkinson 2005): MVU's problem (`mvu`) plus
+    one constraint for every pair of steps with the same action (the module docstring has
+    the details).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows in temporal order; n_samples at most ``EXACT_MAX``.
+    actions : array-like of shape (n_samples - 1,)
+        The discrete action taken between row i and row i + 1 (labels: ints or strings).
+    n_components : int, default 2
+        An int with 1 <= n_components < n_samples.
+    n_neighbors : int, default 6
+        The kNN graph's neighbours, an int with 1 <= n_neighbors < n_samples.
+    constraints : {"equality", "slack"}, default "slack"
+        The distance constraints: penalised violations (the action constraints stay exact),
+        or exact (reports infeasibility).
+    slack_penalty : float, default 10.0
+        The slack variant's penalty factor (> 0), as in `mvu`.
+    action_pairs : {"all", "neighbors"}, default "all"
+        Every pair of steps with the same action, or only pairs (i, j) that are graph
+        neighbours, for long sequences (all pairs of one action grow like n^2).
+    face_reduction : bool, default True
+        As in `mvu` (equality constraints, dual formulation).
+    formulation : {"dual", "primal"}, default "dual"
+        The SDP formulation.
+    solver : {"clarabel", "scs"}, default "clarabel"
+        The SDP solver.
+    tol : float in (0, 1) or None, default None
+        The solver's tolerance; None for 1e-7 (Clarabel) or 1e-6 (SCS).
+    max_iter : int or None, default None
+        The solver's iteration limit; None for 200 (Clarabel) or 100 000 (SCS).
+    allow_inaccurate : bool, default False
+        Accept the solver status "optimal_inaccurate" (with a warning) instead of raising
+        `SolverError`.
+    metric : str, default "euclidean"
+        The kNN graph's metric.
+    knn_backend : {"auto", "exact", "nndescent", "partitioned"}, default "auto"
+        The kNN graph's backend.
+    join_components : bool, default False
+        Join a disconnected kNN graph by its shortest edges (else refused).
+    reg : float, default 1e-3
+        > 0, the ridge of the reconstruction weights that place new points.
+    keep_kernel : bool, default True
+        Keep the n x n kernel K in the model.
+    graph : KNNGraph or None, default None
+        A `KNNGraph` of X already built; else one is built with ``n_neighbors``, ``metric``
+        and ``knn_backend``.
+    random_state : int, numpy Generator or None, default 0
+        Seeds the kNN graph.
+    verbose : bool, default False
+        Passed to the SDP solver (its own log).
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    SDPEmbeddingModel
+        The fitted model; ``info`` adds the action constraints' count and largest violation
+        and, per action, its mean step in the embedding (``action_steps``).
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; bad ``actions`` (`check_actions`);
+        n_samples above ``EXACT_MAX``; a parameter out of range; more than
+        ``MAX_ACTION_PAIRS`` action constraints; a ``graph`` of another number of rows.
+    DisconnectedGraphError
+        The kNN graph has more than one component and ``join_components`` is False.
+    InfeasibleError
+        The SDP is infeasible (use ``constraints="slack"``).
+    SolverError
+        The SDP solver did not reach "optimal" (unless ``allow_inaccurate``).
+    """
     X = check_array(X, method="Action respecting embedding", where=where)
     n = X.shape[0]
     codes = check_actions(actions, n)
