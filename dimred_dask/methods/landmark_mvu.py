@@ -57,6 +57,28 @@ DEFAULT_TOL = 1e-6
 
 
 def check_landmark_params(n: int, *, n_components, n_landmarks, basis, landmarks, penalty):
+    """Check landmark MVU's own parameters, before anything is computed.
+
+    Parameters
+    ----------
+    n : int
+        The number of samples.
+    n_components : int
+        The embedding's dimension (checked by `check_sdp_params`).
+    n_landmarks : int
+        m, an int with n_components < m < n.
+    basis : {"reconstruction", "laplacian"}
+        The n x m basis Q.
+    landmarks : {"maxmin", "uniform"}
+        How the landmarks are chosen.
+    penalty : float
+        A positive finite number.
+
+    Raises
+    ------
+    InputError
+        Any of ``n_landmarks``, ``basis``, ``landmarks``, ``penalty`` out of range.
+    """
     if basis not in LANDMARK_BASES:
         raise InputError(f"basis must be one of {', '.join(LANDMARK_BASES)}; found {basis!r}.",
                          "pass basis='reconstruction' (LLE weights onto the landmarks).")
@@ -198,7 +220,78 @@ def landmark_mvu(X, *, n_components=2, n_neighbors=6, n_landmarks=40, basis="rec
                  max_iter=None, allow_inaccurate=False, metric="euclidean", knn_backend="auto",
                  join_components=False, keep_training_rows=True, graph=None, random_state=0,
                  verbose=False, where="X") -> SDPEmbeddingModel:
-    """Fit landmark MVU to ``X`` (NumPy or dask) and return the model (module docstring)."""
+    """Fit landmark MVU to ``X`` (NumPy or dask) and return the model (module docstring).
+
+    Landmark MVU (Weinberger, Packer & Saul 2005): K = Q L Q^T with an n x m basis Q and an
+    m x m PSD L from an SDP whose size does not depend on n, the kNN distance constraints as a
+    penalty; then kernel PCA of Q L Q^T without forming it.
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows.
+    n_components : int, default 2
+        An int with 1 <= n_components < n_samples.
+    n_neighbors : int, default 6
+        The kNN graph's neighbours, an int with 1 <= n_neighbors < n_samples.
+    n_landmarks : int, default 40
+        m, an int with n_components < m < n_samples (20 to 60 is usual: the SDP is over an
+        m x m matrix).
+    basis : {"reconstruction", "laplacian"}, default "reconstruction"
+        LLE reconstruction onto m landmarks, or the bottom m eigenvectors of the graph
+        Laplacian.
+    landmarks : {"maxmin", "uniform"}, default "maxmin"
+        How the landmarks of the reconstruction basis are chosen: max-min or uniform, on a
+        uniform sample of ``SAMPLE_FACTOR`` * m rows.
+    penalty : float, default 100.0
+        The penalty's weight nu (> 0): large values keep the edges (within what m landmarks
+        can express), small ones unfold more.
+    reg : float, default 1e-3
+        > 0, the ridge of the LLE reconstruction weights (the basis, and new points).
+    solver : {"clarabel", "scs"}, default "clarabel"
+        The SDP solver.
+    tol : float in (0, 1) or None, default None
+        The solver's tolerance; None for ``DEFAULT_TOL`` (1e-6).
+    max_iter : int or None, default None
+        The solver's iteration limit; None for 200 (Clarabel) or 100 000 (SCS).
+    allow_inaccurate : bool, default False
+        Accept the solver status "optimal_inaccurate" (with a warning) instead of raising
+        `SolverError`.
+    metric : str, default "euclidean"
+        The kNN graph's metric.
+    knn_backend : {"auto", "exact", "nndescent", "partitioned"}, default "auto"
+        The kNN graph's backend.
+    join_components : bool, default False
+        Join a disconnected kNN graph by its shortest edges (else refused).
+    keep_training_rows : bool, default True
+        Keep X in the model (new points are placed by LLE reconstruction from their k nearest
+        training rows).
+    graph : KNNGraph or None, default None
+        A `KNNGraph` of X already built; else one is built with ``n_neighbors``, ``metric``
+        and ``knn_backend``.
+    random_state : int, numpy Generator or None, default 0
+        Seeds the kNN graph, the landmarks and the Laplacian basis.
+    verbose : bool, default False
+        Passed to the SDP solver (its own log).
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    SDPEmbeddingModel
+        The fitted model (no n x n kernel); ``info`` reports the solver's status, the largest
+        and mean relative edge violation, timings and every solve's record.
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; a parameter out of range; a ``graph`` of
+        another number of rows.
+    DisconnectedGraphError
+        The kNN graph has more than one component and ``join_components`` is False.
+    SolverError
+        The SDP solver did not reach "optimal" (unless ``allow_inaccurate``).
+    """
     t0 = time.perf_counter()
     X = check_array(X, method="Landmark MVU", where=where)
     n = X.shape[0]
