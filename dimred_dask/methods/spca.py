@@ -362,7 +362,63 @@ def supervised_pca(X, y=None, *, n_components: int = 2, label_kernel: str = "del
                    label_gamma=None, label_width=None, n_label_landmarks: int = 100,
                    bair_threshold=None, bair_n_features=None, random_state=0,
                    where: str = "X") -> SupervisedPCAModel:
-    """Fit supervised PCA (or Bair's screened PCA) of ``X`` (NumPy or dask) against ``y``."""
+    """Fit supervised PCA (or Bair's screened PCA) of ``X`` (NumPy or dask) against ``y``.
+
+    Supervised PCA (Barshan et al. 2011): the top eigenvectors of Q = Xc^T B Xc, from one pass
+    over the rows; with ``bair_threshold`` or ``bair_n_features``, Bair et al. 2006's
+    screening of the features by their scores against the labels, then PCA on the kept ones (a
+    second pass). Sparse X (CSR, or dask of CSR row blocks) is centred implicitly, as in `pca`.
+
+    Parameters
+    ----------
+    X : array-like, dask array or sparse matrix of shape (n_samples, n_features)
+        The data rows.
+    y : array-like or dask array of shape (n_samples,) or (n_samples, q), or None, default None
+        The labels in the row order of X: one class per row (delta), or real targets; not
+        used (may be None) with ``label_kernel="identity"``.
+    n_components : int, default 2
+        An int in [1, min(n_samples - 1, n_features)].
+    label_kernel : {"delta", "linear", "gaussian", "identity"}, default "delta"
+        B = Delta Delta^T on the labels (see the module docstring): class indicators, real
+        targets, a Nyström gaussian kernel of real targets; identity (B = I) gives PCA and does
+        not use y.
+    label_gamma : float or None, default None
+        Gaussian label kernel only: its gamma (None: 1 / q for q target columns).
+    label_width : float or None, default None
+        Gaussian label kernel only: its width c, gamma = 1 / c^2 (pass gamma or width).
+    n_label_landmarks : int, default 100
+        Gaussian label kernel only: the landmarks of its Nyström factor.
+    bair_threshold : float or None, default None
+        Bair's screening: keep the features whose score is above this (a finite number >= 0).
+        Pass this or ``bair_n_features``, not both.
+    bair_n_features : int or None, default None
+        Bair's screening: keep this many features with the largest scores (an int in
+        [1, n_features]).
+    random_state : int, numpy Generator or None, default 0
+        Seeds the gaussian label kernel's landmarks.
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    SupervisedPCAModel
+        The fitted model: components, mean, eigenvalues of Q; for Bair's screening also the
+        selected features and every feature's score.
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; ``n_components``, ``label_kernel`` or a
+        label kernel parameter out of range; ``y`` missing, of the wrong length or shape, with
+        NaN or inf, or of fewer than 2 classes; both Bair parameters, or Bair's screening with
+        ``label_kernel="identity"``; Bair's screening keeping fewer than n_components
+        features.
+
+    Warns
+    -----
+    DimredWarning
+        Components past the rank of Q (no dependence on the labels; eigenvalue 0).
+    """
     method = "Supervised PCA"
     X = check_array(X, method=method, where=where, accept_sparse=True)
     n, d = X.shape
@@ -487,8 +543,73 @@ def kernel_supervised_pca(X, y=None, *, n_components: int = 2, kernel: str = "ga
                           n_label_landmarks: int = 100, solver: str = "auto",
                           n_landmarks: int = 200, landmarks: str = "kmeans++", random_state=0,
                           where: str = "X") -> KernelSupervisedPCAModel:
-    """Fit kernel SPCA; ``solver``: dense (X and K in memory, exact), nystrom (n x m, lazy for
-    dask) or auto (dense up to DENSE_MAX_SAMPLES rows). ``embedding`` is K beta (training)."""
+    """Fit kernel SPCA of ``X`` (NumPy or dask) against ``y``.
+
+    Kernel supervised PCA (Barshan et al. 2011) by reduction to linear SPCA of a factor
+    K ~ Phi Phi^T (see the module docstring).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows (sparse input is refused).
+    y : array-like or dask array of shape (n_samples,) or (n_samples, q), or None, default None
+        The labels in the row order of X; not used (may be None) with
+        ``label_kernel="identity"``.
+    n_components : int, default 2
+        An int in [1, n_samples - 1], at most the rank of the kernel's factor.
+    kernel : str, default "gaussian"
+        The kernel on X (`pairwise.check_kernel`): "gaussian", "polynomial", "laplacian",
+        "sigmoid", "cosine" or "linear".
+    gamma : float or None, default None
+        The kernel on X: gamma (> 0; None: 1 / n_features).
+    width : float or None, default None
+        The kernel on X: the gaussian kernel's c in exp(-||x - x'||^2 / c^2).
+    degree : int, default 3
+        The kernel on X: the polynomial kernel's degree.
+    coef0 : float, default 1.0
+        The kernel on X: the polynomial and sigmoid kernels' constant term.
+    label_kernel : {"delta", "linear", "gaussian", "identity"}, default "delta"
+        B = Delta Delta^T on the labels (see the module docstring): class indicators, real
+        targets, a Nyström gaussian kernel of real targets; identity (B = I) gives PCA and does
+        not use y.
+    label_gamma : float or None, default None
+        Gaussian label kernel only: its gamma (None: 1 / q for q target columns).
+    label_width : float or None, default None
+        Gaussian label kernel only: its width c, gamma = 1 / c^2 (pass gamma or width).
+    n_label_landmarks : int, default 100
+        Gaussian label kernel only: the landmarks of its Nyström factor.
+    solver : {"auto", "dense", "nystrom"}, default "auto"
+        dense (X and K in memory, exact), nystrom (n x m, lazy for dask) or auto (dense up to
+        ``DENSE_MAX_SAMPLES`` rows).
+    n_landmarks : int, default 200
+        Nyström only: the number of landmarks (at most n_samples).
+    landmarks : {"auto", "uniform", "kmeans++", "kmeans"}, default "kmeans++"
+        Nyström only: how the landmarks are chosen.
+    random_state : int, numpy Generator or None, default 0
+        Seeds the landmarks.
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    KernelSupervisedPCAModel
+        The fitted model; its ``embedding`` is K beta (training), ``transform`` gives
+        k(x, reference) dual_coef for new rows.
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; ``n_components``, ``kernel``, a kernel
+        parameter, ``label_kernel``, ``solver`` or ``landmarks`` out of range; ``y``
+        missing, of the wrong length or shape, with NaN or inf, or of fewer than 2 classes;
+        a kernel matrix with no positive eigenvalue; n_components above the rank of the
+        kernel's factor.
+
+    Warns
+    -----
+    DimredWarning
+        Components past the rank of Phi^T H B H Phi (eigenvalue 0).
+    """
     method = "Kernel supervised PCA"
     X = check_array(X, method=method, where=where)
     n, d = X.shape
@@ -575,10 +696,65 @@ def hsic(X, y, *, kernel: str = "gaussian", gamma=None, width=None, degree: int 
          where: str = "X") -> HSICResult:
     """HSIC = tr(K H B H) / (n - 1)^2 and its permutation p-value (rows of the labels permuted).
 
-    ``solver``: ``exact`` (K and B n x n in memory), ``lowrank`` (K ~ Phi Phi^T: X itself for
-    the linear kernel, else Nyström; B = Delta Delta^T; statistic ||Phi_c^T Delta||_F^2 in one
-    pass; the permutations hold Phi and Delta, n x (p + r), in memory), ``auto`` (exact up to
-    DENSE_MAX_SAMPLES rows). The same ``random_state`` gives the same permutations in both.
+    The Hilbert-Schmidt independence criterion (Gretton et al. 2005) between a kernel K on X
+    and a kernel B on the labels. The same ``random_state`` gives the same permutations with
+    either solver.
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows.
+    y : array-like or dask array of shape (n_samples,) or (n_samples, q)
+        The labels in the row order of X.
+    kernel : str, default "gaussian"
+        The kernel on X: "gaussian", "polynomial", "laplacian", "sigmoid", "cosine" or
+        "linear".
+    gamma : float or None, default None
+        The kernel on X: gamma (> 0; None: 1 / n_features).
+    width : float or None, default None
+        The kernel on X: the gaussian kernel's c in exp(-||x - x'||^2 / c^2).
+    degree : int, default 3
+        The kernel on X: the polynomial kernel's degree.
+    coef0 : float, default 1.0
+        The kernel on X: the polynomial and sigmoid kernels' constant term.
+    label_kernel : {"delta", "linear", "gaussian"}, default "delta"
+        B on the labels: class indicators, or real targets (linear, or gaussian);
+        "identity" is refused (B = I does not depend on y).
+    label_gamma : float or None, default None
+        Gaussian label kernel only: its gamma (None: 1 / q for q target columns).
+    label_width : float or None, default None
+        Gaussian label kernel only: its width c, gamma = 1 / c^2 (pass gamma or width).
+    n_permutations : int, default 200
+        Permutations of the labels' rows for the p-value (an int >= 0; 0: no p-value, NaN).
+    solver : {"auto", "exact", "lowrank"}, default "auto"
+        ``exact`` (K and B n x n in memory), ``lowrank`` (K ~ Phi Phi^T: X itself for the
+        linear kernel, else Nyström; B = Delta Delta^T; statistic ||Phi_c^T Delta||_F^2 in one
+        pass; the permutations hold Phi and Delta, n x (p + r), in memory), ``auto`` (exact
+        up to ``DENSE_MAX_SAMPLES`` rows).
+    n_landmarks : int, default 200
+        Low-rank solver, non-linear kernel: the Nyström landmarks of K.
+    n_label_landmarks : int, default 100
+        Low-rank solver, gaussian label kernel: the landmarks of its Nyström factor.
+    landmarks : {"auto", "uniform", "kmeans++", "kmeans"}, default "kmeans++"
+        Low-rank solver: how the landmarks of K are chosen.
+    random_state : int, numpy Generator or None, default 0
+        Seeds the permutations and the landmarks.
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    HSICResult
+        (statistic, p_value): tr(K H B H) / (n - 1)^2, and
+        (1 + #{permuted >= statistic}) / (1 + n_permutations) (NaN without permutations).
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; ``label_kernel="identity"``; ``kernel``, a
+        kernel parameter, ``label_kernel``, ``solver`` or ``n_permutations`` out of range;
+        ``y`` missing, of the wrong length or shape, with NaN or inf, or of fewer than 2
+        classes.
     """
     method = "HSIC"
     X = check_array(X, method=method, where=where)
