@@ -31,7 +31,7 @@ demo: $(STAMP)
 	$(BIN)/dimred-dask demo
 
 test: $(STAMP) $(SYSTEM_STAMP)
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q --durations=15
 
 bench: $(STAMP)
 	$(BIN)/python -m bench pca
