@@ -69,7 +69,30 @@ def _check_setting(p: dict, n: int, name: str = "t-SNE") -> dict:
 
 
 def check_tsne_params(params: dict, n: int, name: str = "t-SNE") -> list[dict]:
-    """Every setting of a (possibly swept) parameter set, checked; InputError if bad."""
+    """Every setting of a (possibly swept) parameter set, checked; InputError if bad.
+
+    Parameters
+    ----------
+    params : dict
+        Keys of ``TSNE_DEFAULTS`` (missing ones take their defaults); those of
+        ``TSNE_SWEEPABLE`` may be lists.
+    n : int
+        The number of samples.
+    name : str, default "t-SNE"
+        The method named in error messages.
+
+    Returns
+    -------
+    list of dict
+        One complete parameter dict per setting, ``gradient``, ``min_num_intervals`` and
+        ``n_neighbors`` resolved.
+
+    Raises
+    ------
+    InputError
+        An unknown parameter, a list for a parameter that cannot be swept, an empty sweep, or a
+        value out of range.
+    """
     unknown = sorted(set(params) - set(TSNE_DEFAULTS))
     if unknown:
         raise InputError(f"Unknown {name} parameter(s) {unknown}.",
@@ -222,10 +245,56 @@ def _plan_affinities(graph, settings, kind: str):
 def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
                **params) -> list[TSNEModel]:
     """t-SNE embeddings of ``X`` (NumPy or dask) for every setting of ``params`` (any of
-    ``TSNE_SWEEPABLE`` given as a list is swept). ``graph``: a kNN graph of X with at least
-    3 x perplexity neighbours (built when None). ``checkpoint``: a factory
-    ``(index, setting) -> object with save/load`` (see ``_neighbor_runs``); ``callback``:
-    ``(index, iteration, total, kl)``, called in this process."""
+    ``TSNE_SWEEPABLE`` given as a list is swept).
+
+    t-SNE (van der Maaten & Hinton 2008); gradients exact or FFT-interpolated (Linderman et
+    al. 2019), see the module docstring. The settings of a sweep run as parallel tasks over
+    one kNN graph; several lists make their product (first list varies slowest).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows (at least 4).
+    graph : KNNGraph or None, default None
+        A kNN graph of X with at least 3 x perplexity neighbours (built when None).
+    checkpoint : callable or None, default None
+        A factory ``(index, setting) -> object with save/load`` (see ``_neighbor_runs``).
+    callback : callable or None, default None
+        ``(index, iteration, total, kl)``, called in this process.
+    n_jobs : int or None, default None
+        numba's threads for each embedding's optimisation; None: with a client, the host's
+        cores split between the tasks that run on it at once, else numba's current setting.
+    **params
+        The keys of ``TSNE_DEFAULTS`` (defaults there; others are refused):
+        ``n_components`` (int in [1, 3], 2), ``perplexity`` (30.0), ``early_exaggeration``
+        (> 0, 12.0) for the first ``early_exaggeration_iter`` (250) of ``n_iter`` (750)
+        iterations, then ``exaggeration`` (> 0, 1.0); ``learning_rate`` (> 0, or "auto":
+        n / exaggeration per phase); ``momentum`` (0.5, early phase) and ``final_momentum``
+        (0.8), in [0, 1]; ``min_gain`` (0.01); ``max_step_norm`` (step-norm clipping, 5.0);
+        ``init`` ("pca": PCA scaled to std 1e-4, "random", or an (n, n_components) array);
+        ``gradient`` ("auto": exact up to ``EXACT_MAX`` points, fft above; "exact"; "fft");
+        ``n_interpolation_points`` (int in [2, 8], 3), ``min_num_intervals`` (None: 10 for 3-D,
+        else 50) and ``ints_in_interval`` (1.0) for the FFT gradients; ``n_neighbors`` (None:
+        min(n - 1, ceil(3 x the largest perplexity))); ``metric`` ("euclidean") and
+        ``knn_backend`` ("auto") of the kNN graph; ``random_state`` (int >= 0 or None, 0);
+        ``checkpoint_every`` and ``callback_every`` (iterations, 50); ``fit_sample`` (None, or
+        an int >= 10: fit on that many rows drawn at random, place the others with the
+        transform). The sweepable ones (``TSNE_SWEEPABLE``: perplexity, random_state,
+        learning_rate, early_exaggeration, exaggeration) may be lists.
+
+    Returns
+    -------
+    list of TSNEModel
+        One model per setting, in the sweep's order; ``kl_divergence`` is the KL divergence of
+        the final embedding.
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array of at least 4 rows; an unknown parameter, a
+        list for a parameter that cannot be swept, an empty sweep, or a value out of range;
+        ``fit_sample`` with a ``graph`` or an ``init`` array; a ``graph`` that does not fit X.
+    """
     X = check_array(X, method="t-SNE", min_samples=4)
     n = X.shape[0]
     settings = check_tsne_params(params, n)
@@ -259,7 +328,35 @@ def _place(X_fit, Y_fit, X, params: dict):
 
 
 def tsne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params) -> TSNEModel:
-    """One t-SNE embedding (see `tsne_sweep`; ``checkpoint`` is an object with save/load)."""
+    """One t-SNE embedding (see `tsne_sweep`; ``checkpoint`` is an object with save/load).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows (at least 4).
+    graph : KNNGraph or None, default None
+        A kNN graph of X with at least 3 x perplexity neighbours (built when None).
+    checkpoint : object or None, default None
+        An object with ``save(state)`` and ``load() -> state | None`` (see
+        ``_neighbor_runs``); the run resumes from a saved state.
+    callback : callable or None, default None
+        ``(iteration, total, kl)``, called in this process.
+    n_jobs : int or None, default None
+        numba's threads for the optimisation (as in `tsne_sweep`).
+    **params
+        The keys of ``TSNE_DEFAULTS``, one value each (lists are refused: use `tsne_sweep`);
+        see `tsne_sweep`.
+
+    Returns
+    -------
+    TSNEModel
+        The embedding, its KL divergence, the parameters and the run's ``info``.
+
+    Raises
+    ------
+    InputError
+        As `tsne_sweep`, and a list for a sweepable parameter.
+    """
     return one_run(tsne_sweep, "tsne", TSNE_SWEEPABLE, X, graph, checkpoint, callback, n_jobs,
                    params)
 
