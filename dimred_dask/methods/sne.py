@@ -37,6 +37,28 @@ SNE_SWEEPABLE = ("perplexity", "random_state", "learning_rate")
 
 
 def check_sne_params(params: dict, n: int) -> list[dict]:
+    """Every setting of a (possibly swept) SNE parameter set, checked.
+
+    Parameters
+    ----------
+    params : dict
+        Keys of ``SNE_DEFAULTS`` (missing ones take their defaults); those of
+        ``SNE_SWEEPABLE`` may be lists.
+    n : int
+        The number of samples (at most ``SNE_MAX``).
+
+    Returns
+    -------
+    list of dict
+        One complete parameter dict per setting, ``perplexity``, ``learning_rate`` and
+        ``n_neighbors`` checked and resolved.
+
+    Raises
+    ------
+    InputError
+        An unknown parameter, n above ``SNE_MAX``, a list for a parameter that cannot be
+        swept, an empty sweep, or a value out of range.
+    """
     unknown = sorted(set(params) - set(SNE_DEFAULTS))
     if unknown:
         raise InputError(f"Unknown SNE parameter(s) {unknown}.", f"use only {sorted(SNE_DEFAULTS)}.")
@@ -113,7 +135,47 @@ def sne_task(PP, Y0, setting, checkpoint, *, progress=None, n_jobs=None):
 def sne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
               **params) -> list[TSNEModel]:
     """SNE embeddings for every setting of ``params`` (see `tsne_sweep` for the arguments);
-    the models' ``kl_divergence`` is SNE's cost sum_i KL(P_i || Q_i)."""
+    the models' ``kl_divergence`` is SNE's cost sum_i KL(P_i || Q_i).
+
+    Stochastic Neighbor Embedding (Hinton & Roweis 2002) with exact O(n^2) gradients, for
+    up to ``SNE_MAX`` points.
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows (at least 4, at most ``SNE_MAX``).
+    graph : KNNGraph or None, default None
+        A kNN graph of X with at least 3 x perplexity neighbours (built when None).
+    checkpoint : callable or None, default None
+        A factory ``(index, setting) -> object with save/load`` (see ``_neighbor_runs``).
+    callback : callable or None, default None
+        ``(index, iteration, total, cost)``, called in this process.
+    n_jobs : int or None, default None
+        numba's threads for each embedding's optimisation, as in `tsne_sweep`.
+    **params
+        The keys of ``SNE_DEFAULTS`` (defaults there; others are refused):
+        ``n_components`` (int in [1, 3], 2), ``perplexity`` (30.0), ``n_iter`` (500),
+        ``learning_rate`` (> 0, 0.5), ``momentum`` (0.5) before iteration
+        ``momentum_switch_iter`` (250) and ``final_momentum`` (0.8) after it, ``min_gain``
+        (0.01), ``max_step_norm`` (5.0), ``early_exaggeration`` (> 0, 1.0: none) for the first
+        ``early_exaggeration_iter`` (0) iterations, ``init`` ("pca" or "random"),
+        ``n_neighbors`` (None: min(n - 1, ceil(3 x the largest perplexity))), ``metric``
+        ("euclidean") and ``knn_backend`` ("auto") of the kNN graph, ``random_state`` (0),
+        ``checkpoint_every`` and ``callback_every`` (iterations, 50). The sweepable ones
+        (``SNE_SWEEPABLE``: perplexity, random_state, learning_rate) may be lists.
+
+    Returns
+    -------
+    list of TSNEModel
+        One model per setting, in the sweep's order.
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array of at least 4 rows; more than ``SNE_MAX``
+        rows; an unknown parameter, a list for a parameter that cannot be swept, an empty
+        sweep, or a value out of range; a ``graph`` that does not fit X.
+    """
     X = check_array(X, method="SNE", min_samples=4)
     n = X.shape[0]
     settings = check_sne_params(params, n)
@@ -140,6 +202,35 @@ def sne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
 
 
 def sne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params) -> TSNEModel:
+    """One SNE embedding (see `sne_sweep`; ``checkpoint`` is an object with save/load).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows (at least 4, at most ``SNE_MAX``).
+    graph : KNNGraph or None, default None
+        A kNN graph of X with at least 3 x perplexity neighbours (built when None).
+    checkpoint : object or None, default None
+        An object with ``save(state)`` and ``load() -> state | None`` (see
+        ``_neighbor_runs``); the run resumes from a saved state.
+    callback : callable or None, default None
+        ``(iteration, total, cost)``, called in this process.
+    n_jobs : int or None, default None
+        numba's threads for the optimisation, as in `tsne_sweep`.
+    **params
+        The keys of ``SNE_DEFAULTS``, one value each (lists are refused: use `sne_sweep`);
+        see `sne_sweep`.
+
+    Returns
+    -------
+    TSNEModel
+        The embedding; its ``kl_divergence`` is SNE's cost sum_i KL(P_i || Q_i).
+
+    Raises
+    ------
+    InputError
+        As `sne_sweep`, and a list for a sweepable parameter.
+    """
     return one_run(sne_sweep, "sne", SNE_SWEEPABLE, X, graph, checkpoint, callback, n_jobs,
                    params)
 
