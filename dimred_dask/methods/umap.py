@@ -74,7 +74,28 @@ def _check_setting(s: dict, n: int) -> dict:
 
 
 def check_umap_params(params: dict, n: int) -> list[dict]:
-    """Every setting of a (possibly swept) UMAP parameter set, checked."""
+    """Every setting of a (possibly swept) UMAP parameter set, checked.
+
+    Parameters
+    ----------
+    params : dict
+        Keys of ``UMAP_DEFAULTS`` (missing ones take their defaults); those of
+        ``UMAP_SWEEPABLE`` may be lists.
+    n : int
+        The number of samples.
+
+    Returns
+    -------
+    list of dict
+        One complete parameter dict per setting, ``a`` and ``b`` fitted from ``min_dist`` and
+        ``spread`` unless given.
+
+    Raises
+    ------
+    InputError
+        An unknown parameter, a list for a parameter that cannot be swept, an empty sweep, a
+        value out of range, min_dist > spread, or an ``init`` array of the wrong shape.
+    """
     unknown = sorted(set(params) - set(UMAP_DEFAULTS))
     if unknown:
         raise InputError(f"Unknown UMAP parameter(s) {unknown}.",
@@ -162,7 +183,32 @@ def _neg_log_one_minus_q(Y, i, j, a, b):
 
 
 def cross_entropy(P, Y, a: float, b: float, random_state=0) -> tuple[float, str]:
-    """(CE over unordered pairs, how the non-edge part was computed); see the docstring."""
+    """(CE over unordered pairs, how the non-edge part was computed); see the module docstring.
+
+    CE = sum_{i<j} p log(p/q) + (1 - p) log((1 - p)/(1 - q)), q = 1 / (1 + a d^2b): exact over
+    the graph's edges; the non-edges (p = 0) summed exactly up to ``CE_EXACT_MAX`` points and
+    estimated from ``CE_PAIRS`` random pairs above.
+
+    Parameters
+    ----------
+    P : scipy.sparse.csr_matrix of shape (n, n)
+        The fuzzy graph (symmetric; weights in [0, 1]).
+    Y : array-like of shape (n, n_components)
+        The embedding.
+    a : float
+        The curve parameter a of q.
+    b : float
+        The curve parameter b of q.
+    random_state : int, numpy Generator or None, default 0
+        Seeds the random pairs of the estimate (above ``CE_EXACT_MAX`` points).
+
+    Returns
+    -------
+    ce : float
+        The cross-entropy.
+    how : str
+        "exact", or how many random pairs estimated the non-edge part.
+    """
     Y = np.asarray(Y, dtype=np.float64)
     n = Y.shape[0]
     rows = np.repeat(np.arange(n), np.diff(P.indptr))
@@ -247,9 +293,56 @@ def _graph_key(s: dict) -> tuple:
 def umap_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
                **params) -> list[UMAPModel]:
     """UMAP embeddings of ``X`` (NumPy or dask) for every setting of ``params`` (any of
-    ``UMAP_SWEEPABLE`` given as a list is swept) over one kNN graph (built when None, with
-    max(n_neighbors) - 1 neighbours). ``checkpoint``: a factory ``(index, setting) ->
-    object with save/load``; ``callback``: ``(index, epoch, n_epochs, loss or None)``."""
+    ``UMAP_SWEEPABLE`` given as a list is swept) over one kNN graph.
+
+    UMAP (McInnes, Healy & Melville 2018); the settings run as parallel tasks, several lists
+    make their product (first list varies slowest).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows (at least 4).
+    graph : KNNGraph or None, default None
+        A kNN graph of X; built when None, with max(n_neighbors) - 1 neighbours (UMAP counts
+        the point itself).
+    checkpoint : callable or None, default None
+        A factory ``(index, setting) -> object with save/load`` (see ``_neighbor_runs``).
+    callback : callable or None, default None
+        ``(index, epoch, n_epochs, loss or None)``, called in this process.
+    n_jobs : int or None, default None
+        numba's threads for each embedding's optimisation; None: with a client, the host's
+        cores split between the tasks that run on it at once, else numba's current setting.
+    **params
+        The keys of ``UMAP_DEFAULTS`` (defaults there; others are refused):
+        ``n_components`` (int in [1, n - 2], 2), ``n_neighbors`` (int in [2, n - 1], 15),
+        ``min_dist`` (>= 0, at most spread, 0.1) and ``spread`` (> 0, 1.0), from which ``a``
+        and ``b`` are fitted unless both are given (> 0; None); ``n_epochs`` (None: 500 up to
+        10 000 points, else 200); ``learning_rate`` (> 0, 1.0, decaying linearly to 0);
+        ``negative_sample_rate`` (repulsions per attraction, int >= 0, 5);
+        ``repulsion_strength`` (>= 0, 1.0); ``local_connectivity`` (> 0, 1.0) and
+        ``set_op_mix_ratio`` (in [0, 1], 1.0: fuzzy union) of the fuzzy graph; ``init``
+        ("spectral", "pca", "random", or an (n, n_components) array); ``metric``
+        ("euclidean"), ``knn_backend`` ("auto") and ``nndescent_kwds`` (None) of the kNN
+        graph; ``random_state`` (int >= 0, 0); ``checkpoint_every`` (20) and
+        ``callback_every`` (10) epochs; ``fit_sample`` (None, or an int >= 10: fit on that many
+        rows drawn at random, place the others with the transform). The sweepable ones
+        (``UMAP_SWEEPABLE``: min_dist, spread, random_state, n_neighbors, learning_rate,
+        negative_sample_rate, repulsion_strength) may be lists.
+
+    Returns
+    -------
+    list of UMAPModel
+        One model per setting, in the sweep's order; ``cross_entropy`` is the fuzzy
+        cross-entropy over unordered pairs (see the module docstring).
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array of at least 4 rows; an unknown parameter, a
+        list for a parameter that cannot be swept, an empty sweep, or a value out of range
+        (also min_dist > spread, an ``init`` array of the wrong shape); ``fit_sample`` with a
+        ``graph`` or an ``init`` array; a ``graph`` that does not fit X.
+    """
     X = check_array(X, method="UMAP", min_samples=4)
     n = X.shape[0]
     settings = check_umap_params(params, n)
@@ -289,7 +382,36 @@ def _place(X_fit, Y_fit, X, params: dict):
 
 def umap(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params) -> UMAPModel:
     """One UMAP embedding (see `umap_sweep`; ``checkpoint`` is an object with save/load,
-    ``callback(epoch, n_epochs, loss or None)``)."""
+    ``callback(epoch, n_epochs, loss or None)``).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows (at least 4).
+    graph : KNNGraph or None, default None
+        A kNN graph of X; built when None, with n_neighbors - 1 neighbours.
+    checkpoint : object or None, default None
+        An object with ``save(state)`` and ``load() -> state | None`` (see
+        ``_neighbor_runs``); the run resumes from a saved state.
+    callback : callable or None, default None
+        ``callback(epoch, n_epochs, loss or None)``, called in this process.
+    n_jobs : int or None, default None
+        numba's threads for the optimisation, as in `umap_sweep`.
+    **params
+        The keys of ``UMAP_DEFAULTS``, one value each (lists are refused: use `umap_sweep`);
+        see `umap_sweep`.
+
+    Returns
+    -------
+    UMAPModel
+        The embedding, its cross-entropy, the parameters (with ``a`` and ``b``) and the run's
+        ``info``.
+
+    Raises
+    ------
+    InputError
+        As `umap_sweep`, and a list for a sweepable parameter.
+    """
     return one_run(umap_sweep, "umap", UMAP_SWEEPABLE, X, graph, checkpoint, callback, n_jobs,
                    params)
 
