@@ -37,8 +37,27 @@ CHAIN_ESTIMATORS = ("umap", "tsne", "sne", "isomap", "landmark-isomap", "lle", "
 def make_chain(method: str, **params):
     """A `sklearn.pipeline.Pipeline` of PCA and the method ``method`` names (``"pca+<name>"``).
 
-    ``params``: ``"pca.<name>"`` for PCA (``n_components`` defaults to 50), ``"<method>.<name>"``
-    or a bare ``<name>`` for the second step."""
+    Parameters
+    ----------
+    method : str
+        ``"pca+<name>"`` with ``<name>`` one of ``CHAIN_ESTIMATORS`` (the flow's method names,
+        e.g. ``"pca+umap"``, ``"pca+landmark-isomap"``).
+    **params
+        ``"pca.<name>"`` for PCA (``n_components`` defaults to 50), ``"<method>.<name>"`` or a
+        bare ``<name>`` for the second step (e.g. ``"umap.n_neighbors"``), passed to the
+        estimators' constructors.
+
+    Returns
+    -------
+    sklearn.pipeline.Pipeline
+        Steps ``"pca"`` (`PCA`) and the method's name with "-" as "_" (its estimator).
+
+    Raises
+    ------
+    InputError
+        ``method`` is not PCA then one of ``CHAIN_ESTIMATORS``, or a dotted parameter names no
+        step of the chain.
+    """
     from sklearn.pipeline import Pipeline
 
     from .pca import PCA
