@@ -46,7 +46,19 @@ SPARSE_METHODS: dict[str, bool] = {
 
 def accepts_sparse(method: str) -> bool:
     """Whether the flow's ``method`` takes sparse input: `SPARSE_METHODS`, and for a chain
-    (``pca+<name>``) its first step."""
+    (``pca+<name>``) its first step.
+
+    Parameters
+    ----------
+    method : str
+        A flow method name (``"pca"``, ``"umap"``, ...) or a chain ``"pca+<name>"``.
+
+    Returns
+    -------
+    bool
+        True when the method (a chain's first step) fits sparse input without densifying it;
+        False for the others and for names not in `SPARSE_METHODS`.
+    """
     first = str(method).split("+")[0].strip()
     return bool(SPARSE_METHODS.get(first, False))
 
@@ -55,9 +67,28 @@ def check_sparse_input(method: str, X, params: dict | None = None, where: str = 
     """Refuse, before anything runs, sparse ``X`` for a method (or parameters) that would
     densify it: an `InputTypeError` with the fix. Nothing happens for dense ``X``.
 
-    ``params``: the method's parameters (for a chain, the first step's); PCA's solver is
-    checked here as its fit would check it (``tsqr`` / ``dual`` refused, ``covariance``
-    refused when its d x d accumulators would not fit in memory)."""
+    Parameters
+    ----------
+    method : str
+        A flow method name or a chain ``"pca+<name>"`` (its first step is checked).
+    X : array-like, dask array or sparse matrix
+        The input; only sparse input (`is_sparse_input`) is checked.
+    params : dict or None, default None
+        The method's parameters (for a chain, the first step's); PCA's solver is checked here
+        as its fit would check it (``tsqr`` / ``dual`` refused, ``covariance`` refused when
+        its d x d accumulators would not fit in memory).
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Raises
+    ------
+    InputTypeError
+        Sparse ``X`` for a method that does not take it (the fix: the chain through PCA), or
+        for PCA with ``solver="tsqr"`` or ``"dual"``.
+    InputError
+        Sparse ``X`` for PCA with an unknown solver, or ``solver="covariance"`` whose d x d
+        accumulators would not fit in memory.
+    """
     if not is_sparse_input(X):
         return
     first = str(method).split("+")[0].strip()
