@@ -167,12 +167,13 @@ def _sgd_row2(i, Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, 
 
 @njit(parallel=True, cache=True, nogil=True, fastmath=True)
 def sgd_epoch(Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, a, b, gamma,
-              alpha, epoch, seed, row_offset, attract_factor, skip_self):
+              alpha, epoch, seed, row_offset, row_keys, attract_factor, skip_self):
     """One epoch for the rows of ``Y`` (float32, updated in place). ``Yref`` holds the other
     ends (the epoch's snapshot of Y in a fit, the fixed training embedding in a transform).
     ``eps``/``next_sample``: the edge's epochs per sample and next due epoch; ``eps_neg`` /
     ``next_neg``: the same for its negative samples. Row ids for the generator are
-    ``row_offset + i``; with ``skip_self`` a negative sample equal to the row is skipped.
+    ``row_keys[i]`` (uint64) when given, else ``row_offset + i``; with ``skip_self`` a
+    negative sample equal to the row ``row_offset + i`` is skipped.
     a, b, gamma, alpha, attract_factor: float32."""
     n, d = Y.shape
     m = Yref.shape[0]
@@ -182,7 +183,8 @@ def sgd_epoch(Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, a, 
         yi = np.empty(d, dtype=np.float32)
         gsum = np.empty(d, dtype=np.float32)
         for i in range(blk * ROW_BLOCK, min(n, (blk + 1) * ROW_BLOCK)):
-            state = row_seed(seed, epoch, row_offset + i)
+            key = row_keys[i] if row_keys.shape[0] > 0 else np.uint64(row_offset + i)
+            state = row_seed(seed, epoch, key)
             self_id = row_offset + i if skip_self else -1
             if d == 2:
                 _sgd_row2(i, Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg,

@@ -13,6 +13,13 @@ class DimredEstimator(TransformerMixin, BaseEstimator):
 
     # whether fit and transform take sparse X (``sparse_support.SPARSE_METHODS`` by flow name)
     accepts_sparse = False
+    # scikit-learn's estimator checks (tests/test_estimator_checks.py finds every estimator
+    # the package exports): the parameter sets they run with, and the checks that cannot
+    # apply to the method, each with its reason; no parameter sets: the checks cannot run
+    # at all, and _check_not_run says why
+    _check_params: tuple = ({},)
+    _check_exempt: dict = {}
+    _check_not_run = ""
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -5,9 +5,10 @@ points, else from an index over them, `graphs.query`), memberships exp(-max(0, d
 sigma) with local connectivity one less than the fit's, an initial position at the membership-weighted mean of those neighbours' positions, then SGD epochs (a
 third of the fit's, at least 30... as umap-learn: 100 up to 10 000 training points, else 30)
 moving only the new points: attraction to their neighbours, repulsion from random training
-points. The generator of row i is keyed by its global row number, so the result does not
-depend on how the rows are chunked (nor does its sampling schedule: epochs per sample are
-relative to membership 1); dask input is one task per chunk.
+points. The generator of a row is keyed by the row's values (a hash of its bytes), so a row's
+position depends on the row alone: not on how the rows are chunked, ordered or batched with
+others (nor does its sampling schedule: epochs per sample are relative to membership 1);
+dask input is one task per chunk.
 """
 from __future__ import annotations
 
@@ -25,7 +26,17 @@ def _epochs(params: dict, n_ref: int) -> int:
     return 100 if n_ref <= 10_000 else 30
 
 
-def _place_block(X_new, row0: int, X_train, Y_train, params: dict):
+def row_keys(X: np.ndarray) -> np.ndarray:
+    """A uint64 hash of each row's float64 bytes (a multiply-xorshift fold over the columns)."""
+    u = np.ascontiguousarray(X, dtype=np.float64).view(np.uint64)
+    h = np.full(u.shape[0], 0x9E3779B97F4A7C15, dtype=np.uint64)
+    for j in range(u.shape[1]):
+        h = (h ^ u[:, j]) * np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(31)
+    return h
+
+
+def _place_block(X_new, X_train, Y_train, params: dict):
     X_new = np.asarray(X_new, dtype=np.float64)
     n_ref, d = Y_train.shape
     k = int(min(params["n_neighbors"], n_ref))
@@ -46,11 +57,12 @@ def _place_block(X_new, row0: int, X_train, Y_train, params: dict):
     eps_neg = eps / rate if rate > 0 else np.full_like(eps, np.inf)
     nxt, nxt_neg = eps.copy(), eps_neg.copy()
     Yref = np.ascontiguousarray(Y_train, dtype=np.float32)
+    keys = row_keys(X_new)
     for epoch in range(n_epochs):
         alpha = np.float32(params["learning_rate"] * (1.0 - epoch / n_epochs))
         sgd_epoch(Y, Yref, indptr, indices, eps, nxt, eps_neg, nxt_neg, np.float32(params["a"]),
                   np.float32(params["b"]), np.float32(params["repulsion_strength"]), alpha,
-                  epoch, params["random_state"], row0, np.float32(1.0), False)
+                  epoch, params["random_state"], 0, keys, np.float32(1.0), False)
     return Y
 
 
@@ -61,11 +73,10 @@ def umap_transform(X_train, Y_train, X_new, params: dict):
     X_train = np.asarray(X_train.compute() if is_dask(X_train) else X_train, dtype=np.float64)
     d = Y_train.shape[1]
     if not is_dask(X_new):
-        return _place_block(X_new, 0, X_train, Y_train, params).astype(np.asarray(X_new).dtype)
+        return _place_block(X_new, X_train, Y_train, params).astype(np.asarray(X_new).dtype)
     X_new = X_new if X_new.numblocks[1] == 1 else X_new.rechunk({1: -1})
 
-    def block(x, block_info=None):
-        row0 = block_info[0]["array-location"][0][0] if block_info else 0
-        return _place_block(x, row0, X_train, Y_train, params).astype(x.dtype)
+    def block(x):
+        return _place_block(x, X_train, Y_train, params).astype(x.dtype)
 
     return X_new.map_blocks(block, chunks=(X_new.chunks[0], (d,)), dtype=X_new.dtype)

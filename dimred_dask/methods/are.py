@@ -282,6 +282,12 @@ class ActionRespectingEmbedding(SDPEstimator):
     temporal order and ``actions`` of length n - 1. See `action_respecting_embedding` for the
     parameters."""
 
+    # scikit-learn's checks call fit(X, y) with n targets, where this fit takes the n - 1
+    # actions between consecutive rows: they cannot run (tests/test_mvu.py checks ARE)
+    _check_params = ()
+    _check_not_run = ("fit's second argument is the n - 1 actions between consecutive rows, "
+                      "where the checks pass n targets")
+
     def __init__(self, n_components=2, *, n_neighbors=6, constraints="slack",
                  slack_penalty=10.0, action_pairs="all", face_reduction=True, formulation="dual",
                  solver="clarabel", tol=None, max_iter=None, allow_inaccurate=False,

@@ -355,6 +355,10 @@ class Isomap(_IsomapBase):
     dist_matrix_ (n x n geodesics), n_components_, n_features_in_
     """
 
+    # scikit-learn's estimator checks fit data sets of ~10 rows (k < n), and their random
+    # blobs often give a disconnected kNN graph: join it
+    _check_params = ({"n_neighbors": 5, "join_components": True},)
+
     def __init__(self, n_components=2, *, n_neighbors=10, metric="euclidean",
                  knn_backend="auto", join_components=False, solver="auto", n_oversamples=10,
                  n_iter=4, random_state=0):
@@ -399,6 +403,10 @@ class LandmarkIsomap(_IsomapBase):
     """
 
     _method = "LandmarkIsomap"
+
+    # scikit-learn's estimator checks fit data sets of ~10 rows (k < n), and their random
+    # blobs often give a disconnected kNN graph: join it
+    _check_params = ({"n_landmarks": 8, "n_neighbors": 5, "join_components": True},)
 
     def __init__(self, n_components=2, *, n_neighbors=10, n_landmarks=None,
                  landmarks="maxmin", metric="euclidean", knn_backend="auto",

@@ -521,6 +521,9 @@ class KernelPCA(DimredEstimator):
     Nyström landmarks_ and approximation_error_.
     """
 
+    _check_params = ({}, {"n_components": 2, "solver": "nystrom", "n_landmarks": 10},
+                     {"n_components": 1, "solver": "randomized", "kernel": "polynomial"})
+
     def __init__(self, n_components=2, *, kernel="gaussian", gamma=None, width=None, degree=3,
                  coef0=1.0, solver="auto", n_landmarks=1000, landmarks="auto",
                  n_oversamples=20, n_iter=6, tol=0.0, random_state=0):

@@ -626,6 +626,9 @@ class MaximumVarianceUnfolding(SDPEstimator):
     solver's gap and residuals, then the eigendecomposition of K).
     """
 
+    # the checks' random data make disconnected kNN graphs: join them
+    _check_params = ({"join_components": True},)
+
     def __init__(self, n_components=2, *, n_neighbors=6, constraints="equality",
                  slack_penalty=10.0, face_reduction=True, formulation="dual", solver="clarabel",
                  tol=None, max_iter=None, allow_inaccurate=False, metric="euclidean",

@@ -547,6 +547,9 @@ class PCA(DimredEstimator):
     noise_variance_, n_components_, n_features_in_, n_samples_, solver_
     """
 
+    _check_params = ({}, {"n_components": 1, "solver": "randomized", "random_state": 0},
+                     {"solver": "tsqr"}, {"solver": "dual", "whiten": True})
+
     def __init__(self, n_components=None, *, solver="auto", whiten=False, n_oversamples=10,
                  n_iter=4, tol=0.0, random_state=None, max_error=None):
         self.n_components = n_components

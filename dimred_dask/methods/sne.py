@@ -238,6 +238,9 @@ def sne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params)
 class SNE(DimredEstimator):
     """Stochastic Neighbor Embedding (Hinton & Roweis 2002), exact gradients, for small n."""
 
+    # the checks fit 10-30 rows: the perplexity must stay below n / 3
+    _check_params = ({"perplexity": 3.0, "random_state": 0},)
+
     def __init__(self, n_components=2, *, perplexity=30.0, n_iter=500, learning_rate=0.5,
                  momentum=0.5, final_momentum=0.8, momentum_switch_iter=250, min_gain=0.01,
                  max_step_norm=5.0, early_exaggeration=1.0, early_exaggeration_iter=0,

@@ -371,6 +371,15 @@ class TSNE(DimredEstimator):
     ``n_iter_``; ``transform(X_new)`` places new points against the fixed embedding
     (``_tsne_transform``), chunk by chunk for dask input."""
 
+    # the checks fit 10-30 rows: the perplexity must stay below n / 3
+    _check_params = ({"perplexity": 3.0, "random_state": 0},)
+    # transform places new points into the fixed training embedding (optimising only their
+    # positions), so a training row given again lands near its fitted position, not on it
+    _check_exempt = dict.fromkeys(
+        ("check_transformer_general", "check_transformer_data_not_an_array"),
+        "transform places rows into the fitted embedding: a training row given again lands "
+        "near its fitted position, not on it")
+
     def __init__(self, n_components=2, *, perplexity=30.0, early_exaggeration=12.0,
                  early_exaggeration_iter=250, n_iter=750, exaggeration=1.0,
                  learning_rate="auto", momentum=0.5, final_momentum=0.8, min_gain=0.01,

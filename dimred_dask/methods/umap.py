@@ -47,6 +47,7 @@ UMAP_SWEEPABLE = ("min_dist", "spread", "random_state", "n_neighbors", "learning
                   "negative_sample_rate", "repulsion_strength")
 INITS = ("spectral", "pca", "random")
 CE_EXACT_MAX = 3000
+NO_KEYS = np.empty(0, dtype=np.uint64)  # sgd_epoch: a fit's rows are keyed by their number
 CE_PAIRS = 200_000
 
 
@@ -164,7 +165,7 @@ def optimize_umap(P, Y0, s: dict, *, checkpoint=None, progress=None):
         alpha = np.float32(s["learning_rate"] * (1.0 - epoch / n_epochs))
         sgd_epoch(Y, Y.copy(), indptr, indices, eps, nxt, eps_neg, nxt_neg,
                   np.float32(s["a"]), np.float32(s["b"]), np.float32(s["repulsion_strength"]),
-                  alpha, epoch, s["random_state"], 0, np.float32(2.0), True)
+                  alpha, epoch, s["random_state"], 0, NO_KEYS, np.float32(2.0), True)
         done = epoch + 1
         if progress is not None and s["callback_every"] and done % s["callback_every"] == 0:
             progress(done, n_epochs, None)
@@ -420,6 +421,14 @@ class UMAP(DimredEstimator):
     """UMAP with a deterministic multithreaded SGD (see `umap`). ``embedding_``,
     ``cross_entropy_``, ``a_``, ``b_``; ``transform(X_new)`` optimises only the new points
     against the fixed embedding (``_umap_transform``), chunk by chunk for dask input."""
+
+    _check_params = ({"n_neighbors": 5, "random_state": 0},)
+    # transform places new points into the fixed training embedding (optimising only their
+    # positions), so a training row given again lands near its fitted position, not on it
+    _check_exempt = dict.fromkeys(
+        ("check_transformer_general", "check_transformer_data_not_an_array"),
+        "transform places rows into the fitted embedding: a training row given again lands "
+        "near its fitted position, not on it")
 
     def __init__(self, n_components=2, *, n_neighbors=15, min_dist=0.1, spread=1.0,
                  n_epochs=None, learning_rate=1.0, negative_sample_rate=5,
