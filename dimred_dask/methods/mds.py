@@ -41,9 +41,8 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from .._compute import compute
 from .._validation import (check_array, check_is_fitted, check_n_features, check_random_state,
-                           describe_nonfinite, is_dask, nonfinite_error)
+                           is_dask, nonfinite_error)
 from ..blocks.centring import double_centred
 from ..blocks.kernels import METRICS, distance_block
 from ..blocks.landmarks import maxmin
@@ -52,6 +51,8 @@ from ..linalg import choose_eigen_solver, column_stats, take_rows, top_eigh
 from ..linalg.convergence import diagnostic, require_converged
 from ..pairwise import center_stats, check_metric, double_center, pairwise_distances
 from ._base import DimredEstimator, HasConvergence, like_input, rowwise, sign_fix
+from ._precomputed import (SYMMETRY_RTOL, as_square, check_distance_matrix,  # noqa: F401
+                           checked_distances, distance_stats, evaluate)
 
 __all__ = ["LANDMARK_CHOICES", "MDS", "MDS_SOLVERS", "LandmarkMDS", "LandmarkMDSModel",
            "MDSModel", "check_distance_matrix", "classical_mds", "landmark_mds"]
@@ -61,11 +62,6 @@ LANDMARK_CHOICES = ("maxmin", "uniform")
 STRESS_MAX_ROWS = 2000  # stress is exact up to this many points, sampled above
 DEFAULT_N_LANDMARKS = 1000  # n_landmarks=None: min(n_samples, this)
 LANDMARK_SAMPLE_FACTOR = 10  # max-min runs on a uniform sample of this many times m rows
-# A precomputed D counts as symmetric with a zero diagonal when max|D - D^T| and max|d_ii|
-# are at most this times max|D|. float64: 1e-8 is far above the rounding left by computing
-# d(x, y) and d(y, x) separately (~1e-15) and far below a real asymmetry. float32 (a matrix
-# read from a store) carries 6e-8 relative rounding per entry: 100 float32 epsilons.
-SYMMETRY_RTOL = {np.dtype(np.float64): 1e-8, np.dtype(np.float32): 1e-5}
 
 
 # --------------------------------------------------------------------------- models
@@ -271,143 +267,6 @@ def _squared_matrix(X, metric: dict, shift):
     return pairwise_distances(X, **metric).astype(np.float64) ** 2
 
 
-def _evaluate(*objs, stage: str):
-    """The values of ``objs``: dask ones computed together in one `compute`, others as is."""
-    lazy = [i for i, o in enumerate(objs) if is_dask(o)]
-    out = list(objs)
-    if lazy:
-        for i, v in zip(lazy, compute(*[objs[i] for i in lazy], stage=stage)):
-            out[i] = v
-    return tuple(out)
-
-
-# --------------------------------------------------------------------------- precomputed D
-
-
-def _as_square(D, where: str, method: str):
-    D = check_array(D, method=method, where=where, check_finite=False)
-    if D.shape[0] != D.shape[1]:
-        raise InputError(
-            f"{method} with metric='precomputed' needs a square n x n distance matrix; found "
-            f"shape {tuple(D.shape)} in {where}.",
-            "pass the distances between all pairs of the n points (D[i, j] = d(x_i, x_j)), or "
-            "pass the data rows with a metric such as metric='euclidean'.")
-    return D
-
-
-def _value_checks(D) -> dict:
-    """Per-row reductions that locate every kind of bad entry; lazy (one pass) for dask."""
-    import dask.array as da
-
-    xp = da if is_dask(D) else np
-    bad = ~xp.isfinite(D)
-    safe = xp.where(bad, 0, D)
-    asym = abs(safe - safe.T)
-    return {"bad_rows": bad.sum(axis=1), "bad_cols": bad.argmax(axis=1),
-            "n_nan": xp.isnan(D).sum(), "n_neg": (safe < 0).sum(),
-            "row_min": safe.min(axis=1), "min_cols": safe.argmin(axis=1),
-            "asym": asym.max(axis=1), "asym_cols": asym.argmax(axis=1),
-            "diag": xp.diagonal(safe), "absmax": abs(safe).max()}
-
-
-def _refuse_bad_values(D, v: dict, where: str, method: str) -> bool:
-    """Raise `InputError` naming the first bad entry; True when D needs exact cleaning."""
-    if v["bad_rows"].sum():
-        rows = np.nonzero(v["bad_rows"])[0]
-        i, total, n_nan = int(rows[0]), int(v["bad_rows"].sum()), int(v["n_nan"])
-        found = describe_nonfinite(rows, n_nan, total - n_nan, where)
-        raise InputError(
-            f"{method} needs finite distances; found {found} (the first at "
-            f"{where}[{i}, {int(v['bad_cols'][i])}]).",
-            "recompute the missing distances, or drop those points (their rows and columns).")
-    i = int(np.argmin(v["row_min"]))
-    if v["row_min"][i] < 0:
-        j, others = int(v["min_cols"][i]), int(v["n_neg"]) - 1
-        more = f" ({others} other negative entries)" if others else ""
-        raise InputError(
-            f"{method} needs distances >= 0; found {where}[{i}, {j}] = {v['row_min'][i]:.6g} "
-            f"< 0{more}.", "pass distances, not similarities or signed differences; a "
-            "similarity s converts to a distance as sqrt(s_ii + s_jj - 2 s_ij).")
-    rtol = SYMMETRY_RTOL.get(np.dtype(D.dtype), 1e-8)
-    tol = rtol * float(v["absmax"])
-    i = int(np.argmax(np.abs(v["diag"])))
-    if abs(v["diag"][i]) > tol:
-        raise InputError(
-            f"{method} needs a zero diagonal (d(x, x) = 0); found {where}[{i}, {i}] = "
-            f"{v['diag'][i]:.6g} (more than {rtol:g} * max|D| from 0).",
-            "set the diagonal to 0 (np.fill_diagonal(D, 0)) if it is noise; a matrix of "
-            "similarities must be converted to distances first.")
-    i = int(np.argmax(v["asym"]))
-    if v["asym"][i] > tol:
-        j = int(v["asym_cols"][i])
-        a, b = _evaluate(D[i, j], D[j, i], stage="MDS: asymmetric entries")
-        raise InputError(
-            f"{method} needs a symmetric distance matrix; found {where}[{i}, {j}] = {float(a):.6g}"
-            f" but {where}[{j}, {i}] = {float(b):.6g} (max |D - D^T| = {v['asym'][i]:.3g} > "
-            f"{rtol:g} * max|D|).", "symmetrise it, D = (D + D.T) / 2, if the difference is "
-            "noise; a directed dissimilarity has no classical MDS.")
-    return bool(v["asym"].max() > 0 or np.abs(v["diag"]).max() > 0)
-
-
-def _cleaned(D):
-    """(D + D^T) / 2 with an exactly zero diagonal (removes asymmetry within tolerance)."""
-    S = (D + D.T) / 2
-    if is_dask(D):
-        import dask.array as da
-
-        return S - da.diag(da.diagonal(S))
-    np.fill_diagonal(S, 0)
-    return S
-
-
-def _checked_distances(D, where: str, method: str, extra=lambda _: ()):
-    """Validate D in one pass; ``extra(D)`` (more dask collections made from D) is computed
-    in the same pass. Returns (D, the values of extra(D))."""
-    D = _as_square(D, where, method)
-    checks = _value_checks(D)
-    values = _evaluate(*checks.values(), *extra(D), stage="MDS: check the distance matrix")
-    dirty = _refuse_bad_values(D, dict(zip(checks, values)), where, method)
-    rest = values[len(checks):]
-    if dirty:
-        D = _cleaned(D)
-        rest = _evaluate(*extra(D), stage="MDS: distance row means")
-    return D, rest
-
-
-def check_distance_matrix(D, *, where: str = "D", method: str = "MDS"):
-    """Return ``D`` (NumPy or dask, n x n) as a float matrix fit for MDS, or raise `InputError`.
-
-    Asymmetry and diagonal within the tolerance are removed exactly. For a dask D all checks
-    are one pass of reductions.
-
-    Parameters
-    ----------
-    D : array-like or dask array of shape (n, n)
-        The distance matrix.
-    where : str, default "D"
-        The name of the input in error messages.
-    method : str, default "MDS"
-        The method named in error messages.
-
-    Returns
-    -------
-    array or dask array of shape (n, n)
-        ``D`` as a float matrix, exactly symmetric with a zero diagonal.
-
-    Raises
-    ------
-    InputError
-        ``D`` is not square; has NaN or inf; has a negative entry; has a diagonal entry or an
-        asymmetry max|D - D^T| above ``SYMMETRY_RTOL`` * max|D|.
-    """
-    D, _ = _checked_distances(D, where, method, extra=lambda _: ())
-    return D
-
-
-def _distance_stats(D):
-    return center_stats(D.astype(np.float64) ** 2)
-
-
 # --------------------------------------------------------------------------- spectrum
 
 
@@ -592,7 +451,7 @@ def classical_mds(X, *, n_components=2, metric="euclidean", p=2.0, solver="auto"
     embedding = (vectors * root).astype(dtype)
     idx, exact = _stress_rows(n, rng)
     if X_fit is None:
-        (d_s,) = _evaluate(D[idx][:, idx], stage="MDS: stress sample")
+        (d_s,) = evaluate(D[idx][:, idx], stage="MDS: stress sample")
     else:
         xs = X_fit[idx] if shift is None else X_fit[idx] - shift.astype(dtype)
         d_s = distance_block(xs, xs, **params)
@@ -606,17 +465,17 @@ def classical_mds(X, *, n_components=2, metric="euclidean", p=2.0, solver="auto"
 def _precomputed_input(D, n_components, solver: str, where: str, check_input: bool = True):
     """Validate D (dask: with the row means of D2 in the same pass). Returns (D, k, solver,
     D2, row means, grand mean); the last three None for D in memory (B is made from D)."""
-    D = _as_square(D, where, "MDS")
+    D = as_square(D, where, "MDS")
     k = _check_n_components(n_components, D.shape[0], "MDS")
     solver = choose_eigen_solver(solver, D.shape[0])
     if not is_dask(D):
         return (check_distance_matrix(D, where=where, method="MDS") if check_input else D,
                 k, solver, None, None, None)
     if solver == "dense":
-        _, (D, r, g) = _checked_distances(D, where, "MDS",
-                                          extra=lambda M: (M, *_distance_stats(M)))
+        _, (D, r, g) = checked_distances(D, where, "MDS",
+                                          extra=lambda M: (M, *distance_stats(M)))
     else:
-        D, (r, g) = _checked_distances(D, where, "MDS", extra=_distance_stats)
+        D, (r, g) = checked_distances(D, where, "MDS", extra=distance_stats)
     return D, k, solver, D.astype(np.float64) ** 2, r, g
 
 
@@ -625,9 +484,9 @@ def _data_input(X, metric: dict, shift, dense: bool):
     lazy for the iterative solvers (each of their passes recomputes its blocks)."""
     D2 = _squared_matrix(X, metric, shift)
     if dense:
-        X_fit, D2 = _evaluate(X, D2, stage="MDS: distance matrix")
+        X_fit, D2 = evaluate(X, D2, stage="MDS: distance matrix")
         return (X_fit, D2, *center_stats(D2))
-    X_fit, r, g = _evaluate(X, *center_stats(D2), stage="MDS: distance row means")
+    X_fit, r, g = evaluate(X, *center_stats(D2), stage="MDS: distance row means")
     return X_fit, D2, r, g
 
 

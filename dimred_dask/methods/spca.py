@@ -60,16 +60,17 @@ import scipy.linalg
 
 from .._compute import compute
 from .._validation import (check_array, check_is_fitted, check_n_features, check_random_state,
-                           describe_nonfinite, is_dask, is_sparse_input)
+                           is_dask, is_sparse_input)
 from ..blocks.kernels import kernel_block
 from ..errors import DimredWarning, InputError
-from ..linalg import (NystromMap, choose_landmarks, column_stats, nystrom_error, nystrom_features,
+from ..linalg import (choose_landmarks, column_stats, nystrom_error, nystrom_features,
                       nystrom_map, top_eigh)
 from ..linalg.cross_moments import CrossStats, cross_stats
-from ..linalg.cross_moments import bad_labels as _bad_labels
 from ..linalg.pca_solvers import _complete_basis
 from ..pairwise import check_kernel, double_center, pairwise_kernels
 from ._base import DimredEstimator, HasConvergence, like_input, rowwise, sign_fix, sparse_affine
+from ._labels import (align_labels, check_choice, check_labels, clip_landmarks, label_factor,
+                      label_map, prepare_labels)
 from .kpca import held_out_rows
 from .pca import pca
 
@@ -89,138 +90,6 @@ RANK_RTOL = 1e-9
 # matrix is exact to ~1e-15 relative, a float32 one to ~1e-7, so smaller ones are rounding
 KERNEL_RANK_RTOL = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-6}
 
-
-# ---------------------------------------------------------------- labels and their factor
-
-def _choice(value, allowed, name: str, method: str, default: str) -> str:
-    if not isinstance(value, str) or value not in allowed:
-        raise InputError(f"{method} needs {name} in {', '.join(allowed)}; found {value!r}.",
-                         f"pass {name}='{default}' or another from that list.")
-    return value
-
-
-def check_labels(y, n: int, label_kernel: str, *, method: str):
-    """The labels as a 2-D (n, q) array (NumPy or dask); NumPy values are checked here."""
-    if y is None:
-        raise InputError(f"{method} requires y to be passed, but the target y is None.",
-                         "pass one label per row of X as y, or label_kernel='identity' (PCA).")
-    y = y if is_dask(y) else np.asarray(y)
-    if y.ndim not in (1, 2) or y.shape[0] != n:
-        raise InputError(f"{method} needs one label per row of X: X has {n} rows; y has shape "
-                         f"{tuple(y.shape)}.", f"pass y of shape ({n},) or ({n}, q), in the "
-                         "row order of X.")
-    y2 = y.reshape(-1, 1) if y.ndim == 1 else y
-    kind = y2.dtype.kind
-    if label_kernel == "delta" and y2.shape[1] != 1:
-        raise InputError(f"label_kernel='delta' needs one class label per row; found y of shape "
-                         f"{tuple(y.shape)}.", "pass a 1-D array of classes, or "
-                         "label_kernel='linear' for several real targets.")
-    if label_kernel != "delta" or kind == "c":
-        y2 = _real_labels(y2, label_kernel)
-        kind = "f"
-    if not is_dask(y2) and kind == "f":
-        bad = ~np.isfinite(y2)
-        if bad.any():
-            raise _bad_labels(method, describe_nonfinite(
-                np.nonzero(bad.any(axis=1))[0], int(np.isnan(y2).sum()),
-                int(bad.sum() - np.isnan(y2).sum()), "y"))
-    return y2
-
-
-def _real_labels(y2, label_kernel: str):
-    if y2.dtype.kind in "fiubO":
-        try:
-            return y2.astype(np.float64)
-        except (TypeError, ValueError):
-            pass
-    raise InputError(f"label_kernel={label_kernel!r} needs real-valued labels; found dtype "
-                     f"{y2.dtype} (Unknown label type).", "use label_kernel='delta' for class "
-                     "labels, or encode the targets as real numbers.")
-
-
-def _clip(m, n: int):
-    """At most n landmarks (anything but an int is left to choose_landmarks to refuse)."""
-    return min(m, n) if isinstance(m, numbers.Integral) and not isinstance(m, bool) else m
-
-
-def _align(y2, X):
-    """Labels with the row chunks of X (dask X), or in memory (NumPy X)."""
-    if is_dask(X):
-        import dask.array as da
-
-        if is_dask(y2):
-            return y2.rechunk({0: X.chunks[0], 1: -1})
-        return da.from_array(y2, chunks=(X.chunks[0], -1))
-    if is_dask(y2):
-        (y2,) = compute(y2, stage="labels")
-    return np.asarray(y2)
-
-
-@dataclass
-class LabelMap:
-    """Maps a block of labels to its rows of Delta (B = Delta Delta^T)."""
-
-    kind: str
-    classes: np.ndarray | None = None  # delta
-    nmap: NystromMap | None = None  # gaussian
-    n_targets: int = 1
-
-    @property
-    def rank(self) -> int:
-        if self.kind == "delta":
-            return len(self.classes)
-        return self.nmap.rank if self.kind == "gaussian" else self.n_targets
-
-    def factor(self, yb) -> np.ndarray:
-        yb = np.asarray(yb)
-        if self.kind == "delta":
-            return (yb[:, :1] == self.classes[None, :]).astype(np.float64)
-        if self.kind == "gaussian":
-            return np.asarray(self.nmap.features(yb.astype(np.float64)), dtype=np.float64)
-        return yb.astype(np.float64)
-
-
-def label_map(y2, kind: str, *, gamma=None, width=None, n_landmarks=100, random_state=0,
-              method: str = "Supervised PCA") -> LabelMap:
-    if kind == "delta":
-        if is_dask(y2):
-            import dask.array as da
-
-            (classes,) = compute(da.unique(y2[:, 0]), stage="labels: classes")
-        else:
-            classes = np.unique(y2[:, 0])
-        classes = np.asarray(classes)
-        if classes.dtype.kind == "f" and not np.isfinite(classes).all():
-            raise _bad_labels(method, "NaN or inf among the class labels of y")
-        if len(classes) < 2:
-            raise InputError(f"{method} with label_kernel='delta' needs at least 2 classes; "
-                             f"found 1 class ({classes[0]!r}) in y.", "pass labels of two or "
-                             "more classes, or real targets with label_kernel='linear'.")
-        return LabelMap("delta", classes=classes)
-    q = y2.shape[1]
-    if kind == "gaussian":
-        params = check_kernel("gaussian", q, gamma=gamma, width=width)
-        marks, _ = choose_landmarks(y2, _clip(n_landmarks, y2.shape[0]), "kmeans++", random_state)
-        if not np.isfinite(marks).all():
-            raise _bad_labels(method, "NaN or inf among the labels of y")
-        return LabelMap("gaussian", nmap=nystrom_map(marks, params), n_targets=q)
-    return LabelMap("linear", n_targets=q)
-
-
-def label_factor(y2, lmap: LabelMap):
-    """Delta for all rows: lazy (row chunks of y2) for dask, NumPy otherwise."""
-    if not is_dask(y2):
-        return lmap.factor(y2)
-    return y2.map_blocks(lmap.factor, chunks=(y2.chunks[0], (lmap.rank,)), dtype=np.float64)
-
-
-def prepare_labels(y, X, kind, *, gamma, width, n_landmarks, random_state, method):
-    y2 = _align(check_labels(y, X.shape[0], kind, method=method), X)
-    return y2, label_map(y2, kind, gamma=gamma, width=width, n_landmarks=n_landmarks,
-                         random_state=random_state, method=method)
-
-
-# ---------------------------------------------------------------- shared linear algebra
 
 def _check_k(k, n: int, d: int | None, method: str) -> int:
     limit = n - 1 if d is None else min(n - 1, d)
@@ -423,7 +292,7 @@ def supervised_pca(X, y=None, *, n_components: int = 2, label_kernel: str = "del
     X = check_array(X, method=method, where=where, accept_sparse=True)
     n, d = X.shape
     k = _check_k(n_components, n, d, method)
-    _choice(label_kernel, LABEL_KERNELS, "label_kernel", method, "delta")
+    check_choice(label_kernel, LABEL_KERNELS, "label_kernel", method, "delta")
     rule = _check_bair(bair_threshold, bair_n_features, d, label_kernel, method)
     if label_kernel == "identity":  # B = I: Q = Xc^T Xc, i.e. PCA
         sub = pca(X, n_components=k, where=where)
@@ -509,7 +378,7 @@ def _dense_factor(X, params: dict, method: str):
 
 
 def _nystrom_factor(X, params, n_landmarks, landmarks, random_state):
-    m = _clip(n_landmarks, X.shape[0])
+    m = clip_landmarks(n_landmarks, X.shape[0])
     marks, idx = choose_landmarks(X, m, landmarks, random_state)
     nmap = nystrom_map(marks, params)
     held = held_out_rows(X, idx, random_state)  # rows apart from the landmarks, as KernelPCA
@@ -614,9 +483,9 @@ def kernel_supervised_pca(X, y=None, *, n_components: int = 2, kernel: str = "ga
     X = check_array(X, method=method, where=where)
     n, d = X.shape
     k = _check_k(n_components, n, None, method)
-    _choice(label_kernel, LABEL_KERNELS, "label_kernel", method, "delta")
+    check_choice(label_kernel, LABEL_KERNELS, "label_kernel", method, "delta")
     params = check_kernel(kernel, d, gamma=gamma, width=width, degree=degree, coef0=coef0)
-    solver = _choice(solver, KSPCA_SOLVERS, "solver", method, "auto")
+    solver = check_choice(solver, KSPCA_SOLVERS, "solver", method, "auto")
     solver = ("dense" if n <= DENSE_MAX_SAMPLES else "nystrom") if solver == "auto" else solver
     y2, lmap = None, None
     if label_kernel != "identity":
@@ -625,7 +494,7 @@ def kernel_supervised_pca(X, y=None, *, n_components: int = 2, kernel: str = "ga
                                   method=method)
     if solver == "dense":
         ref, phi, to_coef, info = _dense_factor(X, params, method)
-        y2 = None if y2 is None else _align(y2, ref)
+        y2 = None if y2 is None else align_labels(y2, ref)
     else:
         nmap, phi, info = _nystrom_factor(X, params, n_landmarks, landmarks, random_state)
         ref, to_coef = nmap.landmarks, nmap.proj
@@ -662,7 +531,7 @@ def _hsic_exact(X, y2, lmap, params, label_args, perms):
     if is_dask(X):
         (X,) = compute(X, stage="HSIC: rows to memory")
     X, n = np.asarray(X), X.shape[0]
-    y2 = _align(y2, X)
+    y2 = align_labels(y2, X)
     Kc = double_center(np.asarray(pairwise_kernels(X, **params), dtype=np.float64))
     B = _exact_label_gram(y2, lmap, *label_args)
     stat = float(np.sum(Kc * B))
@@ -759,19 +628,19 @@ def hsic(X, y, *, kernel: str = "gaussian", gamma=None, width=None, degree: int 
     method = "HSIC"
     X = check_array(X, method=method, where=where)
     n, d = X.shape
-    _choice(label_kernel, LABEL_KERNELS, "label_kernel", method, "delta")
+    check_choice(label_kernel, LABEL_KERNELS, "label_kernel", method, "delta")
     if label_kernel == "identity":
         raise InputError("HSIC with label_kernel='identity' (B = I) does not depend on y: "
                          "every permutation gives the same value.", "pass label_kernel='delta' "
                          "for classes, or 'linear' / 'gaussian' for real targets.")
     params = check_kernel(kernel, d, gamma=gamma, width=width, degree=degree, coef0=coef0)
-    solver = _choice(solver, HSIC_SOLVERS, "solver", method, "auto")
+    solver = check_choice(solver, HSIC_SOLVERS, "solver", method, "auto")
     solver = ("exact" if n <= DENSE_MAX_SAMPLES else "lowrank") if solver == "auto" else solver
     if (not isinstance(n_permutations, numbers.Integral) or isinstance(n_permutations, bool)
             or n_permutations < 0):
         raise InputError(f"n_permutations must be an int >= 0; found {n_permutations!r}.",
                          "pass e.g. n_permutations=200 (0: no p-value).")
-    y2 = _align(check_labels(y, n, label_kernel, method=method), X)
+    y2 = align_labels(check_labels(y, n, label_kernel, method=method), X)
     lmap = None
     if solver == "lowrank" or label_kernel != "gaussian":
         lmap = label_map(y2, label_kernel, gamma=label_gamma, width=label_width,
