@@ -59,6 +59,8 @@ def main(argv=None) -> int:
     p.add_argument("--compare-pool", action="store_true",
                    help="pca --only single-pass: each flow run also with the read buffers "
                         "not reused, in turns")
+    p.add_argument("--codec", default=None, choices=["none", "zstd", "blosc-lz4"],
+                   help="pca --only single-pass: compress the array's chunks with this codec")
     p.add_argument("--first-run", action="store_true",
                    help="tsne, umap: also time one run in a fresh process with an empty numba "
                         "cache (compilation included)")

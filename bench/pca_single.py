@@ -1,5 +1,5 @@
 """Single-pass PCA out of core: ``python -m bench pca --only single-pass [--gib G] [--dir D]
-[--compare-pool]``.
+[--compare-pool] [--codec none|zstd|blosc-lz4]``.
 
 An array of ``gib`` GiB (default 1.5x the machine's memory), float32 x 512, uncompressed Zarr,
 with singular values proportional to j^-2 (j = 1..512) around a mean of 1: a spectrum that
@@ -16,6 +16,9 @@ decays. Each pass starts with the page cache dropped where the machine allows. M
 - the flow with ``solver="auto"`` and ``max_error=0.01``: the solver it picks and why;
 - with ``--compare-pool``, each flow run first with the read buffers not reused (a fresh
   buffer per block, ``raw_chunks.POOL_BUFFERS = 0`` on the workers), then as shipped;
+- with ``--codec``, the array's chunks compressed (zstd, Zarr v3's default, or Blosc-LZ4
+  with byte shuffle): the plain read is then a decompressing read through zarr, and the
+  codec's decode rate on one core and the stored / raw size are printed;
 - the single-pass embedding's relative error against the exact one (signs aligned by the
   components), overall and per component, and the error estimate the fit reported.
 """
@@ -59,7 +62,43 @@ def _decaying_block(i: int, rows: int, d: int, seed: int) -> np.ndarray:
     return (g @ basis.T.astype(np.float32) + np.float32(1.0)).astype(np.float32)
 
 
-def write_decaying(path: str, gib: float, d: int = D, seed: int = 0) -> int:
+def _compressors(codec: str | None):
+    """zarr ``compressors`` for ``--codec``: None (raw chunks), zstd (Zarr v3's default) or
+    Blosc with LZ4 and byte shuffle."""
+    if codec in (None, "none"):
+        return None
+    if codec == "zstd":
+        return "auto"
+    if codec == "blosc-lz4":
+        from zarr.codecs import BloscCodec
+
+        return BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
+    raise SystemExit(f"--codec must be none, zstd or blosc-lz4; found {codec!r}")
+
+
+def _folder_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path)
+               for f in files)
+
+
+def _decode_rate(path: str, codec: str) -> float:
+    """Bytes per second one core decodes: the first chunk file's frame decoded 5 times."""
+    import glob
+
+    import numcodecs
+
+    chunk = sorted(glob.glob(os.path.join(path, "c", "0", "0")))[0]
+    frame = open(chunk, "rb").read()
+    dec = numcodecs.Zstd() if codec == "zstd" else numcodecs.Blosc()
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        out = dec.decode(frame)
+        times.append(time.perf_counter() - t0)
+    return len(out) / float(np.median(times))
+
+
+def write_decaying(path: str, gib: float, d: int = D, seed: int = 0, codec=None) -> int:
     """The array at ``path`` (reused when an earlier run with --dir left it), written by the
     workers; returns its rows."""
     import dask.array as da
@@ -74,7 +113,7 @@ def write_decaying(path: str, gib: float, d: int = D, seed: int = 0) -> int:
     blocks = [da.from_delayed(delayed(_decaying_block, pure=True)(i, CHUNK_ROWS, d, seed),
                               shape=(CHUNK_ROWS, d), dtype=np.float32)
               for i in range(n // CHUNK_ROWS)]
-    save_array(da.concatenate(blocks), path, overwrite=True, compressors=None)
+    save_array(da.concatenate(blocks), path, overwrite=True, compressors=_compressors(codec))
     return n
 
 
@@ -154,17 +193,25 @@ def main_single_pass(args) -> int:
     gib = args.gib or 1.5 * psutil.virtual_memory().total / 2**30
     folder = os.path.abspath(args.dir or os.path.join(os.path.dirname(__file__), "_data"))
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "decaying.zarr")
+    codec = None if args.codec in (None, "none") else args.codec
+    path = os.path.join(folder, f"decaying-{codec}.zarr" if codec else "decaying.zarr")
     size = {**local_cluster_size(args.workers, args.threads), "memory_limit": 2 * 2**30}
     print(f"# bench pca --only single-pass: {gib:.1f} GiB float32 x {D}, singular values "
-          f"~ j^-{POWER:g}; k = {K}; {machine()}; workers {size}; load "
+          f"~ j^-{POWER:g}; k = {K}; chunks {codec or 'uncompressed'}; {machine()}; "
+          f"workers {size}; load "
           f"{os.getloadavg()[0]:.2f}", flush=True)
     result = {}
     with LocalCluster(processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
                       **size) as cl, Client(cl) as client:
         t0 = time.perf_counter()
-        n = write_decaying(path, gib)
+        n = write_decaying(path, gib, codec=codec)
         print(f"  array of {n} rows ready in {time.perf_counter() - t0:.1f} s", flush=True)
+        if codec:
+            stored = _folder_bytes(path)
+            result["stored_over_raw"] = round(stored / (n * D * 4), 3)
+            result["decode_gb_per_s_one_core"] = round(_decode_rate(path, codec) / 1e9, 2)
+            print(f"  stored / raw {result['stored_over_raw']}, decode "
+                  f"{result['decode_gb_per_s_one_core']} GB/s on one core", flush=True)
         warm = os.path.join(folder, "warm.zarr")  # Prefect's temporary server and the
         write_decaying(warm, CHUNK_ROWS * D * 4 / 2**30)  # workers' imports start here, not
         embed(warm, os.path.join(folder, "out-warm"), method="pca",  # in a timed pass
@@ -226,7 +273,7 @@ def main_single_pass(args) -> int:
     ex = runs["covariance"]["fit_plus_transform_s"]
     sp_floor = max(read, floors["sketch"]) + sketch_read
     ex_floor = max(read, floors["scatter"]) + max(read, floors["projection"])
-    result = {"rows": n, "gib": round(n * D * 4 / 2**30, 1), "plain_read_s": round(read, 1),
+    result = {**result, "rows": n, "gib": round(n * D * 4 / 2**30, 1), "plain_read_s": round(read, 1),
               "compute_floors_s": {k: round(v, 1) for k, v in floors.items()},
               "sketch_read_s": round(sketch_read, 1),
               "single_pass_floors_s": round(sp_floor, 1),
