@@ -319,3 +319,6 @@ def test_auto_takes_single_pass_out_of_core_when_max_error_allows(client, tmp_pa
     assert "then the sketch's estimated embedding error" in shown.getvalue()
     with pytest.raises(InputError, match="max_error"):
         adapter.check({"n_components": 3, "max_error": 2}, X.shape)
+    with pytest.raises(InputError, match="solver must be one of"):  # sparse input too
+        pca(sps.random(50, 10, density=0.3, format="csr", random_state=0), n_components=2,
+            solver="bogus")

@@ -199,14 +199,14 @@ def choose_solver(solver: str, n: int, d: int, n_components) -> str:
 
 
 def plan_solver(X, solver: str, k_request, *, max_error=None, n_oversamples: int = 10,
-                n_iter: int = 4) -> tuple[str, dict]:
+                n_iter: int = 4, where: str = "X") -> tuple[str, dict]:
     """(solver, why): the solver a fit uses and, for ``auto``, the reasons for it (the
     manifest's ``solver_choice``). ``max_error``: the largest relative embedding error the
     caller accepts from an approximate solver (None: exact only)."""
     n, d = X.shape
-    if is_sparse_input(X):
-        return choose_sparse_solver(solver, X, k_request, "X"), {}
     exact = choose_solver(solver, n, d, k_request)  # also checks the name
+    if is_sparse_input(X):
+        return choose_sparse_solver(solver, X, k_request, where), {}
     if solver != "auto":
         return exact, {}
     why = {"requested": "auto", "exact_solver": exact}
@@ -412,7 +412,7 @@ def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
     k_request = check_n_components(n_components, n, d, method="PCA")
     check_max_error(max_error)
     solver, choice = plan_solver(X, solver, k_request, max_error=max_error,
-                                 n_oversamples=n_oversamples, n_iter=n_iter)
+                                 n_oversamples=n_oversamples, n_iter=n_iter, where=where)
     if not (isinstance(tol, (int, float)) and np.isfinite(tol) and tol >= 0):
         raise InputError(f"PCA needs tol >= 0 (0: run all n_iter + 1 passes); found {tol!r}.",
                          "pass e.g. tol=1e-4 with a larger n_iter, or leave tol=0.")
