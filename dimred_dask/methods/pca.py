@@ -250,39 +250,39 @@ def plan_solver(X, solver: str, k_request, *, max_error=None, n_oversamples: int
                             f"{predicted[exact]:.3g} s for {exact}")}
 
 
-def _cluster(X) -> tuple[int | None, int]:
-    """(memory, threads) of the cluster that computes the dask array ``X``: the workers'
-    totals on a distributed client, else this machine's."""
-    import os
-
-    client = active_client()
-    if client is not None:
-        workers = client.scheduler_info()["workers"].values()
-        memory = sum(w.get("memory_limit") or 0 for w in workers)
-        return (memory or None), sum(w.get("nthreads") or 1 for w in workers)
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().total), os.cpu_count() or 1
-    except ImportError:
-        return None, os.cpu_count() or 1
-
-
-def _memory(X) -> int | None:
-    """Memory a task may use: the smallest worker memory limit for dask input on a
-    distributed client, else the machine's memory (None when unknown)."""
+def _workers(X) -> list[dict]:
+    """The workers of the distributed client that computes the dask array ``X`` (none for
+    NumPy input or without a client)."""
     client = active_client() if is_dask(X) else None
-    if client is not None:
-        limits = [w.get("memory_limit") or 0
-                  for w in client.scheduler_info()["workers"].values()]
-        if limits and min(limits) > 0:
-            return int(min(limits))
+    return list(client.scheduler_info()["workers"].values()) if client is not None else []
+
+
+def _machine_memory() -> int | None:
     try:
         import psutil
 
         return int(psutil.virtual_memory().total)
     except ImportError:
         return None
+
+
+def _cluster(X) -> tuple[int | None, int]:
+    """(memory, threads) of the cluster that computes the dask array ``X``: the workers'
+    totals on a distributed client, else this machine's."""
+    import os
+
+    workers = _workers(X)
+    if workers:
+        return (sum(w.get("memory_limit") or 0 for w in workers) or None,
+                sum(w.get("nthreads") or 1 for w in workers))
+    return _machine_memory(), os.cpu_count() or 1
+
+
+def _memory(X) -> int | None:
+    """Memory a task may use: the smallest worker memory limit for dask input on a
+    distributed client, else the machine's memory (None when unknown)."""
+    limits = [w.get("memory_limit") or 0 for w in _workers(X)]
+    return int(min(limits)) if limits and min(limits) > 0 else _machine_memory()
 
 
 def choose_sparse_solver(solver: str, X, k_request, where: str) -> str:
