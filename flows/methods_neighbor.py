@@ -39,6 +39,9 @@ __all__ = ["METHODS", "StoreCheckpoint", "CHECKPOINTS"]
 CHECKPOINTS = "checkpoints"
 TRUST_SAMPLE = 2000  # rows of the per-embedding trustworthiness (k = TRUST_K), seed 0
 TRUST_K = 10
+# how each embedding was optimised (one worker or row blocks over all of them), for the manifest
+_OPTIMIZER_KEYS = ("optimizer", "optimizer_reason", "blocks", "blocks_per_worker",
+                   "bytes_per_iteration", "recoveries")
 STATE_ARRAYS = ("embedding", "update", "gains", "next_sample", "next_negative")
 
 
@@ -165,7 +168,8 @@ class _Family:
                          "seconds": info.get("seconds"), "threads": info.get("threads"),
                          "resumed_from": info.get("resumed_from"), "init": info.get("init"),
                          **({"fit_sample": info["fit_sample"]} if info.get("fit_sample")
-                            else {})})
+                            else {}),
+                         **{k: info[k] for k in _OPTIMIZER_KEYS if k in info}})
         return {"n_embeddings": len(rows), "embeddings": rows,
                 "trustworthiness_sample": f"{TRUST_SAMPLE} rows (seed 0), k = {TRUST_K}",
                 "convergence": model.convergence}

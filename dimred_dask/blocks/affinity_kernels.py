@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit, prange
 
 __all__ = ["perplexity_rows", "smooth_knn_rows", "membership_rows", "symmetric_merge",
-           "MERGE_SUM", "MERGE_FUZZY"]
+           "symmetric_merge_rows", "reverse_entries", "MERGE_SUM", "MERGE_FUZZY"]
 
 MERGE_SUM = 0  # (a + b) * scale: t-SNE's (p_j|i + p_i|j) / 2n
 MERGE_FUZZY = 1  # mix * (a + b - a b) + (1 - mix) * a b: UMAP's fuzzy union / intersection
@@ -254,5 +254,79 @@ def symmetric_merge(indices: np.ndarray, values: np.ndarray, n: int, mode: int,
     values = np.ascontiguousarray(values, dtype=np.float64)
     ptr, cols, vals, out = _scatter_both(indices, values, int(n))
     counts = np.empty(int(n), np.int64)
+    _merge_rows(ptr, cols, vals, out, int(mode), float(scale), float(mix), counts)
+    return _compact(ptr, cols, vals, counts)
+
+
+@njit(cache=True, nogil=True)
+def _scatter_rows(indices, values, start, rsrc, rdst, rvals, nrows):
+    """`_scatter_both` for rows [start, start + nrows) only: their own directed edges and the
+    reverse entries (rsrc -> rdst, rdst in the block) of edges listed by other rows."""
+    deg = np.zeros(nrows + 1, np.int64)
+    nr, k = indices.shape
+    for i in range(nr):
+        for t in range(k):
+            j = indices[i, t]
+            if j >= 0 and j != start + i:
+                deg[i + 1] += 1
+    for t in range(rdst.shape[0]):
+        deg[rdst[t] - start + 1] += 1
+    ptr = np.cumsum(deg)
+    cols = np.empty(ptr[nrows], np.int32)
+    vals = np.empty(ptr[nrows], np.float64)
+    out = np.empty(ptr[nrows], np.bool_)
+    fill = ptr[:nrows].copy()
+    for i in range(nr):
+        for t in range(k):
+            j = indices[i, t]
+            if j < 0 or j == start + i:
+                continue
+            p = fill[i]
+            cols[p], vals[p], out[p] = j, values[i, t], True
+            fill[i] += 1
+    for t in range(rdst.shape[0]):
+        r = rdst[t] - start
+        p = fill[r]
+        cols[p], vals[p], out[p] = rsrc[t], rvals[t], False
+        fill[r] += 1
+    return ptr, cols, vals, out
+
+
+def reverse_entries(indices: np.ndarray, values: np.ndarray, start: int, bounds):
+    """The edges (i, j) of rows [start, start + len(indices)) as reverse entries for the row
+    blocks ``bounds`` [(s, e), ...]: per block, (src i, dst j, value) with j in [s, e), in
+    the order of the rows (missing neighbours and self-loops dropped)."""
+    indices = np.asarray(indices)
+    n, k = indices.shape
+    src = np.repeat(np.arange(start, start + n, dtype=np.int64), k)
+    dst = indices.reshape(-1).astype(np.int64)
+    vals = np.asarray(values, dtype=np.float64).reshape(-1)
+    keep = (dst >= 0) & (dst != src)
+    src, dst, vals = src[keep], dst[keep], vals[keep]
+    starts = np.array([s for s, _ in bounds], dtype=np.int64)
+    block = np.searchsorted(starts, dst, side="right") - 1
+    order = np.argsort(block, kind="stable")
+    cuts = np.searchsorted(block[order], np.arange(len(bounds) + 1))
+    return [(src[order[a:b]], dst[order[a:b]], vals[order[a:b]])
+            for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def symmetric_merge_rows(indices: np.ndarray, values: np.ndarray, start: int, reverse,
+                         mode: int, scale: float = 1.0, mix: float = 1.0):
+    """Rows [start, start + len(indices)) of `symmetric_merge` (the same values, bit for bit):
+    ``indices`` / ``values`` are those rows of the directed graph, ``reverse`` the
+    `reverse_entries` pieces for this block from every block of rows."""
+    indices = np.ascontiguousarray(indices, dtype=np.int64)
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    nrows = indices.shape[0]
+    if reverse:
+        rsrc = np.concatenate([r[0] for r in reverse])
+        rdst = np.concatenate([r[1] for r in reverse])
+        rvals = np.concatenate([r[2] for r in reverse])
+    else:
+        rsrc = rdst = np.empty(0, np.int64)
+        rvals = np.empty(0, np.float64)
+    ptr, cols, vals, out = _scatter_rows(indices, values, int(start), rsrc, rdst, rvals, nrows)
+    counts = np.empty(nrows, np.int64)
     _merge_rows(ptr, cols, vals, out, int(mode), float(scale), float(mix), counts)
     return _compact(ptr, cols, vals, counts)

@@ -17,8 +17,8 @@ import scipy.fft
 from .tsne_kernels import (SCATTER_CHUNKS, attraction, exact_repulsion, fused_step,
                            interp_gather, interp_scatter, interp_weights, kl_attractive_part)
 
-__all__ = ["Interpolation", "InterpolationGrid", "potentials", "repulsion", "tsne_gradient",
-           "tsne_step", "kl_divergence", "point_z", "MAX_BOXES"]
+__all__ = ["Interpolation", "InterpolationGrid", "GridSpec", "convolve", "potentials",
+           "repulsion", "tsne_gradient", "tsne_step", "kl_divergence", "point_z", "MAX_BOXES"]
 
 MAX_BOXES = {1: 4096, 2: 400, 3: 24}  # grid side N = boxes * p: 2-D 1200^2, 3-D 72^3 nodes
 
@@ -108,27 +108,7 @@ class InterpolationGrid:
         return boxes, weights
 
     def _convolve(self, charges):
-        """The nodes' potentials: the charges convolved with w^2 (single-precision FFT:
-        relative error ~3e-7 of the largest potential, far below the interpolation's)."""
-        N, d, w = self.N, self.d, self.workers
-        L = scipy.fft.next_fast_len(2 * N - 1, real=True)
-        hat = _kernel_hat(d, N, L, self.h / self.p, w)
-        nc = charges.shape[1]
-        grid = np.moveaxis(charges.reshape((N,) * d + (nc,)), -1, 0).astype(np.float32)
-        if d == 2:  # pruned: the padding rows are zero on the way in and cropped on the way out
-            A = scipy.fft.rfft(grid, n=L, axis=2, workers=w)
-            A = scipy.fft.fft(A, n=L, axis=1, workers=w, overwrite_x=True)
-            A *= hat[None]
-            A = scipy.fft.ifft(A, axis=1, workers=w, overwrite_x=True)[:, :N]
-            pot = scipy.fft.irfft(A, n=L, axis=2, workers=w)[:, :, :N]
-        else:
-            axes = tuple(range(1, d + 1))
-            A = scipy.fft.rfftn(grid, s=(L,) * d, axes=axes, workers=w)
-            A *= hat[None]
-            pot = scipy.fft.irfftn(A, s=(L,) * d, axes=axes, workers=w)
-            pot = pot[(slice(None),) + (slice(0, N),) * d]
-        return np.ascontiguousarray(np.moveaxis(pot, 0, -1).reshape(N ** d, nc),
-                                    dtype=np.float64)
+        return convolve(charges, self.N, self.d, self.h / self.p, self.workers)
 
     def potentials_at(self, Y, boxes=None, weights=None, centred: bool = False):
         """(n, nc): sum_j w^2, sum_j w^2 y_j (, sum_j w^2 |y_j|^2) over the grid's points,
@@ -153,6 +133,94 @@ class InterpolationGrid:
     def clip(self, Y):
         """Y clipped into the grid's box (new points must stay where potentials are known)."""
         return np.clip(Y, self.center + self.lo, self.center + self.lo + self.h * self.n_boxes)
+
+
+def convolve(charges, N: int, d: int, delta: float, workers: int = 1):
+    """The nodes' potentials: the charges (N^d, nc) convolved with w^2 over a grid of node
+    spacing ``delta`` (single-precision FFT: relative error ~3e-7 of the largest potential,
+    far below the interpolation's)."""
+    L = scipy.fft.next_fast_len(2 * N - 1, real=True)
+    hat = _kernel_hat(d, N, L, delta, workers)
+    nc = charges.shape[1]
+    grid = np.moveaxis(charges.reshape((N,) * d + (nc,)), -1, 0).astype(np.float32)
+    w = workers
+    if d == 2:  # pruned: the padding rows are zero on the way in and cropped on the way out
+        A = scipy.fft.rfft(grid, n=L, axis=2, workers=w)
+        A = scipy.fft.fft(A, n=L, axis=1, workers=w, overwrite_x=True)
+        A *= hat[None]
+        A = scipy.fft.ifft(A, axis=1, workers=w, overwrite_x=True)[:, :N]
+        pot = scipy.fft.irfft(A, n=L, axis=2, workers=w)[:, :, :N]
+    else:
+        axes = tuple(range(1, d + 1))
+        A = scipy.fft.rfftn(grid, s=(L,) * d, axes=axes, workers=w)
+        A *= hat[None]
+        pot = scipy.fft.irfftn(A, s=(L,) * d, axes=axes, workers=w)
+        pot = pot[(slice(None),) + (slice(0, N),) * d]
+    return np.ascontiguousarray(np.moveaxis(pot, 0, -1).reshape(N ** d, nc), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """Where the interpolation grid lies, from the bounding box of all points: what the
+    blocks of a distributed fit need to put their points' charges on one shared grid."""
+
+    center: tuple
+    lo: tuple  # the grid's corner, relative to the centre
+    h: float
+    n_boxes: int
+    p: int
+
+    @classmethod
+    def around(cls, lo, hi, interp: Interpolation) -> "GridSpec":
+        lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+        boxes, h = _geometry(float((hi - lo).max()), lo.size, interp)
+        c = (lo + hi) / 2
+        return cls(tuple(c), tuple(lo - c), float(h), int(boxes), int(interp.n_interp))
+
+    @property
+    def d(self) -> int:
+        return len(self.center)
+
+    @property
+    def N(self) -> int:
+        return self.n_boxes * self.p
+
+    def weights(self, Y):
+        """(boxes, weights) of the points Y (absolute coordinates)."""
+        Yc = np.ascontiguousarray(Y - np.asarray(self.center))
+        n, d = Yc.shape
+        boxes = np.empty((n, d), dtype=np.int64)
+        weights = np.empty((n, d, self.p))
+        interp_weights(Yc, np.asarray(self.lo), self.h, self.n_boxes, self.p, boxes, weights)
+        return boxes, weights
+
+    def charges(self, Y, boxes, weights):
+        """(N^d, d + 2): the charges 1, y, |y|^2 of the points Y (centred), summed per node."""
+        n, d = Y.shape
+        Yc = np.ascontiguousarray(Y - np.asarray(self.center))
+        nchunks = int(min(SCATTER_CHUNKS, max(1, n // 25_000)))
+        grids = np.empty((nchunks, self.N ** d, d + 2))
+        interp_scatter(Yc, boxes, weights, self.p, self.N, grids)
+        return grids.sum(axis=0) if nchunks > 1 else grids[0]
+
+    def potentials(self, charges, n: int, workers: int = 1):
+        """(potentials (N^d, d + 1) of the charges 1 and y, Z of all the points): Z from the
+        grid alone, sum_i [(1 + 2|y_i|^2) phi_0(y_i) - 2 y_i . phi(y_i)] - n with
+        sum_i g(y_i) phi(y_i) = potentials . (charges of g) (centred coordinates)."""
+        d = self.d
+        pot = convolve(np.ascontiguousarray(charges[:, :d + 1]), self.N, d, self.h / self.p,
+                       workers)
+        Z = float(pot[:, 0] @ charges[:, 0] + 2.0 * (pot[:, 0] @ charges[:, d + 1])
+                  - 2.0 * sum(pot[:, 1 + k] @ charges[:, 1 + k] for k in range(d)))
+        return pot, Z - n
+
+    def phi(self, Y, boxes, weights, pot):
+        """(n, d + 1) potentials at the points Y, in absolute coordinates."""
+        phi = np.empty((Y.shape[0], self.d + 1))
+        interp_gather(boxes, weights, self.p, self.N, pot, phi)
+        c = np.asarray(self.center)
+        phi[:, 1:] += phi[:, :1] * c
+        return phi
 
 
 def point_z(Y, phi):
@@ -195,7 +263,7 @@ def tsne_step(indptr, indices, data, Y, Ynew, update, gains, *, exaggeration, mo
     for the attraction (a third less memory traffic; relative error 6e-8 per term)."""
     Z, phi = potentials(Y, method, interp, workers)
     loss = kl_divergence(indptr, indices, data, Y, Z) if kl else None
-    fused_step(indptr, indices, data if data32 is None else data32, Y, phi, 1.0 / Z,
+    fused_step(indptr, indices, data if data32 is None else data32, Y, Y, phi, 1.0 / Z,
                exaggeration, update, gains, momentum, learning_rate, min_gain, max_step, Ynew)
     return Z, loss
 

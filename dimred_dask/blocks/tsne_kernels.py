@@ -82,15 +82,17 @@ def attraction(indptr, indices, data, Y, Yref, scale, out):
 
 
 @njit(parallel=True, cache=True, nogil=True, fastmath=True)
-def fused_step(indptr, indices, data, Y, phi, inv_z, exaggeration, update, gains, momentum,
-               learning_rate, min_gain, max_step, Ynew):
-    """One optimiser step for every point: g_i = exaggeration * attraction_i
+def fused_step(indptr, indices, data, Y, Yref, phi, inv_z, exaggeration, update, gains,
+               momentum, learning_rate, min_gain, max_step, Ynew):
+    """One optimiser step for every row of ``Y``: g_i = exaggeration * attraction_i
     - (y_i phi_0 - phi_{1..d}) / Z, then the gains / momentum / clipped update of
-    `gains_step`, written to ``Ynew`` (Y is only read, so rows never race)."""
+    `gains_step`, written to ``Ynew`` (Y is only read, so rows never race). ``Yref`` holds
+    the points P's columns refer to: Y itself in a fit on one worker, all points when Y is
+    one block of rows of them."""
     n, d = Y.shape
     for i in prange(n):
         acc = np.empty(d)
-        _attract_row(i, indptr, indices, data, Y, Y, acc)
+        _attract_row(i, indptr, indices, data, Y, Yref, acc)
         norm = 0.0
         for k in range(d):
             g = exaggeration * acc[k] - (Y[i, k] * phi[i, 0] - phi[i, 1 + k]) * inv_z

@@ -23,14 +23,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..blocks.affinity_kernels import (MERGE_FUZZY, MERGE_SUM, membership_rows as _membership,
-                                       perplexity_rows, smooth_knn_rows, symmetric_merge)
+                                       perplexity_rows, reverse_entries, smooth_knn_rows,
+                                       symmetric_merge, symmetric_merge_rows)
 from ..errors import InputError
 from .knn import KNNGraph
 
 __all__ = ["SparseAffinity", "conditional_rows", "joint_affinities", "tsne_affinities",
            "sne_affinities", "fuzzy_rows", "fuzzy_affinities", "umap_affinities", "find_ab",
            "check_perplexity", "check_affinity", "affinities", "affinities_delayed",
-           "affinity_block", "affinity_merge", "graph_rows", "AFFINITY_KINDS", "PERPLEXITY_TOL",
+           "affinity_block", "affinity_merge", "affinity_row_blocks_delayed",
+           "affinity_rows_merge", "graph_rows", "AFFINITY_KINDS", "PERPLEXITY_TOL",
            "ROW_BLOCK"]
 
 PERPLEXITY_TOL = 1e-10  # |H_i - log(perplexity)| in nats reached by the bisection
@@ -254,6 +256,48 @@ def affinities_delayed(graph_ref, n: int, k: int, kind: str, *, row_block: int =
     block = delayed(affinity_block, pure=True)
     blocks = [block(graph_ref, s, e, kind, params) for s, e in _bounds(n, row_block)]
     return delayed(affinity_merge, pure=True)(graph_ref, kind, params, *blocks)
+
+
+def _reverse_pieces(graph, start: int, stop: int, kind: str, params: dict, vals, bounds):
+    indices = graph_rows(graph, start, stop, _k_of(kind, params))[0]
+    return reverse_entries(indices, vals, start, bounds)
+
+
+def affinity_rows_merge(graph, start: int, stop: int, kind: str, params: dict, vals,
+                        *reverse) -> SparseAffinity:
+    """Rows [start, stop) of t-SNE's joint P or UMAP's fuzzy union (those of
+    `affinity_merge`, bit for bit) as an (stop - start) x n `SparseAffinity`, from the block's
+    own directed values and the reverse entries every block sends it."""
+    n = graph.n_samples
+    indices = graph_rows(graph, start, stop, _k_of(kind, params))[0]
+    if kind == "tsne":
+        mode, scale, mix = MERGE_SUM, 0.5 / n, 1.0
+    elif kind == "umap":
+        mode, scale, mix = MERGE_FUZZY, 1.0, params["set_op_mix_ratio"]
+    else:
+        raise ValueError(f"no row-block merge for {kind!r} affinities")
+    indptr, cols, data = symmetric_merge_rows(indices, vals, start, list(reverse), mode,
+                                              scale=scale, mix=mix)
+    return SparseAffinity(indptr, cols, data, (stop - start, n))
+
+
+def affinity_row_blocks_delayed(graph_ref, n: int, k: int, kind: str, bounds, **params):
+    """t-SNE's joint P or UMAP's fuzzy graph as lazy row blocks (one per ``bounds`` entry,
+    never assembled in one place): per block its directed values, the reverse entries it
+    sends to every block, then its rows of the symmetric matrix (a shuffle of the edges
+    between the blocks, each task holding ~nnz / len(bounds) of them)."""
+    from dask import delayed
+
+    params = check_affinity(kind, n, k, params)
+    bounds = [(int(s), int(e)) for s, e in bounds]
+    vals = [delayed(affinity_block, pure=True)(graph_ref, s, e, kind, params)
+            for s, e in bounds]
+    pieces = [delayed(_reverse_pieces, pure=True, nout=len(bounds))(graph_ref, s, e, kind,
+                                                                     params, v, bounds)
+              for (s, e), v in zip(bounds, vals)]
+    merge = delayed(affinity_rows_merge, pure=True)
+    return [merge(graph_ref, s, e, kind, params, vals[b], *[p[b] for p in pieces])
+            for b, (s, e) in enumerate(bounds)]
 
 
 def find_ab(spread: float = 1.0, min_dist: float = 0.1) -> tuple[float, float]:

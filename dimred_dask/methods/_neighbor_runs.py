@@ -37,7 +37,7 @@ from ._base import like_input
 
 __all__ = ["expand_sweep", "run_tasks", "threads", "MemoryCheckpoint", "pca_init",
            "check_graph", "one_run", "fit_graph", "graph_ref", "delayed_literal", "like_input", "EmbeddingSet", "check_int", "check_float",
-           "check_choice", "TaskProgress", "check_fit_sample", "fit_then_place", "fitted_reference"]
+           "check_choice", "TaskProgress", "threads_per_task", "check_fit_sample", "fit_then_place", "fitted_reference"]
 
 
 # --------------------------------------------------------------------------- parameters
@@ -273,7 +273,7 @@ def threads(n: int | None):
         numba.set_num_threads(old)
 
 
-def _threads_per_task(n_tasks: int, client) -> int | None:
+def threads_per_task(n_tasks: int, client) -> int | None:
     """Split a host's cores between the tasks that will run on it at once."""
     workers = client.scheduler_info().get("workers", {}).values()
     hosts: dict = {}
@@ -321,7 +321,7 @@ def run_tasks(fn, jobs: list[tuple], *, shared: dict, callback=None, n_jobs=None
                 for i, job in enumerate(jobs)]
     from dask import delayed
 
-    n_threads = n_jobs or _threads_per_task(len(jobs), client)
+    n_threads = n_jobs or threads_per_task(len(jobs), client)
     topic = f"dimred-progress-{uuid.uuid4().hex}"
     events: queue.Queue = queue.Queue()
     if callback is not None:

@@ -25,13 +25,15 @@ from .._compute import active_client
 from .._validation import check_array, check_is_fitted, check_n_features
 from ..blocks.tsne_gradient import Interpolation, kl_divergence, potentials, tsne_step
 from ..errors import InputError
-from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
+from ..graphs.affinities import (affinities, affinities_delayed, affinity_row_blocks_delayed,
+                                 check_perplexity)
 from ..linalg.convergence import completed
 from ._base import DimredEstimator, HasConvergence
-from ._neighbor_runs import (one_run, check_choice, check_fit_sample, check_float, check_int,
+from ._distributed import OPTIMIZERS, block_bounds, optimize_tsne_distributed, plan_optimizer
+from ._neighbor_runs import (TaskProgress, one_run, check_choice, check_fit_sample, check_float, check_int,
                              delayed_literal, expand_sweep, fit_graph, fit_then_place,
                              fitted_reference, graph_ref, like_input, pca_init, random_init,
-                             run_tasks, threads)
+                             run_tasks, threads, threads_per_task)
 
 __all__ = ["TSNE", "TSNEModel", "tsne", "tsne_sweep", "TSNE_DEFAULTS", "TSNE_SWEEPABLE",
            "check_tsne_params", "EXACT_MAX"]
@@ -48,7 +50,7 @@ TSNE_DEFAULTS = {
     "max_step_norm": 5.0, "init": "pca", "gradient": "auto", "n_interpolation_points": 3,
     "min_num_intervals": None, "ints_in_interval": 1.0, "n_neighbors": None,
     "metric": "euclidean", "knn_backend": "auto", "random_state": 0,
-    "checkpoint_every": 50, "callback_every": 50, "fit_sample": None,
+    "checkpoint_every": 50, "callback_every": 50, "fit_sample": None, "optimizer": "auto",
 }
 TSNE_SWEEPABLE = ("perplexity", "random_state", "learning_rate", "early_exaggeration",
                   "exaggeration")
@@ -101,6 +103,7 @@ def check_tsne_params(params: dict, n: int, name: str = "t-SNE") -> list[dict]:
     expand_sweep(p, TSNE_SWEEPABLE)  # lists only for the sweepable parameters
     d = check_int("n_components", p["n_components"], 1, 3, method=name)
     grad = check_choice("gradient", p["gradient"], GRADIENTS, method=name)
+    check_choice("optimizer", p["optimizer"], OPTIMIZERS, method=name)
     if grad == "auto":
         p["gradient"] = "exact" if n <= EXACT_MAX else "fft"
     for key in ("early_exaggeration_iter", "checkpoint_every", "callback_every"):
@@ -144,7 +147,7 @@ class TSNEModel(HasConvergence):
 # --------------------------------------------------------------------------- optimiser
 
 
-def _learning_rate(s: dict, n: int, exaggeration: float) -> float:
+def learning_rate_of(s: dict, n: int, exaggeration: float) -> float:
     return n / exaggeration if s["learning_rate"] == "auto" else float(s["learning_rate"])
 
 
@@ -179,7 +182,7 @@ def optimize_tsne(P, Y0, s: dict, *, checkpoint=None, progress=None, workers: in
         _, kl = tsne_step(P.indptr, P.indices, P.data, Y, Ynew, update, gains,
                           exaggeration=exag,
                           momentum=s["momentum"] if early else s["final_momentum"],
-                          learning_rate=_learning_rate(s, n, exag), min_gain=s["min_gain"],
+                          learning_rate=learning_rate_of(s, n, exag), min_gain=s["min_gain"],
                           max_step=s["max_step_norm"], method=s["gradient"], interp=interp,
                           workers=workers, kl=report, data32=data32)
         Y, Ynew = Ynew, Y
@@ -200,16 +203,39 @@ def optimize_tsne(P, Y0, s: dict, *, checkpoint=None, progress=None, workers: in
                    "gradient": s["gradient"], "nnz_P": int(P.nnz)}
 
 
-def tsne_task(P, Y0, setting: dict, checkpoint, *, progress=None, n_jobs=None):
-    """One embedding, as run in a Dask task (or in this process)."""
-    with threads(n_jobs) as nt:
-        Y, kl, info = optimize_tsne(P, Y0, setting, checkpoint=checkpoint, progress=progress,
-                                    workers=nt)
+def _finished(Y, kl, info, setting: dict, nt) -> tuple:
     init = setting["init"] if isinstance(setting["init"], str) else "given"
     rec = completed("t-SNE gradient descent", f"t-SNE ({info['gradient']} gradients)",
                     setting["n_iter"], loss=kl, loss_name="KL",
                     resumed_from=info["resumed_from"])
     return Y, kl, {**info, "threads": nt, "init": init, "convergence": [rec]}
+
+
+def tsne_task(P, Y0, setting: dict, checkpoint, *, progress=None, n_jobs=None):
+    """One embedding, as run in a Dask task (or in this process)."""
+    with threads(n_jobs) as nt:
+        Y, kl, info = optimize_tsne(P, Y0, setting, checkpoint=checkpoint, progress=progress,
+                                    workers=nt)
+    return _finished(Y, kl, {**info, "optimizer": "single"}, setting, nt)
+
+
+def _distributed(graph, Y0, settings, plan, client, checkpoint, callback, n_jobs) -> list:
+    """Each setting's optimisation spread over the workers (`_distributed`), one after the
+    other."""
+    n = graph.n_samples
+    bounds = block_bounds(n, plan["blocks"])
+    nt = n_jobs or threads_per_task(len(bounds), client)
+    ref, out = graph_ref(graph), []
+    for i, s in enumerate(settings):
+        P_blocks = affinity_row_blocks_delayed(ref, n, graph.n_neighbors, "tsne", bounds,
+                                               perplexity=s["perplexity"])
+        ck = checkpoint(i, s) if checkpoint else None
+        initial = _start(Y0, n, s, ck.load() if ck is not None else None)
+        Y, kl, info = optimize_tsne_distributed(P_blocks, bounds, initial, s, client,
+                                                checkpoint=ck, progress=TaskProgress(
+                                                    i, None, callback), n_threads=nt)
+        out.append(_finished(Y, kl, {**info, "optimizer_reason": plan["reason"]}, s, nt))
+    return out
 
 
 # --------------------------------------------------------------------------- fit
@@ -279,7 +305,10 @@ def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
         ``knn_backend`` ("auto") of the kNN graph; ``random_state`` (int >= 0 or None, 0);
         ``checkpoint_every`` and ``callback_every`` (iterations, 50); ``fit_sample`` (None, or
         an int >= 10: fit on that many rows drawn at random, place the others with the
-        transform). The sweepable ones (``TSNE_SWEEPABLE``: perplexity, random_state,
+        transform); ``optimizer`` ("auto", "single": each embedding one task on one worker,
+        "distributed": one embedding's rows and P split over all workers, FFT gradients only;
+        "auto" takes "distributed" when P and the optimiser's state would exceed a quarter of
+        a worker's memory and there are two workers or more). The sweepable ones (``TSNE_SWEEPABLE``: perplexity, random_state,
         learning_rate, early_exaggeration, exaggeration) may be lists.
 
     Returns
@@ -307,6 +336,13 @@ def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
     graph = fit_graph(X, graph, s0["n_neighbors"], "t-SNE", metric=s0["metric"],
                       backend=s0["knn_backend"], random_state=s0["random_state"] or 0)
     Y0 = _initial(X, settings)
+    client = active_client()
+    plan = plan_optimizer(s0["optimizer"], n, 2 * n * graph.n_neighbors,
+                          s0["n_components"], client)
+    if plan["optimizer"] == "distributed":
+        out = _distributed(graph, Y0, settings, plan, client, checkpoint, callback, n_jobs)
+        return [TSNEModel(Y, float(kl), s, s["n_iter"], info)
+                for (Y, kl, info), s in zip(out, settings)]
     Ps, client = _plan_affinities(graph, settings, "tsne")
     if client is not None and Y0 is not None:
         Y0 = delayed_literal(Y0)
@@ -314,7 +350,7 @@ def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
             for i, s in enumerate(settings)]
     out = run_tasks(tsne_task, jobs, shared={}, callback=callback, n_jobs=n_jobs,
                     stage="t-SNE optimisation")
-    return [TSNEModel(Y, float(kl), s, s["n_iter"], info)
+    return [TSNEModel(Y, float(kl), s, s["n_iter"], {**info, "optimizer_reason": plan["reason"]})
             for (Y, kl, info), s in zip(out, settings)]
 
 
@@ -387,7 +423,7 @@ class TSNE(DimredEstimator):
                  min_num_intervals=None, ints_in_interval=1.0, n_neighbors=None,
                  metric="euclidean", knn_backend="auto", random_state=0, n_jobs=None,
                  checkpoint=None, checkpoint_every=50, callback=None, callback_every=50,
-                 fit_sample=None):
+                 fit_sample=None, optimizer="auto"):
         for key, value in locals().items():
             if key not in ("self", "__class__"):
                 setattr(self, key, value)

@@ -25,12 +25,15 @@ from .._compute import active_client
 from .._validation import check_array, check_is_fitted, check_n_features
 from ..blocks.umap_kernels import sgd_epoch
 from ..errors import InputError
-from ..graphs.affinities import affinities, affinities_delayed, find_ab
+from ..graphs.affinities import (affinities, affinities_delayed, affinity_row_blocks_delayed,
+                                 find_ab)
 from ..linalg.convergence import completed
 from ._base import DimredEstimator, HasConvergence
-from ._neighbor_runs import (one_run, check_choice, check_fit_sample, check_float, check_int,
+from ._distributed import OPTIMIZERS, block_bounds, optimize_umap_distributed, plan_optimizer
+from ._neighbor_runs import (TaskProgress, one_run, check_choice, check_fit_sample, check_float, check_int,
                              delayed_literal, expand_sweep, fit_graph, fit_then_place,
-                             fitted_reference, graph_ref, like_input, pca_init, run_tasks, threads)
+                             fitted_reference, graph_ref, like_input, pca_init, run_tasks, threads,
+                             threads_per_task)
 from ._umap_init import scale_layout, spectral_layout
 
 __all__ = ["UMAP", "UMAPModel", "umap", "umap_sweep", "UMAP_DEFAULTS", "UMAP_SWEEPABLE",
@@ -42,6 +45,7 @@ UMAP_DEFAULTS = {
     "local_connectivity": 1.0, "set_op_mix_ratio": 1.0, "a": None, "b": None,
     "init": "spectral", "metric": "euclidean", "knn_backend": "auto", "random_state": 0,
     "nndescent_kwds": None, "checkpoint_every": 20, "callback_every": 10, "fit_sample": None,
+    "optimizer": "auto",
 }
 UMAP_SWEEPABLE = ("min_dist", "spread", "random_state", "n_neighbors", "learning_rate",
                   "negative_sample_rate", "repulsion_strength")
@@ -110,6 +114,7 @@ def check_umap_params(params: dict, n: int) -> list[dict]:
     for key in ("checkpoint_every", "callback_every"):
         check_int(key, p[key], 0, method="UMAP")
     check_float("local_connectivity", p["local_connectivity"], 0, method="UMAP")
+    check_choice("optimizer", p["optimizer"], OPTIMIZERS, method="UMAP")
     check_float("set_op_mix_ratio", p["set_op_mix_ratio"], 0, 1, method="UMAP", open_lo=False)
     if not isinstance(p["init"], np.ndarray):
         check_choice("init", p["init"], INITS, method="UMAP")
@@ -135,16 +140,18 @@ class UMAPModel(HasConvergence):
 # --------------------------------------------------------------------------- optimiser
 
 
-def _edges(P, n_epochs: int, negative_sample_rate: int):
+def edge_schedule(P, n_epochs: int, negative_sample_rate: int, w_max: float | None = None):
     """The graph's edges as CSR with epochs per sample; edges weaker than max / n_epochs
-    would never be sampled and are dropped (umap-learn does the same)."""
+    would never be sampled and are dropped (umap-learn does the same). ``w_max``: the
+    strongest edge of the whole graph when P is a block of its rows."""
     w = P.data
-    keep = w >= w.max() / float(n_epochs)
+    w_max = w.max() if w_max is None else w_max
+    keep = w >= w_max / float(n_epochs)
     kept = np.concatenate([[0], np.cumsum(keep)])
     indptr = np.concatenate([[0], np.cumsum(kept[P.indptr[1:]] - kept[P.indptr[:-1]])])
     indptr = indptr.astype(np.int64)
     indices = np.ascontiguousarray(P.indices[keep], dtype=np.int64)
-    eps = w.max() / w[keep]
+    eps = w_max / w[keep]
     eps_neg = eps / negative_sample_rate if negative_sample_rate > 0 else np.full_like(eps, np.inf)
     return indptr, indices, eps, eps_neg
 
@@ -152,7 +159,7 @@ def _edges(P, n_epochs: int, negative_sample_rate: int):
 def optimize_umap(P, Y0, s: dict, *, checkpoint=None, progress=None):
     """SGD epochs for one setting, from ``Y0`` (float32) or a checkpoint; (Y, info)."""
     n_epochs = s["n_epochs"]
-    indptr, indices, eps, eps_neg = _edges(P, n_epochs, s["negative_sample_rate"])
+    indptr, indices, eps, eps_neg = edge_schedule(P, n_epochs, s["negative_sample_rate"])
     state = checkpoint.load() if checkpoint is not None else None
     if state is not None:
         start, Y = int(state["iteration"]), np.array(state["embedding"], dtype=np.float32)
@@ -210,9 +217,14 @@ def cross_entropy(P, Y, a: float, b: float, random_state=0) -> tuple[float, str]
     how : str
         "exact", or how many random pairs estimated the non-edge part.
     """
+    return combine_cross_entropy([edge_terms(P, 0, Y, a, b)], Y, a, b, random_state)
+
+
+def edge_terms(P, row_offset: int, Y, a: float, b: float) -> tuple[float, float, int]:
+    """Over the entries (i, j), i < j, of P's rows (numbered from ``row_offset``): (the sum of
+    their cross-entropy terms, the sum of their -log(1 - q), their count)."""
     Y = np.asarray(Y, dtype=np.float64)
-    n = Y.shape[0]
-    rows = np.repeat(np.arange(n), np.diff(P.indptr))
+    rows = row_offset + np.repeat(np.arange(P.shape[0]), np.diff(P.indptr))
     cols = P.indices.astype(np.int64)
     upper = rows < cols
     ei, ej = rows[upper], cols[upper]
@@ -222,43 +234,86 @@ def cross_entropy(P, Y, a: float, b: float, random_state=0) -> tuple[float, str]
     with np.errstate(divide="ignore", invalid="ignore"):
         edge = np.where(p > 0, p * np.log(p / q), 0.0) + \
             np.where(p < 1, (1 - p) * np.log((1 - p) / (1 - q)), 0.0)
+    return float(edge.sum()), float(_neg_log_one_minus_q(Y, ei, ej, a, b).sum()), int(ei.size)
+
+
+def combine_cross_entropy(terms, Y, a: float, b: float, random_state=0) -> tuple[float, str]:
+    """`cross_entropy` from the `edge_terms` of P's row blocks."""
+    Y = np.asarray(Y, dtype=np.float64)
+    n = Y.shape[0]
+    edge, edge_neg = sum(t[0] for t in terms), sum(t[1] for t in terms)
+    m = sum(t[2] for t in terms)
     if n <= CE_EXACT_MAX:
         i, j = np.triu_indices(n, 1)
-        non_edge = _neg_log_one_minus_q(Y, i, j, a, b).sum() - \
-            _neg_log_one_minus_q(Y, ei, ej, a, b).sum()
-        return float(edge.sum() + non_edge), "exact"
+        non_edge = _neg_log_one_minus_q(Y, i, j, a, b).sum() - edge_neg
+        return float(edge + non_edge), "exact"
     rng = np.random.default_rng(random_state)
     i, j = rng.integers(0, n, CE_PAIRS), rng.integers(0, n, CE_PAIRS)
     keep = i != j
-    pairs = n * (n - 1) / 2 - ei.size
+    pairs = n * (n - 1) / 2 - m
     non_edge = _neg_log_one_minus_q(Y, i[keep], j[keep], a, b).mean() * pairs
-    return float(edge.sum() + non_edge), \
+    return float(edge + non_edge), \
         f"non-edge pairs estimated from {int(keep.sum())} random pairs"
 
 
-def umap_task(P, layout, setting: dict, checkpoint, *, progress=None, n_jobs=None):
-    """One UMAP embedding (a Dask task, or in this process): the layout of this setting's
-    graph scaled with this seed's noise, then the epochs."""
+def _initial(layout, setting: dict, n: int):
+    """(Y0 float32, how, convergence records of the layout) for one setting."""
     records = []
-    with threads(n_jobs) as nt:
-        if isinstance(layout, tuple):
-            layout, how, records = layout
-        elif layout is None:
-            how = "random"
-            layout = np.random.default_rng(setting["random_state"]).uniform(
-                -10.0, 10.0, (P.shape[0], setting["n_components"]))
-        else:
-            how = "given"
-        Y0 = scale_layout(layout, setting["random_state"])
-        Y, info = optimize_umap(P, Y0, setting, checkpoint=checkpoint, progress=progress)
-        ce, ce_how = cross_entropy(P, Y, setting["a"], setting["b"], setting["random_state"])
-        if progress is not None:
-            progress(setting["n_epochs"], setting["n_epochs"], ce)
+    if isinstance(layout, tuple):
+        layout, how, records = layout
+    elif layout is None:
+        how = "random"
+        layout = np.random.default_rng(setting["random_state"]).uniform(
+            -10.0, 10.0, (n, setting["n_components"]))
+    else:
+        how = "given"
+    return scale_layout(layout, setting["random_state"]), how, records
+
+
+def _finished(Y, ce, ce_how, info, how, records, setting, nt) -> tuple:
     sgd = completed("UMAP layout optimisation (SGD epochs)", "umap sgd",
                     setting["n_epochs"], loss=ce, loss_name="cross-entropy",
                     resumed_from=info["resumed_from"])
     return Y, ce, {**info, "threads": nt, "init": how, "loss": ce_how,
                    "convergence": list(records) + [sgd]}
+
+
+def umap_task(P, layout, setting: dict, checkpoint, *, progress=None, n_jobs=None):
+    """One UMAP embedding (a Dask task, or in this process): the layout of this setting's
+    graph scaled with this seed's noise, then the epochs."""
+    with threads(n_jobs) as nt:
+        Y0, how, records = _initial(layout, setting, P.shape[0])
+        Y, info = optimize_umap(P, Y0, setting, checkpoint=checkpoint, progress=progress)
+        ce, ce_how = cross_entropy(P, Y, setting["a"], setting["b"], setting["random_state"])
+        if progress is not None:
+            progress(setting["n_epochs"], setting["n_epochs"], ce)
+    return _finished(Y, ce, ce_how, {**info, "optimizer": "single"}, how, records, setting, nt)
+
+
+def _distributed(graph, layouts, settings, plan, client, checkpoint, callback, n_jobs) -> list:
+    """Each setting's epochs spread over the workers (`_distributed`), one after the other."""
+    n = graph.n_samples
+    bounds = block_bounds(n, plan["blocks"])
+    nt = n_jobs or threads_per_task(len(bounds), client)
+    ref, out = graph_ref(graph), []
+    for i, s in enumerate(settings):
+        key = _graph_key(s)
+        P_blocks = affinity_row_blocks_delayed(ref, n, graph.n_neighbors, "umap", bounds,
+                                               n_neighbors=key[0], local_connectivity=key[1],
+                                               set_op_mix_ratio=key[2])
+        layout = layouts[key]
+        if layout is not None and not isinstance(layout, np.ndarray):
+            layout = client.compute(layout).result()
+        Y0, how, records = _initial(layout, s, n)
+        progress = TaskProgress(i, None, callback)
+        Y, terms, info = optimize_umap_distributed(
+            P_blocks, bounds, Y0, s, client, checkpoint=checkpoint(i, s) if checkpoint else None,
+            progress=progress, n_threads=nt)
+        ce, ce_how = combine_cross_entropy(terms, Y, s["a"], s["b"], s["random_state"])
+        progress(s["n_epochs"], s["n_epochs"], ce)
+        out.append(_finished(Y, ce, ce_how, {**info, "optimizer_reason": plan["reason"]}, how,
+                             records, s, nt))
+    return out
 
 
 # --------------------------------------------------------------------------- fit
@@ -326,7 +381,11 @@ def umap_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
         ("euclidean"), ``knn_backend`` ("auto") and ``nndescent_kwds`` (None) of the kNN
         graph; ``random_state`` (int >= 0, 0); ``checkpoint_every`` (20) and
         ``callback_every`` (10) epochs; ``fit_sample`` (None, or an int >= 10: fit on that many
-        rows drawn at random, place the others with the transform). The sweepable ones
+        rows drawn at random, place the others with the transform); ``optimizer`` ("auto",
+        "single": each embedding one task on one worker, "distributed": one embedding's
+        edges split over all workers, the same embedding bit for bit; "auto" takes
+        "distributed" when the graph and the optimiser's state would exceed a quarter of a
+        worker's memory and there are two workers or more). The sweepable ones
         (``UMAP_SWEEPABLE``: min_dist, spread, random_state, n_neighbors, learning_rate,
         negative_sample_rate, repulsion_strength) may be lists.
 
@@ -367,11 +426,17 @@ def umap_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
                                       local_connectivity=key[1], set_op_mix_ratio=key[2])
               for key in keys}
     layouts = _layouts(X, Ps, settings, client)
+    plan = plan_optimizer(s0["optimizer"], n, 2 * n * graph.n_neighbors, s0["n_components"],
+                          client)
+    if plan["optimizer"] == "distributed":
+        out = _distributed(graph, layouts, settings, plan, client, checkpoint, callback, n_jobs)
+        return [UMAPModel(Y, float(ce), s, s["n_epochs"], info)
+                for (Y, ce, info), s in zip(out, settings)]
     jobs = [(Ps[_graph_key(s)], layouts[_graph_key(s)], s,
              checkpoint(i, s) if checkpoint else None) for i, s in enumerate(settings)]
     out = run_tasks(umap_task, jobs, shared={}, callback=callback, n_jobs=n_jobs,
                     stage="UMAP optimisation")
-    return [UMAPModel(Y, float(ce), s, s["n_epochs"], info)
+    return [UMAPModel(Y, float(ce), s, s["n_epochs"], {**info, "optimizer_reason": plan["reason"]})
             for (Y, ce, info), s in zip(out, settings)]
 
 
@@ -435,7 +500,8 @@ class UMAP(DimredEstimator):
                  repulsion_strength=1.0, local_connectivity=1.0, set_op_mix_ratio=1.0,
                  a=None, b=None, init="spectral", metric="euclidean", knn_backend="auto",
                  random_state=0, nndescent_kwds=None, n_jobs=None, checkpoint=None,
-                 checkpoint_every=20, callback=None, callback_every=10, fit_sample=None):
+                 checkpoint_every=20, callback=None, callback_every=10, fit_sample=None,
+                 optimizer="auto"):
         for key, value in locals().items():
             if key not in ("self", "__class__"):
                 setattr(self, key, value)
