@@ -10,7 +10,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("name", choices=["pca", "kpca", "mds", "knn", "isomap", "lle", "spectral",
-                                    "clustering", "mvu", "tsne", "umap", "sparse",
+                                    "clustering", "mvu", "tsne", "umap", "sparse", "scaling",
                                     "shards"], help="which benchmark")
     p.add_argument("--big", action="store_true",
                    help="out of core: a Zarr array on disk larger than memory (pca); "
@@ -40,6 +40,13 @@ def main(argv=None) -> int:
                    help="knn: NN-descent iterations of our tuned run (default: pynndescent's)")
     p.add_argument("--fit-sample", type=int, default=None,
                    help="umap/tsne --big: fit on this many rows, place the others")
+    p.add_argument("--optimizer", default="auto", choices=["auto", "single", "distributed"],
+                   help="umap/tsne --big: the optimiser (one worker, or spread over all)")
+    p.add_argument("--compare-optimizers", action="store_true",
+                   help="umap/tsne --big: the one-worker and the distributed optimiser in "
+                        "turns (--big-repeat rounds), same data, same cluster")
+    p.add_argument("--bandwidth", type=float, default=None,
+                   help="scaling: the coordinator's network bandwidth in GB/s (default 1.25)")
     p.add_argument("--hard", action="store_true",
                    help="knn: 300 000 isotropic 50-D blobs (intrinsic dimension 50) with the "
                         "stage's target recall 0.95, against pynndescent tuned to reach it")
@@ -82,6 +89,10 @@ def main(argv=None) -> int:
         from . import shards
 
         return shards.main(args)
+    if args.name == "scaling":
+        from . import scaling
+
+        return scaling.main(args)
     if args.name in ("tsne", "umap"):
         from . import neighbor
 

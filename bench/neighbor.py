@@ -174,52 +174,94 @@ def _warm(name: str) -> None:
     _ours(name)(X)
 
 
-def main_big(args) -> int:
-    """1 000 000 x 50 end to end on a LocalCluster of 2 worker processes."""
-    from distributed import Client, LocalCluster, wait
-
+def _big_run(client, X, name: str, n: int, params: dict, pids: list) -> dict:
+    """One end-to-end fit of X (persisted on the workers) with the peaks of every process."""
+    from dimred_dask.linalg import take_rows
     from dimred_dask.metrics import trustworthiness
 
+    steps = []
+
+    def cb(i, it, total, loss):  # printed as it comes: a killed run still shows its pace
+        steps.append((time.perf_counter(), it, total))
+        shown = "-" if loss is None else f"{loss:.4f}"  # UMAP: only at the end
+        print(f"  {steps[-1][0] - t0:8.1f} s  iteration {it}/{total}  loss {shown}  "
+              f"load {_load()}", flush=True)
+
+    if name == "umap":
+        from dimred_dask.methods.umap import umap_sweep as sweep
+    else:
+        from dimred_dask.methods.tsne import tsne_sweep as sweep
+    with PeakRSS(pids, interval=0.5) as mem:
+        t0 = time.perf_counter()
+        (model,) = sweep(X, random_state=0, callback=cb, **params)
+        seconds = time.perf_counter() - t0
+    idx = np.sort(np.random.default_rng(0).choice(n, size=SAMPLE, replace=False))
+    trust = trustworthiness(take_rows(X, idx, "sample"), model.embedding[idx], 15)
+    first = steps[0][0] - t0 if steps else None
+    return {"seconds": seconds, "model": model, "trust": trust, "first_progress": first,
+            "per_worker": [mem.per_process_peak[p] / 2**20 for p in pids],
+            "this_process": mem.per_process_peak[os.getpid()] / 2**20,
+            "loss": getattr(model, "kl_divergence", None) or model.cross_entropy,
+            "info": {k: v for k, v in model.info.items() if k != "convergence"}}
+
+
+def _print_big(name: str, n: int, label: str, r: dict) -> None:
+    info = r["info"]
+    moved = info.get("bytes_per_iteration")
+    print(f"\n| {name} {n:,} x {D}, {label} | {r['seconds'] / 60:.2f} min end to end "
+          f"(optimisation {info.get('seconds', 0):.0f} s; first progress at "
+          f"{r['first_progress'] or 0:.0f} s) | peak RSS per worker "
+          f"{', '.join(f'{p:,.0f}' for p in r['per_worker'])} MiB; this process "
+          f"{r['this_process']:,.0f} MiB | trustworthiness {r['trust']:.4f} (5000 rows) | "
+          f"loss {r['loss']:.4f} | "
+          f"{'' if moved is None else f'{moved / 2**20:.1f} MiB moved per iteration | '}"
+          f"load average after {_load()} |", flush=True)
+    print("  info: " + json.dumps(info, default=str), flush=True)
+
+
+def main_big(args) -> int:
+    """n x 50 (default 1 000 000) end to end on a LocalCluster of worker processes;
+    ``--compare-optimizers``: the one-worker and the distributed optimiser in turns."""
+    from distributed import Client, LocalCluster, wait
+
     name, n = args.name, args.rows or 1_000_000
-    print(f"# bench {name} --big: {n} x {D} float32 on 2 worker processes; {machine()}; "
-          f"load average {_load()}", flush=True)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
-        client.wait_for_workers(2)
+    workers = args.workers or 2
+    print(f"# bench {name} --big: {n} x {D} float32 on {workers} worker processes; {machine()};"
+          f" load average {_load()}", flush=True)
+    base = {"fit_sample": args.fit_sample} if args.fit_sample else {}
+    if args.compare_optimizers:
+        runs = [(o, {**base, "optimizer": o}) for _ in range(args.big_repeat)
+                for o in ("single", "distributed")]
+    else:
+        runs = [(args.optimizer, {**base, "optimizer": args.optimizer})]
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                      host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster, \
+            Client(cluster) as client:
+        client.wait_for_workers(workers)
         client.run(_warm, name)  # compile ours and pynndescent on every worker
         X = make_data(n).persist()
         wait(X)
         pids = list(client.run(os.getpid).values())
-        steps = []
-        def cb(i, it, total, loss):  # printed as it comes: a killed run still shows its pace
-            steps.append((time.perf_counter(), it, total))
-            shown = "-" if loss is None else f"{loss:.4f}"  # UMAP: only at the end
-            print(f"  {steps[-1][0] - t0:8.1f} s  iteration {it}/{total}  loss {shown}  "
-                  f"load {_load()}", flush=True)
-
-        with PeakRSS(pids, interval=0.5) as mem:
-            t0 = time.perf_counter()
-            if name == "umap":
-                from dimred_dask.methods.umap import umap_sweep as sweep
-            else:
-                from dimred_dask.methods.tsne import tsne_sweep as sweep
-            extra = {"fit_sample": args.fit_sample} if args.fit_sample else {}
-            (model,) = sweep(X, random_state=0, callback=cb, **extra)
-            seconds = time.perf_counter() - t0
-        idx = np.sort(np.random.default_rng(0).choice(n, size=SAMPLE, replace=False))
-        from dimred_dask.linalg import take_rows
-
-        trust = trustworthiness(take_rows(X, idx, "sample"), model.embedding[idx], 15)
-        per_worker = [mem.per_process_peak[p] / 2**20 for p in pids]
-    opt = model.info.get("seconds")
+        results = []
+        for label, params in runs:
+            print(f"## optimizer={label}", flush=True)
+            results.append((label, _big_run(client, X, name, n, params, pids)))
+            _print_big(name, n, label, results[-1][1])
     limit = TARGETS[name]["big_minutes"]
-    print(f"\n| {name} {n:,} x {D} | {seconds / 60:.1f} min end to end (optimisation "
-          f"{opt:.0f} s) | peak RSS of the workers {', '.join(f'{p:,.0f}' for p in per_worker)}"
-          f" MiB (sum of deltas {mem.peak / 2**20:,.0f} MiB) | trustworthiness "
-          f"{trust:.4f} (5000 rows) | load average after {_load()} |")
-    if model.info.get("fit_sample"):
-        fs = model.info["fit_sample"]
-        print(f"fit on {fs['rows']:,} of {fs['of']:,} rows (seed {fs['seed']}); the other "
-              f"{fs['placed_rows']:,} placed by transform in {fs['place_seconds']:.1f} s")
-    print(f"target <= {limit} min: {'met' if seconds <= 60 * limit else 'NOT met'}")
+    for label, r in results:
+        fs = r["info"].get("fit_sample")
+        if fs:
+            print(f"{label}: fit on {fs['rows']:,} of {fs['of']:,} rows (seed {fs['seed']}); the"
+                  f" other {fs['placed_rows']:,} placed by transform in "
+                  f"{fs['place_seconds']:.1f} s")
+        print(f"{label}: {r['seconds'] / 60:.2f} min; target <= {limit} min: "
+              f"{'met' if r['seconds'] <= 60 * limit else 'NOT met'}")
+    if args.compare_optimizers:
+        one = [r for lbl, r in results if lbl == "single"]
+        many = [r for lbl, r in results if lbl == "distributed"]
+        for k, (a, b) in enumerate(zip(one, many)):
+            print(f"round {k + 1}: distributed / single time {b['seconds'] / a['seconds']:.2f}; "
+                  f"trustworthiness {b['trust'] - a['trust']:+.4f}; loss "
+                  f"{(b['loss'] - a['loss']) / a['loss']:+.2%}; largest worker peak "
+                  f"{max(b['per_worker']) / max(a['per_worker']):.2f}x")
     return 0

@@ -41,7 +41,7 @@ TRUST_SAMPLE = 2000  # rows of the per-embedding trustworthiness (k = TRUST_K), 
 TRUST_K = 10
 # how each embedding was optimised (one worker or row blocks over all of them), for the manifest
 _OPTIMIZER_KEYS = ("optimizer", "optimizer_reason", "blocks", "blocks_per_worker",
-                   "bytes_per_iteration", "recoveries")
+                   "bytes_per_iteration", "seconds_per_iteration", "recoveries")
 STATE_ARRAYS = ("embedding", "update", "gains", "next_sample", "next_negative")
 
 

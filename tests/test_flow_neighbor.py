@@ -50,6 +50,16 @@ def test_sweep_lists_every_embedding_and_reports_progress(client, prefect_api, d
     assert [r["params"]["perplexity"] for r in t["model"]["embeddings"]] == [10.0, 30.0]
     assert t["graph"]["n_neighbors"] == 90  # one graph for the sweep: 3 x the largest
     assert all(r["loss_name"] == "KL" and r["loss"] > 0 for r in t["model"]["embeddings"])
+    d = embed(uri, str(tmp_path / "tsne-blocks"), method="tsne",
+              params={"optimizer": "distributed", "gradient": "fft", "n_iter": 100,
+                      "early_exaggeration_iter": 40})
+    row = d["model"]["embeddings"][0]
+    assert row["optimizer"] == "distributed" and row["blocks"] == 2
+    assert row["bytes_per_iteration"] > 3 * 1797 * 2 * 8  # positions and the grid
+    assert set(row["seconds_per_iteration"]) == {"wall", "blocks", "coordinator",
+                                                 "transfer_and_wait"}
+    assert row["trustworthiness"] > 0.95
+    assert "iteration 100/100" in capfd.readouterr().err  # progress from the coordinator
 
 
 def test_fit_sample_through_the_flow(client, prefect_api, digits_uri, tmp_path, capsys):

@@ -133,11 +133,13 @@ class TSNEBlock:
 
     def charges(self, Y, spec: GridSpec):
         """Keep the positions; the charges of this block's rows on the grid ``spec``."""
+        t0 = time.perf_counter()
         self.Y = Y
         Yb = Y[self.start:self.stop]
         with threads(self.nt):
             self.bw = spec.weights(Yb)
-            return spec.charges(Yb, *self.bw)
+            charges = spec.charges(Yb, *self.bw)
+        return charges, time.perf_counter() - t0
 
     def _kl_part(self, Yb):
         rows = np.empty(Yb.shape[0])
@@ -147,6 +149,7 @@ class TSNEBlock:
     def step(self, spec: GridSpec, pot, Z: float, exaggeration: float, momentum: float,
              learning_rate: float, min_gain: float, max_step: float, kl: bool):
         """This block's rows after one step (and the KL's parts at the current positions)."""
+        t0 = time.perf_counter()
         Yb = np.ascontiguousarray(self.Y[self.start:self.stop])
         with threads(self.nt):
             phi = spec.phi(Yb, *self.bw, pot)
@@ -155,7 +158,7 @@ class TSNEBlock:
             fused_step(self.indptr, self.indices, self.data32, Yb, self.Y, phi, 1.0 / Z,
                        exaggeration, self.update, self.gains, momentum, learning_rate,
                        min_gain, max_step, Ynew)
-        return Ynew, part
+        return Ynew, part, time.perf_counter() - t0
 
     def kl_part(self):
         with threads(self.nt):
@@ -192,12 +195,13 @@ class UMAPBlock:
         return self.nxt, self.nxt_neg
 
     def epoch(self, Yref, a, b, gamma, alpha, epoch: int, seed: int):
+        t0 = time.perf_counter()
         Yb = Yref[self.start:self.stop].copy()
         with threads(self.nt):
             sgd_epoch(Yb, Yref, self.indptr, self.indices, self.eps, self.nxt, self.eps_neg,
                       self.nxt_neg, a, b, gamma, alpha, epoch, seed, self.start, NO_KEYS,
                       np.float32(2.0), True)
-        return Yb
+        return Yb, time.perf_counter() - t0
 
     def ce_part(self, Y, a: float, b: float):
         from .umap import edge_terms
@@ -276,6 +280,16 @@ def _nbytes(*arrays) -> int:
     return int(sum(np.asarray(a).nbytes for a in arrays if a is not None))
 
 
+def _per_iteration(clock: dict, iters: int) -> dict:
+    """Where an iteration's time went: the slowest block's compute, the coordinator's own
+    work, and the rest (transfers, serialisation, waiting)."""
+    k = max(1, iters)
+    rest = clock["wall"] - clock["blocks"] - clock["coordinator"]
+    return {"wall": round(clock["wall"] / k, 4), "blocks": round(clock["blocks"] / k, 4),
+            "coordinator": round(clock["coordinator"] / k, 4),
+            "transfer_and_wait": round(rest / k, 4)}
+
+
 def _split(arr, bounds):
     return [arr[s:e] for s, e in bounds]
 
@@ -310,14 +324,21 @@ def optimize_tsne_distributed(P_blocks, bounds, initial, s: dict, client, *, che
         blocks.call("set_state", per_block=list(zip(_split(up, bounds), _split(ga, bounds))))
         return it, Yr.copy()
 
+    clock = {"blocks": 0.0, "coordinator": 0.0, "wall": 0.0}
+
     def grid(Y):
         spec = GridSpec.around(Y.min(axis=0), Y.max(axis=0), interp)
-        ch = blocks.call("charges", Y, spec)
+        out = blocks.call("charges", Y, spec)
+        ch = [c for c, _ in out]
+        t1 = time.perf_counter()
         charges = ch[0].copy()
         for c in ch[1:]:
             charges += c
         pot, Z = spec.potentials(charges, n, fft_threads)
-        return spec, pot.astype(np.float32), Z, _nbytes(*ch) + Y.nbytes * len(bounds)
+        pot = pot.astype(np.float32)
+        clock["coordinator"] += time.perf_counter() - t1
+        clock["blocks"] += max(t for _, t in out)
+        return spec, pot, Z, _nbytes(*ch) + Y.nbytes * len(bounds)
 
     blocks.create()
     it, Y = restore(saved)
@@ -327,6 +348,7 @@ def optimize_tsne_distributed(P_blocks, bounds, initial, s: dict, client, *, che
                 early = it < s["early_exaggeration_iter"]
                 exag = s["early_exaggeration"] if early else s["exaggeration"]
                 report = progress is not None and every and (it % every == 0)
+                t_it = time.perf_counter()
                 spec, pot, Z, nb = grid(Y)
                 res = blocks.call("step", spec, pot, Z, exag,
                                   s["momentum"] if early else s["final_momentum"],
@@ -334,6 +356,8 @@ def optimize_tsne_distributed(P_blocks, bounds, initial, s: dict, client, *, che
                                   s["max_step_norm"], bool(report))
                 Y = np.concatenate([r[0] for r in res])
                 Y -= Y.mean(axis=0)
+                clock["blocks"] += max(r[2] for r in res)
+                clock["wall"] += time.perf_counter() - t_it
                 moved += nb + pot.nbytes * len(bounds) + Y.nbytes
                 iters += 1
                 if report:
@@ -361,7 +385,8 @@ def optimize_tsne_distributed(P_blocks, bounds, initial, s: dict, client, *, che
     info = {"seconds": round(time.perf_counter() - t0, 3), "resumed_from": initial[0],
             "gradient": "fft", "optimizer": "distributed", "blocks": len(bounds),
             "blocks_per_worker": blocks.placement, "recoveries": blocks.recoveries,
-            "bytes_per_iteration": int(moved / max(1, iters))}
+            "bytes_per_iteration": int(moved / max(1, iters)),
+            "seconds_per_iteration": _per_iteration(clock, iters)}
     blocks.close()
     return Y, float(kl), info
 
@@ -402,6 +427,7 @@ def optimize_umap_distributed(P_blocks, bounds, Y0, s: dict, client, *, checkpoi
     else:
         saved = (0, np.array(Y0, dtype=np.float32), None, None)
     t0, epochs, moved = time.perf_counter(), 0, 0
+    clock = {"blocks": 0.0, "coordinator": 0.0, "wall": 0.0}
     blocks.create()
     cuts = prepare()
     epoch, Y = restore(saved)
@@ -409,8 +435,13 @@ def optimize_umap_distributed(P_blocks, bounds, Y0, s: dict, client, *, checkpoi
         try:
             while epoch < n_epochs:
                 alpha = np.float32(s["learning_rate"] * (1.0 - epoch / n_epochs))
-                parts = blocks.call("epoch", Y, a, b, gamma, alpha, epoch, s["random_state"])
-                Y = np.concatenate(parts)
+                t_it = time.perf_counter()
+                out = blocks.call("epoch", Y, a, b, gamma, alpha, epoch, s["random_state"])
+                t1 = time.perf_counter()
+                Y = np.concatenate([y for y, _ in out])
+                clock["coordinator"] += time.perf_counter() - t1
+                clock["blocks"] += max(t for _, t in out)
+                clock["wall"] += time.perf_counter() - t_it
                 moved += Y.nbytes * (len(bounds) + 1)
                 epochs += 1
                 epoch += 1
@@ -436,6 +467,7 @@ def optimize_umap_distributed(P_blocks, bounds, Y0, s: dict, client, *, checkpoi
     info = {"seconds": round(time.perf_counter() - t0, 3), "resumed_from": first, "edges": edges, "optimizer": "distributed",
             "blocks": len(bounds), "blocks_per_worker": blocks.placement,
             "recoveries": blocks.recoveries,
-            "bytes_per_iteration": int(moved / max(1, epochs))}
+            "bytes_per_iteration": int(moved / max(1, epochs)),
+            "seconds_per_iteration": _per_iteration(clock, epochs)}
     blocks.close()
     return Y, terms, info
