@@ -17,9 +17,13 @@ Everything is end to end (kNN included), after a warm-up that compiles every num
 in this process (ours and the peers'); medians of ``--repeat`` runs. Trustworthiness (k = 15)
 on the same 5 000 sampled rows for every embedding. ``--first-run``: the same end-to-end call
 in a fresh process with an empty numba cache (what a first run on a fresh install pays),
-ours and the peer. ``--big``: 1 000 000 x 50 end to end on a LocalCluster of 2 worker
-processes (dask input, kNN on one worker, affinities blockwise on the workers, the
-optimisation one task), wall time and peak worker memory (RSS summed over the workers).
+ours and the peer. ``--big``: 1 000 000 x 50 (``--rows``) end to end on a LocalCluster of 2
+(``--workers``) worker processes of one thread (dask input, kNN on one worker, affinities
+blockwise on the workers, the optimisation one task, or spread over every worker with
+``--optimizer distributed``), wall time, peak RSS of each worker and of this process (the
+coordinator of a distributed fit), trustworthiness (k = 15, 5 000 rows), the loss and the
+optimiser's info. ``--compare-optimizers``: the one-worker and the distributed optimiser in
+turns on the same persisted data (``--big-repeat`` rounds), with per-round ratios.
 """
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ from sklearn.datasets import make_blobs
 from dimred_dask.blocks.tsne_gradient import GridSpec, Interpolation, potentials
 from dimred_dask.errors import InputError
 from dimred_dask.graphs import knn_graph
-from dimred_dask.graphs.affinities import affinities, affinity_row_blocks_delayed
+from dimred_dask.graphs.affinities import (GraphRows, affinities,
+                                          affinity_row_blocks_delayed)
 from dimred_dask.metrics import trustworthiness
 from dimred_dask.methods import tsne, umap
 from dimred_dask.methods._distributed import block_bounds, plan_optimizer
@@ -35,9 +36,14 @@ def test_row_blocks_of_p_equal_the_assembled_p(blobs, kind, params):
     g = knn_graph(blobs, 30)
     full = affinities(g, kind, **params)
     bounds = [(0, 400), (400, 1111), (1111, 1500)]
-    blocks = dask.compute(*affinity_row_blocks_delayed(delayed_literal(g), 1500, g.n_neighbors,
-                                                       kind, bounds, **params),
-                          scheduler="sync")
+    whole = delayed_literal(g)
+    per_block = [delayed_literal(GraphRows.of(g, s, e)) for s, e in bounds]  # no task sees all
+    blocks, again = (dask.compute(*affinity_row_blocks_delayed(ref, 1500, g.n_neighbors, kind,
+                                                               bounds, **params),
+                                  scheduler="sync") for ref in (whole, per_block))
+    for b, c in zip(blocks, again):
+        np.testing.assert_array_equal(b.data, c.data)
+        np.testing.assert_array_equal(b.indices, c.indices)
     assert [b.shape for b in blocks] == [(400, 1500), (711, 1500), (389, 1500)]
     indptr = np.concatenate([[0]] + [b.indptr[1:] + off for b, off in zip(
         blocks, np.cumsum([0] + [b.nnz for b in blocks[:-1]]))])

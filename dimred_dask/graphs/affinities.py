@@ -28,7 +28,7 @@ from ..blocks.affinity_kernels import (MERGE_FUZZY, MERGE_SUM, membership_rows a
 from ..errors import InputError
 from .knn import KNNGraph
 
-__all__ = ["SparseAffinity", "conditional_rows", "joint_affinities", "tsne_affinities",
+__all__ = ["SparseAffinity", "GraphRows", "conditional_rows", "joint_affinities", "tsne_affinities",
            "sne_affinities", "fuzzy_rows", "fuzzy_affinities", "umap_affinities", "find_ab",
            "check_perplexity", "check_affinity", "affinities", "affinities_delayed",
            "affinity_block", "affinity_merge", "affinity_row_blocks_delayed",
@@ -281,22 +281,57 @@ def affinity_rows_merge(graph, start: int, stop: int, kind: str, params: dict, v
     return SparseAffinity(indptr, cols, data, (stop - start, n))
 
 
+@dataclass
+class GraphRows:
+    """Rows [start, start + len(indices)) of a kNN graph of ``n_samples`` rows, as a graph
+    source (``rows(start, stop, k)``) for tasks that read only those rows. Kept as int32 /
+    float32, which loses nothing of a graph built by NN-descent or the exact backend (their
+    distances are float32 widened)."""
+
+    indices: np.ndarray
+    distances: np.ndarray
+    start: int
+    n_samples: int
+
+    @classmethod
+    def of(cls, graph: KNNGraph, start: int, stop: int) -> "GraphRows":
+        d32 = graph.distances[start:stop].astype(np.float32)
+        exact = np.array_equal(d32, graph.distances[start:stop])
+        return cls(graph.indices[start:stop].astype(np.int32),
+                   d32 if exact else graph.distances[start:stop].copy(), int(start),
+                   graph.n_samples)
+
+    @property
+    def n_neighbors(self) -> int:
+        return int(self.indices.shape[1])
+
+    def rows(self, start: int, stop: int, k: int):
+        a, b = start - self.start, stop - self.start
+        if a < 0 or b > self.indices.shape[0]:
+            raise ValueError(f"rows [{start}, {stop}) outside this block of the graph")
+        return (self.indices[a:b, :k].astype(np.int64),
+                self.distances[a:b, :k].astype(np.float64))
+
+
 def affinity_row_blocks_delayed(graph_ref, n: int, k: int, kind: str, bounds, **params):
     """t-SNE's joint P or UMAP's fuzzy graph as lazy row blocks (one per ``bounds`` entry,
     never assembled in one place): per block its directed values, the reverse entries it
     sends to every block, then its rows of the symmetric matrix (a shuffle of the edges
-    between the blocks, each task holding ~nnz / len(bounds) of them)."""
+    between the blocks, each task holding ~nnz / len(bounds) of them). ``graph_ref``: one
+    graph source (or literal) for all blocks, or a list of one per block holding at least
+    that block's rows (`GraphRows`), so that no task receives the whole graph."""
     from dask import delayed
 
     params = check_affinity(kind, n, k, params)
     bounds = [(int(s), int(e)) for s, e in bounds]
-    vals = [delayed(affinity_block, pure=True)(graph_ref, s, e, kind, params)
-            for s, e in bounds]
-    pieces = [delayed(_reverse_pieces, pure=True, nout=len(bounds))(graph_ref, s, e, kind,
-                                                                     params, v, bounds)
-              for (s, e), v in zip(bounds, vals)]
+    refs = list(graph_ref) if isinstance(graph_ref, (list, tuple)) else [graph_ref] * len(bounds)
+    vals = [delayed(affinity_block, pure=True)(ref, s, e, kind, params)
+            for ref, (s, e) in zip(refs, bounds)]
+    pieces = [delayed(_reverse_pieces, pure=True, nout=len(bounds))(ref, s, e, kind, params, v,
+                                                                     bounds)
+              for ref, (s, e), v in zip(refs, bounds, vals)]
     merge = delayed(affinity_rows_merge, pure=True)
-    return [merge(graph_ref, s, e, kind, params, vals[b], *[p[b] for p in pieces])
+    return [merge(refs[b], s, e, kind, params, vals[b], *[p[b] for p in pieces])
             for b, (s, e) in enumerate(bounds)]
 
 

@@ -42,9 +42,12 @@ from ..blocks.tsne_gradient import GridSpec, Interpolation
 from ..blocks.tsne_kernels import fused_step, kl_attractive_part
 from ..blocks.umap_kernels import sgd_epoch
 from ..errors import InputError, StageError
-from ._neighbor_runs import threads
+from ..graphs import KNNGraph
+from ..graphs.affinities import GraphRows
+from ._neighbor_runs import delayed_literal, threads
 
-__all__ = ["OPTIMIZERS", "plan_optimizer", "block_bounds", "optimize_tsne_distributed",
+__all__ = ["OPTIMIZERS", "plan_optimizer", "block_bounds", "block_graphs",
+           "optimize_tsne_distributed",
            "optimize_umap_distributed", "STATE_SHARE", "MAX_RECOVERIES"]
 
 log = logging.getLogger("dimred_dask")
@@ -109,6 +112,15 @@ def block_bounds(n: int, blocks: int) -> list[tuple[int, int]]:
     """B contiguous row ranges of near-equal size."""
     cuts = np.linspace(0, n, max(1, min(blocks, n)) + 1).round().astype(int)
     return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def block_graphs(graph, bounds) -> list:
+    """What each block's P tasks read the graph from: a graph source as it is (tasks read
+    their rows from the store), an in-memory graph as one literal per block holding only that
+    block's rows (no task, and no worker, receives the whole graph)."""
+    if not isinstance(graph, KNNGraph):
+        return [graph] * len(bounds)
+    return [delayed_literal(GraphRows.of(graph, s, e)) for s, e in bounds]
 
 
 # --------------------------------------------------------------------------- actors
@@ -464,7 +476,8 @@ def optimize_umap_distributed(P_blocks, bounds, Y0, s: dict, client, *, checkpoi
             blocks.recover(exc, "UMAP optimisation")
             cuts = prepare()
             epoch, Y = restore(saved)
-    info = {"seconds": round(time.perf_counter() - t0, 3), "resumed_from": first, "edges": edges, "optimizer": "distributed",
+    info = {"seconds": round(time.perf_counter() - t0, 3), "resumed_from": first, "edges": edges,
+            "optimizer": "distributed",
             "blocks": len(bounds), "blocks_per_worker": blocks.placement,
             "recoveries": blocks.recoveries,
             "bytes_per_iteration": int(moved / max(1, epochs)),

@@ -29,8 +29,10 @@ from ..graphs.affinities import (affinities, affinities_delayed, affinity_row_bl
                                  check_perplexity)
 from ..linalg.convergence import completed
 from ._base import DimredEstimator, HasConvergence
-from ._distributed import OPTIMIZERS, block_bounds, optimize_tsne_distributed, plan_optimizer
-from ._neighbor_runs import (TaskProgress, one_run, check_choice, check_fit_sample, check_float, check_int,
+from ._distributed import (OPTIMIZERS, block_bounds, block_graphs, optimize_tsne_distributed,
+                           plan_optimizer)
+from ._neighbor_runs import (TaskProgress, one_run, check_choice, check_fit_sample,
+                             check_float, check_int,
                              delayed_literal, expand_sweep, fit_graph, fit_then_place,
                              fitted_reference, graph_ref, like_input, pca_init, random_init,
                              run_tasks, threads, threads_per_task)
@@ -225,7 +227,7 @@ def _distributed(graph, Y0, settings, plan, client, checkpoint, callback, n_jobs
     n = graph.n_samples
     bounds = block_bounds(n, plan["blocks"])
     nt = n_jobs or threads_per_task(len(bounds), client)
-    ref, out = graph_ref(graph), []
+    ref, out = block_graphs(graph, bounds), []
     for i, s in enumerate(settings):
         P_blocks = affinity_row_blocks_delayed(ref, n, graph.n_neighbors, "tsne", bounds,
                                                perplexity=s["perplexity"])
@@ -308,8 +310,9 @@ def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
         transform); ``optimizer`` ("auto", "single": each embedding one task on one worker,
         "distributed": one embedding's rows and P split over all workers, FFT gradients only;
         "auto" takes "distributed" when P and the optimiser's state would exceed a quarter of
-        a worker's memory and there are two workers or more). The sweepable ones (``TSNE_SWEEPABLE``: perplexity, random_state,
-        learning_rate, early_exaggeration, exaggeration) may be lists.
+        a worker's memory and there are two workers or more). The sweepable ones
+        (``TSNE_SWEEPABLE``: perplexity, random_state, learning_rate, early_exaggeration,
+        exaggeration) may be lists.
 
     Returns
     -------
@@ -350,7 +353,8 @@ def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
             for i, s in enumerate(settings)]
     out = run_tasks(tsne_task, jobs, shared={}, callback=callback, n_jobs=n_jobs,
                     stage="t-SNE optimisation")
-    return [TSNEModel(Y, float(kl), s, s["n_iter"], {**info, "optimizer_reason": plan["reason"]})
+    return [TSNEModel(Y, float(kl), s, s["n_iter"],
+                      {**info, "optimizer_reason": plan["reason"]})
             for (Y, kl, info), s in zip(out, settings)]
 
 

@@ -29,8 +29,10 @@ from ..graphs.affinities import (affinities, affinities_delayed, affinity_row_bl
                                  find_ab)
 from ..linalg.convergence import completed
 from ._base import DimredEstimator, HasConvergence
-from ._distributed import OPTIMIZERS, block_bounds, optimize_umap_distributed, plan_optimizer
-from ._neighbor_runs import (TaskProgress, one_run, check_choice, check_fit_sample, check_float, check_int,
+from ._distributed import (OPTIMIZERS, block_bounds, block_graphs, optimize_umap_distributed,
+                           plan_optimizer)
+from ._neighbor_runs import (TaskProgress, one_run, check_choice, check_fit_sample,
+                             check_float, check_int,
                              delayed_literal, expand_sweep, fit_graph, fit_then_place,
                              fitted_reference, graph_ref, like_input, pca_init, run_tasks, threads,
                              threads_per_task)
@@ -295,7 +297,7 @@ def _distributed(graph, layouts, settings, plan, client, checkpoint, callback, n
     n = graph.n_samples
     bounds = block_bounds(n, plan["blocks"])
     nt = n_jobs or threads_per_task(len(bounds), client)
-    ref, out = graph_ref(graph), []
+    ref, out = block_graphs(graph, bounds), []
     for i, s in enumerate(settings):
         key = _graph_key(s)
         P_blocks = affinity_row_blocks_delayed(ref, n, graph.n_neighbors, "umap", bounds,
@@ -436,7 +438,8 @@ def umap_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
              checkpoint(i, s) if checkpoint else None) for i, s in enumerate(settings)]
     out = run_tasks(umap_task, jobs, shared={}, callback=callback, n_jobs=n_jobs,
                     stage="UMAP optimisation")
-    return [UMAPModel(Y, float(ce), s, s["n_epochs"], {**info, "optimizer_reason": plan["reason"]})
+    return [UMAPModel(Y, float(ce), s, s["n_epochs"],
+                      {**info, "optimizer_reason": plan["reason"]})
             for (Y, ce, info), s in zip(out, settings)]
 
 
