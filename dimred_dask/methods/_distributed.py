@@ -271,6 +271,11 @@ class _Blocks:
                 raise
             raise _Lost(f"{type(exc).__name__}: {exc}") from exc
 
+    def state(self) -> tuple:
+        """The blocks' optimiser state (two arrays), concatenated in row order."""
+        parts = self.call("get_state")
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(2))
+
     def recover(self, exc: Exception, what: str) -> None:
         self.recoveries += 1
         if self.recoveries > MAX_RECOVERIES:
@@ -377,9 +382,7 @@ def optimize_tsne_distributed(P_blocks, bounds, initial, s: dict, client, *, che
                     progress(it, total, kl)
                 it += 1
                 if it % ck_every == 0 and it < total:
-                    st = blocks.call("get_state")
-                    update = np.concatenate([u for u, _ in st])
-                    gains = np.concatenate([g for _, g in st])
+                    update, gains = blocks.state()
                     saved = (it, Y.copy(), update, gains)
                     if checkpoint is not None and s["checkpoint_every"]:
                         checkpoint.save({"iteration": it, "embedding": Y, "update": update,
@@ -461,9 +464,7 @@ def optimize_umap_distributed(P_blocks, bounds, Y0, s: dict, client, *, checkpoi
                         epoch % s["callback_every"] == 0:
                     progress(epoch, n_epochs, None)
                 if epoch % ck_every == 0 and epoch < n_epochs:
-                    st = blocks.call("get_state")
-                    nxt = np.concatenate([x for x, _ in st])
-                    nxt_neg = np.concatenate([x for _, x in st])
+                    nxt, nxt_neg = blocks.state()
                     saved = (epoch, Y.copy(), nxt, nxt_neg)
                     if checkpoint is not None and s["checkpoint_every"]:
                         checkpoint.save({"iteration": epoch, "embedding": Y,

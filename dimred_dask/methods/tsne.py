@@ -108,6 +108,11 @@ def check_tsne_params(params: dict, n: int, name: str = "t-SNE") -> list[dict]:
     check_choice("optimizer", p["optimizer"], OPTIMIZERS, method=name)
     if grad == "auto":
         p["gradient"] = "exact" if n <= EXACT_MAX else "fft"
+    if p["optimizer"] == "distributed" and p["gradient"] != "fft":
+        raise InputError(f"{name} optimizer='distributed' computes the repulsion on an "
+                         f"interpolation grid; found gradient={p['gradient']!r}"
+                         f"{' (auto: exact up to %d rows)' % EXACT_MAX if grad == 'auto' else ''}.",
+                         "pass gradient='fft' (or optimizer='single').")
     for key in ("early_exaggeration_iter", "checkpoint_every", "callback_every"):
         check_int(key, p[key], 0, method=name)
     check_int("n_iter", p["n_iter"], 1, method=name)
@@ -340,7 +345,8 @@ def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
                       backend=s0["knn_backend"], random_state=s0["random_state"] or 0)
     Y0 = _initial(X, settings)
     client = active_client()
-    plan = plan_optimizer(s0["optimizer"], n, 2 * n * graph.n_neighbors,
+    choice = "single" if s0["gradient"] != "fft" else s0["optimizer"]  # blocks: FFT only
+    plan = plan_optimizer(choice, n, 2 * n * graph.n_neighbors,
                           s0["n_components"], client)
     if plan["optimizer"] == "distributed":
         out = _distributed(graph, Y0, settings, plan, client, checkpoint, callback, n_jobs)
