@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import scipy.fft
 
-from .tsne_kernels import (SCATTER_CHUNKS, attraction, exact_repulsion, fused_step,
+from .tsne_kernels import (attraction, exact_repulsion, fused_step,
                            interp_gather, interp_scatter, interp_weights, kl_attractive_part)
 
 __all__ = ["Interpolation", "InterpolationGrid", "GridSpec", "convolve", "potentials",
@@ -93,11 +94,10 @@ class InterpolationGrid:
         self.workers = workers
         Yc = np.ascontiguousarray(Y - self.center)
         self.boxes, self.weights = self._weights(Yc)
-        nchunks = int(min(SCATTER_CHUNKS, max(1, n // 25_000)))
         self.nc = d + 2 if per_point else d + 1
-        grids = np.empty((nchunks, self.N ** d, self.nc))
-        interp_scatter(Yc, self.boxes, self.weights, self.p, self.N, grids)
-        charges = grids.sum(axis=0) if nchunks > 1 else grids[0]
+        charges = np.empty((self.N ** d, self.nc))
+        interp_scatter(Yc, self.boxes, self.weights, self.p, self.N, charges,
+                       numba.get_num_threads())
         self.potentials = self._convolve(charges)
 
     def _weights(self, Yc):
@@ -196,12 +196,11 @@ class GridSpec:
 
     def charges(self, Y, boxes, weights):
         """(N^d, d + 2): the charges 1, y, |y|^2 of the points Y (centred), summed per node."""
-        n, d = Y.shape
+        d = Y.shape[1]
         Yc = np.ascontiguousarray(Y - np.asarray(self.center))
-        nchunks = int(min(SCATTER_CHUNKS, max(1, n // 25_000)))
-        grids = np.empty((nchunks, self.N ** d, d + 2))
-        interp_scatter(Yc, boxes, weights, self.p, self.N, grids)
-        return grids.sum(axis=0) if nchunks > 1 else grids[0]
+        charges = np.empty((self.N ** d, d + 2))
+        interp_scatter(Yc, boxes, weights, self.p, self.N, charges, numba.get_num_threads())
+        return charges
 
     def potentials(self, charges, n: int, workers: int = 1):
         """(potentials (N^d, d + 1) of the charges 1 and y, Z of all the points): Z from the

@@ -2,7 +2,8 @@
 
 Gradient convention (as openTSNE's): the optimiser works with
 g_i = sum_j (p_ij - q_ij) w_ij (y_i - y_j), w_ij = (1 + |y_i - y_j|^2)^-1, which is a quarter
-of dKL/dy_i (van der Maaten & Hinton 2008: 4 sum_j ...); the learning rate n / exaggeration is meant for it.
+of dKL/dy_i (van der Maaten & Hinton 2008: 4 sum_j ...); the learning rate n / exaggeration is
+meant for it.
 g_i = attraction - repulsion with attraction = sum_j p_ij w_ij (y_i - y_j) over the sparse P and
 repulsion = sum_j w_ij^2 (y_i - y_j) / Z, Z = sum_{k != l} w_kl.
 
@@ -17,8 +18,8 @@ repulsion_i = (y_i phi_0 - phi) / Z and, because w = w^2 (1 + |y_i|^2 - 2 y_i.y_
 Z = sum_i [(1 + |y_i|^2) phi_0 - 2 y_i . phi + phi_{d+1}] - n.
 
 Determinism: every per-point sum is done by the thread that owns the point, in index order;
-the spread to the grid is done in ``SCATTER_CHUNKS`` fixed slices of the points, each into its
-own grid, summed in slice order. Results are identical for any number of threads.
+in the spread to the grid, every node sums its box's points in index order (each thread owns a
+slab of boxes). Results are identical for any number of threads.
 """
 from __future__ import annotations
 
@@ -33,10 +34,7 @@ import numpy as np  # noqa: E402
 from numba import njit, prange  # noqa: E402
 
 __all__ = ["attraction", "fused_step", "exact_repulsion", "interp_weights", "interp_scatter",
-           "interp_gather", "gains_step", "kl_attractive_part", "sne_cost_grad",
-           "SCATTER_CHUNKS"]
-
-SCATTER_CHUNKS = 8
+           "interp_gather", "gains_step", "kl_attractive_part", "sne_cost_grad"]
 
 
 @njit(cache=True, nogil=True, fastmath=True, inline="always")
@@ -238,9 +236,12 @@ def _node(i, m, boxes, weights, p, N, d):
 
 
 @njit(cache=True, nogil=True)
-def _scatter2(Y, boxes, weights, p, N, g, lo, hi):
+def _scatter2(Y, boxes, weights, p, N, g, b_lo, b_hi):
+    """The points whose first box index is in [b_lo, b_hi), in index order."""
     full = g.shape[1] == 4  # with the |y|^2 charge (per-point Z: transforms)
-    for i in range(lo, hi):
+    for i in range(Y.shape[0]):
+        if boxes[i, 0] < b_lo or boxes[i, 0] >= b_hi:
+            continue
         y0, y1 = Y[i, 0], Y[i, 1]
         y2 = y0 * y0 + y1 * y1
         b0 = boxes[i, 0] * p
@@ -259,31 +260,37 @@ def _scatter2(Y, boxes, weights, p, N, g, lo, hi):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def interp_scatter(Y, boxes, weights, p, N, grids):
-    """Spread the charges (1, y[, |y|^2]) of the points to the grid nodes: ``grids`` is
-    (chunks, N^d, d + 1 or d + 2), one grid per fixed slice of the points (summed by the
-    caller in slice order)."""
+def interp_scatter(Y, boxes, weights, p, N, grid, stripes):
+    """Spread the charges (1, y[, |y|^2]) of the points to the grid nodes: ``grid`` is
+    (N^d, d + 1 or d + 2), overwritten. A box's nodes belong to that box alone, so each node
+    sums the points of one box; each of ``stripes`` slabs of boxes along the first axis (one
+    per thread) adds its points in index order: the same sums, bit for bit, for any number of
+    stripes or threads."""
     n, d = Y.shape
-    nchunks = grids.shape[0]
-    size = (n + nchunks - 1) // nchunks
     pd = p ** d
-    for c in prange(nchunks):
-        g = grids[c]
-        g[:] = 0.0
+    slab = grid.shape[0] // N  # nodes per grid row along the first axis
+    n_boxes = N // p
+    stripes = max(1, min(stripes, n_boxes))
+    for s in prange(stripes):
+        b_lo = s * n_boxes // stripes
+        b_hi = (s + 1) * n_boxes // stripes
+        grid[b_lo * p * slab:b_hi * p * slab] = 0.0
         if d == 2:
-            _scatter2(Y, boxes, weights, p, N, g, c * size, min(n, (c + 1) * size))
+            _scatter2(Y, boxes, weights, p, N, grid, b_lo, b_hi)
             continue
-        for i in range(c * size, min(n, (c + 1) * size)):
+        for i in range(n):
+            if boxes[i, 0] < b_lo or boxes[i, 0] >= b_hi:
+                continue
             y2 = 0.0
             for k in range(d):
                 y2 += Y[i, k] * Y[i, k]
             for m in range(pd):
                 flat, w = _node(i, m, boxes, weights, p, N, d)
-                g[flat, 0] += w
+                grid[flat, 0] += w
                 for k in range(d):
-                    g[flat, 1 + k] += w * Y[i, k]
-                if g.shape[1] == d + 2:
-                    g[flat, d + 1] += w * y2
+                    grid[flat, 1 + k] += w * Y[i, k]
+                if grid.shape[1] == d + 2:
+                    grid[flat, d + 1] += w * y2
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -412,7 +419,8 @@ def _sne_grad_rows(indptr, indices, data, t_indptr, t_indices, t_data, Y, logz, 
 
 
 def sne_cost_grad(indptr, indices, data, t_indptr, t_indices, t_data, Y):
-    """SNE (Hinton & Roweis 2002): C = sum_i KL(P_i || Q_i) with q_{j|i} ~ exp(-|y_i - y_j|^2), and its
+    """SNE (Hinton & Roweis 2002): C = sum_i KL(P_i || Q_i) with q_{j|i} ~ exp(-|y_i - y_j|^2),
+    and its
     gradient 2 sum_j (p_{j|i} - q_{j|i} + p_{i|j} - q_{i|j}) (y_i - y_j). O(n^2)."""
     n = Y.shape[0]
     logz = np.empty(n)
