@@ -171,7 +171,8 @@ def test_gathered_chunks_take_the_locality_order_above_the_size_threshold(blobs,
 def test_nndescent_gathers_dask_input_into_one_task(client):
     import dask.array as da
 
-    # 40 rows <= 4 (k + 1) at k = 9: the task takes the brute-force path, so no worker compiles numba,
+    # 40 rows <= 4 (k + 1) at k = 9: the task takes the brute-force path, so no worker
+    # compiles numba,
     # while the gathering of the chunks into one task on one worker is the real one
     X = np.random.default_rng(5).standard_normal((40, 3))
     g = knn_graph(da.from_array(X, chunks=(7, 3)), 9, backend="nndescent")
@@ -191,6 +192,47 @@ def test_partitioned_recall(client, blobs):
     assert g.info["n_partitions"] == 4 and g.info["rows_short_of_k"] == 0
     sizes = g.info["cell_rows"]
     assert sizes["max"] < 3000  # each cell task holds a part of the data, not all of it
+
+
+def _merge_by_global_sort(point, nbr, dist, n, k):
+    """The candidates' merge written as two global sorts (the definition `merge_candidates`
+    must reproduce): nearest copy of each (point, neighbour), then (distance, neighbour)."""
+    keep = point != nbr
+    point, nbr, dist = point[keep], nbr[keep], dist[keep]
+    order = np.lexsort((dist, nbr, point))
+    point, nbr, dist = point[order], nbr[order], dist[order]
+    first = np.ones(point.size, dtype=bool)
+    first[1:] = (point[1:] != point[:-1]) | (nbr[1:] != nbr[:-1])
+    point, nbr, dist = point[first], nbr[first], dist[first]
+    order = np.lexsort((nbr, dist, point))
+    point, nbr, dist = point[order], nbr[order], dist[order]
+    rank = np.arange(point.size) - np.searchsorted(point, np.arange(n))[point]
+    sel = rank < k
+    out_i, out_d = np.full((n, k), -1), np.full((n, k), np.inf)
+    out_i[point[sel], rank[sel]] = nbr[sel]
+    out_d[point[sel], rank[sel]] = dist[sel]
+    return out_i, out_d
+
+
+@pytest.mark.parametrize("n,m,k", [(50, 400, 5), (1000, 30_000, 12), (300, 200, 8)])
+def test_merge_candidates_equals_the_global_sort(n, m, k):
+    """Ties (integer distances), a neighbour listed twice at different distances, self
+    pairs and points short of k candidates (300 points, 200 triples)."""
+    from dimred_dask.blocks.neighbors import merge_candidates
+
+    rng = np.random.default_rng(n)
+    point = rng.integers(0, n, m).astype(np.int32)
+    nbr = rng.integers(0, n, m).astype(np.int32)
+    dist = rng.integers(0, 20, m).astype(np.float32)
+    dup = rng.choice(m, m // 4)
+    point, nbr = np.concatenate([point, point[dup]]), np.concatenate([nbr, nbr[dup]])
+    dist = np.concatenate([dist, dist[dup] + rng.integers(-2, 3, dup.size)])
+    got = merge_candidates(point, nbr, dist, n, k)
+    want = _merge_by_global_sort(point, nbr, dist, n, k)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    if n == 300:  # the padding is exercised
+        assert (got[0] == -1).any() and np.isinf(got[1][got[0] == -1]).all()
 
 
 def test_sample_recall_detects_a_bad_graph(blobs):

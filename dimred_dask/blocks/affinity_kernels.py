@@ -2,7 +2,8 @@
 
 - `perplexity_rows`: per row, the Gaussian precision beta_i = 1 / (2 sigma_i^2) whose
   conditional distribution p_{j|i} ~ exp(-beta_i d_ij^2) over the row's neighbours has
-  entropy log(perplexity) (van der Maaten & Hinton 2008), by bisection on beta (H(beta) is decreasing).
+  entropy log(perplexity) (van der Maaten & Hinton 2008), by bisection on beta (H(beta) is
+  decreasing).
 - `smooth_knn_rows`: UMAP's rho_i (distance to the nearest neighbour) and sigma_i with
   sum_j exp(-max(0, d_ij - rho_i) / sigma_i) = log2(k) (McInnes, Healy & Melville 2018).
 - `symmetric_merge`: the union of a directed graph and its transpose as CSR, with the value of
@@ -295,20 +296,21 @@ def _scatter_rows(indices, values, start, rsrc, rdst, rvals, nrows):
 def reverse_entries(indices: np.ndarray, values: np.ndarray, start: int, bounds):
     """The edges (i, j) of rows [start, start + len(indices)) as reverse entries for the row
     blocks ``bounds`` [(s, e), ...]: per block, (src i, dst j, value) with j in [s, e), in
-    the order of the rows (missing neighbours and self-loops dropped)."""
+    the order of the rows (missing neighbours and self-loops dropped). Row numbers are int32
+    when they fit (a block's pieces are held until every block has merged its rows)."""
     indices = np.asarray(indices)
     n, k = indices.shape
-    src = np.repeat(np.arange(start, start + n, dtype=np.int64), k)
-    dst = indices.reshape(-1).astype(np.int64)
+    itype = np.int32 if bounds and max(e for _, e in bounds) <= np.iinfo(np.int32).max \
+        else np.int64
+    src = np.repeat(np.arange(start, start + n, dtype=itype), k)
+    dst = indices.reshape(-1)
     vals = np.asarray(values, dtype=np.float64).reshape(-1)
     keep = (dst >= 0) & (dst != src)
-    src, dst, vals = src[keep], dst[keep], vals[keep]
-    starts = np.array([s for s, _ in bounds], dtype=np.int64)
-    block = np.searchsorted(starts, dst, side="right") - 1
-    order = np.argsort(block, kind="stable")
-    cuts = np.searchsorted(block[order], np.arange(len(bounds) + 1))
-    return [(src[order[a:b]], dst[order[a:b]], vals[order[a:b]])
-            for a, b in zip(cuts[:-1], cuts[1:])]
+    pieces = []
+    for s, e in bounds:  # one pass per block: no sort, no filtered copy of every edge
+        sel = keep & (dst >= s) & (dst < e)
+        pieces.append((src[sel], dst[sel].astype(itype), vals[sel]))
+    return pieces
 
 
 def symmetric_merge_rows(indices: np.ndarray, values: np.ndarray, start: int, reverse,
@@ -320,8 +322,8 @@ def symmetric_merge_rows(indices: np.ndarray, values: np.ndarray, start: int, re
     values = np.ascontiguousarray(values, dtype=np.float64)
     nrows = indices.shape[0]
     if reverse:
-        rsrc = np.concatenate([r[0] for r in reverse])
-        rdst = np.concatenate([r[1] for r in reverse])
+        rsrc = np.concatenate([r[0] for r in reverse]).astype(np.int64, copy=False)
+        rdst = np.concatenate([r[1] for r in reverse]).astype(np.int64, copy=False)
         rvals = np.concatenate([r[2] for r in reverse])
     else:
         rsrc = rdst = np.empty(0, np.int64)
