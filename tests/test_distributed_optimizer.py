@@ -14,7 +14,7 @@ from distributed import Client, LocalCluster
 from sklearn.datasets import make_blobs
 
 from dimred_dask.blocks.tsne_gradient import GridSpec, Interpolation, potentials
-from dimred_dask.errors import InputError
+from dimred_dask.errors import InputError, StageError
 from dimred_dask.graphs import knn_graph
 from dimred_dask.graphs.affinities import (GraphRows, affinities,
                                           affinity_row_blocks_delayed)
@@ -140,6 +140,20 @@ def test_worker_killed_mid_fit_resumes_on_the_workers_left(blobs, method):
     assert before != after  # a worker process died and was replaced
     assert stormy.info["recoveries"] == 1
     np.testing.assert_array_equal(stormy.embedding, calm.embedding)
+
+
+def test_a_loss_past_the_limit_stops_with_a_stage_error(blobs, monkeypatch):
+    """Past MAX_RECOVERIES worker losses in one fit (0 here): a StageError that says so and
+    how to go on, never a hang."""
+    import dimred_dask.methods._distributed as dist
+
+    monkeypatch.setattr(dist, "MAX_RECOVERIES", 0)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
+        with pytest.raises(StageError, match="lost a worker 1 times") as err:
+            umap(blobs, optimizer="distributed", n_epochs=60, checkpoint_every=20,
+                 random_state=1, checkpoint=_KillAWorker(c, 2))
+    assert "resumes from its last checkpoint" in err.value.fix
 
 
 def test_bad_optimizer_settings_are_refused(blobs):
