@@ -8,7 +8,7 @@ SYSTEM_STAMP := $(VENV)/.system-stamp
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export DO_NOT_TRACK ?= 1
 
-.PHONY: install demo test bench bench-big freeze clean
+.PHONY: install demo test lint docs bench bench-big freeze clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,8 +30,21 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/dimred-dask demo
 
-test: $(STAMP) $(SYSTEM_STAMP)
+test: $(STAMP) $(SYSTEM_STAMP) lint docs
 	$(BIN)/python -m pytest tests -q --durations=15
+
+# ruff's rules as configured in pyproject.toml ([tool.ruff]); part of `make test`
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+API_MODULES := dimred_dask dimred_dask.methods dimred_dask.graphs dimred_dask.linalg \
+	dimred_dask.pairwise dimred_dask.io dimred_dask.metrics dimred_dask.errors \
+	dimred_dask.datasets dimred_dask.cluster
+# the API reference (HTML, from the numpydoc docstrings) in build/api; a warning fails it
+docs: $(STAMP)
+	rm -rf build/api
+	$(BIN)/python -W error -m pdoc --docformat numpy --no-show-source -o build/api $(API_MODULES)
+	@echo "API reference: build/api/dimred_dask.html"
 
 bench: $(STAMP)
 	$(BIN)/python -m bench pca
@@ -43,4 +56,4 @@ freeze: $(STAMP)
 	$(BIN)/python -m pip freeze --all --exclude-editable | grep -v '^dimred\|^pip==' > constraints.txt
 
 clean:
-	rm -rf $(VENV) .dimred-demo .pytest_cache
+	rm -rf $(VENV) .dimred-demo .pytest_cache build/api

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 
 from ._measure import machine, timed, timed_in_turns
 from .kpca import median_gamma

@@ -18,6 +18,7 @@ any timer starts (``warm-up``), as in ``bench knn``.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -249,7 +250,7 @@ def _method_runs(name: str, fit, datasets, client, pids, solvers: dict):
         rows.append(grow)
         solver = solvers[label]
         row, model = _measured(f"{label}: {name} ({solver}), given the graph",
-                               lambda: fit(Xd, g, solver), pids)
+                               functools.partial(fit, Xd, g, solver), pids)
         Y = np.asarray(model.embedding)
         row["quality"] = _spearman(Y, truth) if label == "swiss roll" else _trust(X, Y)
         row["total_seconds"] = grow["seconds"] + row["seconds"]

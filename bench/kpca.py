@@ -356,7 +356,8 @@ def main_big(args) -> int:
               "client_peak_rss_gib": _gib(rss.per_process_peak[os.getpid()]),
               **restarts, "target_s": TARGET_BIG_S, "target_met": ok}
     print(json.dumps(result, indent=1))
-    print(f"\ntime {total:.1f} s (target <= {TARGET_BIG_S:.0f} s: {'met' if total <= TARGET_BIG_S else 'NOT met'}); "
+    print(f"\ntime {total:.1f} s (target <= {TARGET_BIG_S:.0f} s: "
+          f"{'met' if total <= TARGET_BIG_S else 'NOT met'}); "
           f"worker peak RSS {', '.join(f'{_gib(p)}' for p in peaks)} GiB of {WORKER_MEMORY}; "
           f"worker restarted: {restarts['restarted']}")
     print(f"no peer: the exact n x n float32 kernel is {n * n * 4 / 1e12:.1f} TB")

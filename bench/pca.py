@@ -157,7 +157,8 @@ def main_big(args) -> int:
     size = {**local_cluster_size(args.workers, args.threads), "memory_limit": 2 * 2**30}
     print(f"# bench pca --big: {gib:.1f} GiB float32 x 512 on disk at {path}; {machine()}; "
           f"workers {size}")
-    with LocalCluster(processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0", **size) as cl, \
+    with LocalCluster(processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                      **size) as cl, \
             Client(cl) as client:
         t0 = time.perf_counter()
         n = _write_big(path, gib)

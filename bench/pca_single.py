@@ -273,7 +273,8 @@ def main_single_pass(args) -> int:
     ex = runs["covariance"]["fit_plus_transform_s"]
     sp_floor = max(read, floors["sketch"]) + sketch_read
     ex_floor = max(read, floors["scatter"]) + max(read, floors["projection"])
-    result = {**result, "rows": n, "gib": round(n * D * 4 / 2**30, 1), "plain_read_s": round(read, 1),
+    result = {**result, "rows": n, "gib": round(n * D * 4 / 2**30, 1),
+              "plain_read_s": round(read, 1),
               "compute_floors_s": {k: round(v, 1) for k, v in floors.items()},
               "sketch_read_s": round(sketch_read, 1),
               "single_pass_floors_s": round(sp_floor, 1),

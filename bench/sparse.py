@@ -7,7 +7,8 @@ spectrum is nearly flat (sampling noise), the hard case for a randomized solver.
 
 - ours: ``PCA(50, solver="randomized", n_iter=40, tol=2e-3)`` (block Krylov,
   stopping at the tolerance) and with the defaults (``n_iter=4``: 5 Krylov passes), on the
-  Dask array that ``open_input`` gives for the same matrix written as an ``.h5ad`` by anndata (read from the file in every fit, as a run
+  Dask array that ``open_input`` gives for the same matrix written as an ``.h5ad`` by anndata
+  (read from the file in every fit, as a run
   does; 2 worker processes of 1 thread), centred implicitly;
 - scikit-learn ``PCA(50, svd_solver="arpack")`` on the in-memory CSR matrix (it centres sparse
   input implicitly through a LinearOperator);

@@ -1,5 +1,6 @@
 """dimred-dask: distributed dimensionality reduction on chunked arrays."""
-from .errors import (ChunkingError, ConvergenceWarning, DimredError, DimredWarning, DisconnectedGraphError,
+from .errors import (ChunkingError, ConvergenceWarning, DimredError, DimredWarning,
+                     DisconnectedGraphError,
                      InputError, InputTypeError, NotFittedError, OutputExistsError, StageError,
                      StoreError,
                      UncommittedOutputError)
@@ -32,7 +33,8 @@ __all__ = [
     "LocallyLinearEmbedding", "LLEModel", "lle", "LaplacianEigenmaps", "LaplacianEigenmapsModel",
     "laplacian_eigenmaps", "SpectralClustering", "SpectralClusteringModel",
     "spectral_clustering",
-    "DimredError", "InputError", "InputTypeError", "ChunkingError", "StoreError", "OutputExistsError",
+    "DimredError", "InputError", "InputTypeError", "ChunkingError", "StoreError",
+    "OutputExistsError",
     "UncommittedOutputError", "DisconnectedGraphError", "NotFittedError", "ConvergenceWarning",
     "DimredWarning", "StageError", "InfeasibleError", "SolverError",
     "MaximumVarianceUnfolding", "mvu", "LandmarkMVU", "landmark_mvu",

@@ -1,7 +1,8 @@
 """How the command line's processes start, stop and die with it.
 
 - Prefect's temporary API server (started when no ``PREFECT_API_URL`` is set) runs in its own
-  Unix session (setsid), so the terminal's Ctrl-C (SIGINT to the whole foreground process group) does not
+  Unix session (setsid), so the terminal's Ctrl-C (SIGINT to the whole foreground process
+  group) does not
   kill it under a run that is still reporting its state, and with a parent-death signal
   (Linux ``PR_SET_PDEATHSIG``), so it ends when the command is killed, even by SIGKILL.
 - The first Ctrl-C (or SIGTERM) stops the run: a `KeyboardInterrupt` in the main thread unwinds

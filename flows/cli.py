@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "umap.n_neighbors=30; without STEP: the final step)")
     run.add_argument("--columns", help="comma-separated numeric columns of a Parquet/CSV input")
     run.add_argument("--scheduler", metavar="ADDR",
-                     help="tcp://host:port of an existing Dask scheduler (default: a local cluster)")
+                     help="tcp://host:port of an existing Dask scheduler "
+                          "(default: a local cluster)")
     run.add_argument("--labels", metavar="URI",
                      help="labels / targets, one per input row (supervised: spca, kspca)")
     run.add_argument("--actions", metavar="URI",

@@ -24,7 +24,8 @@ def run_demo(folder: str = ".dimred-demo", *, rows: int = 200_000, features: int
             X = low_rank_plus_noise(rows, features, rank=rank, chunk_rows=25_000, clusters=6)
             save_array(X, data, overwrite=True)
             print(f"  written in {time.perf_counter() - t0:.1f} s")
-        print(f"embedding with PCA (k = {n_components}) on {len(client.scheduler_info()['workers'])}"
+        print(f"embedding with PCA (k = {n_components}) on "
+              f"{len(client.scheduler_info()['workers'])}"
               f" Dask workers -> {out}")
         return embed(data, out, method="pca", params={"n_components": n_components},
                      scheduler=scheduler, overwrite=True)

@@ -120,7 +120,8 @@ def validate(spec: dict) -> dict:
     inp.meta = {**checked, **inp.meta}
     fp = array_fingerprint(inp.array, {"source": inp.meta})
     get_run_logger().info("input %s: shape %s %s, fingerprint %s (%s); output mode %s",
-                          inp.location, inp.shape, inp.array.dtype, fp["digest"], fp["hashed"], mode)
+                          inp.location, inp.shape, inp.array.dtype, fp["digest"], fp["hashed"],
+                          mode)
     return {"params": params, "mode": mode, "input_meta": inp.meta, "input_fingerprint": fp,
             "labels_fingerprint": labels_fp, "actions_fingerprint": actions_fp,
             "graph_request": graph_request,
@@ -520,7 +521,8 @@ def _num(v) -> str:
 
 def _artifacts(m: dict) -> None:
     model, met = m["model"], m["metrics"]
-    timing_rows = "\n".join(f"| {k} | {s:.2f} s | {m['stages'][k]} |" for k, s in m["timings"].items())
+    timing_rows = "\n".join(f"| {k} | {s:.2f} s | {m['stages'][k]} |"
+                            for k, s in m["timings"].items())
     conv_rows = "\n".join(
         f"| {r.get('step')} | {r.get('solver')} | {r.get('status')} | {r.get('iterations')} | "
         f"{_num(r.get('residual'))} | {_num(r.get('tol'))} | {r.get('handled_by') or ''} |"
@@ -545,7 +547,8 @@ def _artifacts(m: dict) -> None:
     if "explained_variance" in model:
         ratio = np.asarray(model["explained_variance_ratio"])
         create_table_artifact(
-            key=f"{_key(m['method'])}-explained-variance", description="explained variance by component",
+            key=f"{_key(m['method'])}-explained-variance",
+            description="explained variance by component",
             table=[{"component": i + 1, "variance": float(ev), "ratio": float(r),
                     "cumulative": float(c)} for i, (ev, r, c) in
                    enumerate(zip(model["explained_variance"], ratio, np.cumsum(ratio)))])

@@ -42,7 +42,8 @@ def stage_progress(title: str, *, min_interval: float = 1.0):
         update_progress_artifact(artifact_id, progress=100.0, description=f"{title}: done")
 
 
-def chunk_sample(chunks, size: int, *, max_chunks: int = 8, seed: int = 0) -> tuple[np.ndarray, str]:
+def chunk_sample(chunks, size: int, *, max_chunks: int = 8,
+                 seed: int = 0) -> tuple[np.ndarray, str]:
     """Sorted row indices of a sample of ``size`` rows drawn from at most ``max_chunks`` row
     chunks, so that sampling reads a few chunks rather than the whole array."""
     rng = np.random.default_rng(seed)

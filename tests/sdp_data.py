@@ -35,7 +35,8 @@ def robot_walk(forward: int = 40, back: int = 20, *, pixels: int = 64, step: int
     """A robot on a line takes ``forward`` steps forward, then ``back`` steps back, and
     photographs a textured wall at each stop: observation t is the ``pixels``-wide crop of a
     random texture (white noise smoothed by a Gaussian of ``smooth`` pixels) at its position:
-    a high-dimensional, nonlinear view of a 1-D position, plus pixel noise. Returns (images (n, pixels), actions (n - 1,) with 0 =
+    a high-dimensional, nonlinear view of a 1-D position, plus pixel noise. Returns (images
+    (n, pixels), actions (n - 1,) with 0 =
     forward and 1 = back, positions (n,))."""
     rng = np.random.default_rng(seed)
     pos = np.r_[np.arange(forward + 1), forward - np.arange(1, back + 1)]

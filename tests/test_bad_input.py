@@ -33,7 +33,8 @@ ARRAY_CASES = [
     ("zero-rows", np.zeros((0, 5), np.float32), {}, InputError, r"found 0 rows"),
     ("one-row", _good(1), {"n_components": 1}, InputError, r"found 1 sample"),
     ("one-dimensional", np.arange(10.0), {}, InputError, r"2-D"),
-    ("k-too-large", _good(), {"n_components": 6}, InputError, r"n_components <= min\(n_samples, n_features\) = 5"),
+    ("k-too-large", _good(), {"n_components": 6}, InputError,
+     r"n_components <= min\(n_samples, n_features\) = 5"),
     ("k-zero", _good(), {"n_components": 0}, InputError, r"found n_components=0"),
     ("k-negative", _good(), {"n_components": -2}, InputError, r"found n_components=-2"),
     ("complex", _good().astype(np.complex64), {}, InputError, r"Complex data not supported"),
@@ -78,9 +79,12 @@ def _uri_cases(tmp_path):
     good = _write(tmp_path, _good())
     committed = tmp_path / "done.zarr"
     return [  # (id, input, output, overwrite, error type, pattern)
-        ("missing-input", str(tmp_path / "nope.zarr"), str(tmp_path / "o1"), InputError, "does not exist"),
-        ("unknown-scheme", "ftp://example.org/x.zarr", str(tmp_path / "o2"), InputError, "scheme 'ftp' is not allowed"),
-        ("credentials-in-url", "s3://AKIAXX:secret@bucket/x.zarr", str(tmp_path / "o3"), InputError, "credentials"),
+        ("missing-input", str(tmp_path / "nope.zarr"), str(tmp_path / "o1"), InputError,
+         "does not exist"),
+        ("unknown-scheme", "ftp://example.org/x.zarr", str(tmp_path / "o2"), InputError,
+         "scheme 'ftp' is not allowed"),
+        ("credentials-in-url", "s3://AKIAXX:secret@bucket/x.zarr", str(tmp_path / "o3"), InputError,
+         "credentials"),
         ("output-is-input", good, good, InputError, "is the input itself"),
         ("output-inside-input", good, good + "/out", InputError, "inside the input"),
         ("existing-output", good, str(committed), OutputExistsError, "committed run already"),
@@ -122,7 +126,8 @@ def _cases_for_run(tmp_path):
     out.append(("unknown-parameter", good, str(tmp_path / "o6"), {"n_components": 2, "colour": 1},
                 InputError, r"Unknown parameter\(s\) \['colour'\]"))
     out.append(("sample-size-too-small", good, str(tmp_path / "o7"),
-                {"n_components": 2, "__sample_size": 3}, InputError, "sample_size must be at least 10"))
+                {"n_components": 2, "__sample_size": 3}, InputError,
+                "sample_size must be at least 10"))
     _make_committed(tmp_path / "done.zarr")
     return out
 
@@ -158,7 +163,8 @@ def test_unknown_method_refused(client, prefect_api, tmp_path):
     from flows.embed import embed
 
     good = _write(tmp_path, _good(), "good")
-    with pytest.raises(InputError, match=r"Unknown method 'tsnee'; available: \[.*'kpca'.*'pca'.*\]"):
+    with pytest.raises(InputError,
+                       match=r"Unknown method 'tsnee'; available: \[.*'kpca'.*'pca'.*\]"):
         embed(good, str(tmp_path / "o"), method="tsnee")
     assert main(["run", "--input", good, "--output", str(tmp_path / "o"), "--method", "x"]) == 2
     assert not (tmp_path / "o").exists()

@@ -28,7 +28,8 @@ def dask_cluster_cli(tmp_path):
     sched_file = tmp_path / "scheduler.json"
     env = {**os.environ}
     procs = [subprocess.Popen([os.path.join(BIN, "dask"), "scheduler", "--host", "127.0.0.1",
-                               "--port", "0", "--no-dashboard", "--scheduler-file", str(sched_file)],
+                               "--port", "0", "--no-dashboard", "--scheduler-file",
+                               str(sched_file)],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     deadline = time.time() + 60
     while not sched_file.exists() and time.time() < deadline:

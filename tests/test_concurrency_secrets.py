@@ -96,7 +96,8 @@ def test_canary_secret_appears_nowhere(prefect_api, s3_server, tmp_path, rng, mo
     import fsspec
     from distributed import Client, LocalCluster
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterId, LogFilter,
+                                                LogFilterFlowRunId)
 
     from flows.embed import embed
 

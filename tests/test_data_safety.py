@@ -4,7 +4,6 @@ session's Dask workers and Prefect API), with a checksum of the data that must s
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 
 import numpy as np

@@ -240,7 +240,8 @@ def test_daskcluster_scheduler_and_workers():
     res = worker["resources"]
     assert res["requests"]["cpu"] and res["limits"]["memory"]
     # Dask's own limit below the container's, so Dask spills before the OOM killer acts
-    assert memory_bytes(args[args.index("--memory-limit") + 1]) < memory_bytes(res["limits"]["memory"])
+    assert (memory_bytes(args[args.index("--memory-limit") + 1])
+            < memory_bytes(res["limits"]["memory"]))
 
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         assert _secret_ref(worker, var) == {"name": "dimred-aws", "key": var}
@@ -344,7 +345,8 @@ def test_slurm_files():
     # the commands themselves (comments dropped, continuation lines joined)
     code = re.sub(r"\\\n\s*", " ", "\n".join(
         line for line in sbatch.splitlines() if not line.lstrip().startswith("#")))
-    (run,) = [line.strip() for line in code.splitlines() if line.strip().startswith("dimred-dask run")]
+    (run,) = [line.strip() for line in code.splitlines()
+              if line.strip().startswith("dimred-dask run")]
     assert "--input" in run and "--output" in run
     address = re.search(r'--scheduler "\$\(cat ([^)]+)\)"', run).group(1).strip('"')
     if address.startswith("$"):  # a variable: follow its assignment
@@ -411,7 +413,8 @@ def test_constraints_pin_everything_the_image_installs():
 
     env = {**default_environment(), **IMAGE_ENV}
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    todo = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["s3"]]
+    todo = [Requirement(r)
+            for r in project["dependencies"] + project["optional-dependencies"]["s3"]]
     seen: dict[str, set] = {}
     unpinned, unsatisfied, drifted = [], [], []
     while todo:

@@ -116,7 +116,8 @@ def test_deployment_runs_through_a_work_pool_and_shows_in_the_ui(prefect_server,
     assert {"markdown", "table", "progress"} <= {a["type"] for a in arts}
     summary = next(a for a in arts if a["type"] == "markdown")
     assert "Dask dashboard" in summary["data"]
-    assert open_output(str(tmp_path / "out.zarr")).read_json("manifest.json")["flow_run_id"] == run_id
+    assert (open_output(str(tmp_path / "out.zarr")).read_json("manifest.json")["flow_run_id"]
+            == run_id)
     _screenshot(prefect_server["ui"], run_id, run["name"], tmp_path)
 
 

@@ -126,7 +126,8 @@ def test_flow_process_killed_after_stage_2_resumes(client, prefect_api, data, tm
     second = _cli_run(args, env)
     assert second.returncode == 0, second.stderr[-2000:]
     runs = [json.loads(line) for line in log.read_text().splitlines()]
-    counts = {s: sum(r["stage"] == s for r in runs) for s in ("fit", "transform", "evaluate", "publish")}
+    counts = {s: sum(r["stage"] == s for r in runs)
+              for s in ("fit", "transform", "evaluate", "publish")}
     assert counts == {"fit": 1, "transform": 1, "evaluate": 1, "publish": 1}, runs
     assert len({r["pid"] for r in runs if r["stage"] in ("fit", "transform")}) == 1
     manifest = open_output(str(tmp_path / "out")).read_json("manifest.json")

@@ -45,7 +45,8 @@ def test_flow_completes_writes_store_and_artifacts(client, prefect_api, data_uri
     np.testing.assert_allclose(model["components_"], ref.components_, rtol=1e-4, atol=1e-5)
     on_disk = store.read_json("manifest.json")
     assert on_disk["fingerprint"] == manifest["fingerprint"]
-    assert set(on_disk["timings"]) == set(STAGES) and all(t >= 0 for t in on_disk["timings"].values())
+    assert (set(on_disk["timings"]) == set(STAGES)
+            and all(t >= 0 for t in on_disk["timings"].values()))
     assert on_disk["metrics"]["trustworthiness"] > 0.9
     assert 0 < on_disk["metrics"]["reconstruction_error"] < 0.05
     assert on_disk["input_fingerprint"]["hashed"].startswith("all")
@@ -56,7 +57,8 @@ def test_flow_completes_writes_store_and_artifacts(client, prefect_api, data_uri
     assert {"markdown", "table", "progress"} <= kinds
     table = next(a for a in arts if a.type == "table")
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
-    assert len(rows) == 3 and rows[0]["ratio"] == pytest.approx(ref.explained_variance_ratio_[0], rel=1e-4)
+    assert (len(rows) == 3
+            and rows[0]["ratio"] == pytest.approx(ref.explained_variance_ratio_[0], rel=1e-4))
     assert all(a.data == 100.0 for a in arts if a.type == "progress")
 
 

@@ -44,7 +44,8 @@ def test_nothing_in_the_package_imports_prefect():
 def test_blocks_are_pure_in_memory_kernels():
     for f in (PKG / "blocks").rglob("*.py"):
         mods = _imports(f)
-        assert not any(m.split(".")[0] in ("dask", "distributed", "zarr", "fsspec") for m in mods), f
+        assert not any(m.split(".")[0] in ("dask", "distributed", "zarr", "fsspec")
+                       for m in mods), f
         assert not any(m.startswith("dimred_dask.") and not m.startswith("dimred_dask.blocks")
                        for m in mods), f
 

@@ -108,7 +108,8 @@ def test_whiten(rng):
     np.testing.assert_allclose(np.var(Y, axis=0, ddof=1), 1.0, rtol=1e-10)
     oracle = SkPCA(3, whiten=True, svd_solver="full").fit(X)
     _assert_same_up_to_sign(Y.T, oracle.transform(X).T, 1e-8)
-    np.testing.assert_allclose(model.inverse_transform(Y), oracle.inverse_transform(oracle.transform(X)),
+    np.testing.assert_allclose(model.inverse_transform(Y),
+                               oracle.inverse_transform(oracle.transform(X)),
                                rtol=1e-8, atol=1e-8)
 
 

@@ -29,7 +29,8 @@ def test_s3_round_trip_through_the_flow(client, prefect_api, bucket, rng):
     save_array(X, f"s3://{bucket}/in.zarr", chunks=(400, 16))  # written by the workers
     inp = open_input(f"s3://{bucket}/in.zarr")
     assert inp.meta["stored_chunks"] == [400, 16]
-    manifest = embed(f"s3://{bucket}/in.zarr", f"s3://{bucket}/runs/pca", params={"n_components": 2})
+    manifest = embed(f"s3://{bucket}/in.zarr", f"s3://{bucket}/runs/pca",
+                     params={"n_components": 2})
     store = open_output(f"s3://{bucket}/runs/pca")
     np.testing.assert_allclose(store.read_array("embedding"), PCA(2).fit_transform(X),
                                rtol=1e-4, atol=1e-3)

@@ -43,7 +43,8 @@ def test_block_sketches_merge_to_the_centred_products(rng):
     mu = x64.mean(axis=0)
     Yc = (x64 - mu) @ omega
     whole = rereference(merged, mu, omega)
-    np.testing.assert_allclose(whole.Z, (x64 - mu).T @ Yc, rtol=2e-5, atol=1e-6 * np.abs(whole.Z).max())
+    np.testing.assert_allclose(whole.Z, (x64 - mu).T @ Yc, rtol=2e-5,
+                               atol=1e-6 * np.abs(whole.Z).max())
     np.testing.assert_allclose(whole.G, Yc.T @ Yc, rtol=2e-5)
     np.testing.assert_allclose(whole.ys, 0.0, atol=1e-6 * np.abs(Yc).sum())
     # each block's stored rows are (X_b - r_b) Omega; + Omega^T (r_b - mu) gives the centred rows
@@ -63,7 +64,8 @@ def test_float32_products_that_overflow_are_redone_in_float64(rng):
     assert _dense_sums(small * np.float32(1e18), np.ones((10, 6)), np.float32) is None
     big, ref = pca(small * np.float32(1e18), **kw), pca(small, **kw)
     np.testing.assert_allclose(big.components, ref.components, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(big.explained_variance / np.float32(1e36), ref.explained_variance, rtol=1e-4)
+    np.testing.assert_allclose(big.explained_variance / np.float32(1e36), ref.explained_variance,
+                               rtol=1e-4)
 
 
 def test_exact_when_the_sketch_spans_the_data(rng):

@@ -59,7 +59,8 @@ def _draw(state, m):
 @njit(cache=True, nogil=True, fastmath=True)
 def attractive_coeff(d2, a, b):
     """The factor c of (y_i - y_j) in d/dy_i of -log q_ij, q = 1 / (1 + a d^2b), d2 = d^2:
-    c = 2ab d2^(b-1) / (1 + a d2^b) (the cross-entropy's attractive term with p = 1); 0 at d2 = 0."""
+    c = 2ab d2^(b-1) / (1 + a d2^b) (the cross-entropy's attractive term with p = 1);
+    0 at d2 = 0."""
     if d2 <= 0.0:
         return 0.0
     return 2.0 * a * b * d2 ** (b - 1.0) / (1.0 + a * d2 ** b)
@@ -127,7 +128,6 @@ def _sgd_row2(i, Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, 
     y0 = Y[i, 0]
     y1 = Y[i, 1]
     one = np.float32(1.0)
-    bm1 = b - one
     two_ab = np.float32(2.0) * a * b
     two_gb = np.float32(2.0) * gamma * b
     for e in range(indptr[i], indptr[i + 1]):

@@ -13,7 +13,8 @@ from .landmark import edge_normals, laplacian_basis, reconstruction_basis
 
 __all__ = ["KNNGraph", "knn_graph", "check_n_neighbors", "sample_recall", "KNN_BACKENDS",
            "EXACT_MAX", "symmetrize", "connected_components", "graph_components",
-           "check_connected", "join_components", "graph_csr", "SYMMETRIZE", "graph_weights", "laplacian",
+           "check_connected", "join_components", "graph_csr", "SYMMETRIZE", "graph_weights",
+           "laplacian",
            "WEIGHTS", "reconstruction_weights", "check_reg", "dijkstra_block", "geodesic_matrix",
            "geodesic_rows", "geodesics_through_neighbours", "spectral_embedding", "SpectralResult",
            "WEIGHTS", "reconstruction_weights", "check_reg", "edge_list", "bandwidth_order",

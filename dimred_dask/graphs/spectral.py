@@ -58,7 +58,8 @@ def spectral_embedding(W, n_components: int, *, normed: bool = True, drop_first:
     n = W.shape[0]
     want = int(n_components) + int(bool(drop_first))
     if not 1 <= want < n:
-        raise InputError(f"A spectral embedding of {n} points can have at most {n - 1 - int(drop_first)} "
+        raise InputError(f"A spectral embedding of {n} points can have at most "
+                         f"{n - 1 - int(drop_first)} "
                          f"components; asked for {n_components}.",
                          f"pass n_components below {n - int(drop_first)}.")
     L, deg = laplacian(W, normed=normed)

@@ -7,5 +7,6 @@ from .store import RunStore, open_output, save_array
 from .uris import Location, check_output_location, parse_uri, run_storage_options
 
 __all__ = ["InputArray", "Location", "RunStore", "array_fingerprint", "check_output_location",
-           "digest_of", "embedding_png", "Lease", "LeaseHeldError", "open_input", "open_output", "parse_uri", "plan_row_chunk", "run_storage_options",
+           "digest_of", "embedding_png", "Lease", "LeaseHeldError", "open_input", "open_output",
+           "parse_uri", "plan_row_chunk", "run_storage_options",
            "save_array"]

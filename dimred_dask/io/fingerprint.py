@@ -54,7 +54,8 @@ def array_fingerprint(arr, meta: dict | None = None) -> dict:
     digests = compute(*[delayed(_hash_block, pure=True)(blocks[i]) for i in idx],
                       stage="fingerprint")
     h = hashlib.blake2b(digest_size=16)
-    header = {"shape": list(arr.shape), "dtype": str(arr.dtype), "chunks": [list(c) for c in arr.chunks],
+    header = {"shape": list(arr.shape), "dtype": str(arr.dtype),
+              "chunks": [list(c) for c in arr.chunks],
               **(meta or {})}
     h.update(json.dumps(header, sort_keys=True, default=str).encode())
     for i, dg in zip(idx, digests):

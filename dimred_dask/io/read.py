@@ -159,7 +159,8 @@ def _checked(arr, loc: Location, role: str, allow_1d: bool):
     if arr.ndim != 2:
         raise InputError(f"The {role} {loc} is {arr.ndim}-D with shape {arr.shape}; methods "
                          "need a 2-D array of samples x features.",
-                         "reshape it to (n_samples, n_features) when writing, or pick another array.")
+                         "reshape it to (n_samples, n_features) when writing, or pick "
+                         "another array.")
     kind = np.dtype(arr.dtype).kind
     if kind == "c":
         raise InputError(f"Complex data not supported: {loc} has dtype {arr.dtype}.",

@@ -114,7 +114,8 @@ class ShardRows:
         i = int(np.searchsorted(self.starts, start, side="right") - 1)
         pos = start
         while pos < stop and i < len(self.readers):
-            a, b = pos - int(self.starts[i]), min(stop, int(self.starts[i + 1])) - int(self.starts[i])
+            a, b = (pos - int(self.starts[i]),
+                    min(stop, int(self.starts[i + 1])) - int(self.starts[i]))
             if b > a:
                 parts.append(self.readers[i][a:b])
                 pos += b - a

@@ -108,7 +108,8 @@ class SparseRows:
                 rows.append(idx[where] - start)
                 cols.append(np.searchsorted(ptr, where + p, side="right") - 1)
                 vals.append(val[where])
-        cat = (lambda parts, dt: np.concatenate(parts) if parts else np.empty(0, dt))
+        def cat(parts, dt):
+            return np.concatenate(parts) if parts else np.empty(0, dt)
         return sp.csr_matrix((cat(vals, self.dtype).astype(self.dtype, copy=False),
                               (cat(rows, np.int64), cat(cols, np.int64))),
                              shape=(stop - start, d))

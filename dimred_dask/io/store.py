@@ -327,7 +327,8 @@ class RunStore:
             return f.read()
 
     def write_json(self, name: str, obj) -> None:
-        self.write_bytes(name, json.dumps(obj, indent=2, sort_keys=True, default=_jsonable).encode())
+        self.write_bytes(name, json.dumps(obj, indent=2, sort_keys=True,
+                                          default=_jsonable).encode())
 
     def read_json(self, name: str):
         return json.loads(self.read_bytes(name))
@@ -388,7 +389,8 @@ def save_array(arr, uri, *, overwrite: bool = False, storage_options: dict | Non
     loc = parse_uri(uri, role="output", storage_options=storage_options)
     fs, root = fsspec.core.url_to_fs(loc.url, **loc.storage_options)
     if fs.exists(root) and not overwrite:
-        raise OutputExistsError(f"{loc.url} exists already.", "pass overwrite=True or another path.")
+        raise OutputExistsError(f"{loc.url} exists already.",
+                                "pass overwrite=True or another path.")
     darr = arr if hasattr(arr, "dask") else da.from_array(np.asarray(arr), chunks=chunks or "auto")
     if chunks is not None:
         darr = darr.rechunk(chunks)

@@ -242,7 +242,8 @@ def _schema_columns(loc, schema, columns) -> tuple[list[str], set[str]]:
     available = list(schema.names)
     scalars = [c for c in available if _numeric(schema.field(c).type)]
     lists = [c for c in available if _numeric_list(schema.field(c).type)]
-    describe = (lambda c: schema.field(c).type)
+    def describe(c):
+        return schema.field(c).type
     chosen = choose_columns(loc, available, scalars + lists, columns, describe,
                             default=scalars or lists)
     return chosen, {c for c in chosen if c in lists}
@@ -279,9 +280,11 @@ def open_parquet(loc: Location, fs, path: str, columns, row_chunk, plan, files=N
         mismatched = [c for c in chosen if c not in file_schema.names
                       or file_schema.field(c).type != schema.field(c).type]
         if mismatched:
+            theirs = [str(file_schema.field(c).type) if c in file_schema.names else 'none'
+                      for c in mismatched]
             raise InputError(f"The Parquet files of {loc} disagree on columns {mismatched}: "
                              f"{files[0]} has {[str(schema.field(c).type) for c in mismatched]}, "
-                             f"{name} has {[str(file_schema.field(c).type) if c in file_schema.names else 'none' for c in mismatched]}.",
+                             f"{name} has {theirs}.",
                              "write every file with the same schema, or choose other columns.")
         nullable |= {c for c in chosen if c not in lists and meta.num_row_groups and
                      _may_have_nulls(meta, _leaf_index(meta, c))}

@@ -82,9 +82,11 @@ def _zarr_node(loc: Location, allow_missing: bool = False):
         node = zarr.open(store=strict_store(loc, allow_missing), mode="r")
     except FileNotFoundError:
         raise InputError(f"No Zarr array or group at {loc.url}.",
-                         "point --input at a .zarr folder, a .npy, .parquet or .csv file.") from None
+                         "point --input at a .zarr folder, a .npy, .parquet or .csv "
+                         "file.") from None
     except PermissionError as exc:
-        raise StoreError(f"Access to {loc.url} was denied ({exc}).", "check the credentials.") from None
+        raise StoreError(f"Access to {loc.url} was denied ({exc}).",
+                         "check the credentials.") from None
     except InputError:
         raise
     except Exception as exc:  # zarr raises several types for 'not zarr'
@@ -97,7 +99,8 @@ def _zarr_node(loc: Location, allow_missing: bool = False):
             node = node[loc.fragment]
         except (KeyError, TypeError):
             raise InputError(f"No array {loc.fragment!r} in the Zarr group {loc.url}.",
-                             "list the group's arrays (zarr.open(...).tree()) and fix the #path.") from None
+                             "list the group's arrays (zarr.open(...).tree()) and fix the "
+                             "#path.") from None
     if isinstance(node, zarr.Group):
         names = sorted(k for k, v in node.arrays())
         raise InputError(f"{loc.url} is a Zarr group, not an array; its arrays: {names or 'none'}.",
@@ -186,9 +189,11 @@ def _refuse_pickle(node, loc: Location) -> None:
     text = (str(node.metadata.to_dict()) if node is not None else _raw_metadata(loc)).lower()
     kind = np.dtype(node.dtype).kind if node is not None else ""
     if "pickle" in text or kind == "O" or '"|o"' in text:
-        raise InputTypeError(f"The Zarr array {loc} uses an object dtype or a pickle codec; unpickling "
+        raise InputTypeError(f"The Zarr array {loc} uses an object dtype or a pickle "
+                         "codec; unpickling "
                          "would run code from the data.",
-                         "rewrite the array with a numeric dtype (e.g. float32) and no object codec.")
+                         "rewrite the array with a numeric dtype (e.g. float32) and no "
+                         "object codec.")
 
 
 def open_zarr(loc: Location, opts):

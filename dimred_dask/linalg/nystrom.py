@@ -56,7 +56,8 @@ RANK_TOL = 1e-10
 
 
 def take_rows(X, idx: np.ndarray, stage: str = "row sample") -> np.ndarray:
-    """Rows ``idx`` (sorted) of X as a NumPy array; for dask only the chunks holding them are read."""
+    """Rows ``idx`` (sorted) of X as a NumPy array; for dask only the chunks holding them are
+    read."""
     idx = np.sort(np.asarray(idx))
     if is_dask(X):
         (rows,) = compute(X[idx], stage=stage)

@@ -20,7 +20,8 @@ from .umap import UMAP, UMAPModel, umap, umap_sweep
 from .chain import make_chain
 from .sparse_support import SPARSE_METHODS, accepts_sparse, check_sparse_input
 
-__all__ = ["SPARSE_METHODS", "accepts_sparse", "check_sparse_input", "make_chain", "PCA", "PCAModel", "pca", "KernelPCA", "KernelPCAModel", "kernel_pca", "MDS", "LandmarkMDS",
+__all__ = ["SPARSE_METHODS", "accepts_sparse", "check_sparse_input", "make_chain", "PCA",
+           "PCAModel", "pca", "KernelPCA", "KernelPCAModel", "kernel_pca", "MDS", "LandmarkMDS",
            "MDSModel", "LandmarkMDSModel", "classical_mds", "landmark_mds",
            "check_distance_matrix", "SupervisedPCA", "SupervisedPCAModel", "supervised_pca",
            "KernelSupervisedPCA", "KernelSupervisedPCAModel", "kernel_supervised_pca", "hsic",

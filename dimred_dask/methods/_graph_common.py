@@ -17,7 +17,7 @@ from ..graphs import (KNNGraph, check_connected, check_n_neighbors, graph_compon
 from ._base import HasConvergence
 
 __all__ = ["ArrayModel", "check_n_components_graph", "fit_graph", "new_neighbours",
-           "training_rows", "like"]
+           "training_rows"]
 
 
 class ArrayModel(HasConvergence):

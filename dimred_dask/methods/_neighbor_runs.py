@@ -36,8 +36,10 @@ from ..graphs import KNNGraph, knn_graph
 from ._base import like_input
 
 __all__ = ["expand_sweep", "run_tasks", "threads", "MemoryCheckpoint", "pca_init",
-           "check_graph", "one_run", "fit_graph", "graph_ref", "delayed_literal", "like_input", "EmbeddingSet", "check_int", "check_float",
-           "check_choice", "TaskProgress", "threads_per_task", "check_fit_sample", "fit_then_place", "fitted_reference"]
+           "check_graph", "one_run", "fit_graph", "graph_ref", "delayed_literal", "like_input",
+           "EmbeddingSet", "check_int", "check_float",
+           "check_choice", "TaskProgress", "threads_per_task", "check_fit_sample",
+           "fit_then_place", "fitted_reference"]
 
 
 # --------------------------------------------------------------------------- parameters

@@ -2,7 +2,8 @@
 per-point normalisation so that every new point is independent of the others).
 
 For a new point x: its k nearest training points (exact up to 20 000 training points, else
-from an index over them, `graphs.query`), p_{j|x} at perplexity ``perplexity`` (5: new points follow their closest neighbours), an initial position at the
+from an index over them, `graphs.query`), p_{j|x} at perplexity ``perplexity`` (5: new points
+follow their closest neighbours), an initial position at the
 median of those neighbours' positions, then ``n_iter`` steps of gradient descent on
 KL(P_x || Q_x) with q_{j|x} = w_xj / sum_l w_xl over all training points (their positions
 fixed): g_x = exaggeration * sum_j p_{j|x} w_xj (y_x - y_j) - sum_j w_xj^2 (y_x - y_j) / Z_x,

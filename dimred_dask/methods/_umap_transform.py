@@ -2,7 +2,8 @@
 
 For each new point: its ``n_neighbors`` nearest training points (exact up to 20 000 training
 points, else from an index over them, `graphs.query`), memberships exp(-max(0, d - rho) /
-sigma) with local connectivity one less than the fit's, an initial position at the membership-weighted mean of those neighbours' positions, then SGD epochs (a
+sigma) with local connectivity one less than the fit's, an initial position at the
+membership-weighted mean of those neighbours' positions, then SGD epochs (a
 third of the fit's, at least 30... as umap-learn: 100 up to 10 000 training points, else 30)
 moving only the new points: attraction to their neighbours, repulsion from random training
 points. The generator of a row is keyed by the row's values (a hash of its bytes), so a row's

@@ -97,7 +97,8 @@ class SDPEmbeddingModel(HasConvergence):
     @classmethod
     def from_arrays(cls, arrays: dict, scalars: dict) -> "SDPEmbeddingModel":
         info = {k: v for k, v in scalars.items() if k not in ("method", "n_neighbors", "reg")}
-        get = (lambda k: np.asarray(arrays[k]) if k in arrays else None)
+        def get(k):
+            return np.asarray(arrays[k]) if k in arrays else None
         return cls(scalars["method"], get("embedding_"), get("eigenvalues_"), get("X_fit_"),
                    int(scalars["n_neighbors"]), float(scalars["reg"]), get("kernel_"), info)
 

@@ -61,7 +61,8 @@ def check_sne_params(params: dict, n: int) -> list[dict]:
     """
     unknown = sorted(set(params) - set(SNE_DEFAULTS))
     if unknown:
-        raise InputError(f"Unknown SNE parameter(s) {unknown}.", f"use only {sorted(SNE_DEFAULTS)}.")
+        raise InputError(f"Unknown SNE parameter(s) {unknown}.",
+                         f"use only {sorted(SNE_DEFAULTS)}.")
     if n > SNE_MAX:
         raise InputError(f"SNE's exact O(n^2) gradient is for at most {SNE_MAX} points; found "
                          f"{n}.", "use t-SNE (--method tsne) for more points.")

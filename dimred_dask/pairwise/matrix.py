@@ -129,7 +129,6 @@ class _Bound:
 def _pairwise(fn, params, X, Y, square_chunks, zero_diagonal):
     bound = _Bound(fn, params)
     if is_dask(X) or is_dask(Y):
-        import dask.array as da
 
         X = X if is_dask(X) else _from_memory(X, None)
         if Y is not None and not is_dask(Y):

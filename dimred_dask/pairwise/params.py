@@ -31,7 +31,8 @@ def check_kernel(kernel: str, n_features: int, *, gamma=None, width=None, degree
                          "pass kernel='gaussian' (the default) or another from that list.")
     if width is not None:
         if name != "gaussian":
-            raise InputError(f"width (c in exp(-||x - x'||^2 / c^2)) is a parameter of the gaussian kernel only; "
+            raise InputError(f"width (c in exp(-||x - x'||^2 / c^2)) is a parameter of the "
+                             f"gaussian kernel only; "
                              f"found width={width!r} with kernel={name!r}.",
                              "pass gamma instead, or kernel='gaussian'.")
         if gamma is not None:
