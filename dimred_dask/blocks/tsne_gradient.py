@@ -82,40 +82,25 @@ class InterpolationGrid:
                  per_point: bool = True):
         """``per_point``: also the |y|^2 charge, for per-point normalisations Z_i (a
         transform); a fit needs only the total Z, which follows from d + 1 charges."""
-        n, d = Y.shape
-        lo, hi = Y.min(axis=0), Y.max(axis=0)
-        boxes, h = _geometry(float((hi - lo).max()), d, interp)
+        d = Y.shape[1]
         # charges and potentials are taken relative to the centre (smaller magnitudes for
         # the single-precision FFT); `potentials_at` converts back
-        self.center = np.ascontiguousarray((lo + hi) / 2, dtype=np.float64)
-        self.lo = np.ascontiguousarray(lo - self.center, dtype=np.float64)
-        self.h, self.n_boxes, self.p, self.d = h, boxes, int(interp.n_interp), d
-        self.N = boxes * self.p
+        self.spec = spec = GridSpec.around(Y.min(axis=0), Y.max(axis=0), interp)
+        self.center = np.asarray(spec.center, dtype=np.float64)
+        self.lo = np.asarray(spec.lo, dtype=np.float64)
+        self.h, self.n_boxes, self.p, self.d, self.N = spec.h, spec.n_boxes, spec.p, d, spec.N
         self.workers = workers
-        Yc = np.ascontiguousarray(Y - self.center)
-        self.boxes, self.weights = self._weights(Yc)
+        self.boxes, self.weights = spec.weights(Y)
         self.nc = d + 2 if per_point else d + 1
-        charges = np.empty((self.N ** d, self.nc))
-        interp_scatter(Yc, self.boxes, self.weights, self.p, self.N, charges,
-                       numba.get_num_threads())
-        self.potentials = self._convolve(charges)
-
-    def _weights(self, Yc):
-        n, d = Yc.shape
-        boxes = np.empty((n, d), dtype=np.int64)
-        weights = np.empty((n, d, self.p))
-        interp_weights(Yc, self.lo, self.h, self.n_boxes, self.p, boxes, weights)
-        return boxes, weights
-
-    def _convolve(self, charges):
-        return convolve(charges, self.N, self.d, self.h / self.p, self.workers)
+        self.potentials = convolve(spec.charges(Y, self.boxes, self.weights, self.nc), self.N,
+                                   d, self.h / self.p, workers)
 
     def potentials_at(self, Y, boxes=None, weights=None, centred: bool = False):
         """(n, nc): sum_j w^2, sum_j w^2 y_j (, sum_j w^2 |y_j|^2) over the grid's points,
         interpolated at ``Y`` (its own points when boxes/weights are the grid's); in the
         grid's centred coordinates y - center when ``centred``."""
         if boxes is None:
-            boxes, weights = self._weights(np.ascontiguousarray(Y - self.center))
+            boxes, weights = self.spec.weights(Y)
         phi = np.empty((Y.shape[0], self.nc))
         interp_gather(boxes, weights, self.p, self.N, self.potentials, phi)
         if not centred:
@@ -194,11 +179,12 @@ class GridSpec:
         interp_weights(Yc, np.asarray(self.lo), self.h, self.n_boxes, self.p, boxes, weights)
         return boxes, weights
 
-    def charges(self, Y, boxes, weights):
-        """(N^d, d + 2): the charges 1, y, |y|^2 of the points Y (centred), summed per node."""
+    def charges(self, Y, boxes, weights, nc: int | None = None):
+        """(N^d, nc): the charges 1, y (, |y|^2: nc = d + 2, the default) of the points Y
+        (centred), summed per node."""
         d = Y.shape[1]
         Yc = np.ascontiguousarray(Y - np.asarray(self.center))
-        charges = np.empty((self.N ** d, d + 2))
+        charges = np.empty((self.N ** d, d + 2 if nc is None else nc))
         interp_scatter(Yc, boxes, weights, self.p, self.N, charges, numba.get_num_threads())
         return charges
 
