@@ -58,7 +58,8 @@ def main(argv=None) -> int:
     p.add_argument("--solver", default=None,
                    help="lle, spectral: the sparse eigensolver for every data set (default: "
                         "lle: auto; spectral: arpack on the swiss roll, lobpcg on the "
-                        "50-D mixture)")
+                        "50-D mixture); several, comma-separated, run in turns on the same "
+                        "graph, --repeat rounds")
     p.add_argument("--only", default=None,
                    help="lle, spectral: only the data set whose name starts with this "
                         "('swiss', '50-D'); pca: 'read' times the input read path against "
@@ -79,7 +80,8 @@ def main(argv=None) -> int:
     p.add_argument("--density", type=float, default=None,
                    help="sparse --big: share of non-zero counts (default 0.035)")
     p.add_argument("--worker-memory", default=None,
-                   help="sparse --big: memory_limit of each worker (default 5GiB)")
+                   help="sparse --big: memory_limit of each worker (default 5GiB); lle, "
+                        "spectral: of each worker (default: the machine's share)")
     args = p.parse_args(argv)
     if args.name == "sparse":
         from . import sparse

@@ -93,7 +93,9 @@ def test_lle_lobpcg_and_amg_agree_with_dense(mixture_lle, monkeypatch):
     assert lle_module.lle(X, tol=TOL).solver == "lobpcg"
     assert lle_module.lle(X[:, :3], tol=TOL).solver == "arpack"
     assert lle_module.choose_lle_solver("auto", 10**6, 3) == "factored"
-    assert lle_module.choose_lle_solver("auto", 10**6, 50) == "lobpcg"
+    assert lle_module.choose_lle_solver("auto", 10**6, 50, workers=False) == "lobpcg"
+    assert lle_module.choose_lle_solver("auto", 10**6, 50, workers=True) == "lobpcg-workers"
+    assert lle_module.choose_lle_solver("auto", 200_000, 50, workers=True) == "lobpcg"
     assert lle_module.choose_lle_solver("auto", 500, 50) == "dense"
 
 

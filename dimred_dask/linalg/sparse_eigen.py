@@ -20,7 +20,11 @@ Solvers (``solver=``):
 - ``lobpcg``: LOBPCG (Knyazev 2001) with a Jacobi preconditioner and, when given, an initial
   guess ``X0`` (e.g. eigenvectors from a coarser problem); matrix-vector products only, so it
   scales with nnz(A). Convergence depends on the relative gap of the wanted eigenvalues.
-- ``auto``: dense up to ``DENSE_MAX_SPARSE`` rows, arpack up to ``ARPACK_MAX``, lobpcg above.
+- ``lobpcg-workers``: the same kind of LOBPCG with the matrix's rows and the iteration's
+  n x p blocks on the Dask workers (`worker_lobpcg`); the caller's process keeps only
+  p x p and 3p x 3p matrices. Needs an active ``distributed.Client``; no ``B``.
+- ``auto``: dense up to ``DENSE_MAX_SPARSE`` rows, arpack up to ``ARPACK_MAX``, above it
+  lobpcg-workers when a Dask client with at least two workers is active, else lobpcg.
 
 Returns `Eigen` with the values ascending and B-orthonormal vectors (float64) and its
 convergence record (``Eigen.convergence``): ARPACK's verdict (with the residual
@@ -44,7 +48,7 @@ from .eigen import Eigen
 __all__ = ["bottom_eigsh", "SPARSE_EIGEN_SOLVERS", "DENSE_MAX_SPARSE", "ARPACK_MAX",
            "fallback_solvers", "bottom_eigsh_checked"]
 
-SPARSE_EIGEN_SOLVERS = ("auto", "dense", "arpack", "lobpcg")
+SPARSE_EIGEN_SOLVERS = ("auto", "dense", "arpack", "lobpcg", "lobpcg-workers")
 DENSE_MAX_SPARSE = 3000
 ARPACK_MAX = 200_000
 SHIFT = -1e-12  # arpack's sigma, relative to the largest diagonal entry (see above)
@@ -56,8 +60,19 @@ def choose_sparse_solver(solver: str, n: int) -> str:
                          f"{', '.join(SPARSE_EIGEN_SOLVERS)}; found {solver!r}.",
                          "pass eigen_solver='auto'.")
     if solver == "auto":
-        return "dense" if n <= DENSE_MAX_SPARSE else "arpack" if n <= ARPACK_MAX else "lobpcg"
+        if n <= DENSE_MAX_SPARSE:
+            return "dense"
+        return "arpack" if n <= ARPACK_MAX else "lobpcg-workers" if workers_at_hand() else "lobpcg"
     return solver
+
+
+def workers_at_hand(least: int = 2) -> bool:
+    """An active Dask client with at least ``least`` workers (the worker-side solvers pay
+    their way only when the rows are split over several workers)."""
+    from .._compute import active_client
+
+    client = active_client()
+    return client is not None and len(client.scheduler_info().get("workers", {})) >= least
 
 
 def fallback_solvers(solver: str, n: int) -> list[str]:
@@ -90,6 +105,15 @@ def bottom_eigsh(A, k: int, *, B=None, solver: str = "auto", tol: float = 1e-8,
         return _dense(A, B, k)
     if solver == "arpack":
         return _arpack(A, B, k, tol, maxiter, random_state)
+    if solver == "lobpcg-workers":
+        if B is not None:
+            raise InputError("The worker-side LOBPCG solves M x = lambda x only; found a "
+                             "generalised problem (B given).",
+                             "pass solver='lobpcg' or 'arpack' for A x = lambda B x.")
+        from .worker_lobpcg import bottom_eigsh_lobpcg_workers
+
+        return bottom_eigsh_lobpcg_workers(A, k, kind="symmetric", tol=tol, maxiter=maxiter,
+                                           random_state=random_state)
     return _lobpcg(A, B, k, tol, maxiter, random_state, X0)
 
 

@@ -112,9 +112,11 @@ def laplacian_eigenmaps(X, *, n_components=2, n_neighbors=10, weights="heat", t=
         Heat-kernel weights w_ij = exp(-d_ij^2 / t), or binary weights.
     t : float or None, default None
         Heat kernel width (None: mean squared edge length).
-    eigen_solver : {"auto", "dense", "arpack", "lobpcg"}, default "auto"
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "lobpcg-workers"}, default "auto"
         The eigensolver; a solve that stops short is retried with shift-invert ARPACK or
-        dense (see ``graphs.spectral``).
+        dense (see ``graphs.spectral``). "lobpcg-workers": LOBPCG with the Laplacian's rows
+        and its n x p blocks on the Dask workers; "auto" takes it above 200 000 rows when a
+        client has two or more workers.
     tol : float, default 1e-8
         The eigensolver's tolerance.
     max_iter : int or None, default None
@@ -180,7 +182,7 @@ class LaplacianEigenmaps(DimredEstimator):
     n_components : int in [1, n_samples - 2]
     n_neighbors : int
     weights : {"heat", "binary"}; t : heat kernel width (None: mean squared edge length)
-    eigen_solver : {"auto", "dense", "arpack", "lobpcg"}; tol
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "lobpcg-workers"}; tol
     max_iter : int or None, the eigensolver's iterations (None: its own default)
     metric, knn_backend, join_components, random_state : the kNN graph's
 

@@ -13,7 +13,9 @@
    data of more than ``FACTORIZE_MAX_DIM`` columns both factorisations fill in, and "auto"
    takes `linalg.bottom_eigsh_lobpcg` instead: LOBPCG on products with A = I - W (M never
    formed), Jacobi-preconditioned (or aggregation multigrid, ``eigen_solver="amg"``),
-   guard vectors in the block, the constant deflated.
+   guard vectors in the block, the constant deflated; above ``ARPACK_MAX`` rows with a
+   cluster of two or more workers, the same iteration with I - W's rows and the n x p
+   blocks on the workers (``eigen_solver="lobpcg-workers"``, `linalg.worker_lobpcg`).
 
    A solve that stops short of its tolerance is not returned: it is retried with the robust
    solver of its size class (``lle_fallbacks``: dense up to ``DENSE_MAX_SPARSE`` rows,
@@ -45,6 +47,8 @@ from ..linalg import (ARPACK_MAX, DENSE_MAX_SPARSE, SPARSE_EIGEN_SOLVERS, bottom
                       bottom_eigsh_gram, bottom_eigsh_lobpcg)
 from ..errors import InputError
 from ..linalg.convergence import solve_with_fallbacks
+from ..linalg.sparse_eigen import workers_at_hand
+from ..linalg.worker_lobpcg import bottom_eigsh_lobpcg_workers
 from ._base import DimredEstimator, like_input, rowwise
 from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph,
                             new_neighbours, training_rows)
@@ -119,15 +123,19 @@ def lle_matrix(weights: np.ndarray, indices: np.ndarray):
     return (A.T @ A).tocsr()
 
 
-def choose_lle_solver(solver: str, n: int, d: int) -> str:
+def choose_lle_solver(solver: str, n: int, d: int, workers: bool | None = None) -> str:
     """``auto``: dense up to DENSE_MAX_SPARSE rows; then, for data of at most
     FACTORIZE_MAX_DIM columns, shift-invert ARPACK up to ARPACK_MAX and the factored solver
-    above; for wider data, LOBPCG on products with I - W."""
+    above; for wider data, LOBPCG on products with I - W (above ARPACK_MAX rows on the
+    workers, when there are two or more; ``workers``: whether there are, None to ask the
+    active Dask client)."""
     if solver != "auto":
         return solver
     if n <= DENSE_MAX_SPARSE:
         return "dense"
     if d > FACTORIZE_MAX_DIM:
+        if n > ARPACK_MAX and (workers_at_hand() if workers is None else workers):
+            return "lobpcg-workers"
         return "lobpcg"
     return "arpack" if n <= ARPACK_MAX else "factored"
 
@@ -149,6 +157,11 @@ def _bottom(A, k, solver, tol, max_iter, random_state):
     """The k bottom eigenpairs of M = A^T A after the constant one: (values, vectors, the
     dropped eigenvalue, solver, info, convergence record)."""
     n = A.shape[0]
+    if solver == "lobpcg-workers":
+        eig = bottom_eigsh_lobpcg_workers(A, k, kind="gram", null=np.ones(n), tol=tol,
+                                          maxiter=max_iter, random_state=random_state)
+        first = float(np.sum((A @ np.ones(n)) ** 2)) / n  # the constant's, ~0
+        return eig.values, eig.vectors, first, solver, dict(eig.info), eig.convergence
     if solver in ("lobpcg", "amg"):
         eig = bottom_eigsh_lobpcg(A, k, null=np.ones(n), tol=tol, maxiter=max_iter,
                                   random_state=random_state,
@@ -203,11 +216,14 @@ def lle(X, *, n_components=2, n_neighbors=10, reg=1e-3, eigen_solver="auto", tol
         More than n_components, less than n_samples.
     reg : float, default 1e-3
         > 0, the ridge on the local Gram matrix (times its trace).
-    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "factored", "amg"}, default "auto"
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "lobpcg-workers", "factored", \
+"amg"}, default "auto"
         "auto" is dense up to 3000 rows; then, for data of at most 8 columns, shift-invert
         ARPACK on M up to 200 000 rows and "factored" (LU of I - W) above; for wider data
-        "lobpcg" (LOBPCG on products with I - W, Jacobi-preconditioned, the constant deflated).
-        "amg": the same LOBPCG with an aggregation multigrid preconditioner.
+        "lobpcg" (LOBPCG on products with I - W, Jacobi-preconditioned, the constant deflated),
+        above 200 000 rows "lobpcg-workers" when a Dask client has two or more workers (the
+        same iteration with its blocks on the workers). "amg": LOBPCG with an aggregation
+        multigrid preconditioner.
     tol : float, default 1e-8
         The eigensolver's tolerance.
     max_iter : int or None, default None
@@ -277,11 +293,13 @@ class LocallyLinearEmbedding(DimredEstimator):
     n_components : int in [1, n_samples - 2]
     n_neighbors : int, more than n_components
     reg : float > 0, the ridge on the local Gram matrix (times its trace)
-    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "factored", "amg"}; "auto" is dense
-        up to 3000 rows; then, for data of at most 8 columns, shift-invert ARPACK on M up to
-        200 000 rows and "factored" (LU of I - W) above; for wider data "lobpcg" (LOBPCG on
-        products with I - W, Jacobi-preconditioned, the constant deflated). "amg": the same
-        LOBPCG with an aggregation multigrid preconditioner
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "lobpcg-workers", "factored", "amg"};
+        "auto" is dense up to 3000 rows; then, for data of at most 8 columns, shift-invert
+        ARPACK on M up to 200 000 rows and "factored" (LU of I - W) above; for wider data
+        "lobpcg" (LOBPCG on products with I - W, Jacobi-preconditioned, the constant
+        deflated), above 200 000 rows "lobpcg-workers" when a Dask client has two or more
+        workers (its blocks on the workers). "amg": LOBPCG with an aggregation multigrid
+        preconditioner
     tol, max_iter : the eigensolver's
     metric, knn_backend, join_components, random_state : the kNN graph's
 

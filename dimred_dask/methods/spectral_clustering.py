@@ -133,7 +133,7 @@ def spectral_clustering(X, *, n_clusters=2, affinity="knn", cut="normalized", n_
         The Gaussian (Nyström) affinity's m, an int in [n_clusters, n_samples].
     landmarks : {"auto", "uniform", "kmeans++", "kmeans"}, default "kmeans++"
         The Gaussian (Nyström) affinity's choice of landmarks.
-    eigen_solver : {"auto", "dense", "arpack", "lobpcg"}, default "auto"
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "lobpcg-workers"}, default "auto"
         The sparse eigensolver's (kNN affinity).
     tol : float, default 1e-8
         The sparse eigensolver's tolerance.

@@ -1,0 +1,519 @@
+"""LOBPCG with the operator and the iteration's n x p blocks on the Dask workers.
+
+The same iteration as `gram_lobpcg` (Knyazev 2001: Rayleigh-Ritz on span[X, W, P], a Jacobi
+preconditioner, guard vectors in the block, a constraint vector projected out), laid out for a
+cluster: the rows are split into contiguous blocks, and each block's rows of the operator and
+of every n x p array (X, M X, P, M P, the residual's preconditioned W and M W) live on one
+worker for the whole solve. What the caller's process holds and computes is p x p and
+3p x 3p: the column sums, the Gram matrices S^T S and S^T M S of S = [X, W, P] summed over
+the blocks, and the Rayleigh-Ritz coefficients it sends back. The answer's k columns are
+gathered at the end.
+
+Operators (``kind=``):
+
+- ``"gram"``: M = A^T A from the rows of A (LLE's A = I - W): M X = A^T (A X), two products,
+  M never formed.
+- ``"symmetric"``: M = A, A symmetric (a normalised graph Laplacian): one product.
+
+A product needs, for block i, the rows of X at the columns its rows of A touch: each block
+keeps its rows of A with the columns renumbered to the ones it touches, and for every other
+block the list of that block's rows it needs; a small task on the owning worker cuts those
+rows out and the scheduler moves them worker to worker (the halo). Rows given in a locality
+order (``reorder=True``: reverse Cuthill-McKee, as in `gram_lobpcg`) keep the halos small.
+
+Arithmetic: every step is the in-process solver's (the same tolerance, refresh of the
+recurrences every ``REFRESH`` iterations, the same Gram cut-off); the sums over blocks are
+taken in block order in the caller, so a solve with the same blocks gives the same bits.
+The start vectors are drawn per ``START_ROWS`` rows from the seed, so they do not depend on
+the block count either.
+
+A worker lost during the solve takes its blocks with it (they are not recomputed: the tasks
+that made them are released as the iteration moves on). The solve then starts again on the
+workers that are left, with the same blocks and seed, so its answer is the undisturbed one; at
+most ``MAX_RESTARTS`` times, then `StageError`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+
+from .._validation import check_random_state
+from ..errors import ConvergenceWarning, InputError, StageError
+from .convergence import record
+from .eigen import Eigen
+from .gram_lobpcg import GRAM_RCOND, MAXITER, REFRESH, _rcm
+
+__all__ = ["bottom_eigsh_lobpcg_workers", "WORKER_KINDS", "MAX_RESTARTS"]
+
+log = logging.getLogger("dimred_dask")
+
+WORKER_KINDS = ("gram", "symmetric")
+START_ROWS = 65536  # the start vectors are drawn in runs of this many rows, one seed a run
+MAX_RESTARTS = 2  # worker losses survived by one solve
+GATHER_TIMEOUT = 900.0  # seconds for one round of small results; longer counts as a loss
+
+
+# ----------------------------------------------------------------- on the workers
+
+# The blocks held by this worker process, by (solve id, block number). A block's buffers are
+# written in place (fresh n x 3p arrays every iteration cost more than the arithmetic: page
+# faults, as in `gram_lobpcg`), so every task of a block is pinned to its worker, and the
+# caller orders the tasks that write a buffer after those that read it.
+_BLOCKS: dict = {}
+
+
+def _start(a: int, b: int, p: int, seed: int) -> np.ndarray:
+    """Rows a..b of the n x p start block: run r of START_ROWS rows from seed (seed, r)."""
+    out = np.empty((b - a, p))
+    r = a // START_ROWS
+    while r * START_ROWS < b:
+        lo, hi = r * START_ROWS, (r + 1) * START_ROWS
+        run = np.random.default_rng([seed, r]).standard_normal((START_ROWS, p))
+        s, e = max(lo, a), min(hi, b)
+        out[s - a:e - a] = run[s - lo:e - lo]
+        r += 1
+    return out
+
+
+class _Block:
+    """One row block's operator rows and LOBPCG buffers: S = [X, W, P] and M S side by
+    side in two n_i x 3p arrays (W's slot holds W0 = T R until the search directions are
+    made), Y for A W0 on its way to A^T (A W0)."""
+
+    def __init__(self, ops, dinv, q, a, b, p, seed):
+        self.ops, self.dinv, self.q, self.p = ops, dinv, q, p
+        n = b - a
+        self.S, self.MS = np.empty((n, 3 * p)), np.empty((n, 3 * p))
+        self.S[:, :p] = _start(a, b, p, seed)
+        self.Y = np.empty((n, p))
+        self.new, self.newM = np.empty((n, p)), np.empty((n, p))
+        self.m = 2 * p  # columns of S in use: no P before the first update
+
+    def view(self, name):
+        p = self.p
+        return {"X": self.S[:, :p], "W": self.S[:, p:2 * p], "P": self.S[:, 2 * p:],
+                "MX": self.MS[:, :p], "MW": self.MS[:, p:2 * p], "MP": self.MS[:, 2 * p:],
+                "Y": self.Y}[name]
+
+    def rows(self, name, sel):
+        V = self.view(name)
+        return np.array(V) if sel is None else V[sel]
+
+    def apply(self, which, name, out, at, own_sel, *parts):
+        """out = (A V)_i or (A^T V)_i (``which``): this block's rows of V (``name``, its
+        rows ``own_sel``) put at position ``at`` among the rows cut from the others."""
+        parts = list(parts)
+        V = self.view(name)
+        parts.insert(at, V if own_sel is None else V[own_sel])
+        op = self.ops[which]
+        self.view(out)[:] = op @ (parts[0] if len(parts) == 1 else np.concatenate(parts))
+
+    def moments(self):
+        X = self.view("X")
+        return X.T @ X, None if self.q is None else self.q.T @ X
+
+    def minus_null(self, coef):
+        if self.q is not None:
+            self.view("X")[:] -= self.q @ coef
+
+    def start_grams(self):
+        X, MX = self.view("X"), self.view("MX")
+        return X.T @ X, X.T @ MX
+
+    def start_ritz(self, c, w):
+        p = self.p
+        np.matmul(self.S[:, :p], c, out=self.new)
+        np.matmul(self.MS[:, :p], c, out=self.newM)
+        self.S[:, :p], self.MS[:, :p] = self.new, self.newM
+        return self.residual(w)
+
+    def residual(self, w):
+        """W0 = T R into W's slot (R = M X - X diag(w)); returns the column sums of R^2 and
+        X^T W0, q^T W0, X^T q for the caller to sum over the blocks."""
+        X, MX, W = self.view("X"), self.view("MX"), self.view("W")
+        np.multiply(X, w, out=W)
+        np.subtract(MX, W, out=W)
+        r2 = np.einsum("ij,ij->j", W, W)
+        W *= self.dinv[:, None]
+        q = self.q
+        return r2, X.T @ W, None if q is None else q.T @ W, None if q is None else X.T @ q
+
+    def grams(self, qW, C):
+        """W = W0 - q (q^T W0) - X C and M W = M W0 - M X C (M q = 0) in their slots; returns
+        S^T S and S^T M S over the columns in use."""
+        X, MX, W, MW = self.view("X"), self.view("MX"), self.view("W"), self.view("MW")
+        W -= X @ C
+        if self.q is not None:
+            W -= self.q @ qW
+        MW -= MX @ C
+        S = self.S[:, :self.m]
+        return S.T @ S, S.T @ self.MS[:, :self.m]
+
+    def update(self, c, pnorm, w):
+        """X, M X, P, M P from the Rayleigh-Ritz coefficients c (m x p over [X, W, P]) and
+        the new P's column norms, then the next `residual` (values w)."""
+        p, m = self.p, self.m
+        np.matmul(self.S[:, :m], c, out=self.new)
+        np.matmul(self.MS[:, :m], c, out=self.newM)
+        newP, newMP = self.S[:, p:m] @ c[p:], self.MS[:, p:m] @ c[p:]
+        self.S[:, 2 * p:] = newP / pnorm
+        self.MS[:, 2 * p:] = newMP / pnorm
+        self.S[:, :p], self.MS[:, :p] = self.new, self.newM
+        self.m = 3 * p
+        return self.residual(w)
+
+    def columns(self, k):
+        return np.array(self.S[:, :k])
+
+
+def _create(key, ops, dinv, q, a, b, p, seed):
+    _BLOCKS[key] = _Block(ops, dinv, q, a, b, p, seed)
+
+
+def _call(key, method, after, *args):
+    """Block ``key``'s ``method``; ``after``: the tasks it must follow (not used)."""
+    return getattr(_BLOCKS[key], method)(*args)
+
+
+def _drop(prefix) -> int:
+    keys = [k for k in _BLOCKS if k[0] == prefix]
+    for k in keys:
+        del _BLOCKS[k]
+    return len(keys)
+
+
+# ----------------------------------------------------------------- in the caller
+
+
+def _localise(rows, bounds):
+    """Rows of A with their columns renumbered to the ones they touch, and per block the
+    (sorted, block-local) rows of it those columns are."""
+    rows = sp.csr_matrix(rows)
+    cols = np.unique(rows.indices)
+    local = sp.csr_matrix((rows.data, np.searchsorted(cols, rows.indices), rows.indptr),
+                          shape=(rows.shape[0], len(cols)))
+    sels = [cols[(cols >= a) & (cols < b)] - a for a, b in bounds]
+    return local, sels
+
+
+def _orth_coef(G):
+    s, U = scipy.linalg.eigh((G + G.T) / 2)
+    keep = s > GRAM_RCOND * s.max()
+    return U[:, keep] / np.sqrt(s[keep])
+
+
+def _rayleigh_ritz(G, H, p):
+    """(values, coefficients) of the p smallest Ritz pairs, the basis's columns scaled to
+    unit norm first (as the in-process solver normalises W and P)."""
+    d = 1.0 / np.sqrt(np.maximum(np.diag(G), 1e-300))
+    G, H = d[:, None] * G * d, d[:, None] * H * d
+    Z = _orth_coef(G)
+    T = Z.T @ H @ Z
+    w, c = scipy.linalg.eigh((T + T.T) / 2)
+    return w[:p], d[:, None] * (Z @ c[:, :p])
+
+
+def _sum(parts):
+    """Block sums of (G, H) pairs, in block order."""
+    G = parts[0][0].copy()
+    H = parts[0][1].copy()
+    for g, h in parts[1:]:
+        G += g
+        H += h
+    return G, H
+
+
+class _Lost(Exception):
+    pass
+
+
+def _losses() -> tuple:
+    """The exceptions a lost worker surfaces as (its data cancelled, its tasks killed, a
+    closed connection); a task's own error is not among them."""
+    from concurrent.futures import CancelledError
+
+    from distributed import KilledWorker
+    from distributed.comm import CommClosedError
+
+    return (CancelledError, KilledWorker, CommClosedError)
+
+
+class _Solve:
+    """One attempt: the blocks made on the workers, the iteration driven from here."""
+
+    def __init__(self, client, A, At, bounds, q, dinv, p, seed):
+        import uuid
+
+        self.client, self.bounds, self.p = client, bounds, p
+        self.id = uuid.uuid4().hex
+        workers = sorted(client.scheduler_info()["workers"])
+        if not workers:
+            raise _Lost("no workers")
+        nb = len(bounds)
+        self.where = [workers[i % len(workers)] for i in range(nb)]
+        self.keys = [(self.id, i) for i in range(nb)]
+        self.cuts = {"A": [], "At": []}
+        made = []
+        for i, (a, b) in enumerate(bounds):
+            ops = {"A": self._put(self._local(A, i, "A"), i)}
+            if At is not None:
+                ops["At"] = self._put(self._local(At, i, "At"), i)
+            made.append(self.submit(i, _create, self.keys[i], ops, self._put(dinv[a:b], i),
+                                    None if q is None else self._put(q[a:b], i), a, b, p,
+                                    seed))
+        self.gather(made)
+        self.kinds = ["A"] if At is None else ["A", "At"]
+
+    def _put(self, value, i):
+        return self.client.scatter(value, workers=[self.where[i]], hash=False)
+
+    def _local(self, A, i, which):
+        """Block i's rows of A (columns renumbered, sent with the block) and, per block j,
+        the rows of j they touch: a future of the row numbers, None for none, or "all"."""
+        a, b = self.bounds[i]
+        local, sels = _localise(A[a:b], self.bounds)
+        cuts = []
+        for j, s in enumerate(sels):
+            whole = len(s) == self.bounds[j][1] - self.bounds[j][0]
+            cuts.append(None if len(s) == 0 else "all" if whole else
+                        self._put(s, j))
+        self.cuts[which].append(cuts)
+        return local
+
+    def submit(self, i, fn, *args):
+        return self.client.submit(fn, *args, workers=[self.where[i]], allow_other_workers=False,
+                                  pure=False)
+
+    def call(self, i, method, after, *args):
+        return self.submit(i, _call, self.keys[i], method, after, *args)
+
+    def each(self, method, after, *args):
+        return [self.call(i, method, after[i] if after else None, *args)
+                for i in range(len(self.bounds))]
+
+    def gather(self, futures):
+        """The futures' results; a worker of ours gone (its pinned tasks would wait for it
+        forever) or a lost-data error is a `_Lost`."""
+        from distributed import wait
+
+        losses = _losses()
+        start = time.monotonic()
+        try:
+            while True:
+                try:
+                    wait(futures, timeout=1.0)
+                    break
+                except TimeoutError:
+                    alive = set(self.client.scheduler_info()["workers"])
+                    gone = [w for w in set(self.where) if w not in alive]
+                    if gone:
+                        raise _Lost(f"worker {gone[0]} left") from None
+                    if time.monotonic() - start > GATHER_TIMEOUT:
+                        raise _Lost(f"no answer in {GATHER_TIMEOUT:.0f} s") from None
+            return self.client.gather(futures)
+        except losses as exc:
+            raise _Lost(f"{type(exc).__name__}: {exc}") from exc
+
+    def product(self, name, out, after):
+        """M V into slot ``out`` (V in slot ``name``): A's rows, then A^T's for a Gram
+        operator, each block's halo cut on its own worker and sent to the blocks that
+        need it. Returns the last tasks (one a block)."""
+        src = name
+        for step, which in enumerate(self.kinds):
+            dst = out if step == len(self.kinds) - 1 else "Y"
+            done = []
+            for i, cuts in enumerate(self.cuts[which]):
+                parts = [self.call(j, "rows", after[j], src, None if c == "all" else c)
+                         for j, c in enumerate(cuts) if c is not None and j != i]
+                at = sum(1 for c in cuts[:i] if c is not None)
+                own = cuts[i]
+                if own is None:
+                    raise AssertionError("a row block touches none of its own columns")
+                done.append(self.call(i, "apply", after[i], which, src, dst, at,
+                                      None if own == "all" else own, *parts))
+            after, src = [done] * len(done), dst  # the next step reads what all wrote
+        return done
+
+    def away(self, after):
+        """X with the constraint vector projected out (block sums of q^T X)."""
+        mom = self.gather(self.each("moments", after))
+        if mom[0][1] is None:
+            return after
+        qX = sum(m[1] for m in mom)
+        return self.each("minus_null", None, qX)
+
+    def run(self, k, tol_abs, maxiter, progress):
+        p, nb = self.p, len(self.bounds)
+        after = self.away(None)
+        after = self.product("X", "MX", [after] * nb)
+        G, H = _sum(self.gather(self.each("start_grams", [after] * nb)))
+        w, c = _rayleigh_ritz(G, H, p)
+        resid = self.each("start_ritz", None, c, w)  # each returns its residual's sums
+        it = 0
+        while True:
+            # M W0 goes on while the sums come back and the coefficients are made
+            mw = self.product("W", "MW", [resid] * nb)
+            small = self.gather(resid)
+            res = np.sqrt(sum(s[0] for s in small))
+            if progress is not None:
+                progress(it, res[:k])
+            if (res[:k] <= tol_abs).all() or it >= maxiter:
+                self.gather(mw)
+                break
+            XW = sum(s[1] for s in small)
+            if small[0][2] is None:
+                qW, C = None, XW
+            else:
+                qW = sum(s[2] for s in small)
+                C = XW - sum(s[3] for s in small) @ qW
+            G, H = _sum(self.gather(self.each("grams", [mw] * nb, qW, C)))
+            w, c = _rayleigh_ritz(G, H, p)
+            m = G.shape[0]
+            cw = c[p:m]
+            pnorm = np.sqrt(np.maximum(np.einsum("ij,ik,kj->j", cw, G[p:m, p:m], cw), 0.0))
+            resid = self.each("update", None, c, np.maximum(pnorm, 1e-300), w)
+            it += 1
+            if it % REFRESH == 0:  # products updated by recurrence drift: recompute them
+                after = self.away([resid] * nb)
+                after = self.product("X", "MX", [after] * nb)
+                after = self.product("P", "MP", [after] * nb)
+                resid = self.each("residual", [after] * nb, w)
+        vectors = np.concatenate(self.gather(self.each("columns", None, k)))
+        return w, vectors, it, res
+
+    def close(self):
+        try:
+            self.client.run(_drop, self.id)
+        except Exception:  # a worker gone already holds nothing
+            pass
+
+
+def bottom_eigsh_lobpcg_workers(A, k: int, *, kind: str = "gram", null=None, tol: float = 1e-8,
+                                maxiter: int | None = None, block: int | None = None,
+                                blocks: int | None = None, random_state=0, reorder: bool = True,
+                                client=None, progress=None) -> Eigen:
+    """The ``k`` smallest eigenpairs of M (``kind="gram"``: M = A^T A; ``"symmetric"``:
+    M = A) orthogonal to ``null``, by LOBPCG with its blocks on the Dask workers.
+
+    Parameters
+    ----------
+    A : scipy.sparse matrix of shape (n, n)
+        The operator's rows (see ``kind``); cut into row blocks and sent to the workers.
+    k : int
+        The number of eigenpairs, 1 <= k < n - 1.
+    kind : {"gram", "symmetric"}, default "gram"
+        M = A^T A (two products an iteration) or M = A (A symmetric, one product).
+    null : array of shape (n,) or None, default None
+        A constraint vector (an exact eigenvector to leave out, e.g. the constant for LLE).
+    tol : float, default 1e-8
+        Stop when every wanted residual ||M x - lambda x|| is at most tol times the mean
+        diagonal of M.
+    maxiter : int or None, default None
+        The iteration limit (None: 1000).
+    block : int or None, default None
+        Columns in the block, at least k (None: max(k + 6, 2k), as in-process).
+    blocks : int or None, default None
+        Row blocks (None: one per worker at the start).
+    random_state : int, numpy Generator or None, default 0
+        Seeds the start vectors.
+    reorder : bool, default True
+        Solve in reverse Cuthill-McKee order of A's graph (smaller halos).
+    client : distributed.Client or None, default None
+        The cluster (None: the current client).
+    progress : callable or None, default None
+        Called as progress(iteration, wanted residuals) once an iteration.
+
+    Returns
+    -------
+    Eigen
+        Values ascending, vectors (n x k, float64), ``info`` with the iterations, the
+        residuals, the blocks and the restarts, and the convergence record.
+
+    Raises
+    ------
+    InputError
+        A is not square, k out of range, an unknown ``kind``, or no Dask client.
+    StageError
+        Workers were lost more than ``MAX_RESTARTS`` times.
+    """
+    if kind not in WORKER_KINDS:
+        raise InputError(f"kind must be one of {', '.join(WORKER_KINDS)}; found {kind!r}.",
+                         "pass kind='gram' (M = A^T A) or 'symmetric' (M = A).")
+    n = A.shape[0]
+    if A.shape != (n, n) or not 1 <= k < n - 1:
+        raise InputError(f"the worker-side LOBPCG needs a square A and 1 <= k < n - 1; found "
+                         f"shape {A.shape}, k = {k}.", "pass the n x n A and a smaller k.")
+    if client is None:
+        from .._compute import active_client
+
+        client = active_client()
+    if client is None:
+        raise InputError("the worker-side LOBPCG needs a Dask cluster; found no active "
+                         "distributed.Client.", "start a Client (dimred_dask.cluster), or "
+                         "solve in this process (eigen_solver='lobpcg').")
+    A = sp.csr_matrix(A, dtype=np.float64)
+    perm = _rcm(A) if reorder else np.arange(n)
+    A = A[perm][:, perm].tocsr()
+    At = A.T.tocsr() if kind == "gram" else None
+    diag = (np.asarray(A.multiply(A).sum(axis=0)).ravel() if kind == "gram"
+            else A.diagonal())
+    dinv = 1.0 / np.where(diag > 0, diag, 1.0)
+    q = None if null is None else np.asarray(null, np.float64).reshape(n, 1)[perm]
+    q = None if q is None else q / np.linalg.norm(q)
+    nb = int(blocks or max(1, len(client.scheduler_info()["workers"])))
+    bounds = [(int(a), int(b)) for a, b in zip(np.linspace(0, n, nb + 1).astype(np.int64)[:-1],
+                                               np.linspace(0, n, nb + 1).astype(np.int64)[1:])]
+    p = min(n - 2, max(k + 6, 2 * k) if block is None else max(block, k))
+    seed = int(check_random_state(random_state).integers(2**63))
+    limit = maxiter or MAXITER
+    tol_abs = tol * float(diag.mean())
+    t0, restarts = time.perf_counter(), 0
+    while True:
+        solve = None
+        try:
+            solve = _Solve(client, A, At, bounds, q, dinv, p, seed)
+            w, v, it, res = solve.run(k, tol_abs, limit, progress)
+            break
+        except _Lost as exc:
+            restarts += 1
+            if restarts > MAX_RESTARTS:
+                raise StageError(
+                    f"The worker-side LOBPCG lost a worker {restarts} times ({exc}).",
+                    "check the workers' memory limits and logs, or solve in this process "
+                    "(eigen_solver='lobpcg').") from exc
+            log.warning("worker-side LOBPCG: a worker was lost (%s); starting again", exc)
+            _wait_for_workers(client)
+        finally:
+            if solve is not None:
+                solve.close()
+    converged = bool((res[:k] <= tol_abs).all())
+    if not converged:
+        warnings.warn(f"LOBPCG on the workers stopped after {it} iterations with residuals "
+                      f"{np.array2string(res[:k], precision=2)} (wanted <= {tol_abs:.1e}).",
+                      ConvergenceWarning, stacklevel=2)
+    info = {"iterations": it, "block": p, "blocks": nb, "restarts": restarts,
+            "residuals": res.tolist(), "tol_abs": tol_abs, "reordered": reorder,
+            "kind": kind, "seconds": time.perf_counter() - t0, "preconditioner": "jacobi"}
+    rec = record(f"bottom {k} eigenpairs", "lobpcg-workers", converged=converged,
+                 iterations=it, residual=float(res[:k].max()), tol=tol_abs,
+                 status="converged" if converged else f"stopped at maxiter={limit}",
+                 maxiter=limit, block=p, blocks=nb, restarts=restarts,
+                 measure="max ||M x - lambda x|| of the wanted pairs (absolute: tol times the "
+                         "mean diagonal of M)")
+    vectors = np.empty((n, k))
+    vectors[perm] = v[:, :k]
+    return Eigen(np.asarray(w[:k]), vectors, "lobpcg-workers", 0, info=info, convergence=rec)
+
+
+def _wait_for_workers(client, timeout: float = 60.0) -> None:
+    t = time.monotonic()
+    while not client.scheduler_info()["workers"]:
+        if time.monotonic() - t > timeout:
+            raise StageError("The worker-side LOBPCG has no workers left.",
+                             "restart the cluster's workers and run again.")
+        time.sleep(0.5)

@@ -1,0 +1,169 @@
+"""LOBPCG with its blocks on the Dask workers (dimred_dask.linalg.worker_lobpcg): the same
+eigenpairs as LAPACK and as the in-process solver, the same bits for the same blocks, a
+worker killed mid-solve, and the caller's process holding no n-sized iteration arrays."""
+from __future__ import annotations
+
+import os
+import signal
+import tracemalloc
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.sparse as sp
+
+from dimred_dask import LaplacianEigenmaps, LocallyLinearEmbedding
+from dimred_dask.errors import ConvergenceWarning, InputError
+from dimred_dask.graphs import knn_graph, reconstruction_weights
+from dimred_dask.linalg import bottom_eigsh_lobpcg
+from dimred_dask.linalg.worker_lobpcg import bottom_eigsh_lobpcg_workers
+from dimred_dask.methods.lle import lle_operator
+
+from .test_lle_precond import VALUE_RTOL, VECTOR_ATOL, _mixture
+
+TOL = 1e-10
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, user_api="blas"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def lle_problem():
+    """LLE's A = I - W on the 50-D mixture (n = 1000) and LAPACK's bottom of M = A^T A."""
+    X = _mixture(n=1000)
+    g = knn_graph(X, 10, backend="exact")
+    A = lle_operator(reconstruction_weights(X, g, 1e-3), g.indices)
+    vals, vecs = scipy.linalg.eigh((A.T @ A).toarray(), subset_by_index=[0, 4])
+    return X, A, vals, vecs
+
+
+def _agree(e, vals, vecs):
+    np.testing.assert_allclose(e.values, vals, rtol=VALUE_RTOL)
+    cos = np.abs(np.sum(e.vectors * vecs, axis=0))
+    np.testing.assert_allclose(cos, 1.0, atol=VECTOR_ATOL)
+
+
+def test_gram_kind_against_lapack_and_in_process(client, lle_problem):
+    X, A, vals, vecs = lle_problem
+    n = A.shape[0]
+    e = bottom_eigsh_lobpcg_workers(A, 3, null=np.ones(n), tol=TOL, client=client)
+    assert e.solver == "lobpcg-workers" and e.convergence["converged"]
+    assert e.info["blocks"] == 2 and e.info["restarts"] == 0
+    _agree(e, vals[1:4], vecs[:, 1:4])
+    np.testing.assert_allclose(e.vectors.sum(axis=0), 0.0, atol=1e-10)  # orthogonal to 1
+    M = (A.T @ A).tocsr()
+    res = np.linalg.norm(M @ e.vectors - e.vectors * e.values, axis=0)
+    assert (res <= TOL * M.diagonal().mean()).all()
+    # the in-process iteration: the same arithmetic up to the order of the block sums
+    ref = bottom_eigsh_lobpcg(A, 3, null=np.ones(n), tol=TOL)
+    np.testing.assert_allclose(e.values, ref.values, rtol=VALUE_RTOL)
+
+
+def test_the_same_blocks_give_the_same_bits(client, lle_problem):
+    A = lle_problem[1]
+    n = A.shape[0]
+    runs = [bottom_eigsh_lobpcg_workers(A, 2, null=np.ones(n), tol=TOL, maxiter=25, blocks=3,
+                                        client=client) for _ in range(2)]
+    assert runs[0].info["blocks"] == 3 and runs[0].info["iterations"] == 25
+    np.testing.assert_array_equal(runs[0].vectors, runs[1].vectors)
+
+
+def test_symmetric_kind_on_a_normalised_laplacian(client, lle_problem):
+    X, A = lle_problem[:2]
+    S = abs(A) + abs(A).T
+    L = sp.csgraph.laplacian(S.tocsr(), normed=True).tocsr()
+    vals, vecs = scipy.linalg.eigh(L.toarray(), subset_by_index=[0, 3])
+    e = bottom_eigsh_lobpcg_workers(L, 4, kind="symmetric", tol=TOL, client=client,
+                                    reorder=False)
+    assert e.convergence["converged"]
+    np.testing.assert_allclose(e.values[1:], vals[1:], rtol=VALUE_RTOL)
+    assert abs(e.values[0]) < 1e-9  # the trivial pair, D^1/2 1
+    cos = np.abs(np.sum(e.vectors[:, 1:] * vecs[:, 1:], axis=0))
+    np.testing.assert_allclose(cos, 1.0, atol=VECTOR_ATOL)
+
+
+def test_methods_take_the_worker_solver(client, lle_problem):
+    X = lle_problem[0]
+    ref = LocallyLinearEmbedding(2, n_neighbors=10, eigen_solver="dense").fit(X)
+    ours = LocallyLinearEmbedding(2, n_neighbors=10, eigen_solver="lobpcg-workers",
+                                  tol=TOL).fit(X)
+    assert ours._model.solver == "lobpcg-workers"
+    np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=VALUE_RTOL)
+    signs = np.sign(np.sum(ours.embedding_ * ref.embedding_, axis=0))
+    np.testing.assert_allclose(ours.embedding_ * signs, ref.embedding_, atol=VECTOR_ATOL)
+    le_ref = LaplacianEigenmaps(2, n_neighbors=10, eigen_solver="dense").fit(X)
+    le = LaplacianEigenmaps(2, n_neighbors=10, eigen_solver="lobpcg-workers", tol=TOL).fit(X)
+    np.testing.assert_allclose(le.eigenvalues_, le_ref.eigenvalues_, rtol=VALUE_RTOL)
+    signs = np.sign(np.sum(le.embedding_ * le_ref.embedding_, axis=0))
+    np.testing.assert_allclose(le.embedding_ * signs, le_ref.embedding_, atol=1e-5)
+
+
+def test_the_caller_holds_no_iteration_blocks(client):
+    """A regression guard on the caller's memory: its Python-side allocations (NumPy's are
+    traced) do not grow with the block's width p, whereas the in-process solver holds
+    S and M S, 6 n x p arrays."""
+    n = 40_000
+    rng = np.random.default_rng(0)
+    cols = rng.integers(0, n, (n, 6))
+    W = sp.csr_matrix((np.full(n * 6, 1 / 6), cols.ravel(), np.arange(0, 6 * n + 1, 6)),
+                      shape=(n, n))
+    A = (sp.identity(n, format="csr") - W).tocsr()
+    peaks = {}
+    for p in (8, 40):
+        tracemalloc.start()
+        with pytest.warns(ConvergenceWarning):  # 10 iterations are not meant to converge
+            bottom_eigsh_lobpcg_workers(A, 2, null=np.ones(n), tol=1e-12, maxiter=10,
+                                        block=p, client=client)
+        peaks[p] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    grown = peaks[40] - peaks[8]
+    assert grown < n * 8 * 8, peaks  # less than one n x 8 float64 array; in-process: 6 x 32
+
+
+def _kill_one_worker_at(client, iteration):
+    def progress(it, res):
+        if it == iteration:
+            victim = sorted(client.scheduler_info()["workers"])[0]
+            pid = client.run(os.getpid, workers=[victim])[victim]
+            os.kill(pid, signal.SIGKILL)
+    return progress
+
+
+def test_a_worker_killed_mid_solve_gives_the_undisturbed_answer(lle_problem):
+    from distributed import Client, LocalCluster
+
+    A = lle_problem[1]
+    n = A.shape[0]
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
+        kw = dict(null=np.ones(n), tol=1e-12, maxiter=30, client=c)  # 30 iterations, not
+        with pytest.warns(ConvergenceWarning):                        # converged: enough
+            calm = bottom_eigsh_lobpcg_workers(A, 2, **kw)
+            stormy = bottom_eigsh_lobpcg_workers(A, 2, progress=_kill_one_worker_at(c, 5), **kw)
+    assert stormy.info["restarts"] == 1 and calm.info["restarts"] == 0
+    np.testing.assert_array_equal(stormy.vectors, calm.vectors)
+    np.testing.assert_array_equal(stormy.values, calm.values)
+
+
+def test_bad_input_is_refused(client):
+    A = sp.identity(10, format="csr")
+    with pytest.raises(InputError, match="kind must be one of gram, symmetric"):
+        bottom_eigsh_lobpcg_workers(A, 2, kind="dense", client=client)
+    with pytest.raises(InputError, match="square A and 1 <= k < n - 1"):
+        bottom_eigsh_lobpcg_workers(A[:5], 2, client=client)
+    with pytest.raises(InputError, match="B given"):
+        from dimred_dask.linalg import bottom_eigsh
+        bottom_eigsh(A, 2, B=A, solver="lobpcg-workers")
+
+
+def test_auto_takes_the_workers_above_the_arpack_limit(client):
+    from dimred_dask.linalg import ARPACK_MAX
+    from dimred_dask.linalg.sparse_eigen import choose_sparse_solver
+
+    assert choose_sparse_solver("auto", ARPACK_MAX + 1) == "lobpcg-workers"  # 2 workers here
+    assert choose_sparse_solver("auto", ARPACK_MAX) == "arpack"
