@@ -180,6 +180,10 @@ def _call(key, method, after, *args):
     return getattr(_BLOCKS[key], method)(*args)
 
 
+def _alive() -> bool:
+    return True
+
+
 def _drop(prefix) -> int:
     keys = [k for k in _BLOCKS if k[0] == prefix]
     for k in keys:
@@ -251,9 +255,12 @@ class _Solve:
 
         self.client, self.bounds, self.p = client, bounds, p
         self.id = uuid.uuid4().hex
-        workers = sorted(client.scheduler_info()["workers"])
+        listed = sorted(client.scheduler_info()["workers"])
+        # a worker that just died may still be listed: place blocks only on those that answer
+        answers = client.run(_alive, workers=listed, on_error="return") if listed else {}
+        workers = [w for w in listed if answers.get(w) is True]
         if not workers:
-            raise _Lost("no workers")
+            raise _Lost("no worker answers")
         nb = len(bounds)
         self.where = [workers[i % len(workers)] for i in range(nb)]
         self.keys = [(self.id, i) for i in range(nb)]
@@ -487,6 +494,7 @@ def bottom_eigsh_lobpcg_workers(A, k: int, *, kind: str = "gram", null=None, tol
                     "check the workers' memory limits and logs, or solve in this process "
                     "(eigen_solver='lobpcg').") from exc
             log.warning("worker-side LOBPCG: a worker was lost (%s); starting again", exc)
+            time.sleep(1.0)  # let the scheduler drop the dead worker
             _wait_for_workers(client)
         finally:
             if solve is not None:
