@@ -1,6 +1,7 @@
 """What the graph methods (Isomap, landmark Isomap, LLE, Laplacian eigenmaps, spectral
-clustering) share: parameter checks, getting the kNN graph (given, or built), the training
-rows' neighbours of new points, and save/load of their fitted models."""
+clustering) share: parameter checks, the training rows' neighbours of new points, and
+save/load of their fitted models; and the one kNN-graph getter (`fit_graph`: given and
+checked, or built) that they and the neighbour embeddings (t-SNE, SNE, UMAP) use."""
 from __future__ import annotations
 
 import numbers
@@ -16,8 +17,8 @@ from ..graphs import (KNNGraph, check_connected, check_n_neighbors, graph_compon
                       join_components, knn_graph)
 from ._base import HasConvergence
 
-__all__ = ["ArrayModel", "check_n_components_graph", "fit_graph", "new_neighbours",
-           "training_rows"]
+__all__ = ["ArrayModel", "check_graph", "check_n_components_graph", "fit_graph",
+           "is_graph_source", "new_neighbours", "training_rows"]
 
 
 class ArrayModel(HasConvergence):
@@ -65,22 +66,70 @@ def check_n_components_graph(n_components, n: int, method: str, *, limit: int | 
     return int(n_components)
 
 
+def is_graph_source(graph) -> bool:
+    """A graph source (``graphs.affinities.graph_rows``): tasks read its rows one block at a
+    time, the whole graph is never in one place."""
+    return all(hasattr(graph, a) for a in ("n_samples", "n_neighbors", "rows"))
+
+
+def check_graph(graph, n: int, k_needed: int, method: str, *, sources: bool = True):
+    """A kNN graph (or, with ``sources``, a graph source) of ``n`` rows with at least
+    ``k_needed`` neighbours per row and none missing."""
+    if not isinstance(graph, KNNGraph) and not (sources and is_graph_source(graph)):
+        raise InputError(f"{method} needs graph=<KNNGraph>; found {type(graph).__name__}.",
+                         "pass dimred_dask.graphs.knn_graph(X, k) or leave graph out.")
+    if graph.n_samples != n:
+        raise InputError(f"{method}: the kNN graph has {graph.n_samples} rows; the data have "
+                         f"{n}.", "build the graph from these rows (or leave graph out).")
+    if graph.n_neighbors < k_needed:
+        raise InputError(f"{method} needs {k_needed} neighbours per point; the kNN graph has "
+                         f"{graph.n_neighbors}.", f"build it with n_neighbors >= {k_needed}.")
+    if isinstance(graph, KNNGraph) and (graph.indices[:, :k_needed] < 0).any():
+        raise InputError("The kNN graph has rows with fewer neighbours than k (index -1).",
+                         "rebuild it with backend='exact' or 'nndescent'.")
+    return graph
+
+
 def fit_graph(X, graph, n_neighbors, *, method: str, metric="euclidean", backend="auto",
-              join_components_=False, connected=True, random_state=0) -> KNNGraph:
-    """The kNN graph of ``X`` with ``n_neighbors``: ``graph`` (a `KNNGraph` of these rows
-    with at least that many neighbours, e.g. the flow's stored one) or a new one; joined or
-    checked for connectivity as asked."""
+              random_state=0, nndescent_kwds=None, cut: bool = True,
+              join_components_: bool = False, connected: bool = True):
+    """The kNN graph a method fits on: ``graph`` checked against ``X``, or a new one.
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The rows.
+    graph : KNNGraph, graph source or None
+        A graph of these rows with at least ``n_neighbors`` neighbours (e.g. the flow's
+        stored one), or None to build it.
+    n_neighbors : int
+        1 <= n_neighbors < n_samples.
+    method : str
+        The method's name, for messages.
+    metric, backend, random_state, nndescent_kwds
+        The new graph's (`graphs.knn_graph`).
+    cut : bool, default True
+        Cut a given graph to exactly ``n_neighbors`` (the graph methods read all of a row's
+        neighbours). False keeps it whole and also accepts a graph source (the neighbour
+        embeddings read the first ``n_neighbors`` of each row, block by block).
+    join_components_ : bool, default False
+        Join a disconnected graph to one component by its shortest edges.
+    connected : bool, default True
+        Refuse a graph of more than one component (`DisconnectedGraphError`).
+
+    Returns
+    -------
+    KNNGraph or graph source
+        The graph, with the joining edges (if any) in ``info["extra_edges"]``.
+    """
     n = X.shape[0]
     k = check_n_neighbors(n_neighbors, n, method)
     if graph is None:
-        graph = knn_graph(X, k, metric=metric, backend=backend, random_state=random_state)
-    else:
-        if not isinstance(graph, KNNGraph) or graph.n_samples != n:
-            raise InputError(f"{method}: the graph given has "
-                             f"{getattr(graph, 'n_samples', '?')} rows; the data have {n}.",
-                             "pass the KNNGraph of these rows, or graph=None to build it.")
-        if graph.n_neighbors != k:
-            graph = graph.subset(k)
+        graph = knn_graph(X, k, metric=metric, backend=backend, random_state=random_state,
+                          nndescent_kwds=nndescent_kwds)
+    graph = check_graph(graph, n, k, method, sources=not cut)
+    if cut and graph.n_neighbors != k:
+        graph = graph.subset(k)
     if join_components_ and not graph.info.get("extra_edges"):
         count, _ = graph_components(graph)
         if count > 1:

@@ -32,11 +32,11 @@ import numpy as np
 from .._compute import active_client, compute
 from .._validation import check_random_state, is_dask
 from ..errors import DimredWarning, InputError
-from ..graphs import KNNGraph, knn_graph
 from ._base import like_input
+from ._graph_common import is_graph_source
 
 __all__ = ["expand_sweep", "run_tasks", "threads", "MemoryCheckpoint", "pca_init",
-           "check_graph", "one_run", "fit_graph", "graph_ref", "delayed_literal", "like_input",
+           "one_run", "graph_ref", "delayed_literal", "like_input",
            "EmbeddingSet", "check_int", "check_float",
            "check_choice", "TaskProgress", "threads_per_task", "check_fit_sample",
            "fit_then_place", "fitted_reference"]
@@ -168,44 +168,11 @@ def fitted_reference(X, model):
 # --------------------------------------------------------------------------- graph
 
 
-def _is_source(graph) -> bool:
-    return all(hasattr(graph, a) for a in ("n_samples", "n_neighbors", "rows"))
-
-
-def check_graph(graph, n: int, k_needed: int, method: str):
-    """A kNN graph (or graph source, see ``graphs.affinities.graph_rows``) of this data with
-    at least ``k_needed`` neighbours per row."""
-    if not isinstance(graph, KNNGraph) and not _is_source(graph):
-        raise InputError(f"{method} needs graph=<KNNGraph>; found {type(graph).__name__}.",
-                         "pass dimred_dask.graphs.knn_graph(X, k) or leave graph out.")
-    if graph.n_samples != n:
-        raise InputError(f"The kNN graph has {graph.n_samples} rows; the data have {n}.",
-                         "build the graph from these rows (or leave graph out).")
-    if graph.n_neighbors < k_needed:
-        raise InputError(f"{method} needs {k_needed} neighbours per point; the kNN graph has "
-                         f"{graph.n_neighbors}.", f"build it with n_neighbors >= {k_needed}.")
-    if isinstance(graph, KNNGraph) and (graph.indices[:, :k_needed] < 0).any():
-        raise InputError("The kNN graph has rows with fewer neighbours than k (index -1).",
-                         "rebuild it with backend='exact' or 'nndescent'.")
-    return graph
-
-
-def fit_graph(X, graph, k: int, method: str, *, metric="euclidean", backend="auto",
-              random_state=0, nndescent_kwds=None) -> KNNGraph:
-    """The given graph (checked, cut to k neighbours) or a new one of X."""
-    n = X.shape[0]
-    if graph is None:
-        graph = knn_graph(X, k, metric=metric, backend=backend, random_state=random_state,
-                          nndescent_kwds=nndescent_kwds)
-    graph = check_graph(graph, n, k, method)  # the affinities read the first k neighbours
-    return graph
-
-
 def graph_ref(graph):
     """What the tasks receive for the graph: a graph source as it is (each task reads its
     rows), an in-memory graph as one dask literal (the scheduler keeps it, so a dead worker
     loses nothing that cannot be recomputed; never scattered to a single worker)."""
-    return graph if _is_source(graph) else delayed_literal(graph)
+    return graph if is_graph_source(graph) else delayed_literal(graph)
 
 
 def delayed_literal(value):

@@ -19,7 +19,8 @@ from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
 from ..linalg.convergence import completed
 from ._base import DimredEstimator
-from ._neighbor_runs import (one_run, check_float, check_int, expand_sweep, fit_graph, graph_ref,
+from ._graph_common import fit_graph
+from ._neighbor_runs import (one_run, check_float, check_int, expand_sweep, graph_ref,
                              like_input, pca_init, random_init, run_tasks, threads)
 from .tsne import INIT_STD, TSNEModel
 
@@ -181,8 +182,9 @@ def sne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
     n = X.shape[0]
     settings = check_sne_params(params, n)
     s0 = settings[0]
-    graph = fit_graph(X, graph, s0["n_neighbors"], "SNE", metric=s0["metric"],
-                      backend=s0["knn_backend"], random_state=s0["random_state"] or 0)
+    graph = fit_graph(X, graph, s0["n_neighbors"], method="SNE", metric=s0["metric"],
+                      cut=False, connected=False, backend=s0["knn_backend"],
+                      random_state=s0["random_state"] or 0)
     Y0 = None
     if s0["init"] == "pca":
         Y0 = pca_init(X, s0["n_components"], s0["random_state"])

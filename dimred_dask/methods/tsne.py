@@ -31,9 +31,10 @@ from ..linalg.convergence import completed
 from ._base import DimredEstimator, HasConvergence
 from ._distributed import (OPTIMIZERS, block_bounds, block_graphs, optimize_tsne_distributed,
                            plan_optimizer)
+from ._graph_common import fit_graph
 from ._neighbor_runs import (TaskProgress, one_run, check_choice, check_fit_sample,
                              check_float, check_int,
-                             delayed_literal, expand_sweep, fit_graph, fit_then_place,
+                             delayed_literal, expand_sweep, fit_then_place,
                              fitted_reference, graph_ref, like_input, pca_init, random_init,
                              run_tasks, threads, threads_per_task)
 
@@ -341,8 +342,9 @@ def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
         return fit_then_place(tsne_sweep, _place, X, size, s0["random_state"] or 0, "t-SNE",
                               checkpoint=checkpoint, callback=callback, n_jobs=n_jobs,
                               **{k: v for k, v in params.items() if k != "fit_sample"})
-    graph = fit_graph(X, graph, s0["n_neighbors"], "t-SNE", metric=s0["metric"],
-                      backend=s0["knn_backend"], random_state=s0["random_state"] or 0)
+    graph = fit_graph(X, graph, s0["n_neighbors"], method="t-SNE", metric=s0["metric"],
+                      cut=False, connected=False, backend=s0["knn_backend"],
+                      random_state=s0["random_state"] or 0)
     Y0 = _initial(X, settings)
     client = active_client()
     choice = "single" if s0["gradient"] != "fft" else s0["optimizer"]  # blocks: FFT only

@@ -31,9 +31,10 @@ from ..linalg.convergence import completed
 from ._base import DimredEstimator, HasConvergence
 from ._distributed import (OPTIMIZERS, block_bounds, block_graphs, optimize_umap_distributed,
                            plan_optimizer)
+from ._graph_common import fit_graph
 from ._neighbor_runs import (TaskProgress, one_run, check_choice, check_fit_sample,
                              check_float, check_int,
-                             delayed_literal, expand_sweep, fit_graph, fit_then_place,
+                             delayed_literal, expand_sweep, fit_then_place,
                              fitted_reference, graph_ref, like_input, pca_init, run_tasks, threads,
                              threads_per_task)
 from ._umap_init import scale_layout, spectral_layout
@@ -415,7 +416,8 @@ def umap_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
                               checkpoint=checkpoint, callback=callback, n_jobs=n_jobs,
                               **{k: v for k, v in params.items() if k != "fit_sample"})
     k = max(s["n_neighbors"] for s in settings) - 1
-    graph = fit_graph(X, graph, k, "UMAP", metric=s0["metric"], backend=s0["knn_backend"],
+    graph = fit_graph(X, graph, k, method="UMAP", metric=s0["metric"],
+                      backend=s0["knn_backend"], cut=False, connected=False,
                       random_state=s0["random_state"], nndescent_kwds=s0["nndescent_kwds"])
     keys = sorted({_graph_key(s) for s in settings})
     client = active_client()
