@@ -9,6 +9,9 @@ worker for the whole solve. What the caller's process holds and computes is p x 
 the blocks, and the Rayleigh-Ritz coefficients it sends back. The answer's k columns are
 gathered at the end.
 
+The constraint vector (``null``) must be in M's null space (M q = 0, as the constant is for
+LLE's M): M W is formed from M W0 by subtracting M X C only.
+
 Operators (``kind=``):
 
 - ``"gram"``: M = A^T A from the rows of A (LLE's A = I - W): M X = A^T (A X), two products,
@@ -19,7 +22,10 @@ A product needs, for block i, the rows of X at the columns its rows of A touch: 
 keeps its rows of A with the columns renumbered to the ones it touches, and for every other
 block the list of that block's rows it needs; a small task on the owning worker cuts those
 rows out and the scheduler moves them worker to worker (the halo). Rows given in a locality
-order (``reorder=True``: reverse Cuthill-McKee, as in `gram_lobpcg`) keep the halos small.
+order (reverse Cuthill-McKee, as in `gram_lobpcg`) keep the halos small. ``reorder``
+defaults to it for the Gram kind only: LLE's solves run hundreds of iterations, whereas a
+normalised Laplacian's bottom pairs on the graph of wide data take tens, and on the 50-D
+mixture at n = 1 000 000 the ordering (about 2.8 s there) did not make a product faster.
 
 Arithmetic: every step is the in-process solver's (the same tolerance, refresh of the
 recurrences every ``REFRESH`` iterations, the same Gram cut-off); the sums over blocks are
@@ -27,10 +33,11 @@ taken in block order in the caller, so a solve with the same blocks gives the sa
 The start vectors are drawn per ``START_ROWS`` rows from the seed, so they do not depend on
 the block count either.
 
-A worker lost during the solve takes its blocks with it (they are not recomputed: the tasks
-that made them are released as the iteration moves on). The solve then starts again on the
+A worker lost during the solve takes its blocks with it (they live in its memory and are
+updated in place, so no task can make them again). The solve then starts again on the
 workers that are left, with the same blocks and seed, so its answer is the undisturbed one; at
-most ``MAX_RESTARTS`` times, then `StageError`.
+most ``MAX_RESTARTS`` times, then `StageError`. The blocks are removed from the workers when
+the solve ends or fails.
 """
 from __future__ import annotations
 
@@ -46,7 +53,7 @@ from .._validation import check_random_state
 from ..errors import ConvergenceWarning, InputError, StageError
 from .convergence import record
 from .eigen import Eigen
-from .gram_lobpcg import GRAM_RCOND, MAXITER, REFRESH, _rcm
+from .gram_lobpcg import MAXITER, REFRESH, _orth_coef, _rcm
 
 __all__ = ["bottom_eigsh_lobpcg_workers", "WORKER_KINDS", "MAX_RESTARTS"]
 
@@ -203,12 +210,6 @@ def _localise(rows, bounds):
                           shape=(rows.shape[0], len(cols)))
     sels = [cols[(cols >= a) & (cols < b)] - a for a, b in bounds]
     return local, sels
-
-
-def _orth_coef(G):
-    s, U = scipy.linalg.eigh((G + G.T) / 2)
-    keep = s > GRAM_RCOND * s.max()
-    return U[:, keep] / np.sqrt(s[keep])
 
 
 def _rayleigh_ritz(G, H, p):
@@ -402,8 +403,9 @@ class _Solve:
 
 def bottom_eigsh_lobpcg_workers(A, k: int, *, kind: str = "gram", null=None, tol: float = 1e-8,
                                 maxiter: int | None = None, block: int | None = None,
-                                blocks: int | None = None, random_state=0, reorder: bool = True,
-                                client=None, progress=None) -> Eigen:
+                                blocks: int | None = None, random_state=0,
+                                reorder: bool | None = None, client=None,
+                                progress=None) -> Eigen:
     """The ``k`` smallest eigenpairs of M (``kind="gram"``: M = A^T A; ``"symmetric"``:
     M = A) orthogonal to ``null``, by LOBPCG with its blocks on the Dask workers.
 
@@ -416,7 +418,7 @@ def bottom_eigsh_lobpcg_workers(A, k: int, *, kind: str = "gram", null=None, tol
     kind : {"gram", "symmetric"}, default "gram"
         M = A^T A (two products an iteration) or M = A (A symmetric, one product).
     null : array of shape (n,) or None, default None
-        A constraint vector (an exact eigenvector to leave out, e.g. the constant for LLE).
+        A constraint vector in M's null space, left out (e.g. the constant for LLE).
     tol : float, default 1e-8
         Stop when every wanted residual ||M x - lambda x|| is at most tol times the mean
         diagonal of M.
@@ -428,8 +430,9 @@ def bottom_eigsh_lobpcg_workers(A, k: int, *, kind: str = "gram", null=None, tol
         Row blocks (None: one per worker at the start).
     random_state : int, numpy Generator or None, default 0
         Seeds the start vectors.
-    reorder : bool, default True
-        Solve in reverse Cuthill-McKee order of A's graph (smaller halos).
+    reorder : bool or None, default None
+        Solve in reverse Cuthill-McKee order of A's graph (smaller halos); None: for
+        ``kind="gram"`` only.
     client : distributed.Client or None, default None
         The cluster (None: the current client).
     progress : callable or None, default None
@@ -464,6 +467,7 @@ def bottom_eigsh_lobpcg_workers(A, k: int, *, kind: str = "gram", null=None, tol
                          "distributed.Client.", "start a Client (dimred_dask.cluster), or "
                          "solve in this process (eigen_solver='lobpcg').")
     A = sp.csr_matrix(A, dtype=np.float64)
+    reorder = kind == "gram" if reorder is None else bool(reorder)
     perm = _rcm(A) if reorder else np.arange(n)
     A = A[perm][:, perm].tocsr()
     At = A.T.tocsr() if kind == "gram" else None
