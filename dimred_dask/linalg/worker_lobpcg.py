@@ -23,9 +23,10 @@ keeps its rows of A with the columns renumbered to the ones it touches, and for 
 block the list of that block's rows it needs; a small task on the owning worker cuts those
 rows out and the scheduler moves them worker to worker (the halo). Rows given in a locality
 order (reverse Cuthill-McKee, as in `gram_lobpcg`) keep the halos small. ``reorder``
-defaults to it for the Gram kind only: LLE's solves run hundreds of iterations, whereas a
-normalised Laplacian's bottom pairs on the graph of wide data take tens, and on the 50-D
-mixture at n = 1 000 000 the ordering (about 2.8 s there) did not make a product faster.
+defaults to it for the Gram kind only (LLE, as the in-process solver does): on the kNN graph
+of wide data it did not make a product faster, and for the Laplacian it cost the caller
+memory without changing the solve's time (bench/RESULTS.md, "Sparse eigensolvers on the
+workers").
 
 Arithmetic: every step is the in-process solver's (the same tolerance, refresh of the
 recurrences every ``REFRESH`` iterations, the same Gram cut-off); the sums over blocks are
