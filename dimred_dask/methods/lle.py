@@ -157,22 +157,21 @@ def _bottom(A, k, solver, tol, max_iter, random_state):
     """The k bottom eigenpairs of M = A^T A after the constant one: (values, vectors, the
     dropped eigenvalue, solver, info, convergence record)."""
     n = A.shape[0]
-    if solver == "lobpcg-workers":
-        eig = bottom_eigsh_lobpcg_workers(A, k, kind="gram", null=np.ones(n), tol=tol,
-                                          maxiter=max_iter, random_state=random_state)
+    deflated = {  # solvers that keep the constant out of their block
+        "lobpcg-workers": lambda: bottom_eigsh_lobpcg_workers(
+            A, k, kind="gram", null=np.ones(n), tol=tol, maxiter=max_iter,
+            random_state=random_state),
+        "lobpcg": lambda: bottom_eigsh_lobpcg(A, k, null=np.ones(n), tol=tol, maxiter=max_iter,
+                                              random_state=random_state),
+        "amg": lambda: bottom_eigsh_lobpcg(A, k, null=np.ones(n), tol=tol, maxiter=max_iter,
+                                           random_state=random_state, preconditioner="amg"),
+        "factored": lambda: bottom_eigsh_gram(A, k, null=np.ones(n), tol=tol,
+                                              maxiter=max_iter, random_state=random_state),
+    }
+    if solver in deflated:
+        eig = deflated[solver]()
         first = float(np.sum((A @ np.ones(n)) ** 2)) / n  # the constant's, ~0
         return eig.values, eig.vectors, first, solver, dict(eig.info), eig.convergence
-    if solver in ("lobpcg", "amg"):
-        eig = bottom_eigsh_lobpcg(A, k, null=np.ones(n), tol=tol, maxiter=max_iter,
-                                  random_state=random_state,
-                                  preconditioner="amg" if solver == "amg" else "jacobi")
-        first = float(np.sum((A @ np.ones(n)) ** 2)) / n  # the constant's, ~0
-        return eig.values, eig.vectors, first, solver, dict(eig.info), eig.convergence
-    if solver == "factored":
-        eig = bottom_eigsh_gram(A, k, null=np.ones(n), tol=tol, maxiter=max_iter,
-                                random_state=random_state)
-        first = float(np.sum((A @ np.ones(n)) ** 2)) / n  # the constant's, ~0
-        return eig.values, eig.vectors, first, "factored", dict(eig.info), eig.convergence
     M = (A.T @ A).tocsr()
     eig = bottom_eigsh(M, k + 1, solver=solver, tol=tol, maxiter=max_iter,
                        random_state=random_state)
