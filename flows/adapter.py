@@ -7,9 +7,12 @@ import json
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from dimred_dask.errors import InputError
 
-__all__ = ["MethodAdapter", "parse_param_value", "check_known", "save_model", "model_loader"]
+__all__ = ["MethodAdapter", "parse_param_value", "check_known", "save_model", "model_loader",
+           "training_embedding", "STORED_ARRAYS"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,25 @@ def save_model(model, store) -> None:
     store.write_attrs("model", model.scalars())
 
 
+# A model's arrays with a row per training row: left in the run store when a model is loaded,
+# read by the rows a transform needs (on the workers for dask input), so loading a model costs
+# the size of its small arrays, never the training data's.
+STORED_ARRAYS = frozenset({"X_fit_", "embedding_", "reference_", "alphas_", "proj_",
+                           "mds_embedding_", "mds_proj_"})  # Isomap's MDS of the geodesics
+
+
 def model_loader(cls):
-    return lambda store: cls.from_arrays(store.read_group("model"), store.read_attrs("model"))
+    return lambda store: cls.from_arrays(store.read_group("model", lazy=STORED_ARRAYS),
+                                         store.read_attrs("model"))
+
+
+def training_embedding(Y, X):
+    """The fit's embedding of the training rows as the transform stage's result: a lazy read
+    of the stored array in X's row chunks (or the array in memory, as one dask literal)."""
+    import dask.array as da
+
+    if hasattr(Y, "to_dask"):
+        return Y.to_dask().rechunk((X.chunks[0], Y.shape[1])).astype(X.dtype)
+    return da.from_array(np.asarray(Y, dtype=X.dtype), chunks=(X.chunks[0], Y.shape[1]))
 
 

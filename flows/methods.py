@@ -23,7 +23,7 @@ from dimred_dask.methods.kpca import KernelPCAModel, check_kpca_params, kernel_p
 from dimred_dask.methods.pca import SOLVERS, PCAModel, check_max_error, pca, plan_solver
 
 from .adapter import (MethodAdapter, check_known, model_loader, parse_param_value,  # noqa: F401
-                      save_model)
+                      save_model, training_embedding)
 
 
 PCA_DEFAULTS = {"n_components": 2, "solver": "auto", "whiten": False, "n_oversamples": 10,
@@ -178,10 +178,7 @@ def _kpca_fit(X, p: dict, matrix=None, **_):
 def _kpca_transform(model: KernelPCAModel, X):
     if model.training_embedding() is None:  # Nyström on the cluster's passes: one more pass
         return model.transform(X)
-    import dask.array as da  # the training embedding is already known
-
-    return da.from_array(model.training_embedding().astype(X.dtype),
-                         chunks=(X.chunks[0], model.n_components))
+    return training_embedding(model.training_embedding(), X)  # already known
 
 
 def _eigen_summary(model) -> dict:
@@ -229,10 +226,7 @@ def _mds_fit(X, p: dict, matrix=None, **_):
 
 
 def _mds_transform(model, X):
-    import dask.array as da  # the training embedding is part of the model
-
-    return da.from_array(np.asarray(model.embedding, dtype=X.dtype),
-                         chunks=(X.chunks[0], model.n_components))
+    return training_embedding(model.embedding, X)  # part of the model
 
 
 def _mds_summary(model) -> dict:
@@ -303,11 +297,8 @@ def _labels_vector(labels):
 
 
 def _kspca_transform(model, X):
-    import dask.array as da  # the training embedding is part of the fit
-
-    if getattr(model, "embedding", None) is not None:
-        return da.from_array(np.asarray(model.embedding, dtype=X.dtype),
-                             chunks=(X.chunks[0], model.n_components))
+    if getattr(model, "embedding", None) is not None:  # part of the fit
+        return training_embedding(model.embedding, X)
     return model.transform(X)
 
 
@@ -323,8 +314,7 @@ METHODS = {
     "pca": MethodAdapter("pca", PCA_DEFAULTS, _pca_check, _pca_fit, _pca_save, _pca_load,
                          _pca_transform, _pca_summary, _pca_sample_metrics, run_context=True),
     "kpca": MethodAdapter("kpca", KPCA_DEFAULTS, _kpca_check, _kpca_fit, save_model,
-                          lambda store: KernelPCAModel.from_arrays(store.read_group("model"),
-                                                                   store.read_attrs("model")),
+                          model_loader(KernelPCAModel),
                           _kpca_transform, _eigen_summary, lambda m, Xs, Ys: {},
                           matrix=_kpca_matrix),
     "mds": MethodAdapter("mds", MDS_DEFAULTS, _mds_check, _mds_fit, save_model,
@@ -364,3 +354,34 @@ def get_method(name: str) -> MethodAdapter:
     except KeyError:
         raise InputError(f"Unknown method {name!r}; available: {sorted(METHODS)}.",
                          f"pass --method with one of {', '.join(sorted(METHODS))}.") from None
+
+
+def load_model(output, *, storage_options: dict | None = None):
+    """The fitted model of a finished run, ready to ``transform`` new rows.
+
+    Parameters
+    ----------
+    output : str
+        The run's output (a local folder, ``file://`` or ``s3://`` URI), as given to
+        ``dimred-dask run --output``; for a chain, its final step.
+    storage_options : dict, optional
+        fsspec options for object storage (endpoint, credentials).
+
+    Returns
+    -------
+    model
+        The method's model (``PCAModel``, ``LLEModel``, ...). Its arrays with a row per
+        training row (``X_fit``, the training embedding, geodesics, eigenvector coefficients)
+        stay in the run store and are read by the rows ``transform`` needs, in the process
+        that runs each block (a Dask worker for dask input).
+
+    Raises
+    ------
+    StoreError, UncommittedOutputError
+        Not a run store, or its run did not finish.
+    """
+    from dimred_dask.io import open_output
+
+    store = open_output(output, storage_options=storage_options)
+    method = store.read_json("manifest.json")["method"]
+    return get_method(method).load(store)

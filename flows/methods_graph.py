@@ -13,7 +13,7 @@ from dimred_dask.methods import (IsomapModel, LaplacianEigenmapsModel, LLEModel,
                                  SpectralClusteringModel, isomap, landmark_isomap,
                                  laplacian_eigenmaps, lle, spectral_clustering)
 
-from .adapter import MethodAdapter, check_known, model_loader, save_model
+from .adapter import MethodAdapter, check_known, model_loader, save_model, training_embedding
 
 __all__ = ["METHODS", "ISOMAP_FLOW_MAX"]
 
@@ -78,10 +78,7 @@ def _fit(name: str):
 
 
 def _transform(model, X):
-    import dask.array as da  # the training embedding is part of the model
-
-    Y = np.asarray(model.embedding, dtype=X.dtype)
-    return da.from_array(Y, chunks=(X.chunks[0], Y.shape[1]))
+    return training_embedding(model.embedding, X)  # part of the model
 
 
 def _summary(model) -> dict:

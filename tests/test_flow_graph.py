@@ -13,7 +13,8 @@ from sklearn.datasets import make_swiss_roll
 import dimred_dask
 from dimred_dask import (DisconnectedGraphError, InputError, LandmarkIsomap,
                          LocallyLinearEmbedding, SpectralClustering)
-from dimred_dask.io import open_output, save_array
+from dimred_dask.io import StoredRows, open_output, save_array
+from flows.methods import load_model
 from tests.test_bad_input import _snapshot, _write
 
 FLOW_ATOL = 1e-4  # float32 input in the store vs the API on the same float32 rows
@@ -52,6 +53,13 @@ def test_second_method_reuses_the_knn_graph(client, prefect_api, roll, tmp_path)
         ref_y = ref.fit(X).embedding_
         _same_up_to_sign(Y.astype(np.float64), ref_y.astype(np.float64),
                          FLOW_ATOL * np.abs(ref_y).max())
+        # the run's model, loaded with its training rows left in the store, places new rows
+        # as the estimator does
+        loaded, new = load_model(str(tmp_path / "runs" / name)), X[:40] + np.float32(0.3)
+        assert isinstance(loaded.X_fit, StoredRows)
+        want = ref.transform(new).astype(np.float64)
+        _same_up_to_sign(loaded.transform(new).astype(np.float64), want,
+                         FLOW_ATOL * np.abs(want).max())
     assert first["model"]["n_landmarks"] == 100 and "negative_ratio" in first["model"]
 
 

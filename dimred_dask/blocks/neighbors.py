@@ -75,6 +75,23 @@ def block_topk(a: np.ndarray, b: np.ndarray, k: int, *, b_offset: int = 0,
     return out_i, out_d
 
 
+def streamed_topk(a: np.ndarray, blocks, k: int, *, metric: str = "euclidean",
+                  p: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+    """`block_topk` of ``a`` against rows that arrive as ``(offset, rows)`` blocks (read one at
+    a time from a store): the k nearest of all of them, sorted by (distance, index), the same
+    neighbours `block_topk` finds against the rows stacked."""
+    best = None
+    for offset, b in blocks:
+        cand = block_topk(a, b, k, b_offset=offset, metric=metric, p=p)
+        if best is not None:
+            cand = _ordered_topk(np.concatenate([best[1], cand[1]], axis=1),
+                                 np.concatenate([best[0], cand[0]], axis=1), k)
+        best = cand
+    if best is None:
+        raise ValueError("streamed_topk needs at least one block of rows")
+    return best
+
+
 def kdtree_topk(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(indices int64 (n, min(k, n)), euclidean distances float64) of the nearest rows of
     ``x`` to each row of ``x`` (itself included), sorted by (distance, index) as `block_topk`

@@ -4,9 +4,10 @@ from .lease import Lease, LeaseHeldError
 from .plot import embedding_png
 from .read import InputArray, open_input, plan_row_chunk
 from .store import RunStore, open_output, save_array
+from .stored_rows import StoredRows
 from .uris import Location, check_output_location, parse_uri, run_storage_options
 
 __all__ = ["InputArray", "Location", "RunStore", "array_fingerprint", "check_output_location",
            "digest_of", "embedding_png", "Lease", "LeaseHeldError", "open_input", "open_output",
            "parse_uri", "plan_row_chunk", "run_storage_options",
-           "save_array"]
+           "save_array", "StoredRows"]

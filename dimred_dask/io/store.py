@@ -20,6 +20,7 @@ import fsspec
 import numpy as np
 
 from ..errors import OutputExistsError, StoreError, UncommittedOutputError
+from .stored_rows import StoredRows, model_chunks
 from .uris import parse_uri
 
 COMMITTED = "_COMMITTED"
@@ -264,10 +265,12 @@ class RunStore:
                                zarr_format=3, storage_options=self._zarr_options())
 
     def write_array(self, name: str, value: np.ndarray) -> None:
+        """A small array, or a model's (row chunks of `stored_rows.MODEL_CHUNK_BYTES`, so a
+        transform reads the rows it needs)."""
         value = np.asarray(value)
         arr = self._group().create_array(name, shape=value.shape, dtype=value.dtype,
-                                         chunks=value.shape or None, overwrite=True,
-                                         config=ALL_CHUNKS)
+                                         chunks=model_chunks(value.shape, value.dtype),
+                                         overwrite=True, config=ALL_CHUNKS)
         arr[...] = value
 
     def create_array(self, name: str, shape, chunks, dtype, compressors="auto"):
@@ -293,9 +296,11 @@ class RunStore:
     def read_attrs(self, name: str) -> dict:
         return dict(self._group("r")[name].attrs)
 
-    def read_group(self, name: str) -> dict[str, np.ndarray]:
+    def read_group(self, name: str, lazy=()) -> dict:
+        """The group's arrays: in memory, except those named in ``lazy`` (of at least one
+        dimension), which stay in the store as `StoredRows`."""
         g = self._group("r")[name]
-        return {k: v[...] for k, v in g.arrays()}
+        return {k: StoredRows(v) if k in lazy and v.ndim else v[...] for k, v in g.arrays()}
 
     # ---- files -----------------------------------------------------------------------------
     def write_bytes(self, name: str, data: bytes) -> None:

@@ -37,6 +37,39 @@ class HasConvergence:
         return list((getattr(self, "info", None) or {}).get("convergence") or [])
 
 
+# ---- a fitted model's large arrays: in memory, or left in a run store (io.StoredRows), whose
+# rows a transform reads when it needs them (on the worker that runs the task)
+
+
+def is_stored(A) -> bool:
+    """Whether ``A`` is a model array left in a run store (``io.StoredRows``)."""
+    return hasattr(A, "take_rows") and hasattr(A, "row_blocks")
+
+
+def rows_at(A, idx) -> np.ndarray:
+    """``A[idx]`` for integer row numbers, reading only those rows of a stored array."""
+    return A.take_rows(idx) if is_stored(A) else np.asarray(A)[idx]
+
+
+def row_blocks(A, rows: int | None = None):
+    """``(offset, rows)`` blocks of ``A``: one block for an array in memory, the stored
+    chunks (read one at a time) for a stored one."""
+    if is_stored(A):
+        yield from A.row_blocks(rows)
+    else:
+        yield 0, np.asarray(A)
+
+
+def row_range(A, start: int, stop: int) -> np.ndarray:
+    """Rows ``start:stop`` of ``A`` (in memory or stored)."""
+    return A.rows(start, stop) if is_stored(A) else np.asarray(A)[start:stop]
+
+
+def kept(v):
+    """A model array as `from_arrays` keeps it: a stored one stays in its store."""
+    return v if is_stored(v) else np.asarray(v)
+
+
 def like_input(Y: np.ndarray, X, *, cast: bool = False):
     """``Y`` (NumPy, X's rows) in the input's kind: a dask array in X's row chunks when X is
     dask, else NumPy; in X's dtype with ``cast``."""

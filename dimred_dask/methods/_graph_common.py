@@ -11,11 +11,11 @@ import numpy as np
 
 from .._compute import compute
 from .._validation import check_array, is_dask
-from ..blocks.neighbors import block_topk
+from ..blocks.neighbors import block_topk, streamed_topk
 from ..errors import InputError
 from ..graphs import (KNNGraph, check_connected, check_n_neighbors, graph_components,
                       join_components, knn_graph)
-from ._base import HasConvergence
+from ._base import HasConvergence, is_stored, kept, row_blocks
 
 __all__ = ["ArrayModel", "check_graph", "check_n_components_graph", "fit_graph",
            "is_graph_source", "new_neighbours", "training_rows"]
@@ -39,7 +39,7 @@ class ArrayModel(HasConvergence):
     @classmethod
     def from_arrays(cls, arrays: dict, scalars: dict):
         names = {f.name for f in fields(cls)}
-        kw = {n: np.asarray(arrays[f"{n}_"]) for n in cls._ARRAYS if f"{n}_" in arrays}
+        kw = {n: kept(arrays[f"{n}_"]) for n in cls._ARRAYS if f"{n}_" in arrays}
         kw.update({k: v for k, v in scalars.items() if k in names and k not in cls._ARRAYS})
         if "info" in names:
             kw["info"] = {k: v for k, v in scalars.items() if k not in names}
@@ -148,10 +148,13 @@ def training_rows(X, method: str) -> np.ndarray:
     return np.asarray(X)
 
 
-def new_neighbours(block: np.ndarray, X_fit: np.ndarray, k: int, metric: str = "euclidean",
+def new_neighbours(block: np.ndarray, X_fit, k: int, metric: str = "euclidean",
                    p: float = 2.0):
     """(indices, distances) of the ``k`` nearest training rows of each row of ``block``
-    (a training row finds itself first, at distance 0)."""
+    (a training row finds itself first, at distance 0). ``X_fit`` in memory, or stored
+    (`_base.is_stored`): then its chunks are read one at a time."""
+    if is_stored(X_fit):
+        return streamed_topk(np.asarray(block), row_blocks(X_fit), k, metric=metric, p=p)
     return block_topk(np.asarray(block), X_fit, k, metric=metric, p=p)
 
 

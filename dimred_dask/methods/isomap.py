@@ -38,7 +38,7 @@ from ..errors import InputError
 from ..graphs import (check_n_neighbors, geodesic_matrix, geodesic_rows,
                       geodesics_through_neighbours)
 from ..pairwise import check_metric
-from ._base import DimredEstimator, column_signs, like_input, rowwise
+from ._base import DimredEstimator, column_signs, kept, like_input, rows_at, rowwise
 from ._graph_common import (ArrayModel, fit_graph, new_neighbours, training_rows)
 from .mds import MDS_SOLVERS, MDSModel, choose_landmark_rows, classical_mds
 
@@ -86,7 +86,7 @@ class IsomapModel(ArrayModel):
     def from_arrays(cls, arrays: dict, scalars: dict):
         mds = MDSModel.from_arrays({k[4:]: v for k, v in arrays.items() if k.startswith("mds_")},
                                    scalars["mds"])
-        kw = {n: np.asarray(arrays[f"{n}_"]) for n in cls._ARRAYS if f"{n}_" in arrays}
+        kw = {n: kept(arrays[f"{n}_"]) for n in cls._ARRAYS if f"{n}_" in arrays}
         info = {k: v for k, v in scalars.items() if k not in ("n_neighbors", "metric", "mds")}
         return cls(mds=mds, n_neighbors=int(scalars["n_neighbors"]), metric=scalars["metric"],
                    info=info, **kw)
@@ -99,7 +99,8 @@ class IsomapModel(ArrayModel):
 
         def encode(block):
             idx, dist = new_neighbours(block, X_fit, k, metric)
-            g = geodesics_through_neighbours(idx, dist, ref)
+            uniq, at = np.unique(idx, return_inverse=True)  # only these rows of ref are read
+            g = geodesics_through_neighbours(at.reshape(idx.shape), dist, rows_at(ref, uniq))
             y = np.asarray(mds.transform(g), np.float64)
             return ((y - off) @ rot).astype(dtype)
 

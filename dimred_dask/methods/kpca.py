@@ -52,7 +52,8 @@ from ..linalg.threaded import one_blas_thread
 from ..linalg import (DENSE_MAX, choose_landmarks, column_stats, nystrom_error, nystrom_kernel,
                       nystrom_map, nystrom_top_eigh, resolve_landmark_method, take_rows, top_eigh)
 from ..pairwise import center_stats, check_kernel, double_center, pairwise_kernels
-from ._base import DimredEstimator, HasConvergence, column_signs, like_input, rowwise
+from ._base import (DimredEstimator, HasConvergence, column_signs, is_stored, kept, like_input,
+                    row_blocks, row_range, rowwise)
 
 __all__ = ["KernelPCA", "KernelPCAModel", "kernel_pca", "KPCA_SOLVERS"]
 
@@ -106,6 +107,8 @@ class KernelPCAModel(HasConvergence):
             def encode(block):
                 c = kernel_block(np.asarray(block), marks.astype(block.dtype), **kern)
                 return (c @ a.astype(c.dtype) - b).astype(dtype)
+        elif is_stored(self.X_fit) or is_stored(self.alphas):
+            encode = self._stored_encoder(dtype)
         else:
             weights = self.alphas * self._inv_sqrt()  # A Lambda^-1/2
             X_fit, row_means, kern = self.X_fit, self.row_means, self.kernel
@@ -117,6 +120,29 @@ class KernelPCAModel(HasConvergence):
                 return (kc @ weights).astype(dtype)
 
         return rowwise(X, encode, self.n_components, dtype)
+
+    def _stored_encoder(self, dtype):
+        """The exact transform with the training rows (and A) left in the run store: with
+        c = k - K 1/n, H c W = c W - mean(c) 1^T W, each summed one stored block at a time."""
+        X_fit, alphas, kern = self.X_fit, self.alphas, self.kernel
+        row_means, scale = np.asarray(self.row_means, np.float64), self._inv_sqrt()
+        n = int(X_fit.shape[0])
+
+        def encode(block):
+            block = np.asarray(block)
+            cw = np.zeros((block.shape[0], scale.shape[0]))
+            c_sum, w_sum = np.zeros(block.shape[0]), np.zeros(scale.shape[0])
+            for lo, part in row_blocks(X_fit):
+                hi = lo + part.shape[0]
+                c = kernel_block(block, part.astype(block.dtype), **kern).astype(np.float64)
+                c -= row_means[lo:hi]
+                w = np.asarray(row_range(alphas, lo, hi), np.float64) * scale
+                cw += c @ w
+                c_sum += c.sum(axis=1)
+                w_sum += w.sum(axis=0)
+            return (cw - np.outer(c_sum / n, w_sum)).astype(dtype)
+
+        return encode
 
     def arrays(self) -> dict[str, np.ndarray]:
         names = ("alphas", "X_fit", "row_means", "embedding", "landmarks", "coef", "offset")
@@ -131,7 +157,7 @@ class KernelPCAModel(HasConvergence):
     @classmethod
     def from_arrays(cls, arrays: dict, scalars: dict) -> "KernelPCAModel":
         info = {k: v for k, v in scalars.items() if k not in ("kernel", "solver", "n_samples")}
-        opt = {n: (np.asarray(arrays[f"{n}_"]) if f"{n}_" in arrays else None)
+        opt = {n: (kept(arrays[f"{n}_"]) if f"{n}_" in arrays else None)
                for n in ("alphas", "X_fit", "row_means", "embedding", "landmarks", "coef",
                          "offset")}
         return cls(dict(scalars["kernel"]), scalars["solver"],

@@ -24,7 +24,7 @@ from .._validation import check_array, check_is_fitted, check_n_features
 from ..errors import InputError
 from ..graphs import WEIGHTS, graph_csr, graph_weights, spectral_embedding
 from ..linalg import SPARSE_EIGEN_SOLVERS
-from ._base import DimredEstimator, like_input, rowwise
+from ._base import DimredEstimator, like_input, rows_at, rowwise
 from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph,
                             new_neighbours, training_rows)
 
@@ -52,8 +52,8 @@ class LaplacianEigenmapsModel(ArrayModel):
 
     def transform(self, X):
         dtype = X.dtype
-        X_fit, Y, k, t, metric = self.X_fit, np.asarray(self.embedding, np.float64), \
-            self.n_neighbors, self.t, self.metric
+        X_fit, Y, k, t, metric = self.X_fit, self.embedding, self.n_neighbors, self.t, \
+            self.metric  # X_fit and Y in memory or in a run store (rows read as needed)
         scale = 1.0 / np.maximum(1.0 - np.asarray(self.eigenvalues, np.float64), 1e-12)
         binary = self.weights == "binary"
 
@@ -61,7 +61,8 @@ class LaplacianEigenmapsModel(ArrayModel):
             idx, dist = new_neighbours(block, X_fit, k, metric)
             w = np.ones_like(dist) if binary else np.exp(-dist ** 2 / t)
             w = w / np.maximum(w.sum(axis=1, keepdims=True), np.finfo(float).tiny)
-            return (np.einsum("bk,bkc->bc", w, Y[idx]) * scale).astype(dtype)
+            y = np.asarray(rows_at(Y, idx), np.float64)
+            return (np.einsum("bk,bkc->bc", w, y) * scale).astype(dtype)
 
         return rowwise(X, encode, self.n_components, dtype)
 

@@ -49,7 +49,7 @@ from ..errors import InputError
 from ..linalg.convergence import solve_with_fallbacks
 from ..linalg.sparse_eigen import workers_at_hand
 from ..linalg.worker_lobpcg import bottom_eigsh_lobpcg_workers
-from ._base import DimredEstimator, like_input, rowwise
+from ._base import DimredEstimator, like_input, rows_at, rowwise
 from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph,
                             new_neighbours, training_rows)
 
@@ -88,10 +88,11 @@ class LLEModel(ArrayModel):
         X_fit, Y, k, reg, metric = self.X_fit, self.embedding, self.n_neighbors, self.reg, \
             self.metric
 
-        def encode(block):
+        def encode(block):  # X_fit and Y in memory or in a run store (rows read as needed)
             idx, _ = new_neighbours(block, X_fit, k, metric)
-            w = reconstruction_weights_block(np.asarray(block), X_fit[idx], reg)
-            return np.einsum("bk,bkc->bc", w, np.asarray(Y, np.float64)[idx]).astype(dtype)
+            w = reconstruction_weights_block(np.asarray(block), rows_at(X_fit, idx), reg)
+            return np.einsum("bk,bkc->bc", w,
+                             np.asarray(rows_at(Y, idx), np.float64)).astype(dtype)
 
         return rowwise(X, encode, self.n_components, dtype)
 

@@ -50,7 +50,8 @@ from ..errors import DimredWarning, InputError
 from ..linalg import choose_eigen_solver, column_stats, take_rows, top_eigh
 from ..linalg.convergence import diagnostic, require_converged
 from ..pairwise import center_stats, check_metric, double_center, pairwise_distances
-from ._base import DimredEstimator, HasConvergence, like_input, rowwise, sign_fix
+from ._base import (DimredEstimator, HasConvergence, is_stored, kept, like_input, row_blocks,
+                    row_range, rowwise, sign_fix)
 from ._precomputed import (SYMMETRY_RTOL, as_square, check_distance_matrix,  # noqa: F401
                            checked_distances, distance_stats, evaluate)
 
@@ -88,10 +89,13 @@ class _Triangulating(HasConvergence):
 
     def transform(self, X):
         """Embed rows of X (NumPy, or lazily row block by row block for dask)."""
+        ref = self._reference()
+        if is_stored(ref) or is_stored(self.proj):
+            return self._transform_stored(X)
         dtype = X.dtype
         proj, mean_sq = np.asarray(self.proj, np.float64), np.asarray(self.sq_means, np.float64)
         offset = np.zeros(proj.shape[1]) if self.offset is None else np.asarray(self.offset)
-        metric, shift, ref = dict(self.metric), self.shift, self._reference()
+        metric, shift = dict(self.metric), self.shift
         if ref is not None and shift is not None:
             ref = ref - shift.astype(ref.dtype)
 
@@ -107,6 +111,33 @@ class _Triangulating(HasConvergence):
 
         return rowwise(X, encode, proj.shape[1], dtype)
 
+    def _transform_stored(self, X):
+        """`transform` with the training rows (and their projection) left in the run store:
+        the sum over the training rows is taken one stored block at a time."""
+        dtype, k = X.dtype, self.n_components
+        offset = np.zeros(k) if self.offset is None else np.asarray(self.offset)
+        metric, shift, ref = dict(self.metric), self.shift, self._reference()
+        proj, mean_sq = self.proj, np.asarray(self.sq_means, np.float64)
+
+        def encode(block):
+            block = np.asarray(block)
+            if ref is not None and shift is not None:
+                block = block - shift.astype(block.dtype)
+            out = np.zeros((block.shape[0], k))
+            for lo, part in row_blocks(proj if ref is None else ref):
+                hi = lo + part.shape[0]
+                if ref is None:  # precomputed: the block holds distances to the training points
+                    delta, p = np.asarray(block[:, lo:hi], np.float64) ** 2, part
+                else:
+                    if shift is not None:
+                        part = part - shift.astype(part.dtype)
+                    delta = _sq_block(block, part.astype(block.dtype, copy=False), metric)
+                    p = row_range(proj, lo, hi)
+                out += (delta - mean_sq[lo:hi]) @ np.asarray(p, np.float64)
+            return (out + offset).astype(dtype)
+
+        return rowwise(X, encode, k, dtype)
+
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays that make up the model, for a store's ``model/`` group."""
         return {f"{n}_": np.asarray(getattr(self, n)) for n in self._ARRAYS
@@ -121,7 +152,7 @@ class _Triangulating(HasConvergence):
     @classmethod
     def from_arrays(cls, arrays: dict, scalars: dict):
         names = {f.name for f in fields(cls)}
-        kw = {n: np.asarray(arrays[f"{n}_"]) for n in cls._ARRAYS if f"{n}_" in arrays}
+        kw = {n: kept(arrays[f"{n}_"]) for n in cls._ARRAYS if f"{n}_" in arrays}
         kw.update({k: v for k, v in scalars.items() if k in names and k not in cls._ARRAYS})
         kw["metric"] = dict(kw["metric"])
         kw["info"] = {k: v for k, v in scalars.items() if k not in names}

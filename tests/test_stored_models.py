@@ -1,0 +1,134 @@
+"""Models loaded from a run store leave their training-sized arrays (X_fit, the training
+embedding, geodesics to landmarks, the eigenvector coefficients) in the store: loading costs
+the model's small arrays, and `transform` reads the rows it needs, block by block, in the
+process that runs it (a worker, for dask input), locally or from S3."""
+from __future__ import annotations
+
+import tracemalloc
+import uuid
+
+import dask.array as da
+import numpy as np
+import pytest
+
+import dimred_dask.io.stored_rows as stored_rows
+from dimred_dask.io import RunStore, StoredRows
+from dimred_dask.methods import (MDS, Isomap, KernelPCA, LandmarkIsomap, LaplacianEigenmaps,
+                                 LocallyLinearEmbedding)
+from flows.adapter import STORED_ARRAYS, save_model
+from flows.methods import get_method
+
+CASES = {
+    "lle": lambda: LocallyLinearEmbedding(n_neighbors=12),
+    "isomap": lambda: Isomap(n_neighbors=12),
+    "landmark-isomap": lambda: LandmarkIsomap(n_neighbors=12, n_landmarks=60),
+    "laplacian": lambda: LaplacianEigenmaps(n_neighbors=12),
+    "mds": lambda: MDS(),
+    "kpca": lambda: KernelPCA(kernel="rbf"),
+}
+
+
+def _stored(model) -> set:
+    return {k for k, v in vars(model).items() if isinstance(v, StoredRows)}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_loaded_model_reads_its_training_rows_from_the_store(name, tmp_path, monkeypatch):
+    rng = np.random.default_rng(3)
+    X, new = rng.normal(size=(1500, 8)), rng.normal(size=(97, 8))
+    est = CASES[name]().fit(X)
+    # chunks of a few rows: the transform's sums and top-k run across many stored blocks
+    monkeypatch.setattr(stored_rows, "MODEL_CHUNK_BYTES", 4096)
+    store = RunStore(str(tmp_path / "run"))
+    save_model(est._model, store)
+    loaded = get_method(name).load(store)
+    kept = _stored(loaded) | (_stored(loaded.mds) if hasattr(loaded, "mds") else set())
+    assert kept and kept <= {n.rstrip("_").removeprefix("mds_") for n in STORED_ARRAYS}, kept
+    if name == "isomap":  # the MDS of the n x n geodesics: its n x k arrays stay stored too
+        assert _stored(loaded.mds) == {"embedding", "proj"}
+    assert all(getattr(loaded, n).chunk_rows < 1500 for n in _stored(loaded))
+    want = est.transform(new)
+    got = loaded.transform(new)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12 * np.abs(want).max())
+    # dask input: the same, lazily
+    lazy = loaded.transform(da.from_array(new, chunks=40))
+    assert isinstance(lazy, da.Array)
+    np.testing.assert_allclose(lazy.compute(), want, rtol=1e-9,
+                               atol=1e-12 * np.abs(want).max())
+
+
+def test_stored_rows_read_what_zarr_holds(tmp_path, monkeypatch):
+    monkeypatch.setattr(stored_rows, "MODEL_CHUNK_BYTES", 1000)
+    A = np.arange(600 * 7, dtype=np.float32).reshape(600, 7)
+    store = RunStore(str(tmp_path / "run"))
+    store.write_array("model/X_fit_", A)
+    s = store.read_group("model", lazy={"X_fit_"})["X_fit_"]
+    assert isinstance(s, StoredRows) and s.chunk_rows == 35 and s.shape == A.shape
+    idx = np.array([[599, 0, 3], [3, 3, 598]])
+    np.testing.assert_array_equal(s.take_rows(idx), A[idx])
+    np.testing.assert_array_equal(s[idx], A[idx])
+    np.testing.assert_array_equal(np.concatenate([b for _, b in s.row_blocks()]), A)
+    assert [lo for lo, _ in s.row_blocks()][:3] == [0, 35, 70]
+    np.testing.assert_array_equal(np.asarray(s), A)
+    np.testing.assert_array_equal(s.to_dask().compute(), A)
+    with pytest.raises(IndexError):
+        s.take_rows([600])
+
+
+@pytest.fixture
+def bucket(s3_server):
+    import s3fs
+
+    name = f"models-{uuid.uuid4().hex[:8]}"
+    s3fs.S3FileSystem().mkdir(name)
+    return name
+
+
+def test_transform_after_load_from_s3_without_the_training_rows_in_memory(bucket, client,
+                                                                          monkeypatch):
+    """A model saved to S3 loads without its training-sized arrays, and a dask transform
+    carries only handles to them: the workers read the rows from S3 themselves. (Bytes are
+    counted by pickling, not traced: the S3 server of the tests runs in this process.)"""
+    import cloudpickle
+
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(12_000, 16))  # X_fit: 1.5 MB; geodesics to landmarks: 5.8 MB
+    new = rng.normal(size=(300, 16))
+    est = LandmarkIsomap(n_neighbors=10, n_landmarks=60).fit(X)
+    monkeypatch.setattr(stored_rows, "MODEL_CHUNK_BYTES", 2**18)  # several chunks each
+    url = f"s3://{bucket}/runs/iso"
+    save_model(est._model, RunStore(url))
+    want = est.transform(new)
+    training = X.nbytes + est._model.reference.nbytes + est._model.embedding.nbytes
+
+    loaded = get_method("landmark-isomap").load(RunStore(url))
+    assert {"X_fit", "reference", "embedding"} <= _stored(loaded)
+    assert len(cloudpickle.dumps(loaded)) < training / 100
+    lazy = loaded.transform(da.from_array(new, chunks=75))
+    graph = dict(lazy.__dask_graph__())
+    assert len(cloudpickle.dumps(graph)) < new.nbytes + training / 100
+    got = client.compute(lazy).result()
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12 * np.abs(want).max())
+
+
+def test_loading_a_model_costs_its_small_arrays(tmp_path):
+    from sklearn.datasets import make_swiss_roll
+
+    rng = np.random.default_rng(8)
+    roll, _ = make_swiss_roll(10_000, random_state=8)
+    X = roll @ np.linalg.qr(rng.normal(size=(16, 3)))[0].T  # a swiss roll in 16 dimensions
+    est = LocallyLinearEmbedding(n_neighbors=10, eigen_solver="arpack").fit(X)
+    store = RunStore(str(tmp_path / "run"))
+    save_model(est._model, store)
+    tracemalloc.start()
+    try:
+        loaded = get_method("lle").load(store)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert {"X_fit", "embedding"} <= _stored(loaded)
+    assert peak < X.nbytes / 10, (peak, X.nbytes)
+    new = X[:50] + rng.normal(scale=0.1, size=(50, 16))
+    want = est.transform(new)
+    np.testing.assert_allclose(loaded.transform(new), want, rtol=1e-9,
+                               atol=1e-12 * np.abs(want).max())
