@@ -11,7 +11,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("name", choices=["pca", "kpca", "mds", "knn", "isomap", "lle", "spectral",
                                     "clustering", "mvu", "tsne", "umap", "sparse", "scaling",
-                                    "shards"], help="which benchmark")
+                                    "shards", "models"], help="which benchmark")
     p.add_argument("--big", action="store_true",
                    help="out of core: a Zarr array on disk larger than memory (pca); "
                         "n = 1 000 000 Nyström on 4 GiB workers (kpca); 1 000 000 x 50 end to "
@@ -87,6 +87,10 @@ def main(argv=None) -> int:
         from . import sparse
 
         return sparse.main_big(args) if args.big else sparse.main(args)
+    if args.name == "models":
+        from . import models
+
+        return models.main(args)
     if args.name == "shards":
         from . import shards
 
