@@ -379,9 +379,17 @@ def load_model(output, *, storage_options: dict | None = None):
     ------
     StoreError, UncommittedOutputError
         Not a run store, or its run did not finish.
+    InputError
+        The method's model places no new rows (t-SNE, SNE and UMAP runs keep their
+        embeddings only).
     """
     from dimred_dask.io import open_output
 
     store = open_output(output, storage_options=storage_options)
     method = store.read_json("manifest.json")["method"]
-    return get_method(method).load(store)
+    model = get_method(method).load(store)
+    if not hasattr(model, "transform"):
+        raise InputError(f"The {method} run at {store.url} keeps its embeddings only; its "
+                         "model places no new rows.", f"fit dimred_dask's {method.upper()} "
+                         "estimator on the rows and call its transform.")
+    return model

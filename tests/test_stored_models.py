@@ -132,3 +132,26 @@ def test_loading_a_model_costs_its_small_arrays(tmp_path):
     want = est.transform(new)
     np.testing.assert_allclose(loaded.transform(new), want, rtol=1e-9,
                                atol=1e-12 * np.abs(want).max())
+
+
+def test_load_model_refuses_what_it_cannot_load(tmp_path):
+    from dimred_dask.errors import InputError, StoreError, UncommittedOutputError
+    from dimred_dask.methods._neighbor_runs import EmbeddingSet
+    from flows.methods import load_model
+
+    with pytest.raises(StoreError, match="No run output"):
+        load_model(str(tmp_path / "missing"))
+    est = LocallyLinearEmbedding(n_neighbors=8).fit(np.random.default_rng(1).normal(size=(60, 3)))
+    store = RunStore(str(tmp_path / "unfinished"))
+    store.prepare("new", {"method": "lle"})
+    save_model(est._model, store)
+    with pytest.raises(UncommittedOutputError):
+        load_model(str(tmp_path / "unfinished"))
+    store.commit({"method": "lle"})
+    assert isinstance(load_model(str(tmp_path / "unfinished")).X_fit, StoredRows)
+    umap_run = RunStore(str(tmp_path / "umap"))
+    umap_run.prepare("new", {"method": "umap"})
+    save_model(EmbeddingSet("umap", [np.zeros((60, 2))], [{}], [0.0]), umap_run)
+    umap_run.commit({"method": "umap"})
+    with pytest.raises(InputError, match="keeps its embeddings only"):
+        load_model(str(tmp_path / "umap"))
