@@ -50,7 +50,7 @@ from ..errors import DimredWarning, InputError
 from ..linalg import choose_eigen_solver, column_stats, take_rows, top_eigh
 from ..linalg.convergence import diagnostic, require_converged
 from ..pairwise import center_stats, check_metric, double_center, pairwise_distances
-from ._base import (DimredEstimator, HasConvergence, is_stored, kept, like_input, row_blocks,
+from ._base import (DimredEstimator, HasConvergence, kept, like_input, row_blocks,
                     row_range, rowwise, sign_fix)
 from ._precomputed import (SYMMETRY_RTOL, as_square, check_distance_matrix,  # noqa: F401
                            checked_distances, distance_stats, evaluate)
@@ -88,32 +88,10 @@ class _Triangulating(HasConvergence):
         return self.eigenvalues / self.trace if self.trace > 0 else np.zeros_like(self.eigenvalues)
 
     def transform(self, X):
-        """Embed rows of X (NumPy, or lazily row block by row block for dask)."""
-        ref = self._reference()
-        if is_stored(ref) or is_stored(self.proj):
-            return self._transform_stored(X)
-        dtype = X.dtype
-        proj, mean_sq = np.asarray(self.proj, np.float64), np.asarray(self.sq_means, np.float64)
-        offset = np.zeros(proj.shape[1]) if self.offset is None else np.asarray(self.offset)
-        metric, shift = dict(self.metric), self.shift
-        if ref is not None and shift is not None:
-            ref = ref - shift.astype(ref.dtype)
-
-        def encode(block):
-            block = np.asarray(block)
-            if ref is None:  # precomputed: the block holds distances to the training points
-                delta = np.asarray(block, np.float64) ** 2
-            else:
-                if shift is not None:
-                    block = block - shift.astype(block.dtype)
-                delta = _sq_block(block, ref.astype(block.dtype, copy=False), metric)
-            return ((delta - mean_sq) @ proj + offset).astype(dtype)
-
-        return rowwise(X, encode, proj.shape[1], dtype)
-
-    def _transform_stored(self, X):
-        """`transform` with the training rows (and their projection) left in the run store:
-        the sum over the training rows is taken one stored block at a time."""
+        """Embed rows of X (NumPy, or lazily row block by row block for dask). The sum over
+        the training rows (or landmarks) is taken one block at a time: all of them in
+        memory, or the stored chunks of a model loaded from a run store (`_base.row_blocks`).
+        """
         dtype, k = X.dtype, self.n_components
         offset = np.zeros(k) if self.offset is None else np.asarray(self.offset)
         metric, shift, ref = dict(self.metric), self.shift, self._reference()
