@@ -369,8 +369,9 @@ def load_model(output, *, storage_options: dict | None = None):
 
     Returns
     -------
-    model
-        The method's model (``PCAModel``, ``LLEModel``, ...). Its arrays with a row per
+    RunModel
+        The method's model (``PCAModel``, ``LLEModel``, ...; attribute ``model``), whose
+        ``transform`` checks new rows first. Its arrays with a row per
         training row (``X_fit``, the training embedding, geodesics, eigenvector coefficients)
         stay in the run store and are read by the rows ``transform`` needs, in the process
         that runs each block (a Dask worker for dask input).
@@ -392,4 +393,45 @@ def load_model(output, *, storage_options: dict | None = None):
         raise InputError(f"The {method} run at {store.url} keeps its embeddings only; its "
                          "model places no new rows.", f"fit dimred_dask's {method.upper()} "
                          "estimator on the rows and call its transform.")
-    return model
+    return RunModel(method, model)
+
+
+def _n_features(model) -> int | None:
+    """The number of columns the model's transform takes (None when it cannot tell)."""
+    for name in ("n_features_in", "X_fit", "mean", "landmarks", "components"):
+        value = getattr(model, name, None)
+        if isinstance(value, (int, np.integer)):
+            return int(value)
+        shape = getattr(value, "shape", None)
+        if shape:
+            return int(shape[-1] if name in ("X_fit", "landmarks", "components") else shape[0])
+    return None
+
+
+class RunModel:
+    """A finished run's model (`load_model`): ``transform`` checks new rows as the
+    estimators do (a 2-D finite float array of the training rows' columns) before placing
+    them; every other attribute is the model's."""
+
+    def __init__(self, method: str, model):
+        self.method, self.model, self.n_features = method, model, _n_features(model)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def __repr__(self) -> str:
+        return f"RunModel({self.method!r}, {type(self.model).__name__})"
+
+    def transform(self, X):
+        """Place the rows of X (NumPy, SciPy sparse where the method takes it, or dask for a
+        lazy result computed where it runs)."""
+        from dimred_dask._validation import check_array
+        from dimred_dask.methods import accepts_sparse
+
+        X = check_array(X, method=self.method.upper(), where="X", min_samples=1,
+                        accept_sparse=accepts_sparse(self.method))
+        if self.n_features is not None and X.shape[1] != self.n_features:
+            raise InputError(f"The {self.method.upper()} model was fitted on {self.n_features} "
+                             f"columns; X has {X.shape[1]}.",
+                             "pass rows with the training data's columns, in its order.")
+        return self.model.transform(X)

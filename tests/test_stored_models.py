@@ -148,7 +148,14 @@ def test_load_model_refuses_what_it_cannot_load(tmp_path):
     with pytest.raises(UncommittedOutputError):
         load_model(str(tmp_path / "unfinished"))
     store.commit({"method": "lle"})
-    assert isinstance(load_model(str(tmp_path / "unfinished")).X_fit, StoredRows)
+    loaded = load_model(str(tmp_path / "unfinished"))
+    assert isinstance(loaded.X_fit, StoredRows) and loaded.n_features == 3
+    with pytest.raises(InputError, match="fitted on 3 columns; X has 4"):
+        loaded.transform(np.zeros((2, 4)))
+    with pytest.raises(InputError):
+        loaded.transform(np.array([[0.0, np.nan, 1.0]]))
+    ints = np.array([[1, 0, -1], [0, 2, 1]])
+    np.testing.assert_array_equal(loaded.transform(ints), est.transform(ints.astype(float)))
     umap_run = RunStore(str(tmp_path / "umap"))
     umap_run.prepare("new", {"method": "umap"})
     save_model(EmbeddingSet("umap", [np.zeros((60, 2))], [{}], [0.0]), umap_run)
