@@ -10,8 +10,9 @@ import numpy as np
 from dimred_dask.errors import InputError
 from dimred_dask.graphs import KNN_BACKENDS, check_n_neighbors
 from dimred_dask.methods import (IsomapModel, LaplacianEigenmapsModel, LLEModel,
-                                 SpectralClusteringModel, isomap, landmark_isomap,
-                                 laplacian_eigenmaps, lle, spectral_clustering)
+                                 SpectralClusteringModel, isomap, laplacian_eigenmaps, lle,
+                                 spectral_clustering)
+from dimred_dask.methods.isomap import landmark_isomap_on_workers
 
 from .adapter import MethodAdapter, check_known, model_loader, save_model, training_embedding
 
@@ -35,7 +36,9 @@ DEFAULTS = {
                  "landmarks": "kmeans++", "eigen_solver": "auto", "tol": 1e-8, "n_init": 10,
                  "max_iter": 300, **GRAPH_KEYS},
 }
-FUNCTIONS = {"isomap": isomap, "landmark-isomap": landmark_isomap, "lle": lle,
+# landmark Isomap in the flow: its m x n geodesics stay on the workers, and the model's
+# reference and training rows are written to the run store from there
+FUNCTIONS = {"isomap": isomap, "landmark-isomap": landmark_isomap_on_workers, "lle": lle,
              "laplacian": laplacian_eigenmaps, "spectral": spectral_clustering}
 
 

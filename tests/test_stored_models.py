@@ -162,3 +162,39 @@ def test_load_model_refuses_what_it_cannot_load(tmp_path):
     umap_run.commit({"method": "umap"})
     with pytest.raises(InputError, match="keeps its embeddings only"):
         load_model(str(tmp_path / "umap"))
+
+
+def test_landmark_isomap_leaves_its_geodesics_on_the_workers(client, tmp_path):
+    """The flow's landmark Isomap: Dijkstra's m x n rows and the triangulation stay on the
+    workers, the reference and the training rows go to the run store from there; the
+    embedding and the stored arrays are the in-process fit's."""
+    from sklearn.datasets import make_swiss_roll
+
+    from dimred_dask.graphs import knn_graph
+    from dimred_dask.methods.isomap import landmark_isomap, landmark_isomap_on_workers
+
+    X, _ = make_swiss_roll(20_000, random_state=5)
+    Xd = da.from_array(X, chunks=5_000)
+    g = knn_graph(X, 10)
+    m = 400  # the m x n geodesics (64 MB) well above the graph's own O(n k) here
+    params = {"n_neighbors": 10, "n_landmarks": m, "graph": g, "random_state": 0}
+    here = landmark_isomap(X, **params)
+    tracemalloc.start()
+    try:
+        there = landmark_isomap_on_workers(Xd, **params)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    geodesics = m * X.shape[0] * 8  # the m x n float64 block the in-process fit holds
+    assert peak < geodesics / 4, (peak, geodesics)
+    assert isinstance(there.reference, da.Array) and isinstance(there.X_fit, da.Array)
+    np.testing.assert_allclose(there.embedding, here.embedding, rtol=1e-10,
+                               atol=1e-10 * np.abs(here.embedding).max())
+    store = RunStore(str(tmp_path / "run"))
+    save_model(there, store)
+    loaded = get_method("landmark-isomap").load(store)
+    np.testing.assert_array_equal(np.asarray(loaded.reference), here.reference)
+    np.testing.assert_array_equal(np.asarray(loaded.X_fit), X)
+    new = X[:30] + 0.05
+    np.testing.assert_allclose(loaded.transform(new), here.transform(new), rtol=1e-9,
+                               atol=1e-9 * np.abs(here.embedding).max())

@@ -31,7 +31,7 @@ from ..errors import DisconnectedGraphError, InputError
 from .connectivity import graph_csr
 from .knn import KNNGraph
 
-__all__ = ["dijkstra_block", "geodesic_matrix", "geodesic_rows",
+__all__ = ["dijkstra_block", "geodesic_matrix", "geodesic_rows", "geodesic_rows_on_workers",
            "geodesics_through_neighbours", "SOURCES_PER_TASK"]
 
 # Dijkstra sources per task: one source on a large graph is already a long computation, so a
@@ -126,6 +126,35 @@ def geodesic_rows(graph, sources, *, dtype=np.float64, per_task: int = SOURCES_P
     if unreachable.any():
         i = int(np.nonzero(unreachable.any(axis=1))[0][0])
         _disconnected(method, int(unreachable[i].sum()), csr.shape[0], int(sources[i]))
+    return rows
+
+
+def geodesic_rows_on_workers(graph, sources, *, dtype=np.float64,
+                             per_task: int = SOURCES_PER_TASK, method: str = "Isomap",
+                             stage: str = "geodesics (Dijkstra)"):
+    """`geodesic_rows` left on the workers: a persisted dask array (len(sources), n) in
+    blocks of ``per_task`` sources (needs a client). Only the count of unreachable vertices
+    per source comes back here, to raise `DisconnectedGraphError` as `geodesic_rows` does."""
+    import dask.array as da
+    from dask import delayed
+
+    client = active_client()
+    if client is None:
+        raise ValueError("geodesic_rows_on_workers needs a distributed client")
+    csr = _adjacency(graph)
+    n = csr.shape[0]
+    sources = np.asarray(sources, dtype=np.int64).ravel()
+    step = max(1, int(per_task))
+    shared = _shared(csr)
+    task = delayed(dijkstra_block, pure=True)
+    rows = da.concatenate([da.from_delayed(task(shared, sources[s:s + step], dtype),
+                                           shape=(min(step, sources.size - s), n), dtype=dtype)
+                           for s in range(0, sources.size, step)])
+    rows = client.persist(rows)
+    (unreached,) = compute((~da.isfinite(rows)).sum(axis=1), stage=stage)
+    if unreached.any():
+        i = int(np.nonzero(unreached)[0][0])
+        _disconnected(method, int(unreached[i]), n, int(sources[i]))
     return rows
 
 

@@ -264,14 +264,25 @@ class RunStore:
         return zarr.open_group(store=self._zarr_store(read_only=mode == "r"), mode=mode,
                                zarr_format=3, storage_options=self._zarr_options())
 
-    def write_array(self, name: str, value: np.ndarray) -> None:
+    def write_array(self, name: str, value) -> None:
         """A small array, or a model's (row chunks of `stored_rows.MODEL_CHUNK_BYTES`, so a
-        transform reads the rows it needs)."""
-        value = np.asarray(value)
+        transform reads the rows it needs). A dask array is written by the workers, chunk by
+        chunk, never passing through this process."""
+        lazy = hasattr(value, "dask") and hasattr(value, "chunks")
+        if not lazy:
+            value = np.asarray(value)
+        chunks = model_chunks(value.shape, value.dtype)
         arr = self._group().create_array(name, shape=value.shape, dtype=value.dtype,
-                                         chunks=model_chunks(value.shape, value.dtype),
-                                         overwrite=True, config=ALL_CHUNKS)
-        arr[...] = value
+                                         chunks=chunks, overwrite=True, config=ALL_CHUNKS)
+        if not lazy:
+            arr[...] = value
+            return
+        import dask.array as da
+
+        from .._compute import compute
+
+        target = value.rechunk(chunks) if chunks else value
+        compute(da.store(target, arr, lock=False, compute=False), stage=f"write {name}")
 
     def create_array(self, name: str, shape, chunks, dtype, compressors="auto"):
         """An array every chunk of which is stored when written, even one holding only the

@@ -28,8 +28,10 @@ class ArrayModel(HasConvergence):
     _ARRAYS: tuple = ()
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {f"{n}_": np.asarray(getattr(self, n)) for n in self._ARRAYS
-                if getattr(self, n) is not None}
+        """The arrays, NumPy; a dask one (a fit that left it on the workers) stays dask, for
+        the run store to write from the workers."""
+        return {f"{n}_": v if is_dask(v) else np.asarray(v) for n in self._ARRAYS
+                if (v := getattr(self, n)) is not None}
 
     def scalars(self) -> dict:
         out = {f.name: _plain(getattr(self, f.name)) for f in fields(self)

@@ -35,7 +35,7 @@ import numpy as np
 
 from .._validation import check_array, check_is_fitted, check_n_features, check_random_state
 from ..errors import InputError
-from ..graphs import (check_n_neighbors, geodesic_matrix, geodesic_rows,
+from ..graphs import (check_n_neighbors, geodesic_matrix, geodesic_rows, geodesic_rows_on_workers,
                       geodesics_through_neighbours)
 from ..pairwise import check_metric
 from ._base import DimredEstimator, column_signs, kept, like_input, rows_at, rowwise
@@ -258,6 +258,31 @@ def landmark_isomap(X, *, n_components=2, n_neighbors=10, n_landmarks=None,
     SolverError
         The landmarks' MDS eigensolver did not converge.
     """
+    return _landmark_isomap(X, n_components=n_components, n_neighbors=n_neighbors,
+                            n_landmarks=n_landmarks, landmarks=landmarks, metric=metric,
+                            knn_backend=knn_backend, join_components=join_components,
+                            random_state=random_state, graph=graph, on_workers=False)
+
+
+def landmark_isomap_on_workers(X, **params) -> IsomapModel:
+    """`landmark_isomap` (same parameters) for dask ``X`` with a distributed client, the
+    geodesics left on the workers: Dijkstra's m x n rows stay there, and so does the
+    triangulation; only the m x m landmark block and the n x k embedding come back. The
+    model's ``reference`` (n x m) is a dask array persisted on the workers and its ``X_fit``
+    is ``X`` itself, so that the flow writes both to the run store from the workers (NumPy
+    input, or no client: `landmark_isomap`)."""
+    from .._compute import active_client
+    from .._validation import is_dask
+
+    on_workers = is_dask(X) and active_client() is not None
+    kw = {"n_components": 2, "n_neighbors": 10, "n_landmarks": None, "landmarks": "maxmin",
+          "metric": "euclidean", "knn_backend": "auto", "join_components": False,
+          "random_state": 0, "graph": None, **params}
+    return _landmark_isomap(X, **kw, on_workers=on_workers)
+
+
+def _landmark_isomap(X, *, n_components, n_neighbors, n_landmarks, landmarks, metric,
+                     knn_backend, join_components, random_state, graph, on_workers):
     X = check_array(X, method="LandmarkIsomap")
     n = X.shape[0]
     m = min(n, DEFAULT_N_LANDMARKS) if n_landmarks is None else n_landmarks
@@ -274,24 +299,52 @@ def landmark_isomap(X, *, n_components=2, n_neighbors=10, n_landmarks=None,
                   backend=knn_backend, join_components_=join_components,
                   random_state=random_state)
     _, idx = choose_landmark_rows(X, int(m), landmarks, check_metric(metric, 2.0), rng, "X")
-    GL = geodesic_rows(g, idx, method="LandmarkIsomap")  # (m, n)
-    block = GL[:, idx]
-    mds = classical_mds((block + block.T) / 2, n_components=k, metric="precomputed",
-                        solver="auto", random_state=rng,
-                        where="the landmarks' geodesic distance matrix")
-    reference = np.ascontiguousarray(GL.T, dtype=X.dtype)  # (n, m)
-    del GL
-    Y = np.concatenate([np.asarray(mds.transform(reference[s:s + TRIANGULATE_ROWS]),
-                                   np.float64)
-                        for s in range(0, n, TRIANGULATE_ROWS)])
+    if on_workers:
+        mds, reference, Y = _triangulate_on_workers(g, idx, k, rng, X.dtype)
+        X_fit = X
+    else:
+        GL = geodesic_rows(g, idx, method="LandmarkIsomap")  # (m, n)
+        mds = _landmark_mds(GL[:, idx], k, rng)
+        reference = np.ascontiguousarray(GL.T, dtype=X.dtype)  # (n, m)
+        del GL
+        Y = np.concatenate([np.asarray(mds.transform(reference[s:s + TRIANGULATE_ROWS]),
+                                       np.float64)
+                            for s in range(0, n, TRIANGULATE_ROWS)])
+        X_fit = training_rows(X, "LandmarkIsomap")
     offset, rotation = _principal_axes(Y)
     Y = (Y - offset) @ rotation
     signs = column_signs(Y[idx])
     rotation, Y = rotation * signs, Y * signs
     info = {"graph": _graph_info(g), "n_landmarks": int(m), "landmark_method": landmarks,
             "convergence": _mds_records(mds, "the landmarks' B")}
-    return IsomapModel(Y.astype(X.dtype), mds, reference, training_rows(X, "LandmarkIsomap"),
-                       rotation, offset, int(n_neighbors), metric, np.asarray(idx), info)
+    return IsomapModel(Y.astype(X.dtype), mds, reference, X_fit, rotation, offset,
+                       int(n_neighbors), metric, np.asarray(idx), info)
+
+
+def _landmark_mds(block: np.ndarray, k: int, rng):
+    return classical_mds((block + block.T) / 2, n_components=k, metric="precomputed",
+                         solver="auto", random_state=rng,
+                         where="the landmarks' geodesic distance matrix")
+
+
+def _triangulate_on_workers(g, idx, k: int, rng, dtype):
+    """(landmark MDS, reference (n, m) persisted on the workers, Y (n, k) float64 here): the
+    same operations as the in-process path, block by block where the geodesics are."""
+    from .._compute import active_client, compute
+
+    GL = geodesic_rows_on_workers(g, idx, method="LandmarkIsomap")  # (m, n) on the workers
+    (block,) = compute(GL[:, idx], stage="LandmarkIsomap: the landmarks' geodesics")
+    mds = _landmark_mds(np.asarray(block), k, rng)
+    reference = active_client().persist(GL.T.astype(dtype).rechunk({0: TRIANGULATE_ROWS,
+                                                                     1: -1}))
+    del GL
+
+    def triangulate(rows):
+        return np.asarray(mds.transform(np.ascontiguousarray(rows)), np.float64)
+
+    Y = reference.map_blocks(triangulate, chunks=(reference.chunks[0], (k,)), dtype=np.float64)
+    (Y,) = compute(Y, stage="LandmarkIsomap: triangulation")
+    return mds, reference, np.asarray(Y)
 
 
 def _principal_axes(Y: np.ndarray):
