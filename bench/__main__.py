@@ -53,6 +53,10 @@ def main(argv=None) -> int:
     p.add_argument("--exact", action="store_true",
                    help="isomap: exact Isomap against scikit-learn's at n = 10 000 and 20 000 "
                         "(--rows: one n), --repeat rounds in turns")
+    p.add_argument("--compare-workers", action="store_true",
+                   help="isomap: landmark Isomap at --rows (default 1 000 000) on one kNN "
+                        "graph with its geodesics in this process and on the workers, in "
+                        "turns (--repeat rounds)")
     p.add_argument("--skip-big", action="store_true",
                    help="isomap: only the n = 20 000 comparison, not the 1 000 000 run")
     p.add_argument("--solver", default=None,
@@ -106,6 +110,8 @@ def main(argv=None) -> int:
     if args.name == "isomap":
         from . import graph
 
+        if args.compare_workers:
+            return graph.main_isomap_workers(args)
         return graph.main_isomap_exact(args) if args.exact else graph.main_isomap(args)
     if args.name in ("lle", "spectral"):
         from . import graph

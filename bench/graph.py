@@ -174,6 +174,54 @@ def main_isomap(args) -> int:
     return 0
 
 
+def main_isomap_workers(args) -> int:
+    """Landmark Isomap at ``--rows`` (default 1 000 000) on one kNN graph, its geodesics in
+    this process (the estimator's path) and left on the workers (the flow's path), in turns:
+    time, this process's peak RSS (the flow's process in a run), the workers' peaks, and the
+    largest difference between the two embeddings."""
+    import dask.array as da
+    from distributed import wait
+
+    from dimred_dask.graphs import knn_graph
+    from dimred_dask.methods.isomap import landmark_isomap, landmark_isomap_on_workers
+
+    n = args.rows or 1_000_000
+    print(f"# bench isomap --compare-workers: swiss roll n = {n:,}, {N_LANDMARKS} landmarks, "
+          f"k = {K}; {machine()}; load {os.getloadavg()}", flush=True)
+    X, t = swiss_roll(n, seed=1)
+    cluster, client = _cluster()
+    rows = []
+    try:
+        pids = list(client.run(os.getpid).values())
+        Xd = da.from_array(X, chunks=(100_000, 3)).persist()
+        wait(Xd)
+        g = knn_graph(Xd, K, backend="exact" if n <= 50_000 else "nndescent", random_state=0)
+        kw = {"n_neighbors": K, "n_landmarks": N_LANDMARKS, "graph": g, "random_state": 0}
+        ways = (("geodesics in this process", landmark_isomap),
+                ("geodesics on the workers", landmark_isomap_on_workers))
+        embeddings = {}
+        for r in range(max(1, args.repeat)):
+            for label, fit in ways:
+                row, model = _measured(f"{label} (round {r + 1})", lambda: fit(Xd, **kw), pids)
+                row["quality"] = _spearman(model.embedding, t)
+                embeddings[label] = np.asarray(model.embedding, np.float64)
+                rows.append(row)
+                del model
+            print(f"  round {r + 1}: workers / this process = "
+                  f"{rows[-1]['seconds'] / rows[-2]['seconds']:.2f} (time), "
+                  f"{rows[-1]['client_peak'] / rows[-2]['client_peak']:.2f} (client peak)",
+                  flush=True)
+        a, b = embeddings.values()
+        print(f"largest difference between the embeddings: {np.abs(a - b).max():.3g} "
+              f"(scale {np.abs(a).max():.3g})")
+    finally:
+        client.close()
+        cluster.close()
+    _table(rows, "Spearman(t, best coordinate)")
+    print(f"load after: {os.getloadavg()}")
+    return 0
+
+
 TARGET_EXACT_RATIO = 0.5
 TARGET_EXACT_PROCRUSTES = 1e-6
 
