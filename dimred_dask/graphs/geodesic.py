@@ -115,7 +115,7 @@ def geodesic_rows(graph, sources, *, dtype=np.float64, per_task: int = SOURCES_P
 
     csr = _adjacency(graph)
     sources = np.asarray(sources, dtype=np.int64).ravel()
-    blocks = [sources[s:s + per_task] for s in range(0, sources.size, max(1, int(per_task)))]
+    blocks = _source_blocks(sources, per_task)
     if len(blocks) <= 1 and active_client() is None:
         rows = dijkstra_block(csr, sources, dtype)
     else:
@@ -127,6 +127,11 @@ def geodesic_rows(graph, sources, *, dtype=np.float64, per_task: int = SOURCES_P
         i = int(np.nonzero(unreachable.any(axis=1))[0][0])
         _disconnected(method, int(unreachable[i].sum()), csr.shape[0], int(sources[i]))
     return rows
+
+
+def _source_blocks(sources: np.ndarray, per_task: int) -> list:
+    step = max(1, int(per_task))
+    return [sources[s:s + step] for s in range(0, sources.size, step)]
 
 
 def geodesic_rows_on_workers(graph, sources, *, dtype=np.float64,
@@ -144,12 +149,11 @@ def geodesic_rows_on_workers(graph, sources, *, dtype=np.float64,
     csr = _adjacency(graph)
     n = csr.shape[0]
     sources = np.asarray(sources, dtype=np.int64).ravel()
-    step = max(1, int(per_task))
     shared = _shared(csr)
     task = delayed(dijkstra_block, pure=True)
-    rows = da.concatenate([da.from_delayed(task(shared, sources[s:s + step], dtype),
-                                           shape=(min(step, sources.size - s), n), dtype=dtype)
-                           for s in range(0, sources.size, step)])
+    rows = da.concatenate([da.from_delayed(task(shared, b, dtype), shape=(b.size, n),
+                                           dtype=dtype)
+                           for b in _source_blocks(sources, per_task)])
     rows = client.persist(rows)
     (unreached,) = compute((~da.isfinite(rows)).sum(axis=1), stage=stage)
     if unreached.any():

@@ -28,6 +28,7 @@ data gives back ``embedding_``.
 """
 from __future__ import annotations
 
+import inspect
 import numbers
 from dataclasses import dataclass, field
 
@@ -275,10 +276,12 @@ def landmark_isomap_on_workers(X, **params) -> IsomapModel:
     from .._validation import is_dask
 
     on_workers = is_dask(X) and active_client() is not None
-    kw = {"n_components": 2, "n_neighbors": 10, "n_landmarks": None, "landmarks": "maxmin",
-          "metric": "euclidean", "knn_backend": "auto", "join_components": False,
-          "random_state": 0, "graph": None, **params}
-    return _landmark_isomap(X, **kw, on_workers=on_workers)
+    defaults = {k: p.default for k, p in inspect.signature(landmark_isomap).parameters.items()
+                if p.kind is p.KEYWORD_ONLY}
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise TypeError(f"landmark_isomap_on_workers got unknown parameters {unknown}")
+    return _landmark_isomap(X, **{**defaults, **params}, on_workers=on_workers)
 
 
 def _landmark_isomap(X, *, n_components, n_neighbors, n_landmarks, landmarks, metric,
