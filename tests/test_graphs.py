@@ -102,7 +102,7 @@ def test_nndescent_recall(blobs):
     assert g.indices.dtype == np.int64 and g.distances.dtype == np.float64
     assert set(g.info["seconds_in_task"]) == {"order", "nndescent", "tidy"}
     # pynndescent's own defaults, which nndescent_kwds overrides
-    from dimred_dask.graphs.knn import _nndescent_kw
+    from dimred_dask.graphs.nndescent import _nndescent_kw
 
     assert _nndescent_kw(3000, 0, None) == {"random_state": 0}
     assert _nndescent_kw(3000, 0, {"delta": 0.001})["delta"] == 0.001
@@ -111,15 +111,15 @@ def test_nndescent_recall(blobs):
 def _spy_locality_order(monkeypatch):
     """Record each order that the kNN stage computes (a real call, not a stand-in): proves
     the ordered path was taken without reading a timer, which rounds to 0.0 on a fast host."""
-    from dimred_dask.graphs import knn as knn_module
+    from dimred_dask.graphs import nndescent as nnd
 
-    orders, real = [], knn_module.locality_order
+    orders, real = [], nnd.locality_order
 
     def spy(*args, **kwargs):
         orders.append(real(*args, **kwargs))
         return orders[-1]
 
-    monkeypatch.setattr(knn_module, "locality_order", spy)
+    monkeypatch.setattr(nnd, "locality_order", spy)
     return orders
 
 
@@ -127,7 +127,7 @@ def _spy_locality_order(monkeypatch):
 def test_nndescent_in_locality_order_maps_back_to_the_given_rows(blobs, dtype, monkeypatch):
     # the rows are permuted into one random projection tree's leaf order before NN-descent
     # (forced here: by default only from LOCALITY_MIN_BYTES up) and the graph is mapped back
-    from dimred_dask.graphs.knn import _nndescent_compact, locality_order
+    from dimred_dask.graphs.nndescent import _nndescent_compact, locality_order
 
     X = blobs.astype(dtype)
     order = locality_order(blobs, 0)
@@ -153,19 +153,19 @@ def test_nndescent_in_locality_order_maps_back_to_the_given_rows(blobs, dtype, m
 def test_gathered_chunks_take_the_locality_order_above_the_size_threshold(blobs, monkeypatch):
     # the worker task's path (chunks gathered, then ordered); the threshold lowered so that
     # 120 KB of data take it (by default 32 MiB)
-    from dimred_dask.graphs import knn as knn_module
+    from dimred_dask.graphs import nndescent as nnd
 
-    monkeypatch.setattr(knn_module, "LOCALITY_MIN_BYTES", 0)
+    monkeypatch.setattr(nnd, "LOCALITY_MIN_BYTES", 0)
     orders = _spy_locality_order(monkeypatch)
-    idx, dist, seconds = knn_module._gathered_nndescent(10, "euclidean", {}, {"random_state": 0},
+    idx, dist, seconds = nnd._gathered_nndescent(10, "euclidean", {}, {"random_state": 0},
                                                         None, None,
                                                         *np.array_split(blobs, 3))
     assert len(orders) == 1 and (orders[0] != np.arange(3000)).any()
     recomputed = np.linalg.norm(blobs[:, None, :].astype(np.float64) - blobs[idx], axis=2)
     np.testing.assert_allclose(dist, recomputed, rtol=1e-5, atol=1e-5)
     assert not (idx == np.arange(3000)[:, None]).any()
-    monkeypatch.setattr(knn_module, "LOCALITY_MIN_BYTES", blobs.nbytes + 1)
-    assert knn_module._locality_prepare(blobs, "euclidean", {}, None)[1] is None
+    monkeypatch.setattr(nnd, "LOCALITY_MIN_BYTES", blobs.nbytes + 1)
+    assert nnd._locality_prepare(blobs, "euclidean", {}, None)[1] is None
 
 
 def test_nndescent_gathers_dask_input_into_one_task(client):
@@ -540,12 +540,12 @@ def test_exact_kth_distance_matches_the_sorted_panels(metric, kind):
 
 
 def test_a_pilot_on_subsets_starts_hard_data_with_a_denser_search(hard_blobs, monkeypatch):
-    from dimred_dask.graphs import knn as knn_module
+    from dimred_dask.graphs import nndescent as nnd
 
     # 30 000 rows take the pilot, on subsets as large as it takes at 200 000 rows and above
-    monkeypatch.setattr(knn_module, "PILOT_MIN_ROWS", 20_000)
-    monkeypatch.setattr(knn_module, "PILOT_ROWS", 15_000)
-    monkeypatch.setattr(knn_module, "PILOT_SHARES", (1 / 8, 1 / 4))
+    monkeypatch.setattr(nnd, "PILOT_MIN_ROWS", 20_000)
+    monkeypatch.setattr(nnd, "PILOT_ROWS", 15_000)
+    monkeypatch.setattr(nnd, "PILOT_SHARES", (1 / 8, 1 / 4))
     g = knn_graph(hard_blobs, 10, backend="nndescent", target_recall=0.97, recall_budget=600)
     pilot = g.info["recall_search"]["pilot"]
     assert pilot["rows"] == [7500, 15000] and pilot["predicted"] < 0.97
