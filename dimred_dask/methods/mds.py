@@ -34,33 +34,30 @@ up to ``STRESS_MAX_ROWS`` points, else on a random sample of that many rows (see
 """
 from __future__ import annotations
 
-import numbers
-import warnings
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
-from scipy.spatial.distance import cdist
 
 from .._validation import (check_array, check_is_fitted, check_n_features, check_random_state,
                            is_dask, nonfinite_error)
 from ..blocks.centring import double_centred
-from ..blocks.kernels import METRICS, distance_block
+from ..blocks.kernels import distance_block
 from ..blocks.landmarks import maxmin
-from ..errors import DimredWarning, InputError
-from ..linalg import choose_eigen_solver, column_stats, take_rows, top_eigh
-from ..linalg.convergence import diagnostic, require_converged
-from ..pairwise import center_stats, check_metric, double_center, pairwise_distances
+from ..errors import InputError
+from ..linalg import choose_eigen_solver, column_stats, take_rows
+from ..pairwise import center_stats, double_center
 from ._base import (DimredEstimator, HasConvergence, kept, like_input, row_blocks,
-                    row_range, rowwise, sign_fix)
+                    row_range, rowwise)
+from ._mds_parts import (MDS_SOLVERS, _check_int, _check_metric,
+                         _check_n_components, _check_solver, _eigen, _kruskal_stress, _shift,
+                         _sq_block, _squared_matrix, _stress_rows)
 from ._precomputed import (SYMMETRY_RTOL, as_square, check_distance_matrix,  # noqa: F401
                            checked_distances, distance_stats, evaluate)
 
 __all__ = ["LANDMARK_CHOICES", "MDS", "MDS_SOLVERS", "LandmarkMDS", "LandmarkMDSModel",
            "MDSModel", "check_distance_matrix", "classical_mds", "landmark_mds"]
 
-MDS_SOLVERS = ("auto", "dense", "randomized", "lanczos")
 LANDMARK_CHOICES = ("maxmin", "uniform")
-STRESS_MAX_ROWS = 2000  # stress is exact up to this many points, sampled above
 DEFAULT_N_LANDMARKS = 1000  # n_landmarks=None: min(n_samples, this)
 LANDMARK_SAMPLE_FACTOR = 10  # max-min runs on a uniform sample of this many times m rows
 
@@ -205,169 +202,6 @@ class LandmarkMDSModel(_Triangulating):
     @property
     def n_landmarks(self) -> int:
         return int(self.landmarks.shape[0])
-
-
-# --------------------------------------------------------------------------- parameters
-
-
-def _check_metric(metric, p, method: str) -> dict:
-    if metric == "precomputed":
-        return {"metric": "precomputed"}
-    if not isinstance(metric, str) or metric not in METRICS:
-        raise InputError(f"{method} needs metric as one of {', '.join(METRICS)} or "
-                         f"'precomputed'; found {metric!r}.",
-                         "pass metric='euclidean' (the default), or metric='precomputed' with "
-                         "an n x n distance matrix.")
-    return check_metric(metric, p)
-
-
-def _check_int(value, name: str, low: int, high: int, method: str, why: str, fix: str) -> int:
-    if (not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_))
-            or not low <= value <= high):
-        raise InputError(f"{method} needs {name} as an int in [{low}, {high}] ({why}); found "
-                         f"{name}={value!r}.", fix)
-    return int(value)
-
-
-def _check_n_components(n_components, n: int, method: str) -> int:
-    if n < 2:
-        raise InputError(f"{method} needs at least 2 samples; found {n} sample(s).",
-                         "pass more samples.")
-    return _check_int(n_components, "n_components", 1, n - 1, method,
-                      f"B = -1/2 J D2 J of n_samples={n} points has rank at most n - 1",
-                      f"pass n_components between 1 and {n - 1}.")
-
-
-def _check_solver(solver, method: str) -> str:
-    if solver not in MDS_SOLVERS:
-        raise InputError(f"{method} solver must be one of {', '.join(MDS_SOLVERS)}; found "
-                         f"{solver!r}.", "pass solver='auto' (dense up to a few thousand "
-                         "points, randomized above).")
-    return solver
-
-
-# --------------------------------------------------------------------------- distances
-
-
-def _sq_block(a: np.ndarray, b: np.ndarray, metric: dict) -> np.ndarray:
-    """Squared distances between two row blocks, float64."""
-    if metric["metric"] == "euclidean":
-        return distance_block(a, b, "sqeuclidean").astype(np.float64)
-    return distance_block(a, b, **metric).astype(np.float64) ** 2
-
-
-def _shift(X, metric: dict):
-    """A centre subtracted before Euclidean distances (they are translation invariant): the
-    distances are assembled from norms, which loses digits far from the origin."""
-    if metric["metric"] != "euclidean":
-        return None
-    if is_dask(X):
-        head = take_rows(X, np.arange(min(X.shape[0], X.chunks[0][0])), "MDS: centre")
-        return head.mean(axis=0, dtype=np.float64)
-    return X.mean(axis=0, dtype=np.float64)
-
-
-def _squared_matrix(X, metric: dict, shift):
-    """D2 of the rows of X, float64, exactly symmetric with a zero diagonal; lazy for dask."""
-    if shift is not None:
-        X = X - shift.astype(X.dtype)
-    if metric["metric"] == "euclidean":
-        return pairwise_distances(X, metric="sqeuclidean").astype(np.float64)
-    return pairwise_distances(X, **metric).astype(np.float64) ** 2
-
-
-# --------------------------------------------------------------------------- spectrum
-
-
-def _rounding_tol(lam_max: float, n: int, dtype) -> float:
-    return float(n * np.finfo(np.dtype(dtype)).eps * max(abs(lam_max), np.finfo(float).tiny))
-
-
-def _kept_scale(lam: np.ndarray, tol: float, method: str):
-    """(sqrt(lambda), lambda^-1/2), both zero for eigenvalues not above rounding."""
-    ok = lam > tol
-    if not ok.all():
-        warnings.warn(DimredWarning(
-            f"{method}: {int((~ok).sum())} of the {lam.size} requested components have "
-            f"eigenvalue <= {tol:.3g} (values {np.round(lam[~ok], 12).tolist()}): the "
-            "distances are realised in fewer dimensions, or B is not positive there. Those "
-            "components are set to 0. Ask for fewer components."), stacklevel=4)
-    root = np.sqrt(np.where(ok, lam, 1.0))
-    return np.where(ok, root, 0.0), np.where(ok, 1.0 / root, 0.0)
-
-
-def _negative_part(B, eig, k: int, tol: float, measure: bool, eig_kw: dict):
-    """(negative eigenvalues ascending, negative_mass or None, negative_ratio or None, passes,
-    the solves' convergence records)."""
-    lam_max = float(eig.values[0])
-    if eig.spectrum is not None:
-        sp = eig.spectrum
-        neg = np.sort(sp[sp < -tol])
-        total = float(np.abs(sp).sum())
-        mass = float(np.abs(neg).sum() / total) if total > 0 else 0.0
-        lowest, passes, recs = float(sp[-1]), 0, []
-    elif measure:
-        low, passes, recs = _lowest(B, eig, k, tol, eig_kw)
-        neg, mass, lowest = low[low < -tol], None, float(low[0])
-    else:
-        return np.zeros(0), None, None, 0, []
-    ratio = -lowest / lam_max if lam_max > 0 and -lowest > tol else 0.0
-    return np.asarray(neg, np.float64), mass, float(ratio), passes, recs
-
-
-def _lowest(B, eig, k: int, tol: float, eig_kw: dict):
-    """The k smallest eigenvalues (ascending), the passes and records. Lanczos asks for the
-    smallest one first: B of Euclidean distances has an (n - rank)-fold eigenvalue 0, where
-    ARPACK cannot converge to k > 1 copies; only a negative lambda_min calls for k more."""
-    stage = "MDS: negative eigenvalues"
-    if eig.solver != "lanczos":
-        low = top_eigh(B, k, solver=eig.solver, which="SA", shift=float(eig.values[0]),
-                       stage=stage, **eig_kw)
-        return np.asarray(low.values), int(low.passes), [diagnostic(low.convergence)]
-    low = top_eigh(B, 1, solver="lanczos", which="SA", stage=stage, **eig_kw)
-    if k == 1 or low.values[0] >= -tol:
-        return np.asarray(low.values), int(low.passes), [diagnostic(low.convergence)]
-    more = top_eigh(B, k, solver="lanczos", which="SA", stage=stage, **eig_kw)
-    return (np.asarray(more.values), int(low.passes) + int(more.passes),
-            [diagnostic(low.convergence), diagnostic(more.convergence)])
-
-
-def _eigen(B, k: int, n: int, dtype, solver: str, eig_kw: dict, measure: bool, method: str):
-    """Top-k eigenpairs of B (sign-fixed), the scales, and the negative part."""
-    eig = top_eigh(B, k, solver=solver, stage=f"{method} eigensolver", **eig_kw)
-    require_converged(eig.convergence, method, "pass solver='dense' (n up to a few thousand) "
-                      "or solver='randomized' (fixed passes).")
-    lam = np.asarray(eig.values, np.float64)
-    tol = _rounding_tol(lam[0], n, dtype)
-    vectors = sign_fix(np.asarray(eig.vectors).T).T
-    root, inv = _kept_scale(lam, tol, method)
-    neg, mass, ratio, passes, recs = _negative_part(B, eig, k, tol, measure, eig_kw)
-    info = {"passes": int(eig.passes) + passes, "rounding_tol": tol,
-            "convergence": [{**eig.convergence, "step": f"top {k} eigenpairs of B"}] +
-                           [{**r, "step": f"{r['step']} of B (negative part)"} for r in recs],
-            "n_dropped_components": int((root == 0).sum()),
-            "negative_ratio_is_lower_bound": bool(measure and eig.solver == "randomized")}
-    return eig.solver, lam, vectors, root, inv, (neg, mass, ratio), info
-
-
-# --------------------------------------------------------------------------- stress
-
-
-def _stress_rows(n: int, rng):
-    if n <= STRESS_MAX_ROWS:
-        return np.arange(n), True
-    return np.sort(rng.choice(n, size=STRESS_MAX_ROWS, replace=False)), False
-
-
-def _kruskal_stress(d: np.ndarray, y: np.ndarray) -> float:
-    """Stress-1 of an embedding ``y`` of points with distance matrix ``d`` (over i < j)."""
-    d = np.asarray(d, np.float64)
-    y = np.asarray(y, np.float64)
-    iu = np.triu_indices(d.shape[0], 1)
-    dy = cdist(y, y)[iu]
-    d = d[iu]
-    den = float((d * d).sum())
-    return float(np.sqrt(((d - dy) ** 2).sum() / den)) if den > 0 else 0.0
 
 
 # --------------------------------------------------------------------------- classical MDS
