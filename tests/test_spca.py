@@ -10,9 +10,10 @@ from sklearn.decomposition import PCA as SkPCA
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dimred_dask.errors import DimredWarning, InputError
+from dimred_dask.methods.hsic import hsic
 from dimred_dask.methods.spca import (KernelSupervisedPCA, KernelSupervisedPCAModel,
-                                      SupervisedPCA, SupervisedPCAModel, hsic,
-                                      kernel_supervised_pca, supervised_pca)
+                                      SupervisedPCA, SupervisedPCAModel, kernel_supervised_pca,
+                                      supervised_pca)
 from tests.data import low_rank
 
 # Linear SPCA against the dense oracle eigh(X^T H B H X): both exact in float64; the SVD of

@@ -12,8 +12,9 @@ from .spectral_clustering import (SpectralClustering, SpectralClusteringModel,
 from .mvu import MaximumVarianceUnfolding, SDPEmbeddingModel, mvu
 from .are import ActionRespectingEmbedding, action_respecting_embedding
 from .landmark_mvu import LandmarkMVU, landmark_mvu
-from .spca import (HSICResult, KernelSupervisedPCA, KernelSupervisedPCAModel, SupervisedPCA,
-                   SupervisedPCAModel, hsic, kernel_supervised_pca, supervised_pca)
+from .spca import (KernelSupervisedPCA, KernelSupervisedPCAModel, SupervisedPCA,
+                   SupervisedPCAModel, kernel_supervised_pca, supervised_pca)
+from .hsic import HSICResult, hsic
 from .sne import SNE, sne, sne_sweep
 from .tsne import TSNE, TSNEModel, tsne, tsne_sweep
 from .umap import UMAP, UMAPModel, umap, umap_sweep

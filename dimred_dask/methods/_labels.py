@@ -15,6 +15,8 @@ from ..linalg import NystromMap, choose_landmarks, nystrom_map
 from ..linalg.cross_moments import bad_labels as _bad_labels
 from ..pairwise import check_kernel
 
+LABEL_KERNELS = ("delta", "linear", "gaussian", "identity")
+
 def check_choice(value, allowed, name: str, method: str, default: str) -> str:
     if not isinstance(value, str) or value not in allowed:
         raise InputError(f"{method} needs {name} in {', '.join(allowed)}; found {value!r}.",
