@@ -24,8 +24,8 @@ from .._validation import check_array, is_dask
 from ..errors import InputError
 from ..graphs import check_reg
 from ..graphs.sdp import edge_list
-from .mvu import (EXACT_MAX, SDPEmbeddingModel, SDPEstimator, check_sdp_params, distance_sdp,
-                  kernel_embedding, prepare_graph)
+from ._distance_sdp import distance_sdp, kernel_embedding
+from .mvu import EXACT_MAX, SDPEmbeddingModel, SDPEstimator, check_sdp_params, prepare_graph
 
 __all__ = ["ActionRespectingEmbedding", "action_respecting_embedding", "check_actions",
            "action_constraints", "ACTION_PAIRS", "MAX_ACTION_PAIRS"]

@@ -39,8 +39,8 @@ from ..linalg import take_rows
 from ..linalg.conic import solve_problem
 from ..linalg.sdp import solver_options
 from ._base import column_signs
-from .mvu import (DEFAULT_MAX_ITER, SDPEmbeddingModel, SDPEstimator, check_solver_status,
-                  check_sdp_params, prepare_graph)
+from ._distance_sdp import check_solver_status
+from .mvu import DEFAULT_MAX_ITER, SDPEmbeddingModel, SDPEstimator, check_sdp_params, prepare_graph
 
 __all__ = ["LandmarkMVU", "landmark_mvu", "LANDMARK_BASES", "LANDMARK_CHOICES",
            "check_landmark_params"]
