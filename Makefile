@@ -8,7 +8,7 @@ SYSTEM_STAMP := $(VENV)/.system-stamp
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export DO_NOT_TRACK ?= 1
 
-.PHONY: install demo test lint docs bench bench-big freeze clean
+.PHONY: install demo test lint format docs bench bench-big freeze clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,9 +33,14 @@ demo: $(STAMP)
 test: $(STAMP) $(SYSTEM_STAMP) lint docs
 	$(BIN)/python -m pytest tests -q --durations=15
 
-# ruff's rules as configured in pyproject.toml ([tool.ruff]); part of `make test`
+# ruff's rules and its formatter as configured in pyproject.toml ([tool.ruff]); part of
+# `make test` (`make format` rewrites the files the check would refuse)
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
 
 API_MODULES := dimred_dask dimred_dask.methods dimred_dask.graphs dimred_dask.linalg \
 	dimred_dask.pairwise dimred_dask.io dimred_dask.metrics dimred_dask.errors \

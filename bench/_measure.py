@@ -1,4 +1,5 @@
 """Timing and memory measurement shared by the benchmarks."""
+
 from __future__ import annotations
 
 import os
@@ -61,9 +62,11 @@ def timed(fn, repeat: int, pids=()):
 
 
 def machine() -> str:
-    return (f"{psutil.cpu_count(logical=True)} cores, "
-            f"{psutil.virtual_memory().total / 2**30:.1f} GiB, {platform.machine()}, "
-            f"Python {platform.python_version()}")
+    return (
+        f"{psutil.cpu_count(logical=True)} cores, "
+        f"{psutil.virtual_memory().total / 2**30:.1f} GiB, {platform.machine()}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def timed_in_turns(entries, pids=(), on_round=None):
@@ -87,5 +90,7 @@ def timed_in_turns(entries, pids=(), on_round=None):
             this_round[name] = t
         if on_round is not None:
             on_round(r, this_round)
-    return {name: (statistics.median(times[name]), times[name], peaks[name], last[name])
-            for name, _, _ in entries}
+    return {
+        name: (statistics.median(times[name]), times[name], peaks[name], last[name])
+        for name, _, _ in entries
+    }

@@ -14,6 +14,7 @@ sample of 1000 rows), normalised cut, 6 clusters.
 
 Quality: adjusted Rand index against the true blob labels, and between the two labelings.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,43 +42,70 @@ def main(args) -> int:
     m = args.landmarks or 1000
     X, truth = make_data(n)
     gamma = median_gamma(X)
-    print(f"# bench clustering: blobs {n} x {D}, {CENTERS} centres, gamma = {gamma:.4g} "
-          f"(median heuristic), normalised cut; ours Nyström m = {m}; {machine()}; "
-          f"load {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"# bench clustering: blobs {n} x {D}, {CENTERS} centres, gamma = {gamma:.4g} "
+        f"(median heuristic), normalised cut; ours Nyström m = {m}; {machine()}; "
+        f"load {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
 
     def peer():
-        return SkSpectralClustering(CENTERS, affinity="rbf", gamma=gamma,
-                                    random_state=0).fit(X).labels_
+        return (
+            SkSpectralClustering(CENTERS, affinity="rbf", gamma=gamma, random_state=0)
+            .fit(X)
+            .labels_
+        )
 
     def ours(data=X):
-        return SpectralClustering(CENTERS, affinity="gaussian", gamma=gamma, n_landmarks=m,
-                                  random_state=0).fit(data).labels_
+        return (
+            SpectralClustering(
+                CENTERS, affinity="gaussian", gamma=gamma, n_landmarks=m, random_state=0
+            )
+            .fit(data)
+            .labels_
+        )
 
     def round_done(r, t):
-        print(f"  round {r + 1}: scikit-learn {t['peer']:.2f} s, ours {t['ours']:.2f} s "
-              f"({t['ours'] / t['peer']:.3f}x)", flush=True)
+        print(
+            f"  round {r + 1}: scikit-learn {t['peer']:.2f} s, ours {t['ours']:.2f} s "
+            f"({t['ours'] / t['peer']:.3f}x)",
+            flush=True,
+        )
 
-    res = timed_in_turns([("peer", peer, args.repeat), ("ours", ours, args.repeat)],
-                         on_round=round_done)
+    res = timed_in_turns(
+        [("peer", peer, args.repeat), ("ours", ours, args.repeat)], on_round=round_done
+    )
     (p_med, p_times, p_peak, p_lab), (o_med, o_times, o_peak, o_lab) = res["peer"], res["ours"]
     print("\n| implementation | median (s) | runs (s) | peak RSS rise (MiB) | ARI vs truth |")
     print("|---|---|---|---|---|")
     for name, med, times, peak, lab in (
-            ("scikit-learn SpectralClustering rbf (dense n x n)", p_med, p_times, p_peak, p_lab),
-            (f"dimred-dask SpectralClustering gaussian (Nyström m = {m})", o_med, o_times,
-             o_peak, o_lab)):
-        print(f"| {name} | {med:.2f} | {', '.join(f'{t:.2f}' for t in times)} | "
-              f"{peak / 2**20:.0f} | {adjusted_rand_score(truth, lab):.4f} |")
+        ("scikit-learn SpectralClustering rbf (dense n x n)", p_med, p_times, p_peak, p_lab),
+        (
+            f"dimred-dask SpectralClustering gaussian (Nyström m = {m})",
+            o_med,
+            o_times,
+            o_peak,
+            o_lab,
+        ),
+    ):
+        print(
+            f"| {name} | {med:.2f} | {', '.join(f'{t:.2f}' for t in times)} | "
+            f"{peak / 2**20:.0f} | {adjusted_rand_score(truth, lab):.4f} |"
+        )
     per_round = [a / b for a, b in zip(o_times, p_times)]
-    print(f"\nours / scikit-learn: {o_med / p_med:.3f}x on the medians (per round "
-          f"{', '.join(f'{q:.3f}' for q in per_round)}); ARI between the two labelings "
-          f"{adjusted_rand_score(p_lab, o_lab):.4f}")
+    print(
+        f"\nours / scikit-learn: {o_med / p_med:.3f}x on the medians (per round "
+        f"{', '.join(f'{q:.3f}' for q in per_round)}); ARI between the two labelings "
+        f"{adjusted_rand_score(p_lab, o_lab):.4f}"
+    )
     big = 20 * n
     Xb, truth_b = make_data(big)
     print(f"\nours alone at n = {big:,} (same generator, same gamma and m):", flush=True)
     med, times, peak, lab = timed(lambda: ours(Xb), args.repeat)
-    print(f"  median {med:.2f} s (runs {', '.join(f'{t:.2f}' for t in times)}), peak RSS rise "
-          f"{peak / 2**20:.0f} MiB (the data: {Xb.nbytes / 2**20:.0f} MiB, C = k(X, L): "
-          f"{big * m * 8 / 2**20:.0f} MiB), ARI vs truth "
-          f"{adjusted_rand_score(truth_b, lab):.4f}")
+    print(
+        f"  median {med:.2f} s (runs {', '.join(f'{t:.2f}' for t in times)}), peak RSS rise "
+        f"{peak / 2**20:.0f} MiB (the data: {Xb.nbytes / 2**20:.0f} MiB, C = k(X, L): "
+        f"{big * m * 8 / 2**20:.0f} MiB), ARI vs truth "
+        f"{adjusted_rand_score(truth_b, lab):.4f}"
+    )
     return 0

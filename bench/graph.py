@@ -16,6 +16,7 @@ The kNN graph is built once per data set in a run (its time is reported as its o
 is part of each method's total). NN-descent's numba code is compiled on the workers before
 any timer starts (``warm-up``), as in ``bench knn``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -75,9 +76,14 @@ def _warm_nndescent():
 def _cluster(workers: int = 2, memory_limit=None):
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                           **({} if memory_limit is None else {"memory_limit": memory_limit}))
+    cluster = LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        **({} if memory_limit is None else {"memory_limit": memory_limit}),
+    )
     client = Client(cluster)
     client.wait_for_workers(workers)
     return cluster, client
@@ -89,28 +95,43 @@ def _measured(label: str, fn, pids, **extra):
         out = fn()
         seconds = time.perf_counter() - t0
     peaks = [mem.per_process_peak[p] for p in pids]
-    row = {"name": label, "seconds": seconds, "client_peak": mem.per_process_peak[os.getpid()],
-           "worker_peaks": peaks, **extra}
-    print(f"  {label}: {seconds:.1f} s, client peak RSS {row['client_peak'] / 2**20:,.0f} MiB, "
-          f"worker peaks {', '.join(f'{p / 2**20:,.0f}' for p in peaks)} MiB", flush=True)
+    row = {
+        "name": label,
+        "seconds": seconds,
+        "client_peak": mem.per_process_peak[os.getpid()],
+        "worker_peaks": peaks,
+        **extra,
+    }
+    print(
+        f"  {label}: {seconds:.1f} s, client peak RSS {row['client_peak'] / 2**20:,.0f} MiB, "
+        f"worker peaks {', '.join(f'{p / 2**20:,.0f}' for p in peaks)} MiB",
+        flush=True,
+    )
     return row, out
 
 
 def _graph(Xd, n, pids, backend):
     from dimred_dask.graphs import knn_graph
 
-    return _measured(f"kNN graph ({backend}, k = {K}, n = {n:,})",
-                     lambda: knn_graph(Xd, K, backend=backend, random_state=0), pids)
+    return _measured(
+        f"kNN graph ({backend}, k = {K}, n = {n:,})",
+        lambda: knn_graph(Xd, K, backend=backend, random_state=0),
+        pids,
+    )
 
 
 def _table(rows, quality_name: str) -> None:
-    print(f"\n| run | time (s) | client peak RSS (MiB) | worker peak RSS (MiB) | "
-          f"{quality_name} | notes |\n|---|---|---|---|---|---|")
+    print(
+        f"\n| run | time (s) | client peak RSS (MiB) | worker peak RSS (MiB) | "
+        f"{quality_name} | notes |\n|---|---|---|---|---|---|"
+    )
     for r in rows:
         q = r.get("quality")
-        print(f"| {r['name']} | {r['seconds']:.1f} | {r['client_peak'] / 2**20:,.0f} | "
-              f"{', '.join(f'{p / 2**20:,.0f}' for p in r['worker_peaks'])} | "
-              f"{'' if q is None else f'{q:.4f}'} | {r.get('notes', '')} |")
+        print(
+            f"| {r['name']} | {r['seconds']:.1f} | {r['client_peak'] / 2**20:,.0f} | "
+            f"{', '.join(f'{p / 2**20:,.0f}' for p in r['worker_peaks'])} | "
+            f"{'' if q is None else f'{q:.4f}'} | {r.get('notes', '')} |"
+        )
 
 
 # --------------------------------------------------------------------------- isomap
@@ -123,14 +144,20 @@ def main_isomap(args) -> int:
     from dimred_dask import LandmarkIsomap
 
     n_small = args.rows or 20_000
-    print(f"# bench isomap: swiss roll n = {n_small:,} vs scikit-learn, then n = 1 000 000; "
-          f"{machine()}; load {os.getloadavg()}", flush=True)
+    print(
+        f"# bench isomap: swiss roll n = {n_small:,} vs scikit-learn, then n = 1 000 000; "
+        f"{machine()}; load {os.getloadavg()}",
+        flush=True,
+    )
     X, t = swiss_roll(n_small)
     rows = []
     from sklearn.manifold import Isomap as SkIsomap
 
-    row, Y = _measured("scikit-learn Isomap (in process)",
-                       lambda: SkIsomap(n_neighbors=K, n_components=2).fit_transform(X), [])
+    row, Y = _measured(
+        "scikit-learn Isomap (in process)",
+        lambda: SkIsomap(n_neighbors=K, n_components=2).fit_transform(X),
+        [],
+    )
     row["quality"] = _spearman(Y, t)
     rows.append(row)
     cluster, client = _cluster()
@@ -140,8 +167,9 @@ def main_isomap(args) -> int:
         Xd = da.from_array(X, chunks=(5_000, 3)).persist()
         wait(Xd)
         fit = lambda: LandmarkIsomap(2, n_neighbors=K, n_landmarks=N_LANDMARKS).fit(Xd)  # noqa
-        row, est = _measured(f"dimred-dask LandmarkIsomap, {N_LANDMARKS} landmarks "
-                             "(2 workers)", fit, pids)
+        row, est = _measured(
+            f"dimred-dask LandmarkIsomap, {N_LANDMARKS} landmarks (2 workers)", fit, pids
+        )
         row["quality"] = _spearman(est.embedding_, t)
         rows.append(row)
         big = 1_000_000 if not args.skip_big else 0
@@ -149,10 +177,17 @@ def main_isomap(args) -> int:
             Xb, tb = swiss_roll(big, seed=1)
             Xbd = da.from_array(Xb, chunks=(100_000, 3)).persist()
             wait(Xbd)
-            fit = lambda: LandmarkIsomap(2, n_neighbors=K, n_landmarks=N_LANDMARKS,  # noqa
-                                         knn_backend="nndescent").fit(Xbd)
-            row, est = _measured(f"dimred-dask LandmarkIsomap n = {big:,}, {N_LANDMARKS} "
-                                 "landmarks (2 workers)", fit, pids)
+
+            def fit():
+                return LandmarkIsomap(
+                    2, n_neighbors=K, n_landmarks=N_LANDMARKS, knn_backend="nndescent"
+                ).fit(Xbd)
+
+            row, est = _measured(
+                f"dimred-dask LandmarkIsomap n = {big:,}, {N_LANDMARKS} landmarks (2 workers)",
+                fit,
+                pids,
+            )
             row["quality"] = _spearman(est.embedding_, tb)
             rows.append(row)
     finally:
@@ -160,15 +195,19 @@ def main_isomap(args) -> int:
         cluster.close()
     _table(rows, "Spearman(t, best coordinate)")
     ratio = rows[1]["seconds"] / rows[0]["seconds"]
-    print(f"\nn = {n_small:,}: ours / scikit-learn = {ratio:.3f} (target <= "
-          f"{TARGET_ISOMAP_RATIO}: {'met' if ratio <= TARGET_ISOMAP_RATIO else 'NOT met'}); "
-          f"Spearman {rows[1]['quality']:.4f} (target >= {TARGET_SPEARMAN}: "
-          f"{'met' if rows[1]['quality'] >= TARGET_SPEARMAN else 'NOT met'})")
+    print(
+        f"\nn = {n_small:,}: ours / scikit-learn = {ratio:.3f} (target <= "
+        f"{TARGET_ISOMAP_RATIO}: {'met' if ratio <= TARGET_ISOMAP_RATIO else 'NOT met'}); "
+        f"Spearman {rows[1]['quality']:.4f} (target >= {TARGET_SPEARMAN}: "
+        f"{'met' if rows[1]['quality'] >= TARGET_SPEARMAN else 'NOT met'})"
+    )
     if len(rows) > 2:
         r = rows[2]
-        print(f"n = 1 000 000: {r['seconds']:.0f} s (target <= {TARGET_SECONDS_1M:.0f}: "
-              f"{'met' if r['seconds'] <= TARGET_SECONDS_1M else 'NOT met'}), Spearman "
-              f"{r['quality']:.4f}")
+        print(
+            f"n = 1 000 000: {r['seconds']:.0f} s (target <= {TARGET_SECONDS_1M:.0f}: "
+            f"{'met' if r['seconds'] <= TARGET_SECONDS_1M else 'NOT met'}), Spearman "
+            f"{r['quality']:.4f}"
+        )
     print(f"load after: {os.getloadavg()}")
     print(json.dumps({"rows": rows}, default=float))
     return 0
@@ -186,8 +225,11 @@ def main_isomap_workers(args) -> int:
     from dimred_dask.methods.isomap import landmark_isomap, landmark_isomap_on_workers
 
     n = args.rows or 1_000_000
-    print(f"# bench isomap --compare-workers: swiss roll n = {n:,}, {N_LANDMARKS} landmarks, "
-          f"k = {K}; {machine()}; load {os.getloadavg()}", flush=True)
+    print(
+        f"# bench isomap --compare-workers: swiss roll n = {n:,}, {N_LANDMARKS} landmarks, "
+        f"k = {K}; {machine()}; load {os.getloadavg()}",
+        flush=True,
+    )
     X, t = swiss_roll(n, seed=1)
     cluster, client = _cluster()
     rows = []
@@ -197,8 +239,10 @@ def main_isomap_workers(args) -> int:
         wait(Xd)
         g = knn_graph(Xd, K, backend="exact" if n <= 50_000 else "nndescent", random_state=0)
         kw = {"n_neighbors": K, "n_landmarks": N_LANDMARKS, "graph": g, "random_state": 0}
-        ways = (("geodesics in this process", landmark_isomap),
-                ("geodesics on the workers", landmark_isomap_on_workers))
+        ways = (
+            ("geodesics in this process", landmark_isomap),
+            ("geodesics on the workers", landmark_isomap_on_workers),
+        )
         embeddings = {}
         for r in range(max(1, args.repeat)):
             for label, fit in ways:
@@ -207,13 +251,17 @@ def main_isomap_workers(args) -> int:
                 embeddings[label] = np.asarray(model.embedding, np.float64)
                 rows.append(row)
                 del model
-            print(f"  round {r + 1}: workers / this process = "
-                  f"{rows[-1]['seconds'] / rows[-2]['seconds']:.2f} (time), "
-                  f"{rows[-1]['client_peak'] / rows[-2]['client_peak']:.2f} (client peak)",
-                  flush=True)
+            print(
+                f"  round {r + 1}: workers / this process = "
+                f"{rows[-1]['seconds'] / rows[-2]['seconds']:.2f} (time), "
+                f"{rows[-1]['client_peak'] / rows[-2]['client_peak']:.2f} (client peak)",
+                flush=True,
+            )
         a, b = embeddings.values()
-        print(f"largest difference between the embeddings: {np.abs(a - b).max():.3g} "
-              f"(scale {np.abs(a).max():.3g})")
+        print(
+            f"largest difference between the embeddings: {np.abs(a - b).max():.3g} "
+            f"(scale {np.abs(a).max():.3g})"
+        )
     finally:
         client.close()
         cluster.close()
@@ -237,9 +285,11 @@ def main_isomap_exact(args) -> int:
     from dimred_dask import Isomap
 
     sizes = [args.rows] if args.rows else [10_000, 20_000]
-    print(f"# bench isomap --exact: swiss roll n = {', '.join(f'{n:,}' for n in sizes)}, "
-          f"k = {K}, {args.repeat} rounds in turns; {machine()}; load {os.getloadavg()}",
-          flush=True)
+    print(
+        f"# bench isomap --exact: swiss roll n = {', '.join(f'{n:,}' for n in sizes)}, "
+        f"k = {K}, {args.repeat} rounds in turns; {machine()}; load {os.getloadavg()}",
+        flush=True,
+    )
     cluster, client = _cluster()
     summary = []
     try:
@@ -249,29 +299,38 @@ def main_isomap_exact(args) -> int:
             X, t = swiss_roll(n)
             ratios, rows = [], []
             for r in range(args.repeat):
-                sk, Ys = _measured(f"n = {n:,}, round {r + 1}: scikit-learn Isomap (in process)",
-                                   lambda: SkIsomap(n_neighbors=K, n_components=2,
-                                                    n_jobs=-1).fit_transform(X), pids)
-                ours, est = _measured(f"n = {n:,}, round {r + 1}: dimred-dask Isomap "
-                                      "(in process)", lambda: Isomap(2, n_neighbors=K).fit(X),
-                                      pids)
+                sk, Ys = _measured(
+                    f"n = {n:,}, round {r + 1}: scikit-learn Isomap (in process)",
+                    lambda: SkIsomap(n_neighbors=K, n_components=2, n_jobs=-1).fit_transform(X),
+                    pids,
+                )
+                ours, est = _measured(
+                    f"n = {n:,}, round {r + 1}: dimred-dask Isomap (in process)",
+                    lambda: Isomap(2, n_neighbors=K).fit(X),
+                    pids,
+                )
                 ours["quality"] = procrustes(Ys, np.asarray(est.embedding_))[2]
                 sk["quality"] = _spearman(Ys, t)
-                ours["notes"] = (f"ratio {ours['seconds'] / sk['seconds']:.3f}; "
-                                 f"Spearman {_spearman(est.embedding_, t):.5f}")
+                ours["notes"] = (
+                    f"ratio {ours['seconds'] / sk['seconds']:.3f}; "
+                    f"Spearman {_spearman(est.embedding_, t):.5f}"
+                )
                 ratios.append(ours["seconds"] / sk["seconds"])
                 rows += [sk, ours]
                 del est, Ys
             _table(rows, "Procrustes vs scikit-learn (ours) / Spearman (scikit-learn)")
             med = float(np.median(ratios))
             worst = max(r["quality"] for r in rows[1::2])
-            print(f"n = {n:,}: per-round ratios {', '.join(f'{x:.3f}' for x in ratios)}; "
-                  f"median {med:.3f} (target <= {TARGET_EXACT_RATIO}: "
-                  f"{'met' if med <= TARGET_EXACT_RATIO else 'NOT met'}); median times "
-                  f"{np.median([r['seconds'] for r in rows[0::2]]):.1f} s (scikit-learn), "
-                  f"{np.median([r['seconds'] for r in rows[1::2]]):.1f} s (ours); largest "
-                  f"Procrustes {worst:.2e} (target <= {TARGET_EXACT_PROCRUSTES:g}: "
-                  f"{'met' if worst <= TARGET_EXACT_PROCRUSTES else 'NOT met'})", flush=True)
+            print(
+                f"n = {n:,}: per-round ratios {', '.join(f'{x:.3f}' for x in ratios)}; "
+                f"median {med:.3f} (target <= {TARGET_EXACT_RATIO}: "
+                f"{'met' if med <= TARGET_EXACT_RATIO else 'NOT met'}); median times "
+                f"{np.median([r['seconds'] for r in rows[0::2]]):.1f} s (scikit-learn), "
+                f"{np.median([r['seconds'] for r in rows[1::2]]):.1f} s (ours); largest "
+                f"Procrustes {worst:.2e} (target <= {TARGET_EXACT_PROCRUSTES:g}: "
+                f"{'met' if worst <= TARGET_EXACT_PROCRUSTES else 'NOT met'})",
+                flush=True,
+            )
             summary.append({"n": n, "ratios": ratios, "procrustes": worst, "rows": rows})
     finally:
         client.close()
@@ -303,8 +362,11 @@ def _method_runs(name: str, fit, datasets, client, pids, solvers: dict, rounds: 
         for r in range(rounds if len(names) > 1 else 1):
             first = None
             for solver in names:
-                row, model = _measured(f"{label}: {name} ({solver}), given the graph",
-                                       functools.partial(fit, Xd, g, solver), pids)
+                row, model = _measured(
+                    f"{label}: {name} ({solver}), given the graph",
+                    functools.partial(fit, Xd, g, solver),
+                    pids,
+                )
                 Y = np.asarray(model.embedding)
                 row["quality"] = _spearman(Y, truth) if label == "swiss roll" else _trust(X, Y)
                 row["total_seconds"] = grow["seconds"] + row["seconds"]
@@ -312,11 +374,13 @@ def _method_runs(name: str, fit, datasets, client, pids, solvers: dict, rounds: 
                 first = row["seconds"] if first is None else first
                 ratio = row["seconds"] / first
                 met = "met" if row["total_seconds"] <= TARGET_SECONDS_1M else "NOT met"
-                row["notes"] = (f"round {r + 1}; {ratio:.2f}x the {names[0]} run; graph + "
-                                f"{name} = {row['total_seconds']:.0f} s (target <= "
-                                f"{TARGET_SECONDS_1M:.0f}: {met})"
-                                f"; eigenvalues {[float(f'{v:.3g}') for v in model.eigenvalues]}"
-                                f"; solver {getattr(model, 'solver', solver)}{_factored(model)}")
+                row["notes"] = (
+                    f"round {r + 1}; {ratio:.2f}x the {names[0]} run; graph + "
+                    f"{name} = {row['total_seconds']:.0f} s (target <= "
+                    f"{TARGET_SECONDS_1M:.0f}: {met})"
+                    f"; eigenvalues {[float(f'{v:.3g}') for v in model.eigenvalues]}"
+                    f"; solver {getattr(model, 'solver', solver)}{_factored(model)}"
+                )
                 rows.append(row)
                 del model
         del Xd, g
@@ -327,14 +391,18 @@ def _factored(model) -> str:
     info = getattr(model, "info", {})
     if "residuals" in info:
         levels = info.get("levels")
-        return (f" ({info['iterations']} iterations in {info['seconds']:.0f} s, block "
-                f"{info['block']}, residuals "
-                f"{[float(f'{r:.2g}') for r in info['residuals'][:len(model.eigenvalues)]]}"
-                f"{'' if levels is None else f', AMG levels {levels}'})")
+        return (
+            f" ({info['iterations']} iterations in {info['seconds']:.0f} s, block "
+            f"{info['block']}, residuals "
+            f"{[float(f'{r:.2g}') for r in info['residuals'][: len(model.eigenvalues)]]}"
+            f"{'' if levels is None else f', AMG levels {levels}'})"
+        )
     if "factor_nnz" not in info:
         return ""
-    return (f" ({info['iterations']} iterations, LU of I - W with "
-            f"{info['factor_nnz'] / 1e6:.0f} M entries)")
+    return (
+        f" ({info['iterations']} iterations, LU of I - W with "
+        f"{info['factor_nnz'] / 1e6:.0f} M entries)"
+    )
 
 
 def main_graph_method(args, which: str) -> int:
@@ -343,25 +411,20 @@ def main_graph_method(args, which: str) -> int:
     from dimred_dask import laplacian_eigenmaps, lle
 
     n = args.rows or 1_000_000
-    sets = [("swiss roll", swiss_roll(n), "nndescent"),
-            ("50-D mixture", mixture(n), "nndescent")]
+    sets = [("swiss roll", swiss_roll(n), "nndescent"), ("50-D mixture", mixture(n), "nndescent")]
     if args.only:
         sets = [s for s in sets if s[0].startswith(args.only)]
-    print(f"# bench {which}: n = {n:,}, k = {K}; {machine()}; load {os.getloadavg()}",
-          flush=True)
+    print(f"# bench {which}: n = {n:,}, k = {K}; {machine()}; load {os.getloadavg()}", flush=True)
     # LLE: "auto" = the factored solver (LU of I - W) on the 3-D roll above 200 000 rows,
     # LOBPCG on products with I - W (Jacobi) on the 50-D mixture
     roll_solver = "auto" if which == "lle" else "arpack"
     mix_solver = "auto" if which == "lle" else "lobpcg"
     solvers = {"swiss roll": args.solver or roll_solver, "50-D mixture": args.solver or mix_solver}
-    if which == "lle":
-        fit = lambda Xd, g, s: lle(Xd, n_components=2, n_neighbors=K, graph=g,  # noqa
-                                   eigen_solver=s, tol=1e-6)
-        name = "LLE"
-    else:
-        fit = lambda Xd, g, s: laplacian_eigenmaps(Xd, n_components=2, n_neighbors=K,  # noqa
-                                                   graph=g, eigen_solver=s, tol=1e-6)
-        name = "Laplacian eigenmaps"
+    solve, name = (lle, "LLE") if which == "lle" else (laplacian_eigenmaps, "Laplacian eigenmaps")
+
+    def fit(Xd, g, s):
+        return solve(Xd, n_components=2, n_neighbors=K, graph=g, eigen_solver=s, tol=1e-6)
+
     cluster, client = _cluster(getattr(args, "workers", None) or 2, args.worker_memory)
     try:
         client.run(_warm_nndescent)

@@ -30,6 +30,7 @@ Quality: recall against exact neighbours on 1000 sampled rows (``sample_recall``
 neighbour counts if it is within the row's exact 15th-neighbour distance). All numba code is
 compiled before the timers (a warm-up on 20 000 rows in this process and on every worker).
 """
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,7 @@ LIMIT_SHARE = 0.75  # partitioned workers' limit: share of the whole-data worker
 def make_data(n: int, chunk_rows: int = 50_000):
     from dimred_dask.datasets import low_rank_plus_noise
 
-    return low_rank_plus_noise(n, D, rank=10, clusters=20, noise=0.5, chunk_rows=chunk_rows,
-                               seed=0)
+    return low_rank_plus_noise(n, D, rank=10, clusters=20, noise=0.5, chunk_rows=chunk_rows, seed=0)
 
 
 def _warm(kw=None) -> float:
@@ -83,14 +83,19 @@ def _peer(X, kw: dict, search_k: int = K):
         index = NNDescent(X, n_neighbors=search_k + 1, random_state=0, **kw)
         idx, dist = index.neighbor_graph
         seconds = time.perf_counter() - t0
-    idx, dist = drop_self(idx.astype(np.int64), dist.astype(np.float64),
-                          np.arange(X.shape[0]), K)
+    idx, dist = drop_self(idx.astype(np.int64), dist.astype(np.float64), np.arange(X.shape[0]), K)
     return seconds, mem.peak, KNNGraph(idx, dist, "euclidean", "pynndescent")
 
 
 def _row(name, seconds, peak, recall, extra="", times=None):
-    return {"name": name, "seconds": seconds, "peak": peak, "recall": recall, "extra": extra,
-            "times": list(times or [seconds])}
+    return {
+        "name": name,
+        "seconds": seconds,
+        "peak": peak,
+        "recall": recall,
+        "extra": extra,
+        "times": list(times or [seconds]),
+    }
 
 
 def main(args) -> int:
@@ -104,16 +109,27 @@ def main(args) -> int:
     n = args.rows or 1_000_000
     tuned = {"n_trees": args.trees, "n_iters": args.iters}
     tuned = {k: v for k, v in tuned.items() if v is not None}
-    print(f"# bench knn: {n} x {D} float32 (20 clusters in 10-D + noise), k = {K}; "
-          f"{machine()}; our tuning {tuned or 'none (pynndescent defaults)'}; {args.repeat} "
-          f"interleaved rounds; load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"# bench knn: {n} x {D} float32 (20 clusters in 10-D + noise), k = {K}; "
+        f"{machine()}; our tuning {tuned or 'none (pynndescent defaults)'}; {args.repeat} "
+        f"interleaved rounds; load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     X = make_data(n).compute(scheduler="threads")
     print(f"  warm-up (compile) in this process: {_warm():.1f} s", flush=True)
     configs = [("defaults", {})] + ([(str(tuned), tuned)] if tuned else [])
     runs = {}  # row name -> list of (seconds, peak, graph, extra)
     whole_worker_peak = 0
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         client.wait_for_workers(2)
         pids = list(client.run(os.getpid).values())
         with PeakRSS(pids, interval=0.05) as warm_mem:  # compiling takes memory of its own
@@ -130,27 +146,47 @@ def main(args) -> int:
             for label, kw in configs:
                 t, peak, g_peer = _peer(X, kw)
                 runs.setdefault(f"pynndescent alone, {label} (in process)", []).append(
-                    (t, peak, g_peer, ""))
+                    (t, peak, g_peer, "")
+                )
                 with PeakRSS(pids, interval=0.05) as mem:
                     t0 = time.perf_counter()
-                    g = knn_graph(Xd, K, backend="nndescent", random_state=0,
-                                  nndescent_kwds=kw)
+                    g = knn_graph(Xd, K, backend="nndescent", random_state=0, nndescent_kwds=kw)
                     t_ours = time.perf_counter() - t0
                 peaks = [mem.per_process_peak[p] for p in pids]
                 whole_worker_peak = max(whole_worker_peak, *peaks)
                 runs.setdefault(f"dimred-dask nndescent, {label} (2 workers)", []).append(
-                    (t_ours, mem.peak, g, f"worker peak RSS "
-                     f"{', '.join(f'{p / 2**20:,.0f}' for p in peaks)} MiB; in the task: "
-                     f"{g.info['seconds_in_task']}"))
-                print(f"  round {r + 1} {label}: pynndescent {t:.1f} s, ours {t_ours:.1f} s "
-                      f"(load {os.getloadavg()[0]:.2f})", flush=True)
+                    (
+                        t_ours,
+                        mem.peak,
+                        g,
+                        f"worker peak RSS "
+                        f"{', '.join(f'{p / 2**20:,.0f}' for p in peaks)} MiB; in the task: "
+                        f"{g.info['seconds_in_task']}",
+                    )
+                )
+                print(
+                    f"  round {r + 1} {label}: pynndescent {t:.1f} s, ours {t_ours:.1f} s "
+                    f"(load {os.getloadavg()[0]:.2f})",
+                    flush=True,
+                )
         rows = []
         for name, rs in runs.items():
             times, graph = [x[0] for x in rs], rs[-1][2]  # recall: the last round's graph
-            rows.append(_row(name, float(np.median(times)), max(x[1] for x in rs),
-                             sample_recall(X, graph, 1000)["recall"], rs[-1][3], times))
-            print(f"  {rows[-1]['name']}: median {rows[-1]['seconds']:.1f} s, recall "
-                  f"{rows[-1]['recall']:.4f}", flush=True)
+            rows.append(
+                _row(
+                    name,
+                    float(np.median(times)),
+                    max(x[1] for x in rs),
+                    sample_recall(X, graph, 1000)["recall"],
+                    rs[-1][3],
+                    times,
+                )
+            )
+            print(
+                f"  {rows[-1]['name']}: median {rows[-1]['seconds']:.1f} s, recall "
+                f"{rows[-1]['recall']:.4f}",
+                flush=True,
+            )
     limit = int(whole_worker_peak * LIMIT_SHARE)
     # a limited worker must survive its own compile (the partitioned cluster's workers are new
     # processes); at small n that, not the data, sets a worker's peak
@@ -159,12 +195,14 @@ def main(args) -> int:
         rows.append(_partitioned(X, limit, tuned))
         print(f"  {rows[-1]}", flush=True)
     else:
-        print(f"\npartitioned section NOT run at n = {n:,}: 3/4 of the whole-data worker's peak "
-              f"RSS ({limit / 2**20:,.0f} MiB) is below what a worker needs to compile "
-              f"pynndescent ({floor / 2**20:,.0f} MiB with the nanny's 95 % and 5 % to spare; "
-              f"idle after it {idle / 2**20:,.0f} MiB): at this size a worker's own footprint, "
-              f"not the data, sets its memory. Use --rows 1000000 (the issue's size).",
-              flush=True)
+        print(
+            f"\npartitioned section NOT run at n = {n:,}: 3/4 of the whole-data worker's peak "
+            f"RSS ({limit / 2**20:,.0f} MiB) is below what a worker needs to compile "
+            f"pynndescent ({floor / 2**20:,.0f} MiB with the nanny's 95 % and 5 % to spare; "
+            f"idle after it {idle / 2**20:,.0f} MiB): at this size a worker's own footprint, "
+            f"not the data, sets its memory. Use --rows 1000000 (the issue's size).",
+            flush=True,
+        )
     _report(rows, tuned, whole_worker_peak, limit if limit >= floor else None, n)
     return 0
 
@@ -177,12 +215,24 @@ def _partitioned(X, limit: int, tuned: dict) -> dict:
 
     import dask
 
-    hard = {"distributed.worker.memory.target": False, "distributed.worker.memory.spill": False,
-            "distributed.worker.memory.pause": False, "distributed.worker.memory.terminate": 0.95}
-    with dask.config.set(hard), \
-            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                         dashboard_address="127.0.0.1:0", memory_limit=limit) as cluster, \
-            Client(cluster) as client:
+    hard = {
+        "distributed.worker.memory.target": False,
+        "distributed.worker.memory.spill": False,
+        "distributed.worker.memory.pause": False,
+        "distributed.worker.memory.terminate": 0.95,
+    }
+    with (
+        dask.config.set(hard),
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            memory_limit=limit,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         client.wait_for_workers(2)
         client.run(_warm)
         Xd = da.from_array(X, chunks=(50_000, D)).persist()
@@ -196,45 +246,58 @@ def _partitioned(X, limit: int, tuned: dict) -> dict:
         restarted = client.run(os.getpid) != before
         rec = sample_recall(Xd, g, 1000)["recall"]
         worker_peaks = [mem.per_process_peak[p] for p in pids]
-    return _row(f"dimred-dask partitioned, workers limited to {limit / 2**20:,.0f} MiB",
-                t, mem.peak, rec,
-                f"{g.info['n_partitions']} cells of {g.info['cell_rows']['min']:,}-"
-                f"{g.info['cell_rows']['max']:,} rows; worker peak RSS "
-                f"{', '.join(f'{p / 2**20:,.0f}' for p in worker_peaks)} MiB; "
-                f"worker restarted: {restarted}")
+    return _row(
+        f"dimred-dask partitioned, workers limited to {limit / 2**20:,.0f} MiB",
+        t,
+        mem.peak,
+        rec,
+        f"{g.info['n_partitions']} cells of {g.info['cell_rows']['min']:,}-"
+        f"{g.info['cell_rows']['max']:,} rows; worker peak RSS "
+        f"{', '.join(f'{p / 2**20:,.0f}' for p in worker_peaks)} MiB; "
+        f"worker restarted: {restarted}",
+    )
 
 
 def _report(rows, tuned, whole_peak, limit, n) -> None:
     peer = rows[0]
     print()
-    print("| implementation | median (s) | runs (s) | peak RSS delta (MiB) | recall@15 (1000 "
-          "rows) | median / pynndescent defaults | notes |")
+    print(
+        "| implementation | median (s) | runs (s) | peak RSS delta (MiB) | recall@15 (1000 "
+        "rows) | median / pynndescent defaults | notes |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['name']} | {r['seconds']:.1f} | "
-              f"{', '.join(f'{t:.1f}' for t in r['times'])} | {r['peak'] / 2**20:,.0f} | "
-              f"{r['recall']:.4f} | {r['seconds'] / peer['seconds']:.2f} | {r['extra']} |")
+        print(
+            f"| {r['name']} | {r['seconds']:.1f} | "
+            f"{', '.join(f'{t:.1f}' for t in r['times'])} | {r['peak'] / 2**20:,.0f} | "
+            f"{r['recall']:.4f} | {r['seconds'] / peer['seconds']:.2f} | {r['extra']} |"
+        )
     ours = [r for r in rows if r["name"].startswith("dimred-dask nndescent")]
-    best = min((r for r in ours if r["recall"] >= TARGET_RECALL), key=lambda r: r["seconds"],
-               default=None)
+    best = min(
+        (r for r in ours if r["recall"] >= TARGET_RECALL), key=lambda r: r["seconds"], default=None
+    )
     if best is None:
         print(f"\nno nndescent run of ours reached recall {TARGET_RECALL}: target NOT met")
     else:
         ratio = best["seconds"] / peer["seconds"]
         per_round = [a / b for a, b in zip(best["times"], peer["times"])]
-        print(f"\nours ({best['name']}): recall {best['recall']:.4f} (target >= {TARGET_RECALL}"
-              f": met) at {ratio:.2f}x pynndescent's median time (per round: "
-              f"{', '.join(f'{q:.2f}' for q in per_round)}; target <= {TARGET_RATIO}: "
-              f"{'met' if ratio <= TARGET_RATIO else 'NOT met'})")
+        print(
+            f"\nours ({best['name']}): recall {best['recall']:.4f} (target >= {TARGET_RECALL}"
+            f": met) at {ratio:.2f}x pynndescent's median time (per round: "
+            f"{', '.join(f'{q:.2f}' for q in per_round)}; target <= {TARGET_RATIO}: "
+            f"{'met' if ratio <= TARGET_RATIO else 'NOT met'})"
+        )
     part = rows[-1] if limit is not None else None
     if part is not None:
         # the limit is 3/4 of whole_peak, so below it by construction
         met = part["recall"] >= TARGET_PARTITIONED_RECALL
-        print(f"partitioned: recall {part['recall']:.4f} (target >= "
-              f"{TARGET_PARTITIONED_RECALL}: {'met' if met else 'NOT met'}) with workers "
-              f"limited to {limit / 2**20:,.0f} MiB, less than the {whole_peak / 2**20:,.0f} "
-              f"MiB peak RSS of the worker that built the graph of the whole {n:,}-row set "
-              f"(the data alone: {n * D * 4 / 2**20:,.0f} MiB)")
+        print(
+            f"partitioned: recall {part['recall']:.4f} (target >= "
+            f"{TARGET_PARTITIONED_RECALL}: {'met' if met else 'NOT met'}) with workers "
+            f"limited to {limit / 2**20:,.0f} MiB, less than the {whole_peak / 2**20:,.0f} "
+            f"MiB peak RSS of the worker that built the graph of the whole {n:,}-row set "
+            f"(the data alone: {n * D * 4 / 2**20:,.0f} MiB)"
+        )
     print(json.dumps({"rows": rows}, default=float))
 
 
@@ -264,36 +327,46 @@ def main_hard(args) -> int:
     from dimred_dask.graphs import knn_graph, sample_recall
 
     n = args.rows or 300_000
-    print(f"# bench knn --hard: make_blobs({n}, {D}, centers=20, random_state=0) float32, "
-          f"k = {K}, target recall {HARD_TARGET}; {machine()}; {args.repeat} rounds; load "
-          f"average {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"# bench knn --hard: make_blobs({n}, {D}, centers=20, random_state=0) float32, "
+        f"k = {K}, target recall {HARD_TARGET}; {machine()}; {args.repeat} rounds; load "
+        f"average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     X = make_hard(n)
     print(f"  warm-up (compile) in this process: {_warm():.1f} s", flush=True)
     runs: dict = {}
     peer_trees = None
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         client.wait_for_workers(2)
         client.run(_warm)
         Xd = da.from_array(X, chunks=(50_000, D)).persist()
         wait(Xd)
         for r in range(args.repeat):
             t0 = time.perf_counter()
-            g = knn_graph(Xd, K, backend="nndescent", random_state=0,
-                          target_recall=HARD_TARGET)
+            g = knn_graph(Xd, K, backend="nndescent", random_state=0, target_recall=HARD_TARGET)
             t_ours = time.perf_counter() - t0
             ours_recall = sample_recall(X, g, 1000, random_state=1)["recall"]
             search = g.info["recall_search"]
             runs.setdefault("ours", []).append((t_ours, ours_recall, search))
             t, _, gp = _peer(X, {})
-            runs.setdefault("defaults", []).append((t, sample_recall(X, gp, 1000,
-                                                                     random_state=1)["recall"]))
+            runs.setdefault("defaults", []).append(
+                (t, sample_recall(X, gp, 1000, random_state=1)["recall"])
+            )
             if peer_trees is None:  # the ladder, once: the fewest trees that reach our recall
                 for trees in PEER_TREES:
                     t, _, gp = _peer(X, {"n_trees": trees})
                     rec = sample_recall(X, gp, 1000, random_state=1)["recall"]
-                    print(f"  pynndescent n_trees={trees}: {t:.1f} s, recall {rec:.4f}",
-                          flush=True)
+                    print(f"  pynndescent n_trees={trees}: {t:.1f} s, recall {rec:.4f}", flush=True)
                     runs.setdefault(f"ladder n_trees={trees}", []).append((t, rec))
                     if rec >= ours_recall:
                         peer_trees = trees
@@ -308,14 +381,20 @@ def main_hard(args) -> int:
             like = {"max_candidates": last["max_candidates"]} if last["max_candidates"] else {}
             t, _, gp = _peer(X, like, last["search_neighbors"])
             runs.setdefault("like", []).append(
-                (t, sample_recall(X, gp, 1000, random_state=1)["recall"], last))
-            builds = [(b["search_neighbors"], round(b["seconds"], 1), round(b["recall"], 4))
-                      for b in search["rounds"]]
-            print(f"  round {r + 1}: ours {t_ours:.1f} s (recall {ours_recall:.4f}; pilot "
-                  f"{search.get('pilot')}; builds {builds}"
-                  f"), pynndescent defaults {runs['defaults'][-1][0]:.1f} s, n_trees="
-                  f"{peer_trees} {runs['trees'][-1][0]:.1f} s, like-for-like "
-                  f"{t:.1f} s (load {os.getloadavg()[0]:.2f})", flush=True)
+                (t, sample_recall(X, gp, 1000, random_state=1)["recall"], last)
+            )
+            builds = [
+                (b["search_neighbors"], round(b["seconds"], 1), round(b["recall"], 4))
+                for b in search["rounds"]
+            ]
+            print(
+                f"  round {r + 1}: ours {t_ours:.1f} s (recall {ours_recall:.4f}; pilot "
+                f"{search.get('pilot')}; builds {builds}"
+                f"), pynndescent defaults {runs['defaults'][-1][0]:.1f} s, n_trees="
+                f"{peer_trees} {runs['trees'][-1][0]:.1f} s, like-for-like "
+                f"{t:.1f} s (load {os.getloadavg()[0]:.2f})",
+                flush=True,
+            )
     _report_hard(runs, peer_trees)
     return 0
 
@@ -326,29 +405,38 @@ def _report_hard(runs: dict, peer_trees: int) -> None:
 
     ours = runs["ours"]
     print()
-    print("| implementation | median (s) | runs (s) | recall@15 (1000 rows, last run) | "
-          "ours / this |")
+    print(
+        "| implementation | median (s) | runs (s) | recall@15 (1000 rows, last run) | ours / this |"
+    )
     print("|---|---|---|---|---|")
     last = ours[-1][2]["rounds"][-1]
-    names = {"ours": "dimred-dask nndescent, target_recall 0.95 (2 workers)",
-             "defaults": "pynndescent defaults (in process)",
-             "trees": f"pynndescent n_trees={peer_trees}: the fewest of {PEER_TREES} that reach "
-                      "our recall (in process)",
-             "like": f"pynndescent n_neighbors={last['search_neighbors'] + 1}, max_candidates="
-                     f"{last['max_candidates']}: our last build's settings (in process)"}
+    names = {
+        "ours": "dimred-dask nndescent, target_recall 0.95 (2 workers)",
+        "defaults": "pynndescent defaults (in process)",
+        "trees": f"pynndescent n_trees={peer_trees}: the fewest of {PEER_TREES} that reach "
+        "our recall (in process)",
+        "like": f"pynndescent n_neighbors={last['search_neighbors'] + 1}, max_candidates="
+        f"{last['max_candidates']}: our last build's settings (in process)",
+    }
     for key, name in names.items():
         rs = runs[key]
         ratios = [a[0] / b[0] for a, b in zip(ours, rs)]
-        print(f"| {name} | {med(key):.1f} | {', '.join(f'{x[0]:.1f}' for x in rs)} | "
-              f"{rs[-1][1]:.4f} | {med('ours') / med(key):.2f} (per round "
-              f"{', '.join(f'{q:.2f}' for q in ratios)}) |")
+        print(
+            f"| {name} | {med(key):.1f} | {', '.join(f'{x[0]:.1f}' for x in rs)} | "
+            f"{rs[-1][1]:.4f} | {med('ours') / med(key):.2f} (per round "
+            f"{', '.join(f'{q:.2f}' for q in ratios)}) |"
+        )
     ladder = [(k, v[0]) for k, v in runs.items() if k.startswith("ladder")]
-    print("\npynndescent n_trees ladder (first round): "
-          + "; ".join(f"{k[7:]}: {t:.1f} s, recall {rec:.4f}" for k, (t, rec) in ladder))
+    print(
+        "\npynndescent n_trees ladder (first round): "
+        + "; ".join(f"{k[7:]}: {t:.1f} s, recall {rec:.4f}" for k, (t, rec) in ladder)
+    )
     rec = ours[-1][1]
     ratio = med("ours") / med("trees")
-    print(f"ours: recall {rec:.4f} (target >= {HARD_TARGET}: "
-          f"{'met' if rec >= HARD_TARGET else 'NOT met'}) at {ratio:.2f}x the time pynndescent "
-          f"needs to reach it by n_trees (target <= 1.0: {'met' if ratio <= 1.0 else 'NOT met'});"
-          f" {med('ours') / med('like'):.2f}x pynndescent with our last build's settings")
+    print(
+        f"ours: recall {rec:.4f} (target >= {HARD_TARGET}: "
+        f"{'met' if rec >= HARD_TARGET else 'NOT met'}) at {ratio:.2f}x the time pynndescent "
+        f"needs to reach it by n_trees (target <= 1.0: {'met' if ratio <= 1.0 else 'NOT met'});"
+        f" {med('ours') / med('like'):.2f}x pynndescent with our last build's settings"
+    )
     print(json.dumps({k: [list(x[:2]) for x in v] for k, v in runs.items()}, default=float))

@@ -28,6 +28,7 @@ In memory (default, n = 20 000):
 Big (--big, n = 1 000 000): see ``main_big``. Exact out of core (--exact-big, n = 50 000):
 see ``main_exact_big``.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,9 @@ def make_data(n: int, chunk_rows: int, seed: int = 0):
     """The lazy (n, 50) float32 dask array of the module docstring, made blockwise."""
     from dimred_dask.datasets import low_rank_plus_noise
 
-    return low_rank_plus_noise(n, D, rank=10, clusters=6, noise=0.5, chunk_rows=chunk_rows,
-                               seed=seed)
+    return low_rank_plus_noise(
+        n, D, rank=10, clusters=6, noise=0.5, chunk_rows=chunk_rows, seed=seed
+    )
 
 
 def median_gamma(X, sample: int = GAMMA_SAMPLE, seed: int = 1) -> float:
@@ -97,20 +99,35 @@ def restart_report(client, before: dict) -> dict:
     """Whether a worker was replaced since ``before`` (address -> pid), and the warnings the
     workers and their nannies logged (memory pauses, spilling, restarts show up there)."""
     after = worker_pids(client)
-    warnings_ = [msg for logs in (*client.get_worker_logs().values(),
-                                  *client.get_worker_logs(nanny=True).values())
-                 for level, msg in logs if level in ("WARNING", "ERROR", "CRITICAL")]
-    return {"restarted": after != before, "pids_before": sorted(before.values()),
-            "pids_after": sorted(after.values()), "worker_warnings": len(warnings_),
-            "worker_warning_examples": [w[:200] for w in sorted(set(warnings_))[:5]]}
+    warnings_ = [
+        msg
+        for logs in (
+            *client.get_worker_logs().values(),
+            *client.get_worker_logs(nanny=True).values(),
+        )
+        for level, msg in logs
+        if level in ("WARNING", "ERROR", "CRITICAL")
+    ]
+    return {
+        "restarted": after != before,
+        "pids_before": sorted(before.values()),
+        "pids_after": sorted(after.values()),
+        "worker_warnings": len(warnings_),
+        "worker_warning_examples": [w[:200] for w in sorted(set(warnings_))[:5]],
+    }
 
 
 def limited_cluster(args, memory_limit=WORKER_MEMORY):
     from distributed import LocalCluster
 
-    return LocalCluster(n_workers=args.workers or 2, threads_per_worker=args.threads,
-                        processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                        memory_limit=memory_limit)
+    return LocalCluster(
+        n_workers=args.workers or 2,
+        threads_per_worker=args.threads,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        memory_limit=memory_limit,
+    )
 
 
 def _gib(b) -> float:
@@ -122,13 +139,17 @@ def _gib(b) -> float:
 
 def _table(rows, ours_name):
     ours = next(r for r in rows if r["name"] == ours_name)
-    lines = ["| implementation | median (s) | runs (s) | peak RSS delta (MiB) | top-2 eigenvalue "
-             "max rel. error | Procrustes disparity vs exact | ours / this |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| implementation | median (s) | runs (s) | peak RSS delta (MiB) | top-2 eigenvalue "
+        "max rel. error | Procrustes disparity vs exact | ours / this |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['name']} | {r['median']:.3f} | "
-                     f"{', '.join(f'{t:.3f}' for t in r['times'])} | {r['peak'] / 2**20:.0f} | "
-                     f"{r['eig']:.2e} | {r['proc']:.2e} | {ours['median'] / r['median']:.3f} |")
+        lines.append(
+            f"| {r['name']} | {r['median']:.3f} | "
+            f"{', '.join(f'{t:.3f}' for t in r['times'])} | {r['peak'] / 2**20:.0f} | "
+            f"{r['eig']:.2e} | {r['proc']:.2e} | {ours['median'] / r['median']:.3f} |"
+        )
     return "\n".join(lines)
 
 
@@ -164,14 +185,24 @@ def _nystrom_stages_run(X, gamma: float, m: int, landmarks: str) -> dict:
     nmap = nystrom_map(L, kern)
     lap(f"W = k(L, L), its {nmap.info['factorization']} W = R^T R (m x m, in the client)")
     w, v, mean, emb, how = _nystrom_spectrum(X, nmap, K, 20, 6, 0.0, 0)
-    lap(f"C = k(X, L), its mean and the eigensolver ({how['nystrom_eigensolver']}, "
-        f"{how['passes']} passes{', the first made C' if emb is not None else ''})")
+    lap(
+        f"C = k(X, L), its mean and the eigensolver ({how['nystrom_eigensolver']}, "
+        f"{how['passes']} passes{', the first made C' if emb is not None else ''})"
+    )
     held = _held_out(X, idx, 0)
     nystrom_error(held, nmap)
     lap("approximation error on the held-out rows")
     coef = nmap.solve(v)
-    model = KernelPCAModel(kern, "nystrom", w, X.shape[0], landmarks=nmap.landmarks,
-                           coef=coef, offset=mean @ coef, embedding=emb)
+    model = KernelPCAModel(
+        kern,
+        "nystrom",
+        w,
+        X.shape[0],
+        landmarks=nmap.landmarks,
+        coef=coef,
+        offset=mean @ coef,
+        embedding=emb,
+    )
     if emb is None:
         emb = model.transform(X)
         if hasattr(emb, "dask"):
@@ -193,17 +224,22 @@ def main(args) -> int:
     m = min(args.landmarks or 2000, n)
     X = make_data(n, chunk_rows=max(1, -(-n // 8))).compute(scheduler="threads")
     gamma = median_gamma(X)
-    print(f"# bench kpca: {n} x {D} float32 (6 clusters in 10-D + noise), gaussian kernel "
-          f"gamma = {gamma:.4g} (median heuristic), k = {K}, Nyström m = {m}; {machine()}",
-          flush=True)
+    print(
+        f"# bench kpca: {n} x {D} float32 (6 clusters in 10-D + noise), gaussian kernel "
+        f"gamma = {gamma:.4g} (median heuristic), k = {K}, Nyström m = {m}; {machine()}",
+        flush=True,
+    )
     rows, outs = [], {}
 
     def add(name, fn, pids=(), repeat=args.repeat, result=None):
         med, times, peak, (vals, emb) = result or timed(fn, repeat, pids)
         rows.append({"name": name, "median": med, "times": times, "peak": peak})
         outs[name] = (np.asarray(vals, np.float64), np.asarray(emb))
-        print(f"  {name:<52} {med:8.3f} s  eigenvalues {np.round(vals[:K], 3).tolist()}  "
-              f"(1-min load average after: {os.getloadavg()[0]:.2f})", flush=True)
+        print(
+            f"  {name:<52} {med:8.3f} s  eigenvalues {np.round(vals[:K], 3).tolist()}  "
+            f"(1-min load average after: {os.getloadavg()[0]:.2f})",
+            flush=True,
+        )
 
     def sk(solver):
         est = SkKernelPCA(K, kernel="rbf", gamma=gamma, eigen_solver=solver, random_state=0)
@@ -214,8 +250,9 @@ def main(args) -> int:
     approx = {}
 
     def nystrom(data, landmarks="auto"):
-        est = KernelPCA(K, gamma=gamma, solver="nystrom", n_landmarks=m, landmarks=landmarks,
-                        random_state=0)
+        est = KernelPCA(
+            K, gamma=gamma, solver="nystrom", n_landmarks=m, landmarks=landmarks, random_state=0
+        )
         est.fit(data)
         approx[landmarks] = est.approximation_error_
         emb = est.embedding_
@@ -223,22 +260,41 @@ def main(args) -> int:
 
     # the in-process rows take turns (peers, then ours, in each round: the host's speed drifts
     # by up to 40 % within minutes); the exact reference is ARPACK's
-    arpack, randomized = ("scikit-learn KernelPCA arpack (in process)",
-                          "scikit-learn KernelPCA randomized (in process)")
+    arpack, randomized = (
+        "scikit-learn KernelPCA arpack (in process)",
+        "scikit-learn KernelPCA randomized (in process)",
+    )
     in_process = f"dimred-dask KernelPCA Nyström m={m} (in process, NumPy)"
 
     def round_done(r, t):
-        ratio = (f"; ours / arpack {t[in_process] / t[arpack]:.3f}" if arpack in t else "")
-        print(f"  round {r + 1}: " + ", ".join(f"{name.split(' (')[0]} {sec:.3f} s"
-                                               for name, sec in t.items()) + ratio, flush=True)
+        ratio = f"; ours / arpack {t[in_process] / t[arpack]:.3f}" if arpack in t else ""
+        print(
+            f"  round {r + 1}: "
+            + ", ".join(f"{name.split(' (')[0]} {sec:.3f} s" for name, sec in t.items())
+            + ratio,
+            flush=True,
+        )
 
-    turns = timed_in_turns([(arpack, lambda: sk("arpack"), args.peer_repeat),
-                            (randomized, lambda: sk("randomized"), args.peer_repeat),
-                            (in_process, lambda: nystrom(X), args.repeat)], on_round=round_done)
+    turns = timed_in_turns(
+        [
+            (arpack, lambda: sk("arpack"), args.peer_repeat),
+            (randomized, lambda: sk("randomized"), args.peer_repeat),
+            (in_process, lambda: nystrom(X), args.repeat),
+        ],
+        on_round=round_done,
+    )
     for name, result in turns.items():
         add(name, None, result=result)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         client.wait_for_workers(2)
         pids = list(worker_pids(client).values())
         Xd = da.from_array(X, chunks=(max(1, -(-n // 8)), D)).persist()
@@ -249,10 +305,18 @@ def main(args) -> int:
             return est.eigenvalues_, est.embedding_.compute()
 
         add(ours_name, lambda: nystrom(Xd), pids)
-        add(f"dimred-dask KernelPCA Nyström m={m} k-means++ landmarks (2 workers)",
-            lambda: nystrom(Xd, "kmeans++"), pids, repeat=args.peer_repeat)
-        add("dimred-dask KernelPCA exact randomized (2 workers)", ours_exact, pids,
-            repeat=args.peer_repeat)
+        add(
+            f"dimred-dask KernelPCA Nyström m={m} k-means++ landmarks (2 workers)",
+            lambda: nystrom(Xd, "kmeans++"),
+            pids,
+            repeat=args.peer_repeat,
+        )
+        add(
+            "dimred-dask KernelPCA exact randomized (2 workers)",
+            ours_exact,
+            pids,
+            repeat=args.peer_repeat,
+        )
         stages = _nystrom_stages(Xd, gamma, m)
     stages_np = _nystrom_stages(X, gamma, m)
     exact_vals, exact_emb = outs[arpack]
@@ -264,24 +328,34 @@ def main(args) -> int:
     ours = next(r for r in rows if r["name"] == ours_name)
     peers = [r for r in rows if r["name"].startswith("scikit-learn")]
     fastest = min(peers, key=lambda r: r["median"])
-    print(f"\nexact top-{K} eigenvalues (ARPACK): {np.round(exact_vals[:K], 4).tolist()}; "
-          f"Nyström approximation error (held-out rows): default landmarks (auto: "
-          f"{'uniform' if m > 500 else 'k-means++'}) {approx['auto']:.2e}, "
-          f"k-means++ {approx['kmeans++']:.2e}")
+    print(
+        f"\nexact top-{K} eigenvalues (ARPACK): {np.round(exact_vals[:K], 4).tolist()}; "
+        f"Nyström approximation error (held-out rows): default landmarks (auto: "
+        f"{'uniform' if m > 500 else 'k-means++'}) {approx['auto']:.2e}, "
+        f"k-means++ {approx['kmeans++']:.2e}"
+    )
     for r in rows:
         if r["name"].startswith("dimred-dask KernelPCA Nyström") and "k-means" not in r["name"]:
             ratio = r["median"] / fastest["median"]
-            print(f"{r['name']} / faster peer ({fastest['name']}): {ratio:.3f} (target <= "
-                  f"{TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'NOT met'})")
+            print(
+                f"{r['name']} / faster peer ({fastest['name']}): {ratio:.3f} (target <= "
+                f"{TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'NOT met'})"
+            )
     in_rounds = [a / b for a, b in zip(turns[in_process][1], turns[fastest["name"]][1])]
-    print(f"in process, per round (the rounds where both ran): "
-          f"{', '.join(f'{q:.3f}' for q in in_rounds)}")
-    print(f"top-{K} eigenvalue rel. error {ours['eig']:.2e} (target <= {TARGET_EIG}: "
-          f"{'met' if ours['eig'] <= TARGET_EIG else 'NOT met'}); Procrustes disparity "
-          f"{ours['proc']:.2e} (target <= {TARGET_PROCRUSTES}: "
-          f"{'met' if ours['proc'] <= TARGET_PROCRUSTES else 'NOT met'})")
-    for title, st in (("on the same cluster (dask input)", stages),
-                      ("in process (NumPy input)", stages_np)):
+    print(
+        f"in process, per round (the rounds where both ran): "
+        f"{', '.join(f'{q:.3f}' for q in in_rounds)}"
+    )
+    print(
+        f"top-{K} eigenvalue rel. error {ours['eig']:.2e} (target <= {TARGET_EIG}: "
+        f"{'met' if ours['eig'] <= TARGET_EIG else 'NOT met'}); Procrustes disparity "
+        f"{ours['proc']:.2e} (target <= {TARGET_PROCRUSTES}: "
+        f"{'met' if ours['proc'] <= TARGET_PROCRUSTES else 'NOT met'})"
+    )
+    for title, st in (
+        ("on the same cluster (dask input)", stages),
+        ("in process (NumPy input)", stages_np),
+    ):
         print(f"\nNyström stages, re-run once {title} (s):")
         for name, sec in st.items():
             print(f"  {sec:8.3f}  {name}")
@@ -318,18 +392,22 @@ def main_big(args) -> int:
     folder = os.path.abspath(args.dir or os.path.join(os.path.dirname(__file__), "_data"))
     os.makedirs(folder, exist_ok=True)
     out = os.path.join(folder, "kpca-big-embedding.zarr")
-    print(f"# bench kpca --big: {n} x {D} float32 made lazily on the workers in chunks of "
-          f"{chunk} rows, Nyström m = {m}, k = {K}; {machine()}; workers "
-          f"{args.workers or 2} x {args.threads} threads, memory_limit {WORKER_MEMORY}",
-          flush=True)
+    print(
+        f"# bench kpca --big: {n} x {D} float32 made lazily on the workers in chunks of "
+        f"{chunk} rows, Nyström m = {m}, k = {K}; {machine()}; workers "
+        f"{args.workers or 2} x {args.threads} threads, memory_limit {WORKER_MEMORY}",
+        flush=True,
+    )
     with limited_cluster(args) as cluster, Client(cluster) as client:
         client.wait_for_workers(args.workers or 2)
         X = make_data(n, chunk)
         t0 = time.perf_counter()
         gamma = median_gamma(X)
         t_gamma = time.perf_counter() - t0
-        print(f"  gamma = {gamma:.4g} (median heuristic, {t_gamma:.1f} s, not in the timing)",
-              flush=True)
+        print(
+            f"  gamma = {gamma:.4g} (median heuristic, {t_gamma:.1f} s, not in the timing)",
+            flush=True,
+        )
         before = worker_pids(client)
         est = KernelPCA(K, gamma=gamma, solver="nystrom", n_landmarks=m, random_state=0)
         with PeakRSS(list(before.values()), interval=0.25) as rss:
@@ -345,21 +423,34 @@ def main_big(args) -> int:
     head = np.asarray(emb[:5])
     peaks = [rss.per_process_peak[p] for p in before.values()]
     ok = total <= TARGET_BIG_S and not restarts["restarted"]
-    result = {"rows": n, "landmarks": m, "gamma": gamma, "fit_s": round(t_fit, 1),
-              "write_embedding_s": round(total - t_fit, 1), "total_s": round(total, 1),
-              "eigenvalues": est.eigenvalues_.tolist(),
-              "approximation_error": est.approximation_error_,
-              "passes": est._model.info["passes"],
-              "embedding": {"shape": list(emb.shape), "dtype": str(emb.dtype),
-                            "finite_head": bool(np.isfinite(head).all())},
-              "worker_peak_rss_gib": [_gib(p) for p in peaks],
-              "client_peak_rss_gib": _gib(rss.per_process_peak[os.getpid()]),
-              **restarts, "target_s": TARGET_BIG_S, "target_met": ok}
+    result = {
+        "rows": n,
+        "landmarks": m,
+        "gamma": gamma,
+        "fit_s": round(t_fit, 1),
+        "write_embedding_s": round(total - t_fit, 1),
+        "total_s": round(total, 1),
+        "eigenvalues": est.eigenvalues_.tolist(),
+        "approximation_error": est.approximation_error_,
+        "passes": est._model.info["passes"],
+        "embedding": {
+            "shape": list(emb.shape),
+            "dtype": str(emb.dtype),
+            "finite_head": bool(np.isfinite(head).all()),
+        },
+        "worker_peak_rss_gib": [_gib(p) for p in peaks],
+        "client_peak_rss_gib": _gib(rss.per_process_peak[os.getpid()]),
+        **restarts,
+        "target_s": TARGET_BIG_S,
+        "target_met": ok,
+    }
     print(json.dumps(result, indent=1))
-    print(f"\ntime {total:.1f} s (target <= {TARGET_BIG_S:.0f} s: "
-          f"{'met' if total <= TARGET_BIG_S else 'NOT met'}); "
-          f"worker peak RSS {', '.join(f'{_gib(p)}' for p in peaks)} GiB of {WORKER_MEMORY}; "
-          f"worker restarted: {restarts['restarted']}")
+    print(
+        f"\ntime {total:.1f} s (target <= {TARGET_BIG_S:.0f} s: "
+        f"{'met' if total <= TARGET_BIG_S else 'NOT met'}); "
+        f"worker peak RSS {', '.join(f'{_gib(p)}' for p in peaks)} GiB of {WORKER_MEMORY}; "
+        f"worker restarted: {restarts['restarted']}"
+    )
     print(f"no peer: the exact n x n float32 kernel is {n * n * 4 / 1e12:.1f} TB")
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)
@@ -392,10 +483,12 @@ def main_exact_big(args) -> int:
     folder = os.path.abspath(args.dir or os.path.join(os.path.dirname(__file__), "_data"))
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "kpca-kernel.zarr")
-    print(f"# bench kpca --exact-big: {n} x {D} float32, kernel {n} x {n} float32 "
-          f"({n * n * 4 / 1e9:.1f} GB) at {path} in {sq} x {sq} chunks; {machine()}; workers "
-          f"{args.workers or 2} x {args.threads} threads, memory_limit {WORKER_MEMORY}",
-          flush=True)
+    print(
+        f"# bench kpca --exact-big: {n} x {D} float32, kernel {n} x {n} float32 "
+        f"({n * n * 4 / 1e9:.1f} GB) at {path} in {sq} x {sq} chunks; {machine()}; workers "
+        f"{args.workers or 2} x {args.threads} threads, memory_limit {WORKER_MEMORY}",
+        flush=True,
+    )
     with limited_cluster(args) as cluster, Client(cluster) as client:
         client.wait_for_workers(args.workers or 2)
         X = make_data(n, sq).persist()
@@ -412,36 +505,56 @@ def main_exact_big(args) -> int:
         Kz = da.from_zarr(path)
         with PeakRSS(pids, interval=0.25) as rss_e:
             t0 = time.perf_counter()
-            model = kernel_pca(X, n_components=K, kernel="gaussian", gamma=gamma,
-                               solver="randomized", kernel_matrix=Kz, random_state=0)
+            model = kernel_pca(
+                X,
+                n_components=K,
+                kernel="gaussian",
+                gamma=gamma,
+                solver="randomized",
+                kernel_matrix=Kz,
+                random_state=0,
+            )
             t_eig = time.perf_counter() - t0
-        print(f"  eigensolver on the stored kernel: {t_eig:.1f} s, {model.info['passes']} "
-              f"passes", flush=True)
+        print(
+            f"  eigensolver on the stored kernel: {t_eig:.1f} s, {model.info['passes']} passes",
+            flush=True,
+        )
         restarts = restart_report(client, before)
         t0 = time.perf_counter()
-        nys = KernelPCA(K, gamma=gamma, solver="nystrom", n_landmarks=min(2000, n),
-                        random_state=0).fit(X)
+        nys = KernelPCA(
+            K, gamma=gamma, solver="nystrom", n_landmarks=min(2000, n), random_state=0
+        ).fit(X)
         nys_emb = nys.embedding_.compute()
         t_nys = time.perf_counter() - t0
     exact_emb = model.training_embedding()
     write_peaks = [rss_w.per_process_peak[p] for p in pids]
     eig_peaks = [rss_e.per_process_peak[p] for p in pids]
     size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(path) for f in fs)
-    result = {"rows": n, "gamma": gamma, "kernel_gb_on_disk": round(size / 1e9, 2),
-              "chunks": [sq, sq], "write_s": round(t_write, 1),
-              "write_gb_per_s": round(size / 1e9 / t_write, 2),
-              "eigensolver_s": round(t_eig, 1), "passes": model.info["passes"],
-              "s_per_pass": round(t_eig / model.info["passes"], 1),
-              "eigenvalues": model.eigenvalues.tolist(),
-              "worker_peak_rss_gib": {"write": [_gib(p) for p in write_peaks],
-                                      "eigensolver": [_gib(p) for p in eig_peaks]},
-              "client_peak_rss_gib": _gib(max(rss_w.per_process_peak[os.getpid()],
-                                              rss_e.per_process_peak[os.getpid()])),
-              **restarts,
-              "nystrom_m2000_vs_exact": {
-                  "time_s": round(t_nys, 1),
-                  "eigenvalue_rel_err": eig_rel_err(nys.eigenvalues_, model.eigenvalues),
-                  "procrustes": disparity(exact_emb, nys_emb)}}
+    result = {
+        "rows": n,
+        "gamma": gamma,
+        "kernel_gb_on_disk": round(size / 1e9, 2),
+        "chunks": [sq, sq],
+        "write_s": round(t_write, 1),
+        "write_gb_per_s": round(size / 1e9 / t_write, 2),
+        "eigensolver_s": round(t_eig, 1),
+        "passes": model.info["passes"],
+        "s_per_pass": round(t_eig / model.info["passes"], 1),
+        "eigenvalues": model.eigenvalues.tolist(),
+        "worker_peak_rss_gib": {
+            "write": [_gib(p) for p in write_peaks],
+            "eigensolver": [_gib(p) for p in eig_peaks],
+        },
+        "client_peak_rss_gib": _gib(
+            max(rss_w.per_process_peak[os.getpid()], rss_e.per_process_peak[os.getpid()])
+        ),
+        **restarts,
+        "nystrom_m2000_vs_exact": {
+            "time_s": round(t_nys, 1),
+            "eigenvalue_rel_err": eig_rel_err(nys.eigenvalues_, model.eigenvalues),
+            "procrustes": disparity(exact_emb, nys_emb),
+        },
+    }
     print(json.dumps(result, indent=1))
     if not args.keep:
         shutil.rmtree(path, ignore_errors=True)

@@ -27,6 +27,7 @@ final alignment (PCA of the triangulated points).
    the exact embedding of 20 000 sampled rows, compared by Procrustes with the rows of the
    written embedding.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,17 @@ import time
 import numpy as np
 
 from ._measure import PeakRSS, machine, timed
-from .kpca import (WORKER_MEMORY, _chunk_rows, _gib, _table, disparity, limited_cluster,
-                   make_data, restart_report, worker_pids)
+from .kpca import (
+    WORKER_MEMORY,
+    _chunk_rows,
+    _gib,
+    _table,
+    disparity,
+    limited_cluster,
+    make_data,
+    restart_report,
+    worker_pids,
+)
 
 K = 2
 TARGET_BIG_S = 300.0
@@ -67,36 +77,61 @@ def main_small(args, n: int, m: int) -> int:
 
     X = make_data(n, chunk_rows=max(1, -(-n // 8))).compute(scheduler="threads")
     exact_vals, exact_emb = oracle(X)
-    print(f"# bench mds (small): {n} x 50 float32, euclidean, k = {K}, landmark MDS m = {m}; "
-          f"{machine()}", flush=True)
+    print(
+        f"# bench mds (small): {n} x 50 float32, euclidean, k = {K}, landmark MDS m = {m}; "
+        f"{machine()}",
+        flush=True,
+    )
     rows = []
 
     def add(name, fn, repeat):
         med, times, peak, emb = timed(fn, repeat)
         ev = embedded_eigenvalues(emb)
-        rows.append({"name": name, "median": med, "times": times, "peak": peak,
-                     "eig": float(np.max(np.abs(ev - exact_vals) / exact_vals)),
-                     "proc": disparity(exact_emb, emb)})
-        print(f"  {name:<52} {med:8.3f} s  disparity {rows[-1]['proc']:.2e}  (1-min load "
-              f"average after: {os.getloadavg()[0]:.2f})", flush=True)
+        rows.append(
+            {
+                "name": name,
+                "median": med,
+                "times": times,
+                "peak": peak,
+                "eig": float(np.max(np.abs(ev - exact_vals) / exact_vals)),
+                "proc": disparity(exact_emb, emb),
+            }
+        )
+        print(
+            f"  {name:<52} {med:8.3f} s  disparity {rows[-1]['proc']:.2e}  (1-min load "
+            f"average after: {os.getloadavg()[0]:.2f})",
+            flush=True,
+        )
 
     ours_name = f"dimred-dask LandmarkMDS m={m} (in process)"
-    add(ours_name, lambda: LandmarkMDS(K, n_landmarks=m, random_state=0).fit(X).embedding_,
-        args.repeat)
-    add("dimred-dask MDS dense, exact (in process)",
-        lambda: MDS(K, solver="dense").fit(X).embedding_, args.peer_repeat)
-    add("scikit-learn ClassicalMDS (in process)",
-        lambda: ClassicalMDS(K).fit_transform(X), args.peer_repeat)
+    add(
+        ours_name,
+        lambda: LandmarkMDS(K, n_landmarks=m, random_state=0).fit(X).embedding_,
+        args.repeat,
+    )
+    add(
+        "dimred-dask MDS dense, exact (in process)",
+        lambda: MDS(K, solver="dense").fit(X).embedding_,
+        args.peer_repeat,
+    )
+    add(
+        "scikit-learn ClassicalMDS (in process)",
+        lambda: ClassicalMDS(K).fit_transform(X),
+        args.peer_repeat,
+    )
     print()
     print(_table(rows, ours_name))
     ours = next(r for r in rows if r["name"] == ours_name)
     peer = next(r for r in rows if r["name"].startswith("scikit-learn"))
-    print(f"\nexact top-{K} eigenvalues of B (float64 SVD oracle): "
-          f"{np.round(exact_vals, 1).tolist()}")
-    print(f"ours / scikit-learn ClassicalMDS: {ours['median'] / peer['median']:.3f}; landmark "
-          f"MDS Procrustes disparity {ours['proc']:.2e} (the kernel PCA target <= "
-          f"{TARGET_PROCRUSTES}: {'met' if ours['proc'] <= TARGET_PROCRUSTES else 'NOT met'})",
-          flush=True)
+    print(
+        f"\nexact top-{K} eigenvalues of B (float64 SVD oracle): {np.round(exact_vals, 1).tolist()}"
+    )
+    print(
+        f"ours / scikit-learn ClassicalMDS: {ours['median'] / peer['median']:.3f}; landmark "
+        f"MDS Procrustes disparity {ours['proc']:.2e} (the kernel PCA target <= "
+        f"{TARGET_PROCRUSTES}: {'met' if ours['proc'] <= TARGET_PROCRUSTES else 'NOT met'})",
+        flush=True,
+    )
     return 0
 
 
@@ -111,10 +146,12 @@ def main_big(args, n: int, m: int) -> int:
     folder = os.path.abspath(args.dir or os.path.join(os.path.dirname(__file__), "_data"))
     os.makedirs(folder, exist_ok=True)
     out = os.path.join(folder, "mds-big-embedding.zarr")
-    print(f"\n# bench mds (big): {n} x 50 float32 made lazily on the workers in chunks of "
-          f"{chunk} rows, landmark MDS m = {m}, k = {K}; {machine()}; workers "
-          f"{args.workers or 2} x {args.threads} threads, memory_limit {WORKER_MEMORY}",
-          flush=True)
+    print(
+        f"\n# bench mds (big): {n} x 50 float32 made lazily on the workers in chunks of "
+        f"{chunk} rows, landmark MDS m = {m}, k = {K}; {machine()}; workers "
+        f"{args.workers or 2} x {args.threads} threads, memory_limit {WORKER_MEMORY}",
+        flush=True,
+    )
     with limited_cluster(args) as cluster, Client(cluster) as client:
         client.wait_for_workers(args.workers or 2)
         X = make_data(n, chunk)
@@ -142,22 +179,33 @@ def main_big(args, n: int, m: int) -> int:
     proc = disparity(exact, ours)
     peaks = [rss.per_process_peak[p] for p in before.values()]
     ok = total <= TARGET_BIG_S and not restarts["restarted"]
-    result = {"rows": n, "landmarks": m, "fit_s": round(t_fit, 1),
-              "write_embedding_s": round(total - t_fit, 1), "total_s": round(total, 1),
-              "passes": est._model.info.get("passes"),
-              "landmark_eigenvalues": est.eigenvalues_.tolist(), "stress": est.stress_,
-              "stress_rows": est._model.info.get("stress_rows"),
-              "embedding": {"shape": list(emb.shape), "dtype": str(emb.dtype)},
-              "procrustes_vs_exact_on_sampled_rows": proc, "check_rows": int(idx.size),
-              "check_s": round(t_check, 1),
-              "worker_peak_rss_gib": [_gib(p) for p in peaks],
-              "client_peak_rss_gib": _gib(rss.per_process_peak[os.getpid()]),
-              **restarts, "target_s": TARGET_BIG_S, "target_met": ok}
+    result = {
+        "rows": n,
+        "landmarks": m,
+        "fit_s": round(t_fit, 1),
+        "write_embedding_s": round(total - t_fit, 1),
+        "total_s": round(total, 1),
+        "passes": est._model.info.get("passes"),
+        "landmark_eigenvalues": est.eigenvalues_.tolist(),
+        "stress": est.stress_,
+        "stress_rows": est._model.info.get("stress_rows"),
+        "embedding": {"shape": list(emb.shape), "dtype": str(emb.dtype)},
+        "procrustes_vs_exact_on_sampled_rows": proc,
+        "check_rows": int(idx.size),
+        "check_s": round(t_check, 1),
+        "worker_peak_rss_gib": [_gib(p) for p in peaks],
+        "client_peak_rss_gib": _gib(rss.per_process_peak[os.getpid()]),
+        **restarts,
+        "target_s": TARGET_BIG_S,
+        "target_met": ok,
+    }
     print(json.dumps(result, indent=1))
-    print(f"\ntime {total:.1f} s (target <= {TARGET_BIG_S:.0f} s: "
-          f"{'met' if total <= TARGET_BIG_S else 'NOT met'}); worker peak RSS "
-          f"{', '.join(str(_gib(p)) for p in peaks)} GiB of {WORKER_MEMORY}; worker restarted: "
-          f"{restarts['restarted']}; Procrustes vs exact on {idx.size} rows {proc:.2e}")
+    print(
+        f"\ntime {total:.1f} s (target <= {TARGET_BIG_S:.0f} s: "
+        f"{'met' if total <= TARGET_BIG_S else 'NOT met'}); worker peak RSS "
+        f"{', '.join(str(_gib(p)) for p in peaks)} GiB of {WORKER_MEMORY}; worker restarted: "
+        f"{restarts['restarted']}; Procrustes vs exact on {idx.size} rows {proc:.2e}"
+    )
     print(f"no peer: the n x n float32 distance matrix is {n * n * 4 / 1e12:.1f} TB")
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)

@@ -21,6 +21,7 @@ Timed: load + transform + gather of the 10 000 x 2 result. Measured by sampling 
 50 ms: the caller's (the flow's process) peak above its level before the load, and each
 worker's peak. The two results are compared (they must be equal to rounding).
 """
+
 from __future__ import annotations
 
 import os
@@ -50,9 +51,16 @@ def _write_model(path: str, n: int) -> None:
 
     X = _mixture(n, 1)
     Y = (X[:, :K] / 4.0).astype(np.float32)
-    model = LLEModel(embedding=Y, eigenvalues=np.array([1e-4, 2e-4]), X_fit=X,
-                     n_neighbors=NEIGHBOURS, reg=1e-3, metric="euclidean", solver="arpack",
-                     reconstruction_error=0.0)
+    model = LLEModel(
+        embedding=Y,
+        eigenvalues=np.array([1e-4, 2e-4]),
+        X_fit=X,
+        n_neighbors=NEIGHBOURS,
+        reg=1e-3,
+        metric="euclidean",
+        solver="arpack",
+        reconstruction_error=0.0,
+    )
     store = RunStore(path)
     store.prepare("new", {"method": "lle"})
     save_model(model, store)
@@ -87,8 +95,12 @@ def main(args) -> int:
         _write_model(path, n)
         print(f"model of {n} x {D} training rows written in {time.perf_counter() - t0:.1f} s")
         new = da.from_array(_mixture(NEW_ROWS, 2), chunks=(NEW_ROWS // NEW_CHUNKS, D))
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                          dashboard_address=None) as cluster, Client(cluster) as client:
+        with (
+            LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            ) as cluster,
+            Client(cluster) as client,
+        ):
             pids = [p for p in client.run(os.getpid).values()]
             rows, results = {"in memory": [], "stored": []}, {}
             for r in range(rounds):
@@ -104,20 +116,28 @@ def main(args) -> int:
                     del model
                     results[name] = Y
                     peaks = [mem.per_process_peak[p] for p in pids]
-                    rows[name].append((seconds, mem.per_process_peak[os.getpid()] - before,
-                                       max(peaks)))
-                    print(f"round {r + 1} {name:9s}: {seconds:7.2f} s, caller peak "
-                          f"+{rows[name][-1][1] / 2**20:,.0f} MiB, worker peak "
-                          f"{max(peaks) / 2**20:,.0f} MiB", flush=True)
-                print(f"round {r + 1} ratio stored / in memory: "
-                      f"{rows['stored'][-1][0] / rows['in memory'][-1][0]:.2f}")
+                    rows[name].append(
+                        (seconds, mem.per_process_peak[os.getpid()] - before, max(peaks))
+                    )
+                    print(
+                        f"round {r + 1} {name:9s}: {seconds:7.2f} s, caller peak "
+                        f"+{rows[name][-1][1] / 2**20:,.0f} MiB, worker peak "
+                        f"{max(peaks) / 2**20:,.0f} MiB",
+                        flush=True,
+                    )
+                print(
+                    f"round {r + 1} ratio stored / in memory: "
+                    f"{rows['stored'][-1][0] / rows['in memory'][-1][0]:.2f}"
+                )
             diff = float(np.abs(results["stored"] - results["in memory"]).max())
             print(f"largest difference between the two results: {diff:.3g}")
         for name in rows:
             t = [s for s, _, _ in rows[name]]
-            print(f"{name:9s}: median {statistics.median(t):.2f} s of {t}; caller peak "
-                  f"+{max(c for _, c, _ in rows[name]) / 2**20:,.0f} MiB; worker peak "
-                  f"{max(w for _, _, w in rows[name]) / 2**20:,.0f} MiB")
+            print(
+                f"{name:9s}: median {statistics.median(t):.2f} s of {t}; caller peak "
+                f"+{max(c for _, c, _ in rows[name]) / 2**20:,.0f} MiB; worker peak "
+                f"{max(w for _, _, w in rows[name]) / 2**20:,.0f} MiB"
+            )
         print(f"load after: {os.getloadavg()}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -25,6 +25,7 @@ coordinator of a distributed fit), trustworthiness (k = 15, 5 000 rows), the los
 optimiser's info. ``--compare-optimizers``: the one-worker and the distributed optimiser in
 turns on the same persisted data (``--big-repeat`` rounds), with per-round ratios.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,10 @@ from ._measure import PeakRSS, machine, timed
 from .knn import D, make_data
 
 SAMPLE = 5000
-TARGETS = {"umap": {"ratio": 0.5, "trust": 0.01, "big_minutes": 15},
-           "tsne": {"ratio": 1.0, "trust": 0.01, "kl": 0.05, "big_minutes": 30}}
+TARGETS = {
+    "umap": {"ratio": 0.5, "trust": 0.01, "big_minutes": 15},
+    "tsne": {"ratio": 1.0, "trust": 0.01, "kl": 0.05, "big_minutes": 30},
+}
 
 
 def _load() -> str:
@@ -61,6 +64,7 @@ def _ours(name: str):
         def run(X):
             m = tsne(X, random_state=0)
             return m.embedding, m.kl_divergence
+
     return run
 
 
@@ -69,10 +73,16 @@ def _peers(name: str) -> dict:
     if name == "umap":
         import umap as umap_learn
 
-        return {"umap-learn seeded (random_state=0)":
-                lambda X: (umap_learn.UMAP(random_state=0).fit_transform(X), None),
-                "umap-learn unseeded (n_jobs=-1, parallel SGD)":
-                lambda X: (umap_learn.UMAP(n_jobs=-1).fit_transform(X), None)}
+        return {
+            "umap-learn seeded (random_state=0)": lambda X: (
+                umap_learn.UMAP(random_state=0).fit_transform(X),
+                None,
+            ),
+            "umap-learn unseeded (n_jobs=-1, parallel SGD)": lambda X: (
+                umap_learn.UMAP(n_jobs=-1).fit_transform(X),
+                None,
+            ),
+        }
     from openTSNE import TSNE
 
     def open_tsne(X):
@@ -94,16 +104,26 @@ def _first_run(name: str, X: np.ndarray) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "X.npy")
         np.save(path, X)
-        peer = "umap-learn seeded (random_state=0)" if name == "umap" else \
-            f"openTSNE (n_jobs={os.cpu_count()}, random_state=0)"
+        peer = (
+            "umap-learn seeded (random_state=0)"
+            if name == "umap"
+            else f"openTSNE (n_jobs={os.cpu_count()}, random_state=0)"
+        )
         for who, key in (("ours", "ours"), (peer, "peer")):
-            code = ("import time, numpy as np, sys; sys.path.insert(0, '.');"
-                    f"from bench.neighbor import _ours, _peers; X = np.load({path!r});"
-                    f"f = _ours({name!r}) if {key!r} == 'ours' else _peers({name!r})[{who!r}];"
-                    "t = time.perf_counter(); f(X); print(time.perf_counter() - t)")
+            code = (
+                "import time, numpy as np, sys; sys.path.insert(0, '.');"
+                f"from bench.neighbor import _ours, _peers; X = np.load({path!r});"
+                f"f = _ours({name!r}) if {key!r} == 'ours' else _peers({name!r})[{who!r}];"
+                "t = time.perf_counter(); f(X); print(time.perf_counter() - t)"
+            )
             env = {**os.environ, "NUMBA_CACHE_DIR": os.path.join(tmp, f"numba-{key}")}
-            res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                 env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+            res = subprocess.run(
+                [sys.executable, "-c", code],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=os.path.dirname(os.path.dirname(__file__)),
+            )
             lines = res.stdout.strip().splitlines()
             out[who] = float(lines[-1]) if res.returncode == 0 and lines else None
             if out[who] is None:
@@ -116,8 +136,11 @@ def main(args) -> int:
     if args.big:
         return main_big(args)
     n = args.rows or 50_000
-    print(f"# bench {name}: {n} x {D} float32 (20 clusters in 10-D + noise); {machine()}; "
-          f"load average {_load()}", flush=True)
+    print(
+        f"# bench {name}: {n} x {D} float32 (20 clusters in 10-D + noise); {machine()}; "
+        f"load average {_load()}",
+        flush=True,
+    )
     X = make_data(n).compute(scheduler="threads")
     idx = np.sort(np.random.default_rng(0).choice(n, size=min(n, SAMPLE), replace=False))
     ours, peers = _ours(name), _peers(name)
@@ -126,15 +149,28 @@ def main(args) -> int:
     ours(small)
     for f in peers.values():
         f(small)
-    print(f"  warm-up (compile, 5 000 rows, all implementations): "
-          f"{time.perf_counter() - t0:.1f} s", flush=True)
+    print(
+        f"  warm-up (compile, 5 000 rows, all implementations): {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     rows = []
     for label, f in [("dimred-dask (function form, in process)", ours), *peers.items()]:
         med, times, peak, (Y, loss) = timed(lambda: f(X), args.repeat)
-        rows.append({"name": label, "seconds": med, "times": times, "peak": peak,
-                     "trust": _trust(X, Y, idx), "loss": loss})
-        print(f"  {rows[-1]['name']}: {med:.1f} s {['%.1f' % t for t in times]}, "
-              f"trustworthiness {rows[-1]['trust']:.4f}, loss {loss}", flush=True)
+        rows.append(
+            {
+                "name": label,
+                "seconds": med,
+                "times": times,
+                "peak": peak,
+                "trust": _trust(X, Y, idx),
+                "loss": loss,
+            }
+        )
+        print(
+            f"  {rows[-1]['name']}: {med:.1f} s {['%.1f' % t for t in times]}, "
+            f"trustworthiness {rows[-1]['trust']:.4f}, loss {loss}",
+            flush=True,
+        )
     first = _first_run(name, X) if args.first_run else None
     _report(name, rows, first, n)
     return 0
@@ -144,29 +180,41 @@ def _report(name: str, rows: list, first, n: int) -> None:
     tgt = TARGETS[name]
     ours, peers = rows[0], rows[1:]
     print(f"\nload average after: {_load()}\n")
-    print("| implementation | median (s) | runs (s) | peak RSS delta (MiB) | "
-          "trustworthiness (k=15, 5000 rows) | loss | ours / this |")
+    print(
+        "| implementation | median (s) | runs (s) | peak RSS delta (MiB) | "
+        "trustworthiness (k=15, 5000 rows) | loss | ours / this |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         loss = "" if r["loss"] is None else f"{r['loss']:.4f}"
-        print(f"| {r['name']} | {r['seconds']:.1f} | {', '.join('%.1f' % t for t in r['times'])}"
-              f" | {r['peak'] / 2**20:,.0f} | {r['trust']:.4f} | {loss} | "
-              f"{ours['seconds'] / r['seconds']:.2f} |")
+        print(
+            f"| {r['name']} | {r['seconds']:.1f} | {', '.join('%.1f' % t for t in r['times'])}"
+            f" | {r['peak'] / 2**20:,.0f} | {r['trust']:.4f} | {loss} | "
+            f"{ours['seconds'] / r['seconds']:.2f} |"
+        )
     ref = peers[0]
     ratio = ours["seconds"] / ref["seconds"]
-    print(f"\ntime: ours / {ref['name']} = {ratio:.2f} (target <= {tgt['ratio']}: "
-          f"{'met' if ratio <= tgt['ratio'] else 'NOT met'})")
+    print(
+        f"\ntime: ours / {ref['name']} = {ratio:.2f} (target <= {tgt['ratio']}: "
+        f"{'met' if ratio <= tgt['ratio'] else 'NOT met'})"
+    )
     dt = ours["trust"] - ref["trust"]
-    print(f"trustworthiness: ours {ours['trust']:.4f} vs {ref['trust']:.4f} (target >= peer - "
-          f"{tgt['trust']}: {'met' if dt >= -tgt['trust'] else 'NOT met'})")
+    print(
+        f"trustworthiness: ours {ours['trust']:.4f} vs {ref['trust']:.4f} (target >= peer - "
+        f"{tgt['trust']}: {'met' if dt >= -tgt['trust'] else 'NOT met'})"
+    )
     if "kl" in tgt and ref["loss"]:
         rel = abs(ours["loss"] - ref["loss"]) / ref["loss"]
-        print(f"KL: ours {ours['loss']:.4f} vs {ref['loss']:.4f}, {rel:.1%} apart (target "
-              f"<= {tgt['kl']:.0%}: {'met' if rel <= tgt['kl'] else 'NOT met'})")
+        print(
+            f"KL: ours {ours['loss']:.4f} vs {ref['loss']:.4f}, {rel:.1%} apart (target "
+            f"<= {tgt['kl']:.0%}: {'met' if rel <= tgt['kl'] else 'NOT met'})"
+        )
     if first:
-        print("first run in a fresh process with an empty numba cache (compilation "
-              "included): " + ", ".join(f"{k} {v:.1f} s" if v else f"{k} failed"
-                                        for k, v in first.items()))
+        print(
+            "first run in a fresh process with an empty numba cache (compilation "
+            "included): "
+            + ", ".join(f"{k} {v:.1f} s" if v else f"{k} failed" for k, v in first.items())
+        )
     print(json.dumps({"rows": rows, "first_run": first}, default=float))
 
 
@@ -188,8 +236,10 @@ def _big_run(client, X, name: str, n: int, params: dict, pids: list) -> dict:
     def cb(i, it, total, loss):  # printed as it comes: a killed run still shows its pace
         steps.append((time.perf_counter(), it, total))
         shown = "-" if loss is None else f"{loss:.4f}"  # UMAP: only at the end
-        print(f"  {steps[-1][0] - t0:8.1f} s  iteration {it}/{total}  loss {shown}  "
-              f"load {_load()}", flush=True)
+        print(
+            f"  {steps[-1][0] - t0:8.1f} s  iteration {it}/{total}  loss {shown}  load {_load()}",
+            flush=True,
+        )
 
     if name == "umap":
         from dimred_dask.methods.umap import umap_sweep as sweep
@@ -202,24 +252,32 @@ def _big_run(client, X, name: str, n: int, params: dict, pids: list) -> dict:
     idx = np.sort(np.random.default_rng(0).choice(n, size=SAMPLE, replace=False))
     trust = trustworthiness(take_rows(X, idx, "sample"), model.embedding[idx], 15)
     first = steps[0][0] - t0 if steps else None
-    return {"seconds": seconds, "model": model, "trust": trust, "first_progress": first,
-            "per_worker": [mem.per_process_peak[p] / 2**20 for p in pids],
-            "this_process": mem.per_process_peak[os.getpid()] / 2**20,
-            "loss": getattr(model, "kl_divergence", None) or model.cross_entropy,
-            "info": {k: v for k, v in model.info.items() if k != "convergence"}}
+    return {
+        "seconds": seconds,
+        "model": model,
+        "trust": trust,
+        "first_progress": first,
+        "per_worker": [mem.per_process_peak[p] / 2**20 for p in pids],
+        "this_process": mem.per_process_peak[os.getpid()] / 2**20,
+        "loss": getattr(model, "kl_divergence", None) or model.cross_entropy,
+        "info": {k: v for k, v in model.info.items() if k != "convergence"},
+    }
 
 
 def _print_big(name: str, n: int, label: str, r: dict) -> None:
     info = r["info"]
     moved = info.get("bytes_per_iteration")
-    print(f"\n| {name} {n:,} x {D}, {label} | {r['seconds'] / 60:.2f} min end to end "
-          f"(optimisation {info.get('seconds', 0):.0f} s; first progress at "
-          f"{r['first_progress'] or 0:.0f} s) | peak RSS per worker "
-          f"{', '.join(f'{p:,.0f}' for p in r['per_worker'])} MiB; this process "
-          f"{r['this_process']:,.0f} MiB | trustworthiness {r['trust']:.4f} (5000 rows) | "
-          f"loss {r['loss']:.4f} | "
-          f"{'' if moved is None else f'{moved / 2**20:.1f} MiB moved per iteration | '}"
-          f"load average after {_load()} |", flush=True)
+    print(
+        f"\n| {name} {n:,} x {D}, {label} | {r['seconds'] / 60:.2f} min end to end "
+        f"(optimisation {info.get('seconds', 0):.0f} s; first progress at "
+        f"{r['first_progress'] or 0:.0f} s) | peak RSS per worker "
+        f"{', '.join(f'{p:,.0f}' for p in r['per_worker'])} MiB; this process "
+        f"{r['this_process']:,.0f} MiB | trustworthiness {r['trust']:.4f} (5000 rows) | "
+        f"loss {r['loss']:.4f} | "
+        f"{'' if moved is None else f'{moved / 2**20:.1f} MiB moved per iteration | '}"
+        f"load average after {_load()} |",
+        flush=True,
+    )
     print("  info: " + json.dumps(info, default=str), flush=True)
 
 
@@ -230,17 +288,30 @@ def main_big(args) -> int:
 
     name, n = args.name, args.rows or 1_000_000
     workers = args.workers or 2
-    print(f"# bench {name} --big: {n} x {D} float32 on {workers} worker processes; {machine()};"
-          f" load average {_load()}", flush=True)
+    print(
+        f"# bench {name} --big: {n} x {D} float32 on {workers} worker processes; {machine()};"
+        f" load average {_load()}",
+        flush=True,
+    )
     base = {"fit_sample": args.fit_sample} if args.fit_sample else {}
     if args.compare_optimizers:
-        runs = [(o, {**base, "optimizer": o}) for _ in range(args.big_repeat)
-                for o in ("single", "distributed")]
+        runs = [
+            (o, {**base, "optimizer": o})
+            for _ in range(args.big_repeat)
+            for o in ("single", "distributed")
+        ]
     else:
         runs = [(args.optimizer, {**base, "optimizer": args.optimizer})]
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         client.wait_for_workers(workers)
         client.run(_warm, name)  # compile ours and pynndescent on every worker
         X = make_data(n).persist()
@@ -255,17 +326,23 @@ def main_big(args) -> int:
     for label, r in results:
         fs = r["info"].get("fit_sample")
         if fs:
-            print(f"{label}: fit on {fs['rows']:,} of {fs['of']:,} rows (seed {fs['seed']}); the"
-                  f" other {fs['placed_rows']:,} placed by transform in "
-                  f"{fs['place_seconds']:.1f} s")
-        print(f"{label}: {r['seconds'] / 60:.2f} min; target <= {limit} min: "
-              f"{'met' if r['seconds'] <= 60 * limit else 'NOT met'}")
+            print(
+                f"{label}: fit on {fs['rows']:,} of {fs['of']:,} rows (seed {fs['seed']}); the"
+                f" other {fs['placed_rows']:,} placed by transform in "
+                f"{fs['place_seconds']:.1f} s"
+            )
+        print(
+            f"{label}: {r['seconds'] / 60:.2f} min; target <= {limit} min: "
+            f"{'met' if r['seconds'] <= 60 * limit else 'NOT met'}"
+        )
     if args.compare_optimizers:
         one = [r for lbl, r in results if lbl == "single"]
         many = [r for lbl, r in results if lbl == "distributed"]
         for k, (a, b) in enumerate(zip(one, many)):
-            print(f"round {k + 1}: distributed / single time {b['seconds'] / a['seconds']:.2f}; "
-                  f"trustworthiness {b['trust'] - a['trust']:+.4f}; loss "
-                  f"{(b['loss'] - a['loss']) / a['loss']:+.2%}; largest worker peak "
-                  f"{max(b['per_worker']) / max(a['per_worker']):.2f}x")
+            print(
+                f"round {k + 1}: distributed / single time {b['seconds'] / a['seconds']:.2f}; "
+                f"trustworthiness {b['trust'] - a['trust']:+.4f}; loss "
+                f"{(b['loss'] - a['loss']) / a['loss']:+.2%}; largest worker peak "
+                f"{max(b['per_worker']) / max(a['per_worker']):.2f}x"
+            )
     return 0

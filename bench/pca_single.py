@@ -22,6 +22,7 @@ decays. Each pass starts with the page cache dropped where the machine allows. M
 - the single-pass embedding's relative error against the exact one (signs aligned by the
   components), overall and per component, and the error estimate the fit reported.
 """
+
 from __future__ import annotations
 
 import json
@@ -77,8 +78,9 @@ def _compressors(codec: str | None):
 
 
 def _folder_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path)
-               for f in files)
+    return sum(
+        os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files
+    )
 
 
 def _decode_rate(path: str, codec: str) -> float:
@@ -110,9 +112,14 @@ def write_decaying(path: str, gib: float, d: int = D, seed: int = 0, codec=None)
     meta = os.path.join(path, "zarr.json")
     if os.path.exists(meta) and json.load(open(meta)).get("shape") == [n, d]:
         return n
-    blocks = [da.from_delayed(delayed(_decaying_block, pure=True)(i, CHUNK_ROWS, d, seed),
-                              shape=(CHUNK_ROWS, d), dtype=np.float32)
-              for i in range(n // CHUNK_ROWS)]
+    blocks = [
+        da.from_delayed(
+            delayed(_decaying_block, pure=True)(i, CHUNK_ROWS, d, seed),
+            shape=(CHUNK_ROWS, d),
+            dtype=np.float32,
+        )
+        for i in range(n // CHUNK_ROWS)
+    ]
     save_array(da.concatenate(blocks), path, overwrite=True, compressors=_compressors(codec))
     return n
 
@@ -153,8 +160,9 @@ def _compute_floor(client, path: str, n_chunks: int, kernel) -> float:
         return float(np.median(times))
 
     (blk,) = client.persist([arr.blocks[0]])
-    per_chunk = client.compute(blk.map_blocks(lambda b: np.array([[kernel_seconds(b)]]),
-                                              chunks=((1,), (1,)), dtype=float)).result()
+    per_chunk = client.compute(
+        blk.map_blocks(lambda b: np.array([[kernel_seconds(b)]]), chunks=((1,), (1,)), dtype=float)
+    ).result()
     import psutil
 
     parallel = min(sum(client.nthreads().values()), psutil.cpu_count(logical=True))
@@ -167,15 +175,18 @@ def _embedding_error(sp_out: str, ex_out: str) -> dict:
     from dimred_dask.io import RunStore
 
     a, b = RunStore(sp_out), RunStore(ex_out)
-    signs = np.sign(np.sum(a.read_array("model/components_") * b.read_array("model/components_"),
-                           axis=1))
+    signs = np.sign(
+        np.sum(a.read_array("model/components_") * b.read_array("model/components_"), axis=1)
+    )
     ya = da.from_zarr(a.open_array("embedding")).astype(np.float64) * signs
     yb = da.from_zarr(b.open_array("embedding")).astype(np.float64)
     diff, ref = da.compute(((ya - yb) ** 2).sum(axis=0), (yb**2).sum(axis=0))
     per = np.sqrt(diff / ref)
-    return {"relative_error": float(np.sqrt(diff.sum() / ref.sum())),
-            "per_component_max": float(per.max()),
-            "per_component": [round(float(x), 6) for x in per]}
+    return {
+        "relative_error": float(np.sqrt(diff.sum() / ref.sum())),
+        "per_component_max": float(per.max()),
+        "per_component": [round(float(x), 6) for x in per],
+    }
 
 
 def main_single_pass(args) -> int:
@@ -196,13 +207,20 @@ def main_single_pass(args) -> int:
     codec = None if args.codec in (None, "none") else args.codec
     path = os.path.join(folder, f"decaying-{codec}.zarr" if codec else "decaying.zarr")
     size = {**local_cluster_size(args.workers, args.threads), "memory_limit": 2 * 2**30}
-    print(f"# bench pca --only single-pass: {gib:.1f} GiB float32 x {D}, singular values "
-          f"~ j^-{POWER:g}; k = {K}; chunks {codec or 'uncompressed'}; {machine()}; "
-          f"workers {size}; load "
-          f"{os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"# bench pca --only single-pass: {gib:.1f} GiB float32 x {D}, singular values "
+        f"~ j^-{POWER:g}; k = {K}; chunks {codec or 'uncompressed'}; {machine()}; "
+        f"workers {size}; load "
+        f"{os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     result = {}
-    with LocalCluster(processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                      **size) as cl, Client(cl) as client:
+    with (
+        LocalCluster(
+            processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0", **size
+        ) as cl,
+        Client(cl) as client,
+    ):
         t0 = time.perf_counter()
         n = write_decaying(path, gib, codec=codec)
         print(f"  array of {n} rows ready in {time.perf_counter() - t0:.1f} s", flush=True)
@@ -210,26 +228,41 @@ def main_single_pass(args) -> int:
             stored = _folder_bytes(path)
             result["stored_over_raw"] = round(stored / (n * D * 4), 3)
             result["decode_gb_per_s_one_core"] = round(_decode_rate(path, codec) / 1e9, 2)
-            print(f"  stored / raw {result['stored_over_raw']}, decode "
-                  f"{result['decode_gb_per_s_one_core']} GB/s on one core", flush=True)
+            print(
+                f"  stored / raw {result['stored_over_raw']}, decode "
+                f"{result['decode_gb_per_s_one_core']} GB/s on one core",
+                flush=True,
+            )
         warm = os.path.join(folder, "warm.zarr")  # Prefect's temporary server and the
         write_decaying(warm, CHUNK_ROWS * D * 4 / 2**30)  # workers' imports start here, not
-        embed(warm, os.path.join(folder, "out-warm"), method="pca",  # in a timed pass
-              params={"n_components": K}, overwrite=True)
+        embed(
+            warm,
+            os.path.join(folder, "out-warm"),
+            method="pca",  # in a timed pass
+            params={"n_components": K},
+            overwrite=True,
+        )
         width = K + max(10, K)
         dropped = [_drop_page_cache()]
         read = _read_pass(path)
         chunks = n // CHUNK_ROWS
-        floors = {"sketch": _compute_floor(client, path, chunks, _sketch_kernel(width)),
-                  "scatter": _compute_floor(client, path, chunks, _scatter_kernel()),
-                  "projection": _compute_floor(client, path, chunks, _projection_kernel())}
-        print(f"  floors: plain read {read:.1f} s; compute on in-memory chunks: "
-              + ", ".join(f"{k} {v:.1f} s" for k, v in floors.items()), flush=True)
+        floors = {
+            "sketch": _compute_floor(client, path, chunks, _sketch_kernel(width)),
+            "scatter": _compute_floor(client, path, chunks, _scatter_kernel()),
+            "projection": _compute_floor(client, path, chunks, _projection_kernel()),
+        }
+        print(
+            f"  floors: plain read {read:.1f} s; compute on in-memory chunks: "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in floors.items()),
+            flush=True,
+        )
         pids = list(client.run(os.getpid).values())
         runs = {}
-        turns = [(name, solver, pool) for name, solver in (("single-pass", "single-pass"),
-                                                           ("covariance", "covariance"))
-                 for pool in ((False, True) if args.compare_pool else (True,))]
+        turns = [
+            (name, solver, pool)
+            for name, solver in (("single-pass", "single-pass"), ("covariance", "covariance"))
+            for pool in ((False, True) if args.compare_pool else (True,))
+        ]
         turns.append(("auto", "auto", True))  # with max_error: should take single-pass here
         for name, solver, pool in turns:
             client.restart()  # nothing an earlier turn computed is still held on the cluster
@@ -242,54 +275,75 @@ def main_single_pass(args) -> int:
             dropped.append(_drop_page_cache())
             with PeakRSS(pids, interval=0.25) as rss:
                 t0 = time.perf_counter()
-                params = {"n_components": K, "solver": solver,
-                          **({"max_error": MAX_ERROR} if solver == "auto" else {})}
+                params = {
+                    "n_components": K,
+                    "solver": solver,
+                    **({"max_error": MAX_ERROR} if solver == "auto" else {}),
+                }
                 m = embed(path, out, method="pca", params=params, overwrite=True)
                 total = time.perf_counter() - t0
             t = m["timings"]
-            runs[label] = {"total_s": round(total, 1),
-                           "fit_plus_transform_s": round(t["fit"] + t["transform"], 1),
-                           "stages_s": {k: round(v, 1) for k, v in m["timings"].items()},
-                           "passes_over_X": m["model"]["passes"]
-                           + (m["model"]["solver"] != "single-pass"),
-                           "worker_peak_rss_gib": [round(rss.per_process_peak[p] / 2**30, 2)
-                                                   for p in pids],
-                           "sketch": m["model"].get("sketch"),
-                           "solver": m["model"]["solver"],
-                           "solver_choice": m["model"].get("solver_choice")}
+            runs[label] = {
+                "total_s": round(total, 1),
+                "fit_plus_transform_s": round(t["fit"] + t["transform"], 1),
+                "stages_s": {k: round(v, 1) for k, v in m["timings"].items()},
+                "passes_over_X": m["model"]["passes"] + (m["model"]["solver"] != "single-pass"),
+                "worker_peak_rss_gib": [round(rss.per_process_peak[p] / 2**30, 2) for p in pids],
+                "sketch": m["model"].get("sketch"),
+                "solver": m["model"]["solver"],
+                "solver_choice": m["model"].get("solver_choice"),
+            }
             print(f"  {label}: {json.dumps(runs[label])}", flush=True)
         dropped.append(_drop_page_cache())
         # the row sketch is removed once the embedding is committed: its read is timed on an
         # array of its shape and chunks written here
         sketch_like = os.path.join(folder, "sketch-like.zarr")
-        save_array(da.random.default_rng(0).random((n, width), dtype=np.float32,
-                                                   chunks=(CHUNK_ROWS, width)),
-                   sketch_like, overwrite=True, compressors=None)
+        save_array(
+            da.random.default_rng(0).random(
+                (n, width), dtype=np.float32, chunks=(CHUNK_ROWS, width)
+            ),
+            sketch_like,
+            overwrite=True,
+            compressors=None,
+        )
         dropped.append(_drop_page_cache())
         sketch_read = _read_pass(sketch_like)
-        err = _embedding_error(os.path.join(folder, "out-single-pass"),
-                               os.path.join(folder, "out-covariance"))
+        err = _embedding_error(
+            os.path.join(folder, "out-single-pass"), os.path.join(folder, "out-covariance")
+        )
     sp = runs["single-pass"]["fit_plus_transform_s"]
     ex = runs["covariance"]["fit_plus_transform_s"]
     sp_floor = max(read, floors["sketch"]) + sketch_read
     ex_floor = max(read, floors["scatter"]) + max(read, floors["projection"])
-    result = {**result, "rows": n, "gib": round(n * D * 4 / 2**30, 1),
-              "plain_read_s": round(read, 1),
-              "compute_floors_s": {k: round(v, 1) for k, v in floors.items()},
-              "sketch_read_s": round(sketch_read, 1),
-              "single_pass_floors_s": round(sp_floor, 1),
-              "covariance_floors_s": round(ex_floor, 1),
-              "single_pass_over_its_floors": round(sp / sp_floor, 3),
-              "covariance_over_its_floors": round(ex / ex_floor, 3),
-              "page_cache_dropped": all(dropped), "runs": runs,
-              "single_pass_over_read": round(sp / read, 3),
-              "single_pass_over_exact": round(sp / ex, 3),
-              "embedding_error_vs_exact": err,
-              "error_estimate_reported": (runs["single-pass"]["sketch"] or {})
-              .get("embedding_error_estimate")}
+    result = {
+        **result,
+        "rows": n,
+        "gib": round(n * D * 4 / 2**30, 1),
+        "plain_read_s": round(read, 1),
+        "compute_floors_s": {k: round(v, 1) for k, v in floors.items()},
+        "sketch_read_s": round(sketch_read, 1),
+        "single_pass_floors_s": round(sp_floor, 1),
+        "covariance_floors_s": round(ex_floor, 1),
+        "single_pass_over_its_floors": round(sp / sp_floor, 3),
+        "covariance_over_its_floors": round(ex / ex_floor, 3),
+        "page_cache_dropped": all(dropped),
+        "runs": runs,
+        "single_pass_over_read": round(sp / read, 3),
+        "single_pass_over_exact": round(sp / ex, 3),
+        "embedding_error_vs_exact": err,
+        "error_estimate_reported": (runs["single-pass"]["sketch"] or {}).get(
+            "embedding_error_estimate"
+        ),
+    }
     print(json.dumps(result, indent=1))
-    for name in ("out-single-pass", "out-covariance", "out-auto", "out-warm", "warm.zarr",
-                 "sketch-like.zarr"):
+    for name in (
+        "out-single-pass",
+        "out-covariance",
+        "out-auto",
+        "out-warm",
+        "warm.zarr",
+        "sketch-like.zarr",
+    ):
         shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
     if not args.dir:
         shutil.rmtree(folder, ignore_errors=True)

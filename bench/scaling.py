@@ -18,6 +18,7 @@ with c cores divides the block time by c), a coordinator NIC of ``--bandwidth`` 
 through the coordinator: a star), no overlap of compute and transfer, and the kNN graph and
 P outside the model (their cost is the kNN stage's).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,7 @@ from ._measure import machine
 from .knn import D, make_data
 
 D_OUT = 2
-GRID_NODES = 1200 ** 2  # the capped 2-D grid (MAX_BOXES[2] = 400 boxes x 3 nodes)
+GRID_NODES = 1200**2  # the capped 2-D grid (MAX_BOXES[2] = 400 boxes x 3 nodes)
 ITERATIONS = {"tsne": 750, "umap": 200}
 
 
@@ -41,18 +42,30 @@ def _measure_fits(rows: int) -> dict:
     from dimred_dask.methods.umap import umap
 
     out = {}
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         client.wait_for_workers(2)
         X = make_data(rows).persist()
         wait(X)
-        m = tsne(X, optimizer="distributed", n_iter=300, early_exaggeration_iter=100,
-                 random_state=0)
-        out["tsne"] = {k: m.info[k] for k in ("seconds_per_iteration", "bytes_per_iteration",
-                                              "blocks")}
+        m = tsne(
+            X, optimizer="distributed", n_iter=300, early_exaggeration_iter=100, random_state=0
+        )
+        out["tsne"] = {
+            k: m.info[k] for k in ("seconds_per_iteration", "bytes_per_iteration", "blocks")
+        }
         m = umap(X, optimizer="distributed", n_epochs=60, init="pca", random_state=0)
-        out["umap"] = {k: m.info[k] for k in ("seconds_per_iteration", "bytes_per_iteration",
-                                              "blocks", "edges")}
+        out["umap"] = {
+            k: m.info[k]
+            for k in ("seconds_per_iteration", "bytes_per_iteration", "blocks", "edges")
+        }
     return out
 
 
@@ -88,16 +101,23 @@ def _bytes(name: str, n: int, w: int) -> float:
 def main(args) -> int:
     rows = args.rows or 200_000
     bw = (args.bandwidth or 1.25) * 1e9
-    print(f"# bench scaling: a MODEL of the distributed optimisers, from figures measured on "
-          f"{rows} x {D} here; {machine()}; load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"# bench scaling: a MODEL of the distributed optimisers, from figures measured on "
+        f"{rows} x {D} here; {machine()}; load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     fits = _measure_fits(rows)
     coord = _coordinator_seconds(8)
     print("measured: " + json.dumps({"fits": fits, "coordinator": coord}), flush=True)
-    print(f"\nassumed: 1 core per worker, coordinator NIC {bw / 1e9:.2f} GB/s (star), no "
-          "overlap; kNN graph and P not included\n")
-    print("| method | rows | workers | block compute / it (s) | coordinator / it (s) | bytes "
-          "through the coordinator / it | transfer / it (s) | per iteration (s) | "
-          "optimisation (iterations) | per-worker state (GiB) | coordinator memory (GiB) |")
+    print(
+        f"\nassumed: 1 core per worker, coordinator NIC {bw / 1e9:.2f} GB/s (star), no "
+        "overlap; kNN graph and P not included\n"
+    )
+    print(
+        "| method | rows | workers | block compute / it (s) | coordinator / it (s) | bytes "
+        "through the coordinator / it | transfer / it (s) | per iteration (s) | "
+        "optimisation (iterations) | per-worker state (GiB) | coordinator memory (GiB) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in ("tsne", "umap"):
         f = fits[name]
@@ -106,8 +126,9 @@ def main(args) -> int:
         for n in (10**7, 10**8):
             for w in (8, 32, 128):
                 block = per_row * n / w
-                coordinator = (coord["fft"] + coord["sum_per_block"] * (w - 1)
-                               if name == "tsne" else 0.0) + n * D_OUT * 8 / 5e9
+                coordinator = (
+                    coord["fft"] + coord["sum_per_block"] * (w - 1) if name == "tsne" else 0.0
+                ) + n * D_OUT * 8 / 5e9
                 moved = _bytes(name, n, w)
                 transfer = moved / bw
                 it = block + coordinator + transfer
@@ -116,9 +137,13 @@ def main(args) -> int:
                 # rows' state (update, gains, output, potentials)
                 state = (nnz_row * n / w * 16 + n * D_OUT * 8 + 6 * n / w * D_OUT * 8) / 2**30
                 coord_mem = 4 * n * D_OUT * 8 / 2**30 + (
-                    3 * GRID_NODES * (D_OUT + 2) * 8 / 2**30 if name == "tsne" else 0)
-                print(f"| {name} | {n:.0e} | {w} | {block:.2f} | {coordinator:.2f} | "
-                      f"{moved / 2**30:.2f} GiB | {transfer:.2f} | {it:.2f} | "
-                      f"{total / 60:.1f} min ({ITERATIONS[name]}) | {state:.2f} | "
-                      f"{coord_mem:.2f} |", flush=True)
+                    3 * GRID_NODES * (D_OUT + 2) * 8 / 2**30 if name == "tsne" else 0
+                )
+                print(
+                    f"| {name} | {n:.0e} | {w} | {block:.2f} | {coordinator:.2f} | "
+                    f"{moved / 2**30:.2f} GiB | {transfer:.2f} | {it:.2f} | "
+                    f"{total / 60:.1f} min ({ITERATIONS[name]}) | {state:.2f} | "
+                    f"{coord_mem:.2f} |",
+                    flush=True,
+                )
     return 0

@@ -24,6 +24,7 @@ one untimed warm-up read of each implementation all of them read from memory, no
 measures decoding and moving the data, not the disk. The implementations run in turns; the
 ratio ours / read_table is printed per round, and its median is the figure to hold to 1.5.
 """
+
 from __future__ import annotations
 
 import os
@@ -67,8 +68,11 @@ def _matches(path: str, rows: int) -> bool:
     except Exception:  # noqa: BLE001 - any unreadable file is "not ours"
         return False
     schema = meta.schema.to_arrow_schema()
-    return (meta.num_rows == rows and "embedding" in schema.names
-            and schema.field("embedding").type == pa.list_(pa.float32(), D))
+    return (
+        meta.num_rows == rows
+        and "embedding" in schema.names
+        and schema.field("embedding").type == pa.list_(pa.float32(), D)
+    )
 
 
 def write_shards(folder: str, n: int) -> tuple[list[str], list[str]]:
@@ -88,8 +92,10 @@ def write_shards(folder: str, n: int) -> tuple[list[str], list[str]]:
         paths.append(path)
         if os.path.exists(path):
             if not _matches(path, rows):
-                raise SystemExit(f"{path} exists and is not a {rows} x {D} shard of this "
-                                 "benchmark; pass another --dir (an empty or new folder).")
+                raise SystemExit(
+                    f"{path} exists and is not a {rows} x {D} shard of this "
+                    "benchmark; pass another --dir (an empty or new folder)."
+                )
             start += rows
             continue
         X = data.blocks[i].compute(scheduler="sync")
@@ -112,38 +118,51 @@ def main(args) -> int:
     if n < FILES:
         raise SystemExit(f"--rows must be at least {FILES}")
     workers = args.workers or 2
-    folder = os.path.abspath(args.dir or os.path.join(os.path.dirname(__file__), "_data",
-                                                      f"shards-{n}x{D}"))
-    print(f"# bench shards: {n:,} x {D} float32 as {FILES} Parquet files (fixed-size-list "
-          f"column 'embedding'); {machine()}; load average at start {os.getloadavg()[0]:.2f}",
-          flush=True)
+    folder = os.path.abspath(
+        args.dir or os.path.join(os.path.dirname(__file__), "_data", f"shards-{n}x{D}")
+    )
+    print(
+        f"# bench shards: {n:,} x {D} float32 as {FILES} Parquet files (fixed-size-list "
+        f"column 'embedding'); {machine()}; load average at start {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     created = _made_dirs(folder)
     wrote: list[str] = []
     try:
         t0 = time.perf_counter()
         paths, wrote = write_shards(folder, n)
         if wrote:
-            print(f"  wrote {len(wrote)} files to {folder} in {time.perf_counter() - t0:.0f} s",
-                  flush=True)
+            print(
+                f"  wrote {len(wrote)} files to {folder} in {time.perf_counter() - t0:.0f} s",
+                flush=True,
+            )
         size = sum(os.path.getsize(p) for p in paths)
         meta = pq.ParquetFile(paths[0]).metadata
         group_rows = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
         column = meta.row_group(0).column(meta.num_columns - 1)
-        print(f"  files: {folder}/part-00 ... part-{FILES - 1:02d}.parquet, "
-              f"{size / 2**30:.2f} GiB on disk; pyarrow's default row groups (at most 1 Mi "
-              f"rows): {meta.num_row_groups} per file of {group_rows[0]:,} rows "
-              f"({group_rows[0] * D * 4 / 2**20:.0f} MiB as float32), {column.compression}",
-              flush=True)
+        print(
+            f"  files: {folder}/part-00 ... part-{FILES - 1:02d}.parquet, "
+            f"{size / 2**30:.2f} GiB on disk; pyarrow's default row groups (at most 1 Mi "
+            f"rows): {meta.num_row_groups} per file of {group_rows[0]:,} rows "
+            f"({group_rows[0] * D * 4 / 2**20:.0f} MiB as float32), {column.compression}",
+            flush=True,
+        )
         vm = psutil.virtual_memory()
         if 3 * size < vm.available:  # the files, and the NumPy peer's table and array
-            print(f"  page cache: the files ({size / 2**30:.2f} GiB) fit in this machine's "
-                  f"memory ({vm.total / 2**30:.1f} GiB, {vm.available / 2**30:.1f} GiB "
-                  "available), so after one untimed warm-up read of each implementation every "
-                  "timed read comes from the page cache, not the disk", flush=True)
+            print(
+                f"  page cache: the files ({size / 2**30:.2f} GiB) fit in this machine's "
+                f"memory ({vm.total / 2**30:.1f} GiB, {vm.available / 2**30:.1f} GiB "
+                "available), so after one untimed warm-up read of each implementation every "
+                "timed read comes from the page cache, not the disk",
+                flush=True,
+            )
         else:
-            print(f"  page cache: the files ({size / 2**30:.2f} GiB) and the NumPy peer's two "
-                  f"copies may not fit in the {vm.available / 2**30:.1f} GiB available: some "
-                  "timed reads may come from the disk", flush=True)
+            print(
+                f"  page cache: the files ({size / 2**30:.2f} GiB) and the NumPy peer's two "
+                f"copies may not fit in the {vm.available / 2**30:.1f} GiB available: some "
+                "timed reads may come from the disk",
+                flush=True,
+            )
         return _measure(args, n, folder, paths, workers)
     finally:
         if not args.keep:
@@ -183,38 +202,57 @@ def _measure(args, n: int, folder: str, paths: list[str], workers: int) -> int:
         parts = compute(*[delayed(first_value)(b) for b in inp.array.to_delayed().ravel()])
         return (sum(rows for rows, _ in parts), inp.array.shape[1])
 
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                      memory_limit="6GiB") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            memory_limit="6GiB",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         pids = list(client.run(os.getpid).values())
         inp = open_input(folder, columns=["embedding"])
         if inp.shape != (n, D) or inp.meta.get("files") != FILES:
-            raise SystemExit(f"{folder} holds other files besides the {FILES} shards "
-                             f"({inp.meta.get('files')} Parquet files, shape {inp.shape}); "
-                             "pass an empty or new --dir.")
+            raise SystemExit(
+                f"{folder} holds other files besides the {FILES} shards "
+                f"({inp.meta.get('files')} Parquet files, shape {inp.shape}); "
+                "pass an empty or new --dir."
+            )
         chunks = inp.array.chunks[0]
-        print(f"  ours: open_input gives {len(chunks)} row chunks of {chunks[0]:,} rows "
-              f"({chunks[0] * D * 4 / 2**20:.0f} MiB); {workers} worker processes x 1 thread; "
-              f"pyarrow in this process with its own threads ({os.cpu_count()} cores)",
-              flush=True)
-        names = {"table": "pyarrow pq.read_table (in process)",
-                 "numpy": "pyarrow pq.read_table + 2-D NumPy array (in process)",
-                 "ours": f"dimred-dask open_input, every chunk read ({workers} workers x 1 "
-                         "thread)"}
-        entries = [(names["table"], peer_table, args.repeat),
-                   (names["numpy"], peer_numpy, args.repeat),
-                   (names["ours"], ours, args.repeat)]
+        print(
+            f"  ours: open_input gives {len(chunks)} row chunks of {chunks[0]:,} rows "
+            f"({chunks[0] * D * 4 / 2**20:.0f} MiB); {workers} worker processes x 1 thread; "
+            f"pyarrow in this process with its own threads ({os.cpu_count()} cores)",
+            flush=True,
+        )
+        names = {
+            "table": "pyarrow pq.read_table (in process)",
+            "numpy": "pyarrow pq.read_table + 2-D NumPy array (in process)",
+            "ours": f"dimred-dask open_input, every chunk read ({workers} workers x 1 thread)",
+        }
+        entries = [
+            (names["table"], peer_table, args.repeat),
+            (names["numpy"], peer_numpy, args.repeat),
+            (names["ours"], ours, args.repeat),
+        ]
         t0 = time.perf_counter()
         for name, fn, _ in entries:  # warm-up: page cache, allocators, worker imports
             shape = fn()
             assert tuple(shape) == (n, D), (name, shape)
-        print(f"  warm-up read of each (untimed) took {time.perf_counter() - t0:.1f} s; "
-              f"load {os.getloadavg()[0]:.2f}", flush=True)
+        print(
+            f"  warm-up read of each (untimed) took {time.perf_counter() - t0:.1f} s; "
+            f"load {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
         ratios = []
 
         def on_round(r, times):
-            line = ", ".join(f"{key} {times[names[key]]:.2f} s" for key in names
-                             if names[key] in times)
+            line = ", ".join(
+                f"{key} {times[names[key]]:.2f} s" for key in names if names[key] in times
+            )
             ratio = ""
             if names["ours"] in times and names["table"] in times:
                 ratios.append(times[names["ours"]] / times[names["table"]])
@@ -229,18 +267,26 @@ def _measure(args, n: int, folder: str, paths: list[str], workers: int) -> int:
         assert tuple(results[name][3]) == (n, D), (name, results[name][3])
     gib = n * D * 4 / 2**30
     ours_med = results[names["ours"]][0]
-    print("\n| implementation | median (s) | runs (s) | GiB/s of float32 | ours / this |\n"
-          "|---|---|---|---|---|")
+    print(
+        "\n| implementation | median (s) | runs (s) | GiB/s of float32 | ours / this |\n"
+        "|---|---|---|---|---|"
+    )
     for name, _, _ in entries:
         med, times, _, _ = results[name]
-        print(f"| {name} | {med:.2f} | {', '.join(f'{t:.2f}' for t in times)} | "
-              f"{gib / med:.2f} | {ours_med / med:.2f} |")
+        print(
+            f"| {name} | {med:.2f} | {', '.join(f'{t:.2f}' for t in times)} | "
+            f"{gib / med:.2f} | {ours_med / med:.2f} |"
+        )
     if ratios:
         median_ratio = statistics.median(ratios)
         verdict = "within" if median_ratio <= TARGET_RATIO else "NOT within"
-        print(f"\nours / pq.read_table per round: {', '.join(f'{r:.2f}' for r in ratios)}; "
-              f"median {median_ratio:.2f}: {verdict} {TARGET_RATIO}x")
-    print(f"worker peak RSS (largest of the {workers} workers, over all rounds): "
-          f"{worker_peak / 2**30:.2f} GiB; load average at end {os.getloadavg()[0]:.2f}; "
-          f"memory available {psutil.virtual_memory().available / 2**30:.1f} GiB")
+        print(
+            f"\nours / pq.read_table per round: {', '.join(f'{r:.2f}' for r in ratios)}; "
+            f"median {median_ratio:.2f}: {verdict} {TARGET_RATIO}x"
+        )
+    print(
+        f"worker peak RSS (largest of the {workers} workers, over all rounds): "
+        f"{worker_peak / 2**30:.2f} GiB; load average at end {os.getloadavg()[0]:.2f}; "
+        f"memory available {psutil.virtual_memory().available / 2**30:.1f} GiB"
+    )
     return 0

@@ -17,6 +17,7 @@ spectrum is nearly flat (sampling noise), the hard case for a randomized solver.
 They run in turns. Quality: the largest relative difference of the 50 explained variances
 from scikit-learn's ARPACK ones (ARPACK converges to machine precision: tol=0).
 """
+
 from __future__ import annotations
 
 import os
@@ -55,13 +56,19 @@ def main(args) -> int:
     folder = args.dir or os.path.join(os.path.dirname(__file__), "_data")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"counts-{n}x{genes}.h5ad")
-    print(f"# bench sparse: {n:,} x {genes:,} log1p counts, 2 % non-zero, k = {K}; {machine()}; "
-          f"load average at start {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"# bench sparse: {n:,} x {genes:,} log1p counts, 2 % non-zero, k = {K}; {machine()}; "
+        f"load average at start {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     t0 = time.perf_counter()
     X, _ = sparse_counts(n, genes, density=0.02)
-    print(f"  data: {X.nnz:,} stored values ({X.nnz / n / genes:.2%}), CSR "
-          f"{(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes) / 2**30:.2f} GiB, made in "
-          f"{time.perf_counter() - t0:.0f} s", flush=True)
+    print(
+        f"  data: {X.nnz:,} stored values ({X.nnz / n / genes:.2%}), CSR "
+        f"{(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes) / 2**30:.2f} GiB, made in "
+        f"{time.perf_counter() - t0:.0f} s",
+        flush=True,
+    )
     wrote = not os.path.exists(path)
     if wrote:
         t0 = time.perf_counter()
@@ -75,35 +82,63 @@ def main(args) -> int:
             ev = fn()
             evs[name] = ev
             return ev
+
         return run
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", memory_limit="6GiB") as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            memory_limit="6GiB",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         pids = list(client.run(os.getpid).values())
         inp = open_input(path)
-        print(f"  ours reads {inp.array.numblocks[0]} row chunks of "
-              f"{inp.array.chunks[0][0]:,} rows", flush=True)
+        print(
+            f"  ours reads {inp.array.numblocks[0]} row chunks of {inp.array.chunks[0][0]:,} rows",
+            flush=True,
+        )
 
         passes = {}
 
         def ours(n_iter, tol, key):
             def run():
-                model = PCA(K, solver="randomized", n_iter=n_iter, tol=tol,
-                            random_state=0).fit(open_input(path).array)
+                model = PCA(K, solver="randomized", n_iter=n_iter, tol=tol, random_state=0).fit(
+                    open_input(path).array
+                )
                 passes[key] = model.convergence_[0]["passes"]
                 return model.explained_variance_
+
             return run
 
         def sklearn():
             return SkPCA(K, svd_solver="arpack", random_state=0).fit(X).explained_variance_
 
-        entries.append(("dimred-dask PCA randomized, tol=2e-3 (2 workers, from the .h5ad)",
-                        keep("ours", ours(40, 2e-3, "ours")), args.repeat))
-        entries.append(("dimred-dask PCA randomized, defaults (2 workers, from the .h5ad)",
-                        keep("ours-default", ours(4, 0.0, "ours-default")), args.repeat))
-        entries.append(('scikit-learn PCA(svd_solver="arpack") (in process)',
-                        keep("sklearn", sklearn), args.peer_repeat))
+        entries.append(
+            (
+                "dimred-dask PCA randomized, tol=2e-3 (2 workers, from the .h5ad)",
+                keep("ours", ours(40, 2e-3, "ours")),
+                args.repeat,
+            )
+        )
+        entries.append(
+            (
+                "dimred-dask PCA randomized, defaults (2 workers, from the .h5ad)",
+                keep("ours-default", ours(4, 0.0, "ours-default")),
+                args.repeat,
+            )
+        )
+        entries.append(
+            (
+                'scikit-learn PCA(svd_solver="arpack") (in process)',
+                keep("sklearn", sklearn),
+                args.peer_repeat,
+            )
+        )
         try:
             if args.no_scanpy:
                 raise ImportError
@@ -115,11 +150,17 @@ def main(args) -> int:
                     _, _, ratio, var = sc.pp.pca(X, n_comps=K, return_info=True)
                 return var
 
-            entries.append((f"scanpy {_version('scanpy')} pp.pca (in process)",
-                            keep("scanpy", scanpy), args.peer_repeat))
+            entries.append(
+                (
+                    f"scanpy {_version('scanpy')} pp.pca (in process)",
+                    keep("scanpy", scanpy),
+                    args.peer_repeat,
+                )
+            )
         except ImportError:
-            print("  scanpy not run (--no-scanpy, or not installed: pip install "
-                  "'dimred-dask[bench]')")
+            print(
+                "  scanpy not run (--no-scanpy, or not installed: pip install 'dimred-dask[bench]')"
+            )
 
         def on_round(r, times):
             line = ", ".join(f"{k.split(' (')[0]} {v:.1f} s" for k, v in times.items())
@@ -130,20 +171,26 @@ def main(args) -> int:
             results = timed_in_turns(entries, pids=(), on_round=on_round)
         worker_peak = max(per_worker.per_process_peak[p] for p in pids)
     ref = evs["sklearn"]
-    print("\n| implementation | median (s) | runs (s) | passes over the data | max rel. diff. "
-          "of the 50 explained variances from ARPACK's | rel. diff. of their sum | "
-          "ours (tol=2e-3) / this |\n|---|---|---|---|---|---|---|")
+    print(
+        "\n| implementation | median (s) | runs (s) | passes over the data | max rel. diff. "
+        "of the 50 explained variances from ARPACK's | rel. diff. of their sum | "
+        "ours (tol=2e-3) / this |\n|---|---|---|---|---|---|---|"
+    )
     ours_med = results[entries[0][0]][0]
     for (name, _, _), key in zip(entries, ["ours", "ours-default", "sklearn", "scanpy"]):
         med, times, _, _ = results[name]
         total = abs(np.sum(evs[key], dtype=np.float64) / np.sum(ref, dtype=np.float64) - 1)
-        print(f"| {name} | {med:.1f} | {', '.join(f'{t:.1f}' for t in times)} | "
-              f"{passes.get(key, '')} | {_rel(evs[key], ref):.1e} | {total:.1e} | "
-              f"{ours_med / med:.2f} |")
-    print(f"\nworker peak RSS (largest of the 2 workers, over all rounds): "
-          f"{worker_peak / 2**30:.2f} GiB; this process holds the CSR matrix for the peers; "
-          f"load average at end {os.getloadavg()[0]:.2f}; "
-          f"memory available {psutil.virtual_memory().available / 2**30:.1f} GiB")
+        print(
+            f"| {name} | {med:.1f} | {', '.join(f'{t:.1f}' for t in times)} | "
+            f"{passes.get(key, '')} | {_rel(evs[key], ref):.1e} | {total:.1e} | "
+            f"{ours_med / med:.2f} |"
+        )
+    print(
+        f"\nworker peak RSS (largest of the 2 workers, over all rounds): "
+        f"{worker_peak / 2**30:.2f} GiB; this process holds the CSR matrix for the peers; "
+        f"load average at end {os.getloadavg()[0]:.2f}; "
+        f"memory available {psutil.virtual_memory().available / 2**30:.1f} GiB"
+    )
     if wrote and not args.keep:
         os.remove(path)  # only the file this run wrote
     return 0
@@ -170,8 +217,9 @@ def _write_anndata_zarr(path: str, n: int, genes: int, density: float, chunk_row
     import zarr
     from anndata.io import sparse_dataset, write_elem
 
-    jobs = [(i, min(chunk_rows, n - s), genes, density)
-            for i, s in enumerate(range(0, n, chunk_rows))]
+    jobs = [
+        (i, min(chunk_rows, n - s), genes, density) for i, s in enumerate(range(0, n, chunk_rows))
+    ]
     kinds, nnz, t0 = [], 0, time.perf_counter()
     with ProcessPoolExecutor(2) as pool, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*future.infer_string")
@@ -187,13 +235,21 @@ def _write_anndata_zarr(path: str, n: int, genes: int, density: float, chunk_row
             else:
                 target.append(X)
             if i % 10 == 9 or i == len(jobs) - 1:
-                print(f"  written {sum(j[1] for j in jobs[:i + 1]):,} of {n:,} rows, "
-                      f"{nnz:,} stored values, {time.perf_counter() - t0:.0f} s", flush=True)
+                print(
+                    f"  written {sum(j[1] for j in jobs[: i + 1]):,} of {n:,} rows, "
+                    f"{nnz:,} stored values, {time.perf_counter() - t0:.0f} s",
+                    flush=True,
+                )
         with pd.option_context("future.infer_string", False):
             kind = np.concatenate(kinds)
-            write_elem(group, "obs", pd.DataFrame(
-                {"cell_type": pd.Categorical(kind.astype(str))},
-                index=pd.Index(np.arange(n).astype(str), dtype=object)))
+            write_elem(
+                group,
+                "obs",
+                pd.DataFrame(
+                    {"cell_type": pd.Categorical(kind.astype(str))},
+                    index=pd.Index(np.arange(n).astype(str), dtype=object),
+                ),
+            )
     zarr.consolidate_metadata(path)  # X's new shape and the new obs, for consolidated readers
     return nnz
 
@@ -233,8 +289,14 @@ class _ClusterProcess:
 def _serve_cluster(conn, n: int, memory_limit: str) -> None:
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", memory_limit=memory_limit) as cluster:
+    with LocalCluster(
+        n_workers=n,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        memory_limit=memory_limit,
+    ) as cluster:
         conn.send(cluster.scheduler_address)
         conn.recv()  # until the benchmark is done with it
 
@@ -260,18 +322,23 @@ def main_big(args) -> int:
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"cells-{n}x{genes}-{density}.zarr")
     out = os.path.join(folder, f"cells-{n}x{genes}-map")
-    print(f"# bench sparse --big: {n:,} x {genes:,} counts at {density:.1%} as AnnData-Zarr, "
-          f"pca+umap through the flow; {machine()}; load {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"# bench sparse --big: {n:,} x {genes:,} counts at {density:.1%} as AnnData-Zarr, "
+        f"pca+umap through the flow; {machine()}; load {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     wrote = not os.path.exists(path)
     if wrote:  # written under another name, renamed when complete
         if os.path.exists(path + ".partial"):
-            raise SystemExit(f"{path}.partial is an unfinished store of an earlier run: "
-                             "remove it first")
+            raise SystemExit(
+                f"{path}.partial is an unfinished store of an earlier run: remove it first"
+            )
         import multiprocessing
 
         # in a process of its own, so that this one (the flow's) starts clean
         writer = multiprocessing.get_context("spawn").Process(
-            target=_write_anndata_zarr, args=(path + ".partial", n, genes, density, 50_000))
+            target=_write_anndata_zarr, args=(path + ".partial", n, genes, density, 50_000)
+        )
         writer.start()
         writer.join()
         if writer.exitcode != 0:
@@ -282,9 +349,12 @@ def main_big(args) -> int:
     nnz = int(zarr.open_array(os.path.join(path, "X", "data"), mode="r").shape[0])
     mem = psutil.virtual_memory().total
     csr = nnz * 8 + (n + 1) * 8
-    print(f"  input {path}: {nnz:,} stored values; as CSR in memory {csr / 2**30:.1f} GiB "
-          f"({csr / mem:.2f}x this machine's {mem / 2**30:.1f} GiB); on disk "
-          f"{_du(path) / 2**30:.1f} GiB (anndata's Zarr compression)", flush=True)
+    print(
+        f"  input {path}: {nnz:,} stored values; as CSR in memory {csr / 2**30:.1f} GiB "
+        f"({csr / mem:.2f}x this machine's {mem / 2**30:.1f} GiB); on disk "
+        f"{_du(path) / 2**30:.1f} GiB (anndata's Zarr compression)",
+        flush=True,
+    )
     limit = args.worker_memory or "5GiB"
     with _ClusterProcess(2, limit) as address, Client(address) as client:
         pids = sorted(client.run(os.getpid).values())
@@ -292,21 +362,37 @@ def main_big(args) -> int:
         workers = PeakRSS(pids, interval=0.5)
         t0 = time.perf_counter()
         with flow, workers:
-            embed(path, out, method="pca+umap", overwrite=True,
-                  params={"pca.n_components": 50, "umap.random_state": 0},
-                  scheduler=address, graph_cache="none")  # every stage computed
+            embed(
+                path,
+                out,
+                method="pca+umap",
+                overwrite=True,
+                params={"pca.n_components": 50, "umap.random_state": 0},
+                scheduler=address,
+                graph_cache="none",
+            )  # every stage computed
         wall = time.perf_counter() - t0
         after = sorted(client.run(os.getpid).values())
     manifest = json.load(open(os.path.join(out, "manifest.json")))
-    print(f"\nend to end {wall:.0f} s ({wall / 60:.1f} min); worker processes "
-          f"{'unchanged (no restart)' if after == pids else f'CHANGED: {pids} -> {after}'}; "
-          f"memory_limit {limit} each")
-    print(f"flow process (this one; the scheduler and workers run in other processes) peak RSS "
-          f"{flow.per_process_peak[os.getpid()] / 2**30:.2f} GiB (at the start "
-          f"{flow.base / 2**30:.2f}); workers' peaks " + ", ".join(
-              f"{workers.per_process_peak[p] / 2**30:.2f}" for p in pids) + " GiB")
-    print(json.dumps({k: manifest.get(k) for k in ("timings", "chain", "convergence",
-                                                    "metrics")}, indent=1, default=str)[:6000])
+    print(
+        f"\nend to end {wall:.0f} s ({wall / 60:.1f} min); worker processes "
+        f"{'unchanged (no restart)' if after == pids else f'CHANGED: {pids} -> {after}'}; "
+        f"memory_limit {limit} each"
+    )
+    print(
+        f"flow process (this one; the scheduler and workers run in other processes) peak RSS "
+        f"{flow.per_process_peak[os.getpid()] / 2**30:.2f} GiB (at the start "
+        f"{flow.base / 2**30:.2f}); workers' peaks "
+        + ", ".join(f"{workers.per_process_peak[p] / 2**30:.2f}" for p in pids)
+        + " GiB"
+    )
+    print(
+        json.dumps(
+            {k: manifest.get(k) for k in ("timings", "chain", "convergence", "metrics")},
+            indent=1,
+            default=str,
+        )[:6000]
+    )
     print(f"load average at end {os.getloadavg()[0]:.2f}")
     if wrote and not args.keep:
         import shutil

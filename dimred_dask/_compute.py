@@ -4,6 +4,7 @@ Dask input is computed on the active ``dask.distributed`` client when there is o
 progress feed from the scheduler (every task of the graph counts); without a client it runs
 on the local threaded scheduler. NumPy work never goes through here.
 """
+
 from __future__ import annotations
 
 import dask
@@ -17,6 +18,7 @@ def active_client():
     """The current ``distributed.Client`` (in a worker: the worker's client), or None."""
     try:
         from distributed import get_client
+
         return get_client()
     except (ImportError, ValueError):
         return None
@@ -72,6 +74,7 @@ def _follow(client, futures, stage: str, poll: float = 0.25) -> None:
     except Exception:
         feed = None
     if feed is not None:
+
         def listen():
             try:
                 feed._loop_runner.run_sync(feed.listen)

@@ -5,6 +5,7 @@ installing a reporter with ``reporting(callback)``: the CLI draws a terminal bar
 task moves a progress artifact, and with no reporter nothing happens. The reporter lives in a
 context variable, so concurrent runs in different threads do not see each other's progress.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +18,8 @@ from typing import Callable
 Reporter = Callable[[str, float, float], None]
 
 _REPORTER: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar(
-    "dimred_dask_reporter", default=None)
+    "dimred_dask_reporter", default=None
+)
 
 
 def report(stage: str, done: float, total: float) -> None:
@@ -50,8 +52,9 @@ class TerminalBar:
     a terminal (a log file), a line is written at most every ``log_interval`` seconds and at
     the end of each stage, instead of redrawing."""
 
-    def __init__(self, stream=None, width: int = 30, interval: float = 0.2,
-                 log_interval: float = 10.0):
+    def __init__(
+        self, stream=None, width: int = 30, interval: float = 0.2, log_interval: float = 10.0
+    ):
         self._stream = stream  # None: whatever sys.stderr is when drawing
         self.width = width
         self.interval = interval

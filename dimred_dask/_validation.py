@@ -5,6 +5,7 @@ alike. Checks that need the values (finiteness) run eagerly for NumPy input; for
 they are fused into the first pass a solver makes over the data (see
 ``blocks.stats.BlockStats.nonfinite``) so that validation never costs a pass of its own.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -45,14 +46,32 @@ def is_sparse_input(X) -> bool:
 # messages (compared lower-case, letters and digits only): a refusal of sparse input names the
 # chain that runs the method on PCA's embedding.
 _CHAIN_NAMES = {
-    "kpca": "kpca", "kernelpca": "kpca", "mds": "mds", "landmarkmds": "landmark-mds",
-    "spca": "spca", "supervisedpca": "spca", "kspca": "kspca", "kernelsupervisedpca": "kspca",
-    "isomap": "isomap", "landmarkisomap": "landmark-isomap", "lle": "lle",
-    "locallylinearembedding": "lle", "laplacian": "laplacian",
-    "laplacianeigenmaps": "laplacian", "spectral": "spectral",
-    "spectralclustering": "spectral", "tsne": "tsne", "tsnetransform": "tsne", "umap": "umap",
-    "umaptransform": "umap", "sne": "sne", "mvu": "mvu", "maximumvarianceunfolding": "mvu",
-    "landmarkmvu": "landmark-mvu", "are": "are", "actionrespectingembedding": "are",
+    "kpca": "kpca",
+    "kernelpca": "kpca",
+    "mds": "mds",
+    "landmarkmds": "landmark-mds",
+    "spca": "spca",
+    "supervisedpca": "spca",
+    "kspca": "kspca",
+    "kernelsupervisedpca": "kspca",
+    "isomap": "isomap",
+    "landmarkisomap": "landmark-isomap",
+    "lle": "lle",
+    "locallylinearembedding": "lle",
+    "laplacian": "laplacian",
+    "laplacianeigenmaps": "laplacian",
+    "spectral": "spectral",
+    "spectralclustering": "spectral",
+    "tsne": "tsne",
+    "tsnetransform": "tsne",
+    "umap": "umap",
+    "umaptransform": "umap",
+    "sne": "sne",
+    "mvu": "mvu",
+    "maximumvarianceunfolding": "mvu",
+    "landmarkmvu": "landmark-mvu",
+    "are": "are",
+    "actionrespectingembedding": "are",
 }
 
 
@@ -66,19 +85,27 @@ def sparse_refusal(method: str, where: str, X, why: str = "") -> InputTypeError:
     """The `InputTypeError` of a method (or a solver path) that does not take sparse input:
     what was found, and the fix (the chain through PCA, which takes sparse input, or
     densifying). ``why``: a clause saying what would need the dense matrix."""
-    kind = "a dask array of sparse chunks" if is_dask(X) else \
-        f"a sparse matrix of type {type(X).__name__}"
+    kind = (
+        "a dask array of sparse chunks"
+        if is_dask(X)
+        else f"a sparse matrix of type {type(X).__name__}"
+    )
     shape = "x".join(str(s) for s in getattr(X, "shape", ()))
     name = chain_name(method)
     if name:
-        fix = (f"reduce with PCA first: --method pca+{name}, the chain (e.g. --param "
-               "pca.n_components=50; in Python PCA(50).fit_transform(X), which takes sparse "
-               "input), or densify (X.toarray()) if n x d fits in memory.")
+        fix = (
+            f"reduce with PCA first: --method pca+{name}, the chain (e.g. --param "
+            "pca.n_components=50; in Python PCA(50).fit_transform(X), which takes sparse "
+            "input), or densify (X.toarray()) if n x d fits in memory."
+        )
     else:
-        fix = ("reduce with PCA first (dimred_dask.PCA(50) takes sparse input and gives a "
-               "dense embedding), or densify (X.toarray()) if n x d fits in memory.")
-    return InputTypeError(f"{method} does not take sparse input{why}; found {kind} "
-                          f"({shape}) in {where}.", fix)
+        fix = (
+            "reduce with PCA first (dimred_dask.PCA(50) takes sparse input and gives a "
+            "dense embedding), or densify (X.toarray()) if n x d fits in memory."
+        )
+    return InputTypeError(
+        f"{method} does not take sparse input{why}; found {kind} ({shape}) in {where}.", fix
+    )
 
 
 def format_rows(rows, n_rows: int | None = None, *, shown: int = 6) -> str:
@@ -102,8 +129,9 @@ def format_rows(rows, n_rows: int | None = None, *, shown: int = 6) -> str:
     return f"{'row' if total == 1 else 'rows'} {text}"
 
 
-def describe_nonfinite(rows: np.ndarray, n_nan: int, n_inf: int, where: str,
-                       n_rows: int | None = None) -> str:
+def describe_nonfinite(
+    rows: np.ndarray, n_nan: int, n_inf: int, where: str, n_rows: int | None = None
+) -> str:
     """One sentence such as "12 NaN in rows 1042-1187 of 'X'"."""
     parts = []
     if n_nan:
@@ -113,8 +141,9 @@ def describe_nonfinite(rows: np.ndarray, n_nan: int, n_inf: int, where: str,
     return f"{' and '.join(parts)} in {format_rows(rows, n_rows)} of {where}"
 
 
-def nonfinite_error(method: str, rows, n_nan: int, n_inf: int, where: str,
-                    n_rows: int | None = None) -> InputError:
+def nonfinite_error(
+    method: str, rows, n_nan: int, n_inf: int, where: str, n_rows: int | None = None
+) -> InputError:
     return InputError(
         f"{method} needs finite values; found "
         f"{describe_nonfinite(rows, n_nan, n_inf, where, n_rows)}.",
@@ -161,22 +190,34 @@ def check_array(
     input by the solver's first pass, see ``blocks.sparse.sparse_block_stats``).
     """
     if X is None:
-        raise InputError(f"{method} needs a 2-D array of samples x features; found None.",
-                         "pass an array of shape (n_samples, n_features).")
+        raise InputError(
+            f"{method} needs a 2-D array of samples x features; found None.",
+            "pass an array of shape (n_samples, n_features).",
+        )
     if is_sparse_input(X):
         if not accept_sparse:
             raise sparse_refusal(method, where, X)
-        return _check_sparse(X, method=method, where=where, min_samples=min_samples,
-                             min_features=min_features, check_finite=check_finite)
+        return _check_sparse(
+            X,
+            method=method,
+            where=where,
+            min_samples=min_samples,
+            min_features=min_features,
+            check_finite=check_finite,
+        )
     if is_dask(X):
         if not allow_dask:
-            raise InputTypeError(f"{method} needs an in-memory array here; found a dask array.",
-                                 "call .compute() first.")
-        return _check_dask(X, method=method, where=where, min_samples=min_samples,
-                           min_features=min_features)
+            raise InputTypeError(
+                f"{method} needs an in-memory array here; found a dask array.",
+                "call .compute() first.",
+            )
+        return _check_dask(
+            X, method=method, where=where, min_samples=min_samples, min_features=min_features
+        )
     arr = _as_real(np.asarray(X), method=method, where=where)  # complex, text: refused
-    _check_shape(arr.shape, method=method, where=where, min_samples=min_samples,
-                 min_features=min_features)
+    _check_shape(
+        arr.shape, method=method, where=where, min_samples=min_samples, min_features=min_features
+    )
     if check_finite:
         bad = ~np.isfinite(arr)
         if bad.any():
@@ -218,13 +259,17 @@ def _check_shape(shape, *, method, where, min_samples, min_features):
         )
     n, d = shape
     if n == 0:
-        raise InputError(f"{method} needs at least {min_samples} samples; found 0 rows "
-                         f"(shape={tuple(shape)}) in {where}.",
-                         "check the input path and any row filter; the array is empty.")
+        raise InputError(
+            f"{method} needs at least {min_samples} samples; found 0 rows "
+            f"(shape={tuple(shape)}) in {where}.",
+            "check the input path and any row filter; the array is empty.",
+        )
     if d == 0:
-        raise InputError(f"Found array with 0 feature(s) (shape={tuple(shape)}) while a minimum "
-                         f"of {min_features} is required by {method} ({where}).",
-                         "select at least one numeric column.")
+        raise InputError(
+            f"Found array with 0 feature(s) (shape={tuple(shape)}) while a minimum "
+            f"of {min_features} is required by {method} ({where}).",
+            "select at least one numeric column.",
+        )
     if n < min_samples:
         raise InputError(
             f"{method} needs at least {min_samples} samples; found {n} sample"
@@ -232,23 +277,29 @@ def _check_shape(shape, *, method, where, min_samples, min_features):
             "a variance needs at least two rows: pass more samples.",
         )
     if d < min_features:
-        raise InputError(f"Found array with {d} feature(s) (shape={tuple(shape)}) while a minimum "
-                         f"of {min_features} is required by {method} ({where}).",
-                         "pass more features.")
+        raise InputError(
+            f"Found array with {d} feature(s) (shape={tuple(shape)}) while a minimum "
+            f"of {min_features} is required by {method} ({where}).",
+            "pass more features.",
+        )
 
 
 def _check_dask(X, *, method, where, min_samples, min_features):
     if X.ndim != 2:
-        _check_shape(X.shape, method=method, where=where, min_samples=min_samples,
-                     min_features=min_features)
+        _check_shape(
+            X.shape, method=method, where=where, min_samples=min_samples, min_features=min_features
+        )
     if any(np.isnan(c) for c in X.shape):
         raise ChunkingError(
             f"{method} needs known chunk sizes; {where} has unknown (NaN) chunk sizes.",
-            "call X.compute_chunk_sizes() or build the array with known lengths.")
-    _refuse_non_real(X.dtype, method, where,
-                     "select numeric columns, or encode text as numbers first.")
-    _check_shape(X.shape, method=method, where=where, min_samples=min_samples,
-                 min_features=min_features)
+            "call X.compute_chunk_sizes() or build the array with known lengths.",
+        )
+    _refuse_non_real(
+        X.dtype, method, where, "select numeric columns, or encode text as numbers first."
+    )
+    _check_shape(
+        X.shape, method=method, where=where, min_samples=min_samples, min_features=min_features
+    )
     dtype = _float_dtype(X.dtype)
     return X if X.dtype == dtype else X.astype(dtype)
 
@@ -257,9 +308,11 @@ def _refuse_non_real(dtype, method: str, where: str, fix: str) -> None:
     """Complex numbers are an `InputError`, other non-numeric dtypes an `InputTypeError` with
     ``fix``; real numbers, integers and booleans pass."""
     if dtype.kind == "c":
-        raise InputError(f"Complex data not supported: {method} needs real numbers; "
-                         f"found dtype {dtype} in {where}.",
-                         "pass the real part, the modulus or both as separate columns.")
+        raise InputError(
+            f"Complex data not supported: {method} needs real numbers; "
+            f"found dtype {dtype} in {where}.",
+            "pass the real part, the modulus or both as separate columns.",
+        )
     if dtype.kind not in "fiub":
         raise InputTypeError(f"{method} needs numbers; found dtype {dtype} in {where}.", fix)
 
@@ -268,18 +321,21 @@ def _check_sparse(X, *, method, where, min_samples, min_features, check_finite):
     import scipy.sparse as sp
 
     if is_dask(X):
-        X = _check_dask(X, method=method, where=where, min_samples=min_samples,
-                        min_features=min_features)
+        X = _check_dask(
+            X, method=method, where=where, min_samples=min_samples, min_features=min_features
+        )
         return X if X.numblocks[1] == 1 else X.rechunk({1: -1})
     if getattr(X, "ndim", 2) != 2:
-        _check_shape(X.shape, method=method, where=where, min_samples=min_samples,
-                     min_features=min_features)
+        _check_shape(
+            X.shape, method=method, where=where, min_samples=min_samples, min_features=min_features
+        )
     X = X.tocsr()  # no copy when X is CSR already; CSC, COO, ... are converted
     if not isinstance(X, sp.csr_matrix):  # a csr_array: the matrix type the chunks are
         X = sp.csr_matrix(X)
     _refuse_non_real(X.dtype, method, where, "store the sparse matrix with a numeric dtype.")
-    _check_shape(X.shape, method=method, where=where, min_samples=min_samples,
-                 min_features=min_features)
+    _check_shape(
+        X.shape, method=method, where=where, min_samples=min_samples, min_features=min_features
+    )
     dtype = _float_dtype(X.dtype)
     if X.dtype != dtype:
         X = X.astype(dtype)
@@ -293,15 +349,24 @@ def _check_sparse(X, *, method, where, min_samples, min_features, check_finite):
     return X
 
 
-def check_n_components(n_components, n_samples: int, n_features: int, *, method: str = "PCA",
-                       allow_fraction: bool = True, allow_none: bool = True):
+def check_n_components(
+    n_components,
+    n_samples: int,
+    n_features: int,
+    *,
+    method: str = "PCA",
+    allow_fraction: bool = True,
+    allow_none: bool = True,
+):
     """Validate ``n_components``: an int in [1, min(n, d)], a fraction in (0, 1), or None."""
     limit = min(n_samples, n_features)
     if n_components is None and allow_none:
         return limit
     if isinstance(n_components, (bool, np.bool_)):
-        raise InputError(f"{method} needs n_components as an int or a fraction; found a bool.",
-                         "pass an int such as 2.")
+        raise InputError(
+            f"{method} needs n_components as an int or a fraction; found a bool.",
+            "pass an int such as 2.",
+        )
     if isinstance(n_components, numbers.Integral):
         if not 1 <= n_components <= limit:
             raise InputError(
@@ -318,10 +383,12 @@ def check_n_components(n_components, n_samples: int, n_features: int, *, method:
             f"in (0, 1); found {n_components}.",
             "pass e.g. n_components=0.95 to keep 95% of the variance, or an int.",
         )
-    raise InputError(f"{method} needs n_components as an int"
-                     f"{' or a fraction in (0, 1)' if allow_fraction else ''}; "
-                     f"found {n_components!r} of type {type(n_components).__name__}.",
-                     "pass an int such as 2.")
+    raise InputError(
+        f"{method} needs n_components as an int"
+        f"{' or a fraction in (0, 1)' if allow_fraction else ''}; "
+        f"found {n_components!r} of type {type(n_components).__name__}.",
+        "pass an int such as 2.",
+    )
 
 
 def check_random_state(seed) -> np.random.Generator:
@@ -332,8 +399,10 @@ def check_random_state(seed) -> np.random.Generator:
         return np.random.default_rng(seed)
     if isinstance(seed, np.random.RandomState):
         return np.random.default_rng(seed.randint(0, 2**31 - 1))
-    raise InputError(f"random_state must be None, an int or a numpy Generator; found {seed!r}.",
-                     "pass an int seed such as 0.")
+    raise InputError(
+        f"random_state must be None, an int or a numpy Generator; found {seed!r}.",
+        "pass an int seed such as 0.",
+    )
 
 
 def check_n_features(estimator, X, n_features: int):
@@ -349,8 +418,15 @@ def check_is_fitted(estimator, attribute: str):
     if not hasattr(estimator, attribute):
         raise NotFittedError(
             f"This {type(estimator).__name__} instance is not fitted yet. Call 'fit' with "
-            "appropriate arguments before using this estimator.")
+            "appropriate arguments before using this estimator."
+        )
 
 
-__all__ += ["nonfinite_error", "InputTypeError", "check_is_fitted", "float_dtype",
-            "sparse_refusal", "chain_name"]
+__all__ += [
+    "nonfinite_error",
+    "InputTypeError",
+    "check_is_fitted",
+    "float_dtype",
+    "sparse_refusal",
+    "chain_name",
+]

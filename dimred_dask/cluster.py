@@ -7,6 +7,7 @@ the OS). Workers run BLAS single-threaded (distributed sets OPENBLAS_NUM_THREADS
 second thread overlaps reading the next chunk with computing on the current one: measured on
 the out-of-core PCA benchmark (bench/RESULTS.md).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,9 @@ def local_cluster_size(n_workers: int | None = None, threads_per_worker: int = 2
 
 
 @contextlib.contextmanager
-def cluster_client(scheduler: str | None = None, *, n_workers: int | None = None,
-                   timeout: str = "30s"):
+def cluster_client(
+    scheduler: str | None = None, *, n_workers: int | None = None, timeout: str = "30s"
+):
     """Yield a Client; close what this call created, leave alone what it found."""
     from distributed import Client, LocalCluster, default_client
 
@@ -49,8 +51,10 @@ def cluster_client(scheduler: str | None = None, *, n_workers: int | None = None
         try:
             client = Client(address, timeout=timeout)
         except (OSError, TimeoutError) as exc:
-            raise DimredError(f"Could not connect to the Dask scheduler at {address} ({exc}). "
-                              "Fix: start it (dask scheduler) or check the address.") from None
+            raise DimredError(
+                f"Could not connect to the Dask scheduler at {address} ({exc}). "
+                "Fix: start it (dask scheduler) or check the address."
+            ) from None
         with client:  # entered, so it is the *current* client (get_client) in this context
             yield client
         return
@@ -62,8 +66,9 @@ def cluster_client(scheduler: str | None = None, *, n_workers: int | None = None
         yield existing
         return
     size = local_cluster_size(n_workers)
-    with LocalCluster(processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                      **size) as cluster:
+    with LocalCluster(
+        processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0", **size
+    ) as cluster:
         try:
             with Client(cluster) as client:
                 yield client
@@ -90,7 +95,10 @@ def describe_cluster(client) -> dict:
         dashboard = client.dashboard_link if info.get("services", {}).get("dashboard") else None
     except Exception:
         dashboard = None
-    return {"scheduler": client.scheduler.address, "dashboard": dashboard,
-            "n_workers": len(workers),
-            "threads": sum(w.get("nthreads", 0) for w in workers.values()),
-            "memory_limit_per_worker": [w.get("memory_limit") for w in workers.values()]}
+    return {
+        "scheduler": client.scheduler.address,
+        "dashboard": dashboard,
+        "n_workers": len(workers),
+        "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+        "memory_limit_per_worker": [w.get("memory_limit") for w in workers.values()],
+    }

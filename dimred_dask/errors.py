@@ -3,6 +3,7 @@
 Every error says what was expected, what was found and how to fix it. `InputError`
 subclasses ``ValueError`` so code written against scikit-learn's conventions keeps working.
 """
+
 from __future__ import annotations
 
 __all__ = [
@@ -52,14 +53,24 @@ class ChunkingError(InputError):
     """The chunking of a dask/zarr array does not suit the computation."""
 
 
-_NETWORK_MODULES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "urllib3", "requests",
-                    "httpx", "gcsfs", "adlfs")
+_NETWORK_MODULES = (
+    "botocore",
+    "aiobotocore",
+    "aiohttp",
+    "s3fs",
+    "urllib3",
+    "requests",
+    "httpx",
+    "gcsfs",
+    "adlfs",
+)
 
 
 def is_storage_error(exc: BaseException) -> bool:
     """Whether ``exc`` comes from the storage or the network under it (not from the data)."""
     return isinstance(exc, (OSError, TimeoutError)) or type(exc).__module__.startswith(
-        _NETWORK_MODULES)
+        _NETWORK_MODULES
+    )
 
 
 def storage_error(exc: BaseException, where: str) -> "StoreError":
@@ -68,22 +79,36 @@ def storage_error(exc: BaseException, where: str) -> "StoreError":
         return exc
     name = type(exc).__name__
     if isinstance(exc, PermissionError) or "AccessDenied" in str(exc):
-        return StoreError(f"{where}: access denied by the storage ({exc}).",
-                          "check the credentials (AWS_* variables) and the bucket policy.")
+        return StoreError(
+            f"{where}: access denied by the storage ({exc}).",
+            "check the credentials (AWS_* variables) and the bucket policy.",
+        )
     if "Credentials" in name:
-        return StoreError(f"{where}: no credentials for the object storage ({name}: {exc}).",
-                          "set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or pass "
-                          "--credentials-block) in the flow's and the workers' environment.")
+        return StoreError(
+            f"{where}: no credentials for the object storage ({name}: {exc}).",
+            "set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or pass "
+            "--credentials-block) in the flow's and the workers' environment.",
+        )
     if isinstance(exc, FileNotFoundError):
-        return StoreError(f"{where}: not found in the storage ({exc}).",
-                          "check that the bucket and the path exist.")
-    if isinstance(exc, (ConnectionError, TimeoutError)) or "Connect" in name or \
-            "Endpoint" in name or "Timeout" in name:
-        return StoreError(f"{where}: could not reach the storage ({name}: {exc}).",
-                          "check the endpoint (AWS_ENDPOINT_URL), that the server is up and "
-                          "reachable from this machine and the workers, then re-run.")
-    return StoreError(f"{where}: storage error that did not clear after retries ({name}: {exc}).",
-                      "check the storage endpoint (AWS_ENDPOINT_URL) and try again.")
+        return StoreError(
+            f"{where}: not found in the storage ({exc}).",
+            "check that the bucket and the path exist.",
+        )
+    if (
+        isinstance(exc, (ConnectionError, TimeoutError))
+        or "Connect" in name
+        or "Endpoint" in name
+        or "Timeout" in name
+    ):
+        return StoreError(
+            f"{where}: could not reach the storage ({name}: {exc}).",
+            "check the endpoint (AWS_ENDPOINT_URL), that the server is up and "
+            "reachable from this machine and the workers, then re-run.",
+        )
+    return StoreError(
+        f"{where}: storage error that did not clear after retries ({name}: {exc}).",
+        "check the storage endpoint (AWS_ENDPOINT_URL) and try again.",
+    )
 
 
 class StoreError(_Explained, DimredError, OSError):

@@ -11,6 +11,7 @@
 - Dask's worker processes already end with their parent (``distributed`` watches the parent
   through a pipe); Prefect's own server is the only child that needed help.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,10 +22,12 @@ import sys
 
 # Run in the server's process before it becomes uvicorn: die with the parent, or exit at once
 # if the parent is already gone (the parent-death signal is armed only for a live parent).
-_GUARD = ("import ctypes,os,signal,sys\n"
-          "ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))\n"  # PR_SET_PDEATHSIG
-          "os.getppid() == int(sys.argv[1]) or sys.exit(0)\n"
-          "os.execv(sys.argv[2], sys.argv[2:])\n")
+_GUARD = (
+    "import ctypes,os,signal,sys\n"
+    "ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))\n"  # PR_SET_PDEATHSIG
+    "os.getppid() == int(sys.argv[1]) or sys.exit(0)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
 
 class _Subprocess:
@@ -116,8 +119,10 @@ def stop_temporary_server(server) -> None:
     """Send what Prefect still holds (logs, events) to the server, then stop it."""
     if server is None:
         return
-    for path, name in (("prefect.logging.handlers", "APILogWorker"),
-                       ("prefect.events.worker", "EventsWorker")):
+    for path, name in (
+        ("prefect.logging.handlers", "APILogWorker"),
+        ("prefect.events.worker", "EventsWorker"),
+    ):
         with contextlib.suppress(Exception):
             getattr(__import__(path, fromlist=[name]), name).drain_all(timeout=5)
     server.stop()
@@ -155,15 +160,24 @@ def _console_handlers() -> list[logging.Handler]:
 
     ensure_logging_setup()  # Prefect configures its handlers lazily: make them exist now
 
-    names = [None, "prefect", "prefect._internal", "prefect.flow_runs", "prefect.task_runs",
-             "prefect.server", "uvicorn"]
+    names = [
+        None,
+        "prefect",
+        "prefect._internal",
+        "prefect.flow_runs",
+        "prefect.task_runs",
+        "prefect.server",
+        "uvicorn",
+    ]
     found = []
     for name in names:
         for h in logging.getLogger(name).handlers:
             stream = getattr(h, "stream", None)
-            if type(h).__module__.startswith("prefect") and stream in (
-                    sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__) or \
-                    type(h).__name__ in ("PrefectConsoleHandler", "_SafeStreamHandler"):
+            if (
+                type(h).__module__.startswith("prefect")
+                and stream in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+                or type(h).__name__ in ("PrefectConsoleHandler", "_SafeStreamHandler")
+            ):
                 if h not in found:
                     found.append(h)
     return found

@@ -1,6 +1,7 @@
 """The contract between the embedding flow and a method: `MethodAdapter`, and the helpers every
 method family's adapters share. A family registers its adapters in its own module
 (``flows/methods_<family>.py``, a dict ``METHODS``) and ``flows/methods.py`` merges them."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,15 @@ import numpy as np
 
 from dimred_dask.errors import InputError
 
-__all__ = ["MethodAdapter", "parse_param_value", "check_known", "save_model", "model_loader",
-           "training_embedding", "STORED_ARRAYS"]
+__all__ = [
+    "MethodAdapter",
+    "parse_param_value",
+    "check_known",
+    "save_model",
+    "model_loader",
+    "training_embedding",
+    "STORED_ARRAYS",
+]
 
 
 @dataclass(frozen=True)
@@ -56,8 +64,10 @@ def parse_param_value(text: str):
 def check_known(name: str, params: dict, defaults: dict) -> dict:
     unknown = sorted(set(params) - set(defaults))
     if unknown:
-        raise InputError(f"Unknown parameter(s) {unknown} for method {name!r}; it takes "
-                         f"{sorted(defaults)}.", "fix the --param names.")
+        raise InputError(
+            f"Unknown parameter(s) {unknown} for method {name!r}; it takes {sorted(defaults)}.",
+            "fix the --param names.",
+        )
     return {**defaults, **params}
 
 
@@ -70,13 +80,15 @@ def save_model(model, store) -> None:
 # A model's arrays with a row per training row: left in the run store when a model is loaded,
 # read by the rows a transform needs (on the workers for dask input), so loading a model costs
 # the size of its small arrays, never the training data's.
-STORED_ARRAYS = frozenset({"X_fit_", "embedding_", "reference_", "alphas_", "proj_",
-                           "mds_embedding_", "mds_proj_"})  # Isomap's MDS of the geodesics
+STORED_ARRAYS = frozenset(
+    {"X_fit_", "embedding_", "reference_", "alphas_", "proj_", "mds_embedding_", "mds_proj_"}
+)  # Isomap's MDS of the geodesics
 
 
 def model_loader(cls):
-    return lambda store: cls.from_arrays(store.read_group("model", lazy=STORED_ARRAYS),
-                                         store.read_attrs("model"))
+    return lambda store: cls.from_arrays(
+        store.read_group("model", lazy=STORED_ARRAYS), store.read_attrs("model")
+    )
 
 
 def training_embedding(Y, X):
@@ -87,5 +99,3 @@ def training_embedding(Y, X):
     if hasattr(Y, "to_dask"):
         return Y.to_dask().rechunk((X.chunks[0], Y.shape[1])).astype(X.dtype)
     return da.from_array(np.asarray(Y, dtype=X.dtype), chunks=(X.chunks[0], Y.shape[1]))
-
-

@@ -12,14 +12,21 @@ finished PCA step is reused, not recomputed). Parameters are addressed per step
 step, as ``--n-components`` does. The PCA step keeps 50 components unless told otherwise
 (fewer when the input has fewer columns or rows).
 """
+
 from __future__ import annotations
 
 import datetime
 
 from dimred_dask.errors import InputError
 
-__all__ = ["SEPARATOR", "STEPS", "FIRST_STEPS", "PCA_DEFAULT_COMPONENTS", "chain_steps",
-           "expand_output"]
+__all__ = [
+    "SEPARATOR",
+    "STEPS",
+    "FIRST_STEPS",
+    "PCA_DEFAULT_COMPONENTS",
+    "chain_steps",
+    "expand_output",
+]
 
 SEPARATOR = "+"
 STEPS = "steps"  # the folder of the intermediate steps' run stores
@@ -34,12 +41,16 @@ def is_chain(method: str) -> bool:
 def _names(method: str, available) -> list[str]:
     names = [n.strip() for n in str(method).split(SEPARATOR)]
     if len(names) != 2 or names[0] not in FIRST_STEPS or names[1] in FIRST_STEPS:
-        raise InputError(f"A chain is PCA then one other method, e.g. pca+umap; found "
-                         f"{method!r}.", "pass --method pca+<method> (e.g. pca+umap, "
-                         "pca+tsne, pca+isomap, pca+laplacian, pca+spectral).")
+        raise InputError(
+            f"A chain is PCA then one other method, e.g. pca+umap; found {method!r}.",
+            "pass --method pca+<method> (e.g. pca+umap, "
+            "pca+tsne, pca+isomap, pca+laplacian, pca+spectral).",
+        )
     if names[1] not in available:
-        raise InputError(f"Unknown method {names[1]!r} in the chain {method!r}; available: "
-                         f"{sorted(available)}.", "pass --method pca+<one of those>.")
+        raise InputError(
+            f"Unknown method {names[1]!r} in the chain {method!r}; available: {sorted(available)}.",
+            "pass --method pca+<one of those>.",
+        )
     return names
 
 
@@ -52,11 +63,13 @@ def _split_params(method: str, names: list[str], params: dict) -> dict[str, dict
         elif head in out and rest:
             out[head][rest] = value
         else:
-            raise InputError(f"The parameter {key!r} names no step of the chain {method!r} "
-                             f"(its steps: {', '.join(names)}).",
-                             f"address a step's parameter as <step>.<name>, e.g. "
-                             f"--param {names[0]}.n_components=50 --param "
-                             f"{names[-1]}.n_neighbors=30.")
+            raise InputError(
+                f"The parameter {key!r} names no step of the chain {method!r} "
+                f"(its steps: {', '.join(names)}).",
+                f"address a step's parameter as <step>.<name>, e.g. "
+                f"--param {names[0]}.n_components=50 --param "
+                f"{names[-1]}.n_neighbors=30.",
+            )
     return out
 
 
@@ -68,15 +81,37 @@ def chain_steps(spec: dict, available) -> list[dict]:
     params = _split_params(spec["method"], names, spec.get("params") or {})
     root = spec["output"].rstrip("/")
     first_out = f"{root}/{STEPS}/{names[0]}"
-    first = {**spec, "method": names[0], "params": params[names[0]], "output": first_out,
-             "root": root, "internal": True, "overwrite": False, "labels": None,
-             "actions": None, "default_components": "n_components" not in params[names[0]]}
-    last = {**spec, "method": names[1], "params": params[names[1]],
-            "input": f"{first_out}/embedding", "columns": None, "root": root,
-            "internal_input": True, "overwrite": False, "allow_missing_chunks": False,
-            "evaluate_input": spec["input"], "evaluate_columns": spec.get("columns"),
-            "chain": {"method": spec["method"], "input": spec["input"],
-                      "steps": names, "step_outputs": {names[0]: first_out}}}
+    first = {
+        **spec,
+        "method": names[0],
+        "params": params[names[0]],
+        "output": first_out,
+        "root": root,
+        "internal": True,
+        "overwrite": False,
+        "labels": None,
+        "actions": None,
+        "default_components": "n_components" not in params[names[0]],
+    }
+    last = {
+        **spec,
+        "method": names[1],
+        "params": params[names[1]],
+        "input": f"{first_out}/embedding",
+        "columns": None,
+        "root": root,
+        "internal_input": True,
+        "overwrite": False,
+        "allow_missing_chunks": False,
+        "evaluate_input": spec["input"],
+        "evaluate_columns": spec.get("columns"),
+        "chain": {
+            "method": spec["method"],
+            "input": spec["input"],
+            "steps": names,
+            "step_outputs": {names[0]: first_out},
+        },
+    }
     return [first, last]
 
 
@@ -86,5 +121,6 @@ def expand_output(output: str, when: datetime.datetime | None = None) -> str:
     if "{date}" not in str(output):
         return output
     when = when or datetime.datetime.now(datetime.timezone.utc)
-    return str(output).replace("{date}", when.astimezone(datetime.timezone.utc)
-                               .strftime("%Y-%m-%d"))
+    return str(output).replace(
+        "{date}", when.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d")
+    )

@@ -1,4 +1,5 @@
 """dimred-dask command line: run an embedding, make and run the demo, inspect an output."""
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,12 @@ to finish it (completed stages are reused). Exit status: 0 done, 2 refused or fa
 
 def _local(uri: str) -> str:
     """Resolve local paths (so '..' typed at a shell is fine); URLs pass unchanged."""
-    return uri if "://" in uri else os.path.abspath(os.path.expanduser(uri.split("#")[0])) + (
-        "#" + uri.split("#", 1)[1] if "#" in uri else "")
+    return (
+        uri
+        if "://" in uri
+        else os.path.abspath(os.path.expanduser(uri.split("#")[0]))
+        + ("#" + uri.split("#", 1)[1] if "#" in uri else "")
+    )
 
 
 def _params(args) -> dict:
@@ -51,8 +56,9 @@ def _params(args) -> dict:
     for item in args.param or []:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise DimredError(f"--param takes name=value; found {item!r}. "
-                              "Fix: e.g. --param solver=covariance")
+            raise DimredError(
+                f"--param takes name=value; found {item!r}. Fix: e.g. --param solver=covariance"
+            )
         step, dot, key = name.strip().rpartition(".")  # a chain's step keeps its own name
         params[step + dot + key.replace("-", "_")] = parse_param_value(value)
     if args.n_components is not None:
@@ -62,74 +68,141 @@ def _params(args) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="dimred-dask", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="dimred-dask",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Distributed dimensionality reduction: Prefect flows driving Dask over "
-                    "chunked Zarr arrays, with outputs written as Zarr run stores.")
+        "chunked Zarr arrays, with outputs written as Zarr run stores.",
+    )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show Prefect's log lines and full tracebacks on the terminal")
-    p.add_argument("--debug", action="store_true",
-                   help="show Prefect's log lines and full tracebacks on the terminal")
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show Prefect's log lines and full tracebacks on the terminal",
+    )
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help="show Prefect's log lines and full tracebacks on the terminal",
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="embed an array and write a run store", parents=[common],
-                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
-    run.add_argument("--input", required=True, metavar="URI",
-                     help="Zarr array (uri#path inside a group), .npy, .parquet or .csv; local "
-                          "path, file://, s3:// or memory://")
+    run = sub.add_parser(
+        "run",
+        help="embed an array and write a run store",
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
+    )
+    run.add_argument(
+        "--input",
+        required=True,
+        metavar="URI",
+        help="Zarr array (uri#path inside a group), .npy, .parquet or .csv; local "
+        "path, file://, s3:// or memory://",
+    )
     run.add_argument("--output", required=True, metavar="URI", help="where the run store goes")
     from .methods import METHODS
 
-    run.add_argument("--method", default="pca", metavar="METHOD",
-                     help=f"embedding method: {', '.join(sorted(METHODS))} (default: pca); "
-                          "or a chain pca+METHOD (e.g. pca+umap): PCA first, then METHOD on its "
-                          "embedding, in one run store")
-    run.add_argument("--n-components", metavar="K",
-                     help="components to keep: an int, or a fraction of variance in (0, 1)")
-    run.add_argument("--param", action="append", metavar="NAME=VALUE",
-                     help="a method parameter, repeatable (e.g. solver=randomized, whiten=true); "
-                          "in a chain STEP.NAME=VALUE (pca.n_components=50, "
-                          "umap.n_neighbors=30; without STEP: the final step)")
+    run.add_argument(
+        "--method",
+        default="pca",
+        metavar="METHOD",
+        help=f"embedding method: {', '.join(sorted(METHODS))} (default: pca); "
+        "or a chain pca+METHOD (e.g. pca+umap): PCA first, then METHOD on its "
+        "embedding, in one run store",
+    )
+    run.add_argument(
+        "--n-components",
+        metavar="K",
+        help="components to keep: an int, or a fraction of variance in (0, 1)",
+    )
+    run.add_argument(
+        "--param",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a method parameter, repeatable (e.g. solver=randomized, whiten=true); "
+        "in a chain STEP.NAME=VALUE (pca.n_components=50, "
+        "umap.n_neighbors=30; without STEP: the final step)",
+    )
     run.add_argument("--columns", help="comma-separated numeric columns of a Parquet/CSV input")
-    run.add_argument("--scheduler", metavar="ADDR",
-                     help="tcp://host:port of an existing Dask scheduler "
-                          "(default: a local cluster)")
-    run.add_argument("--labels", metavar="URI",
-                     help="labels / targets, one per input row (supervised: spca, kspca)")
-    run.add_argument("--actions", metavar="URI",
-                     help="the actions between consecutive rows, n - 1 labels (sequence "
-                          "methods: are)")
-    run.add_argument("--graph-cache", metavar="URI",
-                     help="where kNN graphs are shared between runs on the same data (default: "
-                          ".dimred-cache next to the output; 'none' turns it off)")
-    run.add_argument("--knn-target-recall", metavar="R", default="0.9",
-                     help="the recall the kNN graph of the graph methods should reach, checked "
-                          "on a sample against exact neighbours; short of it NN-descent builds "
-                          "again with a denser search (default 0.9; 'none': no check)")
-    run.add_argument("--knn-recall-budget", metavar="SECONDS", type=float,
-                     help="the time NN-descent may spend improving a graph short of the target "
-                          "recall (default: four times its first build)")
+    run.add_argument(
+        "--scheduler",
+        metavar="ADDR",
+        help="tcp://host:port of an existing Dask scheduler (default: a local cluster)",
+    )
+    run.add_argument(
+        "--labels",
+        metavar="URI",
+        help="labels / targets, one per input row (supervised: spca, kspca)",
+    )
+    run.add_argument(
+        "--actions",
+        metavar="URI",
+        help="the actions between consecutive rows, n - 1 labels (sequence methods: are)",
+    )
+    run.add_argument(
+        "--graph-cache",
+        metavar="URI",
+        help="where kNN graphs are shared between runs on the same data (default: "
+        ".dimred-cache next to the output; 'none' turns it off)",
+    )
+    run.add_argument(
+        "--knn-target-recall",
+        metavar="R",
+        default="0.9",
+        help="the recall the kNN graph of the graph methods should reach, checked "
+        "on a sample against exact neighbours; short of it NN-descent builds "
+        "again with a denser search (default 0.9; 'none': no check)",
+    )
+    run.add_argument(
+        "--knn-recall-budget",
+        metavar="SECONDS",
+        type=float,
+        help="the time NN-descent may spend improving a graph short of the target "
+        "recall (default: four times its first build)",
+    )
     run.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    run.add_argument("--credentials-block", metavar="NAME",
-                     help="a Prefect Secret block with aws_access_key_id / aws_secret_access_key "
-                          "for s3:// (default: the AWS_* environment of each process)")
-    run.add_argument("--chunk-rows", type=int, metavar="N",
-                     help="rows per chunk (default: planned from the workers' memory)")
-    run.add_argument("--sample-size", type=int, default=2000,
-                     help="rows sampled for the quality metrics (default 2000)")
-    run.add_argument("--allow-missing-chunks", action="store_true",
-                     help="read absent chunks of a Zarr input as its fill value (zarr leaves out "
-                          "chunks holding only the fill value) instead of refusing the input; "
-                          "the manifest counts them")
+    run.add_argument(
+        "--credentials-block",
+        metavar="NAME",
+        help="a Prefect Secret block with aws_access_key_id / aws_secret_access_key "
+        "for s3:// (default: the AWS_* environment of each process)",
+    )
+    run.add_argument(
+        "--chunk-rows",
+        type=int,
+        metavar="N",
+        help="rows per chunk (default: planned from the workers' memory)",
+    )
+    run.add_argument(
+        "--sample-size",
+        type=int,
+        default=2000,
+        help="rows sampled for the quality metrics (default 2000)",
+    )
+    run.add_argument(
+        "--allow-missing-chunks",
+        action="store_true",
+        help="read absent chunks of a Zarr input as its fill value (zarr leaves out "
+        "chunks holding only the fill value) instead of refusing the input; "
+        "the manifest counts them",
+    )
     run.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
-    demo = sub.add_parser("demo", help="make a synthetic dataset and embed it end to end",
-                          parents=[common])
+    demo = sub.add_parser(
+        "demo", help="make a synthetic dataset and embed it end to end", parents=[common]
+    )
     demo.add_argument("--dir", default=".dimred-demo", help="folder for the data and the output")
-    demo.add_argument("--data", choices=("lowrank", "cells"), default="lowrank",
-                      help="lowrank: 200 000 x 256 dense, PCA (default); cells: a sparse count "
-                           "matrix as AnnData .h5ad (50 000 cells x 2 000 genes unless --rows / "
-                           "--features), PCA then UMAP")
+    demo.add_argument(
+        "--data",
+        choices=("lowrank", "cells"),
+        default="lowrank",
+        help="lowrank: 200 000 x 256 dense, PCA (default); cells: a sparse count "
+        "matrix as AnnData .h5ad (50 000 cells x 2 000 genes unless --rows / "
+        "--features), PCA then UMAP",
+    )
     demo.add_argument("--rows", type=int, default=None)
     demo.add_argument("--features", type=int, default=None)
     demo.add_argument("--rank", type=int, default=16, help="rank of the signal under the noise")
@@ -150,11 +223,15 @@ def print_summary(m: dict, stream=None) -> None:
     w(f"input       {m['input']}  shape {m['input_meta']['shape']} {m['input_meta']['dtype']}\n")
     w(f"            {_input_kind(m['input_meta'])}\n")
     for step in (m.get("chain") or {}).get("earlier", []):
-        w(f"step        {step['method']} -> {step['output']}  "
-          f"({', '.join(f'{k} {v:.2f}s' for k, v in step['timings'].items())})\n")
+        w(
+            f"step        {step['method']} -> {step['output']}  "
+            f"({', '.join(f'{k} {v:.2f}s' for k, v in step['timings'].items())})\n"
+        )
     if "explained_variance_ratio_total" in model:
-        w(f"explained variance ratio (total of {model['n_components']}): "
-          f"{model['explained_variance_ratio_total']:.6f}\n")
+        w(
+            f"explained variance ratio (total of {model['n_components']}): "
+            f"{model['explained_variance_ratio_total']:.6f}\n"
+        )
     choice = model.get("solver_choice") or {}
     if choice.get("max_error") is not None:  # PCA's solver="auto" weighing single-pass
         w(f"solver      {choice['solver']}: {choice['why']}\n")
@@ -163,9 +240,12 @@ def print_summary(m: dict, stream=None) -> None:
     sketch = model.get("sketch")
     if sketch:  # single-pass PCA
         est = sketch.get("embedding_error_estimate")
-        w(f"single-pass sketch of {sketch['width']} columns: captured variance "
-          f"{sketch['captured_variance']:.6f}, embedding error estimate "
-          + (f"{est:.2e}" if est is not None else "not available") + "\n")
+        w(
+            f"single-pass sketch of {sketch['width']} columns: captured variance "
+            f"{sketch['captured_variance']:.6f}, embedding error estimate "
+            + (f"{est:.2e}" if est is not None else "not available")
+            + "\n"
+        )
         if sketch.get("warning"):
             w(f"warning     {sketch['warning']}\n")
     for k in ("trustworthiness", "knn_recall", "reconstruction_error"):
@@ -175,30 +255,49 @@ def print_summary(m: dict, stream=None) -> None:
     if graph:
         search = graph.get("recall_search") or {}
         recall = graph.get("recall")
-        w(f"knn graph   {graph.get('n_neighbors')} neighbours, {graph.get('backend')}, "
-          f"{graph.get('components')} component(s), recall "
-          + (f"{recall:.3f}" if recall is not None else "not measured")
-          + (f" (target {search['target']:g}, {len(search['rounds'])} build(s))"
-             if search.get("rounds") else "") + f", {graph.get('source')}\n")
+        w(
+            f"knn graph   {graph.get('n_neighbors')} neighbours, {graph.get('backend')}, "
+            f"{graph.get('components')} component(s), recall "
+            + (f"{recall:.3f}" if recall is not None else "not measured")
+            + (
+                f" (target {search['target']:g}, {len(search['rounds'])} build(s))"
+                if search.get("rounds")
+                else ""
+            )
+            + f", {graph.get('source')}\n"
+        )
         if graph.get("recall_warning"):
             w(f"warning     {graph['recall_warning']}\n")
     if "sample" in met:
         w(f"metrics sample        {met['sample']} (k = {met.get('n_neighbors')})\n")
     for e in model.get("embeddings", []):  # t-SNE / UMAP / SNE: one line per setting
         sample = e.get("fit_sample")
-        w(f"embedding {e['index']:<3} {json.dumps(e['params'], sort_keys=True)}  "
-          f"{e['loss_name']} {e['loss']:.4f}  trustworthiness {e['trustworthiness']:.4f}  "
-          f"({e['array']})"
-          + (f"; fit on {sample['rows']} of {sample['of']} rows (seed {sample['seed']}), the "
-             f"others placed in {sample['place_seconds']:.1f} s" if sample else "") + "\n")
+        w(
+            f"embedding {e['index']:<3} {json.dumps(e['params'], sort_keys=True)}  "
+            f"{e['loss_name']} {e['loss']:.4f}  trustworthiness {e['trustworthiness']:.4f}  "
+            f"({e['array']})"
+            + (
+                f"; fit on {sample['rows']} of {sample['of']} rows (seed {sample['seed']}), the "
+                f"others placed in {sample['place_seconds']:.1f} s"
+                if sample
+                else ""
+            )
+            + "\n"
+        )
     records = m.get("convergence") or []
     if records:
         handled = [f"{r.get('solver')} {r['handled_by']}" for r in records if r.get("handled_by")]
-        w(f"convergence {len(records)} solve(s): "
-          f"{sum(bool(r.get('converged')) for r in records)} converged"
-          + (f"; {'; '.join(handled)}" if handled else "") + "\n")
-    w("timings     " + ", ".join(f"{k} {v:.2f}s ({m['stages'][k]})" for k, v in
-                                 m["timings"].items()) + "\n")
+        w(
+            f"convergence {len(records)} solve(s): "
+            f"{sum(bool(r.get('converged')) for r in records)} converged"
+            + (f"; {'; '.join(handled)}" if handled else "")
+            + "\n"
+        )
+    w(
+        "timings     "
+        + ", ".join(f"{k} {v:.2f}s ({m['stages'][k]})" for k, v in m["timings"].items())
+        + "\n"
+    )
     if m.get("flow_run_id"):
         w(f"flow run    {m['flow_run_id']}\n")
 
@@ -209,8 +308,10 @@ def _input_kind(meta: dict) -> str:
     if meta.get("element"):
         parts.append(f"element {meta['element']}")
     if meta.get("sparse"):
-        parts.append(f"sparse, {meta.get('nnz', 0):,} stored values "
-                     f"(density {100 * meta.get('density', 0):.2f} %)")
+        parts.append(
+            f"sparse, {meta.get('nnz', 0):,} stored values "
+            f"(density {100 * meta.get('density', 0):.2f} %)"
+        )
     else:
         parts.append("dense")
     if meta.get("shards"):
@@ -228,10 +329,21 @@ def _quiet_logs(debug: bool = False) -> None:
     say nothing to a user; a failure that matters reaches the command as a typed error). Worker
     processes started here inherit the setting through the environment."""
     level = logging.WARNING if debug else logging.CRITICAL
-    for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.core",
-                 "distributed.worker", "distributed.http.proxy", "distributed.batched",
-                 "distributed.worker.state_machine", "distributed.client", "distributed.comm",
-                 "asyncio", "tornado.application", "tornado.general"):
+    for name in (
+        "distributed",
+        "distributed.scheduler",
+        "distributed.nanny",
+        "distributed.core",
+        "distributed.worker",
+        "distributed.http.proxy",
+        "distributed.batched",
+        "distributed.worker.state_machine",
+        "distributed.client",
+        "distributed.comm",
+        "asyncio",
+        "tornado.application",
+        "tornado.general",
+    ):
         logging.getLogger(name).setLevel(level)
     if not debug:
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
@@ -243,25 +355,35 @@ def _target_recall(value: str):
     try:
         return float(value)
     except ValueError:
-        raise InputError(f"--knn-target-recall takes a number in (0, 1] or 'none'; found "
-                         f"{value!r}.", "pass --knn-target-recall 0.9.") from None
+        raise InputError(
+            f"--knn-target-recall takes a number in (0, 1] or 'none'; found {value!r}.",
+            "pass --knn-target-recall 0.9.",
+        ) from None
 
 
 def cmd_run(args) -> int:
     from .embed import embed
 
     columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
-    manifest = embed(_local(args.input), _local(args.output), method=args.method,
-                     params=_params(args), scheduler=args.scheduler, overwrite=args.overwrite,
-                     columns=columns, sample_size=args.sample_size, chunk_rows=args.chunk_rows,
-                     credentials_block=args.credentials_block, labels=args.labels and
-                     _local(args.labels), graph_cache=args.graph_cache and (
-                         args.graph_cache if args.graph_cache.lower() == "none"
-                         else _local(args.graph_cache)),
-                     actions=args.actions and _local(args.actions),
-                     allow_missing_chunks=args.allow_missing_chunks,
-                     knn_target_recall=_target_recall(args.knn_target_recall),
-                     knn_recall_budget=args.knn_recall_budget)
+    manifest = embed(
+        _local(args.input),
+        _local(args.output),
+        method=args.method,
+        params=_params(args),
+        scheduler=args.scheduler,
+        overwrite=args.overwrite,
+        columns=columns,
+        sample_size=args.sample_size,
+        chunk_rows=args.chunk_rows,
+        credentials_block=args.credentials_block,
+        labels=args.labels and _local(args.labels),
+        graph_cache=args.graph_cache
+        and (args.graph_cache if args.graph_cache.lower() == "none" else _local(args.graph_cache)),
+        actions=args.actions and _local(args.actions),
+        allow_missing_chunks=args.allow_missing_chunks,
+        knn_target_recall=_target_recall(args.knn_target_recall),
+        knn_recall_budget=args.knn_recall_budget,
+    )
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
     else:
@@ -275,12 +397,21 @@ def cmd_demo(args) -> int:
     if args.data == "cells":
         from .demo import run_cells_demo
 
-        manifest = run_cells_demo(args.dir, cells=args.rows or 50_000,
-                                  genes=args.features or 2000, scheduler=args.scheduler)
+        manifest = run_cells_demo(
+            args.dir,
+            cells=args.rows or 50_000,
+            genes=args.features or 2000,
+            scheduler=args.scheduler,
+        )
     else:
-        manifest = run_demo(args.dir, rows=args.rows or 200_000, features=args.features or 256,
-                            rank=args.rank, n_components=args.n_components,
-                            scheduler=args.scheduler)
+        manifest = run_demo(
+            args.dir,
+            rows=args.rows or 200_000,
+            features=args.features or 256,
+            rank=args.rank,
+            n_components=args.n_components,
+            scheduler=args.scheduler,
+        )
     print()
     print_summary(manifest)
     print(f"\nembedding   {manifest['output']}/embedding  (Zarr array)")
@@ -319,16 +450,23 @@ def main(argv=None) -> int:
     previous = os.environ.get("DIMRED_TERMINAL_PROGRESS")
     if args.command in ("run", "demo") and previous is None:
         os.environ["DIMRED_TERMINAL_PROGRESS"] = "1"  # for this command only
-    from ._process import (interruptible, quiet_prefect_console, start_temporary_server,
-                           stop_temporary_server)
+    from ._process import (
+        interruptible,
+        quiet_prefect_console,
+        start_temporary_server,
+        stop_temporary_server,
+    )
 
     try:
-        with interruptible("interrupted: stopping the run (Ctrl-C again to stop at once)"), \
-                quiet_prefect_console(debug):
+        with (
+            interruptible("interrupted: stopping the run (Ctrl-C again to stop at once)"),
+            quiet_prefect_console(debug),
+        ):
             server = start_temporary_server() if args.command in ("run", "demo") else None
             try:
-                return {"run": cmd_run, "demo": cmd_demo,
-                        "inspect": cmd_inspect}[args.command](args)
+                return {"run": cmd_run, "demo": cmd_demo, "inspect": cmd_inspect}[args.command](
+                    args
+                )
             finally:
                 stop_temporary_server(server)
     except DimredError as exc:
@@ -339,13 +477,19 @@ def main(argv=None) -> int:
     except Exception as exc:  # not one of ours: a bug, or a failure nothing here recognises
         if debug:
             raise
-        print(f"error: {type(exc).__name__}: {exc}\nThis failure has no explanation of its own in "
-              "dimred-dask; the Prefect logs of the run hold the traceback, and --debug shows it "
-              "here. Please report it if it looks like a bug.", file=sys.stderr)
+        print(
+            f"error: {type(exc).__name__}: {exc}\nThis failure has no explanation of its own in "
+            "dimred-dask; the Prefect logs of the run hold the traceback, and --debug shows it "
+            "here. Please report it if it looks like a bug.",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
-        print(f"interrupted: nothing is committed at {_where(args)}; run the same command again "
-              "to resume (completed stages are reused).", file=sys.stderr)
+        print(
+            f"interrupted: nothing is committed at {_where(args)}; run the same command again "
+            "to resume (completed stages are reused).",
+            file=sys.stderr,
+        )
         return 130
     finally:
         if previous is None:

@@ -5,6 +5,7 @@ flow connects to (``dimred_dask.cluster.cluster_client``). Each stage writes its
 then a marker ``_stages/<stage>.json`` with its fingerprint; re-running the same command
 after a crash reuses every stage whose marker matches. ``_COMMITTED`` is written last.
 """
+
 from __future__ import annotations
 
 import time
@@ -18,31 +19,57 @@ from dimred_dask._validation import check_array
 from dimred_dask.cluster import cluster_client, describe_cluster
 from dimred_dask.errors import InputError, StageError
 from dimred_dask.methods import accepts_sparse, check_sparse_input
-from dimred_dask.io import (Lease, RunStore, array_fingerprint, check_output_location, digest_of,
-                            open_input, parse_uri, plan_row_chunk,
-                            run_storage_options)
-from dimred_dask.io.read import TARGET_CHUNK_BYTES
+from dimred_dask.io import (
+    Lease,
+    RunStore,
+    array_fingerprint,
+    check_output_location,
+    digest_of,
+    open_input,
+    parse_uri,
+    plan_row_chunk,
+    run_storage_options,
+)
+from dimred_dask.io.base import TARGET_CHUNK_BYTES
 
 from .chain import PCA_DEFAULT_COMPONENTS, chain_steps, expand_output
 from dimred_dask.graphs.knn import TARGET_RECALL
 
-from .knn import (StoreGraph, build_graph, connect, graph_fingerprint, graph_summary,
-                  load_graph, normalize_request, resolve_cache, save_graph)
+from .knn import (
+    StoreGraph,
+    build_graph,
+    connect,
+    graph_fingerprint,
+    graph_summary,
+    load_graph,
+    normalize_request,
+    resolve_cache,
+    save_graph,
+)
 from .methods import SCRATCH, get_method
 from .publish import TASK_OPTS, flow_run_id, publish
-from .stages import (check_observer, chunk_sample, notify, stage_errors, stage_progress,
-                     stage_reusable)
-
+from .stages import (
+    check_observer,
+    chunk_sample,
+    notify,
+    stage_errors,
+    stage_progress,
+    stage_reusable,
+)
 
 
 def _open(spec: dict, v: dict | None = None, *, check_chunks: bool = False):
     """The run's input as the methods see it: floating point (integers and booleans converted
     by one rule, `float_dtype`), in the planned row chunks. Absent Zarr chunks are refused on
     every read; ``check_chunks`` also lists them all at once (the validate stage)."""
-    return open_input(spec["input"], columns=spec.get("columns"),
-                      row_chunk=(v or {}).get("row_chunk") or spec.get("chunk_rows"),
-                      as_float=True, check_chunks=check_chunks,
-                      allow_missing_chunks=bool(spec.get("allow_missing_chunks")))
+    return open_input(
+        spec["input"],
+        columns=spec.get("columns"),
+        row_chunk=(v or {}).get("row_chunk") or spec.get("chunk_rows"),
+        as_float=True,
+        check_chunks=check_chunks,
+        allow_missing_chunks=bool(spec.get("allow_missing_chunks")),
+    )
 
 
 def _worker_memory() -> int | None:
@@ -75,10 +102,14 @@ def _plan_chunks(spec: dict, inp) -> tuple[int, int | None]:
                 f"MiB, more than {CHUNK_MEMORY_SHARE:.0%} of a worker's memory limit "
                 f"({memory / 2**20:,.0f} MiB); the workers would be killed for memory.",
                 f"leave --chunk-rows out (planned from memory), or pass at most "
-                f"{int(CHUNK_MEMORY_SHARE * memory / (d * itemsize))}.")
+                f"{int(CHUNK_MEMORY_SHARE * memory / (d * itemsize))}.",
+            )
         return rows, memory
-    target = TARGET_CHUNK_BYTES if not memory else min(TARGET_CHUNK_BYTES,
-                                                        int(CHUNK_MEMORY_SHARE * memory))
+    target = (
+        TARGET_CHUNK_BYTES
+        if not memory
+        else min(TARGET_CHUNK_BYTES, int(CHUNK_MEMORY_SHARE * memory))
+    )
     base = (inp.meta.get("stored_chunks") or [1])[0]
     return plan_row_chunk(n, d, itemsize, base=base, target_bytes=target), memory
 
@@ -92,41 +123,68 @@ def validate(spec: dict) -> dict:
     _check_locations(spec, inp)
     where = f"'{inp.location}'"
     check_sparse_input(spec["method"], inp.array, spec["params"], where=where)  # fix: a chain
-    check_array(inp.array, method=spec["method"].upper(), where=where,  # metadata only
-                accept_sparse=accepts_sparse(spec["method"]))
+    check_array(
+        inp.array,
+        method=spec["method"].upper(),
+        where=where,  # metadata only
+        accept_sparse=accepts_sparse(spec["method"]),
+    )
     if spec["sample_size"] < 10:
-        raise InputError(f"sample_size must be at least 10; found {spec['sample_size']}.",
-                         "pass --sample-size 2000 (the default) or more.")
+        raise InputError(
+            f"sample_size must be at least 10; found {spec['sample_size']}.",
+            "pass --sample-size 2000 (the default) or more.",
+        )
     params = dict(spec["params"])
     if spec.get("default_components"):  # a chain's PCA step: 50 components, or fewer if need be
         params["n_components"] = min(PCA_DEFAULT_COMPONENTS, *inp.shape)
     params = adapter.check(params, inp.shape)
     request = adapter.graph(params, inp.shape) if adapter.graph else None
-    graph_request = (normalize_request({**request, **_recall_request(spec)}, inp.shape,
-                                       spec["method"]) if request is not None else None)
+    graph_request = (
+        normalize_request({**request, **_recall_request(spec)}, inp.shape, spec["method"])
+        if request is not None
+        else None
+    )
     labels_fp = _check_labels(spec, adapter, inp)
     actions_fp = _check_actions(spec, adapter, inp)
-    mode = RunStore(spec["output"]).check_writable(spec["overwrite"],
-                                                   committed_ok=bool(spec.get("internal")))
+    mode = RunStore(spec["output"]).check_writable(
+        spec["overwrite"], committed_ok=bool(spec.get("internal"))
+    )
     row_chunk, memory = _plan_chunks(spec, inp)
     checked = inp.meta  # the chunk inventory is taken once, by the first open
     inp = _open(spec, {"row_chunk": row_chunk})
     inp.meta = {**checked, **inp.meta}
     fp = array_fingerprint(inp.array, {"source": inp.meta})
-    get_run_logger().info("input %s: shape %s %s, fingerprint %s (%s); output mode %s",
-                          inp.location, inp.shape, inp.array.dtype, fp["digest"], fp["hashed"],
-                          mode)
-    return {"params": params, "mode": mode, "input_meta": inp.meta, "input_fingerprint": fp,
-            "labels_fingerprint": labels_fp, "actions_fingerprint": actions_fp,
-            "graph_request": graph_request,
-            "shape": list(inp.shape), "row_chunk": row_chunk, "worker_memory": memory,
-            "chunk_bytes": row_chunk * inp.shape[1] * inp.array.dtype.itemsize,
-            "n_chunks": len(inp.array.chunks[0]), "seconds": time.perf_counter() - t0}
+    get_run_logger().info(
+        "input %s: shape %s %s, fingerprint %s (%s); output mode %s",
+        inp.location,
+        inp.shape,
+        inp.array.dtype,
+        fp["digest"],
+        fp["hashed"],
+        mode,
+    )
+    return {
+        "params": params,
+        "mode": mode,
+        "input_meta": inp.meta,
+        "input_fingerprint": fp,
+        "labels_fingerprint": labels_fp,
+        "actions_fingerprint": actions_fp,
+        "graph_request": graph_request,
+        "shape": list(inp.shape),
+        "row_chunk": row_chunk,
+        "worker_memory": memory,
+        "chunk_bytes": row_chunk * inp.shape[1] * inp.array.dtype.itemsize,
+        "n_chunks": len(inp.array.chunks[0]),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def _recall_request(spec: dict) -> dict:
-    return {"target_recall": spec.get("knn_target_recall", TARGET_RECALL),
-            "recall_budget": spec.get("knn_recall_budget")}
+    return {
+        "target_recall": spec.get("knn_target_recall", TARGET_RECALL),
+        "recall_budget": spec.get("knn_recall_budget"),
+    }
 
 
 def _check_locations(spec: dict, inp) -> None:
@@ -137,52 +195,72 @@ def _check_locations(spec: dict, inp) -> None:
     inputs = [(role, parse_uri(uri, role=role)) for role, uri in others if uri]
     if not spec.get("internal_input"):  # a chain's later step reads its own earlier step
         inputs.insert(0, ("input", inp.location))
-    cache = resolve_cache(spec.get("graph_cache"), spec.get("root") or spec["output"],
-                          inp.location.url)
+    cache = resolve_cache(
+        spec.get("graph_cache"), spec.get("root") or spec["output"], inp.location.url
+    )
     if cache is not None:
         inputs.append(("graph cache", parse_uri(cache.url, role="graph cache")))
     check_output_location(out, *inputs)
 
 
 def _open_labels(spec: dict, v: dict | None = None):
-    return open_input(spec["labels"], allow_1d=True, role="labels",
-                      row_chunk=(v or {}).get("row_chunk"),
-                      allow_missing_chunks=bool(spec.get("allow_missing_chunks")))
+    return open_input(
+        spec["labels"],
+        allow_1d=True,
+        role="labels",
+        row_chunk=(v or {}).get("row_chunk"),
+        allow_missing_chunks=bool(spec.get("allow_missing_chunks")),
+    )
 
 
 def _check_labels(spec: dict, adapter, inp) -> str | None:
     """Labels (supervised methods): present exactly when needed, one row per input row."""
     if not adapter.needs_labels:
         if spec.get("labels"):
-            raise InputError(f"Method {spec['method']!r} is unsupervised; found --labels "
-                             f"{spec['labels']}.", "drop --labels, or use --method spca/kspca.")
+            raise InputError(
+                f"Method {spec['method']!r} is unsupervised; found --labels {spec['labels']}.",
+                "drop --labels, or use --method spca/kspca.",
+            )
         return None
     if not spec.get("labels"):
-        raise InputError(f"Method {spec['method']!r} needs labels (one per row of the input); "
-                         "found none.", "pass --labels URI (a 1-D array or one column).")
+        raise InputError(
+            f"Method {spec['method']!r} needs labels (one per row of the input); found none.",
+            "pass --labels URI (a 1-D array or one column).",
+        )
     lab = _open_labels(spec)
     if lab.shape[0] != inp.shape[0]:
-        raise InputError(f"The labels {lab.location} have {lab.shape[0]} rows; the input has "
-                         f"{inp.shape[0]}.", "pass the labels of exactly these rows, in order.")
+        raise InputError(
+            f"The labels {lab.location} have {lab.shape[0]} rows; the input has {inp.shape[0]}.",
+            "pass the labels of exactly these rows, in order.",
+        )
     return array_fingerprint(lab.array, {"source": lab.meta})["digest"]
 
 
 def _open_actions(spec: dict):
-    return open_input(spec["actions"], allow_1d=True, role="actions",
-                      allow_missing_chunks=bool(spec.get("allow_missing_chunks")))
+    return open_input(
+        spec["actions"],
+        allow_1d=True,
+        role="actions",
+        allow_missing_chunks=bool(spec.get("allow_missing_chunks")),
+    )
 
 
 def _check_actions(spec: dict, adapter, inp) -> str | None:
     """Actions (sequence methods): present exactly when needed, n - 1 of them, labels."""
     if not adapter.needs_actions:
         if spec.get("actions"):
-            raise InputError(f"Method {spec['method']!r} takes no actions; found --actions "
-                             f"{spec['actions']}.", "drop --actions, or use --method are.")
+            raise InputError(
+                f"Method {spec['method']!r} takes no actions; found --actions {spec['actions']}.",
+                "drop --actions, or use --method are.",
+            )
         return None
     if not spec.get("actions"):
-        raise InputError(f"Method {spec['method']!r} needs the actions taken between "
-                         f"consecutive rows ({inp.shape[0] - 1} for {inp.shape[0]} rows); "
-                         "found none.", "pass --actions URI (a 1-D array of n - 1 labels).")
+        raise InputError(
+            f"Method {spec['method']!r} needs the actions taken between "
+            f"consecutive rows ({inp.shape[0] - 1} for {inp.shape[0]} rows); "
+            "found none.",
+            "pass --actions URI (a 1-D array of n - 1 labels).",
+        )
     from dimred_dask.methods.are import check_actions
 
     act = _open_actions(spec)
@@ -192,12 +270,18 @@ def _check_actions(spec: dict, adapter, inp) -> str | None:
 
 
 def _fingerprints(spec: dict, v: dict) -> dict:
-    fit = digest_of("fit", v["input_fingerprint"]["digest"], spec["method"], v["params"],
-                    dimred_dask.__version__, v.get("labels_fingerprint"),
-                    (v.get("kernel") or {}).get("fingerprint"),
-                    (v.get("knn") or {}).get("fingerprint"),
-                    # only when given, so that runs without actions keep their fingerprints
-                    *([v["actions_fingerprint"]] if v.get("actions_fingerprint") else []))
+    fit = digest_of(
+        "fit",
+        v["input_fingerprint"]["digest"],
+        spec["method"],
+        v["params"],
+        dimred_dask.__version__,
+        v.get("labels_fingerprint"),
+        (v.get("kernel") or {}).get("fingerprint"),
+        (v.get("knn") or {}).get("fingerprint"),
+        # only when given, so that runs without actions keep their fingerprints
+        *([v["actions_fingerprint"]] if v.get("actions_fingerprint") else []),
+    )
     transform = digest_of("transform", fit)
     evaluate = digest_of("evaluate", transform, spec["sample_size"])
     return {"fit": fit, "transform": transform, "evaluate": evaluate}
@@ -214,8 +298,11 @@ def knn_stage(spec: dict, v: dict) -> dict:
     store = RunStore(spec["output"])
     fp = graph_fingerprint(v["input_fingerprint"]["digest"], request)
     marker = stage_reusable(store, v["mode"], "knn", fp)
-    if marker is not None and store.chunk_count("graph/indices") + store.chunk_count(
-            "graph/distances") == marker["info"]["stored_chunks"]:
+    if (
+        marker is not None
+        and store.chunk_count("graph/indices") + store.chunk_count("graph/distances")
+        == marker["info"]["stored_chunks"]
+    ):
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
     inp = _open(spec, v)
     cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location.url)
@@ -230,9 +317,14 @@ def knn_stage(spec: dict, v: dict) -> dict:
         graph = connect(graph, inp.array, request, spec["method"])  # may refuse: nothing written
         store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
         chunks = save_graph(store, graph)
-        info = {"needed": True, "fingerprint": fp, "stored_chunks": chunks,
-                "source": source or "computed", "cache": cache.url if cache else None,
-                **graph_summary(graph)}
+        info = {
+            "needed": True,
+            "fingerprint": fp,
+            "stored_chunks": chunks,
+            "source": source or "computed",
+            "cache": cache.url if cache else None,
+            **graph_summary(graph),
+        }
         store.mark_stage("knn", fp, {"info": info})
     if cache is not None and source is None:
         info["cached"] = cache.save(fp, graph)
@@ -296,9 +388,17 @@ def kernel_stage(spec: dict, v: dict) -> dict:
         target = store.create_array(KERNEL_ARRAY, M.shape, (side, side), M.dtype)
         with stage_progress(f"{need['kind']} matrix -> store"):
             compute(da.store(M, target, lock=False, compute=False), stage="kernel matrix")
-        info = {"needed": True, "array": KERNEL_ARRAY, "kind": need["kind"],
-                "shape": list(M.shape), "chunk": side, "dtype": str(M.dtype),
-                "bytes": int(M.nbytes), "stored_chunks": int(target.nchunks), "fingerprint": fp}
+        info = {
+            "needed": True,
+            "array": KERNEL_ARRAY,
+            "kind": need["kind"],
+            "shape": list(M.shape),
+            "chunk": side,
+            "dtype": str(M.dtype),
+            "bytes": int(M.nbytes),
+            "stored_chunks": int(target.nchunks),
+            "fingerprint": fp,
+        }
         store.mark_stage("kernel", fp, {"info": info})
     if cache is not None:
         info["cached"] = cache.point_to("kernel", fp, store.url, "kernel", KERNEL_ARRAY, info)
@@ -323,8 +423,9 @@ def fit(spec: dict, v: dict) -> dict:
         owner = _kernel_store(store, v["kernel"])
         extras["matrix"] = da.from_zarr(owner.open_array(v["kernel"]["array"]))
     if (v.get("knn") or {}).get("needed"):
-        extras["graph"] = (StoreGraph.open(spec["output"]) if adapter.graph_in_store
-                           else load_graph(store))
+        extras["graph"] = (
+            StoreGraph.open(spec["output"]) if adapter.graph_in_store else load_graph(store)
+        )
     if adapter.run_context:
         extras["run"] = {"output": spec["output"], "fingerprint": fp}
     if adapter.needs_actions:
@@ -337,11 +438,18 @@ def fit(spec: dict, v: dict) -> dict:
         get_run_logger().warning("%s", summary["sketch"]["warning"])
     choice = summary.get("solver_choice") or {}  # PCA's solver="auto" with max_error
     if choice.get("max_error") is not None:
-        get_run_logger().info("solver %s: %s%s", choice["solver"], choice["why"],
-                              f"; then {choice['fallback']}" if choice.get("fallback") else "")
+        get_run_logger().info(
+            "solver %s: %s%s",
+            choice["solver"],
+            choice["why"],
+            f"; then {choice['fallback']}" if choice.get("fallback") else "",
+        )
     with stage_errors("fit", **_mem(v)):
-        store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__},
-                      keep=(SCRATCH,))  # what this fit wrote for the transform stage
+        store.prepare(
+            v["mode"],
+            {"method": spec["method"], "version": dimred_dask.__version__},
+            keep=(SCRATCH,),
+        )  # what this fit wrote for the transform stage
         adapter.save(model, store)
         info = {"model": summary}
         store.mark_stage("fit", fp, {"info": info})
@@ -356,10 +464,14 @@ def _refuse_unconverged(method: str, records: list[dict]) -> None:
 
     for rec in records:
         if not rec.get("converged") and not rec.get("handled_by"):
-            raise unconverged_error(method, [rec], "raise the method's max_iter (--param "
-                                    "max_iter=...; n_iter for randomized solvers) or loosen "
-                                    "its tol; or choose its robust "
-                                    "solver (e.g. --param eigen_solver=arpack).")
+            raise unconverged_error(
+                method,
+                [rec],
+                "raise the method's max_iter (--param "
+                "max_iter=...; n_iter for randomized solvers) or loosen "
+                "its tol; or choose its robust "
+                "solver (e.g. --param eigen_solver=arpack).",
+            )
 
 
 def _mem(v: dict) -> dict:
@@ -384,13 +496,18 @@ def transform_write(spec: dict, v: dict) -> dict:
         target = store.create_array("embedding", Y.shape, (Y.chunks[0][0], Y.shape[1]), Y.dtype)
         with stage_progress("transform + write embedding"):
             compute(da.store(Y, target, lock=False, compute=False), stage="transform + write")
-        info = {"embedding_shape": list(Y.shape), "embedding_dtype": str(Y.dtype),
-                "embedding_chunks": [int(Y.chunks[0][0]), int(Y.shape[1])],
-                "stored_chunks": int(target.nchunks)}
+        info = {
+            "embedding_shape": list(Y.shape),
+            "embedding_dtype": str(Y.dtype),
+            "embedding_chunks": [int(Y.chunks[0][0]), int(Y.shape[1])],
+            "stored_chunks": int(target.nchunks),
+        }
         if store.chunk_count("embedding") != info["stored_chunks"]:
-            raise StageError(f"Stage 'transform': {store.chunk_count('embedding')} of "
-                             f"{info['stored_chunks']} embedding chunks are in the store.",
-                             "re-run the same command; the stage will be redone.")
+            raise StageError(
+                f"Stage 'transform': {store.chunk_count('embedding')} of "
+                f"{info['stored_chunks']} embedding chunks are in the store.",
+                "re-run the same command; the stage will be redone.",
+            )
         store.mark_stage("transform", fp, {"info": info})
         store.remove(SCRATCH)  # single-pass PCA's row sketch: the embedding is made from it
     notify("stage", stage="transform", fingerprint=fp, output=spec["output"])
@@ -411,15 +528,24 @@ def evaluate(spec: dict, v: dict) -> dict:
     Y = da.from_zarr(store.open_array("embedding"))
     original = inp
     if spec.get("evaluate_input"):  # a chain's final step: judged against the run's own input
-        original = open_input(spec["evaluate_input"], columns=spec.get("evaluate_columns"),
-                              as_float=True, check_chunks=False, allow_missing_chunks=True)
+        original = open_input(
+            spec["evaluate_input"],
+            columns=spec.get("evaluate_columns"),
+            as_float=True,
+            check_chunks=False,
+            allow_missing_chunks=True,
+        )
     with stage_errors("evaluate", **_mem(v)):
         Xs, Ys, Xo = compute(inp.array[idx], Y[idx], original.array[idx], stage="sample")
     k = int(min(10, max(1, len(idx) // 2 - 1)))
-    result = {"sample": how, "sample_size": int(len(idx)), "n_neighbors": k,  # a sparse
-              "trustworthiness": metrics.trustworthiness(Xo, Ys, k),  # sample's distances:
-              "knn_recall": metrics.knn_recall(Xo, Ys, k),  # sparse products, not densified
-              **adapter.sample_metrics(adapter.load(store), Xs, Ys)}
+    result = {
+        "sample": how,
+        "sample_size": int(len(idx)),
+        "n_neighbors": k,  # a sparse
+        "trustworthiness": metrics.trustworthiness(Xo, Ys, k),  # sample's distances:
+        "knn_recall": metrics.knn_recall(Xo, Ys, k),  # sparse products, not densified
+        **adapter.sample_metrics(adapter.load(store), Xs, Ys),
+    }
     store.mark_stage("evaluate", fp, {"info": result})
     notify("stage", stage="evaluate", fingerprint=fp, output=spec["output"])
     return {**result, "reused": False, "seconds": time.perf_counter() - t0}
@@ -435,8 +561,14 @@ def _scheduled_start():
         return None
 
 
-S3_SECRET_KEYS = {"aws_access_key_id": "key", "aws_secret_access_key": "secret",
-                  "aws_session_token": "token", "key": "key", "secret": "secret", "token": "token"}
+S3_SECRET_KEYS = {
+    "aws_access_key_id": "key",
+    "aws_secret_access_key": "secret",
+    "aws_session_token": "token",
+    "key": "key",
+    "secret": "secret",
+    "token": "token",
+}
 
 
 def _block_credentials(name: str) -> dict:
@@ -447,25 +579,41 @@ def _block_credentials(name: str) -> dict:
     try:
         value = Secret.load(name).get()
     except ValueError as exc:
-        raise InputError(f"No Prefect Secret block named {name!r} ({exc}).",
-                         "create it: Secret(value={'aws_access_key_id': ..., "
-                         "'aws_secret_access_key': ...}).save(name)") from None
+        raise InputError(
+            f"No Prefect Secret block named {name!r} ({exc}).",
+            "create it: Secret(value={'aws_access_key_id': ..., "
+            "'aws_secret_access_key': ...}).save(name)",
+        ) from None
     if not isinstance(value, dict) or not {"key", "secret"} <= {
-            S3_SECRET_KEYS.get(k) for k in value}:
-        raise InputError(f"The Secret block {name!r} must hold a JSON object with "
-                         "aws_access_key_id and aws_secret_access_key (its value is not shown).",
-                         "save it again with those two fields.")
+        S3_SECRET_KEYS.get(k) for k in value
+    }:
+        raise InputError(
+            f"The Secret block {name!r} must hold a JSON object with "
+            "aws_access_key_id and aws_secret_access_key (its value is not shown).",
+            "save it again with those two fields.",
+        )
     return {S3_SECRET_KEYS[k]: v for k, v in value.items() if k in S3_SECRET_KEYS}
 
 
 @flow(name="embed", log_prints=True)
-def embed(input: str, output: str, method: str = "pca", params: dict | None = None,
-          scheduler: str | None = None, overwrite: bool = False, columns: list[str] | None = None,
-          sample_size: int = 2000, chunk_rows: int | None = None,
-          credentials_block: str | None = None, labels: str | None = None,
-          graph_cache: str | None = None, actions: str | None = None,
-          allow_missing_chunks: bool = False, knn_target_recall: float | None = TARGET_RECALL,
-          knn_recall_budget: float | None = None) -> dict:
+def embed(
+    input: str,
+    output: str,
+    method: str = "pca",
+    params: dict | None = None,
+    scheduler: str | None = None,
+    overwrite: bool = False,
+    columns: list[str] | None = None,
+    sample_size: int = 2000,
+    chunk_rows: int | None = None,
+    credentials_block: str | None = None,
+    labels: str | None = None,
+    graph_cache: str | None = None,
+    actions: str | None = None,
+    allow_missing_chunks: bool = False,
+    knn_target_recall: float | None = TARGET_RECALL,
+    knn_recall_budget: float | None = None,
+) -> dict:
     """Embed the array at ``input`` with ``method`` and write the run's store at ``output``.
 
     Credentials never come in as parameters (Prefect stores parameters): they come from the
@@ -488,11 +636,22 @@ def embed(input: str, output: str, method: str = "pca", params: dict | None = No
     short is kept with a warning in the log and the manifest (flows/knn.py).
     """
     output = expand_output(output, _scheduled_start())
-    spec = {"input": input, "output": output, "method": method, "params": dict(params or {}),
-            "overwrite": overwrite, "columns": columns, "sample_size": int(sample_size),
-            "chunk_rows": chunk_rows, "labels": labels, "graph_cache": graph_cache,
-            "actions": actions, "allow_missing_chunks": bool(allow_missing_chunks),
-            "knn_target_recall": knn_target_recall, "knn_recall_budget": knn_recall_budget}
+    spec = {
+        "input": input,
+        "output": output,
+        "method": method,
+        "params": dict(params or {}),
+        "overwrite": overwrite,
+        "columns": columns,
+        "sample_size": int(sample_size),
+        "chunk_rows": chunk_rows,
+        "labels": labels,
+        "graph_cache": graph_cache,
+        "actions": actions,
+        "allow_missing_chunks": bool(allow_missing_chunks),
+        "knn_target_recall": knn_target_recall,
+        "knn_recall_budget": knn_recall_budget,
+    }
     if credentials_block:
         with run_storage_options("s3", _block_credentials(credentials_block)):
             return _embed(spec, scheduler)
@@ -568,12 +727,17 @@ def _run_chain(spec: dict, steps: list[dict], client) -> dict:
             v1 = {**v1, "mode": "new"}
         m1 = _run_stages(first, v1, client)
         v2 = validate(last)
-        summary = {"method": m1["method"], "output": m1["output"], "params": m1["params"],
-                   "input_meta": m1["input_meta"], "input_fingerprint": m1["input_fingerprint"],
-                   "timings": m1["timings"], "stages": m1["stages"],
-                   "convergence": m1.get("convergence", []),
-                   "explained_variance_ratio_total":
-                       m1["model"].get("explained_variance_ratio_total")}
+        summary = {
+            "method": m1["method"],
+            "output": m1["output"],
+            "params": m1["params"],
+            "input_meta": m1["input_meta"],
+            "input_fingerprint": m1["input_fingerprint"],
+            "timings": m1["timings"],
+            "stages": m1["stages"],
+            "convergence": m1.get("convergence", []),
+            "explained_variance_ratio_total": m1["model"].get("explained_variance_ratio_total"),
+        }
         return _run_stages(last, v2, client, earlier=[summary])
 
     return _leased(spec["output"], body)

@@ -24,6 +24,7 @@ where ``<cache>`` is the flow's ``graph_cache`` argument, else ``DIMRED_GRAPH_CA
 turns it off. A second method run on the same data with the same graph parameters reads the
 graph from there (the manifest says "reused from cache") instead of computing it.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,20 +35,46 @@ import numpy as np
 
 import dimred_dask
 from dimred_dask.errors import DimredWarning, InputError
-from dimred_dask.graphs import (KNN_BACKENDS, KNNGraph, check_connected, check_n_neighbors,
-                                graph_components, join_components, knn_graph, sample_recall)
+from dimred_dask.graphs import (
+    KNN_BACKENDS,
+    KNNGraph,
+    check_connected,
+    check_n_neighbors,
+    graph_components,
+    join_components,
+    knn_graph,
+    sample_recall,
+)
 from dimred_dask.graphs.knn import TARGET_RECALL, check_target_recall
 from dimred_dask.io import Lease, LeaseHeldError, RunStore, digest_of, parse_uri
 
-__all__ = ["normalize_request", "graph_fingerprint", "save_graph", "load_graph", "StoreGraph",
-           "GraphCache",
-           "resolve_cache", "build_graph", "CACHE_ENV"]
+__all__ = [
+    "normalize_request",
+    "graph_fingerprint",
+    "save_graph",
+    "load_graph",
+    "StoreGraph",
+    "GraphCache",
+    "resolve_cache",
+    "build_graph",
+    "CACHE_ENV",
+]
 
 CACHE_ENV = "DIMRED_GRAPH_CACHE"
-REQUEST_DEFAULTS = {"n_neighbors": 15, "metric": "euclidean", "metric_kwds": {},
-                    "backend": "auto", "join_components": False, "connected": True,
-                    "nndescent_kwds": {}, "n_partitions": None, "recall_sample": 1000,
-                    "random_state": 0, "target_recall": TARGET_RECALL, "recall_budget": None}
+REQUEST_DEFAULTS = {
+    "n_neighbors": 15,
+    "metric": "euclidean",
+    "metric_kwds": {},
+    "backend": "auto",
+    "join_components": False,
+    "connected": True,
+    "nndescent_kwds": {},
+    "n_partitions": None,
+    "recall_sample": 1000,
+    "random_state": 0,
+    "target_recall": TARGET_RECALL,
+    "recall_budget": None,
+}
 GRAPH_ROWS_PER_CHUNK = 262_144
 
 
@@ -55,17 +82,23 @@ def normalize_request(request: dict, shape: tuple, method: str) -> dict:
     """The request with defaults filled in and checked (no data read): InputError if bad."""
     unknown = sorted(set(request) - set(REQUEST_DEFAULTS))
     if unknown:
-        raise InputError(f"Unknown kNN graph option(s) {unknown} from method {method!r}.",
-                         f"use only {sorted(REQUEST_DEFAULTS)}.")
+        raise InputError(
+            f"Unknown kNN graph option(s) {unknown} from method {method!r}.",
+            f"use only {sorted(REQUEST_DEFAULTS)}.",
+        )
     r = {**REQUEST_DEFAULTS, **request}
     r["n_neighbors"] = check_n_neighbors(r["n_neighbors"], shape[0], method)
     if r["backend"] not in KNN_BACKENDS:
-        raise InputError(f"knn_backend must be one of {', '.join(KNN_BACKENDS)}; found "
-                         f"{r['backend']!r}.", "pass --param knn_backend=auto.")
+        raise InputError(
+            f"knn_backend must be one of {', '.join(KNN_BACKENDS)}; found {r['backend']!r}.",
+            "pass --param knn_backend=auto.",
+        )
     check_target_recall(r["target_recall"], r["recall_budget"])
     if not isinstance(r["join_components"], bool):
-        raise InputError(f"join_components must be true or false; found "
-                         f"{r['join_components']!r}.", "pass --param join_components=true.")
+        raise InputError(
+            f"join_components must be true or false; found {r['join_components']!r}.",
+            "pass --param join_components=true.",
+        )
     return r
 
 
@@ -84,17 +117,22 @@ def save_graph(store: RunStore, graph: KNNGraph, rows_per_chunk: int = GRAPH_ROW
     for name, value in (("indices", graph.indices), ("distances", graph.distances)):
         arr = store.create_array(f"graph/{name}", (n, k), (rows, k), value.dtype)
         for start in range(0, n, rows):  # a chunk at a time: no encoded copy of the whole
-            arr[start:start + rows] = value[start:start + rows]
-    store.write_attrs("graph", {"metric": graph.metric, "backend": graph.backend,
-                                "info": graph.info})
+            arr[start : start + rows] = value[start : start + rows]
+    store.write_attrs(
+        "graph", {"metric": graph.metric, "backend": graph.backend, "info": graph.info}
+    )
     return store.chunk_count("graph/indices") + store.chunk_count("graph/distances")
 
 
 def load_graph(store: RunStore) -> KNNGraph:
     attrs = store.read_attrs("graph")
-    return KNNGraph(np.asarray(store.read_array("graph/indices"), dtype=np.int64),
-                    np.asarray(store.read_array("graph/distances"), dtype=np.float64),
-                    attrs["metric"], attrs["backend"], dict(attrs.get("info") or {}))
+    return KNNGraph(
+        np.asarray(store.read_array("graph/indices"), dtype=np.int64),
+        np.asarray(store.read_array("graph/distances"), dtype=np.float64),
+        attrs["metric"],
+        attrs["backend"],
+        dict(attrs.get("info") or {}),
+    )
 
 
 class StoreGraph:
@@ -113,9 +151,10 @@ class StoreGraph:
 
     def rows(self, start: int, stop: int, k: int):
         store = RunStore(self.output)
-        return (np.asarray(store.open_array("graph/indices")[start:stop, :k], dtype=np.int64),
-                np.asarray(store.open_array("graph/distances")[start:stop, :k],
-                           dtype=np.float64))
+        return (
+            np.asarray(store.open_array("graph/indices")[start:stop, :k], dtype=np.int64),
+            np.asarray(store.open_array("graph/distances")[start:stop, :k], dtype=np.float64),
+        )
 
 
 def _stored_chunks(store: RunStore) -> int:
@@ -166,12 +205,21 @@ class GraphCache:
         except (OSError, KeyError, ValueError):
             return None
 
-    def point_to(self, kind: str, fp: str, store_url: str, stage: str, array: str,
-                 info: dict) -> bool:
+    def point_to(
+        self, kind: str, fp: str, store_url: str, stage: str, array: str, info: dict
+    ) -> bool:
         try:
-            RunStore(self.url).write_json(self._pointer(kind, fp), {
-                "fingerprint": fp, "store": store_url, "stage": stage, "array": array,
-                "info": info, "created": time.time()})
+            RunStore(self.url).write_json(
+                self._pointer(kind, fp),
+                {
+                    "fingerprint": fp,
+                    "store": store_url,
+                    "stage": stage,
+                    "array": array,
+                    "info": info,
+                    "created": time.time(),
+                },
+            )
             return True
         except OSError:
             return False  # a cache is an optimisation
@@ -184,12 +232,22 @@ class GraphCache:
         except LeaseHeldError:
             return False
         try:
-            entry.prepare("overwrite" if entry.exists() else "new",
-                          {"kind": "knn-graph-cache", "version": dimred_dask.__version__})
+            entry.prepare(
+                "overwrite" if entry.exists() else "new",
+                {"kind": "knn-graph-cache", "version": dimred_dask.__version__},
+            )
             chunks = save_graph(entry, graph)
-            entry.commit({"fingerprint": fp, "chunks": chunks, "n_samples": graph.n_samples,
-                          "n_neighbors": graph.n_neighbors, "metric": graph.metric,
-                          "backend": graph.backend, "created": time.time()})
+            entry.commit(
+                {
+                    "fingerprint": fp,
+                    "chunks": chunks,
+                    "n_samples": graph.n_samples,
+                    "n_neighbors": graph.n_neighbors,
+                    "metric": graph.metric,
+                    "backend": graph.backend,
+                    "created": time.time(),
+                }
+            )
             return True
         except OSError:  # an entry we may not replace (foreign files, links): not cached
             return False
@@ -219,17 +277,23 @@ def resolve_cache(graph_cache: str | None, output: str, input_url: str) -> Graph
 
 def build_graph(X, request: dict) -> tuple[KNNGraph, dict]:
     """Compute the graph of ``X`` for a normalised request; (graph, {"recall": ...})."""
-    graph = knn_graph(X, request["n_neighbors"], metric=request["metric"],
-                      metric_kwds=request["metric_kwds"] or None, backend=request["backend"],
-                      random_state=request["random_state"],
-                      n_partitions=request["n_partitions"],
-                      nndescent_kwds=request["nndescent_kwds"] or None,
-                      target_recall=request["target_recall"],
-                      recall_budget=request["recall_budget"])
+    graph = knn_graph(
+        X,
+        request["n_neighbors"],
+        metric=request["metric"],
+        metric_kwds=request["metric_kwds"] or None,
+        backend=request["backend"],
+        random_state=request["random_state"],
+        n_partitions=request["n_partitions"],
+        nndescent_kwds=request["nndescent_kwds"] or None,
+        target_recall=request["target_recall"],
+        recall_budget=request["recall_budget"],
+    )
     quality = {}
     if graph.backend != "exact" and request["recall_sample"]:
-        quality = sample_recall(X, graph, int(request["recall_sample"]),
-                                random_state=request["random_state"])
+        quality = sample_recall(
+            X, graph, int(request["recall_sample"]), random_state=request["random_state"]
+        )
     elif graph.backend == "exact":
         quality = {"recall": 1.0, "why": "exact backend"}
     short = recall_shortfall(graph, quality, request["target_recall"])
@@ -248,16 +312,21 @@ def recall_shortfall(graph: KNNGraph, quality: dict, target) -> str | None:
         return None
     search = graph.info.get("recall_search") or {}
     rounds = search.get("rounds") or []
-    tried = (f" after {len(rounds)} NN-descent build(s) up to {rounds[-1]['search_neighbors']}"
-             f" search neighbours ({search['stopped']})" if rounds and search.get("stopped")
-             else "")
-    return (f"The kNN graph's recall is {recall:.3f} on {quality.get('sample_rows')} sampled "
-            f"rows, below the target {target:g}{tried}: about {100 * (1 - recall):.0f} % of "
-            f"the listed neighbours are not among the true {graph.n_neighbors} nearest "
-            f"({graph.backend} backend, {graph.n_samples} rows). Fix: pass a larger "
-            "--knn-recall-budget (seconds), or --param knn_backend=exact (O(n^2) distances), "
-            "or reduce the data's dimension first (--method pca+<method>); "
-            "--knn-target-recall sets the target.")
+    tried = (
+        f" after {len(rounds)} NN-descent build(s) up to {rounds[-1]['search_neighbors']}"
+        f" search neighbours ({search['stopped']})"
+        if rounds and search.get("stopped")
+        else ""
+    )
+    return (
+        f"The kNN graph's recall is {recall:.3f} on {quality.get('sample_rows')} sampled "
+        f"rows, below the target {target:g}{tried}: about {100 * (1 - recall):.0f} % of "
+        f"the listed neighbours are not among the true {graph.n_neighbors} nearest "
+        f"({graph.backend} backend, {graph.n_samples} rows). Fix: pass a larger "
+        "--knn-recall-budget (seconds), or --param knn_backend=exact (O(n^2) distances), "
+        "or reduce the data's dimension first (--method pca+<method>); "
+        "--knn-target-recall sets the target."
+    )
 
 
 def connect(graph: KNNGraph, X, request: dict, method: str) -> KNNGraph:
@@ -274,12 +343,17 @@ def connect(graph: KNNGraph, X, request: dict, method: str) -> KNNGraph:
 
 def graph_summary(graph: KNNGraph) -> dict:
     count, _ = graph_components(graph)
-    return {"n_samples": graph.n_samples, "n_neighbors": graph.n_neighbors,
-            "metric": graph.metric, "backend": graph.backend, "components": int(count),
-            "extra_edges": len(graph.info.get("extra_edges", [])),
-            "recall": (graph.info.get("recall") or {}).get("recall"),
-            "recall_sample_rows": (graph.info.get("recall") or {}).get("sample_rows"),
-            "recall_warning": (graph.info.get("recall") or {}).get("warning"),
-            "recall_search": graph.info.get("recall_search"),
-            "n_rows_with_duplicates": graph.info.get("n_rows_with_duplicates"),
-            "build_seconds": graph.info.get("seconds")}
+    return {
+        "n_samples": graph.n_samples,
+        "n_neighbors": graph.n_neighbors,
+        "metric": graph.metric,
+        "backend": graph.backend,
+        "components": int(count),
+        "extra_edges": len(graph.info.get("extra_edges", [])),
+        "recall": (graph.info.get("recall") or {}).get("recall"),
+        "recall_sample_rows": (graph.info.get("recall") or {}).get("sample_rows"),
+        "recall_warning": (graph.info.get("recall") or {}).get("warning"),
+        "recall_search": graph.info.get("recall_search"),
+        "n_rows_with_duplicates": graph.info.get("n_rows_with_duplicates"),
+        "build_seconds": graph.info.get("seconds"),
+    }

@@ -4,6 +4,7 @@ and the method's own metrics (the contract is `flows.adapter.MethodAdapter`).
 ``METHODS`` holds the linear, kernel, distance and supervised methods defined here; each other
 method family keeps its adapters in its own module (``flows/methods_<family>.py``, a dict
 ``METHODS``) that is merged below."""
+
 from __future__ import annotations
 
 import warnings
@@ -14,37 +15,65 @@ from dimred_dask import metrics
 from dimred_dask._validation import check_n_components, is_dask
 from dimred_dask.errors import DimredWarning, InputError, StageError
 from dimred_dask.linalg import LANDMARK_METHODS, choose_eigen_solver
-from dimred_dask.methods.mds import (LANDMARK_CHOICES, LandmarkMDSModel, MDSModel,
-                                     classical_mds, landmark_mds)
-from dimred_dask.methods.spca import (KernelSupervisedPCAModel, SupervisedPCAModel,
-                                      kernel_supervised_pca, supervised_pca)
+from dimred_dask.methods.mds import (
+    LANDMARK_CHOICES,
+    LandmarkMDSModel,
+    MDSModel,
+    classical_mds,
+    landmark_mds,
+)
+from dimred_dask.methods.spca import (
+    KernelSupervisedPCAModel,
+    SupervisedPCAModel,
+    kernel_supervised_pca,
+    supervised_pca,
+)
 from dimred_dask.pairwise import check_kernel, check_metric
 from dimred_dask.methods.kpca import KernelPCAModel, check_kpca_params, kernel_pca
 from dimred_dask.methods.pca import SOLVERS, PCAModel, check_max_error, pca, plan_solver
 
-from .adapter import (MethodAdapter, check_known, model_loader, parse_param_value,  # noqa: F401
-                      save_model, training_embedding)
+from .adapter import (
+    MethodAdapter,
+    check_known,
+    model_loader,
+    parse_param_value,  # noqa: F401
+    save_model,
+    training_embedding,
+)
 
 
-PCA_DEFAULTS = {"n_components": 2, "solver": "auto", "whiten": False, "n_oversamples": 10,
-                "n_iter": 4, "tol": 0.0, "random_state": 0, "max_error": None}
+PCA_DEFAULTS = {
+    "n_components": 2,
+    "solver": "auto",
+    "whiten": False,
+    "n_oversamples": 10,
+    "n_iter": 4,
+    "tol": 0.0,
+    "random_state": 0,
+    "max_error": None,
+}
 
 
 def _pca_check(params: dict, shape: tuple) -> dict:
     p = check_known("pca", params, PCA_DEFAULTS)
     check_n_components(p["n_components"], shape[0], shape[1], method="PCA", allow_none=False)
     if p["solver"] not in SOLVERS:
-        raise InputError(f"PCA solver must be one of {SOLVERS}; found {p['solver']!r}.",
-                         "pass --param solver=covariance (exact, one pass) or leave it out.")
+        raise InputError(
+            f"PCA solver must be one of {SOLVERS}; found {p['solver']!r}.",
+            "pass --param solver=covariance (exact, one pass) or leave it out.",
+        )
     if p["solver"] == "single-pass" and not isinstance(p["n_components"], int):
-        raise InputError(f"PCA with solver='single-pass' needs n_components as an int; found "
-                         f"{p['n_components']!r} (a fraction of variance needs the whole "
-                         "spectrum).", "pass --n-components 50 (an int), or use "
-                         "--param solver=covariance.")
+        raise InputError(
+            f"PCA with solver='single-pass' needs n_components as an int; found "
+            f"{p['n_components']!r} (a fraction of variance needs the whole "
+            "spectrum).",
+            "pass --n-components 50 (an int), or use --param solver=covariance.",
+        )
     check_max_error(p["max_error"])
     if not isinstance(p["whiten"], bool):
-        raise InputError(f"whiten must be true or false; found {p['whiten']!r}.",
-                         "pass --param whiten=true.")
+        raise InputError(
+            f"whiten must be true or false; found {p['whiten']!r}.", "pass --param whiten=true."
+        )
     return p
 
 
@@ -64,9 +93,19 @@ def _pca_fit(X, p: dict, run=None, **_):
 
 
 def _pca_fit_quietly(X, p: dict, run):
-    if run is None or not is_dask(X) or plan_solver(
-            X, p["solver"], p["n_components"], max_error=p["max_error"],
-            n_oversamples=p["n_oversamples"], n_iter=p["n_iter"])[0] != "single-pass":
+    if (
+        run is None
+        or not is_dask(X)
+        or plan_solver(
+            X,
+            p["solver"],
+            p["n_components"],
+            max_error=p["max_error"],
+            n_oversamples=p["n_oversamples"],
+            n_iter=p["n_iter"],
+        )[0]
+        != "single-pass"
+    ):
         return pca(X, **p)
     from dimred_dask.io import RunStore
     from dimred_dask.linalg.single_pass import sketch_width
@@ -78,8 +117,9 @@ def _pca_fit_quietly(X, p: dict, run):
     dtype = np.float32 if X.dtype == np.float32 else np.float64
     store = RunStore(run["output"])
     fresh = not store.exists()  # new: nothing but this run's lease is there yet
-    target = store.create_array(ROW_SKETCH, (n, width), (rows, width), dtype,
-                                compressors=None)  # floats: no gain
+    target = store.create_array(
+        ROW_SKETCH, (n, width), (rows, width), dtype, compressors=None
+    )  # floats: no gain
     try:
         model = pca(X, row_sketch=target, **p)
     except BaseException:  # bad values found by the pass, a lost worker, Ctrl-C: the store
@@ -90,9 +130,13 @@ def _pca_fit_quietly(X, p: dict, run):
     if model.solver != "single-pass":  # auto refitted exactly: the sketch is not needed
         store.remove(SCRATCH)
         return model
-    model.info["row_sketch"] = {"array": ROW_SKETCH, "shape": [n, width],
-                                "chunks": [rows, width], "dtype": np.dtype(dtype).name,
-                                "stored_chunks": int(target.nchunks)}
+    model.info["row_sketch"] = {
+        "array": ROW_SKETCH,
+        "shape": [n, width],
+        "chunks": [rows, width],
+        "dtype": np.dtype(dtype).name,
+        "stored_chunks": int(target.nchunks),
+    }
     return model
 
 
@@ -123,52 +167,84 @@ def _pca_transform(model: PCAModel, X):
         raise StageError(
             f"Stage 'transform': the single-pass fit's row sketch ({info['array']}) has "
             f"{stored} of its {info['stored_chunks']} chunks in the store; it was changed "
-            "after the fit was committed.", "re-run with --overwrite to fit again.")
+            "after the fit was committed.",
+            "re-run with --overwrite to fit again.",
+        )
     rows = da.from_zarr(store.open_array(info["array"]), chunks=tuple(info["chunks"]))
     return model.embed_row_sketch(rows)
 
 
 def _pca_summary(model: PCAModel) -> dict:
-    extra = {k: model.info[k] for k in ("sketch", "row_sketch", "solver_choice")
-             if k in model.info}
-    return {"n_components": model.n_components, "solver": model.solver, "passes": model.passes,
-            "noise_variance": model.noise_variance, "convergence": model.convergence, **extra,
-            **metrics.explained_variance_summary(model.explained_variance,
-                                                 model.explained_variance_ratio)}
+    extra = {k: model.info[k] for k in ("sketch", "row_sketch", "solver_choice") if k in model.info}
+    return {
+        "n_components": model.n_components,
+        "solver": model.solver,
+        "passes": model.passes,
+        "noise_variance": model.noise_variance,
+        "convergence": model.convergence,
+        **extra,
+        **metrics.explained_variance_summary(
+            model.explained_variance, model.explained_variance_ratio
+        ),
+    }
 
 
 def _pca_sample_metrics(model: PCAModel, Xs, Ys: np.ndarray) -> dict:
     """Xs dense or sparse; reconstructed a block of rows at a time."""
-    return {"reconstruction_error": metrics.reconstruction_error(
-        Xs, lambda rows: model.inverse_transform(Ys[rows]), model.mean)}
+    return {
+        "reconstruction_error": metrics.reconstruction_error(
+            Xs, lambda rows: model.inverse_transform(Ys[rows]), model.mean
+        )
+    }
 
 
-KPCA_DEFAULTS = {"n_components": 2, "kernel": "gaussian", "gamma": None, "width": None,
-                 "degree": 3, "coef0": 1.0, "solver": "auto", "n_landmarks": 1000,
-                 "landmarks": "auto", "n_oversamples": 20, "n_iter": 6, "tol": 0.0,
-                 "random_state": 0}
+KPCA_DEFAULTS = {
+    "n_components": 2,
+    "kernel": "gaussian",
+    "gamma": None,
+    "width": None,
+    "degree": 3,
+    "coef0": 1.0,
+    "solver": "auto",
+    "n_landmarks": 1000,
+    "landmarks": "auto",
+    "n_oversamples": 20,
+    "n_iter": 6,
+    "tol": 0.0,
+    "random_state": 0,
+}
 
 
 def _kpca_check(params: dict, shape: tuple) -> dict:
     p = check_known("kpca", params, KPCA_DEFAULTS)
     n, d = shape
-    if p["solver"] in ("auto", "nystrom") and isinstance(p["n_landmarks"], int) and \
-            p["n_landmarks"] > n and "n_landmarks" not in params:
+    if (
+        p["solver"] in ("auto", "nystrom")
+        and isinstance(p["n_landmarks"], int)
+        and p["n_landmarks"] > n
+        and "n_landmarks" not in params
+    ):
         p["n_landmarks"] = n  # the default, on data smaller than it
     k, solver, kern = check_kpca_params(
-        n, d, n_components=p["n_components"], solver=p["solver"], n_landmarks=p["n_landmarks"],
-        kernel_params={q: p[q] for q in ("kernel", "gamma", "width", "degree", "coef0")})
+        n,
+        d,
+        n_components=p["n_components"],
+        solver=p["solver"],
+        n_landmarks=p["n_landmarks"],
+        kernel_params={q: p[q] for q in ("kernel", "gamma", "width", "degree", "coef0")},
+    )
     if p["landmarks"] not in LANDMARK_METHODS:
-        raise InputError(f"landmarks must be one of {LANDMARK_METHODS}; found "
-                         f"{p['landmarks']!r}.", "pass --param landmarks=auto.")
+        raise InputError(
+            f"landmarks must be one of {LANDMARK_METHODS}; found {p['landmarks']!r}.",
+            "pass --param landmarks=auto.",
+        )
     return {**p, "solver": solver}
 
 
 def _kpca_matrix(p: dict, shape: tuple):
     if p["solver"] not in ("randomized", "lanczos"):
         return None  # dense holds K in memory once; Nyström never forms it
-    return {"kind": "kernel", **{q: p[q] for q in ("kernel", "gamma", "width", "degree",
-                                                    "coef0")}}
+    return {"kind": "kernel", **{q: p[q] for q in ("kernel", "gamma", "width", "degree", "coef0")}}
 
 
 def _kpca_fit(X, p: dict, matrix=None, **_):
@@ -184,12 +260,23 @@ def _kpca_transform(model: KernelPCAModel, X):
 def _eigen_summary(model) -> dict:
     lam = np.asarray(model.eigenvalues, dtype=np.float64)
     info = {k: v for k, v in model.scalars().items() if k != "n_samples"}
-    return {"n_components": int(lam.size), "eigenvalues": lam.tolist(), **info,
-            "convergence": model.convergence}
+    return {
+        "n_components": int(lam.size),
+        "eigenvalues": lam.tolist(),
+        **info,
+        "convergence": model.convergence,
+    }
 
 
-MDS_DEFAULTS = {"n_components": 2, "metric": "euclidean", "p": 2.0, "solver": "auto",
-                "n_oversamples": 10, "n_iter": 4, "random_state": 0}
+MDS_DEFAULTS = {
+    "n_components": 2,
+    "metric": "euclidean",
+    "p": 2.0,
+    "solver": "auto",
+    "n_oversamples": 10,
+    "n_iter": 4,
+    "random_state": 0,
+}
 
 
 def _mds_check(params: dict, shape: tuple) -> dict:
@@ -197,15 +284,19 @@ def _mds_check(params: dict, shape: tuple) -> dict:
     n, d = shape
     if p["metric"] == "precomputed":
         if n != d:
-            raise InputError(f"MDS with metric=precomputed needs a square n x n distance matrix "
-                             f"as input; found shape ({n}, {d}).",
-                             "pass the distance matrix itself, or the data with a metric such "
-                             "as --param metric=euclidean.")
+            raise InputError(
+                f"MDS with metric=precomputed needs a square n x n distance matrix "
+                f"as input; found shape ({n}, {d}).",
+                "pass the distance matrix itself, or the data with a metric such "
+                "as --param metric=euclidean.",
+            )
     else:
         check_metric(p["metric"], p["p"])
     if not isinstance(p["n_components"], int) or not 1 <= p["n_components"] < n:
-        raise InputError(f"MDS needs 1 <= n_components < n_samples = {n}; found "
-                         f"{p['n_components']!r}.", f"pass an n_components below {n}.")
+        raise InputError(
+            f"MDS needs 1 <= n_components < n_samples = {n}; found {p['n_components']!r}.",
+            f"pass an n_components below {n}.",
+        )
     p["solver"] = choose_eigen_solver(p["solver"], n)
     return p
 
@@ -230,50 +321,87 @@ def _mds_transform(model, X):
 
 
 def _mds_summary(model) -> dict:
-    return {"n_components": int(model.n_components),
-            "eigenvalues": np.asarray(model.eigenvalues, dtype=float).tolist(),
-            "explained_variance_ratio": np.asarray(model.explained_variance_ratio,
-                                                   dtype=float).tolist(),
-            "negative_eigenvalues": np.asarray(model.negative_eigenvalues,
-                                               dtype=float)[:10].tolist(),
-            "negative_ratio": model.negative_ratio, "negative_mass": model.negative_mass,
-            "stress": float(model.stress), "metric": dict(model.metric),
-            **{k: v for k, v in model.info.items() if isinstance(v, (int, float, str, bool))},
-            "convergence": model.convergence}
+    return {
+        "n_components": int(model.n_components),
+        "eigenvalues": np.asarray(model.eigenvalues, dtype=float).tolist(),
+        "explained_variance_ratio": np.asarray(
+            model.explained_variance_ratio, dtype=float
+        ).tolist(),
+        "negative_eigenvalues": np.asarray(model.negative_eigenvalues, dtype=float)[:10].tolist(),
+        "negative_ratio": model.negative_ratio,
+        "negative_mass": model.negative_mass,
+        "stress": float(model.stress),
+        "metric": dict(model.metric),
+        **{k: v for k, v in model.info.items() if isinstance(v, (int, float, str, bool))},
+        "convergence": model.convergence,
+    }
 
 
-LMDS_DEFAULTS = {"n_components": 2, "n_landmarks": None, "landmarks": "maxmin",
-                 "metric": "euclidean", "p": 2.0, "random_state": 0}
+LMDS_DEFAULTS = {
+    "n_components": 2,
+    "n_landmarks": None,
+    "landmarks": "maxmin",
+    "metric": "euclidean",
+    "p": 2.0,
+    "random_state": 0,
+}
 
 
 def _lmds_check(params: dict, shape: tuple) -> dict:
     p = check_known("landmark-mds", params, LMDS_DEFAULTS)
     if p["metric"] == "precomputed":
-        raise InputError("landmark-mds embeds data rows; found metric=precomputed.",
-                         "use --method mds --param metric=precomputed for a distance matrix.")
+        raise InputError(
+            "landmark-mds embeds data rows; found metric=precomputed.",
+            "use --method mds --param metric=precomputed for a distance matrix.",
+        )
     check_metric(p["metric"], p["p"])
     n = shape[0]
     if not isinstance(p["n_components"], int) or not 1 <= p["n_components"] < n:
-        raise InputError(f"landmark-mds needs 1 <= n_components < n_samples = {n}; found "
-                         f"{p['n_components']!r}.", f"pass an n_components below {n}.")
+        raise InputError(
+            f"landmark-mds needs 1 <= n_components < n_samples = {n}; found {p['n_components']!r}.",
+            f"pass an n_components below {n}.",
+        )
     m = p["n_landmarks"]
     if m is not None and (not isinstance(m, int) or not p["n_components"] < m <= n):
-        raise InputError(f"landmark-mds needs n_components < n_landmarks <= n_samples = {n}; "
-                         f"found n_landmarks={m!r}.",
-                         f"pass n_landmarks between {p['n_components'] + 1} and {n}.")
+        raise InputError(
+            f"landmark-mds needs n_components < n_landmarks <= n_samples = {n}; "
+            f"found n_landmarks={m!r}.",
+            f"pass n_landmarks between {p['n_components'] + 1} and {n}.",
+        )
     if p["landmarks"] not in LANDMARK_CHOICES:
-        raise InputError(f"landmarks must be one of {LANDMARK_CHOICES}; found "
-                         f"{p['landmarks']!r}.", "pass --param landmarks=maxmin.")
+        raise InputError(
+            f"landmarks must be one of {LANDMARK_CHOICES}; found {p['landmarks']!r}.",
+            "pass --param landmarks=maxmin.",
+        )
     return p
 
 
-SPCA_DEFAULTS = {"n_components": 2, "label_kernel": "delta", "label_gamma": None,
-                 "label_width": None, "n_label_landmarks": 100, "bair_threshold": None,
-                 "bair_n_features": None, "random_state": 0}
-KSPCA_DEFAULTS = {"n_components": 2, "kernel": "gaussian", "gamma": None, "width": None,
-                  "degree": 3, "coef0": 1.0, "label_kernel": "delta", "label_gamma": None,
-                  "label_width": None, "n_label_landmarks": 100, "solver": "auto",
-                  "n_landmarks": 200, "landmarks": "kmeans++", "random_state": 0}
+SPCA_DEFAULTS = {
+    "n_components": 2,
+    "label_kernel": "delta",
+    "label_gamma": None,
+    "label_width": None,
+    "n_label_landmarks": 100,
+    "bair_threshold": None,
+    "bair_n_features": None,
+    "random_state": 0,
+}
+KSPCA_DEFAULTS = {
+    "n_components": 2,
+    "kernel": "gaussian",
+    "gamma": None,
+    "width": None,
+    "degree": 3,
+    "coef0": 1.0,
+    "label_kernel": "delta",
+    "label_gamma": None,
+    "label_width": None,
+    "n_label_landmarks": 100,
+    "solver": "auto",
+    "n_landmarks": 200,
+    "landmarks": "kmeans++",
+    "random_state": 0,
+}
 
 
 def _supervised_check(name: str, defaults: dict):
@@ -282,13 +410,22 @@ def _supervised_check(name: str, defaults: dict):
         n, d = shape
         limit = min(n - 1, d) if name == "spca" else n - 1
         if not isinstance(p["n_components"], int) or not 1 <= p["n_components"] <= limit:
-            raise InputError(f"{name} needs 1 <= n_components <= {limit}; found "
-                             f"{p['n_components']!r} (data shape ({n}, {d})).",
-                             f"pass an n_components between 1 and {limit}.")
+            raise InputError(
+                f"{name} needs 1 <= n_components <= {limit}; found "
+                f"{p['n_components']!r} (data shape ({n}, {d})).",
+                f"pass an n_components between 1 and {limit}.",
+            )
         if name == "kspca":
-            check_kernel(p["kernel"], d, gamma=p["gamma"], width=p["width"],
-                         degree=p["degree"], coef0=p["coef0"])
+            check_kernel(
+                p["kernel"],
+                d,
+                gamma=p["gamma"],
+                width=p["width"],
+                degree=p["degree"],
+                coef0=p["coef0"],
+            )
         return p
+
     return check
 
 
@@ -303,40 +440,90 @@ def _kspca_transform(model, X):
 
 
 def _supervised_summary(model) -> dict:
-    return {"n_components": int(np.asarray(model.eigenvalues).size),
-            "eigenvalues": np.asarray(model.eigenvalues, dtype=float).tolist(),
-            **{k: v for k, v in model.scalars().items()
-               if isinstance(v, (int, float, str, bool)) or v is None},
-            "convergence": model.convergence}
+    return {
+        "n_components": int(np.asarray(model.eigenvalues).size),
+        "eigenvalues": np.asarray(model.eigenvalues, dtype=float).tolist(),
+        **{
+            k: v
+            for k, v in model.scalars().items()
+            if isinstance(v, (int, float, str, bool)) or v is None
+        },
+        "convergence": model.convergence,
+    }
 
 
 METHODS = {
-    "pca": MethodAdapter("pca", PCA_DEFAULTS, _pca_check, _pca_fit, _pca_save, _pca_load,
-                         _pca_transform, _pca_summary, _pca_sample_metrics, run_context=True),
-    "kpca": MethodAdapter("kpca", KPCA_DEFAULTS, _kpca_check, _kpca_fit, save_model,
-                          model_loader(KernelPCAModel),
-                          _kpca_transform, _eigen_summary, lambda m, Xs, Ys: {},
-                          matrix=_kpca_matrix),
-    "mds": MethodAdapter("mds", MDS_DEFAULTS, _mds_check, _mds_fit, save_model,
-                         model_loader(MDSModel), _mds_transform, _mds_summary,
-                         lambda m, Xs, Ys: {}, matrix=_mds_matrix),
-    "landmark-mds": MethodAdapter("landmark-mds", LMDS_DEFAULTS, _lmds_check,
-                                  lambda X, p, **_: landmark_mds(X, **p), save_model,
-                                  model_loader(LandmarkMDSModel),
-                                  lambda m, X: m.transform(X), _mds_summary,
-                                  lambda m, Xs, Ys: {}),
-    "spca": MethodAdapter("spca", SPCA_DEFAULTS, _supervised_check("spca", SPCA_DEFAULTS),
-                          lambda X, p, labels=None, **_: supervised_pca(
-                              X, _labels_vector(labels), **p),
-                          save_model, model_loader(SupervisedPCAModel),
-                          lambda m, X: m.transform(X), _supervised_summary,
-                          lambda m, Xs, Ys: {}, needs_labels=True),
-    "kspca": MethodAdapter("kspca", KSPCA_DEFAULTS, _supervised_check("kspca", KSPCA_DEFAULTS),
-                           lambda X, p, labels=None, **_: kernel_supervised_pca(
-                               X, _labels_vector(labels), **p),
-                           save_model, model_loader(KernelSupervisedPCAModel),
-                           _kspca_transform, _supervised_summary, lambda m, Xs, Ys: {},
-                           needs_labels=True),
+    "pca": MethodAdapter(
+        "pca",
+        PCA_DEFAULTS,
+        _pca_check,
+        _pca_fit,
+        _pca_save,
+        _pca_load,
+        _pca_transform,
+        _pca_summary,
+        _pca_sample_metrics,
+        run_context=True,
+    ),
+    "kpca": MethodAdapter(
+        "kpca",
+        KPCA_DEFAULTS,
+        _kpca_check,
+        _kpca_fit,
+        save_model,
+        model_loader(KernelPCAModel),
+        _kpca_transform,
+        _eigen_summary,
+        lambda m, Xs, Ys: {},
+        matrix=_kpca_matrix,
+    ),
+    "mds": MethodAdapter(
+        "mds",
+        MDS_DEFAULTS,
+        _mds_check,
+        _mds_fit,
+        save_model,
+        model_loader(MDSModel),
+        _mds_transform,
+        _mds_summary,
+        lambda m, Xs, Ys: {},
+        matrix=_mds_matrix,
+    ),
+    "landmark-mds": MethodAdapter(
+        "landmark-mds",
+        LMDS_DEFAULTS,
+        _lmds_check,
+        lambda X, p, **_: landmark_mds(X, **p),
+        save_model,
+        model_loader(LandmarkMDSModel),
+        lambda m, X: m.transform(X),
+        _mds_summary,
+        lambda m, Xs, Ys: {},
+    ),
+    "spca": MethodAdapter(
+        "spca",
+        SPCA_DEFAULTS,
+        _supervised_check("spca", SPCA_DEFAULTS),
+        lambda X, p, labels=None, **_: supervised_pca(X, _labels_vector(labels), **p),
+        save_model,
+        model_loader(SupervisedPCAModel),
+        lambda m, X: m.transform(X),
+        _supervised_summary,
+        lambda m, Xs, Ys: {},
+        needs_labels=True,
+    ),
+    "kspca": MethodAdapter(
+        "kspca",
+        KSPCA_DEFAULTS,
+        _supervised_check("kspca", KSPCA_DEFAULTS),
+        lambda X, p, labels=None, **_: kernel_supervised_pca(X, _labels_vector(labels), **p),
+        save_model,
+        model_loader(KernelSupervisedPCAModel),
+        _kspca_transform,
+        _supervised_summary,
+        lambda m, Xs, Ys: {},
+        needs_labels=True,
+    ),
 }
 
 # Other method families: one module each, merged here.
@@ -352,8 +539,10 @@ def get_method(name: str) -> MethodAdapter:
     try:
         return METHODS[name]
     except KeyError:
-        raise InputError(f"Unknown method {name!r}; available: {sorted(METHODS)}.",
-                         f"pass --method with one of {', '.join(sorted(METHODS))}.") from None
+        raise InputError(
+            f"Unknown method {name!r}; available: {sorted(METHODS)}.",
+            f"pass --method with one of {', '.join(sorted(METHODS))}.",
+        ) from None
 
 
 def load_model(output, *, storage_options: dict | None = None):
@@ -390,9 +579,11 @@ def load_model(output, *, storage_options: dict | None = None):
     method = store.read_json("manifest.json")["method"]
     model = get_method(method).load(store)
     if not hasattr(model, "transform"):
-        raise InputError(f"The {method} run at {store.url} keeps its embeddings only; its "
-                         "model places no new rows.", f"fit dimred_dask's {method.upper()} "
-                         "estimator on the rows and call its transform.")
+        raise InputError(
+            f"The {method} run at {store.url} keeps its embeddings only; its "
+            "model places no new rows.",
+            f"fit dimred_dask's {method.upper()} estimator on the rows and call its transform.",
+        )
     return RunModel(method, model)
 
 
@@ -428,10 +619,17 @@ class RunModel:
         from dimred_dask._validation import check_array
         from dimred_dask.methods import accepts_sparse
 
-        X = check_array(X, method=self.method.upper(), where="X", min_samples=1,
-                        accept_sparse=accepts_sparse(self.method))
+        X = check_array(
+            X,
+            method=self.method.upper(),
+            where="X",
+            min_samples=1,
+            accept_sparse=accepts_sparse(self.method),
+        )
         if self.n_features is not None and X.shape[1] != self.n_features:
-            raise InputError(f"The {self.method.upper()} model was fitted on {self.n_features} "
-                             f"columns; X has {X.shape[1]}.",
-                             "pass rows with the training data's columns, in its order.")
+            raise InputError(
+                f"The {self.method.upper()} model was fitted on {self.n_features} "
+                f"columns; X has {X.shape[1]}.",
+                "pass rows with the training data's columns, in its order.",
+            )
         return self.model.transform(X)

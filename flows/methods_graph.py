@@ -3,15 +3,23 @@
 Each asks the knn stage for its graph (``MethodAdapter.graph``) and gets ``graph=<KNNGraph>``
 in ``fit``; two methods with the same graph parameters on the same data share one graph (the
 second run reads it from the graph cache, and its manifest says so)."""
+
 from __future__ import annotations
 
 import numpy as np
 
 from dimred_dask.errors import InputError
 from dimred_dask.graphs import KNN_BACKENDS, check_n_neighbors
-from dimred_dask.methods import (IsomapModel, LaplacianEigenmapsModel, LLEModel,
-                                 SpectralClusteringModel, isomap, laplacian_eigenmaps, lle,
-                                 spectral_clustering)
+from dimred_dask.methods import (
+    IsomapModel,
+    LaplacianEigenmapsModel,
+    LLEModel,
+    SpectralClusteringModel,
+    isomap,
+    laplacian_eigenmaps,
+    lle,
+    spectral_clustering,
+)
 from dimred_dask.methods.isomap import landmark_isomap_on_workers
 
 from .adapter import MethodAdapter, check_known, model_loader, save_model, training_embedding
@@ -19,27 +27,65 @@ from .adapter import MethodAdapter, check_known, model_loader, save_model, train
 __all__ = ["METHODS", "ISOMAP_FLOW_MAX"]
 
 ISOMAP_FLOW_MAX = 20_000  # full Isomap holds n x n geodesics (3.2 GB at 20 000 in float64)
-GRAPH_KEYS = {"n_neighbors": 10, "metric": "euclidean", "knn_backend": "auto",
-              "join_components": False, "random_state": 0}
+GRAPH_KEYS = {
+    "n_neighbors": 10,
+    "metric": "euclidean",
+    "knn_backend": "auto",
+    "join_components": False,
+    "random_state": 0,
+}
 
 DEFAULTS = {
-    "isomap": {"n_components": 2, "solver": "auto", "n_oversamples": 10, "n_iter": 4,
-               **GRAPH_KEYS},
-    "landmark-isomap": {"n_components": 2, "n_landmarks": None, "landmarks": "maxmin",
-                        **GRAPH_KEYS},
-    "lle": {"n_components": 2, "reg": 1e-3, "eigen_solver": "auto", "tol": 1e-8,
-            "max_iter": None, **GRAPH_KEYS},
-    "laplacian": {"n_components": 2, "weights": "heat", "t": None, "eigen_solver": "auto",
-                  "tol": 1e-8, "max_iter": None, **GRAPH_KEYS},
-    "spectral": {"n_clusters": 2, "affinity": "knn", "cut": "normalized", "weights": "binary",
-                 "t": None, "gamma": None, "width": None, "n_landmarks": 500,
-                 "landmarks": "kmeans++", "eigen_solver": "auto", "tol": 1e-8, "n_init": 10,
-                 "max_iter": 300, **GRAPH_KEYS},
+    "isomap": {"n_components": 2, "solver": "auto", "n_oversamples": 10, "n_iter": 4, **GRAPH_KEYS},
+    "landmark-isomap": {
+        "n_components": 2,
+        "n_landmarks": None,
+        "landmarks": "maxmin",
+        **GRAPH_KEYS,
+    },
+    "lle": {
+        "n_components": 2,
+        "reg": 1e-3,
+        "eigen_solver": "auto",
+        "tol": 1e-8,
+        "max_iter": None,
+        **GRAPH_KEYS,
+    },
+    "laplacian": {
+        "n_components": 2,
+        "weights": "heat",
+        "t": None,
+        "eigen_solver": "auto",
+        "tol": 1e-8,
+        "max_iter": None,
+        **GRAPH_KEYS,
+    },
+    "spectral": {
+        "n_clusters": 2,
+        "affinity": "knn",
+        "cut": "normalized",
+        "weights": "binary",
+        "t": None,
+        "gamma": None,
+        "width": None,
+        "n_landmarks": 500,
+        "landmarks": "kmeans++",
+        "eigen_solver": "auto",
+        "tol": 1e-8,
+        "n_init": 10,
+        "max_iter": 300,
+        **GRAPH_KEYS,
+    },
 }
 # landmark Isomap in the flow: its m x n geodesics stay on the workers, and the model's
 # reference and training rows are written to the run store from there
-FUNCTIONS = {"isomap": isomap, "landmark-isomap": landmark_isomap_on_workers, "lle": lle,
-             "laplacian": laplacian_eigenmaps, "spectral": spectral_clustering}
+FUNCTIONS = {
+    "isomap": isomap,
+    "landmark-isomap": landmark_isomap_on_workers,
+    "lle": lle,
+    "laplacian": laplacian_eigenmaps,
+    "spectral": spectral_clustering,
+}
 
 
 def _check(name: str):
@@ -48,35 +94,47 @@ def _check(name: str):
         n = shape[0]
         check_n_neighbors(p["n_neighbors"], n, name)
         if p["knn_backend"] not in KNN_BACKENDS:
-            raise InputError(f"knn_backend must be one of {', '.join(KNN_BACKENDS)}; found "
-                             f"{p['knn_backend']!r}.", "pass --param knn_backend=auto.")
+            raise InputError(
+                f"knn_backend must be one of {', '.join(KNN_BACKENDS)}; found "
+                f"{p['knn_backend']!r}.",
+                "pass --param knn_backend=auto.",
+            )
         key = "n_clusters" if name == "spectral" else "n_components"
         limit = n - 1 if name == "isomap" else n - 2
         low = 1
         v = p[key]
         if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= limit:
-            raise InputError(f"{name} needs {low} <= {key} <= {limit} (n_samples = {n}); found "
-                             f"{v!r}.", f"pass --param {key}= a value between {low} and "
-                             f"{limit}.")
+            raise InputError(
+                f"{name} needs {low} <= {key} <= {limit} (n_samples = {n}); found {v!r}.",
+                f"pass --param {key}= a value between {low} and {limit}.",
+            )
         if name == "isomap" and n > ISOMAP_FLOW_MAX:
-            raise InputError(f"isomap holds the n x n geodesic matrix; n_samples = {n} is above "
-                             f"{ISOMAP_FLOW_MAX}.", "use --method landmark-isomap (Dijkstra "
-                             "from a few hundred landmarks only).")
+            raise InputError(
+                f"isomap holds the n x n geodesic matrix; n_samples = {n} is above "
+                f"{ISOMAP_FLOW_MAX}.",
+                "use --method landmark-isomap (Dijkstra from a few hundred landmarks only).",
+            )
         return p
+
     return check
 
 
 def _graph(params: dict, shape: tuple) -> dict:
-    return {"n_neighbors": params["n_neighbors"], "metric": params["metric"],
-            "backend": params["knn_backend"], "join_components": params["join_components"],
-            "random_state": params["random_state"],
-            # spectral clustering cuts a disconnected graph along its components
-            "connected": "n_clusters" not in params}
+    return {
+        "n_neighbors": params["n_neighbors"],
+        "metric": params["metric"],
+        "backend": params["knn_backend"],
+        "join_components": params["join_components"],
+        "random_state": params["random_state"],
+        # spectral clustering cuts a disconnected graph along its components
+        "connected": "n_clusters" not in params,
+    }
 
 
 def _fit(name: str):
     def fit(X, p: dict, graph=None, **_):
         return FUNCTIONS[name](X, graph=graph, **p)
+
     return fit
 
 
@@ -85,27 +143,52 @@ def _transform(model, X):
 
 
 def _summary(model) -> dict:
-    out = {k: v for k, v in model.scalars().items()
-           if isinstance(v, (int, float, str, bool, dict)) or v is None}
+    out = {
+        k: v
+        for k, v in model.scalars().items()
+        if isinstance(v, (int, float, str, bool, dict)) or v is None
+    }
     vals = getattr(model, "eigenvalues", None)
     if vals is not None:
         out["eigenvalues"] = np.asarray(vals, dtype=float).tolist()
     if isinstance(model, IsomapModel):
         mds = model.mds
-        out.update({"negative_mass": mds.negative_mass, "negative_ratio": mds.negative_ratio,
-                    "stress": float(mds.stress),
-                    "explained_variance_ratio": np.asarray(mds.explained_variance_ratio,
-                                                           dtype=float).tolist()})
+        out.update(
+            {
+                "negative_mass": mds.negative_mass,
+                "negative_ratio": mds.negative_ratio,
+                "stress": float(mds.stress),
+                "explained_variance_ratio": np.asarray(
+                    mds.explained_variance_ratio, dtype=float
+                ).tolist(),
+            }
+        )
     if isinstance(model, SpectralClusteringModel):
         out["cluster_sizes"] = np.bincount(np.asarray(model.labels)).tolist()
     out["convergence"] = model.convergence
     return out
 
 
-MODELS = {"isomap": IsomapModel, "landmark-isomap": IsomapModel, "lle": LLEModel,
-          "laplacian": LaplacianEigenmapsModel, "spectral": SpectralClusteringModel}
+MODELS = {
+    "isomap": IsomapModel,
+    "landmark-isomap": IsomapModel,
+    "lle": LLEModel,
+    "laplacian": LaplacianEigenmapsModel,
+    "spectral": SpectralClusteringModel,
+}
 
-METHODS = {name: MethodAdapter(name, DEFAULTS[name], _check(name), _fit(name), save_model,
-                               model_loader(MODELS[name]), _transform, _summary,
-                               lambda m, Xs, Ys: {}, graph=_graph)
-           for name in DEFAULTS}
+METHODS = {
+    name: MethodAdapter(
+        name,
+        DEFAULTS[name],
+        _check(name),
+        _fit(name),
+        save_model,
+        model_loader(MODELS[name]),
+        _transform,
+        _summary,
+        lambda m, Xs, Ys: {},
+        graph=_graph,
+    )
+    for name in DEFAULTS
+}

@@ -15,6 +15,7 @@ relayed from the workers to the fit stage's Prefect progress artifact.
 Each checkpoint written is announced to the observer ``DIMRED_HOOK`` names, if any
 (`flows.stages.notify`, event ``"checkpoint"``).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,10 +27,8 @@ from dimred_dask.io import RunStore
 from dimred_dask.linalg import take_rows
 from dimred_dask.methods._neighbor_runs import EmbeddingSet
 from dimred_dask.methods.sne import SNE_DEFAULTS, SNE_SWEEPABLE, check_sne_params, sne_sweep
-from dimred_dask.methods.tsne import (TSNE_DEFAULTS, TSNE_SWEEPABLE, check_tsne_params,
-                                      tsne_sweep)
-from dimred_dask.methods.umap import (UMAP_DEFAULTS, UMAP_SWEEPABLE, check_umap_params,
-                                      umap_sweep)
+from dimred_dask.methods.tsne import TSNE_DEFAULTS, TSNE_SWEEPABLE, check_tsne_params, tsne_sweep
+from dimred_dask.methods.umap import UMAP_DEFAULTS, UMAP_SWEEPABLE, check_umap_params, umap_sweep
 
 from .adapter import MethodAdapter, model_loader
 from .stages import notify
@@ -40,8 +39,15 @@ CHECKPOINTS = "checkpoints"
 TRUST_SAMPLE = 2000  # rows of the per-embedding trustworthiness (k = TRUST_K), seed 0
 TRUST_K = 10
 # how each embedding was optimised (one worker or row blocks over all of them), for the manifest
-_OPTIMIZER_KEYS = ("optimizer", "optimizer_reason", "blocks", "blocks_per_worker",
-                   "bytes_per_iteration", "seconds_per_iteration", "recoveries")
+_OPTIMIZER_KEYS = (
+    "optimizer",
+    "optimizer_reason",
+    "blocks",
+    "blocks_per_worker",
+    "bytes_per_iteration",
+    "seconds_per_iteration",
+    "recoveries",
+)
 STATE_ARRAYS = ("embedding", "update", "gains", "next_sample", "next_negative")
 
 
@@ -75,23 +81,33 @@ class StoreCheckpoint:
         names = [k for k in STATE_ARRAYS if k in state]
         for name in names:
             store.write_array(f"{self.prefix}/{it}/{name}", np.asarray(state[name]))
-        meta = {"iteration": it, "arrays": names, "rng": state.get("rng"),
-                "loss": state.get("loss")}
+        meta = {
+            "iteration": it,
+            "arrays": names,
+            "rng": state.get("rng"),
+            "loss": state.get("loss"),
+        }
         store.write_json(f"{self.prefix}/latest.json", meta)  # last: the state is complete
         for entry in store.fs.ls(store._path(self.prefix), detail=False):
             step = entry.rstrip("/").rsplit("/", 1)[-1]
             if step.isdigit() and int(step) < it:
                 store.remove(f"{self.prefix}/{step}")
-        notify("checkpoint", output=self.output, prefix=self.prefix, iteration=it,
-               count=it // self.every)
+        notify(
+            "checkpoint",
+            output=self.output,
+            prefix=self.prefix,
+            iteration=it,
+            count=it // self.every,
+        )
 
     def load(self) -> dict | None:
         store = RunStore(self.output)
         try:
             meta = store.read_json(f"{self.prefix}/latest.json")
             it = int(meta["iteration"])
-            state = {name: store.read_array(f"{self.prefix}/{it}/{name}")
-                     for name in meta["arrays"]}
+            state = {
+                name: store.read_array(f"{self.prefix}/{it}/{name}") for name in meta["arrays"]
+            }
         except (FileNotFoundError, KeyError, ValueError):
             return None
         return {**state, "iteration": it, "rng": meta.get("rng"), "loss": meta.get("loss")}
@@ -106,8 +122,9 @@ class _Checkpoints:
     def __call__(self, index: int, setting: dict) -> StoreCheckpoint | None:
         if not setting.get("checkpoint_every"):
             return None
-        return StoreCheckpoint(self.output, f"{CHECKPOINTS}/{self.fit_fp[:16]}-{index}",
-                               setting["checkpoint_every"])
+        return StoreCheckpoint(
+            self.output, f"{CHECKPOINTS}/{self.fit_fp[:16]}-{index}", setting["checkpoint_every"]
+        )
 
 
 # --------------------------------------------------------------------------- adapters
@@ -123,19 +140,28 @@ class _Family:
     def check(self, params: dict, shape: tuple) -> dict:
         unknown = sorted(set(params) - set(self.defaults))
         if unknown:
-            raise InputError(f"Unknown parameter(s) {unknown} for method {self.name!r}; it "
-                             f"takes {sorted(self.defaults)}.", "fix the --param names.")
+            raise InputError(
+                f"Unknown parameter(s) {unknown} for method {self.name!r}; it "
+                f"takes {sorted(self.defaults)}.",
+                "fix the --param names.",
+            )
         self._check(dict(params), shape[0])  # every setting of the sweep, or InputError
-        return {**{k: v for k, v in self.defaults.items() if not isinstance(v, np.ndarray)},
-                **params}
+        return {
+            **{k: v for k, v in self.defaults.items() if not isinstance(v, np.ndarray)},
+            **params,
+        }
 
     def graph(self, params: dict, shape: tuple) -> dict | None:
         settings = self._check(dict(params), shape[0])
         if (settings[0].get("fit_sample") or shape[0]) < shape[0]:
             return None  # fitted on a sample: the method builds that sample's graph itself
-        return {"n_neighbors": self._k_of(settings), "metric": settings[0]["metric"],
-                "backend": settings[0]["knn_backend"], "connected": False,
-                "nndescent_kwds": settings[0].get("nndescent_kwds") or {}}
+        return {
+            "n_neighbors": self._k_of(settings),
+            "metric": settings[0]["metric"],
+            "backend": settings[0]["knn_backend"],
+            "connected": False,
+            "nndescent_kwds": settings[0].get("nndescent_kwds") or {},
+        }
 
     def fit(self, X, params: dict, graph=None, run=None, **_):
         n_settings = len(self._check(dict(params), X.shape[0]))
@@ -147,37 +173,60 @@ class _Family:
             it = sum(v[0] for v in done.values())
             tot = sum(v[1] for v in done.values()) * n_settings / max(1, len(done))
             tail = "" if loss is None else f", {self.loss_name} {loss:.4f}"
-            report(f"embedding {index + 1}/{n_settings}: iteration {iteration}/{total}{tail}",
-                   it, tot)
+            report(
+                f"embedding {index + 1}/{n_settings}: iteration {iteration}/{total}{tail}", it, tot
+            )
 
         models = self._sweep(X, graph=graph, checkpoint=checkpoints, callback=progress, **params)
-        losses = [getattr(m, "kl_divergence", None) if self.name != "umap" else m.cross_entropy
-                  for m in models]
-        info = [{**m.info, "trustworthiness": t} for m, t in
-                zip(models, _trustworthiness(X, [m.embedding for m in models]))]
-        return EmbeddingSet(self.name, [np.asarray(m.embedding) for m in models],
-                            [_jsonable_setting(m.params) for m in models], losses, info)
+        losses = [
+            getattr(m, "kl_divergence", None) if self.name != "umap" else m.cross_entropy
+            for m in models
+        ]
+        info = [
+            {**m.info, "trustworthiness": t}
+            for m, t in zip(models, _trustworthiness(X, [m.embedding for m in models]))
+        ]
+        return EmbeddingSet(
+            self.name,
+            [np.asarray(m.embedding) for m in models],
+            [_jsonable_setting(m.params) for m in models],
+            losses,
+            info,
+        )
 
     def summary(self, model: EmbeddingSet) -> dict:
         rows = []
         for i, (s, loss, info) in enumerate(zip(model.settings, model.losses, model.info)):
-            rows.append({"index": i, "array": "embedding" if i == 0 else f"model/embedding_{i}",
-                         "params": {k: s[k] for k in self.sweepable if k in s},
-                         "loss": loss, "loss_name": self.loss_name,
-                         "trustworthiness": info.get("trustworthiness"),
-                         "seconds": info.get("seconds"), "threads": info.get("threads"),
-                         "resumed_from": info.get("resumed_from"), "init": info.get("init"),
-                         **({"fit_sample": info["fit_sample"]} if info.get("fit_sample")
-                            else {}),
-                         **{k: info[k] for k in _OPTIMIZER_KEYS if k in info}})
-        return {"n_embeddings": len(rows), "embeddings": rows,
-                "trustworthiness_sample": f"{TRUST_SAMPLE} rows (seed 0), k = {TRUST_K}",
-                "convergence": model.convergence}
+            rows.append(
+                {
+                    "index": i,
+                    "array": "embedding" if i == 0 else f"model/embedding_{i}",
+                    "params": {k: s[k] for k in self.sweepable if k in s},
+                    "loss": loss,
+                    "loss_name": self.loss_name,
+                    "trustworthiness": info.get("trustworthiness"),
+                    "seconds": info.get("seconds"),
+                    "threads": info.get("threads"),
+                    "resumed_from": info.get("resumed_from"),
+                    "init": info.get("init"),
+                    **({"fit_sample": info["fit_sample"]} if info.get("fit_sample") else {}),
+                    **{k: info[k] for k in _OPTIMIZER_KEYS if k in info},
+                }
+            )
+        return {
+            "n_embeddings": len(rows),
+            "embeddings": rows,
+            "trustworthiness_sample": f"{TRUST_SAMPLE} rows (seed 0), k = {TRUST_K}",
+            "convergence": model.convergence,
+        }
 
 
 def _jsonable_setting(s: dict) -> dict:
-    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in s.items()
-            if k != "init" or not isinstance(v, np.ndarray)}
+    return {
+        k: (v.tolist() if isinstance(v, np.ndarray) else v)
+        for k, v in s.items()
+        if k != "init" or not isinstance(v, np.ndarray)
+    }
 
 
 def _trustworthiness(X, embeddings: list) -> list[float]:
@@ -203,10 +252,20 @@ def _transform(model: EmbeddingSet, X):
 
 
 def _adapter(family: _Family) -> MethodAdapter:
-    return MethodAdapter(family.name, family.defaults, family.check, family.fit, _save,
-                         model_loader(EmbeddingSet), _transform, family.summary,
-                         lambda m, Xs, Ys: {}, graph=family.graph, run_context=True,
-                         graph_in_store=True)
+    return MethodAdapter(
+        family.name,
+        family.defaults,
+        family.check,
+        family.fit,
+        _save,
+        model_loader(EmbeddingSet),
+        _transform,
+        family.summary,
+        lambda m, Xs, Ys: {},
+        graph=family.graph,
+        run_context=True,
+        graph_in_store=True,
+    )
 
 
 def _tsne_k(settings):
@@ -218,10 +277,29 @@ def _umap_k(settings):
 
 
 METHODS = {
-    "tsne": _adapter(_Family("tsne", TSNE_DEFAULTS, TSNE_SWEEPABLE, check_tsne_params,
-                             tsne_sweep, "KL", _tsne_k)),
-    "umap": _adapter(_Family("umap", UMAP_DEFAULTS, UMAP_SWEEPABLE, check_umap_params,
-                             umap_sweep, "cross-entropy", _umap_k)),
-    "sne": _adapter(_Family("sne", SNE_DEFAULTS, SNE_SWEEPABLE, check_sne_params, sne_sweep,
-                            "KL (sum over points)", _tsne_k)),
+    "tsne": _adapter(
+        _Family("tsne", TSNE_DEFAULTS, TSNE_SWEEPABLE, check_tsne_params, tsne_sweep, "KL", _tsne_k)
+    ),
+    "umap": _adapter(
+        _Family(
+            "umap",
+            UMAP_DEFAULTS,
+            UMAP_SWEEPABLE,
+            check_umap_params,
+            umap_sweep,
+            "cross-entropy",
+            _umap_k,
+        )
+    ),
+    "sne": _adapter(
+        _Family(
+            "sne",
+            SNE_DEFAULTS,
+            SNE_SWEEPABLE,
+            check_sne_params,
+            sne_sweep,
+            "KL (sum over points)",
+            _tsne_k,
+        )
+    ),
 }

@@ -4,6 +4,7 @@ for its graph (connected: a disconnected graph is refused before anything is wri
 joined with ``join_components=true``); the manifest's ``model`` section carries the solver's
 status, the objective, the largest relative distance violation and ``convergence`` (every
 solve's record: the SDP attempts with Clarabel's gap and residuals, the eigensolves)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,20 +19,41 @@ from .adapter import MethodAdapter, check_known, model_loader, save_model
 
 __all__ = ["METHODS"]
 
-_COMMON = {"n_components": 2, "n_neighbors": 6, "solver": "clarabel", "tol": None,
-           "max_iter": None, "allow_inaccurate": False, "metric": "euclidean",
-           "knn_backend": "auto", "join_components": False, "reg": 1e-3, "random_state": 0}
-MVU_DEFAULTS = {**_COMMON, "constraints": "equality", "slack_penalty": 10.0,
-                "face_reduction": True, "formulation": "dual"}
+_COMMON = {
+    "n_components": 2,
+    "n_neighbors": 6,
+    "solver": "clarabel",
+    "tol": None,
+    "max_iter": None,
+    "allow_inaccurate": False,
+    "metric": "euclidean",
+    "knn_backend": "auto",
+    "join_components": False,
+    "reg": 1e-3,
+    "random_state": 0,
+}
+MVU_DEFAULTS = {
+    **_COMMON,
+    "constraints": "equality",
+    "slack_penalty": 10.0,
+    "face_reduction": True,
+    "formulation": "dual",
+}
 ARE_DEFAULTS = {**MVU_DEFAULTS, "constraints": "slack", "action_pairs": "all"}
-LMVU_DEFAULTS = {**_COMMON, "n_landmarks": 40, "basis": "reconstruction", "landmarks": "maxmin",
-                 "penalty": 100.0}
+LMVU_DEFAULTS = {
+    **_COMMON,
+    "n_landmarks": 40,
+    "basis": "reconstruction",
+    "landmarks": "maxmin",
+    "penalty": 100.0,
+}
 
 
 def _bool(p: dict, name: str) -> None:
     if not isinstance(p[name], bool):
-        raise InputError(f"{name} must be true or false; found {p[name]!r}.",
-                         f"pass --param {name}=true.")
+        raise InputError(
+            f"{name} must be true or false; found {p[name]!r}.", f"pass --param {name}=true."
+        )
 
 
 def _check(name: str, defaults: dict):
@@ -39,31 +61,55 @@ def _check(name: str, defaults: dict):
         p = check_known(name, params, defaults)
         n = shape[0]
         for b in ("allow_inaccurate", "join_components") + (
-                ("face_reduction",) if "face_reduction" in p else ()):
+            ("face_reduction",) if "face_reduction" in p else ()
+        ):
             _bool(p, b)
-        label = {"mvu": "MVU", "are": "Action respecting embedding",
-                 "landmark-mvu": "Landmark MVU"}[name]
-        got = check_sdp_params(n, n_components=p["n_components"], n_neighbors=p["n_neighbors"],
-                               constraints=p.get("constraints", "slack"),
-                               slack_penalty=p.get("slack_penalty", 10.0),
-                               formulation=p.get("formulation", "dual"), solver=p["solver"],
-                               tol=p["tol"], max_iter=p["max_iter"], method=label)
+        label = {
+            "mvu": "MVU",
+            "are": "Action respecting embedding",
+            "landmark-mvu": "Landmark MVU",
+        }[name]
+        got = check_sdp_params(
+            n,
+            n_components=p["n_components"],
+            n_neighbors=p["n_neighbors"],
+            constraints=p.get("constraints", "slack"),
+            slack_penalty=p.get("slack_penalty", 10.0),
+            formulation=p.get("formulation", "dual"),
+            solver=p["solver"],
+            tol=p["tol"],
+            max_iter=p["max_iter"],
+            method=label,
+        )
         check_reg(p["reg"])
         if name == "landmark-mvu":
-            check_landmark_params(n, n_components=p["n_components"],
-                                  n_landmarks=p["n_landmarks"], basis=p["basis"],
-                                  landmarks=p["landmarks"], penalty=p["penalty"])
+            check_landmark_params(
+                n,
+                n_components=p["n_components"],
+                n_landmarks=p["n_landmarks"],
+                basis=p["basis"],
+                landmarks=p["landmarks"],
+                penalty=p["penalty"],
+            )
         elif n > EXACT_MAX:
-            raise InputError(f"{label} solves an n x n SDP; n = {n} is above {EXACT_MAX}.",
-                             "use --method landmark-mvu for large n.")
+            raise InputError(
+                f"{label} solves an n x n SDP; n = {n} is above {EXACT_MAX}.",
+                "use --method landmark-mvu for large n.",
+            )
         return {**p, "n_neighbors": got["n_neighbors"]}
+
     return check
 
 
 def _graph(p: dict, shape: tuple) -> dict:
-    return {"n_neighbors": p["n_neighbors"], "metric": p["metric"], "backend": p["knn_backend"],
-            "join_components": p["join_components"], "connected": True,
-            "random_state": p["random_state"]}
+    return {
+        "n_neighbors": p["n_neighbors"],
+        "metric": p["metric"],
+        "backend": p["knn_backend"],
+        "join_components": p["join_components"],
+        "connected": True,
+        "random_state": p["random_state"],
+    }
 
 
 def _fit_mvu(X, p: dict, graph=None, **_):
@@ -81,21 +127,36 @@ def _fit_are(X, p: dict, graph=None, actions=None, **_):
 def _transform(model: SDPEmbeddingModel, X):
     import dask.array as da  # the training embedding is the result
 
-    return da.from_array(np.asarray(model.embedding, dtype=X.dtype),
-                         chunks=(X.chunks[0], model.n_components))
+    return da.from_array(
+        np.asarray(model.embedding, dtype=X.dtype), chunks=(X.chunks[0], model.n_components)
+    )
 
 
 def _summary(model: SDPEmbeddingModel) -> dict:
     lam = np.asarray(model.eigenvalues, dtype=np.float64)
     info = {k: v for k, v in model.scalars().items() if k != "landmarks"}
-    return {"n_components": int(lam.size), "eigenvalues": lam.tolist(), **info,
-            "convergence": model.convergence}
+    return {
+        "n_components": int(lam.size),
+        "eigenvalues": lam.tolist(),
+        **info,
+        "convergence": model.convergence,
+    }
 
 
 def _adapter(name: str, defaults: dict, fit, needs_actions: bool = False) -> MethodAdapter:
-    return MethodAdapter(name, defaults, _check(name, defaults), fit, save_model,
-                         model_loader(SDPEmbeddingModel), _transform, _summary,
-                         lambda m, Xs, Ys: {}, graph=_graph, needs_actions=needs_actions)
+    return MethodAdapter(
+        name,
+        defaults,
+        _check(name, defaults),
+        fit,
+        save_model,
+        model_loader(SDPEmbeddingModel),
+        _transform,
+        _summary,
+        lambda m, Xs, Ys: {},
+        graph=_graph,
+        needs_actions=needs_actions,
+    )
 
 
 METHODS = {

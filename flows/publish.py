@@ -1,5 +1,6 @@
 """The embedding flow's last stage: the run's plot and manifest, its commit marker, and the
 summary artifacts shown in the Prefect UI."""
+
 from __future__ import annotations
 
 import platform
@@ -48,46 +49,73 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict, fingerprint: str) 
     Y = da.from_zarr(store.open_array("embedding"))
     idx, _ = chunk_sample(Y.chunks[0], PLOT_POINTS, max_chunks=64, seed=1)
     (Yp,) = compute(Y[idx], stage="plot sample")
-    store.write_bytes("embedding.png", embedding_png(Yp, title=f"{spec['method']} of "
-                                                     f"{spec['input']}", n_total=Y.shape[0]))
+    store.write_bytes(
+        "embedding.png",
+        embedding_png(Yp, title=f"{spec['method']} of {spec['input']}", n_total=Y.shape[0]),
+    )
     stages = {**stages, "publish": {"seconds": time.perf_counter() - t0, "reused": False}}
     chain = spec.get("chain")
     first = (stages.get("earlier_steps") or [{}])[0]
     manifest = {
         "method": chain["method"] if chain else spec["method"],
-        "params": {**{s["method"]: s["params"] for s in stages.get("earlier_steps", [])},
-                   spec["method"]: v["params"]} if chain else v["params"],
+        "params": {
+            **{s["method"]: s["params"] for s in stages.get("earlier_steps", [])},
+            spec["method"]: v["params"],
+        }
+        if chain
+        else v["params"],
         "input": chain["input"] if chain else spec["input"],
         "input_meta": first.get("input_meta", v["input_meta"]),
         "input_fingerprint": first.get("input_fingerprint", v["input_fingerprint"]),
-        "chunking": {"row_chunk": v["row_chunk"], "n_chunks": v["n_chunks"],
-                     "chunk_bytes": v["chunk_bytes"], "worker_memory_limit": v["worker_memory"]},
-        "output": store.url, "fingerprint": fingerprint,
-        "versions": _versions(), "cluster": cluster, "flow_run_id": flow_run_id(),
-        "timings": {k: round(s["seconds"], 4) for k, s in stages.items()
-                    if k != "earlier_steps"},
-        "stages": {k: ("not needed" if s.get("needed") is False else
-                       "reused from cache" if s.get("source") == "cache" else
-                       "reused" if s.get("reused") else "computed") for k, s in stages.items()
-                   if k != "earlier_steps"},
-        "graph": ({q: val for q, val in stages["knn"].items() if q not in ("reused", "seconds")}
-                  if stages.get("knn", {}).get("needed") else None),
+        "chunking": {
+            "row_chunk": v["row_chunk"],
+            "n_chunks": v["n_chunks"],
+            "chunk_bytes": v["chunk_bytes"],
+            "worker_memory_limit": v["worker_memory"],
+        },
+        "output": store.url,
+        "fingerprint": fingerprint,
+        "versions": _versions(),
+        "cluster": cluster,
+        "flow_run_id": flow_run_id(),
+        "timings": {k: round(s["seconds"], 4) for k, s in stages.items() if k != "earlier_steps"},
+        "stages": {
+            k: (
+                "not needed"
+                if s.get("needed") is False
+                else "reused from cache"
+                if s.get("source") == "cache"
+                else "reused"
+                if s.get("reused")
+                else "computed"
+            )
+            for k, s in stages.items()
+            if k != "earlier_steps"
+        },
+        "graph": (
+            {q: val for q, val in stages["knn"].items() if q not in ("reused", "seconds")}
+            if stages.get("knn", {}).get("needed")
+            else None
+        ),
         "labels": spec.get("labels"),
         "actions": spec.get("actions"),
         "model": stages["fit"]["model"],
         "convergence": stages["fit"]["model"].get("convergence") or [],
-        "metrics": {k: stages["evaluate"][k] for k in stages["evaluate"]
-                    if k not in ("seconds", "reused")},
+        "metrics": {
+            k: stages["evaluate"][k] for k in stages["evaluate"] if k not in ("seconds", "reused")
+        },
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if chain:  # the final step of a chain: what each step was, and where it is
-        manifest["chain"] = {"steps": chain["steps"], "step_outputs": chain["step_outputs"],
-                             "final_step_input": spec["input"],
-                             "final_step_input_meta": v["input_meta"],
-                             "earlier": stages.get("earlier_steps", [])}
+        manifest["chain"] = {
+            "steps": chain["steps"],
+            "step_outputs": chain["step_outputs"],
+            "final_step_input": spec["input"],
+            "final_step_input_meta": v["input_meta"],
+            "earlier": stages.get("earlier_steps", []),
+        }
     store.commit(manifest)
-    notify("stage", stage="publish", fingerprint=manifest["fingerprint"],
-           output=spec["output"])
+    notify("stage", stage="publish", fingerprint=manifest["fingerprint"], output=spec["output"])
     _artifacts(manifest)
     return manifest
 
@@ -103,34 +131,54 @@ def _num(v) -> str:
 
 def _artifacts(m: dict) -> None:
     model, met = m["model"], m["metrics"]
-    timing_rows = "\n".join(f"| {k} | {s:.2f} s | {m['stages'][k]} |"
-                            for k, s in m["timings"].items())
+    timing_rows = "\n".join(
+        f"| {k} | {s:.2f} s | {m['stages'][k]} |" for k, s in m["timings"].items()
+    )
     conv_rows = "\n".join(
         f"| {r.get('step')} | {r.get('solver')} | {r.get('status')} | {r.get('iterations')} | "
         f"{_num(r.get('residual'))} | {_num(r.get('tol'))} | {r.get('handled_by') or ''} |"
-        for r in m.get("convergence") or [])
-    conv = (f"\n\n| solve | solver | status | iterations | residual | tol | handled by |\n"
-            f"|---|---|---|---|---|---|---|\n{conv_rows}\n") if conv_rows else ""
+        for r in m.get("convergence") or []
+    )
+    conv = (
+        (
+            f"\n\n| solve | solver | status | iterations | residual | tol | handled by |\n"
+            f"|---|---|---|---|---|---|---|\n{conv_rows}\n"
+        )
+        if conv_rows
+        else ""
+    )
     metric_rows = "\n".join(f"| {k} | {v:.6g} |" for k, v in met.items() if isinstance(v, float))
     create_markdown_artifact(
         key=f"{_key(m['method'])}-summary",
         description="dimred-dask run summary",
-        markdown=(f"# {m['method']} embedding\n\n"
-                  f"- input: `{m['input']}` shape {m['input_meta']['shape']} "
-                  f"{m['input_meta']['dtype']}\n- output: `{m['output']}`\n"
-                  f"- parameters: `{m['params']}`\n"
-                  f"- explained variance (total ratio): "
-                  f"{model.get('explained_variance_ratio_total', float('nan')):.6f}\n"
-                  f"- metrics sample: {met.get('sample')}\n"
-                  f"- Dask dashboard: {m['cluster'].get('dashboard') or 'not running'} "
-                  f"(scheduler {m['cluster'].get('scheduler')})\n\n"
-                  f"| stage | wall time | |\n|---|---|---|\n{timing_rows}\n\n"
-                  f"| metric | value |\n|---|---|\n{metric_rows}\n{conv}"))
+        markdown=(
+            f"# {m['method']} embedding\n\n"
+            f"- input: `{m['input']}` shape {m['input_meta']['shape']} "
+            f"{m['input_meta']['dtype']}\n- output: `{m['output']}`\n"
+            f"- parameters: `{m['params']}`\n"
+            f"- explained variance (total ratio): "
+            f"{model.get('explained_variance_ratio_total', float('nan')):.6f}\n"
+            f"- metrics sample: {met.get('sample')}\n"
+            f"- Dask dashboard: {m['cluster'].get('dashboard') or 'not running'} "
+            f"(scheduler {m['cluster'].get('scheduler')})\n\n"
+            f"| stage | wall time | |\n|---|---|---|\n{timing_rows}\n\n"
+            f"| metric | value |\n|---|---|\n{metric_rows}\n{conv}"
+        ),
+    )
     if "explained_variance" in model:
         ratio = np.asarray(model["explained_variance_ratio"])
         create_table_artifact(
             key=f"{_key(m['method'])}-explained-variance",
             description="explained variance by component",
-            table=[{"component": i + 1, "variance": float(ev), "ratio": float(r),
-                    "cumulative": float(c)} for i, (ev, r, c) in
-                   enumerate(zip(model["explained_variance"], ratio, np.cumsum(ratio)))])
+            table=[
+                {
+                    "component": i + 1,
+                    "variance": float(ev),
+                    "ratio": float(r),
+                    "cumulative": float(c),
+                }
+                for i, (ev, r, c) in enumerate(
+                    zip(model["explained_variance"], ratio, np.cumsum(ratio))
+                )
+            ],
+        )

@@ -1,4 +1,5 @@
 """Stage helpers for the flows: progress artifacts, stage markers, row samples."""
+
 from __future__ import annotations
 
 import contextlib
@@ -33,8 +34,9 @@ def stage_progress(title: str, *, min_interval: float = 1.0):
         now = time.monotonic()
         if artifact_id is not None and (now - state["last"] >= min_interval or pct >= 100.0):
             state["last"], state["pct"] = now, pct
-            update_progress_artifact(artifact_id, progress=min(pct, 100.0),
-                                     description=f"{title}: {stage}")
+            update_progress_artifact(
+                artifact_id, progress=min(pct, 100.0), description=f"{title}: {stage}"
+            )
 
     with reporting(callback):
         yield
@@ -42,8 +44,9 @@ def stage_progress(title: str, *, min_interval: float = 1.0):
         update_progress_artifact(artifact_id, progress=100.0, description=f"{title}: done")
 
 
-def chunk_sample(chunks, size: int, *, max_chunks: int = 8,
-                 seed: int = 0) -> tuple[np.ndarray, str]:
+def chunk_sample(
+    chunks, size: int, *, max_chunks: int = 8, seed: int = 0
+) -> tuple[np.ndarray, str]:
     """Sorted row indices of a sample of ``size`` rows drawn from at most ``max_chunks`` row
     chunks, so that sampling reads a few chunks rather than the whole array."""
     rng = np.random.default_rng(seed)
@@ -100,11 +103,15 @@ def _observer(spec: str):
     try:
         fn = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError, ValueError) as e:
-        raise InputError(f"{HOOK_ENV}={spec!r} names no importable function ({e}).",
-                         f"set {HOOK_ENV} to package.module:function, or unset it.") from None
+        raise InputError(
+            f"{HOOK_ENV}={spec!r} names no importable function ({e}).",
+            f"set {HOOK_ENV} to package.module:function, or unset it.",
+        ) from None
     if not callable(fn):
-        raise InputError(f"{HOOK_ENV}={spec!r} names a {type(fn).__name__}, not a function.",
-                         f"set {HOOK_ENV} to package.module:function, or unset it.")
+        raise InputError(
+            f"{HOOK_ENV}={spec!r} names a {type(fn).__name__}, not a function.",
+            f"set {HOOK_ENV} to package.module:function, or unset it.",
+        )
     return fn
 
 
@@ -118,8 +125,13 @@ def stage_errors(stage: str, *, worker_memory=None, chunk_bytes=None):
     memory and the fix. Typed errors of our own pass through unchanged."""
     from distributed.scheduler import KilledWorker
 
-    from dimred_dask.errors import (DimredError, InputError, StageError, is_storage_error,
-                                    storage_error)
+    from dimred_dask.errors import (
+        DimredError,
+        InputError,
+        StageError,
+        is_storage_error,
+        storage_error,
+    )
 
     try:
         yield
@@ -131,19 +143,24 @@ def stage_errors(stage: str, *, worker_memory=None, chunk_bytes=None):
             f"{getattr(exc, 'task', '?')!r} (each worker may use {_fmt_bytes(worker_memory)}; the "
             f"input chunks are {_fmt_bytes(chunk_bytes)} each).",
             "if they ran out of memory, pass a smaller --chunk-rows or give the workers more "
-            "memory; the worker logs say why they died.") from exc
+            "memory; the worker logs say why they died.",
+        ) from exc
     except Exception as exc:
         if is_storage_error(exc) and not _decoder_error(exc):
             raise storage_error(exc, f"Stage {stage!r}") from exc
         if _decoder_error(exc):
-            raise InputError(f"Stage {stage!r} could not read the input ({type(exc).__name__}: "
-                             f"{exc}).", "the input is damaged or changed while the run read it: "
-                             "check it (or write it again) and re-run.") from exc
+            raise InputError(
+                f"Stage {stage!r} could not read the input ({type(exc).__name__}: {exc}).",
+                "the input is damaged or changed while the run read it: "
+                "check it (or write it again) and re-run.",
+            ) from exc
         if isinstance(exc, (ValueError, FloatingPointError)) and "inf" in str(exc).lower():
-            raise InputError(f"Stage {stage!r} met inf or NaN inside the computation "
-                             f"({type(exc).__name__}: {exc}): values of the input too large "
-                             "for floating point (their squares or sums overflow).",
-                             "check the input for damaged rows, or rescale its columns.") from exc
+            raise InputError(
+                f"Stage {stage!r} met inf or NaN inside the computation "
+                f"({type(exc).__name__}: {exc}): values of the input too large "
+                "for floating point (their squares or sums overflow).",
+                "check the input for damaged rows, or rescale its columns.",
+            ) from exc
         raise
 
 

@@ -5,6 +5,7 @@ Environment set here, before any worker process starts, so that workers inherit 
 dummy AWS credentials and the loopback S3 endpoint (a free port chosen now, the server
 started on it when a test asks for it), Prefect telemetry off.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,12 +23,17 @@ def _free_port() -> int:
 
 S3_PORT = _free_port()
 S3_ENDPOINT = f"http://127.0.0.1:{S3_PORT}"
-os.environ.update({
-    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": S3_ENDPOINT,
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
-    "PREFECT_LOGGING_LEVEL": "WARNING",
-})
+os.environ.update(
+    {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": S3_ENDPOINT,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+    }
+)
 os.environ.pop("DASK_SCHEDULER_ADDRESS", None)
 
 # Import Prefect now, outside any test's captured output: it binds its log handlers to the
@@ -40,8 +46,16 @@ def client():
     """Two single-threaded worker processes (the machine has 2 cores)."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as c,
+    ):
         yield c
 
 

@@ -1,4 +1,5 @@
 """Small synthetic data sets shared by the tests."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -4,6 +4,7 @@ Every request is forwarded to the upstream unchanged, except that the proxy answ
 ``503 SlowDown`` to every ``every``-th request (mode "flaky"), or ``403 AccessDenied`` to all
 requests (mode "deny"). It counts what it injected, so a test can assert faults happened.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -38,16 +39,19 @@ class FaultProxy:
                 status = proxy._decide()
                 if status:
                     code, msg = _ERRORS[status]
-                    payload = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
-                               f"<Message>{msg}</Message></Error>").encode()
+                    payload = (
+                        f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+                        f"<Message>{msg}</Message></Error>"
+                    ).encode()
                     self.send_response(status)
                     self.send_header("Content-Type", "application/xml")
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)
                     return
-                conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port,
-                                                  timeout=60)
+                conn = http.client.HTTPConnection(
+                    proxy.upstream.hostname, proxy.upstream.port, timeout=60
+                )
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
                 headers["Host"] = f"{proxy.upstream.hostname}:{proxy.upstream.port}"
                 conn.request(self.command, self.path, body=body, headers=headers)

@@ -9,6 +9,7 @@
   optimisation SIGKILLs itself right after writing it, once when
   ``DIMRED_TEST_KILL_ONCE=<file>`` is set (the file records that it fired).
 """
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """Bad input gets a typed error saying what to fix, through the API, the flow and the CLI,
 and nothing is written to the output."""
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,13 @@ ARRAY_CASES = [
     ("zero-rows", np.zeros((0, 5), np.float32), {}, InputError, r"found 0 rows"),
     ("one-row", _good(1), {"n_components": 1}, InputError, r"found 1 sample"),
     ("one-dimensional", np.arange(10.0), {}, InputError, r"2-D"),
-    ("k-too-large", _good(), {"n_components": 6}, InputError,
-     r"n_components <= min\(n_samples, n_features\) = 5"),
+    (
+        "k-too-large",
+        _good(),
+        {"n_components": 6},
+        InputError,
+        r"n_components <= min\(n_samples, n_features\) = 5",
+    ),
     ("k-zero", _good(), {"n_components": 0}, InputError, r"found n_components=0"),
     ("k-negative", _good(), {"n_components": -2}, InputError, r"found n_components=-2"),
     ("complex", _good().astype(np.complex64), {}, InputError, r"Complex data not supported"),
@@ -49,9 +55,20 @@ def _write_pickle_codec(tmp_path, name: str) -> str:
 
     path = tmp_path / f"{name}.zarr"
     path.mkdir()
-    (path / ".zarray").write_text(json.dumps({
-        "zarr_format": 2, "shape": [3, 2], "chunks": [3, 2], "dtype": "|O", "order": "C",
-        "compressor": None, "fill_value": None, "filters": [{"id": "pickle", "protocol": 5}]}))
+    (path / ".zarray").write_text(
+        json.dumps(
+            {
+                "zarr_format": 2,
+                "shape": [3, 2],
+                "chunks": [3, 2],
+                "dtype": "|O",
+                "order": "C",
+                "compressor": None,
+                "fill_value": None,
+                "filters": [{"id": "pickle", "protocol": 5}],
+            }
+        )
+    )
     (path / "0.0").write_bytes(pickle.dumps(np.array([[1, 2], [3, 4], [5, 6]], dtype=object)))
     return str(path)
 
@@ -62,8 +79,9 @@ def _write(tmp_path, X, name="in") -> str:
         np.savetxt(path, X, fmt="%s", delimiter=",", header="a,b", comments="")
         return str(path)
     path = tmp_path / f"{name}.zarr"
-    zarr.create_array(str(path), shape=X.shape, dtype=X.dtype,
-                      chunks=tuple(max(1, s) for s in X.shape))[...] = X
+    zarr.create_array(
+        str(path), shape=X.shape, dtype=X.dtype, chunks=tuple(max(1, s) for s in X.shape)
+    )[...] = X
     return str(path)
 
 
@@ -79,25 +97,58 @@ def _uri_cases(tmp_path):
     good = _write(tmp_path, _good())
     committed = tmp_path / "done.zarr"
     return [  # (id, input, output, overwrite, error type, pattern)
-        ("missing-input", str(tmp_path / "nope.zarr"), str(tmp_path / "o1"), InputError,
-         "does not exist"),
-        ("unknown-scheme", "ftp://example.org/x.zarr", str(tmp_path / "o2"), InputError,
-         "scheme 'ftp' is not allowed"),
-        ("credentials-in-url", "s3://AKIAXX:secret@bucket/x.zarr", str(tmp_path / "o3"), InputError,
-         "credentials"),
+        (
+            "missing-input",
+            str(tmp_path / "nope.zarr"),
+            str(tmp_path / "o1"),
+            InputError,
+            "does not exist",
+        ),
+        (
+            "unknown-scheme",
+            "ftp://example.org/x.zarr",
+            str(tmp_path / "o2"),
+            InputError,
+            "scheme 'ftp' is not allowed",
+        ),
+        (
+            "credentials-in-url",
+            "s3://AKIAXX:secret@bucket/x.zarr",
+            str(tmp_path / "o3"),
+            InputError,
+            "credentials",
+        ),
         ("output-is-input", good, good, InputError, "is the input itself"),
         ("output-inside-input", good, good + "/out", InputError, "inside the input"),
         ("existing-output", good, str(committed), OutputExistsError, "committed run already"),
-        ("pickle-codec", _write_pickle_codec(tmp_path, "pickled"), str(tmp_path / "o4"),
-         InputTypeError, "pickle codec"),
+        (
+            "pickle-codec",
+            _write_pickle_codec(tmp_path, "pickled"),
+            str(tmp_path / "o4"),
+            InputTypeError,
+            "pickle codec",
+        ),
         # a URL: the CLI resolves '..' in plain local paths typed at a shell, URLs it passes on
-        ("dot-dot-traversal", f"file://{tmp_path}/sub/../in.zarr", str(tmp_path / "o5"), InputError,
-         r"'\.\.' segment"),
+        (
+            "dot-dot-traversal",
+            f"file://{tmp_path}/sub/../in.zarr",
+            str(tmp_path / "o5"),
+            InputError,
+            r"'\.\.' segment",
+        ),
     ]
 
 
-URI_IDS = ["missing-input", "unknown-scheme", "credentials-in-url", "output-is-input",
-           "output-inside-input", "existing-output", "pickle-codec", "dot-dot-traversal"]
+URI_IDS = [
+    "missing-input",
+    "unknown-scheme",
+    "credentials-in-url",
+    "output-is-input",
+    "output-inside-input",
+    "existing-output",
+    "pickle-codec",
+    "dot-dot-traversal",
+]
 
 
 def _make_committed(path):
@@ -111,23 +162,49 @@ def _make_committed(path):
 def _snapshot(path):
     if not os.path.exists(path):
         return None
-    return sorted((os.path.relpath(os.path.join(r, f), path), os.path.getmtime(os.path.join(r, f)))
-                  for r, _, fs in os.walk(path) for f in fs)
+    return sorted(
+        (os.path.relpath(os.path.join(r, f), path), os.path.getmtime(os.path.join(r, f)))
+        for r, _, fs in os.walk(path)
+        for f in fs
+    )
 
 
 def _cases_for_run(tmp_path):
     out = []
     for cid, X, params, err, pattern in ARRAY_CASES:
-        out.append((cid, _write(tmp_path, X, cid), str(tmp_path / f"out-{cid}"),
-                    {"n_components": 2, **params}, err, pattern))
+        out.append(
+            (
+                cid,
+                _write(tmp_path, X, cid),
+                str(tmp_path / f"out-{cid}"),
+                {"n_components": 2, **params},
+                err,
+                pattern,
+            )
+        )
     for cid, inp, outp, err, pattern in _uri_cases(tmp_path):
         out.append((cid, inp, outp, {"n_components": 2}, err, pattern))
     good = _write(tmp_path, _good(), "good")
-    out.append(("unknown-parameter", good, str(tmp_path / "o6"), {"n_components": 2, "colour": 1},
-                InputError, r"Unknown parameter\(s\) \['colour'\]"))
-    out.append(("sample-size-too-small", good, str(tmp_path / "o7"),
-                {"n_components": 2, "__sample_size": 3}, InputError,
-                "sample_size must be at least 10"))
+    out.append(
+        (
+            "unknown-parameter",
+            good,
+            str(tmp_path / "o6"),
+            {"n_components": 2, "colour": 1},
+            InputError,
+            r"Unknown parameter\(s\) \['colour'\]",
+        )
+    )
+    out.append(
+        (
+            "sample-size-too-small",
+            good,
+            str(tmp_path / "o7"),
+            {"n_components": 2, "__sample_size": 3},
+            InputError,
+            "sample_size must be at least 10",
+        )
+    )
     _make_committed(tmp_path / "done.zarr")
     return out
 
@@ -148,8 +225,17 @@ def test_flow_and_cli(cid, tmp_path, client, prefect_api, capsys):
     with pytest.raises(err, match=pattern):
         embed(inp, out, method="pca", params=params, sample_size=sample_size)
     assert _snapshot(out) == before, "a refused run must not write to its output"
-    argv = ["run", "--input", inp, "--output", out, "--method", "pca",
-            "--sample-size", str(sample_size)]
+    argv = [
+        "run",
+        "--input",
+        inp,
+        "--output",
+        out,
+        "--method",
+        "pca",
+        "--sample-size",
+        str(sample_size),
+    ]
     argv += [a for k, v in params.items() for a in ("--param", f"{k}={v}")]
     assert main(argv) == 2
     stderr = capsys.readouterr().err
@@ -163,8 +249,9 @@ def test_unknown_method_refused(client, prefect_api, tmp_path):
     from flows.embed import embed
 
     good = _write(tmp_path, _good(), "good")
-    with pytest.raises(InputError,
-                       match=r"Unknown method 'tsnee'; available: \[.*'kpca'.*'pca'.*\]"):
+    with pytest.raises(
+        InputError, match=r"Unknown method 'tsnee'; available: \[.*'kpca'.*'pca'.*\]"
+    ):
         embed(good, str(tmp_path / "o"), method="tsnee")
     assert main(["run", "--input", good, "--output", str(tmp_path / "o"), "--method", "x"]) == 2
     assert not (tmp_path / "o").exists()

@@ -1,6 +1,7 @@
 """Bad inputs in the formats users keep data in (AnnData, shards, Parquet list columns, SciPy
 sparse): a typed error with a fix through the flow and the CLI, and nothing written to the
 output. The readers' own refusals are in test_io_formats.py."""
+
 from __future__ import annotations
 
 import os
@@ -36,6 +37,7 @@ def _case(tmp_path, cid):
         import pandas as pd
 
         from .test_io_formats import _object_strings
+
         with _object_strings():
             obs = pd.DataFrame(index=[f"c{i}" for i in range(50)])
         _write(_adata(None, obs=obs, obsm={"X_pca": np.ones((50, 3))}), tmp_path / "nox.h5ad")
@@ -59,12 +61,20 @@ def _case(tmp_path, cid):
         return f"{tmp_path}/sh", "pca", InputError, pattern
     if cid == "ragged-list-column":
         vals = [[1.0, 2.0, 3.0]] * 70 + [[1.0]] + [[4.0, 5.0, 6.0]] * 29
-        return (_list_column(tmp_path, "ragged", vals) + "?columns=embedding", "pca", InputError,
-                r"row group 1 has 1 .*first at row 70")
+        return (
+            _list_column(tmp_path, "ragged", vals) + "?columns=embedding",
+            "pca",
+            InputError,
+            r"row group 1 has 1 .*first at row 70",
+        )
     if cid == "null-in-list-column":
         vals = [[1.0, 2.0, 3.0]] * 70 + [None] + [[4.0, 5.0, 6.0]] * 29
-        return (_list_column(tmp_path, "nulls", vals) + "?columns=embedding", "pca", InputError,
-                r"row group 1 has 1 .*first at row 70")
+        return (
+            _list_column(tmp_path, "nulls", vals) + "?columns=embedding",
+            "pca",
+            InputError,
+            r"row group 1 has 1 .*first at row 70",
+        )
     if cid in ("sparse-nan", "sparse-inf"):
         X = _counts().tolil()
         X[7, 3] = np.nan if cid == "sparse-nan" else np.inf
@@ -77,9 +87,19 @@ def _case(tmp_path, cid):
     raise KeyError(cid)
 
 
-CASES = ["h5ad-without-X", "h5ad-strings", "no-such-element", "glob-matches-nothing",
-         "shard-widths", "shard-dtypes", "ragged-list-column", "null-in-list-column",
-         "sparse-nan", "sparse-inf", "sparse-to-tsne"]
+CASES = [
+    "h5ad-without-X",
+    "h5ad-strings",
+    "no-such-element",
+    "glob-matches-nothing",
+    "shard-widths",
+    "shard-dtypes",
+    "ragged-list-column",
+    "null-in-list-column",
+    "sparse-nan",
+    "sparse-inf",
+    "sparse-to-tsne",
+]
 
 
 def _split_columns(uri):
@@ -95,8 +115,13 @@ def test_flow_and_cli(cid, tmp_path, client, prefect_api, capsys):
     uri, columns = _split_columns(uri)
     out = str(tmp_path / "out")
     with pytest.raises(err, match=f"(?s){pattern}") as info:
-        embed(uri, out, method=method, params={"n_components": 2},
-              columns=columns.split(",") if columns else None)
+        embed(
+            uri,
+            out,
+            method=method,
+            params={"n_components": 2},
+            columns=columns.split(",") if columns else None,
+        )
     assert "Fix:" in str(info.value)
     assert not os.path.exists(out), "a refused run must not write its output"
     argv = ["run", "--input", uri, "--output", out, "--method", method, "--n-components", "2"]

@@ -1,4 +1,5 @@
 """Block statistics (exact merges, float32 precision) and the quality metrics."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -56,8 +57,9 @@ def test_nonfinite_blocks_report_rows(rng):
 def test_trustworthiness_matches_sklearn(rng, k):
     X = rng.standard_normal((200, 8))
     Y = X[:, :2] + 0.3 * rng.standard_normal((200, 2))
-    assert trustworthiness(X, Y, k) == pytest.approx(sk_trustworthiness(X, Y, n_neighbors=k),
-                                                     abs=1e-12)
+    assert trustworthiness(X, Y, k) == pytest.approx(
+        sk_trustworthiness(X, Y, n_neighbors=k), abs=1e-12
+    )
 
 
 def test_knn_recall_and_reconstruction(rng):
@@ -91,4 +93,5 @@ def test_reconstruction_error_block_by_block(rng):
     S = sp.csr_matrix(np.where(np.abs(X) > 1, X, 0.0))
     dense = S.toarray()
     assert reconstruction_error(S, lambda rows: Xhat[rows], X.mean(0)) == pytest.approx(
-        reconstruction_error(dense, Xhat, X.mean(0)), rel=1e-12)
+        reconstruction_error(dense, Xhat, X.mean(0)), rel=1e-12
+    )

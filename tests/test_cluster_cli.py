@@ -1,5 +1,6 @@
 """The command line end to end, and a job on an existing cluster started from the command
 line (`dask scheduler` and two `dask worker` processes on 127.0.0.1)."""
+
 from __future__ import annotations
 
 import json
@@ -19,27 +20,63 @@ BIN = os.path.dirname(sys.executable)
 
 
 def _cli(*args, env=None, timeout=300):
-    return subprocess.run([os.path.join(BIN, "dimred-dask"), *args], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [os.path.join(BIN, "dimred-dask"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 @pytest.fixture
 def dask_cluster_cli(tmp_path):
     sched_file = tmp_path / "scheduler.json"
     env = {**os.environ}
-    procs = [subprocess.Popen([os.path.join(BIN, "dask"), "scheduler", "--host", "127.0.0.1",
-                               "--port", "0", "--no-dashboard", "--scheduler-file",
-                               str(sched_file)],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    procs = [
+        subprocess.Popen(
+            [
+                os.path.join(BIN, "dask"),
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(sched_file),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     deadline = time.time() + 60
     while not sched_file.exists() and time.time() < deadline:
         time.sleep(0.2)
     address = json.loads(sched_file.read_text())["address"]
     for i in range(2):
-        procs.append(subprocess.Popen(
-            [os.path.join(BIN, "dask"), "worker", address, "--nthreads", "1", "--nworkers", "1",
-             "--host", "127.0.0.1", "--no-dashboard", "--name", f"cli-worker-{i}"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [
+                    os.path.join(BIN, "dask"),
+                    "worker",
+                    address,
+                    "--nthreads",
+                    "1",
+                    "--nworkers",
+                    "1",
+                    "--host",
+                    "127.0.0.1",
+                    "--no-dashboard",
+                    "--name",
+                    f"cli-worker-{i}",
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     from distributed import Client
 
     with Client(address, timeout="60s") as c:
@@ -56,8 +93,21 @@ def test_run_on_existing_scheduler_via_cli(dask_cluster_cli, prefect_api, tmp_pa
     np.save(tmp_path / "x.npy", X)
     out = tmp_path / "out.zarr"
     env = {**os.environ, "PREFECT_API_URL": prefect_api}
-    res = _cli("run", "--input", str(tmp_path / "x.npy"), "--output", str(out), "--method", "pca",
-               "--n-components", "3", "--scheduler", dask_cluster_cli, "--json", env=env)
+    res = _cli(
+        "run",
+        "--input",
+        str(tmp_path / "x.npy"),
+        "--output",
+        str(out),
+        "--method",
+        "pca",
+        "--n-components",
+        "3",
+        "--scheduler",
+        dask_cluster_cli,
+        "--json",
+        env=env,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     manifest = json.loads(res.stdout)
     assert manifest["cluster"]["scheduler"] == dask_cluster_cli
@@ -71,9 +121,19 @@ def test_run_on_existing_scheduler_via_cli(dask_cluster_cli, prefect_api, tmp_pa
     assert len(counts) == 2 and all(v > 0 for v in counts.values())
     # DASK_SCHEDULER_ADDRESS works the same as --scheduler; a kernel PCA replaces the run store,
     # and a successful run prints no traceback (comm errors of a closing client included)
-    res = _cli("run", "--input", str(tmp_path / "x.npy"), "--output", str(out), "--n-components",
-               "2", "--method", "kpca", "--overwrite",
-               env={**env, "DASK_SCHEDULER_ADDRESS": dask_cluster_cli})
+    res = _cli(
+        "run",
+        "--input",
+        str(tmp_path / "x.npy"),
+        "--output",
+        str(out),
+        "--n-components",
+        "2",
+        "--method",
+        "kpca",
+        "--overwrite",
+        env={**env, "DASK_SCHEDULER_ADDRESS": dask_cluster_cli},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "Traceback" not in res.stderr and "Error" not in res.stderr, res.stderr[-3000:]
     assert open_output(str(out)).read_json("manifest.json")["method"] == "kpca"
@@ -83,8 +143,18 @@ def test_cli_inspect_help_and_errors(client, prefect_api, tmp_path, rng):
     X = low_rank(rng, n=1500, d=10)
     save_array(X, str(tmp_path / "in.zarr"), chunks=(500, 10))
     env = {**os.environ, "PREFECT_API_URL": prefect_api}
-    res = _cli("run", "--input", str(tmp_path / "in.zarr"), "--output", str(tmp_path / "o.zarr"),
-               "--n-components", "0.9", "--param", "solver=tsqr", env=env)
+    res = _cli(
+        "run",
+        "--input",
+        str(tmp_path / "in.zarr"),
+        "--output",
+        str(tmp_path / "o.zarr"),
+        "--n-components",
+        "0.9",
+        "--param",
+        "solver=tsqr",
+        env=env,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "explained variance ratio" in res.stdout and "trustworthiness" in res.stdout
     assert "[" in res.stderr and "100.0%" in res.stderr  # the terminal progress bar
@@ -97,8 +167,16 @@ def test_cli_inspect_help_and_errors(client, prefect_api, tmp_path, rng):
     help_text = _cli("run", "--help").stdout
     for word in ("--input", "--scheduler", "--overwrite", "s3://", "DASK_SCHEDULER_ADDRESS"):
         assert word in help_text
-    res = _cli("run", "--input", str(tmp_path / "in.zarr"), "--output", str(tmp_path / "o2"),
-               "--param", "bogus=1", env=env)
+    res = _cli(
+        "run",
+        "--input",
+        str(tmp_path / "in.zarr"),
+        "--output",
+        str(tmp_path / "o2"),
+        "--param",
+        "bogus=1",
+        env=env,
+    )
     assert res.returncode == 2 and "Unknown parameter(s) ['bogus']" in res.stderr
     # a refused run shows the error block only: no Prefect log lines, no traceback
     assert res.stderr.startswith("error: InputError: Unknown parameter(s) ['bogus']"), res.stderr

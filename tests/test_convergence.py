@@ -2,6 +2,7 @@
 short is retried with a robust solver or refused with `SolverError`, the records travel with
 the model (estimator, function-form model, saved run store, manifest summary), and the SDP
 solves report progress while they run."""
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,15 @@ from dimred_dask import LocallyLinearEmbedding, lle, mvu
 from dimred_dask._progress import reporting
 from dimred_dask.errors import ConvergenceWarning, SolverError
 from dimred_dask.graphs import graph_csr, knn_graph, laplacian
-from dimred_dask.linalg import (bottom_eigsh, bottom_eigsh_gram, bottom_eigsh_lobpcg,
-                                nystrom_map, nystrom_top_eigh, randomized_eigh, top_eigh)
+from dimred_dask.linalg import (
+    bottom_eigsh,
+    bottom_eigsh_gram,
+    bottom_eigsh_lobpcg,
+    nystrom_map,
+    nystrom_top_eigh,
+    randomized_eigh,
+    top_eigh,
+)
 from dimred_dask.linalg.convergence import RECORD_KEYS, solve_with_fallbacks
 from dimred_dask.metrics import trustworthiness
 from dimred_dask.pairwise import check_kernel
@@ -158,12 +166,21 @@ def test_no_robust_alternative_raises_solver_error(monkeypatch):
 
 def test_every_attempt_is_in_the_error_when_all_fail():
     def attempt(solver):
-        return None, {"step": "s", "solver": solver, "converged": False, "iterations": 5,
-                      "residual": 1e-3, "tol": 1e-8, "status": "stopped", "handled_by": None}
+        return None, {
+            "step": "s",
+            "solver": solver,
+            "converged": False,
+            "iterations": 5,
+            "residual": 1e-3,
+            "tol": 1e-8,
+            "status": "stopped",
+            "handled_by": None,
+        }
 
     with pytest.raises(SolverError, match="lobpcg .* tried after|arpack") as err:
-        solve_with_fallbacks(attempt, ["lobpcg", "arpack"], step="bottom", method="M",
-                             fix="do this")
+        solve_with_fallbacks(
+            attempt, ["lobpcg", "arpack"], step="bottom", method="M", fix="do this"
+        )
     assert "residual 1.0e-03 against the tolerance 1.0e-08" in str(err.value)
     assert [r["handled_by"] for r in err.value.convergence] == ["retried with arpack", None]
 

@@ -6,6 +6,7 @@ Seeded trials (a property test with a fixed sample of cases, so that a failure r
 each writes a clean file, overwrites 1-16 random bytes inside one chunk (a Zarr chunk object, a
 row range of a .npy, a row group of a Parquet file, a few lines of a CSV), then runs PCA
 through the flow and compares with PCA of the reference read (zarr, numpy, pyarrow, pandas)."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,13 @@ def _write(fmt: str, folder, X: np.ndarray) -> tuple[str, tuple[str, int, int]]:
     """The input's URI and one chunk's bytes: (file, start, end)."""
     if fmt.startswith("zarr"):
         path = folder / "in.zarr"
-        arr = zarr.create_array(str(path), shape=X.shape, dtype=X.dtype, chunks=(CHUNK, D),
-                                zarr_format=3 if fmt == "zarr3" else 2)
+        arr = zarr.create_array(
+            str(path),
+            shape=X.shape,
+            dtype=X.dtype,
+            chunks=(CHUNK, D),
+            zarr_format=3 if fmt == "zarr3" else 2,
+        )
         arr[...] = X
         chunk = os.path.join(path, "c", "1", "0") if fmt == "zarr3" else os.path.join(path, "1.0")
         return str(path), (chunk, 0, os.path.getsize(chunk))
@@ -46,8 +52,7 @@ def _write(fmt: str, folder, X: np.ndarray) -> tuple[str, tuple[str, int, int]]:
         import pyarrow.parquet as pq
 
         path = folder / "in.parquet"
-        pq.write_table(pa.table({f"c{j}": X[:, j] for j in range(D)}), path,
-                       row_group_size=CHUNK)
+        pq.write_table(pa.table({f"c{j}": X[:, j] for j in range(D)}), path, row_group_size=CHUNK)
         col = pq.ParquetFile(path).metadata.row_group(1)
         start = col.column(0).data_page_offset
         end = col.column(D - 1).data_page_offset + col.column(D - 1).total_compressed_size
@@ -85,13 +90,15 @@ def _reference(fmt: str, uri: str) -> np.ndarray | None:
 
 @pytest.mark.parametrize("trial", range(TRIALS))
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_damaged_chunk_gives_a_typed_error_or_the_right_embedding(client, prefect_api, tmp_path,
-                                                                 fmt, trial):
+def test_damaged_chunk_gives_a_typed_error_or_the_right_embedding(
+    client, prefect_api, tmp_path, fmt, trial
+):
     from flows.embed import embed
 
     rng = np.random.default_rng([FORMATS.index(fmt), trial])
-    X = (rng.standard_normal((N, 2)) @ rng.standard_normal((2, D)) * 3
-         + rng.standard_normal((N, D))).astype(np.float32)
+    X = (
+        rng.standard_normal((N, 2)) @ rng.standard_normal((2, D)) * 3 + rng.standard_normal((N, D))
+    ).astype(np.float32)
     uri, chunk = _write(fmt, tmp_path, X)
     _corrupt(rng, chunk)
     ref = _reference(fmt, uri)

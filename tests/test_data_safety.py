@@ -1,6 +1,7 @@
 """A run never deletes what it did not write and never embeds wrong data in silence: each case
 is what an operator does by accident, run through the command line (in process, with the
 session's Dask workers and Prefect API), with a checksum of the data that must stay intact."""
+
 from __future__ import annotations
 
 import hashlib
@@ -31,13 +32,16 @@ def _tree(path) -> dict:
 
 def _data(n=400, d=6, seed=0):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((n, 3)) @ rng.standard_normal((3, d))
-            + 0.1 * rng.standard_normal((n, d))).astype(np.float32)
+    return (
+        rng.standard_normal((n, 3)) @ rng.standard_normal((3, d))
+        + 0.1 * rng.standard_normal((n, d))
+    ).astype(np.float32)
 
 
 def _zarr(path, X, chunk_rows=100, **kwargs) -> str:
-    arr = zarr.create_array(str(path), shape=X.shape, dtype=X.dtype,
-                            chunks=(chunk_rows, X.shape[1]), **kwargs)
+    arr = zarr.create_array(
+        str(path), shape=X.shape, dtype=X.dtype, chunks=(chunk_rows, X.shape[1]), **kwargs
+    )
     arr[...] = X
     return str(path)
 
@@ -58,8 +62,9 @@ def good(tmp_path):
 # ---- overwrite is scoped to what the project wrote ---------------------------------------------
 
 
-def test_overwrite_through_a_symlink_to_the_input_is_refused(client, prefect_api, good,
-                                                             tmp_path, capsys):
+def test_overwrite_through_a_symlink_to_the_input_is_refused(
+    client, prefect_api, good, tmp_path, capsys
+):
     inp, _ = good
     before = _tree(inp)
     link = tmp_path / "link.zarr"
@@ -78,8 +83,9 @@ def test_overwrite_through_a_symlink_to_the_input_is_refused(client, prefect_api
     assert _tree(inp) == before
 
 
-def test_overwrite_of_a_folder_that_is_not_a_run_store_is_refused(client, prefect_api, good,
-                                                                  tmp_path, capsys):
+def test_overwrite_of_a_folder_that_is_not_a_run_store_is_refused(
+    client, prefect_api, good, tmp_path, capsys
+):
     inp, X = good
     home = tmp_path / "home"
     (home / "projects").mkdir(parents=True)
@@ -90,14 +96,25 @@ def test_overwrite_of_a_folder_that_is_not_a_run_store_is_refused(client, prefec
     assert rc == 2 and "not a dimred-dask run store" in err and "Fix:" in err, err
     assert _tree(home) == before
     # the folder holding the labels: refused as containing an input, whatever it is
-    rc, err = _cli(capsys, "--input", inp, "--labels", str(home / "labels.npy"), "--output",
-                   str(home), "--method", "spca", "--overwrite")
+    rc, err = _cli(
+        capsys,
+        "--input",
+        inp,
+        "--labels",
+        str(home / "labels.npy"),
+        "--output",
+        str(home),
+        "--method",
+        "spca",
+        "--overwrite",
+    )
     assert rc == 2 and "contains the labels" in err, err
     assert _tree(home) == before
 
 
-def test_overwrite_replaces_a_run_store_only_without_foreign_entries(client, prefect_api, good,
-                                                                     tmp_path, capsys):
+def test_overwrite_replaces_a_run_store_only_without_foreign_entries(
+    client, prefect_api, good, tmp_path, capsys
+):
     inp, X = good
     out = tmp_path / "run"
     assert _cli(capsys, "--input", inp, "--output", str(out), "--n-components", "2")[0] == 0
@@ -107,14 +124,16 @@ def test_overwrite_replaces_a_run_store_only_without_foreign_entries(client, pre
     assert rc == 2 and "my-notes.txt" in err and "which no run writes" in err, err
     assert _tree(out) == before
     (out / "my-notes.txt").unlink()
-    rc, err = _cli(capsys, "--input", inp, "--output", str(out), "--overwrite",
-                   "--n-components", "3")
+    rc, err = _cli(
+        capsys, "--input", inp, "--output", str(out), "--overwrite", "--n-components", "3"
+    )
     assert rc == 0, err
     assert open_output(str(out)).read_array("embedding").shape == (X.shape[0], 3)
 
 
-def test_symlinks_inside_an_unfinished_output_are_refused(client, prefect_api, good, tmp_path,
-                                                          capsys):
+def test_symlinks_inside_an_unfinished_output_are_refused(
+    client, prefect_api, good, tmp_path, capsys
+):
     inp, _ = good
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -155,8 +174,9 @@ def test_run_store_writes_never_follow_links(tmp_path):
     assert (outside / "a.txt").read_text() == "keep"
 
 
-def test_an_empty_lease_left_by_a_crash_does_not_block_runs(client, prefect_api, good, tmp_path,
-                                                            capsys):
+def test_an_empty_lease_left_by_a_crash_does_not_block_runs(
+    client, prefect_api, good, tmp_path, capsys
+):
     inp, _ = good
     out = tmp_path / "out"
     out.mkdir()
@@ -169,8 +189,9 @@ def test_an_empty_lease_left_by_a_crash_does_not_block_runs(client, prefect_api,
 # ---- input integrity ---------------------------------------------------------------------------
 
 
-def test_a_missing_chunk_is_refused_by_name_or_counted_when_allowed(client, prefect_api, good,
-                                                                    tmp_path, capsys):
+def test_a_missing_chunk_is_refused_by_name_or_counted_when_allowed(
+    client, prefect_api, good, tmp_path, capsys
+):
     inp, X = good
     os.remove(os.path.join(inp, "c", "2", "0"))
     out = tmp_path / "out"
@@ -184,16 +205,25 @@ def test_a_missing_chunk_is_refused_by_name_or_counted_when_allowed(client, pref
     assert manifest["input_meta"]["missing_chunk_keys"] == ["c/2/0"]
 
 
-def test_a_chunk_zarr_skipped_as_fill_is_refused_unless_allowed(client, prefect_api, tmp_path,
-                                                                capsys):
+def test_a_chunk_zarr_skipped_as_fill_is_refused_unless_allowed(
+    client, prefect_api, tmp_path, capsys
+):
     X = _data()
     X[100:200] = 0.0  # zarr does not store a chunk that holds only the fill value
     inp = _zarr(tmp_path / "sparse.zarr", X)
     assert not os.path.exists(os.path.join(inp, "c", "1", "0"))
     rc, err = _cli(capsys, "--input", inp, "--output", str(tmp_path / "o1"))
     assert rc == 2 and "(c/1/0)" in err and "only the fill value" in err, err
-    rc, err = _cli(capsys, "--input", inp, "--output", str(tmp_path / "o2"),
-                   "--allow-missing-chunks", "--n-components", "2")
+    rc, err = _cli(
+        capsys,
+        "--input",
+        inp,
+        "--output",
+        str(tmp_path / "o2"),
+        "--allow-missing-chunks",
+        "--n-components",
+        "2",
+    )
     assert rc == 0, err
     Y = open_output(str(tmp_path / "o2")).read_array("embedding")
     ref = PCA(2).fit_transform(X.astype(np.float64))
@@ -217,8 +247,7 @@ def test_our_own_all_fill_chunks_are_stored_so_counts_prove_a_write(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
-def test_a_chunk_that_does_not_decode_is_named(client, prefect_api, good, tmp_path, capsys,
-                                               damage):
+def test_a_chunk_that_does_not_decode_is_named(client, prefect_api, good, tmp_path, capsys, damage):
     inp, _ = good
     chunk = os.path.join(inp, "c", "1", "0")
     raw = open(chunk, "rb").read()
@@ -251,8 +280,9 @@ def test_a_csv_value_that_is_not_a_number_is_named(client, prefect_api, tmp_path
     assert "dask" not in err.lower()
 
 
-def test_an_unreachable_object_store_is_a_store_error(client, prefect_api, tmp_path, capsys,
-                                                      monkeypatch):
+def test_an_unreachable_object_store_is_a_store_error(
+    client, prefect_api, tmp_path, capsys, monkeypatch
+):
     import socket
 
     with socket.socket() as s:  # a port nobody listens on
@@ -284,12 +314,18 @@ def test_uint8_whitened_pca_is_embedded_in_float(client, prefect_api, tmp_path, 
     assert meta["stored_dtype"] == "uint8" and meta["dtype"] == "float32"
 
 
-@pytest.mark.parametrize("method,dtype,expected", [("pca", "int64", "float64"),
-                                                   ("kpca", "uint8", "float32"),
-                                                   ("kpca", "int64", "float64"),
-                                                   ("pca", "bool", "float32")])
-def test_integer_and_bool_inputs_run_in_their_float_dtype(client, prefect_api, tmp_path, capsys,
-                                                          method, dtype, expected):
+@pytest.mark.parametrize(
+    "method,dtype,expected",
+    [
+        ("pca", "int64", "float64"),
+        ("kpca", "uint8", "float32"),
+        ("kpca", "int64", "float64"),
+        ("pca", "bool", "float32"),
+    ],
+)
+def test_integer_and_bool_inputs_run_in_their_float_dtype(
+    client, prefect_api, tmp_path, capsys, method, dtype, expected
+):
     X = np.random.default_rng(2).integers(0, 4, (240, 5)).astype(dtype)
     inp = _zarr(tmp_path / "x.zarr", X, chunk_rows=80)
     out = tmp_path / "out"
@@ -349,8 +385,11 @@ def test_progress_clock_runs_on_while_the_iteration_text_changes(monkeypatch):
         monkeypatch.setattr(_progress.time, "perf_counter", lambda: now[0])
         bar = _progress.TerminalBar(stream=stream, interval=0.0)
         for it in range(0, 800, 50):
-            bar(f"embedding 1/1: iteration {min(it, 750)}/750, KL {5 - it / 300:.4f}",
-                min(it, 750), 750)
+            bar(
+                f"embedding 1/1: iteration {min(it, 750)}/750, KL {5 - it / 300:.4f}",
+                min(it, 750),
+                750,
+            )
             now[0] += 1.0
         lines = [x for x in stream.getvalue().splitlines() if x.strip()]
         assert lines[-1].rstrip().endswith("15.0s"), lines  # one stage, one clock: 15 steps
@@ -361,8 +400,9 @@ def test_progress_clock_runs_on_while_the_iteration_text_changes(monkeypatch):
 # ---- convergence is part of the result ---------------------------------------------------------
 
 
-def test_a_solve_that_stops_short_is_retried_and_recorded_in_the_manifest(client, prefect_api,
-                                                                          tmp_path, capsys):
+def test_a_solve_that_stops_short_is_retried_and_recorded_in_the_manifest(
+    client, prefect_api, tmp_path, capsys
+):
     from sklearn.datasets import make_swiss_roll
 
     X, _ = make_swiss_roll(600, random_state=0)
@@ -370,8 +410,24 @@ def test_a_solve_that_stops_short_is_retried_and_recorded_in_the_manifest(client
     out = tmp_path / "lle"
     from flows.cli import main
 
-    assert main(["run", "--input", str(tmp_path / "roll.npy"), "--output", str(out), "--method",
-                 "lle", "--param", "eigen_solver=lobpcg", "--param", "max_iter=3"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--input",
+                str(tmp_path / "roll.npy"),
+                "--output",
+                str(out),
+                "--method",
+                "lle",
+                "--param",
+                "eigen_solver=lobpcg",
+                "--param",
+                "max_iter=3",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     manifest = open_output(str(out)).read_json("manifest.json")
     first, *rest = manifest["convergence"]
@@ -381,15 +437,25 @@ def test_a_solve_that_stops_short_is_retried_and_recorded_in_the_manifest(client
     assert manifest["metrics"]["trustworthiness"] > 0.95
 
 
-def test_a_solve_that_cannot_be_retried_fails_the_run_cleanly(client, prefect_api, tmp_path,
-                                                              capsys):
+def test_a_solve_that_cannot_be_retried_fails_the_run_cleanly(
+    client, prefect_api, tmp_path, capsys
+):
     from tests.sdp_data import swiss_roll
 
     X, _ = swiss_roll(60, seed=0)
     np.save(tmp_path / "roll.npy", X)
     out = tmp_path / "mvu"
-    rc, err = _cli(capsys, "--input", str(tmp_path / "roll.npy"), "--output", str(out),
-                   "--method", "mvu", "--param", "max_iter=3")
+    rc, err = _cli(
+        capsys,
+        "--input",
+        str(tmp_path / "roll.npy"),
+        "--output",
+        str(out),
+        "--method",
+        "mvu",
+        "--param",
+        "max_iter=3",
+    )
     assert rc == 2 and "SolverError" in err and "max_iter" in err and "Fix:" in err, err
     assert not RunStore(str(out)).committed()
 

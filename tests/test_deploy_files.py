@@ -6,6 +6,7 @@ Dockerfile are checked against each other and against the code (the flow's signa
 pins in constraints.txt), and the Python scripts are compiled, never imported or executed.
 Fast and offline.
 """
+
 from __future__ import annotations
 
 import ast
@@ -82,8 +83,13 @@ def literal_secrets(node, where: str = "") -> list[str]:
         if node.get("kind") == "Secret" and (node.get("data") or node.get("stringData")):
             found.append(f"{where}: a Secret manifest with data")
         for key, value in node.items():
-            if isinstance(key, str) and SECRET_NAME.search(key) and isinstance(value, str) \
-                    and value and not INTERPOLATION.match(value):
+            if (
+                isinstance(key, str)
+                and SECRET_NAME.search(key)
+                and isinstance(value, str)
+                and value
+                and not INTERPOLATION.match(value)
+            ):
                 found.append(f"{where}.{key}: {value!r} is not a ${{VAR}} interpolation")
             found += literal_secrets(value, f"{where}.{key}")
     elif isinstance(node, list):
@@ -102,8 +108,17 @@ def memory_bytes(text: str) -> float:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?", text.strip())
     assert m, f"not a memory size: {text!r}"
     number, unit = float(m.group(1)), (m.group(2) or "B").rstrip("B") or "B"
-    factor = {"B": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-              "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}[unit]
+    factor = {
+        "B": 1,
+        "K": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+        "T": 1e12,
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+    }[unit]
     return number * factor
 
 
@@ -113,16 +128,29 @@ def memory_bytes(text: str) -> float:
 def test_every_yaml_file_parses():
     files = yaml_files()
     names = {p.relative_to(DEPLOY).as_posix() for p in files}
-    assert {"compose.yaml", "prefect.yaml", "kubernetes/daskcluster.yaml",
-            "kubernetes/prefect-worker.yaml", "kubernetes/configmap.yaml"} <= names
+    assert {
+        "compose.yaml",
+        "prefect.yaml",
+        "kubernetes/daskcluster.yaml",
+        "kubernetes/prefect-worker.yaml",
+        "kubernetes/configmap.yaml",
+    } <= names
     for path in files:
         docs = load_docs(path)
         assert docs and all(isinstance(d, dict) for d in docs), path
 
 
 def test_secret_detector_flags_literals_and_accepts_references():
-    bad_compose = {"services": {"w": {"environment": {
-        "AWS_SECRET_ACCESS_KEY": "hunter2-but-longer", "AWS_ACCESS_KEY_ID": "${ID:-AKIA0000}"}}}}
+    bad_compose = {
+        "services": {
+            "w": {
+                "environment": {
+                    "AWS_SECRET_ACCESS_KEY": "hunter2-but-longer",
+                    "AWS_ACCESS_KEY_ID": "${ID:-AKIA0000}",
+                }
+            }
+        }
+    }
     bad_list = {"environment": ["MINIO_ROOT_PASSWORD=changeme"]}
     bad_k8s = {"env": [{"name": "AWS_SECRET_ACCESS_KEY", "value": "x"}]}
     bad_secret = {"kind": "Secret", "stringData": {"AWS_SECRET_ACCESS_KEY": "x"}}
@@ -130,16 +158,26 @@ def test_secret_detector_flags_literals_and_accepts_references():
     for bad in (bad_compose, bad_list, bad_k8s, bad_secret, bad_shape):
         assert literal_secrets(bad), bad
     assert len(literal_secrets(bad_compose)) == 2
-    good = {"environment": {"AWS_SECRET_ACCESS_KEY": "${AWS_SECRET_ACCESS_KEY:?set it}"},
-            "env": [{"name": "AWS_SECRET_ACCESS_KEY",
-                     "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
+    good = {
+        "environment": {"AWS_SECRET_ACCESS_KEY": "${AWS_SECRET_ACCESS_KEY:?set it}"},
+        "env": [
+            {
+                "name": "AWS_SECRET_ACCESS_KEY",
+                "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}},
+            }
+        ],
+    }
     assert literal_secrets(good) == []
 
 
 def test_no_literal_secret_in_compose_or_kubernetes_files():
     paths = [DEPLOY / "compose.yaml", *sorted(K8S.glob("*.yaml"))]
-    problems = [p for path in paths for doc in load_docs(path)
-                for p in literal_secrets(doc, path.relative_to(DEPLOY).as_posix())]
+    problems = [
+        p
+        for path in paths
+        for doc in load_docs(path)
+        for p in literal_secrets(doc, path.relative_to(DEPLOY).as_posix())
+    ]
     assert problems == []
 
 
@@ -148,12 +186,20 @@ def test_no_literal_secret_in_compose_or_kubernetes_files():
 
 def test_compose_has_the_services_wired_together():
     services = compose()["services"]
-    assert {"prefect-server", "dask-scheduler", "dask-worker", "minio", "create-bucket",
-            "prefect-worker"} <= set(services)
+    assert {
+        "prefect-server",
+        "dask-scheduler",
+        "dask-worker",
+        "minio",
+        "create-bucket",
+        "prefect-worker",
+    } <= set(services)
 
-    prefect_pin = next(d.split("==")[1] for d in tomllib.loads(
-        (ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-        if d.startswith("prefect=="))
+    prefect_pin = next(
+        d.split("==")[1]
+        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+        if d.startswith("prefect==")
+    )
     server = services["prefect-server"]
     assert server["image"] == f"prefecthq/prefect:{prefect_pin}-python3.11"
     assert words(server["command"])[:3] == ["prefect", "server", "start"]
@@ -240,8 +286,9 @@ def test_daskcluster_scheduler_and_workers():
     res = worker["resources"]
     assert res["requests"]["cpu"] and res["limits"]["memory"]
     # Dask's own limit below the container's, so Dask spills before the OOM killer acts
-    assert (memory_bytes(args[args.index("--memory-limit") + 1])
-            < memory_bytes(res["limits"]["memory"]))
+    assert memory_bytes(args[args.index("--memory-limit") + 1]) < memory_bytes(
+        res["limits"]["memory"]
+    )
 
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         assert _secret_ref(worker, var) == {"name": "dimred-aws", "key": var}
@@ -253,7 +300,9 @@ def test_k8s_config_points_at_the_daskcluster_and_prefect_worker_uses_it():
     data = config["data"]
     name, ns = cluster["metadata"]["name"], cluster["metadata"]["namespace"]
     assert data["DASK_SCHEDULER_ADDRESS"] in (
-        f"tcp://{name}-scheduler:8786", f"tcp://{name}-scheduler.{ns}.svc.cluster.local:8786")
+        f"tcp://{name}-scheduler:8786",
+        f"tcp://{name}-scheduler.{ns}.svc.cluster.local:8786",
+    )
     assert re.fullmatch(r"https?://[^/\s]+(/.*)?/api", data["PREFECT_API_URL"])
 
     (deployment,) = k8s_kind("Deployment")
@@ -262,7 +311,8 @@ def test_k8s_config_points_at_the_daskcluster_and_prefect_worker_uses_it():
     cmd = words(container["command"])
     assert cmd[:3] == ["prefect", "worker", "start"]
     assert cmd[cmd.index("--pool") + 1] in {
-        d["work_pool"]["name"] for d in prefect_yaml()["deployments"]}
+        d["work_pool"]["name"] for d in prefect_yaml()["deployments"]
+    }
     assert {"configMapRef": {"name": config["metadata"]["name"]}} in container["envFrom"]
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         assert _secret_ref(container, var) == {"name": "dimred-aws", "key": var}
@@ -343,10 +393,14 @@ def test_slurm_files():
     assert re.search(r"^#SBATCH --time=", sbatch, re.M)
     assert re.search(r"^source .*/bin/activate", sbatch, re.M)
     # the commands themselves (comments dropped, continuation lines joined)
-    code = re.sub(r"\\\n\s*", " ", "\n".join(
-        line for line in sbatch.splitlines() if not line.lstrip().startswith("#")))
-    (run,) = [line.strip() for line in code.splitlines()
-              if line.strip().startswith("dimred-dask run")]
+    code = re.sub(
+        r"\\\n\s*",
+        " ",
+        "\n".join(line for line in sbatch.splitlines() if not line.lstrip().startswith("#")),
+    )
+    (run,) = [
+        line.strip() for line in code.splitlines() if line.strip().startswith("dimred-dask run")
+    ]
     assert "--input" in run and "--output" in run
     address = re.search(r'--scheduler "\$\(cat ([^)]+)\)"', run).group(1).strip('"')
     if address.startswith("$"):  # a variable: follow its assignment
@@ -357,10 +411,12 @@ def test_slurm_files():
     written = re.search(r"slurm_cluster\.py.*--address-file ([^\s)]+)", code).group(1)
     assert Path(address).name == Path(written.strip('"')).name
     # #SBATCH lines only count before the first command
-    first_command = next(i for i, line in enumerate(sbatch.splitlines())
-                         if line.strip() and not line.startswith("#"))
-    last_directive = max(i for i, line in enumerate(sbatch.splitlines())
-                         if line.startswith("#SBATCH"))
+    first_command = next(
+        i for i, line in enumerate(sbatch.splitlines()) if line.strip() and not line.startswith("#")
+    )
+    last_directive = max(
+        i for i, line in enumerate(sbatch.splitlines()) if line.startswith("#SBATCH")
+    )
     assert last_directive < first_command
 
 
@@ -369,22 +425,34 @@ def test_slurm_files():
 # `pip freeze` (make freeze) leaves these out of constraints.txt; the base image provides them.
 NOT_FROZEN = {"pip", "setuptools", "wheel"}
 # The image's interpreter: python:3.11-slim (latest 3.11 patch release) on Linux.
-IMAGE_ENV = {"python_version": "3.11", "python_full_version": "3.11.9", "sys_platform": "linux",
-             "platform_system": "Linux", "os_name": "posix", "implementation_name": "cpython",
-             "platform_python_implementation": "CPython", "platform_machine": "x86_64"}
+IMAGE_ENV = {
+    "python_version": "3.11",
+    "python_full_version": "3.11.9",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "platform_machine": "x86_64",
+}
 
 
 def test_dockerfile_installs_the_pinned_set():
     text = (DEPLOY / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11-slim\s*$", text, re.M)
-    copied = [src for line in re.findall(r"^COPY\s+(.+)$", text, re.M)
-              for src in line.split()[:-1] if not src.startswith("--")]
+    copied = [
+        src
+        for line in re.findall(r"^COPY\s+(.+)$", text, re.M)
+        for src in line.split()[:-1]
+        if not src.startswith("--")
+    ]
     for required in ("pyproject.toml", "constraints.txt", "README.md", "dimred_dask/", "flows/"):
         assert required in copied
     for src in copied:  # every source exists in the build context (the repository root)
         assert (ROOT / src).exists(), src
-    installs = [line for line in re.findall(r"pip install[^\n\\&]*", text)
-                if "-c constraints.txt" in line]
+    installs = [
+        line for line in re.findall(r"pip install[^\n\\&]*", text) if "-c constraints.txt" in line
+    ]
     assert installs and any('".[s3]"' in line for line in installs)
     assert re.search(r"^CMD\s+\[", text, re.M)
 
@@ -413,8 +481,9 @@ def test_constraints_pin_everything_the_image_installs():
 
     env = {**default_environment(), **IMAGE_ENV}
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    todo = [Requirement(r)
-            for r in project["dependencies"] + project["optional-dependencies"]["s3"]]
+    todo = [
+        Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["s3"]
+    ]
     seen: dict[str, set] = {}
     unpinned, unsatisfied, drifted = [], [], []
     while todo:
@@ -436,8 +505,9 @@ def test_constraints_pin_everything_the_image_installs():
             continue
         for text in dist.requires or []:
             sub = Requirement(text)
-            if sub.marker is None or any(sub.marker.evaluate({**env, "extra": e})
-                                         for e in ("", *seen[name])):
+            if sub.marker is None or any(
+                sub.marker.evaluate({**env, "extra": e}) for e in ("", *seen[name])
+            ):
                 todo.append(sub)
     assert len(seen) > 50  # the walk went through the dependency tree
     assert {"prefect", "distributed", "zarr", "s3fs", "numpy"} <= set(seen)

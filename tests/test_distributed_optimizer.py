@@ -2,6 +2,7 @@
 P built in row blocks without being assembled, the grid's Z from the summed charges, the same
 UMAP embedding bit for bit as one worker's, t-SNE equal to rounding, checkpoints and resume,
 a worker SIGKILLed mid-fit, bad settings refused."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,7 @@ from sklearn.datasets import make_blobs
 from dimred_dask.blocks.tsne_gradient import GridSpec, Interpolation, potentials
 from dimred_dask.errors import InputError, StageError
 from dimred_dask.graphs import knn_graph
-from dimred_dask.graphs.affinities import (GraphRows, affinities,
-                                          affinity_row_blocks_delayed)
+from dimred_dask.graphs.affinities import GraphRows, affinities, affinity_row_blocks_delayed
 from dimred_dask.metrics import trustworthiness
 from dimred_dask.methods import tsne, umap
 from dimred_dask.methods._distributed import block_bounds, plan_optimizer
@@ -30,23 +30,33 @@ def blobs():
     return X.astype(np.float32)
 
 
-@pytest.mark.parametrize("kind, params", [("tsne", {"perplexity": 10.0}),
-                                          ("umap", {"n_neighbors": 12})])
+@pytest.mark.parametrize(
+    "kind, params", [("tsne", {"perplexity": 10.0}), ("umap", {"n_neighbors": 12})]
+)
 def test_row_blocks_of_p_equal_the_assembled_p(blobs, kind, params):
     g = knn_graph(blobs, 30)
     full = affinities(g, kind, **params)
     bounds = [(0, 400), (400, 1111), (1111, 1500)]
     whole = delayed_literal(g)
     per_block = [delayed_literal(GraphRows.of(g, s, e)) for s, e in bounds]  # no task sees all
-    blocks, again = (dask.compute(*affinity_row_blocks_delayed(ref, 1500, g.n_neighbors, kind,
-                                                               bounds, **params),
-                                  scheduler="sync") for ref in (whole, per_block))
+    blocks, again = (
+        dask.compute(
+            *affinity_row_blocks_delayed(ref, 1500, g.n_neighbors, kind, bounds, **params),
+            scheduler="sync",
+        )
+        for ref in (whole, per_block)
+    )
     for b, c in zip(blocks, again):
         np.testing.assert_array_equal(b.data, c.data)
         np.testing.assert_array_equal(b.indices, c.indices)
     assert [b.shape for b in blocks] == [(400, 1500), (711, 1500), (389, 1500)]
-    indptr = np.concatenate([[0]] + [b.indptr[1:] + off for b, off in zip(
-        blocks, np.cumsum([0] + [b.nnz for b in blocks[:-1]]))])
+    indptr = np.concatenate(
+        [[0]]
+        + [
+            b.indptr[1:] + off
+            for b, off in zip(blocks, np.cumsum([0] + [b.nnz for b in blocks[:-1]]))
+        ]
+    )
     np.testing.assert_array_equal(indptr, full.indptr)
     np.testing.assert_array_equal(np.concatenate([b.indices for b in blocks]), full.indices)
     np.testing.assert_array_equal(np.concatenate([b.data for b in blocks]), full.data)
@@ -58,12 +68,12 @@ def test_z_from_summed_block_charges_matches_the_points_potentials(rng, d):
     interp = Interpolation(3, 10 if d == 3 else 50, 1.0)
     Z, phi = potentials(Y, "fft", interp)
     spec = GridSpec.around(Y.min(axis=0), Y.max(axis=0), interp)
-    charges = sum(spec.charges(Y[a:b], *spec.weights(Y[a:b])) for a, b in [(0, 2500),
-                                                                          (2500, 6000)])
+    charges = sum(spec.charges(Y[a:b], *spec.weights(Y[a:b])) for a, b in [(0, 2500), (2500, 6000)])
     pot, Z_grid = spec.potentials(charges, 6000)
     assert abs(Z_grid - Z) <= 1e-10 * Z
-    np.testing.assert_allclose(spec.phi(Y, *spec.weights(Y), pot), phi[:, :d + 1],
-                               rtol=0, atol=1e-12 * np.abs(phi).max())
+    np.testing.assert_allclose(
+        spec.phi(Y, *spec.weights(Y), pot), phi[:, : d + 1], rtol=0, atol=1e-12 * np.abs(phi).max()
+    )
 
 
 def test_distributed_umap_is_the_single_worker_embedding(client, blobs):
@@ -98,8 +108,14 @@ def test_distributed_tsne_equals_one_worker_up_to_rounding(client, blobs):
 
 
 def test_distributed_tsne_resumes_from_a_checkpoint_exactly(client, blobs):
-    kw = dict(gradient="fft", perplexity=15.0, n_iter=120, early_exaggeration_iter=50,
-              checkpoint_every=40, optimizer="distributed")
+    kw = dict(
+        gradient="fft",
+        perplexity=15.0,
+        n_iter=120,
+        early_exaggeration_iter=50,
+        checkpoint_every=40,
+        optimizer="distributed",
+    )
     calm = tsne(blobs, **kw)
     ck = MemoryCheckpoint(fail_after=2)  # the coordinator dies right after checkpoint 2
     with pytest.raises(InterruptedError):
@@ -127,12 +143,28 @@ class _KillAWorker(MemoryCheckpoint):
 
 @pytest.mark.parametrize("method", ["umap", "tsne"])
 def test_worker_killed_mid_fit_resumes_on_the_workers_left(blobs, method):
-    kw = (dict(n_epochs=60, checkpoint_every=20, random_state=1) if method == "umap" else
-          dict(gradient="fft", perplexity=15.0, n_iter=90, early_exaggeration_iter=40,
-               checkpoint_every=30))
+    kw = (
+        dict(n_epochs=60, checkpoint_every=20, random_state=1)
+        if method == "umap"
+        else dict(
+            gradient="fft",
+            perplexity=15.0,
+            n_iter=90,
+            early_exaggeration_iter=40,
+            checkpoint_every=30,
+        )
+    )
     fit = umap if method == "umap" else tsne
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as c,
+    ):
         calm = fit(blobs, optimizer="distributed", **kw)
         before = set(c.scheduler_info()["workers"])
         stormy = fit(blobs, optimizer="distributed", checkpoint=_KillAWorker(c, 2), **kw)
@@ -148,11 +180,25 @@ def test_a_loss_past_the_limit_stops_with_a_stage_error(blobs, monkeypatch):
     import dimred_dask.methods._distributed as dist
 
     monkeypatch.setattr(dist, "MAX_RECOVERIES", 0)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as c,
+    ):
         with pytest.raises(StageError, match="lost a worker 1 times") as err:
-            umap(blobs, optimizer="distributed", n_epochs=60, checkpoint_every=20,
-                 random_state=1, checkpoint=_KillAWorker(c, 2))
+            umap(
+                blobs,
+                optimizer="distributed",
+                n_epochs=60,
+                checkpoint_every=20,
+                random_state=1,
+                checkpoint=_KillAWorker(c, 2),
+            )
     assert "resumes from its last checkpoint" in err.value.fix
 
 

@@ -4,6 +4,7 @@ Pure inspection: no data, no cluster. Each function exported by ``dimred_dask.me
 one of its public modules' ``__all__`` must have a ``Parameters`` section whose entries
 (``name : type`` lines at the section's indentation) are exactly its signature's parameters.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -21,7 +22,9 @@ def _public_functions() -> dict[str, object]:
     """{qualified name: function} of every plain function the method modules export."""
     modules = [methods] + [
         importlib.import_module(f"{methods.__name__}.{info.name}")
-        for info in pkgutil.iter_modules(methods.__path__) if not info.name.startswith("_")]
+        for info in pkgutil.iter_modules(methods.__path__)
+        if not info.name.startswith("_")
+    ]
     found = {}
     for module in modules:
         for name in getattr(module, "__all__", ()):
@@ -74,8 +77,9 @@ def test_public_functions_document_every_parameter():
         params = list(inspect.signature(func).parameters)
         if body is None:
             if params:
-                problems.append(f"{qualname}: no numpydoc Parameters section "
-                                f"(parameters {', '.join(params)})")
+                problems.append(
+                    f"{qualname}: no numpydoc Parameters section (parameters {', '.join(params)})"
+                )
             continue
         named = _documented(body)
         missing = [p for p in params if p not in named]
@@ -83,9 +87,17 @@ def test_public_functions_document_every_parameter():
         repeated = sorted({n for n in named if named.count(n) > 1})
         if missing or extra or repeated:
             problems.append(
-                f"{qualname}: " + "; ".join(
-                    f"{label} {', '.join(names)}" for label, names in
-                    (("missing", missing), ("not parameters", extra),
-                     ("documented twice", repeated)) if names))
-    assert not problems, "docstring Parameters sections out of step with signatures:\n" + \
-        "\n".join(problems)
+                f"{qualname}: "
+                + "; ".join(
+                    f"{label} {', '.join(names)}"
+                    for label, names in (
+                        ("missing", missing),
+                        ("not parameters", extra),
+                        ("documented twice", repeated),
+                    )
+                    if names
+                )
+            )
+    assert not problems, "docstring Parameters sections out of step with signatures:\n" + "\n".join(
+        problems
+    )

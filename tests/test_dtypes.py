@@ -1,15 +1,31 @@
 """One rule for integer and boolean data, for every method: the data are embedded as their
 floating-point conversion (`float_dtype`: booleans and integers up to 16 bits in float32,
 wider integers in float64), never computed in, or cast back to, the integer dtype."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from dimred_dask import (MDS, PCA, SNE, TSNE, UMAP, ActionRespectingEmbedding, Isomap,
-                         KernelPCA, KernelSupervisedPCA, LandmarkIsomap, LandmarkMDS,
-                         LandmarkMVU, LaplacianEigenmaps, LocallyLinearEmbedding,
-                         MaximumVarianceUnfolding, SpectralClustering, SupervisedPCA)
+from dimred_dask import (
+    MDS,
+    PCA,
+    SNE,
+    TSNE,
+    UMAP,
+    ActionRespectingEmbedding,
+    Isomap,
+    KernelPCA,
+    KernelSupervisedPCA,
+    LandmarkIsomap,
+    LandmarkMDS,
+    LandmarkMVU,
+    LaplacianEigenmaps,
+    LocallyLinearEmbedding,
+    MaximumVarianceUnfolding,
+    SpectralClustering,
+    SupervisedPCA,
+)
 from dimred_dask._validation import float_dtype
 
 N = 60
@@ -72,6 +88,19 @@ def test_integer_data_are_embedded_as_their_float_conversion(name, dtype):
 
 
 def test_the_rule():
-    assert [str(float_dtype(t)) for t in ("bool", "int8", "uint8", "int16", "uint16", "float16",
-                                          "int32", "uint32", "int64", "float32", "float64")] == \
-        ["float32"] * 6 + ["float64"] * 3 + ["float32", "float64"]
+    assert [
+        str(float_dtype(t))
+        for t in (
+            "bool",
+            "int8",
+            "uint8",
+            "int16",
+            "uint16",
+            "float16",
+            "int32",
+            "uint32",
+            "int64",
+            "float32",
+            "float64",
+        )
+    ] == ["float32"] * 6 + ["float64"] * 3 + ["float32", "float64"]

@@ -2,13 +2,17 @@
 every estimator the package exports: each declares the parameter sets the checks run with
 (``_check_params``, small-data settings) and the checks that cannot apply to it with the
 reason (``_check_exempt``), as scikit-learn lists them for its own estimators."""
+
 from sklearn.base import BaseEstimator
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import dimred_dask.methods as methods
 
-ESTIMATORS = [obj for name in methods.__all__
-              if isinstance(obj := getattr(methods, name), type) and issubclass(obj, BaseEstimator)]
+ESTIMATORS = [
+    obj
+    for name in methods.__all__
+    if isinstance(obj := getattr(methods, name), type) and issubclass(obj, BaseEstimator)
+]
 
 
 def test_every_estimator_is_checked_or_says_why_not():
@@ -18,7 +22,9 @@ def test_every_estimator_is_checked_or_says_why_not():
         assert not (cls._check_params and cls._check_not_run), cls.__name__
 
 
-@parametrize_with_checks([cls(**params) for cls in ESTIMATORS for params in cls._check_params],
-                         expected_failed_checks=lambda est: type(est)._check_exempt)
+@parametrize_with_checks(
+    [cls(**params) for cls in ESTIMATORS for params in cls._check_params],
+    expected_failed_checks=lambda est: type(est)._check_exempt,
+)
 def test_sklearn_contract(estimator, check):
     check(estimator)

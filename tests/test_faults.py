@@ -1,6 +1,7 @@
 """Faults with real processes: a Dask worker SIGKILLed mid-stage, the flow's own process
 SIGKILLed after stage 2 of 4, chunks too large for a worker's memory, workers that keep
 dying, and object-storage errors (transient 5xx, denied access) on the loopback S3 server."""
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,14 @@ def fresh_cluster():
 
     def make(**kwargs):
         with dask.config.set({"distributed.scheduler.allowed-failures": kwargs.pop("failures", 3)}):
-            cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                   host="127.0.0.1", dashboard_address="127.0.0.1:0", **kwargs)
+            cluster = LocalCluster(
+                n_workers=2,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address="127.0.0.1:0",
+                **kwargs,
+            )
         made.append(cluster)
         return cluster
 
@@ -81,7 +88,7 @@ def _chunks_equal(a: str, b: str):
     assert ea.chunks == eb.chunks and ea.nchunks == eb.nchunks
     step = ea.chunks[0]
     for i in range(ea.nchunks):
-        np.testing.assert_array_equal(ea[i * step:(i + 1) * step], eb[i * step:(i + 1) * step])
+        np.testing.assert_array_equal(ea[i * step : (i + 1) * step], eb[i * step : (i + 1) * step])
     for name, value in sa.read_group("model").items():
         np.testing.assert_array_equal(value, sb.read_group("model")[name])
 
@@ -92,14 +99,24 @@ def test_worker_sigkilled_mid_stage_changes_nothing(fresh_cluster, prefect_api, 
     uri, _ = data
     cluster = fresh_cluster()
     params = {"n_components": 4}
-    embed(uri, str(tmp_path / "calm"), params=params, scheduler=cluster.scheduler_address,
-          chunk_rows=1500)
+    embed(
+        uri,
+        str(tmp_path / "calm"),
+        params=params,
+        scheduler=cluster.scheduler_address,
+        chunk_rows=1500,
+    )
     flag = str(tmp_path / "killed")
     with Client(cluster) as c:
         c.register_plugin(KillWorker("block_stats", after=3, flag=flag))
         before = set(c.scheduler_info()["workers"])
-        embed(uri, str(tmp_path / "stormy"), params=params, scheduler=cluster.scheduler_address,
-              chunk_rows=1500)
+        embed(
+            uri,
+            str(tmp_path / "stormy"),
+            params=params,
+            scheduler=cluster.scheduler_address,
+            chunk_rows=1500,
+        )
         after = set(c.scheduler_info()["workers"])
     assert os.path.exists(flag), "the fault was not injected"
     assert before != after, "a worker process should have been replaced"
@@ -107,8 +124,13 @@ def test_worker_sigkilled_mid_stage_changes_nothing(fresh_cluster, prefect_api, 
 
 
 def _cli_run(args, env):
-    return subprocess.run([os.path.join(BIN, "dimred-dask"), "run", *args], capture_output=True,
-                          text=True, timeout=600, env=env)
+    return subprocess.run(
+        [os.path.join(BIN, "dimred-dask"), "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
 
 
 def test_flow_process_killed_after_stage_2_resumes(client, prefect_api, data, tmp_path):
@@ -116,18 +138,30 @@ def test_flow_process_killed_after_stage_2_resumes(client, prefect_api, data, tm
 
     uri, _ = data
     log = tmp_path / "executions.jsonl"
-    env = {**os.environ, "PREFECT_API_URL": prefect_api,
-           **hooks.env(DIMRED_TEST_EXECUTION_LOG=str(log))}
-    args = ["--input", uri, "--output", str(tmp_path / "out"), "--n-components", "3",
-            "--scheduler", client.scheduler.address]
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": prefect_api,
+        **hooks.env(DIMRED_TEST_EXECUTION_LOG=str(log)),
+    }
+    args = [
+        "--input",
+        uri,
+        "--output",
+        str(tmp_path / "out"),
+        "--n-components",
+        "3",
+        "--scheduler",
+        client.scheduler.address,
+    ]
     first = _cli_run(args, {**env, "DIMRED_TEST_KILL": "after:transform"})
     assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
     assert not (tmp_path / "out" / "_COMMITTED").exists()
     second = _cli_run(args, env)
     assert second.returncode == 0, second.stderr[-2000:]
     runs = [json.loads(line) for line in log.read_text().splitlines()]
-    counts = {s: sum(r["stage"] == s for r in runs)
-              for s in ("fit", "transform", "evaluate", "publish")}
+    counts = {
+        s: sum(r["stage"] == s for r in runs) for s in ("fit", "transform", "evaluate", "publish")
+    }
     assert counts == {"fit": 1, "transform": 1, "evaluate": 1, "publish": 1}, runs
     assert len({r["pid"] for r in runs if r["stage"] in ("fit", "transform")}) == 1
     manifest = open_output(str(tmp_path / "out")).read_json("manifest.json")
@@ -163,21 +197,28 @@ def _last_flow_run_state():
     return run.state
 
 
-def test_forced_oversized_chunks_fail_fast_naming_stage_and_memory(fresh_cluster, prefect_api,
-                                                                   data, tmp_path):
+def test_forced_oversized_chunks_fail_fast_naming_stage_and_memory(
+    fresh_cluster, prefect_api, data, tmp_path
+):
     from flows.embed import embed
 
     uri, _ = data
     cluster = fresh_cluster(memory_limit="300MiB")
     with pytest.raises(StageError, match=r"(?s)Stage 'validate'.*300 MiB.*--chunk-rows"):
-        embed(uri, str(tmp_path / "out"), params={"n_components": 2},
-              scheduler=cluster.scheduler_address, chunk_rows=24_000 * 100)
+        embed(
+            uri,
+            str(tmp_path / "out"),
+            params={"n_components": 2},
+            scheduler=cluster.scheduler_address,
+            chunk_rows=24_000 * 100,
+        )
     assert _last_flow_run_state().is_failed()
     assert not (tmp_path / "out").exists()
 
 
-def test_workers_that_keep_dying_fail_the_run_with_the_stage(fresh_cluster, prefect_api, data,
-                                                            tmp_path):
+def test_workers_that_keep_dying_fail_the_run_with_the_stage(
+    fresh_cluster, prefect_api, data, tmp_path
+):
     from flows.embed import embed
 
     uri, _ = data
@@ -185,8 +226,13 @@ def test_workers_that_keep_dying_fail_the_run_with_the_stage(fresh_cluster, pref
     with Client(cluster) as c:
         c.register_plugin(KillWorker("block_stats", after=1, flag="", once=False))
         with pytest.raises(StageError, match=r"(?s)Stage 'fit' failed.*died.*1,024 MiB"):
-            embed(uri, str(tmp_path / "out"), params={"n_components": 2},
-                  scheduler=cluster.scheduler_address, chunk_rows=1500)
+            embed(
+                uri,
+                str(tmp_path / "out"),
+                params={"n_components": 2},
+                scheduler=cluster.scheduler_address,
+                chunk_rows=1500,
+            )
     assert _last_flow_run_state().is_failed()
     assert not (tmp_path / "out").exists()
 
@@ -200,8 +246,9 @@ def s3_bucket(s3_server):
     return name
 
 
-def test_transient_s3_errors_are_retried(client, prefect_api, s3_server, s3_bucket, rng,
-                                         monkeypatch):
+def test_transient_s3_errors_are_retried(
+    client, prefect_api, s3_server, s3_bucket, rng, monkeypatch
+):
     from flows.embed import embed
     from tests.faultproxy import FaultProxy
 
@@ -216,12 +263,14 @@ def test_transient_s3_errors_are_retried(client, prefect_api, s3_server, s3_buck
     assert proxy.injected >= 5, proxy.requests
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
     calm = open_output(f"s3://{s3_bucket}/calm").read_array("embedding")
-    np.testing.assert_array_equal(open_output(f"s3://{s3_bucket}/flaky").read_array("embedding"),
-                                  calm)
+    np.testing.assert_array_equal(
+        open_output(f"s3://{s3_bucket}/flaky").read_array("embedding"), calm
+    )
 
 
-def test_denied_and_missing_storage_fail_clearly(client, prefect_api, s3_server, s3_bucket,
-                                                 monkeypatch):
+def test_denied_and_missing_storage_fail_clearly(
+    client, prefect_api, s3_server, s3_bucket, monkeypatch
+):
     from dimred_dask import InputError
     from flows.embed import embed
     from tests.faultproxy import FaultProxy
@@ -233,8 +282,11 @@ def test_denied_and_missing_storage_fail_clearly(client, prefect_api, s3_server,
     assert proxy.injected >= 1
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
     with pytest.raises(InputError, match="does not exist"):
-        embed("s3://no-such-bucket-anywhere/in.zarr", f"s3://{s3_bucket}/out2",
-              params={"n_components": 2})
+        embed(
+            "s3://no-such-bucket-anywhere/in.zarr",
+            f"s3://{s3_bucket}/out2",
+            params={"n_components": 2},
+        )
 
 
 def test_observer_hook_is_called_and_a_bad_one_is_refused(monkeypatch, tmp_path):
@@ -251,9 +303,16 @@ def test_observer_hook_is_called_and_a_bad_one_is_refused(monkeypatch, tmp_path)
     notify("checkpoint", output="runs/x", prefix="p", iteration=20, count=1)  # not logged
     (line,) = log.read_text().splitlines()
     assert {k: json.loads(line)[k] for k in ("stage", "fingerprint", "output")} == {
-        "stage": "fit", "fingerprint": "abc", "output": "runs/x"}
-    for bad in ("tests.no_such_module:observe", "tests.hooks:no_such_function", "tests.hooks",
-                "tests.hooks:HOOK"):
+        "stage": "fit",
+        "fingerprint": "abc",
+        "output": "runs/x",
+    }
+    for bad in (
+        "tests.no_such_module:observe",
+        "tests.hooks:no_such_function",
+        "tests.hooks",
+        "tests.hooks:HOOK",
+    ):
         monkeypatch.setenv("DIMRED_HOOK", bad)
         with pytest.raises(InputError, match="DIMRED_HOOK") as err:
             check_observer()

@@ -1,4 +1,5 @@
 """The embed flow against a real Prefect API (prefect_test_harness) and real Dask workers."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,11 @@ def _flow_run_and_artifacts(run_id: str):
 
     with get_client(sync_client=True) as c:
         run = c.read_flow_run(uuid.UUID(run_id))
-        arts = c.read_artifacts(artifact_filter=ArtifactFilter(
-            flow_run_id=ArtifactFilterFlowRunId(any_=[uuid.UUID(run_id)])))
+        arts = c.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[uuid.UUID(run_id)])
+            )
+        )
     return run, arts
 
 
@@ -45,8 +49,9 @@ def test_flow_completes_writes_store_and_artifacts(client, prefect_api, data_uri
     np.testing.assert_allclose(model["components_"], ref.components_, rtol=1e-4, atol=1e-5)
     on_disk = store.read_json("manifest.json")
     assert on_disk["fingerprint"] == manifest["fingerprint"]
-    assert (set(on_disk["timings"]) == set(STAGES)
-            and all(t >= 0 for t in on_disk["timings"].values()))
+    assert set(on_disk["timings"]) == set(STAGES) and all(
+        t >= 0 for t in on_disk["timings"].values()
+    )
     assert on_disk["metrics"]["trustworthiness"] > 0.9
     assert 0 < on_disk["metrics"]["reconstruction_error"] < 0.05
     assert on_disk["input_fingerprint"]["hashed"].startswith("all")
@@ -57,8 +62,9 @@ def test_flow_completes_writes_store_and_artifacts(client, prefect_api, data_uri
     assert {"markdown", "table", "progress"} <= kinds
     table = next(a for a in arts if a.type == "table")
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
-    assert (len(rows) == 3
-            and rows[0]["ratio"] == pytest.approx(ref.explained_variance_ratio_[0], rel=1e-4))
+    assert len(rows) == 3 and rows[0]["ratio"] == pytest.approx(
+        ref.explained_variance_ratio_[0], rel=1e-4
+    )
     assert all(a.data == 100.0 for a in arts if a.type == "progress")
 
 

@@ -2,6 +2,7 @@
 data (its manifest says the graph came from the cache), each method's output equal to its API,
 and the kNN-specific bad input (k >= n, k < 1, a disconnected graph, all-duplicate rows,
 n_components >= n) refused through the API, the flow and the CLI with nothing written."""
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,13 @@ import pytest
 from sklearn.datasets import make_swiss_roll
 
 import dimred_dask
-from dimred_dask import (DisconnectedGraphError, InputError, LandmarkIsomap,
-                         LocallyLinearEmbedding, SpectralClustering)
+from dimred_dask import (
+    DisconnectedGraphError,
+    InputError,
+    LandmarkIsomap,
+    LocallyLinearEmbedding,
+    SpectralClustering,
+)
 from dimred_dask.io import StoredRows, open_output, save_array
 from flows.methods import load_model
 from tests.test_bad_input import _snapshot, _write
@@ -39,27 +45,35 @@ def test_second_method_reuses_the_knn_graph(client, prefect_api, roll, tmp_path)
 
     uri, X, t = roll
     graph = {"n_neighbors": 10}
-    first = embed(uri, str(tmp_path / "runs" / "lisomap"), method="landmark-isomap",
-                  params={"n_landmarks": 100, **graph})
+    first = embed(
+        uri,
+        str(tmp_path / "runs" / "lisomap"),
+        method="landmark-isomap",
+        params={"n_landmarks": 100, **graph},
+    )
     assert first["stages"]["knn"] == "computed" and first["graph"]["components"] == 1
     second = embed(uri, str(tmp_path / "runs" / "lle"), method="lle", params=graph)
     assert second["stages"]["knn"] == "reused from cache"
     assert second["graph"]["fingerprint"] == first["graph"]["fingerprint"]
-    for name, ref in (("lisomap", LandmarkIsomap(2, n_neighbors=10, n_landmarks=100)),
-                      ("lle", LocallyLinearEmbedding(2, n_neighbors=10))):
+    for name, ref in (
+        ("lisomap", LandmarkIsomap(2, n_neighbors=10, n_landmarks=100)),
+        ("lle", LocallyLinearEmbedding(2, n_neighbors=10)),
+    ):
         store = open_output(str(tmp_path / "runs" / name))
         Y = store.read_array("embedding")
         assert store.read_array("graph/indices").shape == (1000, 10)
         ref_y = ref.fit(X).embedding_
-        _same_up_to_sign(Y.astype(np.float64), ref_y.astype(np.float64),
-                         FLOW_ATOL * np.abs(ref_y).max())
+        _same_up_to_sign(
+            Y.astype(np.float64), ref_y.astype(np.float64), FLOW_ATOL * np.abs(ref_y).max()
+        )
         # the run's model, loaded with its training rows left in the store, places new rows
         # as the estimator does
         loaded, new = load_model(str(tmp_path / "runs" / name)), X[:40] + np.float32(0.3)
         assert isinstance(loaded.X_fit, StoredRows)
         want = ref.transform(new).astype(np.float64)
-        _same_up_to_sign(loaded.transform(new).astype(np.float64), want,
-                         FLOW_ATOL * np.abs(want).max())
+        _same_up_to_sign(
+            loaded.transform(new).astype(np.float64), want, FLOW_ATOL * np.abs(want).max()
+        )
     assert first["model"]["n_landmarks"] == 100 and "negative_ratio" in first["model"]
 
 
@@ -71,8 +85,9 @@ def test_spectral_clustering_writes_labels_and_embedding(client, prefect_api, tm
     X, y = make_moons(800, noise=0.05, random_state=3)
     uri = str(tmp_path / "moons.zarr")
     save_array(X.astype(np.float32), uri, chunks=(200, 2))
-    m = embed(uri, str(tmp_path / "sc"), method="spectral",
-              params={"n_clusters": 2, "n_neighbors": 10})
+    m = embed(
+        uri, str(tmp_path / "sc"), method="spectral", params={"n_clusters": 2, "n_neighbors": 10}
+    )
     assert m["graph"]["components"] == 2  # the two moons: cut along the components
     store = open_output(str(tmp_path / "sc"))
     labels = store.read_array("model/labels_")
@@ -96,20 +111,60 @@ def _two_clusters():
 
 # (id, method, X, params, API call, error, message pattern)
 CASES = [
-    ("k-equals-n", "isomap", _data(), {"n_neighbors": 60},
-     lambda X: dimred_dask.isomap(X, n_neighbors=60), InputError, r"n_neighbors"),
-    ("k-zero", "lle", _data(), {"n_neighbors": 0},
-     lambda X: dimred_dask.lle(X, n_neighbors=0), InputError, r"n_neighbors"),
-    ("disconnected", "laplacian", _two_clusters(), {"n_neighbors": 5},
-     lambda X: dimred_dask.laplacian_eigenmaps(X, n_neighbors=5), DisconnectedGraphError,
-     r"2 components of sizes 40, 30"),
-    ("all-duplicates", "landmark-isomap", np.ones((50, 3), np.float32), {"n_neighbors": 5},
-     lambda X: dimred_dask.landmark_isomap(X, n_neighbors=5), InputError,
-     r"exact duplicates"),
-    ("n-components-equals-n", "lle", _data(), {"n_components": 60},
-     lambda X: dimred_dask.lle(X, n_components=60), InputError, r"n_components"),
-    ("spectral-clusters-equal-n", "spectral", _data(), {"n_clusters": 60},
-     lambda X: dimred_dask.spectral_clustering(X, n_clusters=60), InputError, r"n_clusters"),
+    (
+        "k-equals-n",
+        "isomap",
+        _data(),
+        {"n_neighbors": 60},
+        lambda X: dimred_dask.isomap(X, n_neighbors=60),
+        InputError,
+        r"n_neighbors",
+    ),
+    (
+        "k-zero",
+        "lle",
+        _data(),
+        {"n_neighbors": 0},
+        lambda X: dimred_dask.lle(X, n_neighbors=0),
+        InputError,
+        r"n_neighbors",
+    ),
+    (
+        "disconnected",
+        "laplacian",
+        _two_clusters(),
+        {"n_neighbors": 5},
+        lambda X: dimred_dask.laplacian_eigenmaps(X, n_neighbors=5),
+        DisconnectedGraphError,
+        r"2 components of sizes 40, 30",
+    ),
+    (
+        "all-duplicates",
+        "landmark-isomap",
+        np.ones((50, 3), np.float32),
+        {"n_neighbors": 5},
+        lambda X: dimred_dask.landmark_isomap(X, n_neighbors=5),
+        InputError,
+        r"exact duplicates",
+    ),
+    (
+        "n-components-equals-n",
+        "lle",
+        _data(),
+        {"n_components": 60},
+        lambda X: dimred_dask.lle(X, n_components=60),
+        InputError,
+        r"n_components",
+    ),
+    (
+        "spectral-clusters-equal-n",
+        "spectral",
+        _data(),
+        {"n_clusters": 60},
+        lambda X: dimred_dask.spectral_clustering(X, n_clusters=60),
+        InputError,
+        r"n_clusters",
+    ),
 ]
 
 
@@ -145,15 +200,27 @@ def test_bad_input_flow_and_cli(cid, tmp_path, client, prefect_api, capsys):
     assert _snapshot(out) == before
 
 
-def test_knn_graph_short_of_its_target_recall_is_kept_with_a_warning(client, prefect_api,
-                                                                      tmp_path, capsys):
+def test_knn_graph_short_of_its_target_recall_is_kept_with_a_warning(
+    client, prefect_api, tmp_path, capsys
+):
     from flows.cli import main
 
     X = np.random.default_rng(4).standard_normal((3000, 50)).astype(np.float32)
     inp = _write(tmp_path, X, "in")
     out = str(tmp_path / "lap")
-    argv = ["run", "--input", inp, "--output", out, "--method", "laplacian",
-            "--graph-cache", "none", "--param", "knn_backend=nndescent"]
+    argv = [
+        "run",
+        "--input",
+        inp,
+        "--output",
+        out,
+        "--method",
+        "laplacian",
+        "--graph-cache",
+        "none",
+        "--param",
+        "knn_backend=nndescent",
+    ]
     before = _snapshot(out)
     assert main(argv + ["--knn-target-recall", "high"]) == 2
     err = capsys.readouterr().err
@@ -162,10 +229,16 @@ def test_knn_graph_short_of_its_target_recall_is_kept_with_a_warning(client, pre
     # a target NN-descent cannot reach on 50-D noise, and no time to improve
     assert main(argv + ["--knn-target-recall", "1.0", "--knn-recall-budget", "0"]) == 0
     printed = capsys.readouterr().out
-    assert re.search(r"knn graph +10 neighbours, nndescent, 1 component\(s\), recall 0\.\d+ "
-                     r"\(target 1, 1 build\(s\)\)", printed), printed
-    assert re.search(r"warning +The kNN graph's recall is 0\.\d+ on 1000 sampled rows, below "
-                     r"the target 1 after 1 NN-descent build\(s\).*time budget.*Fix:", printed)
+    assert re.search(
+        r"knn graph +10 neighbours, nndescent, 1 component\(s\), recall 0\.\d+ "
+        r"\(target 1, 1 build\(s\)\)",
+        printed,
+    ), printed
+    assert re.search(
+        r"warning +The kNN graph's recall is 0\.\d+ on 1000 sampled rows, below "
+        r"the target 1 after 1 NN-descent build\(s\).*time budget.*Fix:",
+        printed,
+    )
     graph = open_output(out).read_json("manifest.json")["graph"]
     assert graph["recall"] < 1.0 and graph["recall_search"]["met"] is False
     assert "below the target" in graph["recall_warning"]

@@ -1,5 +1,6 @@
 """The embed flow with the kernel methods: the kernel stage (its own marker, its matrix reused),
 labels for the supervised methods, and each method's output against its API."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,8 +49,9 @@ def test_kpca_kernel_stage_is_written_and_reused(client, prefect_api, clustered,
     (out / "_stages" / "fit.json").unlink()
     third = embed(uri, str(out), method="kpca", params=params)
     assert third["stages"]["kernel"] == "reused" and third["stages"]["fit"] == "computed"
-    np.testing.assert_allclose(third["model"]["eigenvalues"], first["model"]["eigenvalues"],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        third["model"]["eigenvalues"], first["model"]["eigenvalues"], rtol=1e-12
+    )
 
 
 def test_kpca_nystrom_needs_no_kernel_matrix(client, prefect_api, clustered, tmp_path):
@@ -57,8 +59,12 @@ def test_kpca_nystrom_needs_no_kernel_matrix(client, prefect_api, clustered, tmp
 
     uri, X, _ = clustered
     out = tmp_path / "nys.zarr"
-    m = embed(uri, str(out), method="kpca",
-              params={"n_components": 2, "solver": "nystrom", "n_landmarks": 300})
+    m = embed(
+        uri,
+        str(out),
+        method="kpca",
+        params={"n_components": 2, "solver": "nystrom", "n_landmarks": 300},
+    )
     assert m["stages"]["kernel"] == "not needed"
     assert not (out / "kernel").exists()
     assert 0 < m["model"]["approximation_error"] < 0.1
@@ -72,8 +78,12 @@ def test_mds_distance_stage_precomputed_and_landmark(client, prefect_api, cluste
 
     uri, X, _ = clustered
     ref = MDS(2, solver="dense").fit(X.astype(np.float64))
-    m = embed(uri, str(tmp_path / "mds.zarr"), method="mds",
-              params={"n_components": 2, "solver": "randomized", "n_iter": 8})
+    m = embed(
+        uri,
+        str(tmp_path / "mds.zarr"),
+        method="mds",
+        params={"n_components": 2, "solver": "randomized", "n_iter": 8},
+    )
     assert m["stages"]["kernel"] == "computed"  # the distance matrix, written once
     store = open_output(str(tmp_path / "mds.zarr"))
     assert store.open_array("kernel/matrix").shape == (1200, 1200)
@@ -83,12 +93,20 @@ def test_mds_distance_stage_precomputed_and_landmark(client, prefect_api, cluste
     D = store.read_array("kernel/matrix")
     d_uri = str(tmp_path / "d.zarr")
     save_array(D, d_uri, chunks=(400, 1200))
-    pre = embed(d_uri, str(tmp_path / "pre.zarr"), method="mds",
-                params={"n_components": 2, "metric": "precomputed", "solver": "dense"})
+    pre = embed(
+        d_uri,
+        str(tmp_path / "pre.zarr"),
+        method="mds",
+        params={"n_components": 2, "metric": "precomputed", "solver": "dense"},
+    )
     assert pre["stages"]["kernel"] == "not needed"
     np.testing.assert_allclose(pre["model"]["eigenvalues"], ref.eigenvalues_, rtol=1e-4)
-    lm = embed(uri, str(tmp_path / "lmds.zarr"), method="landmark-mds",
-               params={"n_components": 2, "n_landmarks": 300})
+    lm = embed(
+        uri,
+        str(tmp_path / "lmds.zarr"),
+        method="landmark-mds",
+        params={"n_components": 2, "n_landmarks": 300},
+    )
     Y = open_output(str(tmp_path / "lmds.zarr")).read_array("embedding").astype(np.float64)
     from scipy.spatial import procrustes
 
@@ -104,26 +122,37 @@ def test_supervised_methods_take_labels_from_a_uri(client, prefect_api, clustere
     uri, X, y = clustered
     y_uri = str(tmp_path / "y.zarr")
     save_array(y.astype(np.int32), y_uri, chunks=(300,))
-    m = embed(uri, str(tmp_path / "spca.zarr"), method="spca", params={"n_components": 2},
-              labels=y_uri)
+    m = embed(
+        uri, str(tmp_path / "spca.zarr"), method="spca", params={"n_components": 2}, labels=y_uri
+    )
     assert m["labels"] == y_uri and m["stages"]["fit"] == "computed"
     ref = SupervisedPCA(2).fit(X, y)
     Y = open_output(str(tmp_path / "spca.zarr")).read_array("embedding")
     _same_up_to_sign(Y.astype(np.float64), ref.transform(X).astype(np.float64), 1e-3)
-    k = embed(uri, str(tmp_path / "kspca.zarr"), method="kspca",
-              params={"n_components": 2, "solver": "nystrom", "n_landmarks": 200},
-              labels=y_uri)
+    k = embed(
+        uri,
+        str(tmp_path / "kspca.zarr"),
+        method="kspca",
+        params={"n_components": 2, "solver": "nystrom", "n_landmarks": 200},
+        labels=y_uri,
+    )
     assert k["metrics"]["trustworthiness"] > 0.8
     # other labels, same data: the fit is not reused from a store with different labels
     (tmp_path / "spca.zarr" / "_COMMITTED").unlink()
     save_array((y[::-1]).astype(np.int32), str(tmp_path / "y2.zarr"), chunks=(300,))
-    again = embed(uri, str(tmp_path / "spca.zarr"), method="spca", params={"n_components": 2},
-                  labels=str(tmp_path / "y2.zarr"))
+    again = embed(
+        uri,
+        str(tmp_path / "spca.zarr"),
+        method="spca",
+        params={"n_components": 2},
+        labels=str(tmp_path / "y2.zarr"),
+    )
     assert again["stages"]["fit"] == "computed"
 
 
-def test_kernel_matrix_of_an_earlier_run_is_reused_by_a_later_one(client, prefect_api,
-                                                                   clustered, tmp_path):
+def test_kernel_matrix_of_an_earlier_run_is_reused_by_a_later_one(
+    client, prefect_api, clustered, tmp_path
+):
     """Same data and kernel, another run (other n_components, other output): the matrix is
     read from the first run's store, not recomputed; once that store holds another kernel,
     the pointer is stale and the matrix is computed again."""
@@ -140,10 +169,10 @@ def test_kernel_matrix_of_an_earlier_run_is_reused_by_a_later_one(client, prefec
     ref = KernelPCA(2, width=6.0, solver="dense").fit(X.astype(np.float64))
     np.testing.assert_allclose(second["model"]["eigenvalues"][:2], ref.eigenvalues_, rtol=1e-4)
     # the first store now holds another kernel: the pointer no longer matches its marker
-    embed(uri, str(runs / "a.zarr"), method="kpca", params={**params, "width": 3.0},
-          overwrite=True)
+    embed(uri, str(runs / "a.zarr"), method="kpca", params={**params, "width": 3.0}, overwrite=True)
     third = embed(uri, str(runs / "c.zarr"), method="kpca", params={**params, "n_components": 3})
     assert third["stages"]["kernel"] == "computed"
     # the same matrix and the same seeded solver: the reused run equals the recomputed one
-    np.testing.assert_allclose(third["model"]["eigenvalues"], second["model"]["eigenvalues"],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        third["model"]["eigenvalues"], second["model"]["eigenvalues"], rtol=1e-12
+    )

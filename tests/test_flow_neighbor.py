@@ -2,6 +2,7 @@
 sweeps listed in the manifest, progress relayed from the workers, a worker SIGKILLed in the
 middle of an optimisation (the rerun task resumes from the store's checkpoint and ends where a
 calm run ends), bad input refused before anything is written."""
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,9 @@ def digits_uri(tmp_path_factory):
     return uri, X
 
 
-def test_sweep_lists_every_embedding_and_reports_progress(client, prefect_api, digits_uri,
-                                                          tmp_path, monkeypatch, capfd):
+def test_sweep_lists_every_embedding_and_reports_progress(
+    client, prefect_api, digits_uri, tmp_path, monkeypatch, capfd
+):
     from flows.embed import embed
 
     uri, X = digits_uri
@@ -45,19 +47,35 @@ def test_sweep_lists_every_embedding_and_reports_progress(client, prefect_api, d
     assert not np.array_equal(Y0, Y1)
     assert not store.fs.exists(store._path("checkpoints"))  # removed once the model is saved
     assert "iteration 60/60" in capfd.readouterr().err  # relayed from the workers
-    t = embed(uri, str(tmp_path / "tsne"), method="tsne",
-              params={"perplexity": [10, 30], "n_iter": 200, "early_exaggeration_iter": 80})
+    t = embed(
+        uri,
+        str(tmp_path / "tsne"),
+        method="tsne",
+        params={"perplexity": [10, 30], "n_iter": 200, "early_exaggeration_iter": 80},
+    )
     assert [r["params"]["perplexity"] for r in t["model"]["embeddings"]] == [10.0, 30.0]
     assert t["graph"]["n_neighbors"] == 90  # one graph for the sweep: 3 x the largest
     assert all(r["loss_name"] == "KL" and r["loss"] > 0 for r in t["model"]["embeddings"])
-    d = embed(uri, str(tmp_path / "tsne-blocks"), method="tsne",
-              params={"optimizer": "distributed", "gradient": "fft", "n_iter": 100,
-                      "early_exaggeration_iter": 40})
+    d = embed(
+        uri,
+        str(tmp_path / "tsne-blocks"),
+        method="tsne",
+        params={
+            "optimizer": "distributed",
+            "gradient": "fft",
+            "n_iter": 100,
+            "early_exaggeration_iter": 40,
+        },
+    )
     row = d["model"]["embeddings"][0]
     assert row["optimizer"] == "distributed" and row["blocks"] == 2
     assert row["bytes_per_iteration"] > 3 * 1797 * 2 * 8  # positions and the grid
-    assert set(row["seconds_per_iteration"]) == {"wall", "blocks", "coordinator",
-                                                 "transfer_and_wait"}
+    assert set(row["seconds_per_iteration"]) == {
+        "wall",
+        "blocks",
+        "coordinator",
+        "transfer_and_wait",
+    }
     assert row["trustworthiness"] > 0.95
     assert "iteration 100/100" in capfd.readouterr().err  # progress from the coordinator
 
@@ -67,12 +85,35 @@ def test_fit_sample_through_the_flow(client, prefect_api, digits_uri, tmp_path, 
 
     uri, X = digits_uri
     out = str(tmp_path / "umap-sample")
-    assert main(["run", "--input", uri, "--output", out, "--method", "umap", "--param",
-                 "fit_sample=800", "--param", "n_epochs=100", "--graph-cache", "none"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--input",
+                uri,
+                "--output",
+                out,
+                "--method",
+                "umap",
+                "--param",
+                "fit_sample=800",
+                "--param",
+                "n_epochs=100",
+                "--graph-cache",
+                "none",
+            ]
+        )
+        == 0
+    )
     m = open_output(out).read_json("manifest.json")
     row = m["model"]["embeddings"][0]
-    assert row["fit_sample"] == {**row["fit_sample"], "rows": 800, "of": 1797, "seed": 0,
-                                 "placed_rows": 997}
+    assert row["fit_sample"] == {
+        **row["fit_sample"],
+        "rows": 800,
+        "of": 1797,
+        "seed": 0,
+        "placed_rows": 997,
+    }
     assert m["stages"]["knn"] == "not needed"  # the fit builds the sample's graph itself
     assert row["trustworthiness"] > 0.95  # measured 0.98, on rows fitted and placed alike
     Y = open_output(out).read_array("embedding")
@@ -80,44 +121,71 @@ def test_fit_sample_through_the_flow(client, prefect_api, digits_uri, tmp_path, 
     assert "fit on 800 of 1797 rows" in capsys.readouterr().out
 
 
-def test_worker_killed_mid_optimisation_resumes_from_checkpoint(prefect_api, digits_uri,
-                                                                tmp_path, monkeypatch):
+def test_worker_killed_mid_optimisation_resumes_from_checkpoint(
+    prefect_api, digits_uri, tmp_path, monkeypatch
+):
     from distributed import Client, LocalCluster
 
     from flows.embed import embed
 
     uri, _ = digits_uri
     flag = tmp_path / "fired"
-    for name, value in hooks.env(DIMRED_TEST_KILL="checkpoint:2",  # inherited by workers
-                                 DIMRED_TEST_KILL_ONCE=str(flag)).items():
+    for name, value in hooks.env(
+        DIMRED_TEST_KILL="checkpoint:2",  # inherited by workers
+        DIMRED_TEST_KILL_ONCE=str(flag),
+    ).items():
         monkeypatch.setenv(name, value)
     params = {"n_epochs": 100, "checkpoint_every": 20, "random_state": 5}
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as c,
+    ):
         before = set(c.scheduler_info()["workers"])
-        stormy = embed(uri, str(tmp_path / "stormy"), method="umap", params=params,
-                       scheduler=cluster.scheduler_address)
+        stormy = embed(
+            uri,
+            str(tmp_path / "stormy"),
+            method="umap",
+            params=params,
+            scheduler=cluster.scheduler_address,
+        )
         after = set(c.scheduler_info()["workers"])
-        calm = embed(uri, str(tmp_path / "calm"), method="umap", params=params,
-                     scheduler=cluster.scheduler_address)
+        calm = embed(
+            uri,
+            str(tmp_path / "calm"),
+            method="umap",
+            params=params,
+            scheduler=cluster.scheduler_address,
+        )
     assert flag.exists() and before != after  # a worker died at the 2nd checkpoint
     assert stormy["model"]["embeddings"][0]["resumed_from"] == 40
     assert calm["model"]["embeddings"][0]["resumed_from"] == 0
-    np.testing.assert_array_equal(open_output(str(tmp_path / "stormy")).read_array("embedding"),
-                                  open_output(str(tmp_path / "calm")).read_array("embedding"))
+    np.testing.assert_array_equal(
+        open_output(str(tmp_path / "stormy")).read_array("embedding"),
+        open_output(str(tmp_path / "calm")).read_array("embedding"),
+    )
 
 
-@pytest.mark.parametrize("method, params, match", [
-    ("tsne", {"perplexity": 700}, r"perplexity < n_samples / 3"),
-    ("tsne", {"n_components": 4}, r"n_components in 1\.\.3"),
-    ("umap", {"min_dist": 1.5}, r"min_dist <= spread"),
-    ("umap", {"n_neighbors": 1797}, r"n_neighbors in 2\.\.1796"),
-    ("sne", {"perplexity": [5, 700]}, r"perplexity < n_samples / 3"),
-    ("tsne", {"n_iter": [100, 200]}, r"Only perplexity, random_state"),
-    ("umap", {"neighbours": 10}, r"Unknown parameter"),
-])
-def test_bad_input_refused_before_anything_is_written(client, prefect_api, digits_uri,
-                                                      tmp_path, method, params, match):
+@pytest.mark.parametrize(
+    "method, params, match",
+    [
+        ("tsne", {"perplexity": 700}, r"perplexity < n_samples / 3"),
+        ("tsne", {"n_components": 4}, r"n_components in 1\.\.3"),
+        ("umap", {"min_dist": 1.5}, r"min_dist <= spread"),
+        ("umap", {"n_neighbors": 1797}, r"n_neighbors in 2\.\.1796"),
+        ("sne", {"perplexity": [5, 700]}, r"perplexity < n_samples / 3"),
+        ("tsne", {"n_iter": [100, 200]}, r"Only perplexity, random_state"),
+        ("umap", {"neighbours": 10}, r"Unknown parameter"),
+    ],
+)
+def test_bad_input_refused_before_anything_is_written(
+    client, prefect_api, digits_uri, tmp_path, method, params, match
+):
     from flows.embed import embed
 
     uri, _ = digits_uri

@@ -2,6 +2,7 @@
 through a real Prefect API on worker processes, the solver report in the manifest, and bad
 input (actions missing, of the wrong length, given to a method without actions; a
 disconnected graph) refused before anything is written, through the flow and the CLI."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -51,11 +52,14 @@ def test_mvu_and_landmark_mvu_runs_report_the_solver(client, prefect_api, roll, 
     assert model["max_violation_over_mean"] < 1e-3 and model["solver"] == "CLARABEL"
     ref = mvu(X, n_neighbors=5)
     store = open_output(str(tmp_path / "mvu.zarr"))
-    _same_up_to_sign(store.read_array("embedding").astype(np.float64), ref.embedding,
-                     SIGN_ATOL)
+    _same_up_to_sign(store.read_array("embedding").astype(np.float64), ref.embedding, SIGN_ATOL)
     assert store.read_array("model/kernel_").shape == (150, 150)
-    lm = embed(uri, str(tmp_path / "lmvu.zarr"), method="landmark-mvu",
-               params={"n_neighbors": 5, "n_landmarks": 20})
+    lm = embed(
+        uri,
+        str(tmp_path / "lmvu.zarr"),
+        method="landmark-mvu",
+        params={"n_neighbors": 5, "n_landmarks": 20},
+    )
     assert lm["stages"]["knn"] == "reused from cache"  # same graph parameters, same data
     assert lm["model"]["status"] == "optimal" and lm["model"]["basis"] == "reconstruction"
     assert "mean_relative_violation" in lm["model"]
@@ -81,8 +85,13 @@ def test_are_run_takes_actions_from_a_uri(client, prefect_api, walk, tmp_path):
     # other actions, same data: the fit is not reused
     (tmp_path / "are.zarr" / "_COMMITTED").unlink()
     save_array(actions[::-1].astype(np.int32), str(tmp_path / "a2.zarr"), chunks=(60,))
-    again = embed(uri, str(tmp_path / "are.zarr"), method="are", params=params,
-                  actions=str(tmp_path / "a2.zarr"))
+    again = embed(
+        uri,
+        str(tmp_path / "are.zarr"),
+        method="are",
+        params=params,
+        actions=str(tmp_path / "a2.zarr"),
+    )
     assert again["stages"]["knn"] == "reused" and again["stages"]["fit"] == "computed"
 
 
@@ -107,8 +116,7 @@ def test_bad_sdp_input_is_refused_before_writing(client, prefect_api, walk, tmp_
         X = np.r_[rng.standard_normal((40, 3)), rng.standard_normal((30, 3)) + 50.0]
         save_array(X, str(tmp_path / "two.zarr"), chunks=(35, 3))
         with pytest.raises(DisconnectedGraphError, match="sizes 40, 30"):
-            embed(str(tmp_path / "two.zarr"), str(out), method="mvu",
-                  params={"n_neighbors": 4})
+            embed(str(tmp_path / "two.zarr"), str(out), method="mvu", params={"n_neighbors": 4})
     assert not out.exists()
 
 
@@ -117,13 +125,43 @@ def test_cli_passes_actions_and_reports_errors(client, prefect_api, walk, tmp_pa
 
     uri, a_uri, *_ = walk
     out = tmp_path / "cli-are"
-    code = main(["run", "--input", uri, "--output", str(out), "--method", "are",
-                 "--actions", str(tmp_path / "nope.zarr"), "--n-components", "1",
-                 "--scheduler", client.scheduler.address])
+    code = main(
+        [
+            "run",
+            "--input",
+            uri,
+            "--output",
+            str(out),
+            "--method",
+            "are",
+            "--actions",
+            str(tmp_path / "nope.zarr"),
+            "--n-components",
+            "1",
+            "--scheduler",
+            client.scheduler.address,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "InputError" in err and "does not exist" in err
     assert not out.exists()
-    code = main(["run", "--input", uri, "--output", str(out), "--method", "are",
-                 "--actions", a_uri, "--n-components", "1", "--param", "n_neighbors=4",
-                 "--scheduler", client.scheduler.address])
+    code = main(
+        [
+            "run",
+            "--input",
+            uri,
+            "--output",
+            str(out),
+            "--method",
+            "are",
+            "--actions",
+            a_uri,
+            "--n-components",
+            "1",
+            "--param",
+            "n_neighbors=4",
+            "--scheduler",
+            client.scheduler.address,
+        ]
+    )
     assert code == 0 and (out / "_COMMITTED").exists()

@@ -1,6 +1,7 @@
 """The graph methods against scikit-learn (Isomap, LocallyLinearEmbedding, SpectralEmbedding,
 SpectralClustering): geodesics, embeddings up to sign or Procrustes, the swiss roll unrolled,
 moons and circles clustered, dask input on worker processes, transform of new points."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,10 +11,20 @@ from scipy.stats import spearmanr
 from sklearn.datasets import make_circles, make_moons, make_swiss_roll
 from sklearn.metrics import adjusted_rand_score
 
-from dimred_dask import (Isomap, LandmarkIsomap, LaplacianEigenmaps, LocallyLinearEmbedding,
-                         SpectralClustering)
-from dimred_dask.graphs import (geodesic_rows, graph_csr, graph_weights, knn_graph,
-                                spectral_embedding)
+from dimred_dask import (
+    Isomap,
+    LandmarkIsomap,
+    LaplacianEigenmaps,
+    LocallyLinearEmbedding,
+    SpectralClustering,
+)
+from dimred_dask.graphs import (
+    geodesic_rows,
+    graph_csr,
+    graph_weights,
+    knn_graph,
+    spectral_embedding,
+)
 
 # Same graph, same eigenproblem, both solved to LAPACK / ARPACK precision: measured 1e-12 to
 # 2e-9 (LLE's eigenvalues are ~1e-8, so its eigenvectors carry ~1e-9 of solver noise).
@@ -89,13 +100,12 @@ def test_lle_equals_scikit_learn(roll):
     # the seed's scale (1/n) Y^T Y = I; scikit-learn's columns have unit norm
     np.testing.assert_allclose(ours.embedding_.T @ ours.embedding_ / n, np.eye(2), atol=1e-9)
     signs = _up_to_sign(ours.embedding_ / np.sqrt(n), ref.embedding_, EXACT_ATOL)
-    np.testing.assert_allclose(ours.reconstruction_error_, ref.reconstruction_error_,
-                               rtol=1e-6)
+    np.testing.assert_allclose(ours.reconstruction_error_, ref.reconstruction_error_, rtol=1e-6)
     new = X[:25] + 0.05
-    np.testing.assert_allclose(ours.transform(new) / np.sqrt(n) * signs, ref.transform(new),
-                               atol=EXACT_ATOL)
-    np.testing.assert_allclose(ours.transform(X[:40]), ours.embedding_[:40],
-                               atol=LLE_SELF_ATOL)
+    np.testing.assert_allclose(
+        ours.transform(new) / np.sqrt(n) * signs, ref.transform(new), atol=EXACT_ATOL
+    )
+    np.testing.assert_allclose(ours.transform(X[:40]), ours.embedding_[:40], atol=LLE_SELF_ATOL)
     arpack = LocallyLinearEmbedding(2, n_neighbors=12, eigen_solver="arpack").fit(X)
     _up_to_sign(arpack.embedding_, ours.embedding_, 1e-5)
 
@@ -139,8 +149,9 @@ def test_laplacian_eigenmaps_equal_scikit_learn_on_the_same_affinity(roll):
     X, t = roll
     ours = LaplacianEigenmaps(2, n_neighbors=10).fit(X)
     W, _ = graph_weights(graph_csr(knn_graph(X, 10)), "heat")
-    ref = SpectralEmbedding(2, affinity="precomputed", eigen_solver="arpack",
-                            random_state=0).fit(W.toarray())
+    ref = SpectralEmbedding(2, affinity="precomputed", eigen_solver="arpack", random_state=0).fit(
+        W.toarray()
+    )
     _up_to_sign(ours.embedding_, ref.embedding_, EXACT_ATOL)
     assert _unrolled(ours.embedding_, t) >= UNROLL_SPEARMAN
     # Nystrom transform: close to the training embedding for training rows
@@ -162,10 +173,16 @@ def test_spectral_embedding_ratio_cut_is_the_unnormalised_laplacian(roll):
 def test_spectral_clustering_recovers_the_true_labels(name):
     from sklearn.cluster import SpectralClustering as SkSC
 
-    X, y = (make_moons(1000, noise=0.05, random_state=0) if name == "moons" else
-            make_circles(1000, factor=0.5, noise=0.05, random_state=0))
-    for kw in ({"cut": "normalized"}, {"cut": "ratio"}, {"affinity": "gaussian", "width": 0.2,
-                                                          "n_landmarks": 300}):
+    X, y = (
+        make_moons(1000, noise=0.05, random_state=0)
+        if name == "moons"
+        else make_circles(1000, factor=0.5, noise=0.05, random_state=0)
+    )
+    for kw in (
+        {"cut": "normalized"},
+        {"cut": "ratio"},
+        {"affinity": "gaussian", "width": 0.2, "n_landmarks": 300},
+    ):
         sc = SpectralClustering(2, n_neighbors=10, **kw).fit(X)
         assert adjusted_rand_score(y, sc.labels_) >= ARI_FLOOR, kw
         assert sc.embedding_.shape == (1000, 2)
@@ -180,8 +197,9 @@ def test_nystrom_normalized_cut_is_that_of_the_nystrom_affinity():
     from dimred_dask.pairwise import check_kernel
 
     X, _ = make_moons(600, noise=0.05, random_state=0)
-    sc = SpectralClustering(3, affinity="gaussian", width=0.3, n_landmarks=150,
-                            random_state=4).fit(X)
+    sc = SpectralClustering(3, affinity="gaussian", width=0.3, n_landmarks=150, random_state=4).fit(
+        X
+    )
     L, _ = choose_landmarks(X, 150, "kmeans++", np.random.default_rng(4))  # the fit's first draw
     phi = nystrom_map(L, check_kernel("gaussian", 2, width=0.3)).features(X)
     A = phi @ phi.T
@@ -206,9 +224,11 @@ def test_dask_input_on_workers(client):
     assert isinstance(new, da.Array)
     np.testing.assert_allclose(new.compute(), ref.transform(X[:100]), atol=1e-6)
     lm = LandmarkIsomap(2, n_landmarks=100, **kw).fit(Xd)
-    np.testing.assert_allclose(np.asarray(lm.embedding_),
-                               LandmarkIsomap(2, n_landmarks=100, **kw).fit(X).embedding_,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(lm.embedding_),
+        LandmarkIsomap(2, n_landmarks=100, **kw).fit(X).embedding_,
+        atol=1e-6,
+    )
     sc = SpectralClustering(2, affinity="gaussian", width=0.2, n_landmarks=200).fit(Xd)
     assert isinstance(sc.labels_, da.Array)
     assert adjusted_rand_score(y, sc.labels_.compute()) >= ARI_FLOOR

@@ -1,6 +1,7 @@
 """The shared graph layer: kNN backends against scikit-learn, duplicates and ties, dask input
 on worker processes, connectivity (refused with sizes, or joined), weights, Laplacians and the
 sparse bottom eigensolver."""
+
 from __future__ import annotations
 
 import dask.array as da
@@ -9,9 +10,18 @@ import pytest
 import scipy.sparse as sp
 
 from dimred_dask.errors import DisconnectedGraphError, InputError
-from dimred_dask.graphs import (KNNGraph, check_connected, connected_components, graph_csr,
-                                graph_weights, join_components, knn_graph, laplacian,
-                                sample_recall, symmetrize)
+from dimred_dask.graphs import (
+    KNNGraph,
+    check_connected,
+    connected_components,
+    graph_csr,
+    graph_weights,
+    join_components,
+    knn_graph,
+    laplacian,
+    sample_recall,
+    symmetrize,
+)
 from dimred_dask.linalg import bottom_eigsh
 
 # NN-descent is approximate: on these small Gaussian sets it finds >= 0.98 of the neighbours
@@ -43,8 +53,9 @@ def test_exact_matches_scikit_learn(blobs):
     rows, cols = np.nonzero(g.indices != idx)
     assert set(g.indices[rows, cols]) | set(idx[rows, cols]) <= {5, 100, 101}
     x = blobs.astype(np.float64)
-    np.testing.assert_allclose(np.linalg.norm(x[rows] - x[g.indices[rows, cols]], axis=1),
-                               dist[rows, cols], atol=1e-12)
+    np.testing.assert_allclose(
+        np.linalg.norm(x[rows] - x[g.indices[rows, cols]], axis=1), dist[rows, cols], atol=1e-12
+    )
     assert g.indices.dtype == np.int64 and g.distances.dtype == np.float64
     assert not (g.indices == np.arange(3000)[:, None]).any()  # self excluded
 
@@ -134,8 +145,9 @@ def test_nndescent_in_locality_order_maps_back_to_the_given_rows(blobs, dtype, m
     np.testing.assert_array_equal(np.sort(order), np.arange(3000))
     assert (order != np.arange(3000)).any()
     orders = _spy_locality_order(monkeypatch)
-    idx, dist, seconds = _nndescent_compact(X, 10, "euclidean", {}, {"random_state": 0},
-                                            locality=True)
+    idx, dist, seconds = _nndescent_compact(
+        X, 10, "euclidean", {}, {"random_state": 0}, locality=True
+    )
     assert len(orders) == 1 and (orders[0] != np.arange(3000)).any()
     assert set(seconds) == {"order", "nndescent", "tidy"}
     # each listed distance is the distance to the listed row in the given numbering (a wrong
@@ -157,9 +169,9 @@ def test_gathered_chunks_take_the_locality_order_above_the_size_threshold(blobs,
 
     monkeypatch.setattr(nnd, "LOCALITY_MIN_BYTES", 0)
     orders = _spy_locality_order(monkeypatch)
-    idx, dist, seconds = nnd._gathered_nndescent(10, "euclidean", {}, {"random_state": 0},
-                                                        None, None,
-                                                        *np.array_split(blobs, 3))
+    idx, dist, seconds = nnd._gathered_nndescent(
+        10, "euclidean", {}, {"random_state": 0}, None, None, *np.array_split(blobs, 3)
+    )
     assert len(orders) == 1 and (orders[0] != np.arange(3000)).any()
     recomputed = np.linalg.norm(blobs[:, None, :].astype(np.float64) - blobs[idx], axis=2)
     np.testing.assert_allclose(dist, recomputed, rtol=1e-5, atol=1e-5)
@@ -357,12 +369,12 @@ def test_bottom_eigsh_gram_against_lapack():
 
     rng = np.random.default_rng(0)
     n, k = 400, 6
-    idx = np.array([rng.choice(np.delete(np.arange(n), i), k, replace=False)
-                    for i in range(n)])
+    idx = np.array([rng.choice(np.delete(np.arange(n), i), k, replace=False) for i in range(n)])
     w = rng.uniform(-0.5, 1.5, (n, k))
     w /= w.sum(axis=1, keepdims=True)
     A = sp.identity(n, format="csr") - sp.csr_matrix(
-        (w.ravel(), (np.repeat(np.arange(n), k), idx.ravel())), shape=(n, n))
+        (w.ravel(), (np.repeat(np.arange(n), k), idx.ravel())), shape=(n, n)
+    )
     vals, vecs = scipy.linalg.eigh((A.T @ A).toarray())
     assert abs(vals[0]) < 1e-12  # the constant, deflated by the solver
     e = bottom_eigsh_gram(A, 3, null=np.ones(n), random_state=1)
@@ -397,8 +409,7 @@ def test_kdtree_exact_graph_equals_the_distance_panels(X, blobs, monkeypatch):
 
 
 def _random_symmetric(n, density, seed):
-    A = sp.random(n, n, density=density, random_state=np.random.default_rng(seed),
-                  format="csr")
+    A = sp.random(n, n, density=density, random_state=np.random.default_rng(seed), format="csr")
     A = A.maximum(A.T).tocsr()
     A.setdiag(0)
     A.eliminate_zeros()
@@ -414,8 +425,7 @@ def test_all_pairs_shortest_paths_equal_scipys_dijkstra(levels, threads):
 
     from dimred_dask.blocks.geodesic_kernels import all_pairs_shortest_paths
 
-    for n, density, seed in [(1, 0.0, 0), (2, 0.0, 1), (9, 0.3, 2), (60, 0.04, 3),
-                             (400, 0.02, 4)]:
+    for n, density, seed in [(1, 0.0, 0), (2, 0.0, 1), (9, 0.3, 2), (60, 0.04, 3), (400, 0.02, 4)]:
         A = _random_symmetric(n, density, seed)
         ref = dijkstra(A, directed=True)
         D, unreached = all_pairs_shortest_paths(A, levels=levels, threads=threads)
@@ -447,8 +457,9 @@ def test_geodesic_matrix_refuses_a_disconnected_graph():
     from dimred_dask.graphs import geodesic_matrix
 
     g = knn_graph(_two_clusters(), 5)
-    with pytest.raises(DisconnectedGraphError, match="40 of the 100 points cannot be reached "
-                                                     "from point 0") as e:
+    with pytest.raises(
+        DisconnectedGraphError, match="40 of the 100 points cannot be reached from point 0"
+    ) as e:
         geodesic_matrix(g, method="Isomap")
     assert "join_components=True" in e.value.fix
 
@@ -476,8 +487,9 @@ def test_nndescent_builds_again_until_the_target_recall(hard_blobs):
     after = sample_recall(hard_blobs, g, 500, random_state=1)  # another sample
     assert after["recall"] >= 0.93 and after["recall"] > before + 0.05, after
     rows = np.arange(0, 30_000, 97)  # the distances are the listed rows' own
-    recomputed = np.linalg.norm(hard_blobs[rows, None, :].astype(np.float64)
-                                - hard_blobs[g.indices[rows]], axis=2)
+    recomputed = np.linalg.norm(
+        hard_blobs[rows, None, :].astype(np.float64) - hard_blobs[g.indices[rows]], axis=2
+    )
     np.testing.assert_allclose(g.distances[rows], recomputed, rtol=1e-5, atol=1e-5)
     assert (np.diff(g.distances, axis=1) >= 0).all() and g.n_neighbors == 10
 
@@ -488,11 +500,13 @@ def test_target_recall_within_a_budget_on_a_worker(client, hard_blobs):
     search = g.info["recall_search"]
     assert not search["met"] and len(search["rounds"]) == 1 and "budget" in search["stopped"]
     assert search["estimate"] == pytest.approx(
-        sample_recall(hard_blobs, g, 1000, random_state=1)["recall"], abs=0.05)
+        sample_recall(hard_blobs, g, 1000, random_state=1)["recall"], abs=0.05
+    )
 
 
-@pytest.mark.parametrize("target, budget", [(0, None), (1.5, None), ("high", None),
-                                            (True, None), (0.9, -1), (0.9, "1m")])
+@pytest.mark.parametrize(
+    "target, budget", [(0, None), (1.5, None), ("high", None), (True, None), (0.9, -1), (0.9, "1m")]
+)
 def test_bad_target_recall_refused(target, budget):
     with pytest.raises(InputError, match="target_recall|recall_budget") as info:
         knn_graph(np.zeros((50, 3)), 5, target_recall=target, recall_budget=budget)
@@ -511,10 +525,15 @@ def test_auto_backend_does_not_gather_more_than_a_share_of_a_worker(client, blob
     assert knn_module.choose_backend("auto", 24_000, X.compute(), 8) == "nndescent"  # in memory
 
 
-@pytest.mark.parametrize("metric, kind", [  # sparse rows: the metrics of inner products
-    (m, kind) for kind in ("dense", "offset", "sparse")
-    for m in ("euclidean", "sqeuclidean", "cosine", "manhattan")
-    if not (kind == "sparse" and m == "manhattan")])
+@pytest.mark.parametrize(
+    "metric, kind",
+    [  # sparse rows: the metrics of inner products
+        (m, kind)
+        for kind in ("dense", "offset", "sparse")
+        for m in ("euclidean", "sqeuclidean", "cosine", "manhattan")
+        if not (kind == "sparse" and m == "manhattan")
+    ],
+)
 def test_exact_kth_distance_matches_the_sorted_panels(metric, kind):
     from dimred_dask.blocks.neighbors import block_topk, drop_self, exact_kth_distance
 
@@ -528,15 +547,21 @@ def test_exact_kth_distance_matches_the_sorted_panels(metric, kind):
     rows[0] = 7
     idx, dist = drop_self(*block_topk(x[rows], x, 11, metric=metric), rows, 10)
     want = dist[:, -1]
-    np.testing.assert_allclose(exact_kth_distance(x, rows, 10, metric), want, rtol=1e-12,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        exact_kth_distance(x, rows, 10, metric), want, rtol=1e-12, atol=1e-12
+    )
     # a bound from a graph (loose), and a bound that is wrongly too tight for some rows
-    np.testing.assert_allclose(exact_kth_distance(x, rows, 10, metric, bound=want * 1.5 + 1e-9),
-                               want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        exact_kth_distance(x, rows, 10, metric, bound=want * 1.5 + 1e-9),
+        want,
+        rtol=1e-12,
+        atol=1e-12,
+    )
     tight = want * 1.01 + 1e-9
     tight[::3] = want[::3] * 0.5
-    np.testing.assert_allclose(exact_kth_distance(x, rows, 10, metric, bound=tight), want,
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        exact_kth_distance(x, rows, 10, metric, bound=tight), want, rtol=1e-12, atol=1e-12
+    )
 
 
 def test_a_pilot_on_subsets_starts_hard_data_with_a_denser_search(hard_blobs, monkeypatch):

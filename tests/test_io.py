@@ -1,5 +1,6 @@
 """Readers (Zarr v2/v3, group#path, .npy, Parquet, CSV; local, file://, memory://), the run
 store's commit rules, and the URI rules."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,15 @@ import pytest
 import zarr
 
 from dimred_dask import InputError, OutputExistsError, UncommittedOutputError
-from dimred_dask.io import (RunStore, check_output_location, open_input, open_output, parse_uri,
-                            plan_row_chunk, save_array)
+from dimred_dask.io import (
+    RunStore,
+    check_output_location,
+    open_input,
+    open_output,
+    parse_uri,
+    plan_row_chunk,
+    save_array,
+)
 
 
 @pytest.fixture
@@ -20,8 +28,9 @@ def X(rng):
 def test_zarr_v3_and_v2(tmp_path, X):
     for fmt in (3, 2):
         path = tmp_path / f"v{fmt}.zarr"
-        z = zarr.create_array(str(path), shape=X.shape, chunks=(50, 6), dtype=X.dtype,
-                              zarr_format=fmt)
+        z = zarr.create_array(
+            str(path), shape=X.shape, chunks=(50, 6), dtype=X.dtype, zarr_format=fmt
+        )
         z[:] = X
         inp = open_input(str(path))
         assert inp.meta["zarr_format"] == fmt and inp.array.shape == X.shape
@@ -99,11 +108,14 @@ def test_uri_rules(tmp_path):
     assert parse_uri("memory://b/x.zarr").url == "memory://b/x.zarr"
     assert parse_uri(f"file://{tmp_path}/a").url == f"{tmp_path}/a"
     assert parse_uri("s3://bucket/x.zarr#grp/arr").fragment == "grp/arr"
-    for bad, pattern in [("ftp://h/x", "scheme 'ftp' is not allowed"),
-                         ("s3://AKIA:secret@bucket/x", "credentials"),
-                         ("s3://bucket/x?X-Amz-Credential=abc", "credentials"),
-                         ("s3://bucket/a/../b", r"'\.\.'"), (f"{tmp_path}/../x", r"'\.\.'"),
-                         ("", "path or URL")]:
+    for bad, pattern in [
+        ("ftp://h/x", "scheme 'ftp' is not allowed"),
+        ("s3://AKIA:secret@bucket/x", "credentials"),
+        ("s3://bucket/x?X-Amz-Credential=abc", "credentials"),
+        ("s3://bucket/a/../b", r"'\.\.'"),
+        (f"{tmp_path}/../x", r"'\.\.'"),
+        ("", "path or URL"),
+    ]:
         with pytest.raises(InputError, match=pattern):
             parse_uri(bad)
     inp = parse_uri(f"{tmp_path}/in.zarr")

@@ -2,6 +2,7 @@
 (.h5ad and AnnData-Zarr v2 / v3; X, layers, obsm, raw; CSR and CSC), HDF5 datasets (h5py),
 SciPy sparse .npz (compressed and not), shards (glob or folder) and Parquet list columns;
 locally and from a real S3-compatible server; and every bad input refused by name."""
+
 from __future__ import annotations
 
 import contextlib
@@ -74,9 +75,11 @@ def cells(rng):
     X = sp.random(300, 40, density=0.1, format="csr", random_state=1, dtype=np.float32)
     counts = X.copy()
     counts.data = np.ceil(counts.data * 20)
-    return _adata(X, layers={"counts": counts.astype(np.int32),
-                             "dense": rng.standard_normal((300, 40))},
-                  obsm={"X_pca": rng.standard_normal((300, 5)).astype(np.float32)})
+    return _adata(
+        X,
+        layers={"counts": counts.astype(np.int32), "dense": rng.standard_normal((300, 40))},
+        obsm={"X_pca": rng.standard_normal((300, 5)).astype(np.float32)},
+    )
 
 
 def test_h5ad_elements_equal_what_anndata_reads(tmp_path, cells):
@@ -94,8 +97,10 @@ def test_h5ad_elements_equal_what_anndata_reads(tmp_path, cells):
     assert counts.meta["stored_dtype"] == "int32" and counts.array.dtype == np.float64
     _sparse_equal(counts, back.layers["counts"].astype(np.float64))
     _sparse_equal(open_input(f"{path}#raw/X", row_chunk=64), back.raw.X)
-    for element, expected in (("layers/dense", back.layers["dense"]),
-                              ("obsm/X_pca", back.obsm["X_pca"])):
+    for element, expected in (
+        ("layers/dense", back.layers["dense"]),
+        ("obsm/X_pca", back.obsm["X_pca"]),
+    ):
         dense = open_input(f"{path}#{element}", row_chunk=64)
         assert dense.meta["element"] == element and dense.meta["sparse"] is False
         np.testing.assert_array_equal(dense.array.compute(scheduler="sync"), expected)
@@ -114,8 +119,11 @@ def test_csc_is_read_by_rows_and_refused_above_the_scan_limit(tmp_path, cells, m
     monkeypatch.setattr(sparse, "SLAB_ENTRIES", 97)  # many slabs: the scan crosses columns
     _sparse_equal(open_input(str(tmp_path / "csc.h5ad"), row_chunk=33), cells.X)
     monkeypatch.setattr(sparse, "SCAN_MAX_BYTES", 1000)
-    with pytest.raises(InputError, match=r"(?s)stored by columns \(CSC\).*Fix: convert it to "
-                                         r"CSR once.*tocsr"):
+    with pytest.raises(
+        InputError,
+        match=r"(?s)stored by columns \(CSC\).*Fix: convert it to "
+        r"CSR once.*tocsr",
+    ):
         open_input(str(tmp_path / "csc.h5ad"))
 
 
@@ -132,8 +140,11 @@ def test_anndata_zarr_and_its_missing_chunks(tmp_path, cells, zarr_format):
     _sparse_equal(inp, back.X)
     pca = open_input(f"{path}#obsm/X_pca")
     np.testing.assert_array_equal(pca.array.compute(scheduler="sync"), back.obsm["X_pca"])
-    chunk = next(p for p in sorted((path / "X" / "data").rglob("*"))
-                 if p.is_file() and p.name not in ("zarr.json", ".zarray", ".zattrs"))
+    chunk = next(
+        p
+        for p in sorted((path / "X" / "data").rglob("*"))
+        if p.is_file() and p.name not in ("zarr.json", ".zarray", ".zattrs")
+    )
     chunk.unlink()
     with pytest.raises(InputError, match=r"incomplete: 1 of its \d+ chunk objects missing"):
         open_input(str(path))
@@ -155,9 +166,11 @@ def test_hdf5_datasets_dense_sparse_and_1d(tmp_path, rng):
     np.testing.assert_array_equal(inp.array.compute(scheduler="sync"), X)
     y = open_input(f"{tmp_path}/d.h5#y", allow_1d=True, as_float=True)
     np.testing.assert_array_equal(y.array.compute(scheduler="sync")[:, 0], np.arange(500.0))
-    for uri, pattern in ((f"{tmp_path}/d.h5", r"(?s)name the dataset.*\['g/x', 'y'\].*#g/x"),
-                         (f"{tmp_path}/d.h5#g", r"HDF5 group, not a dataset.*\['x'\]"),
-                         (f"{tmp_path}/d.h5#zz", r"No dataset 'zz'.*\['g/x', 'y'\]")):
+    for uri, pattern in (
+        (f"{tmp_path}/d.h5", r"(?s)name the dataset.*\['g/x', 'y'\].*#g/x"),
+        (f"{tmp_path}/d.h5#g", r"HDF5 group, not a dataset.*\['x'\]"),
+        (f"{tmp_path}/d.h5#zz", r"No dataset 'zz'.*\['g/x', 'y'\]"),
+    ):
         with pytest.raises(InputError, match=pattern):
             open_input(uri)
     with pytest.raises(InputTypeError, match=r"names .*\|S1.*real numbers"):
@@ -175,8 +188,11 @@ def test_damaged_hdf5_chunk_is_an_input_error_naming_it(tmp_path, cells):
         f.seek(info.byte_offset + 4)
         f.write(b"\xff" * 16)
     inp = open_input(str(path), row_chunk=100)
-    with pytest.raises(InputError, match=r"(?s)Could not read entries .* of '/X/data' of "
-                                         r".*z\.h5ad#X.*Fix: the file is damaged"):
+    with pytest.raises(
+        InputError,
+        match=r"(?s)Could not read entries .* of '/X/data' of "
+        r".*z\.h5ad#X.*Fix: the file is damaged",
+    ):
         _blocks(inp.array)
 
 
@@ -217,8 +233,11 @@ def test_npy_shards_by_glob_and_folder_in_sorted_order(tmp_path, rng):
     reader = inp.array.dask[(inp.array.name, 0, 0)]
     assert len(pickle.dumps(reader)) < 20_000  # the graph carries paths, never data
     np.save(tmp_path / "sh" / "part-03.npy", np.ones((5, 7), np.float32))
-    with pytest.raises(InputError, match=r"(?s)shards of .* differ: .*part-03\.npy has 7 "
-                                         r"columns.*part-00\.npy has 6 columns"):
+    with pytest.raises(
+        InputError,
+        match=r"(?s)shards of .* differ: .*part-03\.npy has 7 "
+        r"columns.*part-00\.npy has 6 columns",
+    ):
         open_input(f"{tmp_path}/sh")
     np.save(tmp_path / "sh" / "part-03.npy", np.ones((5, 6), np.float64))
     with pytest.raises(InputError, match=r"part-03\.npy has 6 columns of float64"):
@@ -241,11 +260,14 @@ def _embeddings(rng, n=250, k=8):
 
     emb = rng.standard_normal((n, k)).astype(np.float32)
     offsets = pa.array(np.arange(n + 1, dtype=np.int32) * k)
-    return emb, pa.table({
-        "id": np.arange(n, dtype=np.int64),
-        "embedding": pa.ListArray.from_arrays(offsets, pa.array(emb.ravel())),
-        "fixed": pa.FixedSizeListArray.from_arrays(pa.array(emb.ravel().astype(np.float64)), k),
-        "name": pa.array([f"c{i}" for i in range(n)])})
+    return emb, pa.table(
+        {
+            "id": np.arange(n, dtype=np.int64),
+            "embedding": pa.ListArray.from_arrays(offsets, pa.array(emb.ravel())),
+            "fixed": pa.FixedSizeListArray.from_arrays(pa.array(emb.ravel().astype(np.float64)), k),
+            "name": pa.array([f"c{i}" for i in range(n)]),
+        }
+    )
 
 
 def test_parquet_list_columns(tmp_path, rng):
@@ -259,16 +281,21 @@ def test_parquet_list_columns(tmp_path, rng):
     both = open_input(str(tmp_path / "e.parquet"), columns=["id", "fixed"], row_chunk=64)
     expected = np.column_stack([np.arange(250.0), emb.astype(np.float64)])
     np.testing.assert_array_equal(both.array.compute(scheduler="sync"), expected)
-    for name, values in (("ragged", [[1.0, 2.0]] * 70 + [[1.0]] + [[1.0, 2.0]] * 29),
-                         ("null list", [[1.0, 2.0]] * 70 + [None] + [[1.0, 2.0]] * 29),
-                         ("null value", [[1.0, 2.0]] * 70 + [[1.0, None]] + [[1.0, 2.0]] * 29)):
+    for name, values in (
+        ("ragged", [[1.0, 2.0]] * 70 + [[1.0]] + [[1.0, 2.0]] * 29),
+        ("null list", [[1.0, 2.0]] * 70 + [None] + [[1.0, 2.0]] * 29),
+        ("null value", [[1.0, 2.0]] * 70 + [[1.0, None]] + [[1.0, 2.0]] * 29),
+    ):
         import pyarrow as pa
 
         path = tmp_path / f"{name.replace(' ', '-')}.parquet"
         pq.write_table(pa.table({"embedding": pa.array(values)}), path, row_group_size=50)
         bad = open_input(str(path), columns=["embedding"])
-        with pytest.raises(InputError, match=rf"(?s)'embedding' of the Parquet file .*{path.name}"
-                                             r", row group 1 has 1 .*first at row 70"):
+        with pytest.raises(
+            InputError,
+            match=rf"(?s)'embedding' of the Parquet file .*{path.name}"
+            r", row group 1 has 1 .*first at row 70",
+        ):
             bad.array.compute(scheduler="sync")
 
 
@@ -283,10 +310,12 @@ def test_parquet_chunks_are_whole_row_groups(tmp_path, rng, monkeypatch):
     folder = tmp_path / "emb"
     folder.mkdir()
     for i in range(3):
-        pq.write_table(table.slice(200 * i, 200), folder / f"part-{i}.parquet",
-                       row_group_size=100)
-    monkeypatch.setattr(read, "plan_row_chunk", lambda n, d, size, base=1: base_plan(
-        n, d, size, base=base, target_bytes=40 * d * size))  # 40 rows planned
+        pq.write_table(table.slice(200 * i, 200), folder / f"part-{i}.parquet", row_group_size=100)
+    monkeypatch.setattr(
+        read,
+        "plan_row_chunk",
+        lambda n, d, size, base=1: base_plan(n, d, size, base=base, target_bytes=40 * d * size),
+    )  # 40 rows planned
     base_plan = base.plan_row_chunk
     reads, opened = [], tables._parquet_file
 
@@ -330,13 +359,19 @@ def test_bad_anndata_inputs_are_refused_by_name(tmp_path, cells):
         del f["X"]
         ad.io.write_elem(f, "X", pd.DataFrame({"u": ["x"] * 300}, index=cells.obs_names))
     for element in ("", "#obsm/table"):
-        with pytest.raises(InputTypeError, match=r"is a dataframe with columns \['u'\], not a "
-                                                 "numeric matrix"):
+        with pytest.raises(
+            InputTypeError,
+            match=r"is a dataframe with columns \['u'\], not a "
+            "numeric matrix",
+        ):
             open_input(f"{tmp_path}/frame.h5ad{element}")
     _write(cells, tmp_path / "cells.zarr", zarr_format=3)
     for uri in (f"{tmp_path}/frame.h5ad#layers/nope", f"{tmp_path}/cells.zarr#obsm/nope"):
-        with pytest.raises(InputError, match=r"No element '.*nope'.*\[('X', )?'layers/counts', "
-                                             r"'layers/dense', 'obsm/X_pca'\]"):
+        with pytest.raises(
+            InputError,
+            match=r"No element '.*nope'.*\[('X', )?'layers/counts', "
+            r"'layers/dense', 'obsm/X_pca'\]",
+        ):
             open_input(uri)
 
 
@@ -347,8 +382,11 @@ def test_sparse_nan_and_inf_are_refused_naming_rows(tmp_path):
     dense[40, 9] = np.inf
     sp.save_npz(tmp_path / "nan.npz", sp.csr_matrix(dense), compressed=False)
     inp = open_input(str(tmp_path / "nan.npz"), row_chunk=30)
-    with pytest.raises(InputError, match=r"(?s)found 2 NaN in rows 5-6 of .*nan\.npz.*Fix: "
-                                         "impute or drop"):
+    with pytest.raises(
+        InputError,
+        match=r"(?s)found 2 NaN in rows 5-6 of .*nan\.npz.*Fix: "
+        "impute or drop",
+    ):
         _blocks(inp.array[:30])
     with pytest.raises(InputError, match=r"1 inf in row 40 "):
         _blocks(inp.array[30:60])
@@ -400,8 +438,7 @@ def test_s3_h5ad_anndata_zarr_hdf5_npz(client, bucket, tmp_path, cells, rng):
     for name in ("cells.h5ad", "x.npz", "d.h5"):
         fs.put(str(tmp_path / name), f"{bucket}/{name}")
     fs.put(str(tmp_path / "cells.zarr"), f"{bucket}/cells.zarr", recursive=True)
-    for uri in (f"s3://{bucket}/cells.h5ad", f"s3://{bucket}/cells.zarr",
-                f"s3://{bucket}/x.npz"):
+    for uri in (f"s3://{bucket}/cells.h5ad", f"s3://{bucket}/cells.zarr", f"s3://{bucket}/x.npz"):
         inp = open_input(uri, row_chunk=64)
         assert inp.meta["sparse"] and inp.meta["nnz"] == cells.X.nnz
         _sparse_equal(inp, cells.X, scheduler=client)
@@ -409,8 +446,9 @@ def test_s3_h5ad_anndata_zarr_hdf5_npz(client, bucket, tmp_path, cells, rng):
     _sparse_equal(counts, cells.layers["counts"], scheduler=client)
     pca = open_input(f"s3://{bucket}/cells.zarr#obsm/X_pca")
     np.testing.assert_array_equal(pca.array.compute(), cells.obsm["X_pca"])
-    np.testing.assert_array_equal(open_input(f"s3://{bucket}/d.h5#emb/x", row_chunk=64)
-                                  .array.compute(), X)
+    np.testing.assert_array_equal(
+        open_input(f"s3://{bucket}/d.h5#emb/x", row_chunk=64).array.compute(), X
+    )
     fs.rm(f"{bucket}/cells.zarr/X/indices/c/0")
     with pytest.raises(InputError, match=r"missing \(X/indices/c/0\)"):
         open_input(f"s3://{bucket}/cells.zarr")

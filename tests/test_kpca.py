@@ -1,5 +1,6 @@
 """Kernel PCA (seed 002) against scikit-learn's KernelPCA, the seed's Wine homework, the
 out-of-sample formula, Nyström, negative eigenvalues and bad parameters."""
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -31,24 +32,34 @@ def _up_to_sign(a, b, atol):
     np.testing.assert_allclose(a * signs, b, atol=atol)
 
 
-@pytest.mark.parametrize("kernel,params,sk", [
-    ("gaussian", {}, {"kernel": "rbf", "gamma": 1 / 13}),
-    ("gaussian", {"width": 3.0}, {"kernel": "rbf", "gamma": 1 / 9}),
-    ("polynomial", {"degree": 2, "gamma": 0.1, "coef0": 1.0},
-     {"kernel": "poly", "degree": 2, "gamma": 0.1, "coef0": 1.0}),
-    # scikit-learn's KernelPCA has no "laplacian": a callable of the same formula
-    ("laplacian", {"gamma": 0.05},
-     {"kernel": lambda a, b: np.exp(-0.05 * np.abs(a - b).sum())}),
-    ("cosine", {}, {"kernel": "cosine"}),
-])
+@pytest.mark.parametrize(
+    "kernel,params,sk",
+    [
+        ("gaussian", {}, {"kernel": "rbf", "gamma": 1 / 13}),
+        ("gaussian", {"width": 3.0}, {"kernel": "rbf", "gamma": 1 / 9}),
+        (
+            "polynomial",
+            {"degree": 2, "gamma": 0.1, "coef0": 1.0},
+            {"kernel": "poly", "degree": 2, "gamma": 0.1, "coef0": 1.0},
+        ),
+        # scikit-learn's KernelPCA has no "laplacian": a callable of the same formula
+        (
+            "laplacian",
+            {"gamma": 0.05},
+            {"kernel": lambda a, b: np.exp(-0.05 * np.abs(a - b).sum())},
+        ),
+        ("cosine", {}, {"kernel": "cosine"}),
+    ],
+)
 @pytest.mark.parametrize("solver", ["dense", "lanczos", "randomized"])
 def test_matches_sklearn(kernel, params, sk, solver):
     X, _ = _wine()
     ref = SkKernelPCA(3, eigen_solver="dense", **sk).fit(X)
     ours = KernelPCA(3, kernel=kernel, solver=solver, random_state=0, **params).fit(X)
     exact = solver != "randomized"
-    np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_,
-                               rtol=EXACT_RTOL if exact else RANDOMIZED_EIG_RTOL)
+    np.testing.assert_allclose(
+        ours.eigenvalues_, ref.eigenvalues_, rtol=EXACT_RTOL if exact else RANDOMIZED_EIG_RTOL
+    )
     _up_to_sign(ours.embedding_, ref.transform(X), 1e-8 if exact else RANDOMIZED_EMB_ATOL)
     # the out-of-sample formula on new points, against scikit-learn's
     rng = np.random.default_rng(0)
@@ -87,8 +98,7 @@ def test_eigenvectors_are_unit_and_renormalised():
     np.testing.assert_allclose(A.T @ A, np.eye(3), atol=1e-12)
     # embedding = A Lambda^1/2, so the feature-space directions psi = F H A Lambda^-1/2 are
     # orthonormal: Y^T Y = Lambda
-    np.testing.assert_allclose(m.embedding_.T @ m.embedding_, np.diag(m.eigenvalues_),
-                               atol=1e-9)
+    np.testing.assert_allclose(m.embedding_.T @ m.embedding_, np.diag(m.eigenvalues_), atol=1e-9)
 
 
 # Nyström with m = 600 of n = 3000 on this smooth kernel: measured 0.1% eigenvalue error and
@@ -110,8 +120,9 @@ def test_nystrom_close_to_exact(client, exact_3000, landmarks):
 
     X, exact = exact_3000
     Xd = da.from_array(X.astype(np.float32), chunks=(700, 10))
-    approx = KernelPCA(2, width=6.0, solver="nystrom", n_landmarks=600,
-                       landmarks=landmarks, random_state=0).fit(Xd)
+    approx = KernelPCA(
+        2, width=6.0, solver="nystrom", n_landmarks=600, landmarks=landmarks, random_state=0
+    ).fit(Xd)
     assert isinstance(approx.embedding_, da.Array)
     np.testing.assert_allclose(approx.eigenvalues_, exact.eigenvalues_, rtol=NYSTROM_EIG_RTOL)
     _, _, disparity = procrustes(exact.embedding_, approx.embedding_.compute())
@@ -145,10 +156,12 @@ def test_nystrom_paths_for_dask_input_agree_with_numpy(client, exact_3000):
     assert passes._model.embedding is None and one._model.embedding is not None
     for fit in (one, passes):
         assert isinstance(fit.embedding_, da.Array)
-        np.testing.assert_allclose(fit.eigenvalues_, ref.eigenvalues_,
-                                   rtol=NYSTROM_PATHS_EIG_RTOL)
-        np.testing.assert_allclose(fit.embedding_.compute(), ref.embedding_,
-                                   atol=NYSTROM_PATHS_EMB * np.abs(ref.embedding_).max())
+        np.testing.assert_allclose(fit.eigenvalues_, ref.eigenvalues_, rtol=NYSTROM_PATHS_EIG_RTOL)
+        np.testing.assert_allclose(
+            fit.embedding_.compute(),
+            ref.embedding_,
+            atol=NYSTROM_PATHS_EMB * np.abs(ref.embedding_).max(),
+        )
 
 
 def test_dask_input_gives_the_numpy_result(client):
@@ -201,17 +214,20 @@ def test_model_round_trips_through_arrays():
         np.testing.assert_array_equal(back.transform(X[:10]), m.transform(X[:10]))
 
 
-@pytest.mark.parametrize("params,match", [
-    ({"n_components": 178}, "n_components < n_samples"),
-    ({"n_components": 0}, "n_components"),
-    ({"gamma": 0.0}, "gamma"),
-    ({"width": -1.0}, "width"),
-    ({"kernel": "polynomial", "degree": 0}, "degree"),
-    ({"kernel": "spline"}, "Unknown kernel"),
-    ({"solver": "arpack"}, "solver"),
-    ({"solver": "nystrom", "n_landmarks": 500}, "n_landmarks"),
-    ({"solver": "nystrom", "landmarks": "random"}, "landmarks"),
-])
+@pytest.mark.parametrize(
+    "params,match",
+    [
+        ({"n_components": 178}, "n_components < n_samples"),
+        ({"n_components": 0}, "n_components"),
+        ({"gamma": 0.0}, "gamma"),
+        ({"width": -1.0}, "width"),
+        ({"kernel": "polynomial", "degree": 0}, "degree"),
+        ({"kernel": "spline"}, "Unknown kernel"),
+        ({"solver": "arpack"}, "solver"),
+        ({"solver": "nystrom", "n_landmarks": 500}, "n_landmarks"),
+        ({"solver": "nystrom", "landmarks": "random"}, "landmarks"),
+    ],
+)
 def test_bad_parameters_are_refused(params, match):
     X, _ = _wine()
     with pytest.raises(InputError, match=match) as err:

@@ -1,4 +1,5 @@
 """docs/design.md section 2 as a test: one-way imports between the layers."""
+
 from __future__ import annotations
 
 import ast
@@ -44,10 +45,12 @@ def test_nothing_in_the_package_imports_prefect():
 def test_blocks_are_pure_in_memory_kernels():
     for f in (PKG / "blocks").rglob("*.py"):
         mods = _imports(f)
-        assert not any(m.split(".")[0] in ("dask", "distributed", "zarr", "fsspec")
-                       for m in mods), f
-        assert not any(m.startswith("dimred_dask.") and not m.startswith("dimred_dask.blocks")
-                       for m in mods), f
+        assert not any(
+            m.split(".")[0] in ("dask", "distributed", "zarr", "fsspec") for m in mods
+        ), f
+        assert not any(
+            m.startswith("dimred_dask.") and not m.startswith("dimred_dask.blocks") for m in mods
+        ), f
 
 
 def test_only_io_touches_storage_libraries():

@@ -2,6 +2,7 @@
 and on an S3-compatible server), an empty or undecodable lease is stale, a slow racer never
 deletes a newer lease, a breaker left by a crashed racer does not block, and renew / release
 touch only their own lease."""
+
 from __future__ import annotations
 
 import functools
@@ -31,8 +32,12 @@ FIRST_WAIT, TRIAL_WAIT = 120.0, 60.0
 @functools.lru_cache(maxsize=None)
 def _dead_pid() -> int:
     """The pid of a process of this host that has exited."""
-    out = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(out.stdout)
 
 
@@ -40,12 +45,25 @@ def _stale_bodies(trial: int) -> tuple[str, bytes]:
     """Four kinds of stale lease, in turn."""
     kind = ("expired elsewhere", "dead pid here", "empty", "garbage")[trial % 4]
     if kind == "expired elsewhere":
-        body = json.dumps({"token": uuid.uuid4().hex, "host": "elsewhere.invalid", "pid": 4242,
-                           "holder": "expired run", "expires": time.time() - 5}).encode()
+        body = json.dumps(
+            {
+                "token": uuid.uuid4().hex,
+                "host": "elsewhere.invalid",
+                "pid": 4242,
+                "holder": "expired run",
+                "expires": time.time() - 5,
+            }
+        ).encode()
     elif kind == "dead pid here":
-        body = json.dumps({"token": uuid.uuid4().hex, "host": socket.gethostname(),
-                           "pid": _dead_pid(), "holder": "crashed run",
-                           "expires": time.time() + 600}).encode()
+        body = json.dumps(
+            {
+                "token": uuid.uuid4().hex,
+                "host": socket.gethostname(),
+                "pid": _dead_pid(),
+                "holder": "crashed run",
+                "expires": time.time() + 600,
+            }
+        ).encode()
     elif kind == "empty":
         body = b""
     else:
@@ -95,13 +113,16 @@ def _race(url: str) -> dict:
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(RACERS + 1)
     results = ctx.Queue()
-    procs = [ctx.Process(target=_racer, args=(url, i, barrier, results), daemon=True)
-             for i in range(RACERS)]
+    procs = [
+        ctx.Process(target=_racer, args=(url, i, barrier, results), daemon=True)
+        for i in range(RACERS)
+    ]
     for p in procs:
         p.start()
     # the planting side's own S3 client, not the one cached from earlier tests of the session
-    store = RunStore(url, storage_options={"skip_instance_cache": True}
-                     if url.startswith("s3://") else None)
+    store = RunStore(
+        url, storage_options={"skip_instance_cache": True} if url.startswith("s3://") else None
+    )
     bad, debris, kinds, named = [], [], {}, 0
     t0 = None
     try:
@@ -133,8 +154,13 @@ def _race(url: str) -> dict:
             p.join(timeout=10)
             if p.is_alive():
                 p.terminate()
-    return {"bad": bad, "debris": debris, "kinds": kinds, "named": named,
-            "seconds": time.perf_counter() - (t0 or time.perf_counter())}
+    return {
+        "bad": bad,
+        "debris": debris,
+        "kinds": kinds,
+        "named": named,
+        "seconds": time.perf_counter() - (t0 or time.perf_counter()),
+    }
 
 
 def _leftovers(store: RunStore) -> list[str]:
@@ -145,8 +171,10 @@ def _leftovers(store: RunStore) -> list[str]:
 
 
 def _check_race(report: dict) -> None:
-    print(f"{TRIALS} trials x {RACERS} racers in {report['seconds']:.1f} s; stale kinds "
-          f"{report['kinds']}; trials where every loser named the winner: {report['named']}")
+    print(
+        f"{TRIALS} trials x {RACERS} racers in {report['seconds']:.1f} s; stale kinds "
+        f"{report['kinds']}; trials where every loser named the winner: {report['named']}"
+    )
     assert not report["bad"], f"trials without exactly one winner: {report['bad'][:5]}"
     assert not report["debris"], f"objects left after release: {report['debris'][:5]}"
 
@@ -211,9 +239,17 @@ def test_race_between_threads_without_o_tmpfile(tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------- stale content
-@pytest.mark.parametrize("body", [b"", b"\x00\xff\xfe garbage", b"[1, 2]", b'{"expires": "later"}',
-                                  b'{"token": "t", "host": "h"}'],
-                         ids=["empty", "garbage", "not-an-object", "bad-expiry", "no-expiry"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"\x00\xff\xfe garbage",
+        b"[1, 2]",
+        b'{"expires": "later"}',
+        b'{"token": "t", "host": "h"}',
+    ],
+    ids=["empty", "garbage", "not-an-object", "bad-expiry", "no-expiry"],
+)
 def test_empty_or_undecodable_lease_is_taken_over(tmp_path, body):
     store = RunStore(str(tmp_path / "out"))
     _plant(store, LEASE, body)
@@ -238,8 +274,9 @@ def test_live_lease_of_this_process_is_refused_naming_the_holder(tmp_path):
     holder = Lease(store, holder="nightly job 7").acquire()
     try:
         t0 = time.perf_counter()
-        with pytest.raises(LeaseHeldError, match=r"(?s)nightly job 7.*pid %d.*Fix: wait"
-                                                 % os.getpid()) as err:
+        with pytest.raises(
+            LeaseHeldError, match=r"(?s)nightly job 7.*pid %d.*Fix: wait" % os.getpid()
+        ) as err:
             Lease(store, holder="second run").acquire()
         assert time.perf_counter() - t0 < 0.5  # refused at once, no waiting
         assert err.value.holder["token"] == holder.token
@@ -264,8 +301,15 @@ def test_expired_lease_of_a_live_process_is_taken_over(tmp_path):
 
 # --------------------------------------------------------------------------- slow racers
 def _plant_expired(store: RunStore) -> bytes:
-    body = json.dumps({"token": uuid.uuid4().hex, "host": "elsewhere.invalid", "pid": 1,
-                       "holder": "expired run", "expires": time.time() - 1}).encode()
+    body = json.dumps(
+        {
+            "token": uuid.uuid4().hex,
+            "host": "elsewhere.invalid",
+            "pid": 1,
+            "holder": "expired run",
+            "expires": time.time() - 1,
+        }
+    ).encode()
     _plant(store, LEASE, body)
     return body
 
@@ -325,8 +369,19 @@ def test_racer_waits_for_a_live_breaker_and_never_deletes(tmp_path):
     store = RunStore(str(tmp_path / "out"))
     stale = _plant_expired(store)
     breaker = f"{LEASE}.break-{_digest(stale)}"
-    _plant(store, breaker, json.dumps({"token": "t", "host": "elsewhere.invalid", "pid": 1,
-                                       "holder": "busy racer", "created": time.time()}).encode())
+    _plant(
+        store,
+        breaker,
+        json.dumps(
+            {
+                "token": "t",
+                "host": "elsewhere.invalid",
+                "pid": 1,
+                "holder": "busy racer",
+                "created": time.time(),
+            }
+        ).encode(),
+    )
     t0 = time.perf_counter()
     with pytest.raises(LeaseHeldError, match=r"(?s)taking over.*elsewhere\.invalid.*Fix: retry"):
         Lease(store, wait=0.3).acquire()
@@ -359,19 +414,32 @@ def test_racer_waiting_on_a_breaker_proceeds_when_it_finishes(tmp_path):
 
 
 # --------------------------------------------------------------------------- crashed breakers
-@pytest.mark.parametrize("breaker", [
-    {"host": "elsewhere.invalid", "pid": 1, "created": -BREAKER_TTL - 5},   # old
-    {"host": socket.gethostname(), "pid": "dead", "created": 0},             # dead pid here
-    None,                                                                    # empty
-], ids=["old", "dead-pid", "empty"])
+@pytest.mark.parametrize(
+    "breaker",
+    [
+        {"host": "elsewhere.invalid", "pid": 1, "created": -BREAKER_TTL - 5},  # old
+        {"host": socket.gethostname(), "pid": "dead", "created": 0},  # dead pid here
+        None,  # empty
+    ],
+    ids=["old", "dead-pid", "empty"],
+)
 def test_breaker_left_by_a_crashed_racer_does_not_block(tmp_path, breaker):
     store = RunStore(str(tmp_path / "out"))
     stale = _plant_expired(store)
     name = f"{LEASE}.break-{_digest(stale)}"
-    body = b"" if breaker is None else json.dumps(
-        {**breaker, "token": "t", "holder": "crashed racer",
-         "pid": _dead_pid() if breaker["pid"] == "dead" else breaker["pid"],
-         "created": time.time() + breaker["created"]}).encode()
+    body = (
+        b""
+        if breaker is None
+        else json.dumps(
+            {
+                **breaker,
+                "token": "t",
+                "holder": "crashed racer",
+                "pid": _dead_pid() if breaker["pid"] == "dead" else breaker["pid"],
+                "created": time.time() + breaker["created"],
+            }
+        ).encode()
+    )
     _plant(store, name, body)
     t0 = time.perf_counter()
     lease = Lease(store, holder="re-run").acquire()
@@ -385,8 +453,14 @@ def test_chain_of_abandoned_breakers_uses_the_next_generation(tmp_path, monkeypa
     store = RunStore(str(tmp_path / "out"))
     stale = _plant_expired(store)
     d = _digest(stale)
-    old = json.dumps({"token": "t", "host": "elsewhere.invalid", "pid": 1,
-                      "created": time.time() - BREAKER_TTL - 1}).encode()
+    old = json.dumps(
+        {
+            "token": "t",
+            "host": "elsewhere.invalid",
+            "pid": 1,
+            "created": time.time() - BREAKER_TTL - 1,
+        }
+    ).encode()
     for name in (f"{LEASE}.break-{d}", f"{LEASE}.break-{d}.2"):
         _plant(store, name, old)
     made = []
@@ -409,8 +483,15 @@ def test_chain_of_abandoned_breakers_uses_the_next_generation(tmp_path, monkeypa
 def test_renew_and_release_touch_only_their_own_lease(tmp_path):
     store = RunStore(str(tmp_path / "out"))
     mine = Lease(store, holder="mine").acquire()
-    other = json.dumps({"token": "someone-else", "host": "elsewhere.invalid", "pid": 1,
-                        "holder": "other", "expires": time.time() + 600}).encode()
+    other = json.dumps(
+        {
+            "token": "someone-else",
+            "host": "elsewhere.invalid",
+            "pid": 1,
+            "holder": "other",
+            "expires": time.time() + 600,
+        }
+    ).encode()
     store.fs.pipe_file(mine.path, other)
     assert mine.renew() is False
     mine.release()

@@ -1,5 +1,6 @@
 """LLE's solvers for wide data: LOBPCG on products with A = I - W (Jacobi or the aggregation
 multigrid preconditioner of dimred_dask.linalg.amg), against LAPACK on M = Aᵀ A."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -63,8 +64,9 @@ def mixture_lle():
 def test_bottom_eigsh_lobpcg_against_lapack(mixture_lle, preconditioner):
     X, A, vals, vecs = mixture_lle
     n = A.shape[0]
-    e = bottom_eigsh_lobpcg(A, 3, null=np.ones(n), preconditioner=preconditioner, tol=TOL,
-                            random_state=1)
+    e = bottom_eigsh_lobpcg(
+        A, 3, null=np.ones(n), preconditioner=preconditioner, tol=TOL, random_state=1
+    )
     assert e.solver == f"lobpcg-{preconditioner}" and e.info["iterations"] < 500
     np.testing.assert_allclose(e.values, vals[1:4], rtol=VALUE_RTOL)
     cos = np.abs(np.sum(e.vectors * vecs[:, 1:4], axis=0))

@@ -1,6 +1,7 @@
 """Classical and landmark MDS: against PCA (Euclidean distances), a dense NumPy oracle
 (non-Euclidean metrics), seed 001's worked example, precomputed-matrix validation, the
 out-of-sample triangulation, save/load, and scikit-learn's estimator contract."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,15 @@ from sklearn.decomposition import PCA as SkPCA
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dimred_dask.errors import InputError
-from dimred_dask.methods.mds import (MDS, LandmarkMDS, LandmarkMDSModel, MDSModel,
-                                     check_distance_matrix, classical_mds, landmark_mds)
+from dimred_dask.methods.mds import (
+    MDS,
+    LandmarkMDS,
+    LandmarkMDSModel,
+    MDSModel,
+    check_distance_matrix,
+    classical_mds,
+    landmark_mds,
+)
 from tests.data import low_rank
 
 # Dense eigh of B and scikit-learn's SVD of Xc are both backward stable: they agree to
@@ -46,7 +54,7 @@ def _same_up_to_sign(a, b, rtol):
 def _oracle_b(D):
     n = D.shape[0]
     J = np.eye(n) - np.ones((n, n)) / n
-    B = -0.5 * J @ (D ** 2) @ J
+    B = -0.5 * J @ (D**2) @ J
     w, v = np.linalg.eigh((B + B.T) / 2)
     return w[::-1], v[:, ::-1]
 
@@ -67,8 +75,9 @@ def exact_rank3():
 # ----------------------------------------------------------------- Euclidean = PCA
 
 
-@pytest.mark.parametrize("solver,rtol", [("dense", EXACT_RTOL), ("randomized", RANDOMIZED_RTOL),
-                                         ("lanczos", EXACT_RTOL)])
+@pytest.mark.parametrize(
+    "solver,rtol", [("dense", EXACT_RTOL), ("randomized", RANDOMIZED_RTOL), ("lanczos", EXACT_RTOL)]
+)
 def test_euclidean_mds_is_pca(data, solver, rtol):
     k = 3
     pca = SkPCA(k, svd_solver="full").fit(data)
@@ -77,8 +86,9 @@ def test_euclidean_mds_is_pca(data, solver, rtol):
     _same_up_to_sign(model.embedding_, pca.transform(data), rtol)
     n = data.shape[0]
     np.testing.assert_allclose(model.eigenvalues_ / (n - 1), pca.explained_variance_, rtol=rtol)
-    np.testing.assert_allclose(model.explained_variance_ratio_, pca.explained_variance_ratio_,
-                               rtol=rtol)
+    np.testing.assert_allclose(
+        model.explained_variance_ratio_, pca.explained_variance_ratio_, rtol=rtol
+    )
     assert model.negative_ratio_ == 0.0 and model.negative_eigenvalues_.size == 0
     if solver == "dense":
         assert model.negative_mass_ == 0.0
@@ -89,22 +99,25 @@ def test_euclidean_mds_is_pca_on_dask(client, data, solver, rtol):
     X = da.from_array(data, chunks=(70, 10))  # irregular last chunk: 70, 70, 70, 70, 20
     model = MDS(3, solver=solver).fit(X)
     assert isinstance(model.embedding_, da.Array) and model.embedding_.chunks[0] == X.chunks[0]
-    _same_up_to_sign(model.embedding_.compute(), SkPCA(3, svd_solver="full").fit_transform(data),
-                     rtol)
+    _same_up_to_sign(
+        model.embedding_.compute(), SkPCA(3, svd_solver="full").fit_transform(data), rtol
+    )
     local = MDS(3, solver=solver).fit(data)
     np.testing.assert_allclose(model.eigenvalues_, local.eigenvalues_, rtol=rtol)
     Y = model.transform(X)
     assert isinstance(Y, da.Array)
-    np.testing.assert_allclose(Y.compute(), model.embedding_.compute(), rtol=0,
-                               atol=rtol * np.abs(local.embedding_).max())
+    np.testing.assert_allclose(
+        Y.compute(), model.embedding_.compute(), rtol=0, atol=rtol * np.abs(local.embedding_).max()
+    )
 
 
 def test_float32_stays_float32(data):
     X = data.astype(np.float32)
     model = MDS(3).fit(X)
     assert model.embedding_.dtype == np.float32 and model.transform(X).dtype == np.float32
-    _same_up_to_sign(model.embedding_, SkPCA(3, svd_solver="full").fit_transform(data),
-                     FLOAT32_RTOL)
+    _same_up_to_sign(
+        model.embedding_, SkPCA(3, svd_solver="full").fit_transform(data), FLOAT32_RTOL
+    )
 
 
 def test_seed001_explained_fraction():
@@ -197,13 +210,21 @@ def test_precomputed_matches_data_input(client, data):
         model = MDS(3, metric="precomputed").fit(D_in)
         assert isinstance(model.embedding_, da.Array) == isinstance(D_in, da.Array)
         assert model.n_features_in_ == data.shape[0]
-        np.testing.assert_allclose(np.asarray(model.embedding_), ref.embedding_, rtol=0,
-                                   atol=1e-9 * np.abs(ref.embedding_).max())
+        np.testing.assert_allclose(
+            np.asarray(model.embedding_),
+            ref.embedding_,
+            rtol=0,
+            atol=1e-9 * np.abs(ref.embedding_).max(),
+        )
         assert model.stress_ == pytest.approx(ref.stress_, rel=1e-6)
     # new points: transform takes their distances to the training points
     new = data[:5] + 0.3
-    np.testing.assert_allclose(model.transform(cdist(new, data)), ref.transform(new), rtol=0,
-                               atol=1e-9 * np.abs(ref.embedding_).max())
+    np.testing.assert_allclose(
+        model.transform(cdist(new, data)),
+        ref.transform(new),
+        rtol=0,
+        atol=1e-9 * np.abs(ref.embedding_).max(),
+    )
 
 
 def test_precomputed_rounding_asymmetry_is_cleaned():
@@ -240,8 +261,9 @@ def test_unchecked_input_gives_the_checked_result(solver):
     x = np.random.default_rng(6).standard_normal((300, 5))
     D = cdist(x, x, "cityblock")
     checked = classical_mds(D, n_components=3, metric="precomputed", solver=solver)
-    unchecked = classical_mds(D, n_components=3, metric="precomputed", solver=solver,
-                              check_input=False)
+    unchecked = classical_mds(
+        D, n_components=3, metric="precomputed", solver=solver, check_input=False
+    )
     np.testing.assert_array_equal(unchecked.embedding, checked.embedding)
     np.testing.assert_array_equal(unchecked.eigenvalues, checked.eigenvalues)
 
@@ -249,13 +271,19 @@ def test_unchecked_input_gives_the_checked_result(solver):
 # ----------------------------------------------------------------- out of sample
 
 
-@pytest.mark.parametrize("metric,solver", [("euclidean", "dense"), ("euclidean", "randomized"),
-                                           ("manhattan", "dense"), ("cosine", "dense")])
+@pytest.mark.parametrize(
+    "metric,solver",
+    [
+        ("euclidean", "dense"),
+        ("euclidean", "randomized"),
+        ("manhattan", "dense"),
+        ("cosine", "dense"),
+    ],
+)
 def test_transform_of_training_points_is_the_embedding(data, metric, solver):
     model = MDS(3, metric=metric, solver=solver).fit(data)
     scale = np.abs(model.embedding_).max()
-    np.testing.assert_allclose(model.transform(data), model.embedding_, rtol=0,
-                               atol=1e-9 * scale)
+    np.testing.assert_allclose(model.transform(data), model.embedding_, rtol=0, atol=1e-9 * scale)
 
 
 def test_landmark_transform_of_training_points_is_the_embedding(data):
@@ -280,8 +308,9 @@ def test_landmark_all_points_is_classical(data, landmarks):
 def test_landmark_few_landmarks_on_low_rank_data(exact_rank3, data):
     model = landmark_mds(exact_rank3, n_components=3, n_landmarks=20)
     assert model.n_landmarks == 20 and model.landmarks.shape == (20, 8)
-    _same_up_to_sign(model.transform(exact_rank3), MDS(3).fit_transform(exact_rank3),
-                     LANDMARK_EXACT_RTOL)
+    _same_up_to_sign(
+        model.transform(exact_rank3), MDS(3).fit_transform(exact_rank3), LANDMARK_EXACT_RTOL
+    )
     assert model.stress < 1e-8
     noisy = LandmarkMDS(3, n_landmarks=40).fit(data)
     _same_up_to_sign(noisy.embedding_, MDS(3).fit_transform(data), LANDMARK_NOISY_RTOL)
@@ -318,9 +347,11 @@ def test_non_euclidean_landmark_reports_negative_part():
 
 
 def test_models_save_and_load(data):
-    for model in (classical_mds(data, n_components=2),
-                  classical_mds(cdist(data, data), n_components=2, metric="precomputed"),
-                  landmark_mds(data, n_components=2, n_landmarks=30)):
+    for model in (
+        classical_mds(data, n_components=2),
+        classical_mds(cdist(data, data), n_components=2, metric="precomputed"),
+        landmark_mds(data, n_components=2, n_landmarks=30),
+    ):
         arrays, scalars = model.arrays(), model.scalars()
         assert all(isinstance(a, np.ndarray) for a in arrays.values())
         scalars = json.loads(json.dumps(scalars))  # a manifest holds them as JSON
@@ -334,17 +365,20 @@ def test_models_save_and_load(data):
 # ----------------------------------------------------------------- refusals
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda: MDS(12), r"n_components as an int in \[1, 11\].*found n_components=12"),
-    (lambda: MDS(0), r"n_components as an int in \[1, 11\]"),
-    (lambda: MDS(2, solver="svd"), r"solver must be one of"),
-    (lambda: MDS(2, metric="hamming"), r"metric as one of .*'precomputed'; found 'hamming'"),
-    (lambda: LandmarkMDS(12), r"n_components as an int in \[1, 11\]"),
-    (lambda: LandmarkMDS(2, n_landmarks=13), r"n_landmarks as an int in \[3, 12\].*=13"),
-    (lambda: LandmarkMDS(2, n_landmarks=2), r"n_landmarks as an int in \[3, 12\]"),
-    (lambda: LandmarkMDS(2, landmarks="kmeans"), r"landmarks as one of maxmin, uniform"),
-    (lambda: LandmarkMDS(2, metric="precomputed"), r"needs the data rows"),
-])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda: MDS(12), r"n_components as an int in \[1, 11\].*found n_components=12"),
+        (lambda: MDS(0), r"n_components as an int in \[1, 11\]"),
+        (lambda: MDS(2, solver="svd"), r"solver must be one of"),
+        (lambda: MDS(2, metric="hamming"), r"metric as one of .*'precomputed'; found 'hamming'"),
+        (lambda: LandmarkMDS(12), r"n_components as an int in \[1, 11\]"),
+        (lambda: LandmarkMDS(2, n_landmarks=13), r"n_landmarks as an int in \[3, 12\].*=13"),
+        (lambda: LandmarkMDS(2, n_landmarks=2), r"n_landmarks as an int in \[3, 12\]"),
+        (lambda: LandmarkMDS(2, landmarks="kmeans"), r"landmarks as one of maxmin, uniform"),
+        (lambda: LandmarkMDS(2, metric="precomputed"), r"needs the data rows"),
+    ],
+)
 def test_bad_parameters_refused(make, message):
     X = np.random.default_rng(0).standard_normal((12, 3))
     with pytest.raises(InputError, match=message) as info:
@@ -365,7 +399,13 @@ def test_rank_deficient_components_are_zeroed_with_a_warning():
 # ----------------------------------------------------------------- scikit-learn contract
 
 
-@parametrize_with_checks([MDS(), MDS(1, solver="randomized"), LandmarkMDS(),
-                          LandmarkMDS(n_landmarks=8, landmarks="uniform")])
+@parametrize_with_checks(
+    [
+        MDS(),
+        MDS(1, solver="randomized"),
+        LandmarkMDS(),
+        LandmarkMDS(n_landmarks=8, landmarks="uniform"),
+    ]
+)
 def test_sklearn_contract(estimator, check):
     check(estimator)

@@ -3,6 +3,7 @@ defaults (``flows/methods*.py``), the estimator's ``__init__`` and the function'
 and every parameter the flow or the function takes is a parameter of the estimator too.
 Differences that are meant are listed below, each with its reason. Pure inspection: no data,
 no cluster."""
+
 from __future__ import annotations
 
 import inspect
@@ -84,8 +85,11 @@ NOT_IN_FLOW = {
 
 
 def _keyword_defaults(fn) -> dict:
-    return {k: p.default for k, p in inspect.signature(fn).parameters.items()
-            if k != "self" and p.default is not inspect.Parameter.empty}
+    return {
+        k: p.default
+        for k, p in inspect.signature(fn).parameters.items()
+        if k != "self" and p.default is not inspect.Parameter.empty
+    }
 
 
 def _same(a, b) -> bool:
@@ -103,14 +107,16 @@ def test_every_flow_method_has_an_estimator_and_a_function():
 @pytest.mark.parametrize("name", sorted(FORMS))
 def test_flow_estimator_and_function_defaults_agree(name):
     estimator, function, applied = FORMS[name]
-    forms = {"flow": METHODS[name].defaults,
-             "estimator": _keyword_defaults(estimator.__init__),
-             "function": {**_keyword_defaults(function), **(applied or {})}}
+    forms = {
+        "flow": METHODS[name].defaults,
+        "estimator": _keyword_defaults(estimator.__init__),
+        "function": {**_keyword_defaults(function), **(applied or {})},
+    }
     allowed = DIFFERENT_DEFAULTS.get(name, set())
     problems = []
     names = list(forms)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             for key in sorted(set(forms[a]) & set(forms[b])):
                 if "flow" in (a, b) and key in allowed:
                     continue
@@ -118,11 +124,14 @@ def test_flow_estimator_and_function_defaults_agree(name):
                     problems.append(f"{key}: {a} {forms[a][key]!r}, {b} {forms[b][key]!r}")
     exempt = NOT_IN_ESTIMATOR["*"] | NOT_IN_ESTIMATOR.get(name, set())
     lacking = (set(forms["flow"]) | set(forms["function"])) - set(forms["estimator"]) - exempt
-    problems += [f"{key}: taken by the flow or the function, not by {estimator.__name__}"
-                 for key in sorted(lacking)]
+    problems += [
+        f"{key}: taken by the flow or the function, not by {estimator.__name__}"
+        for key in sorted(lacking)
+    ]
     flow_lacks = set(forms["estimator"]) - set(forms["flow"]) - NOT_IN_FLOW.get(name, set())
-    problems += [f"{key}: taken by {estimator.__name__}, not by the flow"
-                 for key in sorted(flow_lacks)]
+    problems += [
+        f"{key}: taken by {estimator.__name__}, not by the flow" for key in sorted(flow_lacks)
+    ]
     assert not problems, f"{name}: " + "; ".join(problems)
 
 
@@ -135,9 +144,11 @@ def test_the_listed_differences_are_still_there():
     for name, keys in NOT_IN_ESTIMATOR.items():
         for key in keys:
             users = FORMS if name == "*" else {name: FORMS[name]}
-            assert any(key in set(METHODS[n].defaults) | set(_keyword_defaults(f))
-                       and key not in _keyword_defaults(e.__init__)
-                       for n, (e, f, _) in users.items()), (name, key)
+            assert any(
+                key in set(METHODS[n].defaults) | set(_keyword_defaults(f))
+                and key not in _keyword_defaults(e.__init__)
+                for n, (e, f, _) in users.items()
+            ), (name, key)
     for name, keys in NOT_IN_FLOW.items():
         estimator = _keyword_defaults(FORMS[name][0].__init__)
         assert keys <= set(estimator) - set(METHODS[name].defaults), name

@@ -1,6 +1,7 @@
 """Maximum variance unfolding, its slack variant, landmark MVU and action respecting embedding:
 the unrolled coordinate recovered, the SDP's constraints held to the solver's tolerance, K
 centred and PSD, the formulations agreeing, bad input refused with a typed error."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,9 +9,15 @@ import pytest
 from scipy.spatial import procrustes
 from scipy.stats import spearmanr
 
-from dimred_dask import (ActionRespectingEmbedding, InfeasibleError, LandmarkMVU,
-                         MaximumVarianceUnfolding, action_respecting_embedding, landmark_mvu,
-                         mvu)
+from dimred_dask import (
+    ActionRespectingEmbedding,
+    InfeasibleError,
+    LandmarkMVU,
+    MaximumVarianceUnfolding,
+    action_respecting_embedding,
+    landmark_mvu,
+    mvu,
+)
 from dimred_dask.errors import DisconnectedGraphError, InputError
 from dimred_dask.graphs import KNNGraph
 
@@ -53,7 +60,7 @@ def _mean_d2(X, k):
     from dimred_dask.graphs import edge_list, knn_graph
 
     _, _, d = edge_list(knn_graph(X, k))
-    return float(np.mean(d ** 2))
+    return float(np.mean(d**2))
 
 
 def test_mvu_unrolls_the_swiss_roll():
@@ -200,5 +207,6 @@ def test_landmark_mvu_on_workers_matches_numpy(client):
         landmark.EDGE_CHUNK = old
     Y = est.embedding_
     assert isinstance(Y, da.Array)
-    np.testing.assert_allclose(Y.compute(), ref.embedding_,
-                               atol=DASK_AGREEMENT * np.abs(ref.embedding_).max())
+    np.testing.assert_allclose(
+        Y.compute(), ref.embedding_, atol=DASK_AGREEMENT * np.abs(ref.embedding_).max()
+    )

@@ -1,6 +1,7 @@
 """t-SNE, SNE and UMAP (seed 004): affinities against their definitions and the peers,
 gradients against finite differences, quality against openTSNE and umap-learn on data nobody
 tuned for, determinism across thread counts, resume == uninterrupted, transforms, bad input."""
+
 from __future__ import annotations
 
 import numba
@@ -11,8 +12,14 @@ from sklearn.neighbors import KNeighborsClassifier
 
 from dimred_dask.errors import InputError
 from dimred_dask.graphs import knn_graph
-from dimred_dask.graphs.affinities import (conditional_rows, find_ab, fuzzy_rows,
-                                           sne_affinities, tsne_affinities, umap_affinities)
+from dimred_dask.graphs.affinities import (
+    conditional_rows,
+    find_ab,
+    fuzzy_rows,
+    sne_affinities,
+    tsne_affinities,
+    umap_affinities,
+)
 from dimred_dask.metrics import trustworthiness
 from dimred_dask.methods._neighbor_runs import MemoryCheckpoint
 from dimred_dask.methods.sne import sne
@@ -48,8 +55,9 @@ def in_process(request, monkeypatch):
     from importlib import import_module
 
     for name in ("_neighbor_runs", "tsne", "sne", "umap"):
-        monkeypatch.setattr(import_module(f"dimred_dask.methods.{name}"), "active_client",
-                            lambda: None)
+        monkeypatch.setattr(
+            import_module(f"dimred_dask.methods.{name}"), "active_client", lambda: None
+        )
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +98,7 @@ def test_perplexity_calibration_matches_exact_entropy(digits):
             H = -np.where(P > 0, P * np.log2(P), 0.0).sum(axis=1)
         np.testing.assert_allclose(H, np.log2(perp), atol=PERPLEXITY_ATOL)
         # the rows are Gaussian in squared distance with the returned precision
-        ref = np.exp(-beta[:, None] * (g.distances ** 2 - g.distances[:, :1] ** 2))
+        ref = np.exp(-beta[:, None] * (g.distances**2 - g.distances[:, :1] ** 2))
         np.testing.assert_allclose(P, ref / ref.sum(axis=1, keepdims=True), rtol=1e-10)
 
 
@@ -120,22 +128,25 @@ def test_fuzzy_union_matches_umap_learn(digits):
     n = X.shape[0]
     idx = np.hstack([np.arange(n)[:, None], g.indices])  # umap-learn lists self first
     dist = np.hstack([np.zeros((n, 1)), g.distances])
-    theirs, sigmas, rhos = fuzzy_simplicial_set(X, 15, 0, "euclidean", knn_indices=idx,
-                                                knn_dists=dist.astype(np.float32))
+    theirs, sigmas, rhos = fuzzy_simplicial_set(
+        X, 15, 0, "euclidean", knn_indices=idx, knn_dists=dist.astype(np.float32)
+    )
     np.testing.assert_allclose(ours, theirs.toarray(), rtol=FUZZY_RTOL, atol=1e-7)
     vals, rho, sigma = fuzzy_rows(g.distances, 15.0)
     np.testing.assert_allclose(rho, rhos, rtol=1e-6)
     # sigma solves sum_j exp(-max(0, d - rho) / sigma) = log2(k) to UMAP's tolerance 1e-5
-    np.testing.assert_allclose(vals.sum(axis=1)[sigma > 1e-3 * g.distances.mean(axis=1)],
-                               np.log2(15), atol=1e-5)
+    np.testing.assert_allclose(
+        vals.sum(axis=1)[sigma > 1e-3 * g.distances.mean(axis=1)], np.log2(15), atol=1e-5
+    )
 
 
 def test_ab_curve_matches_umap_learn():
     from umap.umap_ import find_ab_params
 
     for spread, min_dist in ((1.0, 0.1), (1.0, 0.5), (2.0, 0.0)):
-        np.testing.assert_allclose(find_ab(spread, min_dist), find_ab_params(spread, min_dist),
-                                   rtol=1e-6)
+        np.testing.assert_allclose(
+            find_ab(spread, min_dist), find_ab_params(spread, min_dist), rtol=1e-6
+        )
 
 
 # --------------------------------------------------------------------------- gradients
@@ -231,20 +242,21 @@ def test_umap_gradients_match_finite_differences():
             return -np.log(a * d2b / (1 + a * d2b))
 
         d2 = ((yi - yj) ** 2).sum()
-        np.testing.assert_allclose(attractive_coeff(d2, a, b) * (yi - yj),
-                                   _fd_gradient(att, yi), rtol=FD_RTOL)
-        np.testing.assert_allclose(-repulsive_coeff(d2, a, b, 0.0) * (yi - yj),
-                                   _fd_gradient(rep, yi), rtol=FD_RTOL)
+        np.testing.assert_allclose(
+            attractive_coeff(d2, a, b) * (yi - yj), _fd_gradient(att, yi), rtol=FD_RTOL
+        )
+        np.testing.assert_allclose(
+            -repulsive_coeff(d2, a, b, 0.0) * (yi - yj), _fd_gradient(rep, yi), rtol=FD_RTOL
+        )
     # seed 004's gradient of the cross-entropy (sum over unordered pairs) on a real graph
     g, _ = _small_affinities(n=30)
     P = umap_affinities(g, 6)
     Pd = P.to_scipy().toarray()
     Y = rng.standard_normal((30, 2))
     diff = Y[:, None] - Y[None]
-    D2 = (diff ** 2).sum(-1)
+    D2 = (diff**2).sum(-1)
     np.fill_diagonal(D2, 1.0)
-    c = 2 * a * b * D2 ** (b - 1) * Pd / (1 + a * D2 ** b) - \
-        2 * b * (1 - Pd) / (D2 * (1 + a * D2 ** b))
+    c = 2 * a * b * D2 ** (b - 1) * Pd / (1 + a * D2**b) - 2 * b * (1 - Pd) / (D2 * (1 + a * D2**b))
     np.fill_diagonal(c, 0.0)
     seed_grad = (c[:, :, None] * diff).sum(axis=1)
     fd = _fd_gradient(lambda Y: cross_entropy(P, Y, a, b)[0], Y)
@@ -264,8 +276,10 @@ def test_tsne_quality_against_opentsne(digits, mixture):
     for X, y in (digits, mixture):
         ours = tsne(X, random_state=0)
         theirs = np.asarray(OpenTSNE(n_jobs=2, random_state=0).fit(X))
-        (t_ours, a_ours), (t_theirs, a_theirs) = _quality(X, y, ours.embedding), \
-            _quality(X, y, theirs)
+        (t_ours, a_ours), (t_theirs, a_theirs) = (
+            _quality(X, y, ours.embedding),
+            _quality(X, y, theirs),
+        )
         assert t_ours >= t_theirs - TRUST_MARGIN, (t_ours, t_theirs)
         assert a_ours >= a_theirs - ACCURACY_MARGIN, (a_ours, a_theirs)
         assert ours.embedding.shape == (X.shape[0], 2) and np.isfinite(ours.kl_divergence)
@@ -277,8 +291,10 @@ def test_umap_quality_against_umap_learn(digits, mixture):
     for X, y in (digits, mixture):
         ours = umap(X, random_state=0)
         theirs = umap_learn.UMAP(random_state=0).fit_transform(X)
-        (t_ours, a_ours), (t_theirs, a_theirs) = _quality(X, y, ours.embedding), \
-            _quality(X, y, theirs)
+        (t_ours, a_ours), (t_theirs, a_theirs) = (
+            _quality(X, y, ours.embedding),
+            _quality(X, y, theirs),
+        )
         assert t_ours >= t_theirs - TRUST_MARGIN, (t_ours, t_theirs)
         assert a_ours >= a_theirs - ACCURACY_MARGIN, (a_ours, a_theirs)
 
@@ -301,8 +317,10 @@ def test_same_seed_same_bits_for_any_thread_count(digits, one_thread):
             one_thread()
         runs[threads] = (
             umap(X, random_state=3, n_epochs=60).embedding,
-            tsne(X, random_state=3, gradient="fft", n_iter=120,
-                 early_exaggeration_iter=60).embedding)
+            tsne(
+                X, random_state=3, gradient="fft", n_iter=120, early_exaggeration_iter=60
+            ).embedding,
+        )
     for a, b in zip(runs[1], runs[2]):
         np.testing.assert_array_equal(a, b)
     assert not np.array_equal(umap(X, random_state=4, n_epochs=60).embedding, runs[1][0])
@@ -311,10 +329,13 @@ def test_same_seed_same_bits_for_any_thread_count(digits, one_thread):
 @pytest.mark.parametrize("method", ["tsne", "umap", "sne"])
 def test_resume_from_checkpoint_equals_uninterrupted(digits, method):
     X = digits[0][:400]
-    run = {"tsne": lambda **kw: tsne(X, n_iter=120, early_exaggeration_iter=50,
-                                     checkpoint_every=20, **kw),
-           "umap": lambda **kw: umap(X, n_epochs=80, checkpoint_every=20, **kw),
-           "sne": lambda **kw: sne(X, n_iter=100, perplexity=10, checkpoint_every=20, **kw)}
+    run = {
+        "tsne": lambda **kw: tsne(
+            X, n_iter=120, early_exaggeration_iter=50, checkpoint_every=20, **kw
+        ),
+        "umap": lambda **kw: umap(X, n_epochs=80, checkpoint_every=20, **kw),
+        "sne": lambda **kw: sne(X, n_iter=100, perplexity=10, checkpoint_every=20, **kw),
+    }
     calm = run[method]().embedding
     ck = MemoryCheckpoint(fail_after=3)  # saves at 20, 40, 60: "crashes" after the third
     with pytest.raises(InterruptedError):
@@ -358,8 +379,9 @@ def test_transform_places_new_points_near_their_class(digits, search, monkeypatc
             same = (Yd.compute(scheduler="threads") == Yt).all(axis=1)
             assert same.mean() >= 0.99, same.mean()
             again = est.transform(da.from_array(X[test], chunks=(150, -1)))
-            np.testing.assert_array_equal(Yd.compute(scheduler="threads"),
-                                          again.compute(scheduler="sync"))
+            np.testing.assert_array_equal(
+                Yd.compute(scheduler="threads"), again.compute(scheduler="sync")
+            )
 
 
 # --------------------------------------------------------------------------- sample fit
@@ -370,14 +392,22 @@ def test_fit_sample_fits_a_sample_and_places_the_rest(digits, method):
     import dask.array as da
 
     X, y = digits
-    fit, est = ((umap, UMAP(random_state=3, n_epochs=200, fit_sample=700)) if method == "umap"
-                else (tsne, TSNE(random_state=3, n_iter=400, fit_sample=700)))
+    fit, est = (
+        (umap, UMAP(random_state=3, n_epochs=200, fit_sample=700))
+        if method == "umap"
+        else (tsne, TSNE(random_state=3, n_iter=400, fit_sample=700))
+    )
     opts = {"random_state": 3, **({"n_epochs": 200} if method == "umap" else {"n_iter": 400})}
     m = fit(X, fit_sample=700, **opts)
     rows = np.sort(np.random.default_rng(3).choice(len(X), 700, replace=False))
     np.testing.assert_array_equal(m.fit_rows, rows)  # drawn with the recorded seed
-    assert m.info["fit_sample"] == {**m.info["fit_sample"], "rows": 700, "of": len(X),
-                                    "seed": 3, "placed_rows": len(X) - 700}
+    assert m.info["fit_sample"] == {
+        **m.info["fit_sample"],
+        "rows": 700,
+        "of": len(X),
+        "seed": 3,
+        "placed_rows": len(X) - 700,
+    }
     # the sampled rows are exactly a fit on those rows; the others placed by transform
     alone = fit(X[rows], **opts)
     np.testing.assert_array_equal(m.embedding[rows], alone.embedding)
@@ -393,8 +423,9 @@ def test_fit_sample_fits_a_sample_and_places_the_rest(digits, method):
     Yd = est.fit_transform(da.from_array(X, chunks=(500, -1)))
     np.testing.assert_array_equal(np.asarray(Yd), m.embedding)
     assert est._fit_X.shape == (700, 64)
-    np.testing.assert_array_equal(est.transform(X[rows[:50]]),
-                                  alone_place(fit, X, rows, alone, method)[:50])
+    np.testing.assert_array_equal(
+        est.transform(X[rows[:50]]), alone_place(fit, X, rows, alone, method)[:50]
+    )
 
 
 def alone_place(fit, X, rows, alone, method):
@@ -407,22 +438,27 @@ def alone_place(fit, X, rows, alone, method):
 # --------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda X: tsne(X, perplexity=40), r"perplexity < n_samples / 3"),
-    (lambda X: tsne(X, n_components=4), r"n_components in 1\.\.3"),
-    (lambda X: sne(X, perplexity=0), r"positive perplexity"),
-    (lambda X: umap(X, n_neighbors=100), r"n_neighbors in 2\.\.99"),
-    (lambda X: umap(X, min_dist=2.0, spread=1.0), r"min_dist <= spread"),
-    (lambda X: umap(X, graph=knn_graph(X[:50], 10)), r"graph has 50 rows; the data have 100"),
-    (lambda X: tsne(X, graph=knn_graph(X, 5)),
-     r"needs 90 neighbours per point; the kNN graph has 5"),
-    (lambda X: tsne(X, perplexity=[5, 10]), r"use tsne_sweep"),
-    (lambda X: umap(X, init="laplacian"), r"init must be one of spectral"),
-    (lambda X: umap(X, fit_sample=5), r"fit_sample must be an int >= 10"),
-    (lambda X: tsne(X, fit_sample="half"), r"fit_sample must be an int >= 10"),
-    (lambda X: umap(X, fit_sample=50, graph=knn_graph(X, 14)), r"a graph of all 100 rows"),
-    (lambda X: tsne(X, fit_sample=50, init=np.zeros((100, 2))), r"init array of 100 rows"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda X: tsne(X, perplexity=40), r"perplexity < n_samples / 3"),
+        (lambda X: tsne(X, n_components=4), r"n_components in 1\.\.3"),
+        (lambda X: sne(X, perplexity=0), r"positive perplexity"),
+        (lambda X: umap(X, n_neighbors=100), r"n_neighbors in 2\.\.99"),
+        (lambda X: umap(X, min_dist=2.0, spread=1.0), r"min_dist <= spread"),
+        (lambda X: umap(X, graph=knn_graph(X[:50], 10)), r"graph has 50 rows; the data have 100"),
+        (
+            lambda X: tsne(X, graph=knn_graph(X, 5)),
+            r"needs 90 neighbours per point; the kNN graph has 5",
+        ),
+        (lambda X: tsne(X, perplexity=[5, 10]), r"use tsne_sweep"),
+        (lambda X: umap(X, init="laplacian"), r"init must be one of spectral"),
+        (lambda X: umap(X, fit_sample=5), r"fit_sample must be an int >= 10"),
+        (lambda X: tsne(X, fit_sample="half"), r"fit_sample must be an int >= 10"),
+        (lambda X: umap(X, fit_sample=50, graph=knn_graph(X, 14)), r"a graph of all 100 rows"),
+        (lambda X: tsne(X, fit_sample=50, init=np.zeros((100, 2))), r"init array of 100 rows"),
+    ],
+)
 def test_bad_input_is_refused(call, match):
     X = np.random.default_rng(0).standard_normal((100, 5))
     with pytest.raises(InputError, match=match) as err:
@@ -439,19 +475,22 @@ def test_sweep_on_workers_equals_in_process(client, digits, monkeypatch):
 
     X = digits[0][:600]
     seen = []
-    on_workers = umap_module.umap_sweep(X, random_state=[0, 1], n_epochs=50,
-                                        callback=lambda i, it, total, loss: seen.append(i))
+    on_workers = umap_module.umap_sweep(
+        X, random_state=[0, 1], n_epochs=50, callback=lambda i, it, total, loss: seen.append(i)
+    )
     assert set(seen) == {0, 1}  # progress relayed from the task on each worker
     assert {m.info["threads"] for m in on_workers} == {1}  # 2 cores, 2 tasks at once
-    t_workers = tsne_module.tsne_sweep(X, perplexity=[10, 20], n_iter=80,
-                                       early_exaggeration_iter=30)
+    t_workers = tsne_module.tsne_sweep(
+        X, perplexity=[10, 20], n_iter=80, early_exaggeration_iter=30
+    )
     for module in (runs, tsne_module, umap_module):  # the same calls without the cluster
         monkeypatch.setattr(module, "active_client", lambda: None)  # (as `in_process`)
     for a, s in zip(on_workers, (0, 1)):
         np.testing.assert_array_equal(a.embedding, umap(X, random_state=s, n_epochs=50).embedding)
     for a, p in zip(t_workers, (10, 20)):
         np.testing.assert_array_equal(
-            a.embedding, tsne(X, perplexity=p, n_iter=80, early_exaggeration_iter=30).embedding)
+            a.embedding, tsne(X, perplexity=p, n_iter=80, early_exaggeration_iter=30).embedding
+        )
 
 
 def _reference_max(value):

@@ -1,5 +1,6 @@
 """The blockwise distance / kernel engine and the symmetric eigensolvers, against scikit-learn,
 SciPy and NumPy on small data."""
+
 from unittest.mock import patch
 
 import dask.array as da
@@ -9,10 +10,14 @@ from sklearn.metrics.pairwise import pairwise_distances as sk_distances
 from sklearn.metrics.pairwise import pairwise_kernels as sk_kernels
 
 from dimred_dask.errors import InputError
-from dimred_dask.linalg import (choose_landmarks, nystrom_error, nystrom_map, nystrom_top_eigh,
-                               top_eigh)
-from dimred_dask.pairwise import (check_kernel, double_center, pairwise_distances,
-                                  pairwise_kernels)
+from dimred_dask.linalg import (
+    choose_landmarks,
+    nystrom_error,
+    nystrom_map,
+    nystrom_top_eigh,
+    top_eigh,
+)
+from dimred_dask.pairwise import check_kernel, double_center, pairwise_distances, pairwise_kernels
 
 # float64 kernels agree with scikit-learn's to rounding (both are one GEMM plus elementwise)
 KERNEL_RTOL = 1e-12
@@ -21,8 +26,12 @@ DISTANCE_ATOL = 1e-7
 
 KERNEL_CASES = [
     ("linear", {}, "linear", {}),
-    ("polynomial", {"degree": 2, "gamma": 0.5, "coef0": 1.0}, "poly",
-     {"degree": 2, "gamma": 0.5, "coef0": 1.0}),
+    (
+        "polynomial",
+        {"degree": 2, "gamma": 0.5, "coef0": 1.0},
+        "poly",
+        {"degree": 2, "gamma": 0.5, "coef0": 1.0},
+    ),
     ("gaussian", {"width": 2.0}, "rbf", {"gamma": 0.25}),
     ("gaussian", {}, "rbf", {"gamma": 1 / 7}),
     ("laplacian", {"gamma": 0.3}, "laplacian", {"gamma": 0.3}),
@@ -38,20 +47,24 @@ def data():
 
 
 @pytest.mark.parametrize("kernel,params,sk_name,sk_params", KERNEL_CASES)
-def test_kernels_match_sklearn_and_are_exactly_symmetric(client, data, kernel, params,
-                                                         sk_name, sk_params):
+def test_kernels_match_sklearn_and_are_exactly_symmetric(
+    client, data, kernel, params, sk_name, sk_params
+):
     X, Y = data
     ref = sk_kernels(X, metric=sk_name, **sk_params)
     lazy = pairwise_kernels(da.from_array(X, chunks=(50, 7)), kernel=kernel, **params)
     K = lazy.compute()
     np.testing.assert_allclose(K, ref, rtol=KERNEL_RTOL, atol=1e-14)
     assert (K == K.T).all()  # mirrored blocks: symmetric exactly, not to rounding
-    np.testing.assert_allclose(pairwise_kernels(X, kernel=kernel, **params), ref,
-                               rtol=KERNEL_RTOL, atol=1e-14)
-    cross = pairwise_kernels(da.from_array(X, chunks=(50, 7)), da.from_array(Y, chunks=(20, 7)),
-                             kernel=kernel, **params).compute()
-    np.testing.assert_allclose(cross, sk_kernels(X, Y, metric=sk_name, **sk_params),
-                               rtol=KERNEL_RTOL, atol=1e-14)
+    np.testing.assert_allclose(
+        pairwise_kernels(X, kernel=kernel, **params), ref, rtol=KERNEL_RTOL, atol=1e-14
+    )
+    cross = pairwise_kernels(
+        da.from_array(X, chunks=(50, 7)), da.from_array(Y, chunks=(20, 7)), kernel=kernel, **params
+    ).compute()
+    np.testing.assert_allclose(
+        cross, sk_kernels(X, Y, metric=sk_name, **sk_params), rtol=KERNEL_RTOL, atol=1e-14
+    )
 
 
 def test_upper_triangle_only_is_computed(data):
@@ -63,16 +76,28 @@ def test_upper_triangle_only_is_computed(data):
     assert sum(n.startswith("transpose") for n in names) == nb * (nb - 1) // 2  # mirrored
 
 
-@pytest.mark.parametrize("metric,p", [("euclidean", 2), ("sqeuclidean", 2), ("cosine", 2),
-                                      ("manhattan", 2), ("chebyshev", 2), ("minkowski", 3)])
+@pytest.mark.parametrize(
+    "metric,p",
+    [
+        ("euclidean", 2),
+        ("sqeuclidean", 2),
+        ("cosine", 2),
+        ("manhattan", 2),
+        ("chebyshev", 2),
+        ("minkowski", 3),
+    ],
+)
 def test_distances_match_sklearn(data, metric, p):
     X, Y = data
     kw = {"p": p} if metric == "minkowski" else {}
     D = pairwise_distances(da.from_array(X, chunks=(40, 7)), metric=metric, p=p).compute()
     np.testing.assert_allclose(D, sk_distances(X, metric=metric, **kw), atol=DISTANCE_ATOL)
     assert (np.diag(D) == 0).all() and (D == D.T).all()
-    np.testing.assert_allclose(pairwise_distances(X, Y, metric=metric, p=p),
-                               sk_distances(X, Y, metric=metric, **kw), atol=DISTANCE_ATOL)
+    np.testing.assert_allclose(
+        pairwise_distances(X, Y, metric=metric, p=p),
+        sk_distances(X, Y, metric=metric, **kw),
+        atol=DISTANCE_ATOL,
+    )
 
 
 def test_float32_stays_float32(data):
@@ -98,15 +123,20 @@ def test_square_chunks_layout(data):
     assert K.chunks == ((64, 64, 64, 38),) * 2
 
 
-@pytest.mark.parametrize("bad,match", [
-    ({"kernel": "gaussian", "gamma": 0}, "gamma"), ({"kernel": "gaussian", "gamma": -1}, "gamma"),
-    ({"kernel": "gaussian", "width": 0.0}, "width"), ({"kernel": "polynomial", "degree": 0},
-                                                       "degree"),
-    ({"kernel": "polynomial", "degree": 2.5}, "degree"), ({"kernel": "rbff"}, "Unknown kernel"),
-    ({"kernel": "sigmoid", "coef0": float("nan")}, "coef0"),
-    ({"kernel": "laplacian", "width": 1.0}, "width"),
-    ({"kernel": "gaussian", "gamma": 1.0, "width": 1.0}, "not both"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ({"kernel": "gaussian", "gamma": 0}, "gamma"),
+        ({"kernel": "gaussian", "gamma": -1}, "gamma"),
+        ({"kernel": "gaussian", "width": 0.0}, "width"),
+        ({"kernel": "polynomial", "degree": 0}, "degree"),
+        ({"kernel": "polynomial", "degree": 2.5}, "degree"),
+        ({"kernel": "rbff"}, "Unknown kernel"),
+        ({"kernel": "sigmoid", "coef0": float("nan")}, "coef0"),
+        ({"kernel": "laplacian", "width": 1.0}, "width"),
+        ({"kernel": "gaussian", "gamma": 1.0, "width": 1.0}, "not both"),
+    ],
+)
 def test_kernel_parameters_out_of_range_are_refused(bad, match):
     params = dict(bad)
     with pytest.raises(InputError, match=match) as err:
@@ -190,8 +220,8 @@ def test_nystrom_error_probe_estimate_against_exact():
     E = K - C @ np.linalg.solve(sk_kernels(nmap.landmarks, metric="rbf", gamma=1 / 9), C.T)
     lam = np.linalg.eigvalsh((E + E.T) / 2)
     np.testing.assert_allclose(exact, np.linalg.norm(E) / np.linalg.norm(K), rtol=1e-6)
-    sd = np.sqrt(2 * np.sum(lam ** 4) / 50) / np.linalg.norm(K) ** 2
-    assert abs(est ** 2 - exact ** 2) <= PROBE_SIGMAS * sd
+    sd = np.sqrt(2 * np.sum(lam**4) / 50) / np.linalg.norm(K) ** 2
+    assert abs(est**2 - exact**2) <= PROBE_SIGMAS * sd
     assert nystrom_error(sample[:100], nmap) == nystrom_error(sample[:100], nmap, probes=None)
 
 
@@ -219,8 +249,7 @@ def test_nystrom_map_cholesky_or_pivoted_gives_the_same_approximation(data):
     assert nmap.info["factorization"] == "cholesky" and nmap.rank == 40
     C = sk_kernels(X, L, metric="rbf", gamma=1 / 16)
     W = sk_kernels(L, L, metric="rbf", gamma=1 / 16)
-    np.testing.assert_allclose(_nystrom_kernel(X, nmap), C @ np.linalg.solve(W, C.T),
-                               atol=1e-9)
+    np.testing.assert_allclose(_nystrom_kernel(X, nmap), C @ np.linalg.solve(W, C.T), atol=1e-9)
     # R^-1 by triangular solves and the explicit inverse agree
     Z = np.random.default_rng(0).standard_normal((40, 3))
     np.testing.assert_allclose(nmap.solve(Z), nmap.proj @ Z, atol=1e-9)
@@ -249,8 +278,9 @@ def test_nystrom_top_eigh_against_dense_eigh(data, dtype, threads):
     mean = C.mean(axis=0)
     assert X.shape[0] > 4 * 64
     with patch("dimred_dask.linalg.threaded.BLOCK_ROWS", 64):  # several row blocks
-        w, V, Y, mu, info = nystrom_top_eigh(X, nmap, 3, n_oversamples=20, n_iter=30,
-                                             threads=threads)
+        w, V, Y, mu, info = nystrom_top_eigh(
+            X, nmap, 3, n_oversamples=20, n_iter=30, threads=threads
+        )
     phi_c = (C - mean) @ nmap.proj
     ref_w, ref_u = np.linalg.eigh(phi_c @ phi_c.T)
     ref_w, ref_u = ref_w[::-1][:3], ref_u[:, ::-1][:, :3]

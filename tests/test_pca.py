@@ -1,4 +1,5 @@
 """PCA against scikit-learn's PCA (the oracle), the seed texts' examples, and the API rules."""
+
 from __future__ import annotations
 
 import dask.array as da
@@ -49,8 +50,9 @@ def test_matches_sklearn(rng, dtype, solver, kind):
     model = PCA(k, solver=solver, random_state=0).fit(_as(kind, X))
     assert model.components_.dtype == dtype and model.explained_variance_.dtype == dtype
     np.testing.assert_allclose(model.explained_variance_, oracle.explained_variance_, rtol=rtol)
-    np.testing.assert_allclose(model.explained_variance_ratio_, oracle.explained_variance_ratio_,
-                               rtol=rtol)
+    np.testing.assert_allclose(
+        model.explained_variance_ratio_, oracle.explained_variance_ratio_, rtol=rtol
+    )
     np.testing.assert_allclose(model.singular_values_, oracle.singular_values_, rtol=rtol)
     np.testing.assert_allclose(model.noise_variance_, oracle.noise_variance_, rtol=10 * rtol)
     _assert_same_up_to_sign(model.components_, oracle.components_, 10 * rtol)
@@ -61,8 +63,9 @@ def test_matches_sklearn(rng, dtype, solver, kind):
     Yo = oracle.transform(X.astype(np.float64))
     _assert_same_up_to_sign(Y.T, Yo.T, 10 * rtol)
     Xr = np.asarray(model.inverse_transform(Y))
-    np.testing.assert_allclose(Xr, oracle.inverse_transform(Yo), rtol=10 * rtol,
-                               atol=10 * rtol * np.abs(X).max())
+    np.testing.assert_allclose(
+        Xr, oracle.inverse_transform(Yo), rtol=10 * rtol, atol=10 * rtol * np.abs(X).max()
+    )
 
 
 def test_dask_in_lazy_dask_out(rng):
@@ -83,7 +86,9 @@ def test_fit_on_cluster_workers(client, rng):
     for solver in EXACT:
         np.testing.assert_allclose(
             PCA(3, solver=solver).fit(da.from_array(X, chunks=(300, 20))).explained_variance_,
-            _oracle(X, 3).explained_variance_, rtol=1e-9)
+            _oracle(X, 3).explained_variance_,
+            rtol=1e-9,
+        )
 
 
 @pytest.mark.parametrize("solver", ["covariance", "tsqr", "dual"])
@@ -108,9 +113,12 @@ def test_whiten(rng):
     np.testing.assert_allclose(np.var(Y, axis=0, ddof=1), 1.0, rtol=1e-10)
     oracle = SkPCA(3, whiten=True, svd_solver="full").fit(X)
     _assert_same_up_to_sign(Y.T, oracle.transform(X).T, 1e-8)
-    np.testing.assert_allclose(model.inverse_transform(Y),
-                               oracle.inverse_transform(oracle.transform(X)),
-                               rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(
+        model.inverse_transform(Y),
+        oracle.inverse_transform(oracle.transform(X)),
+        rtol=1e-8,
+        atol=1e-8,
+    )
 
 
 def test_seed001_explained_variance_exercise():
@@ -148,8 +156,11 @@ def test_dual_pca_seed000_encode_reconstruct(rng):
     y = np.diag(1 / S) @ V.T @ Xc @ (x - X.mean(0))  # y = S^-1 V^T X^T x
     signs = np.sign((Y * (V * S)).sum(axis=0))  # the sign of each component, from training
     np.testing.assert_allclose(model.transform(x[None])[0] * signs, y, rtol=1e-9)
-    np.testing.assert_allclose(model.inverse_transform(Y) - X.mean(0), V @ V.T @ Xc,  # X V V^T
-                               atol=1e-9)
+    np.testing.assert_allclose(
+        model.inverse_transform(Y) - X.mean(0),
+        V @ V.T @ Xc,  # X V V^T
+        atol=1e-9,
+    )
 
 
 def test_same_seed_same_result_and_sign_fixed(rng):
@@ -215,6 +226,7 @@ def test_randomized_krylov_same_result_from_dask_chunks(rng):
     X = _flat_tail(rng, n=1200, d=80)
     a = PCA(10, solver="randomized", n_iter=6, random_state=1).fit(X)
     b = PCA(10, solver="randomized", n_iter=6, random_state=1).fit(
-        da.from_array(X, chunks=(250, 80)))
+        da.from_array(X, chunks=(250, 80))
+    )
     np.testing.assert_allclose(a.explained_variance_, b.explained_variance_, rtol=1e-10)
     np.testing.assert_allclose(a.components_, b.components_, atol=1e-8)

@@ -3,6 +3,7 @@ against zarr's own reads, byte for byte: v3 and v2, both chunk-key separators, p
 chunks, dask chunks that straddle stored ones, integer and 1-D arrays, a group's array; the
 arrays it leaves to zarr (compressed, sharded, split across columns); fill values; absent and
 truncated chunks refused on both paths."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,11 @@ from dimred_dask.io import zarr_arrays
 
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    return a.dtype == b.dtype and a.shape == b.shape and a.view(np.uint8).tobytes() == \
-        b.view(np.uint8).tobytes()
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.view(np.uint8).tobytes() == b.view(np.uint8).tobytes()
+    )
 
 
 def _read(uri, **kw):
@@ -35,11 +39,16 @@ def _write(path, X, **kw):
 
 CASES = {
     "v3": dict(chunks=(60, 7), compressors=None),
-    "v3 dot keys": dict(chunks=(60, 7), compressors=None,
-                        chunk_key_encoding={"name": "default", "separator": "."}),
+    "v3 dot keys": dict(
+        chunks=(60, 7), compressors=None, chunk_key_encoding={"name": "default", "separator": "."}
+    ),
     "v2": dict(chunks=(60, 7), compressors=None, zarr_format=2),
-    "v2 slash keys": dict(chunks=(60, 7), compressors=None, zarr_format=2,
-                          chunk_key_encoding={"name": "v2", "separator": "/"}),
+    "v2 slash keys": dict(
+        chunks=(60, 7),
+        compressors=None,
+        zarr_format=2,
+        chunk_key_encoding={"name": "v2", "separator": "/"},
+    ),
 }
 
 
@@ -65,13 +74,17 @@ def test_one_dimensional_and_a_groups_array(tmp_path, rng):
     assert _same_bytes(inp.array.compute(scheduler="sync")[:, 0], x[...])
 
 
-@pytest.mark.parametrize("kind, why", [
-    ("zstd", "compressed"), ("sharded", "sharded"), ("columns", "chunked across columns")])
+@pytest.mark.parametrize(
+    "kind, why",
+    [("zstd", "compressed"), ("sharded", "sharded"), ("columns", "chunked across columns")],
+)
 def test_other_layouts_are_read_by_zarr(tmp_path, rng, kind, why):
     X = rng.standard_normal((240, 8)).astype(np.float32)
-    kw = {"zstd": dict(chunks=(60, 8)),
-          "sharded": dict(chunks=(30, 8), shards=(60, 8), compressors=None),
-          "columns": dict(chunks=(60, 4), compressors=None)}[kind]
+    kw = {
+        "zstd": dict(chunks=(60, 8)),
+        "sharded": dict(chunks=(30, 8), shards=(60, 8), compressors=None),
+        "columns": dict(chunks=(60, 4), compressors=None),
+    }[kind]
     _write(tmp_path / "a.zarr", X, **kw)
     Y, meta = _read(str(tmp_path / "a.zarr"))
     assert meta["read_path"].startswith("zarr (") and why in meta["read_path"]
@@ -89,8 +102,14 @@ def test_fill_values_of_absent_chunks_only_when_allowed(tmp_path, rng, read_path
     X = rng.standard_normal((240, 5)).astype(np.float32)
     X[60:120] = 7.5  # only the fill value: zarr leaves this chunk out
     path = tmp_path / "a.zarr"
-    _write(path, X, chunks=(60, 5), compressors=None, fill_value=7.5,
-           config={"write_empty_chunks": False})
+    _write(
+        path,
+        X,
+        chunks=(60, 5),
+        compressors=None,
+        fill_value=7.5,
+        config={"write_empty_chunks": False},
+    )
     assert not os.path.exists(path / "c" / "1" / "0")
     with pytest.raises(InputError, match="c/1/0"):  # the listing at open
         open_input(str(path))
@@ -121,8 +140,9 @@ def test_direct_reads_of_whole_aligned_chunks(tmp_path, rng, monkeypatch):
     monkeypatch.setattr(raw_chunks, "DIRECT_SHARE", 0.0)
     opened = []
     real = raw_chunks._open
-    monkeypatch.setattr(raw_chunks, "_open", lambda p, direct: opened.append(direct) or
-                        real(p, direct))
+    monkeypatch.setattr(
+        raw_chunks, "_open", lambda p, direct: opened.append(direct) or real(p, direct)
+    )
     X = rng.standard_normal((256 * 3 + 100, 8)).astype(np.float32)  # 8 KiB chunks + an edge
     path = tmp_path / "a.zarr"
     _write(path, X, chunks=(256, 8), compressors=None)

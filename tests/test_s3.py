@@ -1,6 +1,7 @@
 """Object storage: a real S3-compatible server (moto) on 127.0.0.1; the reads and writes are
 done by Dask worker processes, which get the endpoint from the run's storage options and the
 credentials from their environment (set in conftest before they started)."""
+
 from __future__ import annotations
 
 import os
@@ -29,15 +30,20 @@ def test_s3_round_trip_through_the_flow(client, prefect_api, bucket, rng):
     save_array(X, f"s3://{bucket}/in.zarr", chunks=(400, 16))  # written by the workers
     inp = open_input(f"s3://{bucket}/in.zarr")
     assert inp.meta["stored_chunks"] == [400, 16]
-    manifest = embed(f"s3://{bucket}/in.zarr", f"s3://{bucket}/runs/pca",
-                     params={"n_components": 2})
+    manifest = embed(
+        f"s3://{bucket}/in.zarr", f"s3://{bucket}/runs/pca", params={"n_components": 2}
+    )
     store = open_output(f"s3://{bucket}/runs/pca")
-    np.testing.assert_allclose(store.read_array("embedding"), PCA(2).fit_transform(X),
-                               rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(
+        store.read_array("embedding"), PCA(2).fit_transform(X), rtol=1e-4, atol=1e-3
+    )
     assert manifest["output"] == f"s3://{bucket}/runs/pca"
     keys = set(store.fs.find(f"{bucket}/runs/pca"))
-    assert {f"{bucket}/runs/pca/_COMMITTED", f"{bucket}/runs/pca/manifest.json",
-            f"{bucket}/runs/pca/embedding.png"} <= keys
+    assert {
+        f"{bucket}/runs/pca/_COMMITTED",
+        f"{bucket}/runs/pca/manifest.json",
+        f"{bucket}/runs/pca/embedding.png",
+    } <= keys
     # the work really ran in the worker processes, not in this one
     pids = set(client.run(os.getpid).values())
     assert os.getpid() not in pids and len(pids) == 2
@@ -47,8 +53,9 @@ def test_s3_npy_by_byte_range(client, bucket, rng):
     import fsspec
 
     X = rng.standard_normal((1000, 7))
-    with fsspec.open(f"s3://{bucket}/x.npy", "wb",
-                     client_kwargs={"endpoint_url": os.environ["AWS_ENDPOINT_URL"]}) as f:
+    with fsspec.open(
+        f"s3://{bucket}/x.npy", "wb", client_kwargs={"endpoint_url": os.environ["AWS_ENDPOINT_URL"]}
+    ) as f:
         np.save(f, X)
     inp = open_input(f"s3://{bucket}/x.npy", row_chunk=128)
     np.testing.assert_array_equal(inp.array.compute(), X)
@@ -61,8 +68,9 @@ def test_s3_missing_bucket_is_a_clear_error(s3_server):
         open_input("s3://no-such-bucket-here/x.zarr")
 
 
-def test_s3_overwrite_replaces_only_run_stores_and_missing_chunks_are_named(client, prefect_api,
-                                                                           bucket, rng):
+def test_s3_overwrite_replaces_only_run_stores_and_missing_chunks_are_named(
+    client, prefect_api, bucket, rng
+):
     """The data-safety rules hold on object storage: --overwrite never deletes a prefix that
     is not a run store, and an input chunk lost from the bucket is refused by name."""
     import fsspec

@@ -4,6 +4,7 @@ CLI process with its own temporary Prefect server and its own LocalCluster of wo
 Ctrl-C is SIGINT to the whole foreground process group (the CLI and every child in it): the run
 stops within 10 s, says in one line how to resume, and leaves its store resumable; nothing it
 started keeps running. SIGKILL of the CLI alone: no process of the run outlives it by 10 s."""
+
 from __future__ import annotations
 
 import os
@@ -32,10 +33,25 @@ def _start(tmp_path):
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # its own temporary server and db
     err = open(tmp_path / "stderr.txt", "w")
     proc = subprocess.Popen(
-        [os.path.join(BIN, "dimred-dask"), "run", "--input", str(tmp_path / "x.npy"), "--output",
-         str(out), "--method", "tsne", "--param", "n_iter=1000000", "--param",
-         "checkpoint_every=50"], env=env, stdout=subprocess.DEVNULL, stderr=err,
-        start_new_session=True)  # a process group of its own, as a shell job has
+        [
+            os.path.join(BIN, "dimred-dask"),
+            "run",
+            "--input",
+            str(tmp_path / "x.npy"),
+            "--output",
+            str(out),
+            "--method",
+            "tsne",
+            "--param",
+            "n_iter=1000000",
+            "--param",
+            "checkpoint_every=50",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+        start_new_session=True,
+    )  # a process group of its own, as a shell job has
     deadline = time.monotonic() + 240
     while not (out / "checkpoints").exists():  # the optimisation is running on a worker
         assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()[-3000:]

@@ -1,6 +1,7 @@
 """Single-pass PCA (``solver="single-pass"``): the mergeable block sketch against a float64
 oracle, the factorisation against exact PCA and the randomized range finder's error bound, the
 API's input kinds, and the flow writing and embedding from the row sketch."""
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,9 @@ def test_block_sketches_merge_to_the_centred_products(rng):
     mu = x64.mean(axis=0)
     Yc = (x64 - mu) @ omega
     whole = rereference(merged, mu, omega)
-    np.testing.assert_allclose(whole.Z, (x64 - mu).T @ Yc, rtol=2e-5,
-                               atol=1e-6 * np.abs(whole.Z).max())
+    np.testing.assert_allclose(
+        whole.Z, (x64 - mu).T @ Yc, rtol=2e-5, atol=1e-6 * np.abs(whole.Z).max()
+    )
     np.testing.assert_allclose(whole.G, Yc.T @ Yc, rtol=2e-5)
     np.testing.assert_allclose(whole.ys, 0.0, atol=1e-6 * np.abs(Yc).sum())
     # each block's stored rows are (X_b - r_b) Omega; + Omega^T (r_b - mu) gives the centred rows
@@ -64,8 +66,9 @@ def test_float32_products_that_overflow_are_redone_in_float64(rng):
     assert _dense_sums(small * np.float32(1e18), np.ones((10, 6)), np.float32) is None
     big, ref = pca(small * np.float32(1e18), **kw), pca(small, **kw)
     np.testing.assert_allclose(big.components, ref.components, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(big.explained_variance / np.float32(1e36), ref.explained_variance,
-                               rtol=1e-4)
+    np.testing.assert_allclose(
+        big.explained_variance / np.float32(1e36), ref.explained_variance, rtol=1e-4
+    )
 
 
 def test_exact_when_the_sketch_spans_the_data(rng):
@@ -92,7 +95,7 @@ def test_variance_outside_the_sketch_within_the_range_finders_bound(rng):
     s = np.linalg.svd(X - X.mean(axis=0), compute_uv=False)
     missed = (1 - sk.captured_variance) * np.sum(s**2)
     p = sk.width - k
-    assert np.sum(s[sk.width:] ** 2) <= missed <= (1 + k / (p - 1)) * np.sum(s[k:] ** 2)
+    assert np.sum(s[sk.width :] ** 2) <= missed <= (1 + k / (p - 1)) * np.sum(s[k:] ** 2)
 
 
 def test_embedding_close_to_exact_on_a_decaying_spectrum_and_its_estimate(rng):
@@ -108,8 +111,12 @@ def test_embedding_close_to_exact_on_a_decaying_spectrum_and_its_estimate(rng):
     est = model._model.info["sketch"]["embedding_error_estimate"]
     assert err < 1e-2 and est >= err / 2, (err, est)
     # transform of the training rows is their exact projection on the single-pass components
-    np.testing.assert_allclose(model.transform(X), (X - model.mean_) @ model.components_.T,
-                               rtol=1e-4, atol=1e-4 * np.abs(Ye).max())
+    np.testing.assert_allclose(
+        model.transform(X),
+        (X - model.mean_) @ model.components_.T,
+        rtol=1e-4,
+        atol=1e-4 * np.abs(Ye).max(),
+    )
 
 
 @pytest.mark.filterwarnings("ignore::dimred_dask.DimredWarning")  # masked: a flat spectrum
@@ -122,8 +129,9 @@ def test_sparse_dask_and_numpy_give_the_same_fit(client, rng):
     kw = dict(n_components=4, solver="single-pass", random_state=5)
     dense, sparse = pca(X, **kw), pca(S, **kw)
     np.testing.assert_allclose(sparse.components, dense.components, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(sparse.training_embedding(), dense.training_embedding(),
-                               rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(
+        sparse.training_embedding(), dense.training_embedding(), rtol=1e-8, atol=1e-10
+    )
     Xd = da.from_array(X, chunks=(700, 40))
     rows = np.zeros((3000, dense.info["sketch"]["width"]))
     on_workers = pca(Xd, row_sketch=rows, **kw)
@@ -142,8 +150,9 @@ def test_refusals_and_the_warning_on_a_flat_spectrum(rng):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = pca(X, n_components=5, solver="single-pass", random_state=0)
-    assert any(issubclass(w.category, DimredWarning) and "n_oversamples" in str(w.message)
-               for w in caught)
+    assert any(
+        issubclass(w.category, DimredWarning) and "n_oversamples" in str(w.message) for w in caught
+    )
     assert "n_oversamples" in model.info["sketch"]["warning"]
 
 
@@ -161,8 +170,23 @@ def test_flow_embeds_from_the_stored_row_sketch(client, prefect_api, tmp_path, r
     uri = str(tmp_path / "in.zarr")
     save_array(da.from_array(X, chunks=(1500, 50)), uri)
     out = str(tmp_path / "out")
-    code = main(["run", "--input", uri, "--output", out, "--method", "pca", "--n-components",
-                 "3", "--param", "solver=single-pass", "--chunk-rows", "1500"])
+    code = main(
+        [
+            "run",
+            "--input",
+            uri,
+            "--output",
+            out,
+            "--method",
+            "pca",
+            "--n-components",
+            "3",
+            "--param",
+            "solver=single-pass",
+            "--chunk-rows",
+            "1500",
+        ]
+    )
     assert code == 0
     m = json.loads(open(os.path.join(out, "manifest.json")).read())
     sketch, stored = m["model"]["sketch"], m["model"]["row_sketch"]
@@ -183,9 +207,12 @@ def test_flow_embeds_from_the_stored_row_sketch(client, prefect_api, tmp_path, r
     fitted = adapter.fit(Xd, p, run={"output": out2, "fingerprint": "f"})
     adapter.save(fitted, RunStore(out2))
     rows = zarr.open_array(os.path.join(out2, "sketch", "rows"))[...]
-    np.testing.assert_allclose(adapter.transform(adapter.load(RunStore(out2)), Xd).compute(),
-                               fitted.embed_row_sketch(da.from_array(rows, chunks=(1500, 13)))
-                               .compute(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        adapter.transform(adapter.load(RunStore(out2)), Xd).compute(),
+        fitted.embed_row_sketch(da.from_array(rows, chunks=(1500, 13))).compute(),
+        rtol=1e-6,
+        atol=1e-6,
+    )
     os.remove(os.path.join(out2, "sketch", "rows", "c", "1", "0"))
     with pytest.raises(StageError, match="row sketch"):
         adapter.transform(adapter.load(RunStore(out2)), Xd)
@@ -208,8 +235,10 @@ def test_a_pass_reads_and_computes_each_block_in_one_task(tmp_path, rng):
     tasks = block_tasks(open_input(str(tmp_path / "x.zarr"), row_chunk=150).array, kernel, 7)
     graph = dict(tasks[0].__dask_graph__())
     n_blocks = 7
-    assert len([k for k in graph if str(k[0] if isinstance(k, tuple) else k)
-                .startswith("kernel-")]) == n_blocks  # named after the kernel
+    assert (
+        len([k for k in graph if str(k[0] if isinstance(k, tuple) else k).startswith("kernel-")])
+        == n_blocks
+    )  # named after the kernel
     assert len(graph) <= n_blocks + 2  # + the reader's handle and the one result cell
     expected = [(150 * i, min(150, 1000 - 150 * i), 6, 7) for i in range(n_blocks)]
     assert list(compute(*tasks, scheduler="sync")) == expected
@@ -217,8 +246,7 @@ def test_a_pass_reads_and_computes_each_block_in_one_task(tmp_path, rng):
     assert list(compute(*split, scheduler="sync")) == expected
 
 
-def test_values_refused_by_the_pass_leave_the_output_as_it_was(client, prefect_api,
-                                                                  tmp_path, rng):
+def test_values_refused_by_the_pass_leave_the_output_as_it_was(client, prefect_api, tmp_path, rng):
     """NaN is found by the fit's one pass, after it began writing its row sketch: the run
     fails with the rows named and the output is as before, absent or an earlier run."""
     from dimred_dask.io import save_array
@@ -231,8 +259,13 @@ def test_values_refused_by_the_pass_leave_the_output_as_it_was(client, prefect_a
     params = {"n_components": 2, "solver": "single-pass"}
 
     def files(path):
-        return sorted(os.path.relpath(os.path.join(r, f), path) for r, _, fs in os.walk(path)
-                      for f in fs) if os.path.exists(path) else None
+        return (
+            sorted(
+                os.path.relpath(os.path.join(r, f), path) for r, _, fs in os.walk(path) for f in fs
+            )
+            if os.path.exists(path)
+            else None
+        )
 
     out = str(tmp_path / "new")
     with pytest.raises(InputError, match="2500"):
@@ -257,20 +290,38 @@ def test_cli_reports_a_short_sketch_once(prefect_api, tmp_path, rng):
     from dimred_dask.io import save_array
 
     uri = str(tmp_path / "noise.zarr")
-    save_array(da.from_array(rng.standard_normal((4000, 30)).astype(np.float32),
-                             chunks=(1000, 30)), uri)
+    save_array(
+        da.from_array(rng.standard_normal((4000, 30)).astype(np.float32), chunks=(1000, 30)), uri
+    )
     cli = os.path.join(os.path.dirname(sys.executable), "dimred-dask")
-    done = subprocess.run([cli, "run", "--input", uri, "--output", str(tmp_path / "o"),
-                           "--method", "pca", "--n-components", "3", "--param",
-                           "solver=single-pass"], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PREFECT_API_URL": prefect_api})
+    done = subprocess.run(
+        [
+            cli,
+            "run",
+            "--input",
+            uri,
+            "--output",
+            str(tmp_path / "o"),
+            "--method",
+            "pca",
+            "--n-components",
+            "3",
+            "--param",
+            "solver=single-pass",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PREFECT_API_URL": prefect_api},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("warning     PCA single-pass") == 1
     assert "n_oversamples" in done.stdout and "DimredWarning" not in done.stderr
 
 
-def test_auto_takes_single_pass_out_of_core_when_max_error_allows(client, tmp_path, rng,
-                                                                   monkeypatch):
+def test_auto_takes_single_pass_out_of_core_when_max_error_allows(
+    client, tmp_path, rng, monkeypatch
+):
     """solver="auto": exact without max_error, for data in memory and where the sketch would
     be as costly as a second read; single-pass for data out of core (here: any dask data, the
     share lowered) when max_error is given, its row sketch in the run store; refitted exactly,
@@ -291,8 +342,10 @@ def test_auto_takes_single_pass_out_of_core_when_max_error_allows(client, tmp_pa
     assert plan(Xd, "auto", 3)[0] == "covariance"
     assert plan(X, "auto", 3, max_error=0.02)[0] == "covariance"
     wide, why = plan(Xd, "auto", 20, max_error=0.02)  # a sketch of 40 of the 50 columns
-    assert wide == "covariance" and why["predicted_s"]["single-pass"] > \
-        why["predicted_s"]["covariance"]
+    assert (
+        wide == "covariance"
+        and why["predicted_s"]["single-pass"] > why["predicted_s"]["covariance"]
+    )
     assert plan(Xd, "single-pass", 3, max_error=0.02) == ("single-pass", {})
 
     adapter = get_method("pca")
@@ -305,8 +358,11 @@ def test_auto_takes_single_pass_out_of_core_when_max_error_allows(client, tmp_pa
 
     flat = rng.standard_normal((6000, 50)).astype(np.float32)
     out = tmp_path / "b"
-    model = adapter.fit(da.from_array(flat, chunks=(1500, 50)), {**p, "max_error": 0.01},
-                        run={"output": str(out), "fingerprint": "f"})
+    model = adapter.fit(
+        da.from_array(flat, chunks=(1500, 50)),
+        {**p, "max_error": 0.01},
+        run={"output": str(out), "fingerprint": "f"},
+    )
     choice = model.info["solver_choice"]
     assert model.solver == "covariance" and choice["solver"] == "single-pass"
     assert "above max_error 0.01: refitted with covariance" in choice["fallback"]
@@ -314,13 +370,26 @@ def test_auto_takes_single_pass_out_of_core_when_max_error_allows(client, tmp_pa
     ref = pca_module.pca(flat, n_components=3, solver="covariance")
     np.testing.assert_allclose(model.components, ref.components, atol=1e-5)
     shown = io.StringIO()
-    print_summary({"output": str(out), "method": "pca", "params": p,
-                   "input": "x", "input_meta": {"shape": [6000, 50], "dtype": "float32"},
-                   "model": adapter.summary(model), "timings": {}, "stages": {}}, shown)
+    print_summary(
+        {
+            "output": str(out),
+            "method": "pca",
+            "params": p,
+            "input": "x",
+            "input_meta": {"shape": [6000, 50], "dtype": "float32"},
+            "model": adapter.summary(model),
+            "timings": {},
+            "stages": {},
+        },
+        shown,
+    )
     assert "solver      single-pass: the data" in shown.getvalue()
     assert "then the sketch's estimated embedding error" in shown.getvalue()
     with pytest.raises(InputError, match="max_error"):
         adapter.check({"n_components": 3, "max_error": 2}, X.shape)
     with pytest.raises(InputError, match="solver must be one of"):  # sparse input too
-        pca(sps.random(50, 10, density=0.3, format="csr", random_state=0), n_components=2,
-            solver="bogus")
+        pca(
+            sps.random(50, 10, density=0.3, format="csr", random_state=0),
+            n_components=2,
+            solver="bogus",
+        )

@@ -2,6 +2,7 @@
 the densified matrix gives (PCA, supervised PCA, the kNN graph, distance and kernel blocks,
 metrics), every other method refuses with the chain as its fix, finiteness and dtype rules,
 fingerprints, and the same PCA on any number of workers."""
+
 from __future__ import annotations
 
 import importlib
@@ -17,11 +18,27 @@ from dimred_dask._validation import check_array, is_sparse_input
 from dimred_dask.errors import InputTypeError
 from dimred_dask.graphs import knn_graph, sample_recall
 from dimred_dask.io.fingerprint import _hash_block, array_fingerprint
-from dimred_dask.methods import (SPARSE_METHODS, ActionRespectingEmbedding, Isomap,
-                                 KernelPCA, KernelSupervisedPCA, LandmarkIsomap, LandmarkMDS,
-                                 LandmarkMVU, LaplacianEigenmaps, LocallyLinearEmbedding, MDS,
-                                 MaximumVarianceUnfolding, SNE, SpectralClustering, TSNE, UMAP,
-                                 accepts_sparse, check_sparse_input, make_chain)
+from dimred_dask.methods import (
+    SPARSE_METHODS,
+    ActionRespectingEmbedding,
+    Isomap,
+    KernelPCA,
+    KernelSupervisedPCA,
+    LandmarkIsomap,
+    LandmarkMDS,
+    LandmarkMVU,
+    LaplacianEigenmaps,
+    LocallyLinearEmbedding,
+    MDS,
+    MaximumVarianceUnfolding,
+    SNE,
+    SpectralClustering,
+    TSNE,
+    UMAP,
+    accepts_sparse,
+    check_sparse_input,
+    make_chain,
+)
 from dimred_dask.pairwise import pairwise_distances, pairwise_kernels
 
 # The sparse solvers multiply in float64 what the dense ones multiply in float64 too (for
@@ -75,8 +92,9 @@ def _as(kind, X):
     if kind == "csc":
         return X.tocsc()
     chunks = (700, X.shape[1]) if kind == "dask" else ((1000, 800, 1200), (X.shape[1],))
-    return da.from_array(X, chunks=chunks, asarray=False,
-                         meta=sp.csr_matrix((0, X.shape[1]), dtype=X.dtype))
+    return da.from_array(
+        X, chunks=chunks, asarray=False, meta=sp.csr_matrix((0, X.shape[1]), dtype=X.dtype)
+    )
 
 
 def _same_up_to_sign(a, b, rtol):
@@ -158,12 +176,14 @@ def test_pca_equals_pca_of_the_densified_matrix(data, kind, solver, whiten):
     assert model.solver_ == solver
     np.testing.assert_allclose(model.explained_variance_, same.explained_variance_, rtol=SAME_RTOL)
     np.testing.assert_allclose(model.explained_variance_, oracle.explained_variance_, rtol=rtol)
-    np.testing.assert_allclose(model.explained_variance_ratio_,
-                               oracle.explained_variance_ratio_, rtol=rtol)
+    np.testing.assert_allclose(
+        model.explained_variance_ratio_, oracle.explained_variance_ratio_, rtol=rtol
+    )
     np.testing.assert_allclose(model.noise_variance_, oracle.noise_variance_, rtol=10 * rtol)
     np.testing.assert_allclose(model.mean_, dense.mean(axis=0), rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(model.components_, same.components_, rtol=SAME_RTOL,
-                               atol=SAME_RTOL)  # both sign-fixed
+    np.testing.assert_allclose(
+        model.components_, same.components_, rtol=SAME_RTOL, atol=SAME_RTOL
+    )  # both sign-fixed
     _same_up_to_sign(model.components_, oracle.components_, 10 * rtol)
     Y = model.transform(_as(kind, X))
     assert isinstance(Y, da.Array) == kind.startswith("dask")
@@ -171,11 +191,13 @@ def test_pca_equals_pca_of_the_densified_matrix(data, kind, solver, whiten):
         assert Y.chunks[0] == _as(kind, X).chunks[0] and Y.chunks[1] == (K,)
         Y = Y.compute()
     assert isinstance(Y, np.ndarray) and Y.dtype == np.float64
-    np.testing.assert_allclose(Y, same.transform(dense), rtol=SAME_RTOL,
-                               atol=SAME_RTOL * np.abs(Y).max())
+    np.testing.assert_allclose(
+        Y, same.transform(dense), rtol=SAME_RTOL, atol=SAME_RTOL * np.abs(Y).max()
+    )
     _same_up_to_sign(Y.T, oracle.transform(dense).T, 10 * rtol)
-    np.testing.assert_allclose(model.inverse_transform(Y), same.inverse_transform(Y),
-                               rtol=SAME_RTOL, atol=SAME_RTOL)
+    np.testing.assert_allclose(
+        model.inverse_transform(Y), same.inverse_transform(Y), rtol=SAME_RTOL, atol=SAME_RTOL
+    )
 
 
 # float32 input: the covariance solver accumulates in float64, so only the float32 result
@@ -194,8 +216,7 @@ def test_pca_float32_counts_equal_the_float64_oracle(solver):
     for kind in ("csr", "dask"):
         model = PCA(K, solver=solver, random_state=0).fit(_as(kind, X32))
         assert model.components_.dtype == np.float32
-        np.testing.assert_allclose(model.explained_variance_, oracle.explained_variance_,
-                                   rtol=rtol)
+        np.testing.assert_allclose(model.explained_variance_, oracle.explained_variance_, rtol=rtol)
         Y = np.asarray(model.transform(_as(kind, X32)))
         assert Y.dtype == np.float32
         _same_up_to_sign(Y.T, oracle.transform(X64).T, 10 * rtol)
@@ -203,8 +224,7 @@ def test_pca_float32_counts_equal_the_float64_oracle(solver):
 
 @pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
 @pytest.mark.parametrize("l2_bytes", [1 << 20, 1000])  # one range of genes; many, uneven
-def test_gram_kernel_equals_the_dense_centred_products(data, monkeypatch, dtype, rtol,
-                                                       l2_bytes):
+def test_gram_kernel_equals_the_dense_centred_products(data, monkeypatch, dtype, rtol, l2_bytes):
     """The kernel of the randomized passes against Xc^T Xc q in float64 on the densified
     block: any cut of the genes into ranges, unsorted column indices, empty rows, int64
     indices. float32 blocks multiply in float32 (the tolerance is float32 rounding summed over
@@ -228,10 +248,12 @@ def test_gram_kernel_equals_the_dense_centred_products(data, monkeypatch, dtype,
         order = rng.permutation(b - a) + a
         shuffled.indices[a:b], shuffled.data[a:b] = X.indices[order], X.data[order]
     shuffled.has_sorted_indices = False
-    wide = sp.csr_matrix((X.data, X.indices.astype(np.int64), X.indptr.astype(np.int64)),
-                         shape=X.shape)
-    assert len(sparse_kernels.gene_ranges(X.shape[1], 7, X.dtype.itemsize)) - 1 == \
-        (1 if l2_bytes > 1e5 else -(-X.shape[1] // max(1, l2_bytes // (7 * X.dtype.itemsize))))
+    wide = sp.csr_matrix(
+        (X.data, X.indices.astype(np.int64), X.indptr.astype(np.int64)), shape=X.shape
+    )
+    assert len(sparse_kernels.gene_ranges(X.shape[1], 7, X.dtype.itemsize)) - 1 == (
+        1 if l2_bytes > 1e5 else -(-X.shape[1] // max(1, l2_bytes // (7 * X.dtype.itemsize)))
+    )
     for block in (X, shuffled, wide):
         got = sparse_gram_products(block, mean, q)
         assert got.dtype == np.float64
@@ -283,8 +305,12 @@ def test_pca_same_result_on_any_number_of_workers(client, data):
     results = {}
     for solver in ("covariance", "randomized"):
         m2 = PCA(K, solver=solver, random_state=3).fit(D)
-        with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                          dashboard_address=None) as one, Client(one):
+        with (
+            LocalCluster(
+                n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+            ) as one,
+            Client(one),
+        ):
             m1 = PCA(K, solver=solver, random_state=3).fit(D)
             y1 = m1.transform(D).compute()
         assert np.array_equal(m1.components_, m2.components_)
@@ -298,8 +324,9 @@ def test_pca_same_result_on_any_number_of_workers(client, data):
 # --------------------------------------------------------------------------- supervised PCA
 
 
-@pytest.mark.parametrize("kw", [{}, {"label_kernel": "linear"}, {"label_kernel": "identity"},
-                                {"bair_n_features": 40}])
+@pytest.mark.parametrize(
+    "kw", [{}, {"label_kernel": "linear"}, {"label_kernel": "identity"}, {"bair_n_features": 40}]
+)
 @pytest.mark.parametrize("kind", ["csr", "dask"])
 def test_spca_equals_spca_of_the_densified_matrix(data, kind, kw):
     X, labels = data
@@ -349,9 +376,17 @@ def test_knn_refuses_other_metrics_and_the_partitioned_backend(data):
 # --------------------------------------------------------------------------- pairwise blocks
 
 
-@pytest.mark.parametrize("spec", [("kernel", "linear"), ("kernel", "gaussian"),
-                                  ("kernel", "cosine"), ("kernel", "polynomial"),
-                                  ("metric", "euclidean"), ("metric", "cosine")])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ("kernel", "linear"),
+        ("kernel", "gaussian"),
+        ("kernel", "cosine"),
+        ("kernel", "polynomial"),
+        ("metric", "euclidean"),
+        ("metric", "cosine"),
+    ],
+)
 def test_pairwise_blocks_equal_the_dense_ones(client, data, spec):
     X, _ = data
     X = X[:600]
@@ -376,12 +411,20 @@ def test_pairwise_refuses_what_is_not_made_of_inner_products(data):
 # --------------------------------------------------------------------------- the other methods
 
 _REFUSING = {
-    "kpca": lambda: KernelPCA(2), "mds": lambda: MDS(2), "landmark-mds": lambda: LandmarkMDS(2),
-    "kspca": lambda: KernelSupervisedPCA(2), "isomap": lambda: Isomap(),
-    "landmark-isomap": lambda: LandmarkIsomap(), "lle": lambda: LocallyLinearEmbedding(),
-    "laplacian": lambda: LaplacianEigenmaps(), "spectral": lambda: SpectralClustering(),
-    "tsne": lambda: TSNE(), "umap": lambda: UMAP(), "sne": lambda: SNE(),
-    "mvu": lambda: MaximumVarianceUnfolding(), "landmark-mvu": lambda: LandmarkMVU(),
+    "kpca": lambda: KernelPCA(2),
+    "mds": lambda: MDS(2),
+    "landmark-mds": lambda: LandmarkMDS(2),
+    "kspca": lambda: KernelSupervisedPCA(2),
+    "isomap": lambda: Isomap(),
+    "landmark-isomap": lambda: LandmarkIsomap(),
+    "lle": lambda: LocallyLinearEmbedding(),
+    "laplacian": lambda: LaplacianEigenmaps(),
+    "spectral": lambda: SpectralClustering(),
+    "tsne": lambda: TSNE(),
+    "umap": lambda: UMAP(),
+    "sne": lambda: SNE(),
+    "mvu": lambda: MaximumVarianceUnfolding(),
+    "landmark-mvu": lambda: LandmarkMVU(),
     "are": lambda: ActionRespectingEmbedding(),
 }
 
@@ -421,8 +464,9 @@ def test_chain_takes_sparse_input(data):
     small = X[:400]
     chain = make_chain("pca+mds", **{"pca.n_components": 10, "mds.n_components": 2})
     Y = chain.fit_transform(small)
-    Yd = make_chain("pca+mds", **{"pca.n_components": 10, "mds.n_components": 2}) \
-        .fit_transform(small.toarray())
+    Yd = make_chain("pca+mds", **{"pca.n_components": 10, "mds.n_components": 2}).fit_transform(
+        small.toarray()
+    )
     _same_up_to_sign(Y.T, Yd.T, 1e-8)
 
 
@@ -452,8 +496,11 @@ def test_metrics_take_a_sparse_sample(data):
     Xh = model.inverse_transform(Y)
     dense = sample.toarray()
     assert metrics.trustworthiness(sample, Y, 10) == pytest.approx(
-        metrics.trustworthiness(dense, Y, 10), rel=1e-12)
+        metrics.trustworthiness(dense, Y, 10), rel=1e-12
+    )
     assert metrics.knn_recall(sample, Y, 10) == pytest.approx(
-        metrics.knn_recall(dense, Y, 10), rel=1e-12)
+        metrics.knn_recall(dense, Y, 10), rel=1e-12
+    )
     assert metrics.reconstruction_error(sample, Xh, model.mean_) == pytest.approx(
-        metrics.reconstruction_error(dense, Xh, model.mean_), rel=1e-12)
+        metrics.reconstruction_error(dense, Xh, model.mean_), rel=1e-12
+    )

@@ -1,5 +1,6 @@
 """Supervised PCA, kernel supervised PCA, Bair's screening and HSIC against dense NumPy/SciPy
 oracles that form H, B, K and Q explicitly (small n), scikit-learn's PCA, and the API rules."""
+
 from __future__ import annotations
 
 import dask.array as da
@@ -11,9 +12,14 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dimred_dask.errors import DimredWarning, InputError
 from dimred_dask.methods.hsic import hsic
-from dimred_dask.methods.spca import (KernelSupervisedPCA, KernelSupervisedPCAModel,
-                                      SupervisedPCA, SupervisedPCAModel, kernel_supervised_pca,
-                                      supervised_pca)
+from dimred_dask.methods.spca import (
+    KernelSupervisedPCA,
+    KernelSupervisedPCAModel,
+    SupervisedPCA,
+    SupervisedPCAModel,
+    kernel_supervised_pca,
+    supervised_pca,
+)
 from tests.data import low_rank
 
 # Linear SPCA against the dense oracle eigh(X^T H B H X): both exact in float64; the SVD of
@@ -73,15 +79,19 @@ def _as(kind, X):
 
 # ---------------------------------------------------------------- linear SPCA
 
+
 def test_identity_label_kernel_is_pca(rng):
     X = low_rank(rng, n=300, d=8)
     n = X.shape[0]
     oracle = SkPCA(3, svd_solver="full").fit(X)
-    for model in (SupervisedPCA(3, label_kernel="identity").fit(X),
-                  SupervisedPCA(3).fit(X, np.arange(n))):  # delta with n classes: B = I too
+    for model in (
+        SupervisedPCA(3, label_kernel="identity").fit(X),
+        SupervisedPCA(3).fit(X, np.arange(n)),
+    ):  # delta with n classes: B = I too
         _same_up_to_sign(model.components_, oracle.components_, ORACLE_RTOL)
-        np.testing.assert_allclose(model.eigenvalues_, oracle.explained_variance_ * (n - 1),
-                                   rtol=ORACLE_RTOL)
+        np.testing.assert_allclose(
+            model.eigenvalues_, oracle.explained_variance_ * (n - 1), rtol=ORACLE_RTOL
+        )
     vals, comps = _dense_spca(X, np.eye(n), 3)
     _same_up_to_sign(model.components_, comps, ORACLE_RTOL)
 
@@ -100,8 +110,12 @@ def test_delta_labels_match_dense_oracle(client, rng, kind):
     if kind != "numpy":
         assert Y.chunks[0] == _as(kind, X).chunks[0]
         assert isinstance(model.inverse_transform(Y), da.Array)
-    np.testing.assert_allclose(np.asarray(Y), (X - X.mean(0)) @ model.components_.T,
-                               rtol=DASK_RTOL, atol=DASK_RTOL * np.abs(X).max())
+    np.testing.assert_allclose(
+        np.asarray(Y),
+        (X - X.mean(0)) @ model.components_.T,
+        rtol=DASK_RTOL,
+        atol=DASK_RTOL * np.abs(X).max(),
+    )
     Xr = np.asarray(model.inverse_transform(np.asarray(Y)))
     P = model.components_.T @ model.components_
     np.testing.assert_allclose(Xr, (X - X.mean(0)) @ P + X.mean(0), rtol=1e-9, atol=1e-9)
@@ -126,8 +140,9 @@ def test_linear_and_gaussian_label_kernels_match_oracle(rng):
     t = Y[:, 0]
     B = np.exp(-0.5 * (t[:, None] - t[None, :]) ** 2)
     vals, comps = _dense_spca(X, B, 2)
-    model = supervised_pca(X, t, n_components=2, label_kernel="gaussian", label_gamma=0.5,
-                           n_label_landmarks=n)
+    model = supervised_pca(
+        X, t, n_components=2, label_kernel="gaussian", label_gamma=0.5, n_label_landmarks=n
+    )
     np.testing.assert_allclose(model.eigenvalues, vals, rtol=GAUSSIAN_LABEL_RTOL)
     _same_up_to_sign(model.components, comps, GAUSSIAN_LABEL_RTOL)
 
@@ -164,15 +179,18 @@ def test_bair_screening_keeps_informative_features(rng):
     np.testing.assert_array_equal(model.selected_features, informative)
     dropped = np.setdiff1d(np.arange(d), informative)
     assert np.all(model.components[:, dropped] == 0)
-    _same_up_to_sign(model.components[:, informative],
-                     SkPCA(1).fit(X[:, informative]).components_, ORACLE_RTOL)
+    _same_up_to_sign(
+        model.components[:, informative], SkPCA(1).fit(X[:, informative]).components_, ORACLE_RTOL
+    )
     # seed's scores (centred): s_j = Xc_j^T yc / ||Xc_j||
     Xc, tc = X - X.mean(0), t - t.mean()
-    np.testing.assert_allclose(model.feature_scores, np.abs(Xc.T @ tc) / np.linalg.norm(Xc, axis=0),
-                               rtol=ORACLE_RTOL)
+    np.testing.assert_allclose(
+        model.feature_scores, np.abs(Xc.T @ tc) / np.linalg.norm(Xc, axis=0), rtol=ORACLE_RTOL
+    )
     threshold = 0.5 * np.sort(model.feature_scores)[-3]
-    by_threshold = supervised_pca(X, t, n_components=1, label_kernel="linear",
-                                  bair_threshold=threshold)
+    by_threshold = supervised_pca(
+        X, t, n_components=1, label_kernel="linear", bair_threshold=threshold
+    )
     np.testing.assert_array_equal(by_threshold.selected_features, informative)
     y = (t > np.median(t)).astype(int)  # classes: max over the one-hot columns
     by_class = SupervisedPCA(1, bair_n_features=3).fit(X, y)
@@ -189,6 +207,7 @@ def test_components_past_the_label_rank_warn(rng):
 
 # ---------------------------------------------------------------- kernel SPCA
 
+
 def _dense_kspca(K, B, k):
     """The seed's generalised eigenproblem K H B H K beta = lambda K beta, K regularised by
     eps = 1e-10 trace(K) / n; returns (eigenvalues, embedding K beta)."""
@@ -199,8 +218,9 @@ def _dense_kspca(K, B, k):
     return w[::-1][:k], K @ beta[:, ::-1][:, :k]
 
 
-@pytest.mark.parametrize("kernel, params", [("gaussian", {"gamma": 0.05}),
-                                            ("polynomial", {"degree": 2, "gamma": 0.1})])
+@pytest.mark.parametrize(
+    "kernel, params", [("gaussian", {"gamma": 0.05}), ("polynomial", {"degree": 2, "gamma": 0.1})]
+)
 def test_kernel_spca_dense_matches_generalised_eigenproblem(rng, kernel, params):
     from sklearn.metrics.pairwise import pairwise_kernels as sk_kernels
 
@@ -211,16 +231,18 @@ def test_kernel_spca_dense_matches_generalised_eigenproblem(rng, kernel, params)
     model = KernelSupervisedPCA(2, kernel=kernel, solver="dense", **params).fit(X, y)
     np.testing.assert_allclose(model.eigenvalues_, vals, rtol=KSPCA_ORACLE_RTOL)
     _same_up_to_sign(model.embedding_.T, emb.T, KSPCA_ORACLE_RTOL)
-    np.testing.assert_allclose(model.transform(X), model.embedding_, rtol=1e-9,
-                               atol=1e-9 * np.abs(model.embedding_).max())
+    np.testing.assert_allclose(
+        model.transform(X), model.embedding_, rtol=1e-9, atol=1e-9 * np.abs(model.embedding_).max()
+    )
 
 
 def test_kernel_spca_nystrom_agrees_with_dense(client, rng):
     X, y = _classes(rng, n=300, d=5)
     g = 0.002  # ~ 1 / median squared distance (432) of these points
     dense = KernelSupervisedPCA(2, gamma=g, solver="dense").fit(X, y)
-    full = KernelSupervisedPCA(2, gamma=g, solver="nystrom", n_landmarks=300,
-                               landmarks="uniform").fit(X, y)
+    full = KernelSupervisedPCA(
+        2, gamma=g, solver="nystrom", n_landmarks=300, landmarks="uniform"
+    ).fit(X, y)
     np.testing.assert_allclose(full.eigenvalues_, dense.eigenvalues_, rtol=NYSTROM_FULL_RTOL)
     _same_up_to_sign(full.embedding_.T, dense.embedding_.T, NYSTROM_FULL_RTOL)
     half = KernelSupervisedPCA(2, gamma=g, solver="nystrom", n_landmarks=150).fit(X, y)
@@ -232,8 +254,12 @@ def test_kernel_spca_nystrom_agrees_with_dense(client, rng):
     on_dask = KernelSupervisedPCA(2, gamma=g, solver="nystrom", n_landmarks=150).fit(Xd, y)
     assert isinstance(on_dask.embedding_, da.Array)
     assert isinstance(on_dask.transform(Xd), da.Array)
-    np.testing.assert_allclose(on_dask.embedding_.compute(), half.embedding_, rtol=DASK_RTOL,
-                               atol=DASK_RTOL * np.abs(half.embedding_).max())
+    np.testing.assert_allclose(
+        on_dask.embedding_.compute(),
+        half.embedding_,
+        rtol=DASK_RTOL,
+        atol=DASK_RTOL * np.abs(half.embedding_).max(),
+    )
 
 
 def test_kernel_spca_linear_kernel_identity_labels_is_pca(rng):
@@ -242,27 +268,34 @@ def test_kernel_spca_linear_kernel_identity_labels_is_pca(rng):
     oracle = SkPCA(3, svd_solver="full").fit(X)
     emb = model.embedding_ - model.embedding_.mean(axis=0)  # the seed's beta^T K: not centred
     _same_up_to_sign(emb.T, oracle.transform(X).T, KSPCA_ORACLE_RTOL)
-    np.testing.assert_allclose(model.eigenvalues_, oracle.explained_variance_ * 199,
-                               rtol=KSPCA_ORACLE_RTOL)
+    np.testing.assert_allclose(
+        model.eigenvalues_, oracle.explained_variance_ * 199, rtol=KSPCA_ORACLE_RTOL
+    )
 
 
 def test_models_save_and_load(rng):
     X, y = _classes(rng, n=100)
-    for model in (supervised_pca(X, y), supervised_pca(X, y, bair_n_features=4),
-                  kernel_supervised_pca(X, y, solver="dense"),
-                  kernel_supervised_pca(X, y, solver="nystrom", n_landmarks=40)):
+    for model in (
+        supervised_pca(X, y),
+        supervised_pca(X, y, bair_n_features=4),
+        kernel_supervised_pca(X, y, solver="dense"),
+        kernel_supervised_pca(X, y, solver="nystrom", n_landmarks=40),
+    ):
         cls = type(model)
-        again = cls.from_arrays({k: np.array(v) for k, v in model.arrays().items()},
-                                dict(model.scalars()))
+        again = cls.from_arrays(
+            {k: np.array(v) for k, v in model.arrays().items()}, dict(model.scalars())
+        )
         np.testing.assert_array_equal(again.transform(X), model.transform(X))
         if cls is SupervisedPCAModel:
-            np.testing.assert_array_equal(again.inverse_transform(X[:, :2]),
-                                          model.inverse_transform(X[:, :2]))
+            np.testing.assert_array_equal(
+                again.inverse_transform(X[:, :2]), model.inverse_transform(X[:, :2])
+            )
         else:
             assert cls is KernelSupervisedPCAModel and again.kernel == model.kernel
 
 
 # ---------------------------------------------------------------- HSIC
+
 
 def test_hsic_detects_dependence(rng):
     n = 150
@@ -278,8 +311,9 @@ def test_hsic_detects_dependence(rng):
     # the definition, verbatim
     H = np.eye(n) - np.ones((n, n)) / n
     K, B = np.exp(-gamma * sq), (y[:, None] == y[None, :]).astype(float)
-    np.testing.assert_allclose(dep.statistic, np.trace(K @ H @ B @ H) / (n - 1) ** 2,
-                               rtol=ORACLE_RTOL)
+    np.testing.assert_allclose(
+        dep.statistic, np.trace(K @ H @ B @ H) / (n - 1) ** 2, rtol=ORACLE_RTOL
+    )
 
 
 def test_hsic_exact_and_low_rank_agree(client, rng):
@@ -290,8 +324,15 @@ def test_hsic_exact_and_low_rank_agree(client, rng):
     assert low.p_value == exact.p_value  # the same permutations
     t = X[:, 0] + 0.5 * rng.standard_normal(200)
     exact = hsic(X, t, kernel="linear", label_kernel="gaussian", label_gamma=0.1, solver="exact")
-    low = hsic(X, t, kernel="linear", label_kernel="gaussian", label_gamma=0.1,
-               solver="lowrank", n_label_landmarks=200)  # Nyström on all labels: exact to 1e-9
+    low = hsic(
+        X,
+        t,
+        kernel="linear",
+        label_kernel="gaussian",
+        label_gamma=0.1,
+        solver="lowrank",
+        n_label_landmarks=200,
+    )  # Nyström on all labels: exact to 1e-9
     np.testing.assert_allclose(low.statistic, exact.statistic, rtol=GAUSSIAN_LABEL_RTOL)
     assert low.p_value == exact.p_value < 0.05
     on_dask = hsic(da.from_array(X, chunks=(60, 10)), t, label_kernel="linear", solver="lowrank")
@@ -301,6 +342,7 @@ def test_hsic_exact_and_low_rank_agree(client, rng):
 
 
 # ---------------------------------------------------------------- bad input
+
 
 def _bad_cases():
     rng = np.random.default_rng(0)
@@ -312,11 +354,12 @@ def _bad_cases():
         "single-class": lambda: supervised_pca(X, np.zeros(30)),
         "nan-labels-linear": lambda: supervised_pca(X, nan_t, label_kernel="linear"),
         "nan-labels-delta": lambda: supervised_pca(X, nan_t),
-        "nan-labels-dask": lambda: supervised_pca(da.from_array(X, chunks=10),
-                                                  da.from_array(nan_t, chunks=10),
-                                                  label_kernel="linear"),
-        "nan-in-dask-X": lambda: supervised_pca(da.from_array(np.where(X > 2, np.nan, X),
-                                                              chunks=10), y),
+        "nan-labels-dask": lambda: supervised_pca(
+            da.from_array(X, chunks=10), da.from_array(nan_t, chunks=10), label_kernel="linear"
+        ),
+        "nan-in-dask-X": lambda: supervised_pca(
+            da.from_array(np.where(X > 2, np.nan, X), chunks=10), y
+        ),
         "constant-targets": lambda: supervised_pca(X, np.ones(30), label_kernel="linear"),
         "k-equals-n": lambda: supervised_pca(X[:4], y[:4], n_components=4),
         "k-above-d": lambda: supervised_pca(X, y, n_components=5),
@@ -355,10 +398,17 @@ def test_error_messages_say_what_was_found():
 
 # ---------------------------------------------------------------- scikit-learn's contract
 
+
 # scikit-learn's data has 2 classes where n_components=2: the second component is a completion
 @pytest.mark.filterwarnings("ignore:.*orthonormal completion:dimred_dask.errors.DimredWarning")
-@parametrize_with_checks([SupervisedPCA(), SupervisedPCA(1, label_kernel="linear"),
-                          SupervisedPCA(1, bair_n_features=2), KernelSupervisedPCA(),
-                          KernelSupervisedPCA(solver="nystrom", n_landmarks=20)])
+@parametrize_with_checks(
+    [
+        SupervisedPCA(),
+        SupervisedPCA(1, label_kernel="linear"),
+        SupervisedPCA(1, bair_n_features=2),
+        KernelSupervisedPCA(),
+        KernelSupervisedPCA(solver="nystrom", n_landmarks=20),
+    ]
+)
 def test_sklearn_contract(estimator, check):
     check(estimator)

@@ -2,6 +2,7 @@
 embedding, geodesics to landmarks, the eigenvector coefficients) in the store: loading costs
 the model's small arrays, and `transform` reads the rows it needs, block by block, in the
 process that runs it (a worker, for dask input), locally or from S3."""
+
 from __future__ import annotations
 
 import tracemalloc
@@ -13,8 +14,14 @@ import pytest
 
 import dimred_dask.io.stored_rows as stored_rows
 from dimred_dask.io import RunStore, StoredRows
-from dimred_dask.methods import (MDS, Isomap, KernelPCA, LandmarkIsomap, LaplacianEigenmaps,
-                                 LocallyLinearEmbedding)
+from dimred_dask.methods import (
+    MDS,
+    Isomap,
+    KernelPCA,
+    LandmarkIsomap,
+    LaplacianEigenmaps,
+    LocallyLinearEmbedding,
+)
 from flows.adapter import STORED_ARRAYS, save_model
 from flows.methods import get_method
 
@@ -53,8 +60,7 @@ def test_a_loaded_model_reads_its_training_rows_from_the_store(name, tmp_path, m
     # dask input: the same, lazily
     lazy = loaded.transform(da.from_array(new, chunks=40))
     assert isinstance(lazy, da.Array)
-    np.testing.assert_allclose(lazy.compute(), want, rtol=1e-9,
-                               atol=1e-12 * np.abs(want).max())
+    np.testing.assert_allclose(lazy.compute(), want, rtol=1e-9, atol=1e-12 * np.abs(want).max())
 
 
 def test_stored_rows_read_what_zarr_holds(tmp_path, monkeypatch):
@@ -84,8 +90,9 @@ def bucket(s3_server):
     return name
 
 
-def test_transform_after_load_from_s3_without_the_training_rows_in_memory(bucket, client,
-                                                                          monkeypatch):
+def test_transform_after_load_from_s3_without_the_training_rows_in_memory(
+    bucket, client, monkeypatch
+):
     """A model saved to S3 loads without its training-sized arrays, and a dask transform
     carries only handles to them: the workers read the rows from S3 themselves. (Bytes are
     counted by pickling, not traced: the S3 server of the tests runs in this process.)"""
@@ -130,8 +137,9 @@ def test_loading_a_model_costs_its_small_arrays(tmp_path):
     assert peak < X.nbytes / 10, (peak, X.nbytes)
     new = X[:50] + rng.normal(scale=0.1, size=(50, 16))
     want = est.transform(new)
-    np.testing.assert_allclose(loaded.transform(new), want, rtol=1e-9,
-                               atol=1e-12 * np.abs(want).max())
+    np.testing.assert_allclose(
+        loaded.transform(new), want, rtol=1e-9, atol=1e-12 * np.abs(want).max()
+    )
 
 
 def test_load_model_refuses_what_it_cannot_load(tmp_path):
@@ -188,13 +196,18 @@ def test_landmark_isomap_leaves_its_geodesics_on_the_workers(client, tmp_path):
     geodesics = m * X.shape[0] * 8  # the m x n float64 block the in-process fit holds
     assert peak < geodesics / 4, (peak, geodesics)
     assert isinstance(there.reference, da.Array) and isinstance(there.X_fit, da.Array)
-    np.testing.assert_allclose(there.embedding, here.embedding, rtol=1e-10,
-                               atol=1e-10 * np.abs(here.embedding).max())
+    np.testing.assert_allclose(
+        there.embedding, here.embedding, rtol=1e-10, atol=1e-10 * np.abs(here.embedding).max()
+    )
     store = RunStore(str(tmp_path / "run"))
     save_model(there, store)
     loaded = get_method("landmark-isomap").load(store)
     np.testing.assert_array_equal(np.asarray(loaded.reference), here.reference)
     np.testing.assert_array_equal(np.asarray(loaded.X_fit), X)
     new = X[:30] + 0.05
-    np.testing.assert_allclose(loaded.transform(new), here.transform(new), rtol=1e-9,
-                               atol=1e-9 * np.abs(here.embedding).max())
+    np.testing.assert_allclose(
+        loaded.transform(new),
+        here.transform(new),
+        rtol=1e-9,
+        atol=1e-9 * np.abs(here.embedding).max(),
+    )

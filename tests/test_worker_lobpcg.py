@@ -1,6 +1,7 @@
 """LOBPCG with its blocks on the Dask workers (dimred_dask.linalg.worker_lobpcg): the same
 eigenpairs as LAPACK and as the in-process solver, the same bits for the same blocks, a
 worker killed mid-solve, and the caller's process holding no n-sized iteration arrays."""
+
 from __future__ import annotations
 
 import gc
@@ -68,8 +69,12 @@ def test_gram_kind_against_lapack_and_in_process(client, lle_problem):
 def test_the_same_blocks_give_the_same_bits(client, lle_problem):
     A = lle_problem[1]
     n = A.shape[0]
-    runs = [bottom_eigsh_lobpcg_workers(A, 2, null=np.ones(n), tol=TOL, maxiter=25, blocks=3,
-                                        client=client) for _ in range(2)]
+    runs = [
+        bottom_eigsh_lobpcg_workers(
+            A, 2, null=np.ones(n), tol=TOL, maxiter=25, blocks=3, client=client
+        )
+        for _ in range(2)
+    ]
     assert runs[0].info["blocks"] == 3 and runs[0].info["iterations"] == 25
     np.testing.assert_array_equal(runs[0].vectors, runs[1].vectors)
 
@@ -93,8 +98,7 @@ def test_symmetric_kind_on_a_normalised_laplacian(client, lle_problem):
 def test_methods_take_the_worker_solver(client, lle_problem):
     X = lle_problem[0]
     ref = LocallyLinearEmbedding(2, n_neighbors=10, eigen_solver="dense").fit(X)
-    ours = LocallyLinearEmbedding(2, n_neighbors=10, eigen_solver="lobpcg-workers",
-                                  tol=TOL).fit(X)
+    ours = LocallyLinearEmbedding(2, n_neighbors=10, eigen_solver="lobpcg-workers", tol=TOL).fit(X)
     assert ours._model.solver == "lobpcg-workers"
     np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=VALUE_RTOL)
     signs = np.sign(np.sum(ours.embedding_ * ref.embedding_, axis=0))
@@ -108,16 +112,18 @@ def test_the_caller_holds_no_iteration_blocks(client):
     n = 40_000
     rng = np.random.default_rng(0)
     cols = rng.integers(0, n, (n, 6))
-    W = sp.csr_matrix((np.full(n * 6, 1 / 6), cols.ravel(), np.arange(0, 6 * n + 1, 6)),
-                      shape=(n, n))
+    W = sp.csr_matrix(
+        (np.full(n * 6, 1 / 6), cols.ravel(), np.arange(0, 6 * n + 1, 6)), shape=(n, n)
+    )
     A = (sp.identity(n, format="csr") - W).tocsr()
     peaks = {}
     for p in (8, 40):
         gc.collect()  # what an earlier solve left to the collector is not this one's
         tracemalloc.start()
         with pytest.warns(ConvergenceWarning):  # 5 iterations are not meant to converge
-            bottom_eigsh_lobpcg_workers(A, 2, null=np.ones(n), tol=1e-12, maxiter=5,
-                                        block=p, client=client)
+            bottom_eigsh_lobpcg_workers(
+                A, 2, null=np.ones(n), tol=1e-12, maxiter=5, block=p, client=client
+            )
         peaks[p] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     # holding even one n x p array would grow the peak by n x 32 x 8 bytes (in-process: 6 of
@@ -136,6 +142,7 @@ def _kill_one_worker_at(client, iteration):
             victim = sorted(client.scheduler_info()["workers"])[0]
             pid = client.run(os.getpid, workers=[victim])[victim]
             os.kill(pid, signal.SIGKILL)
+
     return progress
 
 
@@ -144,10 +151,18 @@ def test_a_worker_killed_mid_solve_gives_the_undisturbed_answer(lle_problem):
 
     A = lle_problem[1]
     n = A.shape[0]
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as c,
+    ):
         kw = dict(null=np.ones(n), tol=1e-12, maxiter=20, client=c)  # 20 iterations, not
-        with pytest.warns(ConvergenceWarning):                        # converged: enough
+        with pytest.warns(ConvergenceWarning):  # converged: enough
             calm = bottom_eigsh_lobpcg_workers(A, 2, **kw)
             stormy = bottom_eigsh_lobpcg_workers(A, 2, progress=_kill_one_worker_at(c, 5), **kw)
     assert stormy.info["restarts"] == 1 and calm.info["restarts"] == 0
@@ -163,6 +178,7 @@ def test_bad_input_is_refused(client):
         bottom_eigsh_lobpcg_workers(A[:5], 2, client=client)
     with pytest.raises(InputError, match="B given"):
         from dimred_dask.linalg import bottom_eigsh
+
         bottom_eigsh(A, 2, B=A, solver="lobpcg-workers")
 
 

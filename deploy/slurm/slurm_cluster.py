@@ -18,6 +18,7 @@ The worker jobs start from this process's environment: the virtualenv (python = 
 interpreter, so it must be on a shared filesystem) and the AWS_* variables, which
 sbatch passes on by default (--export=ALL). Never put credentials on the command line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,20 +32,37 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=4, help="Slurm jobs of workers (default 4)")
     p.add_argument("--cores", type=int, default=8, help="cores per job (default 8)")
-    p.add_argument("--processes", type=int, default=None,
-                   help="worker processes per job (default: one single-threaded worker per core)")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="worker processes per job (default: one single-threaded worker per core)",
+    )
     p.add_argument("--memory", default="32GiB", help="memory per job, split across its workers")
     p.add_argument("--walltime", default="04:00:00", help="per worker job (HH:MM:SS)")
     p.add_argument("--queue", default=os.environ.get("SLURM_PARTITION"), help="Slurm partition")
     p.add_argument("--account", default=os.environ.get("SLURM_ACCOUNT"), help="Slurm account")
-    p.add_argument("--interface", default=None,
-                   help="network interface the workers reach the scheduler on (e.g. ib0)")
-    p.add_argument("--local-directory", default=os.environ.get("TMPDIR", "/tmp"),
-                   help="node-local disk for spilling (default $TMPDIR or /tmp)")
-    p.add_argument("--address-file", default="scheduler_address",
-                   help="file the scheduler address is written to")
-    p.add_argument("--wait-workers", type=int, default=1,
-                   help="wait until this many workers have joined before writing the address")
+    p.add_argument(
+        "--interface",
+        default=None,
+        help="network interface the workers reach the scheduler on (e.g. ib0)",
+    )
+    p.add_argument(
+        "--local-directory",
+        default=os.environ.get("TMPDIR", "/tmp"),
+        help="node-local disk for spilling (default $TMPDIR or /tmp)",
+    )
+    p.add_argument(
+        "--address-file",
+        default="scheduler_address",
+        help="file the scheduler address is written to",
+    )
+    p.add_argument(
+        "--wait-workers",
+        type=int,
+        default=1,
+        help="wait until this many workers have joined before writing the address",
+    )
     return p.parse_args(argv)
 
 
@@ -53,8 +71,10 @@ def main(argv=None) -> int:
     try:
         from dask_jobqueue import SLURMCluster
     except ImportError:
-        print("dask-jobqueue is not installed: pip install -c constraints.txt dask-jobqueue",
-              file=sys.stderr)
+        print(
+            "dask-jobqueue is not installed: pip install -c constraints.txt dask-jobqueue",
+            file=sys.stderr,
+        )
         return 2
     from distributed import Client
 
@@ -86,10 +106,12 @@ def main(argv=None) -> int:
         tmp = args.address_file + ".tmp"
         with open(tmp, "w") as fh:
             fh.write(address + "\n")
-        os.replace(tmp, args.address_file)      # readers never see a half-written file
+        os.replace(tmp, args.address_file)  # readers never see a half-written file
         print(address, flush=True)
-        print(f"scheduler address written to {args.address_file}; Ctrl-C to stop the cluster",
-              file=sys.stderr)
+        print(
+            f"scheduler address written to {args.address_file}; Ctrl-C to stop the cluster",
+            file=sys.stderr,
+        )
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

@@ -14,13 +14,22 @@
 Every row is independent and is written by one thread, so results do not depend on the
 number of threads.
 """
+
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["perplexity_rows", "smooth_knn_rows", "membership_rows", "symmetric_merge",
-           "symmetric_merge_rows", "reverse_entries", "MERGE_SUM", "MERGE_FUZZY"]
+__all__ = [
+    "perplexity_rows",
+    "smooth_knn_rows",
+    "membership_rows",
+    "symmetric_merge",
+    "symmetric_merge_rows",
+    "reverse_entries",
+    "MERGE_SUM",
+    "MERGE_FUZZY",
+]
 
 MERGE_SUM = 0  # (a + b) * scale: t-SNE's (p_j|i + p_i|j) / 2n
 MERGE_FUZZY = 1  # mix * (a + b - a b) + (1 - mix) * a b: UMAP's fuzzy union / intersection
@@ -78,8 +87,9 @@ def perplexity_rows(dist2, target, tol, max_iter, P, beta_out, err_out):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def smooth_knn_rows(dist, k_eff, local_connectivity, bandwidth, n_iter, tol, min_scale,
-                    rho_out, sigma_out):
+def smooth_knn_rows(
+    dist, k_eff, local_connectivity, bandwidth, n_iter, tol, min_scale, rho_out, sigma_out
+):
     """UMAP's rho_i and sigma_i per row of the (n, k) distances (ascending, self excluded):
     rho_i interpolates the ``local_connectivity``-th nearest nonzero distance; sigma_i solves
     sum_j exp(-max(0, d_ij - rho_i) / sigma_i) = log2(k_eff) * bandwidth by bisection,
@@ -246,8 +256,9 @@ def _compact(ptr, cols, vals, counts):
     return new_ptr, c2, v2
 
 
-def symmetric_merge(indices: np.ndarray, values: np.ndarray, n: int, mode: int,
-                    scale: float = 1.0, mix: float = 1.0):
+def symmetric_merge(
+    indices: np.ndarray, values: np.ndarray, n: int, mode: int, scale: float = 1.0, mix: float = 1.0
+):
     """(indptr int64, indices int32, data float64) of the symmetric n x n matrix combining
     the directed (n, k) graph ``indices`` / ``values`` with its transpose (see the module
     docstring); columns sorted within each row, zeros dropped."""
@@ -300,8 +311,7 @@ def reverse_entries(indices: np.ndarray, values: np.ndarray, start: int, bounds)
     when they fit (a block's pieces are held until every block has merged its rows)."""
     indices = np.asarray(indices)
     n, k = indices.shape
-    itype = np.int32 if bounds and max(e for _, e in bounds) <= np.iinfo(np.int32).max \
-        else np.int64
+    itype = np.int32 if bounds and max(e for _, e in bounds) <= np.iinfo(np.int32).max else np.int64
     src = np.repeat(np.arange(start, start + n, dtype=itype), k)
     dst = indices.reshape(-1)
     vals = np.asarray(values, dtype=np.float64).reshape(-1)
@@ -313,8 +323,15 @@ def reverse_entries(indices: np.ndarray, values: np.ndarray, start: int, bounds)
     return pieces
 
 
-def symmetric_merge_rows(indices: np.ndarray, values: np.ndarray, start: int, reverse,
-                         mode: int, scale: float = 1.0, mix: float = 1.0):
+def symmetric_merge_rows(
+    indices: np.ndarray,
+    values: np.ndarray,
+    start: int,
+    reverse,
+    mode: int,
+    scale: float = 1.0,
+    mix: float = 1.0,
+):
     """Rows [start, start + len(indices)) of `symmetric_merge` (the same values, bit for bit):
     ``indices`` / ``values`` are those rows of the directed graph, ``reverse`` the
     `reverse_entries` pieces for this block from every block of rows."""

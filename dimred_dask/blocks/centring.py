@@ -1,5 +1,6 @@
 """Classical MDS's B = -1/2 J M J of a symmetric matrix in memory (numba, threads): two passes
 over M, no n x n temporary besides B itself (NumPy's expression makes three)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -18,6 +18,7 @@ the smaller is kept for both, so the result is exactly symmetric with a zero dia
 values are the same as ``scipy.sparse.csgraph.dijkstra``'s to rounding (every value is the
 sum of a shortest path's weights). Every stored entry is an edge (its weight >= 0).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -101,8 +102,7 @@ def _crossing(indptr, indices, data, lo):
 
 
 @njit(cache=True, nogil=True)
-def _from_source(indptr, indices, data, cross_ptr, cross_to, cross_w, lo, s, out, key,
-                 vertex, pos):
+def _from_source(indptr, indices, data, cross_ptr, cross_to, cross_w, lo, s, out, key, vertex, pos):
     """Row s of the distances, given the final columns of rows < lo (already copied into
     out[s, :lo]) and the edges from vertices >= lo into them. pos[v]: -2 settled, -1 not
     queued, else v's place in the heap. Returns the number of vertices s cannot reach."""
@@ -166,8 +166,20 @@ def _levels(indptr, indices, data, bounds, threads, out, unreached):
             vertex = np.empty(n, indices.dtype)
             pos = np.empty(n, indices.dtype)
             for s in range(lo + t, hi, threads):
-                unreached[s] = _from_source(indptr, indices, data, cross_ptr, cross_to,
-                                            cross_w, lo, s, out, key, vertex, pos)
+                unreached[s] = _from_source(
+                    indptr,
+                    indices,
+                    data,
+                    cross_ptr,
+                    cross_to,
+                    cross_w,
+                    lo,
+                    s,
+                    out,
+                    key,
+                    vertex,
+                    pos,
+                )
         for tile in prange((hi - lo + _TILE - 1) // _TILE):  # within the group: the smaller
             r0 = lo + tile * _TILE
             for r in range(r0, min(r0 + _TILE, hi)):
@@ -189,8 +201,15 @@ def all_pairs_shortest_paths(csr, levels: int = LEVELS, threads: int | None = No
     bounds = np.unique(np.linspace(0, n, max(1, min(int(levels), n)) + 1).astype(np.int64))
     threads = max(1, min(int(threads or get_num_threads()), n))
     index = np.int32 if n < 2**31 - 1 else np.int64  # smaller arrays stay in the caches
-    _levels(np.asarray(csr.indptr, np.int64), np.asarray(csr.indices, index),
-            np.asarray(csr.data, np.float64), bounds, threads, out, unreached)
+    _levels(
+        np.asarray(csr.indptr, np.int64),
+        np.asarray(csr.indices, index),
+        np.asarray(csr.data, np.float64),
+        bounds,
+        threads,
+        out,
+        unreached,
+    )
     return out, unreached
 
 
@@ -199,8 +218,7 @@ def _warm_up():
     first numba compilation then never runs in a worker thread."""
     from scipy.sparse import csr_matrix
 
-    all_pairs_shortest_paths(csr_matrix(np.array([[0.0, 1.0], [1.0, 0.0]])), levels=2,
-                             threads=1)
+    all_pairs_shortest_paths(csr_matrix(np.array([[0.0, 1.0], [1.0, 0.0]])), levels=2, threads=1)
 
 
 _warm_up()

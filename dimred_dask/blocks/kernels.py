@@ -21,6 +21,7 @@ for what is made of inner products (``SPARSE_METRICS``, ``SPARSE_KERNELS``): spa
 in float64, norms from the stored values; never a dense copy of a sparse block. The other
 metrics and kernels (l1, chebyshev, minkowski, laplacian) refuse them with a ValueError.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,9 +49,11 @@ def _any_sparse(a, b) -> bool:
 
 
 def _sparse_refused(what: str) -> ValueError:
-    return ValueError(f"{what} is not defined for sparse blocks here; the sparse ones are "
-                      f"the metrics {', '.join(SPARSE_METRICS)} and the kernels "
-                      f"{', '.join(SPARSE_KERNELS)}.")
+    return ValueError(
+        f"{what} is not defined for sparse blocks here; the sparse ones are "
+        f"the metrics {', '.join(SPARSE_METRICS)} and the kernels "
+        f"{', '.join(SPARSE_KERNELS)}."
+    )
 
 
 def _sparse_sqeuclidean(a, b) -> np.ndarray:
@@ -88,8 +91,9 @@ def sqeuclidean_block(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return d
 
 
-def distance_block(a: np.ndarray, b: np.ndarray, metric: str = "euclidean", p: float = 2.0,
-                   **_) -> np.ndarray:
+def distance_block(
+    a: np.ndarray, b: np.ndarray, metric: str = "euclidean", p: float = 2.0, **_
+) -> np.ndarray:
     """The distance matrix between the rows of ``a`` and of ``b``, in the input's dtype."""
     work = _work(a)
     if metric == "sqeuclidean":
@@ -116,8 +120,15 @@ def cosine_similarity_block(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return ((a @ b.T) / (na[:, None] * nb[None, :])).astype(work)
 
 
-def kernel_block(a: np.ndarray, b: np.ndarray, kernel: str = "gaussian", gamma: float = 1.0,
-                 degree: int = 3, coef0: float = 1.0, **_) -> np.ndarray:
+def kernel_block(
+    a: np.ndarray,
+    b: np.ndarray,
+    kernel: str = "gaussian",
+    gamma: float = 1.0,
+    degree: int = 3,
+    coef0: float = 1.0,
+    **_,
+) -> np.ndarray:
     """The kernel matrix k(a_i, b_j) for parameters resolved by `pairwise.check_kernel`."""
     work = _work(a)
     if _any_sparse(a, b):
@@ -147,7 +158,7 @@ def _inner_kernel(k: np.ndarray, kernel: str, gamma: float, degree: int, coef0: 
     k *= gamma
     k += coef0
     if kernel == "polynomial":
-        return k ** degree
+        return k**degree
     if kernel == "sigmoid":
         return np.tanh(k, out=k)
     raise ValueError(f"Unknown kernel {kernel!r}; resolve it with pairwise.check_kernel first.")

@@ -5,6 +5,7 @@ Lloyd stops when the centres move less than ``tol`` times the mean per-feature v
 the data in squared norm (scikit-learn's rule). Mini-batch k-means (Sculley 2010): each
 centre moves toward the mean of its batch members with step count_batch / count_total.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -50,8 +51,14 @@ def lloyd(x: np.ndarray, centres: np.ndarray, max_iter: int = 300, tol: float = 
     return c, lab, float(d.sum()), it
 
 
-def kmeans_best_of(x: np.ndarray, k: int, rng: np.random.Generator, n_init: int = 10,
-                   max_iter: int = 300, tol: float = 1e-4):
+def kmeans_best_of(
+    x: np.ndarray,
+    k: int,
+    rng: np.random.Generator,
+    n_init: int = 10,
+    max_iter: int = 300,
+    tol: float = 1e-4,
+):
     """The run of lowest inertia among ``n_init`` k-means++ starts: (centres, labels,
     inertia, iterations)."""
     best = None

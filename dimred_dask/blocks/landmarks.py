@@ -2,6 +2,7 @@
 
 All deterministic for a given NumPy Generator.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,8 +56,9 @@ def kmeans(x: np.ndarray, m: int, rng: np.random.Generator, n_iter: int = 10) ->
     return centres.astype(x.dtype)
 
 
-def maxmin(x: np.ndarray, m: int, rng: np.random.Generator, metric: str = "euclidean",
-           p: float = 2.0) -> np.ndarray:
+def maxmin(
+    x: np.ndarray, m: int, rng: np.random.Generator, metric: str = "euclidean", p: float = 2.0
+) -> np.ndarray:
     """Indices of ``m`` rows by max-min (farthest point) selection from a random first row,
     the landmark choice de Silva & Tenenbaum (2003) recommend for landmark MDS."""
     n = x.shape[0]
@@ -69,5 +71,5 @@ def maxmin(x: np.ndarray, m: int, rng: np.random.Generator, metric: str = "eucli
             chosen.extend(rest.tolist())
             break
         chosen.append(nxt)
-        closest = np.minimum(closest, distance_block(x, x[nxt:nxt + 1], metric, p)[:, 0])
+        closest = np.minimum(closest, distance_block(x, x[nxt : nxt + 1], metric, p)[:, 0])
     return np.asarray(chosen[:m])

@@ -10,6 +10,7 @@ distances come from sparse products (``blocks.kernels.SPARSE_METRICS``).
 ``exact_kth_distance`` gives the exact k-th neighbour distance of a sample of rows against
 all rows, and ``recall_at`` a graph's recall from it.
 """
+
 from __future__ import annotations
 
 import numba
@@ -40,7 +41,7 @@ def _ordered_topk(d: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, n
     k = min(k, d.shape[1])
     if k < d.shape[1]:
         part = np.argpartition(d, k - 1, axis=1)[:, :k]
-        kth = np.take_along_axis(d, part[:, k - 1:k], axis=1)
+        kth = np.take_along_axis(d, part[:, k - 1 : k], axis=1)
         # include every tie of the k-th distance, so the tie-break by index is exact
         if (d == kth).sum(axis=1).max() > 1:
             part = np.argsort(d, axis=1, kind="stable")[:, : k + (d == kth).sum(axis=1).max()]
@@ -52,8 +53,15 @@ def _ordered_topk(d: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, n
     return np.take_along_axis(i_c, order, axis=1), np.take_along_axis(d_c, order, axis=1)
 
 
-def block_topk(a: np.ndarray, b: np.ndarray, k: int, *, b_offset: int = 0,
-               metric: str = "euclidean", p: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+def block_topk(
+    a: np.ndarray,
+    b: np.ndarray,
+    k: int,
+    *,
+    b_offset: int = 0,
+    metric: str = "euclidean",
+    p: float = 2.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """(indices int64 (len(a), min(k, len(b))), distances float64) of the nearest rows of b."""
     a = csr64(a) if sp.issparse(a) else np.asarray(a, dtype=np.float64)
     b = csr64(b) if sp.issparse(b) else np.asarray(b, dtype=np.float64)
@@ -65,18 +73,22 @@ def block_topk(a: np.ndarray, b: np.ndarray, k: int, *, b_offset: int = 0,
     for s in range(0, a.shape[0], PANEL_ROWS):
         best = None
         for c in range(0, max(1, b.shape[0]), width):
-            d = distance_block(a[s:s + PANEL_ROWS], b[c:c + width], metric, p)
-            cand = _ordered_topk(d, np.broadcast_to(cols[c:c + width], d.shape), kk)
+            d = distance_block(a[s : s + PANEL_ROWS], b[c : c + width], metric, p)
+            cand = _ordered_topk(d, np.broadcast_to(cols[c : c + width], d.shape), kk)
             if best is not None:  # disjoint columns: the k smallest of the union
-                cand = _ordered_topk(np.concatenate([best[1], cand[1]], axis=1),
-                                     np.concatenate([best[0], cand[0]], axis=1), kk)
+                cand = _ordered_topk(
+                    np.concatenate([best[1], cand[1]], axis=1),
+                    np.concatenate([best[0], cand[0]], axis=1),
+                    kk,
+                )
             best = cand
-        out_i[s:s + PANEL_ROWS], out_d[s:s + PANEL_ROWS] = best
+        out_i[s : s + PANEL_ROWS], out_d[s : s + PANEL_ROWS] = best
     return out_i, out_d
 
 
-def streamed_topk(a: np.ndarray, blocks, k: int, *, metric: str = "euclidean",
-                  p: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+def streamed_topk(
+    a: np.ndarray, blocks, k: int, *, metric: str = "euclidean", p: float = 2.0
+) -> tuple[np.ndarray, np.ndarray]:
     """`block_topk` of ``a`` against rows that arrive as ``(offset, rows)`` blocks (read one at
     a time from a store): the k nearest of all of them, sorted by (distance, index), the same
     neighbours `block_topk` finds against the rows stacked."""
@@ -84,8 +96,11 @@ def streamed_topk(a: np.ndarray, blocks, k: int, *, metric: str = "euclidean",
     for offset, b in blocks:
         cand = block_topk(a, b, k, b_offset=offset, metric=metric, p=p)
         if best is not None:
-            cand = _ordered_topk(np.concatenate([best[1], cand[1]], axis=1),
-                                 np.concatenate([best[0], cand[0]], axis=1), k)
+            cand = _ordered_topk(
+                np.concatenate([best[1], cand[1]], axis=1),
+                np.concatenate([best[0], cand[0]], axis=1),
+                k,
+            )
         best = cand
     if best is None:
         raise ValueError("streamed_topk needs at least one block of rows")
@@ -153,8 +168,16 @@ def merge_candidates(point: np.ndarray, nbr: np.ndarray, dist: np.ndarray, n: in
     out_i = np.full((n, k), -1, dtype=np.int64)
     out_d = np.full((n, k), np.inf, dtype=np.float64)
     chunks = int(min(n, 8 * numba.get_num_threads())) if n else 0
-    _merge_rows(starts, order, np.ascontiguousarray(nbr), np.ascontiguousarray(dist), int(k),
-                out_i, out_d, chunks)
+    _merge_rows(
+        starts,
+        order,
+        np.ascontiguousarray(nbr),
+        np.ascontiguousarray(dist),
+        int(k),
+        out_i,
+        out_d,
+        chunks,
+    )
     return out_i, out_d
 
 
@@ -230,8 +253,14 @@ def reconstruction_weights_block(x: np.ndarray, neighbours: np.ndarray, reg: flo
 # ---- exact k-th neighbour distances of a sample of rows (a graph's recall)
 
 
-def exact_kth_distance(x, rows: np.ndarray, k: int, metric: str = "euclidean", p: float = 2.0,
-                       bound: np.ndarray | None = None) -> np.ndarray:
+def exact_kth_distance(
+    x,
+    rows: np.ndarray,
+    k: int,
+    metric: str = "euclidean",
+    p: float = 2.0,
+    bound: np.ndarray | None = None,
+) -> np.ndarray:
     """The exact distance of the k-th nearest other row, for rows ``rows`` of in-memory x
     (dense or CSR). ``bound``: an upper bound of it per row (the k-th listed distance of any
     graph bounds it: those are k real rows); inf or None: the k-th distance among an evenly
@@ -284,7 +313,7 @@ def _hits(mask: np.ndarray, rows: np.ndarray, lo: int):
 def _scan_any(x, rows, sample, bound, metric, p, width):
     out = []
     for lo in range(0, x.shape[0], width):
-        d = distance_block(sample, _dense_or_csr(x[lo:lo + width]), metric, p)
+        d = distance_block(sample, _dense_or_csr(x[lo : lo + width]), metric, p)
         out.append(_hits(d <= bound[:, None] * (1 + 1e-9), rows, lo))
     return np.concatenate([o[0] for o in out]), np.concatenate([o[1] for o in out])
 
@@ -293,12 +322,12 @@ def _scan_l2(x, rows, sample, bound, metric, p, width):
     """Dense euclidean rows screened in float32 (||b||^2 - 2 a.b against the bound, with a
     margin of 1e-3 of the squared norms, far above float32's rounding); the pairs that pass
     are computed again exactly."""
-    b2 = bound ** 2 if metric == "euclidean" else bound
+    b2 = bound**2 if metric == "euclidean" else bound
     na = np.einsum("ij,ij->i", sample, sample)
     s32 = sample.astype(np.float32)
     out = []
     for lo in range(0, x.shape[0], width):
-        b = np.asarray(x[lo:lo + width], dtype=np.float32)
+        b = np.asarray(x[lo : lo + width], dtype=np.float32)
         nb = np.einsum("ij,ij->i", b, b, dtype=np.float64)
         screen = s32 @ b.T
         screen *= -2.0
@@ -314,16 +343,17 @@ def _pair_distances(x, sample, r, c, metric, p, step: int = 65_536):
     dist = np.empty(r.size)
     l2 = not sp.issparse(x) and metric in ("euclidean", "sqeuclidean")
     for lo in range(0, r.size, step):
-        rr, cc = r[lo:lo + step], c[lo:lo + step]
+        rr, cc = r[lo : lo + step], c[lo : lo + step]
         if l2:
             diff = sample[rr] - np.asarray(x[cc], dtype=np.float64)
             d = np.einsum("ij,ij->i", diff, diff)
-            dist[lo:lo + step] = np.sqrt(d) if metric == "euclidean" else d
+            dist[lo : lo + step] = np.sqrt(d) if metric == "euclidean" else d
             continue
         for i in np.unique(rr):  # few distinct sample rows per step: one small block each
             at = np.nonzero(rr == i)[0]
-            dist[lo + at] = distance_block(sample[i:i + 1], _dense_or_csr(x[cc[at]]), metric,
-                                           p)[0]
+            dist[lo + at] = distance_block(sample[i : i + 1], _dense_or_csr(x[cc[at]]), metric, p)[
+                0
+            ]
     return dist
 
 

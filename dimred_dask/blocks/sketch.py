@@ -22,6 +22,7 @@ first panel's mean, rounded to the working dtype, so the shift is exact), so flo
 are multiplied in float32 without cancellation, panel by panel (4096 rows); the panels' sums
 are added in float64, as `blocks.stats` does for the covariance solver.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,8 +32,7 @@ import numpy as np
 from .sparse import as_csr, csr64, sparse_block_stats
 from .stats import PANEL_ROWS, BlockStats, _overflowed, block_stats, merge_stats
 
-__all__ = ["Sketch", "dense_block_sketch", "sparse_block_sketch", "merge_sketches",
-           "rereference"]
+__all__ = ["Sketch", "dense_block_sketch", "sparse_block_sketch", "merge_sketches", "rereference"]
 
 
 @dataclass
@@ -63,10 +63,15 @@ def dense_block_sketch(block, omega: np.ndarray, offset: int = 0):
     x = np.asarray(block)
     n, d = x.shape
     if n == 0:
-        return Sketch(block_stats(x, offset, gram=False), np.zeros(d),
-                      np.zeros(omega.shape[1]), np.zeros((d, omega.shape[1])),
-                      np.zeros((omega.shape[1],) * 2), ()), np.zeros((0, omega.shape[1]))
-    for work in ((np.float32, np.float64) if x.dtype == np.float32 else (np.float64,)):
+        return Sketch(
+            block_stats(x, offset, gram=False),
+            np.zeros(d),
+            np.zeros(omega.shape[1]),
+            np.zeros((d, omega.shape[1])),
+            np.zeros((omega.shape[1],) * 2),
+            (),
+        ), np.zeros((0, omega.shape[1]))
+    for work in (np.float32, np.float64) if x.dtype == np.float32 else (np.float64,):
         out = _dense_sums(x, omega, work)
         if out is not None:
             return out
@@ -89,12 +94,12 @@ def _dense_sums(x: np.ndarray, omega: np.ndarray, work):
         buf = np.empty((min(PANEL_ROWS, n), d), dtype=work)
         ones = np.ones(buf.shape[0], dtype=work)
         for start in range(0, n, PANEL_ROWS):
-            panel = x[start:start + PANEL_ROWS]
+            panel = x[start : start + PANEL_ROWS]
             b = buf[: panel.shape[0]]
             np.subtract(panel, ref, out=b, casting="unsafe")
             s1 += ones[: b.shape[0]] @ b  # a panel's sums in the working dtype (BLAS),
             s2 += np.einsum("ij,ij->j", b, b)  # the panels' sums in float64
-            y = Y[start:start + panel.shape[0]]
+            y = Y[start : start + panel.shape[0]]
             np.matmul(b, om, out=y)
             Z += b.T @ y
             G += y.T @ y
@@ -131,8 +136,7 @@ def rereference(sk: Sketch, ref: np.ndarray, omega: np.ndarray) -> Sketch:
     xs = n * (sk.stats.mean - sk.ref)
     Z = sk.Z + np.outer(xs, w) + np.outer(t, sk.ys) + n * np.outer(t, w)
     G = sk.G + np.outer(sk.ys, w) + np.outer(w, sk.ys) + n * np.outer(w, w)
-    return Sketch(sk.stats, np.array(ref, dtype=np.float64), sk.ys + n * w, Z, G,
-                  sk.block_refs)
+    return Sketch(sk.stats, np.array(ref, dtype=np.float64), sk.ys + n * w, Z, G, sk.block_refs)
 
 
 def merge_sketches(a: Sketch, b: Sketch, omega: np.ndarray) -> Sketch:
@@ -145,5 +149,11 @@ def merge_sketches(a: Sketch, b: Sketch, omega: np.ndarray) -> Sketch:
     if b.stats.n == 0:
         return Sketch(a.stats, a.ref, a.ys, a.Z, a.G, a.block_refs + b.block_refs)
     ra, rb = rereference(a, stats.mean, omega), rereference(b, stats.mean, omega)
-    return Sketch(stats, stats.mean.copy(), ra.ys + rb.ys, ra.Z + rb.Z, ra.G + rb.G,
-                  a.block_refs + b.block_refs)
+    return Sketch(
+        stats,
+        stats.mean.copy(),
+        ra.ys + rb.ys,
+        ra.Z + rb.Z,
+        ra.G + rb.G,
+        a.block_refs + b.block_refs,
+    )

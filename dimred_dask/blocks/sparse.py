@@ -14,6 +14,7 @@ only); the products of randomized PCA in the block's dtype, summed in float64, a
 blocks. NaN and inf among the stored values are found here, by the rows that hold them, so the
 first pass over a dask array is also its finiteness check, as for dense blocks.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,18 @@ import scipy.sparse as sp
 from .sparse_kernels import centred_gram_apply
 from .stats import MAX_LISTED_ROWS, BlockStats
 
-__all__ = ["as_csr", "csr64", "nonfinite_rows", "row_of", "sparse_block_stats",
-           "sparse_gram_products", "sparse_matmul", "row_sqnorms", "dense_dot", "toarray_rows"]
+__all__ = [
+    "as_csr",
+    "csr64",
+    "nonfinite_rows",
+    "row_of",
+    "sparse_block_stats",
+    "sparse_gram_products",
+    "sparse_matmul",
+    "row_sqnorms",
+    "dense_dot",
+    "toarray_rows",
+]
 
 
 def as_csr(block) -> sp.csr_matrix:
@@ -52,8 +63,12 @@ def nonfinite_rows(block, offset: int = 0):
         return None
     at = np.flatnonzero(bad)
     rows = np.unique(row_of(x, at))
-    return (int(at.size), int(np.isnan(x.data[at]).sum()),
-            tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]), int(rows.size))
+    return (
+        int(at.size),
+        int(np.isnan(x.data[at]).sum()),
+        tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]),
+        int(rows.size),
+    )
 
 
 def _column_moments(x: sp.csr_matrix):
@@ -96,9 +111,15 @@ def _overflowed(x: sp.csr_matrix, offset: int) -> BlockStats:
     big = np.zeros(x.shape[0])
     np.maximum.at(big, row_of(x, np.arange(x.nnz)), np.abs(x.data))
     rows = np.nonzero(big >= big.max() / 1e3)[0]
-    return BlockStats(x.shape[0], np.zeros(x.shape[1]), None, np.zeros(x.shape[1]),
-                      bad_rows=tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]),
-                      n_bad_rows=int(rows.size), overflow=float(big.max()))
+    return BlockStats(
+        x.shape[0],
+        np.zeros(x.shape[1]),
+        None,
+        np.zeros(x.shape[1]),
+        bad_rows=tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]),
+        n_bad_rows=int(rows.size),
+        overflow=float(big.max()),
+    )
 
 
 def sparse_gram_products(block, mean: np.ndarray, q: np.ndarray):
@@ -108,8 +129,7 @@ def sparse_gram_products(block, mean: np.ndarray, q: np.ndarray):
     block's dtype (float32 stays float32: half the bytes to stream) and are centred in
     float64; other dtypes run in float64."""
     x = as_csr(block)
-    return centred_gram_apply(_in(x, np.float32 if x.dtype == np.float32 else np.float64),
-                              mean, q)
+    return centred_gram_apply(_in(x, np.float32 if x.dtype == np.float32 else np.float64), mean, q)
 
 
 def sparse_matmul(block, w: np.ndarray) -> np.ndarray:
@@ -124,8 +144,11 @@ def row_sqnorms(x) -> np.ndarray:
     """Squared Euclidean norm of each row, float64 (sparse or dense)."""
     if sp.issparse(x):
         x = as_csr(x)
-        return np.bincount(row_of(x, np.arange(x.nnz)),
-                           weights=np.square(x.data, dtype=np.float64), minlength=x.shape[0])
+        return np.bincount(
+            row_of(x, np.arange(x.nnz)),
+            weights=np.square(x.data, dtype=np.float64),
+            minlength=x.shape[0],
+        )
     return np.einsum("ij,ij->i", x, x, dtype=np.float64)
 
 
@@ -150,5 +173,5 @@ def toarray_rows(x, rows: int = 4096):
     """Yield (start, dense block) over the rows of ``x`` (sparse or dense), ``rows`` at a
     time: a dense copy of one block at a time, never of the whole matrix."""
     for start in range(0, x.shape[0], rows):
-        blk = x[start:start + rows]
+        blk = x[start : start + rows]
         yield start, (blk.toarray() if sp.issparse(blk) else np.asarray(blk))

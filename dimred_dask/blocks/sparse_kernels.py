@@ -14,6 +14,7 @@ Sums: each row's X Q is accumulated in the block's dtype (as SciPy's product doe
 float64; X^T Y is accumulated in the block's dtype over the block's rows (the caller sums blocks
 in float64); 1^T Y is summed in float64. Results do not depend on the range width.
 """
+
 from __future__ import annotations
 
 import threading

@@ -13,6 +13,7 @@ float64 accumulator: this is twice as fast as a float64 product (0.40 s against 
 200 000 x 512 on the 2-core machine of bench/RESULTS.md) and was measured at 2e-8 relative
 error of the scatter matrix there; tests check it against a float64 oracle.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -84,9 +85,16 @@ def _nonfinite(x: np.ndarray, offset: int) -> BlockStats | None:
     if finite.all():
         return None  # finite values whose sums overflowed: left to the caller's checks
     rows = np.nonzero(~finite.all(axis=1))[0]
-    return BlockStats(x.shape[0], np.zeros(x.shape[1]), None, np.zeros(x.shape[1]),
-                      int((~finite).sum()), int(np.isnan(x).sum()),
-                      tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]), int(rows.size))
+    return BlockStats(
+        x.shape[0],
+        np.zeros(x.shape[1]),
+        None,
+        np.zeros(x.shape[1]),
+        int((~finite).sum()),
+        int(np.isnan(x).sum()),
+        tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]),
+        int(rows.size),
+    )
 
 
 def _overflowed(x: np.ndarray, offset: int) -> BlockStats:
@@ -94,9 +102,15 @@ def _overflowed(x: np.ndarray, offset: int) -> BlockStats:
     the rows holding the largest of them (within a factor 1e3), named by the caller's error."""
     big = np.abs(x).max(axis=1).astype(np.float64)
     rows = np.nonzero(big >= big.max() / 1e3)[0]
-    return BlockStats(x.shape[0], np.zeros(x.shape[1]), None, np.zeros(x.shape[1]),
-                      bad_rows=tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]),
-                      n_bad_rows=int(rows.size), overflow=float(big.max()))
+    return BlockStats(
+        x.shape[0],
+        np.zeros(x.shape[1]),
+        None,
+        np.zeros(x.shape[1]),
+        bad_rows=tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]),
+        n_bad_rows=int(rows.size),
+        overflow=float(big.max()),
+    )
 
 
 def _shifted_sums(x: np.ndarray, shift: np.ndarray, gram: bool):
@@ -110,7 +124,7 @@ def _shifted_sums(x: np.ndarray, shift: np.ndarray, gram: bool):
     s2 = np.zeros((d, d)) if gram else np.zeros(d)
     buf = np.empty((min(PANEL_ROWS, n), d), dtype=shift.dtype)
     for start in range(0, n, PANEL_ROWS):
-        panel = x[start:start + PANEL_ROWS]
+        panel = x[start : start + PANEL_ROWS]
         b = buf[: panel.shape[0]]
         np.subtract(panel, shift, out=b, casting="unsafe")
         s1 += b.sum(axis=0, dtype=np.float64)
@@ -125,13 +139,26 @@ def merge_stats(a: BlockStats, b: BlockStats) -> BlockStats:
     """Exact combination of two summaries (pairwise update of mean and scatter)."""
     nonfinite = a.nonfinite + b.nonfinite
     if not nonfinite and (a.overflow or b.overflow):
-        return BlockStats(a.n + b.n, a.mean, None, a.sumsq,
-                          bad_rows=merge_row_lists(a.bad_rows, b.bad_rows),
-                          n_bad_rows=a.n_bad_rows + b.n_bad_rows,
-                          overflow=max(a.overflow, b.overflow))
+        return BlockStats(
+            a.n + b.n,
+            a.mean,
+            None,
+            a.sumsq,
+            bad_rows=merge_row_lists(a.bad_rows, b.bad_rows),
+            n_bad_rows=a.n_bad_rows + b.n_bad_rows,
+            overflow=max(a.overflow, b.overflow),
+        )
     if nonfinite:
-        return BlockStats(a.n + b.n, a.mean, None, a.sumsq, nonfinite, a.n_nan + b.n_nan,
-                          merge_row_lists(a.bad_rows, b.bad_rows), a.n_bad_rows + b.n_bad_rows)
+        return BlockStats(
+            a.n + b.n,
+            a.mean,
+            None,
+            a.sumsq,
+            nonfinite,
+            a.n_nan + b.n_nan,
+            merge_row_lists(a.bad_rows, b.bad_rows),
+            a.n_bad_rows + b.n_bad_rows,
+        )
     if a.n == 0:
         return b
     if b.n == 0:

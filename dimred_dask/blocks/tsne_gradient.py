@@ -7,6 +7,7 @@ embedding units (Linderman et al. 2019; openTSNE's defaults 3, 50, 1 in 2-D), an
 boxes per dimension so that the grid stays bounded (``MAX_BOXES``). The circular convolution is
 done with ``scipy.fft`` on a padded length L >= 2N - 1 with small prime factors.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,11 +16,29 @@ import numba
 import numpy as np
 import scipy.fft
 
-from .tsne_kernels import (attraction, exact_repulsion, fused_step,
-                           interp_gather, interp_scatter, interp_weights, kl_attractive_part)
+from .tsne_kernels import (
+    attraction,
+    exact_repulsion,
+    fused_step,
+    interp_gather,
+    interp_scatter,
+    interp_weights,
+    kl_attractive_part,
+)
 
-__all__ = ["Interpolation", "InterpolationGrid", "GridSpec", "convolve", "potentials",
-           "repulsion", "tsne_gradient", "tsne_step", "kl_divergence", "point_z", "MAX_BOXES"]
+__all__ = [
+    "Interpolation",
+    "InterpolationGrid",
+    "GridSpec",
+    "convolve",
+    "potentials",
+    "repulsion",
+    "tsne_gradient",
+    "tsne_step",
+    "kl_divergence",
+    "point_z",
+    "MAX_BOXES",
+]
 
 MAX_BOXES = {1: 4096, 2: 400, 3: 24}  # grid side N = boxes * p: 2-D 1200^2, 3-D 72^3 nodes
 
@@ -78,8 +97,9 @@ class InterpolationGrid:
     charges of those points (built once for a fixed reference embedding; rebuilt every
     iteration in a fit)."""
 
-    def __init__(self, Y: np.ndarray, interp: Interpolation, workers: int = 1,
-                 per_point: bool = True):
+    def __init__(
+        self, Y: np.ndarray, interp: Interpolation, workers: int = 1, per_point: bool = True
+    ):
         """``per_point``: also the |y|^2 charge, for per-point normalisations Z_i (a
         transform); a fit needs only the total Z, which follows from d + 1 charges."""
         d = Y.shape[1]
@@ -92,8 +112,9 @@ class InterpolationGrid:
         self.workers = workers
         self.boxes, self.weights = spec.weights(Y)
         self.nc = d + 2 if per_point else d + 1
-        self.potentials = convolve(spec.charges(Y, self.boxes, self.weights, self.nc), self.N,
-                                   d, self.h / self.p, workers)
+        self.potentials = convolve(
+            spec.charges(Y, self.boxes, self.weights, self.nc), self.N, d, self.h / self.p, workers
+        )
 
     def potentials_at(self, Y, boxes=None, weights=None, centred: bool = False):
         """(n, nc): sum_j w^2, sum_j w^2 y_j (, sum_j w^2 |y_j|^2) over the grid's points,
@@ -111,8 +132,8 @@ class InterpolationGrid:
         """Potentials from centred to absolute coordinates (in place): y_j = yc_j + c."""
         c, d = self.center, self.d
         if self.nc == d + 2:
-            phi[:, -1] += 2.0 * phi[:, 1:d + 1] @ c + (c @ c) * phi[:, 0]
-        phi[:, 1:d + 1] += phi[:, :1] * c
+            phi[:, -1] += 2.0 * phi[:, 1 : d + 1] @ c + (c @ c) * phi[:, 0]
+        phi[:, 1 : d + 1] += phi[:, :1] * c
         return phi
 
     def clip(self, Y):
@@ -141,7 +162,7 @@ def convolve(charges, N: int, d: int, delta: float, workers: int = 1):
         A *= hat[None]
         pot = scipy.fft.irfftn(A, s=(L,) * d, axes=axes, workers=w)
         pot = pot[(slice(None),) + (slice(0, N),) * d]
-    return np.ascontiguousarray(np.moveaxis(pot, 0, -1).reshape(N ** d, nc), dtype=np.float64)
+    return np.ascontiguousarray(np.moveaxis(pot, 0, -1).reshape(N**d, nc), dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -184,7 +205,7 @@ class GridSpec:
         (centred), summed per node."""
         d = Y.shape[1]
         Yc = np.ascontiguousarray(Y - np.asarray(self.center))
-        charges = np.empty((self.N ** d, d + 2 if nc is None else nc))
+        charges = np.empty((self.N**d, d + 2 if nc is None else nc))
         interp_scatter(Yc, boxes, weights, self.p, self.N, charges, numba.get_num_threads())
         return charges
 
@@ -193,10 +214,14 @@ class GridSpec:
         grid alone, sum_i [(1 + 2|y_i|^2) phi_0(y_i) - 2 y_i . phi(y_i)] - n with
         sum_i g(y_i) phi(y_i) = potentials . (charges of g) (centred coordinates)."""
         d = self.d
-        pot = convolve(np.ascontiguousarray(charges[:, :d + 1]), self.N, d, self.h / self.p,
-                       workers)
-        Z = float(pot[:, 0] @ charges[:, 0] + 2.0 * (pot[:, 0] @ charges[:, d + 1])
-                  - 2.0 * sum(pot[:, 1 + k] @ charges[:, 1 + k] for k in range(d)))
+        pot = convolve(
+            np.ascontiguousarray(charges[:, : d + 1]), self.N, d, self.h / self.p, workers
+        )
+        Z = float(
+            pot[:, 0] @ charges[:, 0]
+            + 2.0 * (pot[:, 0] @ charges[:, d + 1])
+            - 2.0 * sum(pot[:, 1 + k] @ charges[:, 1 + k] for k in range(d))
+        )
         return pot, Z - n
 
     def phi(self, Y, boxes, weights, pot):
@@ -212,7 +237,7 @@ def point_z(Y, phi):
     """Z_i = sum_j w_ij = (1 + |y_i|^2) phi_0 - 2 y_i . phi + phi_{|y|^2} (full potentials)."""
     d = Y.shape[1]
     y2 = (Y * Y).sum(axis=1)
-    return (1.0 + y2) * phi[:, 0] - 2.0 * (Y * phi[:, 1:d + 1]).sum(axis=1) + phi[:, d + 1]
+    return (1.0 + y2) * phi[:, 0] - 2.0 * (Y * phi[:, 1 : d + 1]).sum(axis=1) + phi[:, d + 1]
 
 
 def potentials(Y, method: str, interp: Interpolation, workers: int = 1):
@@ -224,12 +249,19 @@ def potentials(Y, method: str, interp: Interpolation, workers: int = 1):
     if method == "exact":
         phi = np.empty((n, d + 3))
         exact_repulsion(Y, Y, True, phi)
-        return float(phi[:, d + 2].sum()), np.ascontiguousarray(phi[:, :d + 2])
+        return float(phi[:, d + 2].sum()), np.ascontiguousarray(phi[:, : d + 2])
     grid = InterpolationGrid(Y, interp, workers, per_point=False)
     phi = grid.potentials_at(Y, grid.boxes, grid.weights, centred=True)
     Yc = Y - grid.center
-    Z = float(((1.0 + 2.0 * (Yc * Yc).sum(axis=1)) * phi[:, 0]
-               - 2.0 * (Yc * phi[:, 1:]).sum(axis=1)).sum()) - n
+    Z = (
+        float(
+            (
+                (1.0 + 2.0 * (Yc * Yc).sum(axis=1)) * phi[:, 0]
+                - 2.0 * (Yc * phi[:, 1:]).sum(axis=1)
+            ).sum()
+        )
+        - n
+    )
     return Z, grid.uncentre(phi)
 
 
@@ -237,24 +269,64 @@ def repulsion(Y, method: str, interp: Interpolation, workers: int = 1):
     """(Z, (n, d) array sum_j w_ij^2 (y_i - y_j)) of the points Y among themselves."""
     d = Y.shape[1]
     Z, phi = potentials(Y, method, interp, workers)
-    return Z, Y * phi[:, :1] - phi[:, 1:d + 1]
+    return Z, Y * phi[:, :1] - phi[:, 1 : d + 1]
 
 
-def tsne_step(indptr, indices, data, Y, Ynew, update, gains, *, exaggeration, momentum,
-              learning_rate, min_gain, max_step, method, interp, workers=1, kl=False,
-              data32=None):
+def tsne_step(
+    indptr,
+    indices,
+    data,
+    Y,
+    Ynew,
+    update,
+    gains,
+    *,
+    exaggeration,
+    momentum,
+    learning_rate,
+    min_gain,
+    max_step,
+    method,
+    interp,
+    workers=1,
+    kl=False,
+    data32=None,
+):
     """One iteration: Ynew = Y + update (see ``tsne_kernels.fused_step``); returns (Z, KL of
     Y or None), Z and KL at Y (before the step). ``data32``: P's values in single precision
     for the attraction (a third less memory traffic; relative error 6e-8 per term)."""
     Z, phi = potentials(Y, method, interp, workers)
     loss = kl_divergence(indptr, indices, data, Y, Z) if kl else None
-    fused_step(indptr, indices, data if data32 is None else data32, Y, Y, phi, 1.0 / Z,
-               exaggeration, update, gains, momentum, learning_rate, min_gain, max_step, Ynew)
+    fused_step(
+        indptr,
+        indices,
+        data if data32 is None else data32,
+        Y,
+        Y,
+        phi,
+        1.0 / Z,
+        exaggeration,
+        update,
+        gains,
+        momentum,
+        learning_rate,
+        min_gain,
+        max_step,
+        Ynew,
+    )
     return Z, loss
 
 
-def tsne_gradient(indptr, indices, data, Y, exaggeration: float, method: str,
-                  interp: Interpolation, workers: int = 1):
+def tsne_gradient(
+    indptr,
+    indices,
+    data,
+    Y,
+    exaggeration: float,
+    method: str,
+    interp: Interpolation,
+    workers: int = 1,
+):
     """(Z, g) with g_i = exaggeration * sum_j p_ij w_ij (y_i - y_j) - sum_j w_ij^2 (y_i - y_j) / Z,
     a quarter of the gradient of KL(exaggeration * P || Q)."""
     Z, rep = repulsion(Y, method, interp, workers)

@@ -21,6 +21,7 @@ Determinism: every per-point sum is done by the thread that owns the point, in i
 in the spread to the grid, every node sums its box's points in index order (each thread owns a
 slab of boxes). Results are identical for any number of threads.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,17 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 from numba import njit, prange  # noqa: E402
 
-__all__ = ["attraction", "fused_step", "exact_repulsion", "interp_weights", "interp_scatter",
-           "interp_gather", "gains_step", "kl_attractive_part", "sne_cost_grad"]
+__all__ = [
+    "attraction",
+    "fused_step",
+    "exact_repulsion",
+    "interp_weights",
+    "interp_scatter",
+    "interp_gather",
+    "gains_step",
+    "kl_attractive_part",
+    "sne_cost_grad",
+]
 
 
 @njit(cache=True, nogil=True, fastmath=True, inline="always")
@@ -80,8 +90,23 @@ def attraction(indptr, indices, data, Y, Yref, scale, out):
 
 
 @njit(parallel=True, cache=True, nogil=True, fastmath=True)
-def fused_step(indptr, indices, data, Y, Yref, phi, inv_z, exaggeration, update, gains,
-               momentum, learning_rate, min_gain, max_step, Ynew):
+def fused_step(
+    indptr,
+    indices,
+    data,
+    Y,
+    Yref,
+    phi,
+    inv_z,
+    exaggeration,
+    update,
+    gains,
+    momentum,
+    learning_rate,
+    min_gain,
+    max_step,
+    Ynew,
+):
     """One optimiser step for every row of ``Y``: g_i = exaggeration * attraction_i
     - (y_i phi_0 - phi_{1..d}) / Z, then the gains / momentum / clipped update of
     `gains_step`, written to ``Ynew`` (Y is only read, so rows never race). ``Yref`` holds
@@ -267,14 +292,14 @@ def interp_scatter(Y, boxes, weights, p, N, grid, stripes):
     per thread) adds its points in index order: the same sums, bit for bit, for any number of
     stripes or threads."""
     n, d = Y.shape
-    pd = p ** d
+    pd = p**d
     slab = grid.shape[0] // N  # nodes per grid row along the first axis
     n_boxes = N // p
     stripes = max(1, min(stripes, n_boxes))
     for s in prange(stripes):
         b_lo = s * n_boxes // stripes
         b_hi = (s + 1) * n_boxes // stripes
-        grid[b_lo * p * slab:b_hi * p * slab] = 0.0
+        grid[b_lo * p * slab : b_hi * p * slab] = 0.0
         if d == 2:
             _scatter2(Y, boxes, weights, p, N, grid, b_lo, b_hi)
             continue
@@ -298,7 +323,7 @@ def interp_gather(boxes, weights, p, N, pot, phi):
     """phi[i] = the potentials of the grid nodes of point i's box, interpolated."""
     n, d = boxes.shape
     nc = pot.shape[1]
-    pd = p ** d
+    pd = p**d
     if d == 2:
         for i in prange(n):
             s0 = 0.0

@@ -16,6 +16,7 @@ samples of row i in epoch t come from a counter-based generator seeded by (seed,
 (SplitMix64 to seed, xorshift64* to draw), so the stream does not depend on which thread runs
 the row or in what order.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -63,22 +64,41 @@ def attractive_coeff(d2, a, b):
     0 at d2 = 0."""
     if d2 <= 0.0:
         return 0.0
-    return 2.0 * a * b * d2 ** (b - 1.0) / (1.0 + a * d2 ** b)
+    return 2.0 * a * b * d2 ** (b - 1.0) / (1.0 + a * d2**b)
 
 
 @njit(cache=True, nogil=True, fastmath=True)
 def repulsive_coeff(d2, a, b, eps):
     """The factor c of (y_i - y_j) in -d/dy_i of -log(1 - q_ij): c = 2b / ((eps + d2)
     (1 + a d2^b)) (its repulsive term with 1 - p = 1; eps = 0.001 keeps it finite)."""
-    return 2.0 * b / ((eps + d2) * (1.0 + a * d2 ** b))
+    return 2.0 * b / ((eps + d2) * (1.0 + a * d2**b))
 
 
 ROW_BLOCK = 64  # rows per unit of parallel work (one scratch buffer each, no allocation per row)
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _sgd_row(i, yi, gsum, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, a, b,
-             gamma, alpha, fepoch, state, m, self_id, attract_factor):
+def _sgd_row(
+    i,
+    yi,
+    gsum,
+    Yref,
+    indptr,
+    indices,
+    eps,
+    next_sample,
+    eps_neg,
+    next_neg,
+    a,
+    b,
+    gamma,
+    alpha,
+    fepoch,
+    state,
+    m,
+    self_id,
+    attract_factor,
+):
     d = yi.shape[0]
     for e in range(indptr[i], indptr[i + 1]):
         if next_sample[e] > fepoch:
@@ -89,8 +109,13 @@ def _sgd_row(i, yi, gsum, Yref, indptr, indices, eps, next_sample, eps_neg, next
             t = yi[k] - Yref[j, k]
             d2 += t * t
         if d2 > 0.0:
-            c = -np.float32(2.0) * a * b * d2 ** (b - np.float32(1.0)) / \
-                (np.float32(1.0) + a * d2 ** b)
+            c = (
+                -np.float32(2.0)
+                * a
+                * b
+                * d2 ** (b - np.float32(1.0))
+                / (np.float32(1.0) + a * d2**b)
+            )
             for k in range(d):
                 yi[k] += attract_factor * _clip(c * (yi[k] - Yref[j, k])) * alpha
         next_sample[e] += eps[e]
@@ -107,8 +132,12 @@ def _sgd_row(i, yi, gsum, Yref, indptr, indices, eps, next_sample, eps_neg, next
                 d2 += t * t
             if d2 <= 0.0:
                 continue
-            c = np.float32(2.0) * gamma * b / \
-                ((np.float32(0.001) + d2) * (np.float32(1.0) + a * d2 ** b))
+            c = (
+                np.float32(2.0)
+                * gamma
+                * b
+                / ((np.float32(0.001) + d2) * (np.float32(1.0) + a * d2**b))
+            )
             for k in range(d):
                 gsum[k] += _clip(c * (yi[k] - Yref[kk, k]))
         for k in range(d):
@@ -122,8 +151,26 @@ def _clip(g):
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _sgd_row2(i, Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, a, b, gamma,
-              alpha, fepoch, state, m, self_id, attract_factor):
+def _sgd_row2(
+    i,
+    Y,
+    Yref,
+    indptr,
+    indices,
+    eps,
+    next_sample,
+    eps_neg,
+    next_neg,
+    a,
+    b,
+    gamma,
+    alpha,
+    fepoch,
+    state,
+    m,
+    self_id,
+    attract_factor,
+):
     """`_sgd_row` for 2-D embeddings with the position in registers (same arithmetic)."""
     y0 = Y[i, 0]
     y1 = Y[i, 1]
@@ -138,7 +185,7 @@ def _sgd_row2(i, Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, 
         t1 = y1 - Yref[j, 1]
         d2 = t0 * t0 + t1 * t1
         if d2 > 0.0:
-            pb = d2 ** b
+            pb = d2**b
             c = -two_ab * (pb / d2) / (one + a * pb)
             y0 += attract_factor * _clip(c * t0) * alpha
             y1 += attract_factor * _clip(c * t1) * alpha
@@ -155,7 +202,7 @@ def _sgd_row2(i, Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, 
             d2 = t0 * t0 + t1 * t1
             if d2 <= 0.0:
                 continue
-            c = two_gb / ((np.float32(0.001) + d2) * (one + a * d2 ** b))
+            c = two_gb / ((np.float32(0.001) + d2) * (one + a * d2**b))
             g0 += _clip(c * t0)
             g1 += _clip(c * t1)
         y0 += g0 * alpha
@@ -166,8 +213,26 @@ def _sgd_row2(i, Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, 
 
 
 @njit(parallel=True, cache=True, nogil=True, fastmath=True)
-def sgd_epoch(Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, a, b, gamma,
-              alpha, epoch, seed, row_offset, row_keys, attract_factor, skip_self):
+def sgd_epoch(
+    Y,
+    Yref,
+    indptr,
+    indices,
+    eps,
+    next_sample,
+    eps_neg,
+    next_neg,
+    a,
+    b,
+    gamma,
+    alpha,
+    epoch,
+    seed,
+    row_offset,
+    row_keys,
+    attract_factor,
+    skip_self,
+):
     """One epoch for the rows of ``Y`` (float32, updated in place). ``Yref`` holds the other
     ends (the epoch's snapshot of Y in a fit, the fixed training embedding in a transform).
     ``eps``/``next_sample``: the edge's epochs per sample and next due epoch; ``eps_neg`` /
@@ -187,12 +252,49 @@ def sgd_epoch(Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, a, 
             state = row_seed(seed, epoch, key)
             self_id = row_offset + i if skip_self else -1
             if d == 2:
-                _sgd_row2(i, Y, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg,
-                          a, b, gamma, alpha, fepoch, state, m, self_id, attract_factor)
+                _sgd_row2(
+                    i,
+                    Y,
+                    Yref,
+                    indptr,
+                    indices,
+                    eps,
+                    next_sample,
+                    eps_neg,
+                    next_neg,
+                    a,
+                    b,
+                    gamma,
+                    alpha,
+                    fepoch,
+                    state,
+                    m,
+                    self_id,
+                    attract_factor,
+                )
                 continue
             for k in range(d):
                 yi[k] = Y[i, k]
-            _sgd_row(i, yi, gsum, Yref, indptr, indices, eps, next_sample, eps_neg, next_neg, a, b,
-                     gamma, alpha, fepoch, state, m, self_id, attract_factor)
+            _sgd_row(
+                i,
+                yi,
+                gsum,
+                Yref,
+                indptr,
+                indices,
+                eps,
+                next_sample,
+                eps_neg,
+                next_neg,
+                a,
+                b,
+                gamma,
+                alpha,
+                fepoch,
+                state,
+                m,
+                self_id,
+                attract_factor,
+            )
             for k in range(d):
                 Y[i, k] = yi[k]

@@ -1,4 +1,5 @@
 """Connected components of a neighbour-list graph by union-find (numba, in memory)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -15,6 +15,7 @@ graph scattered once) so that nothing passes through the client.
 A `SparseAffinity` is CSR in plain arrays (int64 indptr, int32 indices, float64 data), which is
 what the numba optimisers read.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -22,18 +23,43 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..blocks.affinity_kernels import (MERGE_FUZZY, MERGE_SUM, membership_rows as _membership,
-                                       perplexity_rows, reverse_entries, smooth_knn_rows,
-                                       symmetric_merge, symmetric_merge_rows)
+from ..blocks.affinity_kernels import (
+    MERGE_FUZZY,
+    MERGE_SUM,
+    membership_rows as _membership,
+    perplexity_rows,
+    reverse_entries,
+    smooth_knn_rows,
+    symmetric_merge,
+    symmetric_merge_rows,
+)
 from ..errors import InputError
 from .knn import KNNGraph
 
-__all__ = ["SparseAffinity", "GraphRows", "conditional_rows", "joint_affinities", "tsne_affinities",
-           "sne_affinities", "fuzzy_rows", "fuzzy_affinities", "umap_affinities", "find_ab",
-           "check_perplexity", "check_affinity", "affinities", "affinities_delayed",
-           "affinity_block", "affinity_merge", "affinity_row_blocks_delayed",
-           "affinity_rows_merge", "graph_rows", "AFFINITY_KINDS", "PERPLEXITY_TOL",
-           "ROW_BLOCK"]
+__all__ = [
+    "SparseAffinity",
+    "GraphRows",
+    "conditional_rows",
+    "joint_affinities",
+    "tsne_affinities",
+    "sne_affinities",
+    "fuzzy_rows",
+    "fuzzy_affinities",
+    "umap_affinities",
+    "find_ab",
+    "check_perplexity",
+    "check_affinity",
+    "affinities",
+    "affinities_delayed",
+    "affinity_block",
+    "affinity_merge",
+    "affinity_row_blocks_delayed",
+    "affinity_rows_merge",
+    "graph_rows",
+    "AFFINITY_KINDS",
+    "PERPLEXITY_TOL",
+    "ROW_BLOCK",
+]
 
 PERPLEXITY_TOL = 1e-10  # |H_i - log(perplexity)| in nats reached by the bisection
 PERPLEXITY_MAX_ITER = 200  # bisection steps: enough for double precision from any start
@@ -64,8 +90,12 @@ class SparseAffinity:
     def from_scipy(cls, M) -> "SparseAffinity":
         M = M.tocsr()
         M.sort_indices()
-        return cls(M.indptr.astype(np.int64), M.indices.astype(np.int32),
-                   M.data.astype(np.float64), tuple(M.shape))
+        return cls(
+            M.indptr.astype(np.int64),
+            M.indices.astype(np.int32),
+            M.data.astype(np.float64),
+            tuple(M.shape),
+        )
 
     def transpose(self) -> "SparseAffinity":
         return SparseAffinity.from_scipy(self.to_scipy().T)
@@ -77,42 +107,51 @@ class SparseAffinity:
         keep = indices >= 0
         counts = keep.sum(axis=1)
         indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return cls(indptr, indices[keep].astype(np.int32), values[keep].astype(np.float64),
-                   (n, m))
+        return cls(indptr, indices[keep].astype(np.int32), values[keep].astype(np.float64), (n, m))
 
 
 def check_perplexity(perplexity, n: int, k: int | None = None, method: str = "t-SNE") -> float:
     """0 < perplexity < n / 3 (and < k when the graph has only k neighbours)."""
-    if (not isinstance(perplexity, numbers.Real) or isinstance(perplexity, bool)
-            or not np.isfinite(perplexity) or perplexity <= 0):
-        raise InputError(f"{method} needs a positive perplexity; found {perplexity!r}.",
-                         "pass perplexity=30 (5 to 50 is usual).")
+    if (
+        not isinstance(perplexity, numbers.Real)
+        or isinstance(perplexity, bool)
+        or not np.isfinite(perplexity)
+        or perplexity <= 0
+    ):
+        raise InputError(
+            f"{method} needs a positive perplexity; found {perplexity!r}.",
+            "pass perplexity=30 (5 to 50 is usual).",
+        )
     if perplexity >= n / 3:
-        raise InputError(f"{method} needs perplexity < n_samples / 3 = {n / 3:.4g}; found "
-                         f"perplexity={perplexity!r} with {n} samples.",
-                         f"pass a perplexity below {n / 3:.4g} (each point's effective number "
-                         "of neighbours must leave room for the others).")
+        raise InputError(
+            f"{method} needs perplexity < n_samples / 3 = {n / 3:.4g}; found "
+            f"perplexity={perplexity!r} with {n} samples.",
+            f"pass a perplexity below {n / 3:.4g} (each point's effective number "
+            "of neighbours must leave room for the others).",
+        )
     if k is not None and perplexity >= k:
-        raise InputError(f"{method} with perplexity {perplexity!r} needs more than "
-                         f"{perplexity!r} neighbours per point; the kNN graph has {k}.",
-                         f"build the graph with n_neighbors >= {int(np.ceil(3 * perplexity))} "
-                         "(3 x perplexity), or lower the perplexity.")
+        raise InputError(
+            f"{method} with perplexity {perplexity!r} needs more than "
+            f"{perplexity!r} neighbours per point; the kNN graph has {k}.",
+            f"build the graph with n_neighbors >= {int(np.ceil(3 * perplexity))} "
+            "(3 x perplexity), or lower the perplexity.",
+        )
     return float(perplexity)
 
 
 # --------------------------------------------------------------------------- t-SNE / SNE
 
 
-def conditional_rows(distances: np.ndarray, perplexity: float,
-                     tol: float = PERPLEXITY_TOL) -> tuple[np.ndarray, np.ndarray]:
+def conditional_rows(
+    distances: np.ndarray, perplexity: float, tol: float = PERPLEXITY_TOL
+) -> tuple[np.ndarray, np.ndarray]:
     """(p_{j|i} (rows, k), beta (rows,)) for a block of rows of kNN distances (euclidean or any
     metric; the Gaussian is on squared distances)."""
     d2 = np.ascontiguousarray(distances, dtype=np.float64) ** 2
     P = np.empty_like(d2)
     beta = np.empty(d2.shape[0])
     err = np.empty(d2.shape[0])
-    perplexity_rows(d2, float(np.log(perplexity)), float(tol), PERPLEXITY_MAX_ITER, P, beta,
-                    err)
+    perplexity_rows(d2, float(np.log(perplexity)), float(tol), PERPLEXITY_MAX_ITER, P, beta, err)
     return P, beta
 
 
@@ -136,37 +175,57 @@ def sne_affinities(graph: KNNGraph, perplexity: float) -> tuple[SparseAffinity, 
 # --------------------------------------------------------------------------- UMAP
 
 
-def fuzzy_rows(distances: np.ndarray, k_eff: float, local_connectivity: float = 1.0,
-               bandwidth: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fuzzy_rows(
+    distances: np.ndarray, k_eff: float, local_connectivity: float = 1.0, bandwidth: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(memberships (rows, k), rho, sigma) of a block of rows of kNN distances (self
     excluded; ``k_eff`` counts the point itself, as UMAP's n_neighbors does)."""
     dist = np.ascontiguousarray(distances, dtype=np.float64)
     n = dist.shape[0]
     rho, sigma = np.empty(n), np.empty(n)
-    smooth_knn_rows(dist, float(k_eff), float(local_connectivity), float(bandwidth), 64,
-                    SMOOTH_K_TOL, MIN_K_DIST_SCALE, rho, sigma)
+    smooth_knn_rows(
+        dist,
+        float(k_eff),
+        float(local_connectivity),
+        float(bandwidth),
+        64,
+        SMOOTH_K_TOL,
+        MIN_K_DIST_SCALE,
+        rho,
+        sigma,
+    )
     vals = np.empty_like(dist)
     _membership(dist, rho, sigma, vals)
     return vals, rho, sigma
 
 
-def fuzzy_affinities(indices: np.ndarray, memberships: np.ndarray,
-                     set_op_mix_ratio: float = 1.0) -> SparseAffinity:
+def fuzzy_affinities(
+    indices: np.ndarray, memberships: np.ndarray, set_op_mix_ratio: float = 1.0
+) -> SparseAffinity:
     """The fuzzy union (``set_op_mix_ratio`` 1) / intersection (0) of the directed memberships
     and their transpose."""
     n = indices.shape[0]
-    indptr, cols, data = symmetric_merge(indices, memberships, n, MERGE_FUZZY,
-                                         mix=float(set_op_mix_ratio))
+    indptr, cols, data = symmetric_merge(
+        indices, memberships, n, MERGE_FUZZY, mix=float(set_op_mix_ratio)
+    )
     return SparseAffinity(indptr, cols, data, (n, n))
 
 
-def umap_affinities(graph: KNNGraph, n_neighbors: int | None = None,
-                    local_connectivity: float = 1.0,
-                    set_op_mix_ratio: float = 1.0) -> SparseAffinity:
+def umap_affinities(
+    graph: KNNGraph,
+    n_neighbors: int | None = None,
+    local_connectivity: float = 1.0,
+    set_op_mix_ratio: float = 1.0,
+) -> SparseAffinity:
     """UMAP's fuzzy graph from the kNN graph, in this process: ``n_neighbors`` counts the
     point itself (UMAP's convention), so the graph's first n_neighbors - 1 neighbours are used."""
-    return affinities(graph, "umap", n_neighbors=n_neighbors,
-                      local_connectivity=local_connectivity, set_op_mix_ratio=set_op_mix_ratio)
+    return affinities(
+        graph,
+        "umap",
+        n_neighbors=n_neighbors,
+        local_connectivity=local_connectivity,
+        set_op_mix_ratio=set_op_mix_ratio,
+    )
 
 
 # --------------------------------------------------------------------------- blockwise
@@ -182,19 +241,25 @@ def check_affinity(kind: str, n: int, k: int, params: dict) -> dict:
         perp = check_perplexity(params["perplexity"], n, k, name)
         kk = params.get("n_neighbors") or min(k, int(np.ceil(3 * perp)))
         if not perp < kk <= k:
-            raise InputError(f"{name} with perplexity {perp} needs between {perp} and {k} "
-                             f"neighbours per point; found n_neighbors={kk}.",
-                             "leave n_neighbors out (3 x perplexity).")
+            raise InputError(
+                f"{name} with perplexity {perp} needs between {perp} and {k} "
+                f"neighbours per point; found n_neighbors={kk}.",
+                "leave n_neighbors out (3 x perplexity).",
+            )
         return {"perplexity": perp, "n_neighbors": int(kk)}
     nn = params.get("n_neighbors")
     kk = k if nn is None else int(nn) - 1
     if not 1 <= kk <= k:
-        raise InputError(f"UMAP with n_neighbors={nn} needs a kNN graph with {kk} neighbours "
-                         f"per point (self excluded); it has {k}.",
-                         f"build the graph with n_neighbors >= {kk}.")
-    return {"n_neighbors": kk + 1,
-            "local_connectivity": float(params.get("local_connectivity", 1.0)),
-            "set_op_mix_ratio": float(params.get("set_op_mix_ratio", 1.0))}
+        raise InputError(
+            f"UMAP with n_neighbors={nn} needs a kNN graph with {kk} neighbours "
+            f"per point (self excluded); it has {k}.",
+            f"build the graph with n_neighbors >= {kk}.",
+        )
+    return {
+        "n_neighbors": kk + 1,
+        "local_connectivity": float(params.get("local_connectivity", 1.0)),
+        "set_op_mix_ratio": float(params.get("set_op_mix_ratio", 1.0)),
+    }
 
 
 def graph_rows(graph, start: int, stop: int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -239,13 +304,15 @@ def _bounds(n: int, rows: int):
 def affinities(graph: KNNGraph, kind: str, *, row_block: int = ROW_BLOCK, **params):
     """The affinities of ``kind`` (tsne / sne / umap) from the graph, in this process."""
     params = check_affinity(kind, graph.n_samples, graph.n_neighbors, params)
-    blocks = [affinity_block(graph, s, e, kind, params)
-              for s, e in _bounds(graph.n_samples, row_block)]
+    blocks = [
+        affinity_block(graph, s, e, kind, params) for s, e in _bounds(graph.n_samples, row_block)
+    ]
     return affinity_merge(graph, kind, params, *blocks)
 
 
-def affinities_delayed(graph_ref, n: int, k: int, kind: str, *, row_block: int = ROW_BLOCK,
-                       **params):
+def affinities_delayed(
+    graph_ref, n: int, k: int, kind: str, *, row_block: int = ROW_BLOCK, **params
+):
     """The same as a lazy dask graph: one task per block of ``row_block`` rows (on the
     workers), then one merge task. ``graph_ref``: a graph source (tasks read their rows),
     or the graph as a dask delayed literal (one key, kept by the scheduler: a worker that dies
@@ -263,8 +330,9 @@ def _reverse_pieces(graph, start: int, stop: int, kind: str, params: dict, vals,
     return reverse_entries(indices, vals, start, bounds)
 
 
-def affinity_rows_merge(graph, start: int, stop: int, kind: str, params: dict, vals,
-                        *reverse) -> SparseAffinity:
+def affinity_rows_merge(
+    graph, start: int, stop: int, kind: str, params: dict, vals, *reverse
+) -> SparseAffinity:
     """Rows [start, stop) of t-SNE's joint P or UMAP's fuzzy union (those of
     `affinity_merge`, bit for bit) as an (stop - start) x n `SparseAffinity`, from the block's
     own directed values and the reverse entries every block sends it."""
@@ -276,8 +344,9 @@ def affinity_rows_merge(graph, start: int, stop: int, kind: str, params: dict, v
         mode, scale, mix = MERGE_FUZZY, 1.0, params["set_op_mix_ratio"]
     else:
         raise ValueError(f"no row-block merge for {kind!r} affinities")
-    indptr, cols, data = symmetric_merge_rows(indices, vals, start, list(reverse), mode,
-                                              scale=scale, mix=mix)
+    indptr, cols, data = symmetric_merge_rows(
+        indices, vals, start, list(reverse), mode, scale=scale, mix=mix
+    )
     return SparseAffinity(indptr, cols, data, (stop - start, n))
 
 
@@ -297,9 +366,12 @@ class GraphRows:
     def of(cls, graph: KNNGraph, start: int, stop: int) -> "GraphRows":
         d32 = graph.distances[start:stop].astype(np.float32)
         exact = np.array_equal(d32, graph.distances[start:stop])
-        return cls(graph.indices[start:stop].astype(np.int32),
-                   d32 if exact else graph.distances[start:stop].copy(), int(start),
-                   graph.n_samples)
+        return cls(
+            graph.indices[start:stop].astype(np.int32),
+            d32 if exact else graph.distances[start:stop].copy(),
+            int(start),
+            graph.n_samples,
+        )
 
     @property
     def n_neighbors(self) -> int:
@@ -309,8 +381,7 @@ class GraphRows:
         a, b = start - self.start, stop - self.start
         if a < 0 or b > self.indices.shape[0]:
             raise ValueError(f"rows [{start}, {stop}) outside this block of the graph")
-        return (self.indices[a:b, :k].astype(np.int64),
-                self.distances[a:b, :k].astype(np.float64))
+        return (self.indices[a:b, :k].astype(np.int64), self.distances[a:b, :k].astype(np.float64))
 
 
 def affinity_row_blocks_delayed(graph_ref, n: int, k: int, kind: str, bounds, **params):
@@ -325,14 +396,19 @@ def affinity_row_blocks_delayed(graph_ref, n: int, k: int, kind: str, bounds, **
     params = check_affinity(kind, n, k, params)
     bounds = [(int(s), int(e)) for s, e in bounds]
     refs = list(graph_ref) if isinstance(graph_ref, (list, tuple)) else [graph_ref] * len(bounds)
-    vals = [delayed(affinity_block, pure=True)(ref, s, e, kind, params)
-            for ref, (s, e) in zip(refs, bounds)]
-    pieces = [delayed(_reverse_pieces, pure=True, nout=len(bounds))(ref, s, e, kind, params, v,
-                                                                     bounds)
-              for ref, (s, e), v in zip(refs, bounds, vals)]
+    vals = [
+        delayed(affinity_block, pure=True)(ref, s, e, kind, params)
+        for ref, (s, e) in zip(refs, bounds)
+    ]
+    pieces = [
+        delayed(_reverse_pieces, pure=True, nout=len(bounds))(ref, s, e, kind, params, v, bounds)
+        for ref, (s, e), v in zip(refs, bounds, vals)
+    ]
     merge = delayed(affinity_rows_merge, pure=True)
-    return [merge(refs[b], s, e, kind, params, vals[b], *[p[b] for p in pieces])
-            for b, (s, e) in enumerate(bounds)]
+    return [
+        merge(refs[b], s, e, kind, params, vals[b], *[p[b] for p in pieces])
+        for b, (s, e) in enumerate(bounds)
+    ]
 
 
 def find_ab(spread: float = 1.0, min_dist: float = 0.1) -> tuple[float, float]:

@@ -8,6 +8,7 @@ sizes, or, with ``join=True``, adds for each component its shortest edge to anot
 (Boruvka rounds: every component links to its nearest other component, repeated until one
 is left; at most log2(components) rounds, each one exact pass per small component).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,9 +21,14 @@ from ..blocks.union_find import component_labels
 from ..errors import DisconnectedGraphError, InputError
 from .knn import KNNGraph
 
-__all__ = ["symmetrize", "connected_components", "graph_components", "check_connected",
-           "join_components",
-           "SYMMETRIZE"]
+__all__ = [
+    "symmetrize",
+    "connected_components",
+    "graph_components",
+    "check_connected",
+    "join_components",
+    "SYMMETRIZE",
+]
 
 SYMMETRIZE = ("max", "mean", "min", "union")
 
@@ -35,8 +41,9 @@ def symmetrize(graph, how: str = "max"):
     weight; ``min``: keep an edge only where both directions are listed (mutual kNN).
     """
     if how not in SYMMETRIZE:
-        raise InputError(f"symmetrize must be one of {', '.join(SYMMETRIZE)}; found {how!r}.",
-                         "pass how='max'.")
+        raise InputError(
+            f"symmetrize must be one of {', '.join(SYMMETRIZE)}; found {how!r}.", "pass how='max'."
+        )
     A = graph.to_csr() if isinstance(graph, KNNGraph) else sp.csr_matrix(graph)
     At = A.T.tocsr()
     if how in ("max", "union"):
@@ -68,8 +75,11 @@ def graph_components(graph: KNNGraph, extra=None) -> tuple[int, np.ndarray]:
     (at 3 000 000 x 15 the symmetric CSR holds up to 90M entries)."""
     extra = graph.info.get("extra_edges", []) if extra is None else extra
     e = np.asarray(extra, dtype=np.float64).reshape(-1, 3)
-    labels = component_labels(np.ascontiguousarray(graph.indices, dtype=np.int64),
-                              e[:, 0].astype(np.int64), e[:, 1].astype(np.int64))
+    labels = component_labels(
+        np.ascontiguousarray(graph.indices, dtype=np.int64),
+        e[:, 0].astype(np.int64),
+        e[:, 1].astype(np.int64),
+    )
     return (int(labels.max()) + 1 if labels.size else 0), labels
 
 
@@ -89,7 +99,8 @@ def check_connected(graph: KNNGraph, *, method: str = "this method") -> None:
             f"the {graph.n_samples} rows has {_sizes_text(labels)}.",
             f"raise n_neighbors (now {graph.n_neighbors}), or pass join_components=True to join "
             "each component to its nearest one by its shortest edge, or embed the components "
-            "separately.")
+            "separately.",
+        )
 
 
 def _nearest_outside(X, members: np.ndarray, outside: np.ndarray, metric: str, p: float):
@@ -100,7 +111,7 @@ def _nearest_outside(X, members: np.ndarray, outside: np.ndarray, metric: str, p
     best = (None, None, np.inf)
     step = 20_000
     for s in range(0, outside.size, step):
-        cols = outside[s:s + step]
+        cols = outside[s : s + step]
         b = take_rows(X, cols, "other rows") if is_dask(X) else np.asarray(X)[cols]
         idx, dist = block_topk(a, b, 1, metric=metric, p=p)
         r = int(np.argmin(dist[:, 0]))
@@ -116,8 +127,10 @@ def join_components(graph: KNNGraph, X, *, max_rounds: int = 64) -> tuple[KNNGra
     from ..blocks.kernels import METRICS
 
     if graph.metric not in METRICS:
-        raise InputError(f"Joining components needs an exact distance; metric "
-                         f"{graph.metric!r} has none here.", "raise n_neighbors instead.")
+        raise InputError(
+            f"Joining components needs an exact distance; metric {graph.metric!r} has none here.",
+            "raise n_neighbors instead.",
+        )
     p = float(graph.info.get("metric_kwds", {}).get("p", 2.0))
     extra = [tuple(e) for e in graph.info.get("extra_edges", [])]
     for _ in range(max_rounds):
@@ -138,10 +151,14 @@ def join_components(graph: KNNGraph, X, *, max_rounds: int = 64) -> tuple[KNNGra
                 added.add(key)
                 extra.append((i, j, d))
     else:
-        raise DisconnectedGraphError("Joining the components did not finish in "
-                                     f"{max_rounds} rounds.", "raise n_neighbors.")
-    info = {**graph.info, "extra_edges": [[int(i), int(j), float(d)] for i, j, d in extra],
-            "joined_components": True}
+        raise DisconnectedGraphError(
+            f"Joining the components did not finish in {max_rounds} rounds.", "raise n_neighbors."
+        )
+    info = {
+        **graph.info,
+        "extra_edges": [[int(i), int(j), float(d)] for i, j, d in extra],
+        "joined_components": True,
+    }
     return KNNGraph(graph.indices, graph.distances, graph.metric, graph.backend, info), extra
 
 
@@ -154,7 +171,8 @@ def graph_csr(graph: KNNGraph, extra=None, how: str = "max"):
         i, j = e[:, 0].astype(np.int64), e[:, 1].astype(np.int64)
         w = np.maximum(e[:, 2], np.finfo(np.float64).tiny)
         n = S.shape[0]
-        E = sp.csr_matrix((np.concatenate([w, w]), (np.concatenate([i, j]),
-                                                    np.concatenate([j, i]))), shape=(n, n))
+        E = sp.csr_matrix(
+            (np.concatenate([w, w]), (np.concatenate([i, j]), np.concatenate([j, i]))), shape=(n, n)
+        )
         S = S.maximum(E).tocsr()
     return S

@@ -19,6 +19,7 @@ j_1..j_k among the training points (at distances d_1..d_k) is at geodesic distan
 g(x, l) = min_t (d_t + G[j_t, l]) from every reference point l (scikit-learn's Isomap
 ``transform`` does the same).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,8 +32,14 @@ from ..errors import DisconnectedGraphError, InputError
 from .connectivity import graph_csr
 from .knn import KNNGraph
 
-__all__ = ["dijkstra_block", "geodesic_matrix", "geodesic_rows", "geodesic_rows_on_workers",
-           "geodesics_through_neighbours", "SOURCES_PER_TASK"]
+__all__ = [
+    "dijkstra_block",
+    "geodesic_matrix",
+    "geodesic_rows",
+    "geodesic_rows_on_workers",
+    "geodesics_through_neighbours",
+    "SOURCES_PER_TASK",
+]
 
 # Dijkstra sources per task: one source on a large graph is already a long computation, so a
 # few dozen make a task that outweighs its scheduling and still leave tasks for every worker
@@ -52,8 +59,10 @@ def _adjacency(graph) -> sp.csr_matrix:
         return graph_csr(graph)
     A = sp.csr_matrix(graph, dtype=np.float64)
     if A.shape[0] != A.shape[1]:
-        raise InputError(f"A graph adjacency must be square; found shape {A.shape}.",
-                         "pass the n x n symmetric distance graph or a KNNGraph.")
+        raise InputError(
+            f"A graph adjacency must be square; found shape {A.shape}.",
+            "pass the n x n symmetric distance graph or a KNNGraph.",
+        )
     return A
 
 
@@ -73,8 +82,9 @@ def _shared(csr):
     return client.scatter(csr, broadcast=True, hash=False)
 
 
-def geodesic_matrix(graph, *, method: str = "Isomap", on_workers: bool = False,
-                    stage: str = "geodesics (all pairs)") -> np.ndarray:
+def geodesic_matrix(
+    graph, *, method: str = "Isomap", on_workers: bool = False, stage: str = "geodesics (all pairs)"
+) -> np.ndarray:
     """The n x n float64 geodesic distances over ``graph`` (a `KNNGraph`, symmetrised with
     its joined edges, or a symmetric CSR of distances): exactly symmetric, zero diagonal.
     Raises `DisconnectedGraphError` when some point cannot be reached from another.
@@ -89,7 +99,7 @@ def geodesic_matrix(graph, *, method: str = "Isomap", on_workers: bool = False,
     csr = _adjacency(graph)
     if on_workers and active_client() is not None:
         task = delayed(all_pairs_shortest_paths, pure=True)(csr)
-        (G, unreached), = compute(task, stage=stage)
+        ((G, unreached),) = compute(task, stage=stage)
     else:
         G, unreached = all_pairs_shortest_paths(csr)
     if unreached.any():
@@ -103,11 +113,19 @@ def _disconnected(method: str, count: int, n: int, source: int):
         f"{method} needs a connected neighbour graph; {count} of the {n} points cannot be "
         f"reached from point {source}.",
         "raise n_neighbors, or pass join_components=True to join each component to its "
-        "nearest one by its shortest edge.")
+        "nearest one by its shortest edge.",
+    )
 
 
-def geodesic_rows(graph, sources, *, dtype=np.float64, per_task: int = SOURCES_PER_TASK,
-                  method: str = "Isomap", stage: str = "geodesics (Dijkstra)") -> np.ndarray:
+def geodesic_rows(
+    graph,
+    sources,
+    *,
+    dtype=np.float64,
+    per_task: int = SOURCES_PER_TASK,
+    method: str = "Isomap",
+    stage: str = "geodesics (Dijkstra)",
+) -> np.ndarray:
     """(len(sources), n) geodesic distances from ``sources`` (row numbers) over ``graph`` (a
     `KNNGraph`, symmetrised with its joined edges, or a symmetric CSR of distances). Raises
     `DisconnectedGraphError` when a source cannot reach every vertex."""
@@ -131,12 +149,18 @@ def geodesic_rows(graph, sources, *, dtype=np.float64, per_task: int = SOURCES_P
 
 def _source_blocks(sources: np.ndarray, per_task: int) -> list:
     step = max(1, int(per_task))
-    return [sources[s:s + step] for s in range(0, sources.size, step)]
+    return [sources[s : s + step] for s in range(0, sources.size, step)]
 
 
-def geodesic_rows_on_workers(graph, sources, *, dtype=np.float64,
-                             per_task: int = SOURCES_PER_TASK, method: str = "Isomap",
-                             stage: str = "geodesics (Dijkstra)"):
+def geodesic_rows_on_workers(
+    graph,
+    sources,
+    *,
+    dtype=np.float64,
+    per_task: int = SOURCES_PER_TASK,
+    method: str = "Isomap",
+    stage: str = "geodesics (Dijkstra)",
+):
     """`geodesic_rows` left on the workers: a persisted dask array (len(sources), n) in
     blocks of ``per_task`` sources (needs a client). Only the count of unreachable vertices
     per source comes back here, to raise `DisconnectedGraphError` as `geodesic_rows` does."""
@@ -151,9 +175,12 @@ def geodesic_rows_on_workers(graph, sources, *, dtype=np.float64,
     sources = np.asarray(sources, dtype=np.int64).ravel()
     shared = _shared(csr)
     task = delayed(dijkstra_block, pure=True)
-    rows = da.concatenate([da.from_delayed(task(shared, b, dtype), shape=(b.size, n),
-                                           dtype=dtype)
-                           for b in _source_blocks(sources, per_task)])
+    rows = da.concatenate(
+        [
+            da.from_delayed(task(shared, b, dtype), shape=(b.size, n), dtype=dtype)
+            for b in _source_blocks(sources, per_task)
+        ]
+    )
     rows = client.persist(rows)
     (unreached,) = compute((~da.isfinite(rows)).sum(axis=1), stage=stage)
     if unreached.any():
@@ -162,8 +189,9 @@ def geodesic_rows_on_workers(graph, sources, *, dtype=np.float64,
     return rows
 
 
-def geodesics_through_neighbours(nbr_idx: np.ndarray, nbr_dist: np.ndarray,
-                                 reference: np.ndarray) -> np.ndarray:
+def geodesics_through_neighbours(
+    nbr_idx: np.ndarray, nbr_dist: np.ndarray, reference: np.ndarray
+) -> np.ndarray:
     """g(x, l) = min_t (d_t + reference[j_t, l]) for each new point x (a row of ``nbr_idx``,
     its neighbours j_t among the rows of ``reference`` (n, m), at distances ``nbr_dist``).
     Returns (len(nbr_idx), m) float64."""
@@ -171,5 +199,5 @@ def geodesics_through_neighbours(nbr_idx: np.ndarray, nbr_dist: np.ndarray,
     nbr_dist = np.asarray(nbr_dist, dtype=np.float64)
     out = np.full((nbr_idx.shape[0], reference.shape[1]), np.inf)
     for t in range(nbr_idx.shape[1]):  # k passes of (b, m): no (b, k, m) temporary
-        np.minimum(out, nbr_dist[:, t:t + 1] + reference[nbr_idx[:, t]], out=out)
+        np.minimum(out, nbr_dist[:, t : t + 1] + reference[nbr_idx[:, t]], out=out)
     return out

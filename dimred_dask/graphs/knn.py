@@ -33,6 +33,7 @@ edge, 240 MB for 1 000 000 x 15); the flow stores it in the run's store and reus
 fingerprint. ``sample_recall`` measures the recall of a graph against exact neighbours on a
 sample of rows (one pass over the data).
 """
+
 from __future__ import annotations
 
 import math
@@ -46,27 +47,71 @@ from .._compute import compute
 from .._validation import check_array, check_random_state, is_dask, is_sparse_input
 from ..blocks.kernels import METRICS, SPARSE_METRICS
 from ..blocks.landmarks import kmeans
-from ..blocks.neighbors import (KDTREE_MAX_DIM, block_topk, drop_self, kdtree_topk,
-                               merge_candidates, merge_topk, recall_at)
+from ..blocks.neighbors import (
+    KDTREE_MAX_DIM,
+    block_topk,
+    drop_self,
+    kdtree_topk,
+    merge_candidates,
+    merge_topk,
+    recall_at,
+)
 from ..blocks.sparse import csr64
 from ..errors import InputError, InputTypeError
-from .nndescent import (TARGET_RECALL, _nndescent_any, _nndescent_compact, _nndescent_kw,
-                        check_target_recall)
+from .nndescent import (
+    TARGET_RECALL,
+    _nndescent_any,
+    _nndescent_compact,
+    _nndescent_kw,
+    check_target_recall,
+)
 
-__all__ = ["KNNGraph", "knn_graph", "check_n_neighbors", "sample_recall", "KNN_BACKENDS",
-           "EXACT_MAX", "SPARSE_KNN_METRICS", "check_sparse_knn", "TARGET_RECALL",
-           "check_target_recall"]
+__all__ = [
+    "KNNGraph",
+    "knn_graph",
+    "check_n_neighbors",
+    "sample_recall",
+    "KNN_BACKENDS",
+    "EXACT_MAX",
+    "SPARSE_KNN_METRICS",
+    "check_sparse_knn",
+    "TARGET_RECALL",
+    "check_target_recall",
+]
 
 KNN_BACKENDS = ("auto", "exact", "nndescent", "partitioned")
 # auto: brute force up to this many rows (n^2 d flops: still a short in-memory product, and the
 # graph is exact)
 EXACT_MAX = 20_000
 SMALL_CELL = 5_000  # partitioned: cells up to this size are searched by brute force
-NNDESCENT_METRICS = ("euclidean", "sqeuclidean", "cosine", "manhattan", "chebyshev",
-                     "minkowski", "correlation", "hamming", "jaccard", "canberra",
-                     "braycurtis", "haversine", "hellinger", "l1", "l2", "taxicab", "linf",
-                     "dot", "inner_product", "seuclidean", "mahalanobis", "wminkowski",
-                     "spearmanr", "true_angular", "jensen_shannon", "symmetric_kl")
+NNDESCENT_METRICS = (
+    "euclidean",
+    "sqeuclidean",
+    "cosine",
+    "manhattan",
+    "chebyshev",
+    "minkowski",
+    "correlation",
+    "hamming",
+    "jaccard",
+    "canberra",
+    "braycurtis",
+    "haversine",
+    "hellinger",
+    "l1",
+    "l2",
+    "taxicab",
+    "linf",
+    "dot",
+    "inner_product",
+    "seuclidean",
+    "mahalanobis",
+    "wminkowski",
+    "spearmanr",
+    "true_angular",
+    "jensen_shannon",
+    "symmetric_kl",
+)
 SPARSE_KNN_METRICS = SPARSE_METRICS  # euclidean, sqeuclidean, cosine: from inner products
 
 
@@ -95,8 +140,11 @@ class KNNGraph:
         import scipy.sparse as sp
 
         n, k = self.indices.shape
-        data = (np.ones(n * k) if mode == "connectivity" else
-                np.maximum(self.distances.ravel(), np.finfo(np.float64).tiny))
+        data = (
+            np.ones(n * k)
+            if mode == "connectivity"
+            else np.maximum(self.distances.ravel(), np.finfo(np.float64).tiny)
+        )
         valid = self.indices.ravel() >= 0
         rows = np.repeat(np.arange(n), k)[valid]
         return sp.csr_matrix((data[valid], (rows, self.indices.ravel()[valid])), shape=(n, n))
@@ -105,32 +153,50 @@ class KNNGraph:
         """The graph of the ``k`` nearest neighbours (k <= n_neighbors): a stored graph with
         more neighbours serves any method that needs fewer."""
         if k > self.n_neighbors:
-            raise InputError(f"This graph has {self.n_neighbors} neighbours per row; asked "
-                             f"for {k}.", f"build a graph with n_neighbors >= {k}.")
-        return KNNGraph(self.indices[:, :k].copy(), self.distances[:, :k].copy(), self.metric,
-                        self.backend, dict(self.info))
+            raise InputError(
+                f"This graph has {self.n_neighbors} neighbours per row; asked for {k}.",
+                f"build a graph with n_neighbors >= {k}.",
+            )
+        return KNNGraph(
+            self.indices[:, :k].copy(),
+            self.distances[:, :k].copy(),
+            self.metric,
+            self.backend,
+            dict(self.info),
+        )
 
 
 def check_n_neighbors(n_neighbors, n: int, method: str = "the kNN graph") -> int:
     """1 <= n_neighbors < n, as an int, or an `InputError` that says so."""
-    if (not isinstance(n_neighbors, numbers.Integral) or isinstance(n_neighbors, bool)
-            or not 1 <= n_neighbors < n):
-        raise InputError(f"{method} needs an int n_neighbors with 1 <= n_neighbors < n_samples "
-                         f"= {n}; found {n_neighbors!r}.",
-                         f"pass n_neighbors between 1 and {n - 1} (5 to 30 is usual).")
+    if (
+        not isinstance(n_neighbors, numbers.Integral)
+        or isinstance(n_neighbors, bool)
+        or not 1 <= n_neighbors < n
+    ):
+        raise InputError(
+            f"{method} needs an int n_neighbors with 1 <= n_neighbors < n_samples "
+            f"= {n}; found {n_neighbors!r}.",
+            f"pass n_neighbors between 1 and {n - 1} (5 to 30 is usual).",
+        )
     return int(n_neighbors)
 
 
 def _check_metric(metric, backend: str, metric_kwds: dict) -> None:
     if backend == "exact" and metric not in METRICS:
-        raise InputError(f"The exact kNN backend supports the metrics {', '.join(METRICS)}; "
-                         f"found {metric!r}.", "pass backend='nndescent' for other metrics.")
+        raise InputError(
+            f"The exact kNN backend supports the metrics {', '.join(METRICS)}; found {metric!r}.",
+            "pass backend='nndescent' for other metrics.",
+        )
     if backend != "exact" and metric not in NNDESCENT_METRICS:
-        raise InputError(f"Unknown kNN metric {metric!r}; the metrics are "
-                         f"{', '.join(NNDESCENT_METRICS)}.", "pass metric='euclidean'.")
+        raise InputError(
+            f"Unknown kNN metric {metric!r}; the metrics are {', '.join(NNDESCENT_METRICS)}.",
+            "pass metric='euclidean'.",
+        )
     if metric == "minkowski" and float(metric_kwds.get("p", 2.0)) < 1:
-        raise InputError(f"The minkowski metric needs p >= 1; found p={metric_kwds['p']!r}.",
-                         "pass metric_kwds={'p': 2}.")
+        raise InputError(
+            f"The minkowski metric needs p >= 1; found p={metric_kwds['p']!r}.",
+            "pass metric_kwds={'p': 2}.",
+        )
 
 
 def check_sparse_knn(metric: str, backend: str, where: str = "X") -> None:
@@ -141,12 +207,14 @@ def check_sparse_knn(metric: str, backend: str, where: str = "X") -> None:
             f"{', '.join(SPARSE_KNN_METRICS)} (from sparse inner products); found "
             f"metric={metric!r} with sparse {where}.",
             "pass metric='euclidean' or 'cosine', or reduce with PCA first (--method "
-            "pca+<method>) and use any metric on the dense embedding.")
+            "pca+<method>) and use any metric on the dense embedding.",
+        )
     if backend == "partitioned":
         raise InputTypeError(
-            f"The partitioned kNN backend needs dense rows (k-means cells); found sparse "
-            f"{where}.", "pass backend='nndescent' (takes CSR rows) or 'exact', or reduce "
-            "with PCA first (--method pca+<method>).")
+            f"The partitioned kNN backend needs dense rows (k-means cells); found sparse {where}.",
+            "pass backend='nndescent' (takes CSR rows) or 'exact', or reduce "
+            "with PCA first (--method pca+<method>).",
+        )
 
 
 # auto: NN-descent gathers X into one task; above this share of the smallest worker's memory
@@ -177,9 +245,10 @@ def choose_backend(backend: str, n: int, X=None, k: int = 15, metric: str = "euc
     unless dense dask X would take more than GATHER_SHARE of a worker's memory in its one
     task: then partitioned)."""
     if backend not in KNN_BACKENDS:
-        raise InputError(f"kNN backend must be one of {', '.join(KNN_BACKENDS)}; found "
-                         f"{backend!r}.", "pass backend='auto' (exact up to "
-                         f"{EXACT_MAX} rows, nndescent above).")
+        raise InputError(
+            f"kNN backend must be one of {', '.join(KNN_BACKENDS)}; found {backend!r}.",
+            f"pass backend='auto' (exact up to {EXACT_MAX} rows, nndescent above).",
+        )
     if backend != "auto":
         return backend
     if n <= EXACT_MAX:
@@ -192,10 +261,21 @@ def choose_backend(backend: str, n: int, X=None, k: int = 15, metric: str = "euc
     return "nndescent"
 
 
-def knn_graph(X, n_neighbors: int = 15, *, metric: str = "euclidean", metric_kwds=None,
-              backend: str = "auto", random_state=0, n_partitions=None, overlap: int = 2,
-              nndescent_kwds=None, target_recall=TARGET_RECALL, recall_budget=None,
-              where: str = "X") -> KNNGraph:
+def knn_graph(
+    X,
+    n_neighbors: int = 15,
+    *,
+    metric: str = "euclidean",
+    metric_kwds=None,
+    backend: str = "auto",
+    random_state=0,
+    n_partitions=None,
+    overlap: int = 2,
+    nndescent_kwds=None,
+    target_recall=TARGET_RECALL,
+    recall_budget=None,
+    where: str = "X",
+) -> KNNGraph:
     """The kNN graph of the rows of ``X`` (NumPy or dask). See the module docstring.
 
     ``nndescent_kwds``: extra arguments of ``pynndescent.NNDescent`` (``n_trees``,
@@ -220,28 +300,40 @@ def knn_graph(X, n_neighbors: int = 15, *, metric: str = "euclidean", metric_kwd
         idx, dist = _exact(X, k, metric, metric_kwds)
         info = {}
     elif backend == "nndescent":
-        idx, dist, info = _nndescent_any(X, k, metric, metric_kwds, random_state,
-                                         nndescent_kwds, target_recall, recall_budget)
+        idx, dist, info = _nndescent_any(
+            X, k, metric, metric_kwds, random_state, nndescent_kwds, target_recall, recall_budget
+        )
     else:
-        idx, dist, info = _partitioned(X, k, metric, metric_kwds, random_state, n_partitions,
-                                       overlap, nndescent_kwds)
+        idx, dist, info = _partitioned(
+            X, k, metric, metric_kwds, random_state, n_partitions, overlap, nndescent_kwds
+        )
     _refuse_all_duplicates(dist, n, where)
     if asked == "auto" and backend == "partitioned":
         need = nndescent_task_bytes(n, X.shape[1], X.dtype.itemsize, k) / 2**30
-        info["why_partitioned"] = (f"NN-descent in one task would need about {need:.1f} GiB, "
-                                   f"over {GATHER_SHARE:g} of the smallest worker's memory")
-    info.update({"n_neighbors": k, "seconds": round(time.perf_counter() - t0, 3),
-                 "n_rows_with_duplicates": int((dist[:, 0] == 0).sum()),
-                 **({"metric_kwds": metric_kwds} if metric_kwds else {})})
+        info["why_partitioned"] = (
+            f"NN-descent in one task would need about {need:.1f} GiB, "
+            f"over {GATHER_SHARE:g} of the smallest worker's memory"
+        )
+    info.update(
+        {
+            "n_neighbors": k,
+            "seconds": round(time.perf_counter() - t0, 3),
+            "n_rows_with_duplicates": int((dist[:, 0] == 0).sum()),
+            **({"metric_kwds": metric_kwds} if metric_kwds else {}),
+        }
+    )
     return KNNGraph(idx, dist, metric, backend, info)
 
 
 def _refuse_all_duplicates(dist: np.ndarray, n: int, where: str) -> None:
     if np.isfinite(dist).all() and dist.max() == 0:
-        raise InputError(f"Every row of {where} has at least {dist.shape[1]} exact duplicates "
-                         f"(all {n} rows may be identical): a neighbour graph of them has no "
-                         "structure to embed.", "remove duplicate rows (np.unique(X, axis=0)) "
-                         "or check that the input was read correctly.")
+        raise InputError(
+            f"Every row of {where} has at least {dist.shape[1]} exact duplicates "
+            f"(all {n} rows may be identical): a neighbour graph of them has no "
+            "structure to embed.",
+            "remove duplicate rows (np.unique(X, axis=0)) "
+            "or check that the input was read correctly.",
+        )
 
 
 # --------------------------------------------------------------------------- exact
@@ -270,11 +362,15 @@ def _exact(X, k: int, metric: str, kw: dict):
     finish = delayed(drop_self, pure=True)
     rows = []
     for i, xi in enumerate(blocks):
-        cands = [topk(xi, xj, k + 1, b_offset=int(offsets[j]), metric=metric, p=p)
-                 for j, xj in enumerate(blocks)]
+        cands = [
+            topk(xi, xj, k + 1, b_offset=int(offsets[j]), metric=metric, p=p)
+            for j, xj in enumerate(blocks)
+        ]
         while len(cands) > 1:  # tree merge over the column chunks
-            cands = [merge(cands[t], cands[t + 1], k + 1) if t + 1 < len(cands) else cands[t]
-                     for t in range(0, len(cands), 2)]
+            cands = [
+                merge(cands[t], cands[t + 1], k + 1) if t + 1 < len(cands) else cands[t]
+                for t in range(0, len(cands), 2)
+            ]
         ids = np.arange(offsets[i], offsets[i] + X.chunks[0][i])
         rows.append(finish(cands[0][0], cands[0][1], ids, k))
     parts = compute(*rows, stage="exact kNN graph")
@@ -294,21 +390,26 @@ def _nearest_cells(block: np.ndarray, centres: np.ndarray, overlap: int) -> np.n
     from ..blocks.kernels import sqeuclidean_block
 
     d = sqeuclidean_block(np.asarray(block, np.float64), centres)
-    part = np.argpartition(d, overlap - 1, axis=1)[:, :overlap] if overlap < d.shape[1] else \
-        np.tile(np.arange(d.shape[1]), (d.shape[0], 1))
+    part = (
+        np.argpartition(d, overlap - 1, axis=1)[:, :overlap]
+        if overlap < d.shape[1]
+        else np.tile(np.arange(d.shape[1]), (d.shape[0], 1))
+    )
     return part.astype(np.int32)
 
 
-def _cell_knn(rows: np.ndarray, members: np.ndarray, k: int, metric: str, metric_kwds: dict,
-              kwds: dict):
+def _cell_knn(
+    rows: np.ndarray, members: np.ndarray, k: int, metric: str, metric_kwds: dict, kwds: dict
+):
     """kNN inside one cell; (point, neighbour, distance) triples in global row numbers, int32
     / float32 from NN-descent where the row numbers allow (12 bytes an edge instead of 24)."""
     kk = min(k, rows.shape[0] - 1)
     if kk < 1:
         return (np.empty(0, np.int64),) * 2 + (np.empty(0),)
     if rows.shape[0] <= SMALL_CELL or metric not in NNDESCENT_METRICS:
-        idx, dist = block_topk(rows, rows, kk + 1, metric=metric,
-                               p=float(metric_kwds.get("p", 2.0)))
+        idx, dist = block_topk(
+            rows, rows, kk + 1, metric=metric, p=float(metric_kwds.get("p", 2.0))
+        )
         idx, dist = drop_self(idx, dist, np.arange(rows.shape[0]), kk)
     else:
         idx, dist, _ = _nndescent_compact(rows, kk, metric, metric_kwds, kwds)
@@ -324,21 +425,29 @@ def _partitioned(X, k, metric, metric_kwds, random_state, n_partitions, overlap,
     rng = check_random_state(random_state)
     if n_partitions is None:
         n_partitions = max(2, math.ceil(overlap * n / CELL_ROWS))
-    if (not isinstance(n_partitions, numbers.Integral) or not 2 <= n_partitions <= n // 2
-            or not isinstance(overlap, numbers.Integral) or not 1 <= overlap <= n_partitions):
-        raise InputError(f"The partitioned kNN backend needs 2 <= n_partitions <= n/2 and "
-                         f"1 <= overlap <= n_partitions; found n_partitions={n_partitions!r}, "
-                         f"overlap={overlap!r} (n = {n}).",
-                         "leave n_partitions out (cells of ~100 000 rows) and overlap=2.")
+    if (
+        not isinstance(n_partitions, numbers.Integral)
+        or not 2 <= n_partitions <= n // 2
+        or not isinstance(overlap, numbers.Integral)
+        or not 1 <= overlap <= n_partitions
+    ):
+        raise InputError(
+            f"The partitioned kNN backend needs 2 <= n_partitions <= n/2 and "
+            f"1 <= overlap <= n_partitions; found n_partitions={n_partitions!r}, "
+            f"overlap={overlap!r} (n = {n}).",
+            "leave n_partitions out (cells of ~100 000 rows) and overlap=2.",
+        )
     from ..linalg.nystrom import take_rows
 
     sample_idx = np.sort(rng.choice(n, size=min(n, 50 * n_partitions, 100_000), replace=False))
-    centres = kmeans(take_rows(X, sample_idx, "partition sample").astype(np.float64),
-                     int(n_partitions), rng).astype(np.float64)
+    centres = kmeans(
+        take_rows(X, sample_idx, "partition sample").astype(np.float64), int(n_partitions), rng
+    ).astype(np.float64)
     if is_dask(X):
         Xc = X if X.numblocks[1] == 1 else X.rechunk({1: -1})
-        cells = Xc.map_blocks(_nearest_cells, centres, overlap,
-                              chunks=(Xc.chunks[0], (overlap,)), dtype=np.int32)
+        cells = Xc.map_blocks(
+            _nearest_cells, centres, overlap, chunks=(Xc.chunks[0], (overlap,)), dtype=np.int32
+        )
         (cells,) = compute(cells, stage="partition: nearest cells")
     else:
         cells = _nearest_cells(X, centres, overlap)
@@ -348,17 +457,30 @@ def _partitioned(X, k, metric, metric_kwds, random_state, n_partitions, overlap,
         from dask import delayed
 
         task = delayed(_cell_knn, pure=True)
-        parts = compute(*[task(X[m], m, k, metric, metric_kwds, kw) for m in members if m.size],
-                        stage="partition: kNN inside each cell")
+        parts = compute(
+            *[task(X[m], m, k, metric, metric_kwds, kw) for m in members if m.size],
+            stage="partition: kNN inside each cell",
+        )
     else:
         parts = [_cell_knn(X[m], m, k, metric, metric_kwds, kw) for m in members if m.size]
-    idx, dist = merge_candidates(np.concatenate([q[0] for q in parts]),
-                                 np.concatenate([q[1] for q in parts]),
-                                 np.concatenate([q[2] for q in parts]), n, k)
+    idx, dist = merge_candidates(
+        np.concatenate([q[0] for q in parts]),
+        np.concatenate([q[1] for q in parts]),
+        np.concatenate([q[2] for q in parts]),
+        n,
+        k,
+    )
     sizes = [int(m.size) for m in members]
-    return idx, dist, {"n_partitions": int(n_partitions), "overlap": int(overlap),
-                       "cell_rows": {"min": min(sizes), "max": max(sizes)},
-                       "rows_short_of_k": int((idx < 0).any(axis=1).sum())}
+    return (
+        idx,
+        dist,
+        {
+            "n_partitions": int(n_partitions),
+            "overlap": int(overlap),
+            "cell_rows": {"min": min(sizes), "max": max(sizes)},
+            "rows_short_of_k": int((idx < 0).any(axis=1).sum()),
+        },
+    )
 
 
 # --------------------------------------------------------------------------- recall
@@ -394,17 +516,24 @@ def sample_recall(X, graph: KNNGraph, n_samples: int = 1000, random_state=0) -> 
         Xc = X if X.numblocks[1] == 1 else X.rechunk({1: -1})
         offsets = np.concatenate([[0], np.cumsum(Xc.chunks[0])[:-1]]).astype(int)
         topk = delayed(block_topk, pure=True)
-        cands = [topk(sample, xj, k + 1, b_offset=int(o), metric=graph.metric, p=p)
-                 for xj, o in zip(Xc.to_delayed().ravel(), offsets)]
+        cands = [
+            topk(sample, xj, k + 1, b_offset=int(o), metric=graph.metric, p=p)
+            for xj, o in zip(Xc.to_delayed().ravel(), offsets)
+        ]
         cands = list(compute(*cands, stage="recall: exact neighbours of the sample"))
         while len(cands) > 1:
-            cands = [merge_topk(cands[t], cands[t + 1], k + 1) if t + 1 < len(cands)
-                     else cands[t] for t in range(0, len(cands), 2)]
+            cands = [
+                merge_topk(cands[t], cands[t + 1], k + 1) if t + 1 < len(cands) else cands[t]
+                for t in range(0, len(cands), 2)
+            ]
         ex_i, ex_d = cands[0]
     else:
         ex_i, ex_d = block_topk(sample, X, k + 1, metric=graph.metric, p=p)
     ex_i, ex_d = drop_self(ex_i, ex_d, rows, k)
-    return {"recall": recall_at(graph.distances[rows], ex_d[:, -1]),
-            "sample_rows": int(rows.size),
-            "exact_recall_by_index": float(np.mean([len(set(a) & set(b)) / k for a, b in
-                                                    zip(graph.indices[rows], ex_i)]))}
+    return {
+        "recall": recall_at(graph.distances[rows], ex_d[:, -1]),
+        "sample_rows": int(rows.size),
+        "exact_recall_by_index": float(
+            np.mean([len(set(a) & set(b)) / k for a, b in zip(graph.indices[rows], ex_i)])
+        ),
+    }

@@ -14,6 +14,7 @@ Saul 2006): the n x m basis Q with K ~ Q L Q^T, and the m x m data of the SDP ov
   one task per chunk of edges (on the workers when there is a client), summed at the end.
   ``row_gram`` gives Q^T Q (the objective tr(Q L Q^T) = <Q^T Q, L>) and Q^T 1 the same way.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,14 @@ from .laplacian import graph_weights, laplacian
 from .connectivity import graph_csr
 from .weights import reconstruction_weights
 
-__all__ = ["reconstruction_basis", "laplacian_basis", "edge_normals", "row_gram", "svec_index",
-           "EDGE_CHUNK"]
+__all__ = [
+    "reconstruction_basis",
+    "laplacian_basis",
+    "edge_normals",
+    "row_gram",
+    "svec_index",
+    "EDGE_CHUNK",
+]
 
 EDGE_CHUNK = 20_000  # edges per task of ``edge_normals`` (20 000 x p float64 at once)
 
@@ -46,8 +53,9 @@ def reconstruction_basis(X, graph: KNNGraph, landmarks: np.ndarray, reg: float =
     lm = np.asarray(landmarks, dtype=np.int64)
     W = reconstruction_weights(X, graph, reg)  # (n, k), blockwise for dask input
     k = graph.n_neighbors
-    Wm = sp.csr_matrix((W.ravel(), (np.repeat(np.arange(n), k), graph.indices.ravel())),
-                       shape=(n, n))
+    Wm = sp.csr_matrix(
+        (W.ravel(), (np.repeat(np.arange(n), k), graph.indices.ravel())), shape=(n, n)
+    )
     IW = (sp.identity(n, format="csr") - Wm).tocsc()
     Phi = (IW.T @ IW).tocsc()
     free = np.setdiff1d(np.arange(n), lm)
@@ -56,14 +64,18 @@ def reconstruction_basis(X, graph: KNNGraph, landmarks: np.ndarray, reg: float =
     try:
         lu = splu(Puu, permc_spec="COLAMD")
     except RuntimeError as exc:
-        raise InputError(f"Landmark MVU: the reconstruction system of the non-landmark rows is "
-                         f"singular ({exc}); some rows are not tied to any landmark.",
-                         "raise n_neighbors, or use basis='laplacian'.") from None
+        raise InputError(
+            f"Landmark MVU: the reconstruction system of the non-landmark rows is "
+            f"singular ({exc}); some rows are not tied to any landmark.",
+            "raise n_neighbors, or use basis='laplacian'.",
+        ) from None
     Q = np.zeros((n, lm.size))
     Q[lm, np.arange(lm.size)] = 1.0
     Q[free] = -lu.solve(Pul)
-    return Q, {"fill_in": int(lu.L.nnz + lu.U.nnz), "row_sum_error":
-               float(np.abs(Q.sum(axis=1) - 1).max())}
+    return Q, {
+        "fill_in": int(lu.L.nnz + lu.U.nnz),
+        "row_sum_error": float(np.abs(Q.sum(axis=1) - 1).max()),
+    }
 
 
 def laplacian_basis(graph: KNNGraph, m: int, *, solver: str = "auto", random_state=0):
@@ -75,13 +87,20 @@ def laplacian_basis(graph: KNNGraph, m: int, *, solver: str = "auto", random_sta
     W, t = graph_weights(graph_csr(graph), "heat")
     L, _ = laplacian(W, normed=False)
     eig, records = bottom_eigsh_checked(
-        L, m + 1, solver=solver, random_state=random_state, method="Landmark MVU",
+        L,
+        m + 1,
+        solver=solver,
+        random_state=random_state,
+        method="Landmark MVU",
         step=f"bottom {m + 1} eigenpairs of the graph Laplacian (basis)",
-        fix="use basis='reconstruction' (no eigensolver), or fewer n_landmarks.")
+        fix="use basis='reconstruction' (no eigensolver), or fewer n_landmarks.",
+    )
     order = np.argsort(eig.values)
     vecs = np.asarray(eig.vectors)[:, order][:, 1:]
-    return vecs, {"laplacian_eigenvalues": np.asarray(eig.values)[order][1:].tolist(),
-                  "convergence": records}
+    return vecs, {
+        "laplacian_eigenvalues": np.asarray(eig.values)[order][1:].tolist(),
+        "convergence": records,
+    }
 
 
 def _normals_block(Qi: np.ndarray, Qj: np.ndarray, d2: np.ndarray):
@@ -92,23 +111,28 @@ def _normals_block(Qi: np.ndarray, Qj: np.ndarray, d2: np.ndarray):
     return A.T @ A, A.T @ d2, float(d2 @ d2)
 
 
-def edge_normals(Q: np.ndarray, I: np.ndarray, J: np.ndarray, d2: np.ndarray, *,
-                 chunk: int | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+def edge_normals(
+    Q: np.ndarray, I: np.ndarray, J: np.ndarray, d2: np.ndarray, *, chunk: int | None = None
+) -> tuple[np.ndarray, np.ndarray, float]:
     """(G, h, c0) = (A^T A, A^T d2, d2 . d2) over all edges; see the module docstring.
     With a dask client: one task per chunk of edges, Q sent to the workers once."""
     chunk = int(chunk or EDGE_CHUNK)
     starts = range(0, I.size, chunk)
     client = active_client()
     if client is None or I.size <= chunk:
-        parts = [_normals_block(Q[I[s:s + chunk]], Q[J[s:s + chunk]], d2[s:s + chunk])
-                 for s in starts]
+        parts = [
+            _normals_block(Q[I[s : s + chunk]], Q[J[s : s + chunk]], d2[s : s + chunk])
+            for s in starts
+        ]
     else:
         from dask import delayed
 
         Qd = delayed(Q, traverse=False)  # one key: sent to the workers once, not per task
         task = delayed(_chunk_normals, pure=True)
-        parts = compute(*[task(Qd, I[s:s + chunk], J[s:s + chunk], d2[s:s + chunk])
-                          for s in starts], stage="landmark MVU: edge constraint normals")
+        parts = compute(
+            *[task(Qd, I[s : s + chunk], J[s : s + chunk], d2[s : s + chunk]) for s in starts],
+            stage="landmark MVU: edge constraint normals",
+        )
     G = sum(p[0] for p in parts)
     h = sum(p[1] for p in parts)
     return G, h, float(sum(p[2] for p in parts))

@@ -6,6 +6,7 @@ to the mean squared edge length, so weights are scale-free) or binary w_ij = 1.
 the generalised problem L y = lambda D y), or the symmetric normalised
 L_sym = I - D^-1/2 W D^-1/2 whose eigenvectors z give y = D^-1/2 z (``normed=True``).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,18 +23,22 @@ def graph_weights(S, weights: str = "heat", t: float | None = None):
     """W from the symmetric distance adjacency ``S`` (CSR, distances as values); returns
     (W, t) with t None for binary weights."""
     if weights not in WEIGHTS:
-        raise InputError(f"weights must be one of {', '.join(WEIGHTS)}; found {weights!r}.",
-                         "pass weights='heat' (exp(-d^2/t)) or 'binary'.")
+        raise InputError(
+            f"weights must be one of {', '.join(WEIGHTS)}; found {weights!r}.",
+            "pass weights='heat' (exp(-d^2/t)) or 'binary'.",
+        )
     W = sp.csr_matrix(S, dtype=np.float64, copy=True)
     if weights == "binary":
         W.data[:] = 1.0
         return W, None
-    d2 = W.data ** 2
+    d2 = W.data**2
     if t is None:
         t = float(d2.mean()) if d2.size and d2.mean() > 0 else 1.0
     elif not (isinstance(t, (int, float)) and np.isfinite(t) and t > 0):
-        raise InputError(f"The heat kernel needs t > 0 (finite); found t={t!r}.",
-                         "leave t out (the mean squared edge length) or pass t > 0.")
+        raise InputError(
+            f"The heat kernel needs t > 0 (finite); found t={t!r}.",
+            "leave t out (the mean squared edge length) or pass t > 0.",
+        )
     W.data = np.exp(-d2 / float(t))
     return W, float(t)
 

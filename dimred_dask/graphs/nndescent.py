@@ -5,6 +5,7 @@ until the graph reaches a target recall on a sample of rows (or its time budget 
 For dask input the rows are gathered into one task on one worker (`_nndescent_any`), which
 uses that worker's cores through numba's threads.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,14 +17,18 @@ import numpy as np
 from .._compute import compute
 from .._validation import check_random_state, is_dask
 from ..blocks.kernels import METRICS
-from ..blocks.neighbors import (block_topk, drop_self, exact_kth_distance, recall_at)
+from ..blocks.neighbors import block_topk, drop_self, exact_kth_distance, recall_at
 from ..errors import InputError
 
 TARGET_RECALL = 0.9  # the sample recall a graph should reach (see `_nndescent_to_target`)
 
+
 def _nndescent_kw(n: int, random_state, extra) -> dict:
-    seed = random_state if isinstance(random_state, numbers.Integral) else \
-        int(check_random_state(random_state).integers(2**31 - 1))
+    seed = (
+        random_state
+        if isinstance(random_state, numbers.Integral)
+        else int(check_random_state(random_state).integers(2**31 - 1))
+    )
     # pynndescent's defaults: an earlier stop (delta 0.01) made no difference on a quiet
     # machine at 1 000 000 x 50 (bench/RESULTS.md, third kNN run)
     return {"random_state": int(seed), **dict(extra or {})}
@@ -63,8 +68,16 @@ def nndescent(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kwds: dict)
     return idx.astype(np.int64), dist.astype(np.float64)
 
 
-def _nndescent_compact(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kwds: dict,
-                       locality: bool | None = None, target=None, budget=None):
+def _nndescent_compact(
+    x: np.ndarray,
+    k: int,
+    metric: str,
+    metric_kwds: dict,
+    kwds: dict,
+    locality: bool | None = None,
+    target=None,
+    budget=None,
+):
     """`nndescent` in pynndescent's own dtypes (int32 indices, float32 distances: half the
     bytes to move from a worker to the client; widening float32 to float64 is exact, so
     sorting here gives the same order), and the seconds it took: {"order": the locality
@@ -73,13 +86,19 @@ def _nndescent_compact(x: np.ndarray, k: int, metric: str, metric_kwds: dict, kw
     t0 = time.perf_counter()
     if x.shape[0] <= 4 * (k + 1):  # too small for NN-descent's trees: brute force
         x = x if _issparse(x) else np.ascontiguousarray(x)
-        idx, dist = block_topk(x, x, k + 1, metric=metric if metric in METRICS else "euclidean",
-                               p=float(metric_kwds.get("p", 2.0)))
+        idx, dist = block_topk(
+            x,
+            x,
+            k + 1,
+            metric=metric if metric in METRICS else "euclidean",
+            p=float(metric_kwds.get("p", 2.0)),
+        )
         idx, dist = drop_self(idx, dist, np.arange(x.shape[0]), k)
         return idx, dist, {"nndescent": round(time.perf_counter() - t0, 3), "tidy": 0.0}
     x, order = _locality_prepare(x, metric, kwds, locality)
-    return _nndescent_to_target(x, order, k, metric, metric_kwds, kwds,
-                                time.perf_counter() - t0, target, budget)
+    return _nndescent_to_target(
+        x, order, k, metric, metric_kwds, kwds, time.perf_counter() - t0, target, budget
+    )
 
 
 def _locality_prepare(x: np.ndarray, metric: str, kwds: dict, locality: bool | None):
@@ -97,8 +116,9 @@ def _locality_prepare(x: np.ndarray, metric: str, kwds: dict, locality: bool | N
     if not locality:
         return x, None
     seed = kwds.get("random_state", 0)
-    order = locality_order(x, int(seed) if isinstance(seed, numbers.Integral) else 0,
-                           angular=metric in _ANGULAR)
+    order = locality_order(
+        x, int(seed) if isinstance(seed, numbers.Integral) else 0, angular=metric in _ANGULAR
+    )
     if order is None:
         return x, None
     if x is given:
@@ -108,12 +128,20 @@ def _locality_prepare(x: np.ndarray, metric: str, kwds: dict, locality: bool | N
     del x
     out = np.empty(given.shape, dtype=np.float32)
     for lo in range(0, order.size, _GATHER_ROWS):
-        out[lo:lo + _GATHER_ROWS] = given[order[lo:lo + _GATHER_ROWS]]
+        out[lo : lo + _GATHER_ROWS] = given[order[lo : lo + _GATHER_ROWS]]
     return out, order
 
 
-def _nndescent_ordered(x: np.ndarray, order, k: int, metric: str, metric_kwds: dict,
-                       kwds: dict, seconds_order: float, search_k: int | None = None):
+def _nndescent_ordered(
+    x: np.ndarray,
+    order,
+    k: int,
+    metric: str,
+    metric_kwds: dict,
+    kwds: dict,
+    seconds_order: float,
+    search_k: int | None = None,
+):
     """NN-descent on float32 ``x`` whose row i is given row ``order[i]`` (None: the given
     order); the graph in the given row numbers. ``search_k`` > k: the search keeps that many
     neighbours per row (a denser graph to walk: higher recall on hard data) and the nearest k
@@ -122,8 +150,14 @@ def _nndescent_ordered(x: np.ndarray, order, k: int, metric: str, metric_kwds: d
 
     n = x.shape[0]
     t_order = time.perf_counter()
-    index = NNDescent(x, n_neighbors=max(k, search_k or k) + 1, metric=metric,
-                      metric_kwds=metric_kwds or None, compressed=True, **kwds)
+    index = NNDescent(
+        x,
+        n_neighbors=max(k, search_k or k) + 1,
+        metric=metric,
+        metric_kwds=metric_kwds or None,
+        compressed=True,
+        **kwds,
+    )
     idx, dist = index.neighbor_graph
     del index, x
     t1 = time.perf_counter()
@@ -149,8 +183,15 @@ def _nndescent_ordered(x: np.ndarray, order, k: int, metric: str, metric_kwds: d
         idx[redo] = np.take_along_axis(idx[redo], srt, 1)
         dist[redo] = np.take_along_axis(dist[redo], srt, 1)
     idx, dist = drop_self(idx, dist, np.arange(n), k)
-    return idx, dist, {"order": round(seconds_order, 3), "nndescent": round(t1 - t_order, 3),
-                       "tidy": round(time.perf_counter() - t1, 3)}
+    return (
+        idx,
+        dist,
+        {
+            "order": round(seconds_order, 3),
+            "nndescent": round(t1 - t_order, 3),
+            "tidy": round(time.perf_counter() - t1, 3),
+        },
+    )
 
 
 # ---- a stated recall: NN-descent's recall falls with the data's intrinsic dimension (on
@@ -168,22 +209,30 @@ COST_EXPONENT = 1.6  # a round's predicted time: first build x (search / k) ** t
 
 
 def check_target_recall(target_recall, recall_budget) -> None:
-    ok = target_recall is None or (isinstance(target_recall, numbers.Real)
-                                   and not isinstance(target_recall, bool)
-                                   and 0 < float(target_recall) <= 1)
+    ok = target_recall is None or (
+        isinstance(target_recall, numbers.Real)
+        and not isinstance(target_recall, bool)
+        and 0 < float(target_recall) <= 1
+    )
     if not ok:
-        raise InputError(f"target_recall must be a number in (0, 1] or None; found "
-                         f"{target_recall!r}.", f"pass target_recall={TARGET_RECALL} (the "
-                         "share of true neighbours the graph should list), or None to skip "
-                         "the check.")
-    ok = recall_budget is None or (isinstance(recall_budget, numbers.Real)
-                                   and not isinstance(recall_budget, bool)
-                                   and float(recall_budget) >= 0)
+        raise InputError(
+            f"target_recall must be a number in (0, 1] or None; found {target_recall!r}.",
+            f"pass target_recall={TARGET_RECALL} (the "
+            "share of true neighbours the graph should list), or None to skip "
+            "the check.",
+        )
+    ok = recall_budget is None or (
+        isinstance(recall_budget, numbers.Real)
+        and not isinstance(recall_budget, bool)
+        and float(recall_budget) >= 0
+    )
     if not ok:
-        raise InputError(f"recall_budget must be a number of seconds >= 0 or None; found "
-                         f"{recall_budget!r}.", f"leave it out (up to {BUDGET_FACTOR:g} times "
-                         "the first build's time is spent improving a graph short of the "
-                         "target), or pass seconds.")
+        raise InputError(
+            f"recall_budget must be a number of seconds >= 0 or None; found {recall_budget!r}.",
+            f"leave it out (up to {BUDGET_FACTOR:g} times "
+            "the first build's time is spent improving a graph short of the "
+            "target), or pass seconds.",
+        )
 
 
 # A pilot predicts the recall of the first build on hard data, so that its cost is not spent
@@ -202,8 +251,10 @@ PILOT_SAMPLE = 300
 
 def _denser(kwds: dict) -> dict:
     """NN-descent's settings with SEARCH_MAX_CANDIDATES candidates per join (at least)."""
-    return {**kwds, "max_candidates": max(int(kwds.get("max_candidates") or 0),
-                                          SEARCH_MAX_CANDIDATES)}
+    return {
+        **kwds,
+        "max_candidates": max(int(kwds.get("max_candidates") or 0), SEARCH_MAX_CANDIDATES),
+    }
 
 
 def _sample_kth(x, pos, listed, k, metric, p) -> np.ndarray:
@@ -228,9 +279,12 @@ def _pilot(x, k, metric, metric_kwds, kwds, p) -> dict:
         sizes.append(m)
         recalls.append(recall_at(dist[rows], kth))
     slope = max(0.0, (recalls[0] - recalls[1]) / math.log(sizes[1] / sizes[0]))
-    return {"rows": sizes, "recall": recalls,
-            "predicted": recalls[1] - slope * math.log(n / sizes[1]),
-            "seconds": round(time.perf_counter() - t0, 3)}
+    return {
+        "rows": sizes,
+        "recall": recalls,
+        "predicted": recalls[1] - slope * math.log(n / sizes[1]),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
 
 
 def _round_bytes(n: int, search: int) -> int:
@@ -253,8 +307,7 @@ def _room_left() -> int | None:
     return int(0.9 * limit - psutil.Process().memory_info().rss)
 
 
-def _nndescent_to_target(x, order, k, metric, metric_kwds, kwds, seconds_order, target,
-                         budget):
+def _nndescent_to_target(x, order, k, metric, metric_kwds, kwds, seconds_order, target, budget):
     """`_nndescent_ordered`, then improvement rounds while the sample recall is short of
     ``target`` (None: no check); the seconds dict gains "recall": the rounds and verdict."""
     if target is None or metric not in METRICS:
@@ -266,11 +319,13 @@ def _nndescent_to_target(x, order, k, metric, metric_kwds, kwds, seconds_order, 
     if pilot is not None and pilot["predicted"] < target:  # hard data: start denser
         search, kwds = math.ceil(k * SEARCH_GROWTH), _denser(kwds)
     t0 = time.perf_counter()
-    idx, dist, seconds = _nndescent_ordered(x, order, k, metric, metric_kwds, kwds,
-                                            seconds_order, search)
+    idx, dist, seconds = _nndescent_ordered(
+        x, order, k, metric, metric_kwds, kwds, seconds_order, search
+    )
     first, first_search = time.perf_counter() - t0, search
-    rows = np.sort(np.random.default_rng(seed + 7919).choice(n, min(n, RECALL_SAMPLE),
-                                                             replace=False))
+    rows = np.sort(
+        np.random.default_rng(seed + 7919).choice(n, min(n, RECALL_SAMPLE), replace=False)
+    )
     t1 = time.perf_counter()
     pos = rows
     if order is not None:  # rows of x are in locality order: given row r is x[inv[r]]
@@ -279,8 +334,14 @@ def _nndescent_to_target(x, order, k, metric, metric_kwds, kwds, seconds_order, 
         pos = inv[rows]
     kth = _sample_kth(x, pos, dist[rows], k, metric, p)
     recall = recall_at(dist[rows], kth)
-    rounds = [{"search_neighbors": search, "max_candidates": kwds.get("max_candidates"),
-               "seconds": round(first, 3), "recall": recall}]
+    rounds = [
+        {
+            "search_neighbors": search,
+            "max_candidates": kwds.get("max_candidates"),
+            "seconds": round(first, 3),
+            "recall": recall,
+        }
+    ]
     budget = BUDGET_FACTOR * first if budget is None else float(budget)
     spent, stop = time.perf_counter() - t1, None
     while recall < target:
@@ -290,13 +351,16 @@ def _nndescent_to_target(x, order, k, metric, metric_kwds, kwds, seconds_order, 
             break
         predicted = first * ((nxt + 1) / (first_search + 1)) ** COST_EXPONENT
         if spent + predicted > budget:
-            stop = (f"time budget: the next round (about {predicted:.0f} s) would exceed "
-                    f"{budget:.0f} s")
+            stop = (
+                f"time budget: the next round (about {predicted:.0f} s) would exceed {budget:.0f} s"
+            )
             break
         room = _room_left()
         if room is not None and _round_bytes(n, nxt) > room:
-            stop = (f"worker memory: the next round needs about "
-                    f"{_round_bytes(n, nxt) / 2**30:.1f} GiB, {room / 2**30:.1f} GiB are left")
+            stop = (
+                f"worker memory: the next round needs about "
+                f"{_round_bytes(n, nxt) / 2**30:.1f} GiB, {room / 2**30:.1f} GiB are left"
+            )
             break
         search = nxt
         kw = {**_denser(kwds), "random_state": seed + len(rounds)}
@@ -305,16 +369,27 @@ def _nndescent_to_target(x, order, k, metric, metric_kwds, kwds, seconds_order, 
         r2 = recall_at(d2[rows], kth)
         took = time.perf_counter() - t2
         spent += took
-        rounds.append({"search_neighbors": search, "max_candidates": kw["max_candidates"],
-                       "seconds": round(took, 3), "recall": r2})
+        rounds.append(
+            {
+                "search_neighbors": search,
+                "max_candidates": kw["max_candidates"],
+                "seconds": round(took, 3),
+                "recall": r2,
+            }
+        )
         if r2 > recall:
             idx, dist, recall = i2, d2, r2
         del i2, d2
-    seconds["recall"] = {"target": float(target), "estimate": recall,
-                         "sample_rows": int(rows.size), "met": recall >= target,
-                         "rounds": rounds, "budget_seconds": round(budget, 3),
-                         **({"pilot": pilot} if pilot else {}),
-                         **({"stopped": stop} if stop and recall < target else {})}
+    seconds["recall"] = {
+        "target": float(target),
+        "estimate": recall,
+        "sample_rows": int(rows.size),
+        "met": recall >= target,
+        "rounds": rounds,
+        "budget_seconds": round(budget, 3),
+        **({"pilot": pilot} if pilot else {}),
+        **({"stopped": stop} if stop and recall < target else {}),
+    }
     return idx, dist, seconds
 
 
@@ -353,8 +428,9 @@ def _gathered_nndescent(k, metric, metric_kwds, kwds, target, budget, *chunks):
     # the gathered copy is freed here, not held through NN-descent (a second copy of the data
     # for the whole run otherwise)
     x, order = _locality_prepare(x, metric, kwds, None)
-    idx, dist, seconds = _nndescent_to_target(x, order, k, metric, metric_kwds, kwds,
-                                              time.perf_counter() - t0, target, budget)
+    idx, dist, seconds = _nndescent_to_target(
+        x, order, k, metric, metric_kwds, kwds, time.perf_counter() - t0, target, budget
+    )
     # the graph's own dtypes made here, so that the caller receives no copy to convert (at
     # 3 000 000 x 15 the int64 and float64 arrays are 0.7 GB)
     return idx.astype(np.int64), dist.astype(np.float64), seconds
@@ -365,19 +441,19 @@ def _nndescent_any(X, k, metric, metric_kwds, random_state, extra, target=None, 
     target, the recall rounds)."""
     kw = _nndescent_kw(X.shape[0], random_state, extra)
     if not is_dask(X):
-        idx, dist, seconds = _nndescent_compact(X, k, metric, metric_kwds, kw, target=target,
-                                                budget=budget)
+        idx, dist, seconds = _nndescent_compact(
+            X, k, metric, metric_kwds, kw, target=target, budget=budget
+        )
     else:
         from dask import delayed
 
         X = X if X.numblocks[1] == 1 else X.rechunk({1: -1})
-        task = delayed(_gathered_nndescent, pure=True)(k, metric, metric_kwds, kw, target,
-                                                      budget, *X.to_delayed().ravel())
+        task = delayed(_gathered_nndescent, pure=True)(
+            k, metric, metric_kwds, kw, target, budget, *X.to_delayed().ravel()
+        )
         (out,) = compute(task, stage="NN-descent kNN graph (one worker)")
         idx, dist, seconds = out
     info = {"seconds_in_task": seconds}
     if "recall" in seconds:
         info["recall_search"] = seconds.pop("recall")
     return (idx.astype(np.int64, copy=False), dist.astype(np.float64, copy=False), info)
-
-

@@ -12,6 +12,7 @@ gives too few, from one generator that runs along the batch: a rare row's neighb
 differ with the chunk it is in (1 of 397 held-out digits moved, by 0.003), never between runs
 with the same chunks. The exact search does not depend on the chunking at all.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,8 +50,13 @@ def _index(X_train: np.ndarray, metric: str):
             before = numba.get_num_threads()
             numba.set_num_threads(1)
             try:
-                index = NNDescent(x, n_neighbors=min(INDEX_NEIGHBORS, x.shape[0] - 1),
-                                  metric=metric, random_state=0, compressed=True)
+                index = NNDescent(
+                    x,
+                    n_neighbors=min(INDEX_NEIGHBORS, x.shape[0] - 1),
+                    metric=metric,
+                    random_state=0,
+                    compressed=True,
+                )
                 index.prepare()
             finally:
                 numba.set_num_threads(before)
@@ -65,6 +71,7 @@ def reference_topk(X_new, X_train, k: int, metric: str = "euclidean"):
     if X_train.shape[0] <= EXACT_REFERENCE_MAX:
         return block_topk(X_new, X_train, k, metric=metric)
     index = _index(X_train, metric)
-    idx, dist = index.query(np.ascontiguousarray(X_new, dtype=np.float32), k=k,
-                            epsilon=QUERY_EPSILON)
+    idx, dist = index.query(
+        np.ascontiguousarray(X_new, dtype=np.float32), k=k, epsilon=QUERY_EPSILON
+    )
     return idx.astype(np.int64), dist.astype(np.float64)

@@ -17,6 +17,7 @@
   A clique whose G_C has a clearly negative eigenvalue has distances no Euclidean
   configuration realises: the equality problem is infeasible, and the clique is named.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,8 +29,7 @@ from scipy.sparse.csgraph import reverse_cuthill_mckee
 from .connectivity import graph_csr
 from .knn import KNNGraph
 
-__all__ = ["edge_list", "bandwidth_order", "maximal_cliques", "clique_dependencies",
-           "CliqueFace"]
+__all__ = ["edge_list", "bandwidth_order", "maximal_cliques", "clique_dependencies", "CliqueFace"]
 
 
 def edge_list(graph: KNNGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -45,8 +45,7 @@ def edge_list(graph: KNNGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def bandwidth_order(n: int, I: np.ndarray, J: np.ndarray) -> np.ndarray:
     """A permutation (new position -> old index) that keeps graph neighbours close."""
     A = sp.csr_matrix((np.ones(I.size), (I, J)), shape=(n, n))
-    return np.asarray(reverse_cuthill_mckee((A + A.T).tocsr(), symmetric_mode=True),
-                      dtype=np.int64)
+    return np.asarray(reverse_cuthill_mckee((A + A.T).tocsr(), symmetric_mode=True), dtype=np.int64)
 
 
 def maximal_cliques(n: int, I: np.ndarray, J: np.ndarray, min_size: int = 4) -> list:
@@ -92,8 +91,9 @@ class CliqueFace:
     worst_clique: np.ndarray | None
 
 
-def clique_dependencies(n: int, I: np.ndarray, J: np.ndarray, d2: np.ndarray, *,
-                        tol: float = 1e-9, min_size: int = 4) -> CliqueFace:
+def clique_dependencies(
+    n: int, I: np.ndarray, J: np.ndarray, d2: np.ndarray, *, tol: float = 1e-9, min_size: int = 4
+) -> CliqueFace:
     """Affine dependencies of every maximal clique (see the module docstring).
 
     ``tol``: an eigenvalue of G_C below ``tol`` times its largest counts as zero (exact data

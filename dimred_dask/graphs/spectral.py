@@ -17,6 +17,7 @@ short is retried with shift-invert ARPACK or dense (``linalg.sparse_eigen.fallba
 or refused with `SolverError`; ``convergence`` lists every attempt's record. Each column's
 largest entry is made positive.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -47,10 +48,20 @@ def _signs(v: np.ndarray) -> np.ndarray:
     return v * s
 
 
-def spectral_embedding(W, n_components: int, *, normed: bool = True, drop_first: bool = True,
-                       solver: str = "auto", tol: float = 1e-8, maxiter: int | None = None,
-                       random_state=0, X0=None, method: str = "Spectral embedding",
-                       fix: str | None = None) -> SpectralResult:
+def spectral_embedding(
+    W,
+    n_components: int,
+    *,
+    normed: bool = True,
+    drop_first: bool = True,
+    solver: str = "auto",
+    tol: float = 1e-8,
+    maxiter: int | None = None,
+    random_state=0,
+    X0=None,
+    method: str = "Spectral embedding",
+    fix: str | None = None,
+) -> SpectralResult:
     """The bottom eigenvectors of the Laplacian of the symmetric nonnegative weight matrix
     ``W`` (sparse or dense, n x n); see the module docstring. ``method`` and ``fix`` go
     into the `SolverError` of a solve that no solver finished."""
@@ -58,20 +69,33 @@ def spectral_embedding(W, n_components: int, *, normed: bool = True, drop_first:
     n = W.shape[0]
     want = int(n_components) + int(bool(drop_first))
     if not 1 <= want < n:
-        raise InputError(f"A spectral embedding of {n} points can have at most "
-                         f"{n - 1 - int(drop_first)} "
-                         f"components; asked for {n_components}.",
-                         f"pass n_components below {n - int(drop_first)}.")
+        raise InputError(
+            f"A spectral embedding of {n} points can have at most "
+            f"{n - 1 - int(drop_first)} "
+            f"components; asked for {n_components}.",
+            f"pass n_components below {n - int(drop_first)}.",
+        )
     L, deg = laplacian(W, normed=normed)
     if normed and (deg <= 0).any():
         i = int(np.nonzero(deg <= 0)[0][0])
-        raise InputError(f"The normalised Laplacian needs every point to have an edge; point "
-                         f"{i} (and {int((deg <= 0).sum()) - 1} others) has weight 0 to all.",
-                         "raise n_neighbors, or use weights='binary'.")
+        raise InputError(
+            f"The normalised Laplacian needs every point to have an edge; point "
+            f"{i} (and {int((deg <= 0).sum()) - 1} others) has weight 0 to all.",
+            "raise n_neighbors, or use weights='binary'.",
+        )
     what = "L y = lambda D y" if normed else "L = D - W"
-    eig, records = bottom_eigsh_checked(L, want, solver=solver, tol=tol, maxiter=maxiter,
-                                        random_state=random_state, X0=X0, method=method,
-                                        fix=fix, step=f"bottom {want} eigenpairs of {what}")
+    eig, records = bottom_eigsh_checked(
+        L,
+        want,
+        solver=solver,
+        tol=tol,
+        maxiter=maxiter,
+        random_state=random_state,
+        X0=X0,
+        method=method,
+        fix=fix,
+        step=f"bottom {want} eigenpairs of {what}",
+    )
     vec = np.asarray(eig.vectors, np.float64)
     if normed:
         vec = vec / np.sqrt(deg)[:, None]

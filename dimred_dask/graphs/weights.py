@@ -1,5 +1,6 @@
 """LLE reconstruction weights over the kNN graph, blockwise (shared by LLE, its out-of-sample
 transform and landmark MVU's reconstruction of every point from the landmarks)."""
+
 from __future__ import annotations
 
 import numbers
@@ -16,10 +17,16 @@ __all__ = ["reconstruction_weights", "check_reg"]
 
 
 def check_reg(reg) -> float:
-    if not isinstance(reg, numbers.Real) or isinstance(reg, bool) or not np.isfinite(reg) \
-            or reg <= 0:
-        raise InputError(f"The regularisation reg must be a positive finite number; found "
-                         f"{reg!r}.", "pass reg=1e-3 (the default).")
+    if (
+        not isinstance(reg, numbers.Real)
+        or isinstance(reg, bool)
+        or not np.isfinite(reg)
+        or reg <= 0
+    ):
+        raise InputError(
+            f"The regularisation reg must be a positive finite number; found {reg!r}.",
+            "pass reg=1e-3 (the default).",
+        )
     return float(reg)
 
 
@@ -38,11 +45,15 @@ def reconstruction_weights(X, graph: KNNGraph, reg: float = 1e-3, *, Y=None) -> 
     Y = X if Y is None else Y
     idx = graph.indices
     if idx.shape[0] != X.shape[0]:
-        raise InputError(f"The graph has {idx.shape[0]} rows; the data have {X.shape[0]}.",
-                         "build the graph from these rows.")
+        raise InputError(
+            f"The graph has {idx.shape[0]} rows; the data have {X.shape[0]}.",
+            "build the graph from these rows.",
+        )
     if (idx < 0).any():
-        raise InputError("The graph has rows with fewer than k neighbours (index -1).",
-                         "rebuild it with backend='exact' or 'nndescent'.")
+        raise InputError(
+            "The graph has rows with fewer than k neighbours (index -1).",
+            "rebuild it with backend='exact' or 'nndescent'.",
+        )
     if not is_dask(X) and not is_dask(Y):
         return reconstruction_weights_block(np.asarray(X), np.asarray(Y)[idx], reg)
     import dask.array as da
@@ -54,7 +65,7 @@ def reconstruction_weights(X, graph: KNNGraph, reg: float = 1e-3, *, Y=None) -> 
     task = delayed(_chunk_weights, pure=True)
     parts = []
     for i, xi in enumerate(Xd.to_delayed().ravel()):
-        sub = idx[starts[i]:starts[i + 1]]
+        sub = idx[starts[i] : starts[i + 1]]
         uniq = np.unique(sub)
         rows = Y[uniq] if is_dask(Y) else np.asarray(Y)[uniq]
         parts.append(task(xi, rows, sub, reg))

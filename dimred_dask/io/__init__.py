@@ -1,4 +1,5 @@
 """The only place that imports zarr and fsspec: open inputs, write and read run stores."""
+
 from .fingerprint import array_fingerprint, digest_of
 from .lease import Lease, LeaseHeldError
 from .plot import embedding_png
@@ -7,7 +8,21 @@ from .store import RunStore, open_output, save_array
 from .stored_rows import StoredRows
 from .uris import Location, check_output_location, parse_uri, run_storage_options
 
-__all__ = ["InputArray", "Location", "RunStore", "array_fingerprint", "check_output_location",
-           "digest_of", "embedding_png", "Lease", "LeaseHeldError", "open_input", "open_output",
-           "parse_uri", "plan_row_chunk", "run_storage_options",
-           "save_array", "StoredRows"]
+__all__ = [
+    "InputArray",
+    "Location",
+    "RunStore",
+    "array_fingerprint",
+    "check_output_location",
+    "digest_of",
+    "embedding_png",
+    "Lease",
+    "LeaseHeldError",
+    "open_input",
+    "open_output",
+    "parse_uri",
+    "plan_row_chunk",
+    "run_storage_options",
+    "save_array",
+    "StoredRows",
+]

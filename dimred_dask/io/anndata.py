@@ -13,11 +13,20 @@ CSR once). Observation and variable tables (``obs``, ``var``) are never read.
 Zarr-based elements keep the Zarr rules: their chunk objects are listed once when
 ``check_chunks``, and an absent chunk is refused by name unless missing chunks are allowed.
 """
+
 from __future__ import annotations
 
 from ..errors import InputError, InputTypeError, StoreError, is_storage_error, storage_error
-from .hdf5 import (H5Sparse, dense_dataset, h5_file, is_array, open_sparse_group,
-                   refuse_non_numeric, sparse_layout, text_attr)
+from .hdf5 import (
+    H5Sparse,
+    dense_dataset,
+    h5_file,
+    is_array,
+    open_sparse_group,
+    refuse_non_numeric,
+    sparse_layout,
+    text_attr,
+)
 from .sparse import Ranges
 from .uris import Location
 
@@ -35,8 +44,7 @@ def elements(root) -> list[str]:
     found = ["X"] if "X" in root and is_matrix(root["X"]) else []
     for slot in SLOTS:
         if slot in root and not is_array(root[slot]):
-            found += [f"{slot}/{k}" for k in sorted(root[slot].keys())
-                      if is_matrix(root[slot][k])]
+            found += [f"{slot}/{k}" for k in sorted(root[slot].keys()) if is_matrix(root[slot][k])]
     if "raw" in root and not is_array(root["raw"]) and "X" in root["raw"]:
         found.append("raw/X")
     return found
@@ -45,33 +53,43 @@ def elements(root) -> list[str]:
 def _resolve(root, loc: Location, kind: str):
     """(element path, node) named by ``loc``'s #path (X by default); refused by name."""
     if text_attr(root, "encoding-type") != "anndata" and not ("obs" in root and "var" in root):
-        raise InputError(f"{loc.url} is not an AnnData {kind} (its root has no "
-                         "encoding-type 'anndata', nor obs and var).",
-                         "write it with anndata, or read a plain array: a .h5 / .zarr path "
-                         "with #path naming the dataset.")
+        raise InputError(
+            f"{loc.url} is not an AnnData {kind} (its root has no "
+            "encoding-type 'anndata', nor obs and var).",
+            "write it with anndata, or read a plain array: a .h5 / .zarr path "
+            "with #path naming the dataset.",
+        )
     element = (loc.fragment or "X").strip("/")
     if element not in root:
         found = elements(root)
         if element == "X":
-            raise InputError(f"The AnnData {kind} {loc.url} has no X (written with X=None); "
-                             f"its matrices: {found or 'none'}.",
-                             f"name one with {loc.url}#<path>, e.g. "
-                             f"#{found[0] if found else 'layers/counts'}.")
-        raise InputError(f"No element {element!r} in the AnnData {kind} {loc.url}; its "
-                         f"matrices: {found or 'none'}.",
-                         f"fix the #path, e.g. {loc.url}#{found[0] if found else 'X'}.")
+            raise InputError(
+                f"The AnnData {kind} {loc.url} has no X (written with X=None); "
+                f"its matrices: {found or 'none'}.",
+                f"name one with {loc.url}#<path>, e.g. #{found[0] if found else 'layers/counts'}.",
+            )
+        raise InputError(
+            f"No element {element!r} in the AnnData {kind} {loc.url}; its "
+            f"matrices: {found or 'none'}.",
+            f"fix the #path, e.g. {loc.url}#{found[0] if found else 'X'}.",
+        )
     node = root[element]
     where = f"{loc.url}#{element}"
     if sparse_layout(node):
         return element, node
     if not is_array(node):
         encoding = text_attr(node, "encoding-type") or "group"
-        extra = (f" with columns {list(node.attrs.get('column-order', []))[:10]}"
-                 if encoding == "dataframe" else "")
-        raise InputTypeError(f"The element {where} is a {encoding}{extra}, not a numeric "
-                             f"matrix; matrices of the {kind}: {elements(root) or 'none'}.",
-                             "name a numeric matrix with #path (e.g. #X or #obsm/X_pca), or "
-                             "store the columns wanted as an array.")
+        extra = (
+            f" with columns {list(node.attrs.get('column-order', []))[:10]}"
+            if encoding == "dataframe"
+            else ""
+        )
+        raise InputTypeError(
+            f"The element {where} is a {encoding}{extra}, not a numeric "
+            f"matrix; matrices of the {kind}: {elements(root) or 'none'}.",
+            "name a numeric matrix with #path (e.g. #X or #obsm/X_pca), or "
+            "store the columns wanted as an array.",
+        )
     refuse_non_numeric(node.dtype, where, "element")
     return element, node
 
@@ -92,16 +110,19 @@ def _zarr_root(loc: Location, allow_missing: bool):
     from .zarr_arrays import strict_store
 
     try:
-        return zarr.open_group(store=strict_store(Location(loc.url, None, loc.storage_options),
-                                                  allow_missing), mode="r")
+        return zarr.open_group(
+            store=strict_store(Location(loc.url, None, loc.storage_options), allow_missing),
+            mode="r",
+        )
     except (InputError, StoreError):
         raise
     except Exception as exc:
         if is_storage_error(exc) and not isinstance(exc, FileNotFoundError):
             raise storage_error(exc, f"Opening {loc.url}") from None
-        raise InputError(f"{loc.url} is not a readable AnnData-Zarr store "
-                         f"({type(exc).__name__}: {exc}).",
-                         "check that the path is a Zarr group written by anndata.") from None
+        raise InputError(
+            f"{loc.url} is not a readable AnnData-Zarr store ({type(exc).__name__}: {exc}).",
+            "check that the path is a Zarr group written by anndata.",
+        ) from None
 
 
 def open_anndata_zarr(loc: Location, opts):
@@ -119,8 +140,7 @@ def open_anndata_zarr(loc: Location, opts):
     source = Ranges(where, [_ZarrRows(node[k], f"{where}/{k}") for k in names])
     arr, smeta = open_sparse_group(node, loc, element, source, opts, meta)
     if opts.check_chunks:
-        parts = [(node[k], Location(loc.url, f"{element}/{k}", loc.storage_options))
-                 for k in names]
+        parts = [(node[k], Location(loc.url, f"{element}/{k}", loc.storage_options)) for k in names]
         smeta["_check"] = lambda: _check_arrays(parts, where, opts.allow_missing)
     return arr, smeta
 
@@ -136,5 +156,8 @@ def _check_arrays(parts, where: str, allow_missing: bool) -> dict:
         missing += [f"{part.fragment}/{key}" for key in inventory["missing"]]
     if missing and not allow_missing:
         raise missing_chunks_error(where, missing, total)
-    return {"chunk_objects": total, "missing_chunks": len(missing),
-            **({"missing_chunk_keys": missing[:20]} if missing else {})}
+    return {
+        "chunk_objects": total,
+        "missing_chunks": len(missing),
+        **({"missing_chunk_keys": missing[:20]} if missing else {}),
+    }

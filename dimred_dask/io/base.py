@@ -1,4 +1,5 @@
 """What every reader shares: the planned row chunk and the filesystem of a location."""
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -12,8 +13,9 @@ from .uris import Location
 TARGET_CHUNK_BYTES = 64 * 2**20
 
 
-def plan_row_chunk(n: int, d: int, itemsize: int, base: int = 1,
-                   target_bytes: int = TARGET_CHUNK_BYTES) -> int:
+def plan_row_chunk(
+    n: int, d: int, itemsize: int, base: int = 1, target_bytes: int = TARGET_CHUNK_BYTES
+) -> int:
     """Rows per dask chunk: about ``target_bytes`` per chunk, a multiple of the stored chunk."""
     rows = max(1, target_bytes // max(1, d * itemsize))
     rows = max(base, (rows // base) * base)
@@ -25,8 +27,10 @@ def fs_of(loc: Location):
     try:
         return fsspec.core.url_to_fs(loc.url, **loc.storage_options)
     except ImportError as exc:
-        raise StoreError(f"Cannot open {loc.url}: {exc}.",
-                         "install the extra for that storage, e.g. pip install 'dimred-dask[s3]'.")
+        raise StoreError(
+            f"Cannot open {loc.url}: {exc}.",
+            "install the extra for that storage, e.g. pip install 'dimred-dask[s3]'.",
+        )
 
 
 @contextmanager
@@ -60,8 +64,7 @@ def exists(loc: Location) -> bool:
 def row_range(key, n: int, d: int | None = None) -> tuple[int, int, object]:
     """(start, stop, column key) of a reader's ``[rows, cols]`` or ``[rows]`` key; the column
     key is ``slice(None)`` when it takes all ``d`` columns (dask's usual key)."""
-    rows, cols = (tuple(key) + (slice(None),))[:2] if isinstance(key, tuple) else \
-        (key, slice(None))
+    rows, cols = (tuple(key) + (slice(None),))[:2] if isinstance(key, tuple) else (key, slice(None))
     start, stop, _ = rows.indices(n)
     if d is not None and isinstance(cols, slice) and cols.indices(d) == (0, d, 1):
         cols = slice(None)

@@ -7,6 +7,7 @@ Chunks are hashed where they are read (on the workers); only digests travel. A s
 indices (sorted within each row) and data, the index arrays as int64 so the digest does not
 depend on the index width a reader chose.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,10 +32,12 @@ def _hash_sparse(x) -> str:
     if not x.has_sorted_indices:  # the same matrix gives the same digest whatever its order
         x = x.sorted_indices()
     h = hashlib.blake2b(digest_size=16)
-    h.update(json.dumps({"sparse": "csr", "shape": list(x.shape),
-                         "dtype": str(x.dtype)}).encode())
-    for part in (x.indptr.astype(np.int64, copy=False), x.indices.astype(np.int64, copy=False),
-                 np.ascontiguousarray(x.data)):
+    h.update(json.dumps({"sparse": "csr", "shape": list(x.shape), "dtype": str(x.dtype)}).encode())
+    for part in (
+        x.indptr.astype(np.int64, copy=False),
+        x.indices.astype(np.int64, copy=False),
+        np.ascontiguousarray(x.data),
+    ):
         h.update(np.ascontiguousarray(part).tobytes())
     return h.hexdigest()
 
@@ -51,12 +54,16 @@ def array_fingerprint(arr, meta: dict | None = None) -> dict:
     else:
         idx = np.unique(np.linspace(0, len(blocks) - 1, SAMPLE_CHUNKS).round().astype(int))
         how = f"a sample of {len(idx)} of {len(blocks)} chunks (evenly spaced, first and last)"
-    digests = compute(*[delayed(_hash_block, pure=True)(blocks[i]) for i in idx],
-                      stage="fingerprint")
+    digests = compute(
+        *[delayed(_hash_block, pure=True)(blocks[i]) for i in idx], stage="fingerprint"
+    )
     h = hashlib.blake2b(digest_size=16)
-    header = {"shape": list(arr.shape), "dtype": str(arr.dtype),
-              "chunks": [list(c) for c in arr.chunks],
-              **(meta or {})}
+    header = {
+        "shape": list(arr.shape),
+        "dtype": str(arr.dtype),
+        "chunks": [list(c) for c in arr.chunks],
+        **(meta or {}),
+    }
     h.update(json.dumps(header, sort_keys=True, default=str).encode())
     for i, dg in zip(idx, digests):
         h.update(f"{i}:{dg};".encode())

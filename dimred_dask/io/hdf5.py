@@ -9,6 +9,7 @@ failure as ``OSError``; the fsspec file object is wrapped so that a failure of t
 under it is told apart (a `StoreError`) from bytes that do not decode (an `InputError`
 naming the file, the element and the rows).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -87,17 +88,24 @@ def failure(exc, recorder, where: str, what: str, opening: bool = False) -> Dimr
     if isinstance(exc, DimredError):
         return exc
     cause = recorder.error if recorder is not None and recorder.error is not None else None
-    if cause is not None and is_storage_error(cause) or (
-            cause is None and type(exc).__module__.startswith(("botocore", "aiobotocore"))):
+    if (
+        cause is not None
+        and is_storage_error(cause)
+        or (cause is None and type(exc).__module__.startswith(("botocore", "aiobotocore")))
+    ):
         return storage_error(cause or exc, f"Reading {where}")
     if isinstance(exc, (FileNotFoundError, PermissionError)) and cause is None and opening:
         return storage_error(exc, f"Opening {where}")
     if opening:
-        return InputError(f"{where} is not a readable HDF5 file ({type(exc).__name__}: {exc}).",
-                          "check that the file is HDF5 (written by h5py, anndata or another "
-                          "HDF5 library) and complete.")
-    return InputError(f"Could not read {what} of {where} ({type(exc).__name__}: {exc}).",
-                      "the file is damaged or truncated: write it again from its source.")
+        return InputError(
+            f"{where} is not a readable HDF5 file ({type(exc).__name__}: {exc}).",
+            "check that the file is HDF5 (written by h5py, anndata or another "
+            "HDF5 library) and complete.",
+        )
+    return InputError(
+        f"Could not read {what} of {where} ({type(exc).__name__}: {exc}).",
+        "the file is damaged or truncated: write it again from its source.",
+    )
 
 
 class H5Slices:
@@ -111,8 +119,12 @@ class H5Slices:
             return np.asarray(self.dataset[key])
         except Exception as exc:
             start, stop, _ = row_range(key, self.dataset.shape[0])
-            raise failure(exc, self.recorder, self.where,
-                          f"entries {start}-{stop - 1} of '{self.dataset.name}'") from None
+            raise failure(
+                exc,
+                self.recorder,
+                self.where,
+                f"entries {start}-{stop - 1} of '{self.dataset.name}'",
+            ) from None
 
 
 class H5Rows:
@@ -141,8 +153,9 @@ class H5Sparse:
     def open(self):
         with h5_file(self.loc) as (f, recorder):
             group = f[self.name]
-            yield tuple(H5Slices(group[k], self.where, recorder)
-                        for k in ("indptr", "indices", "data"))
+            yield tuple(
+                H5Slices(group[k], self.where, recorder) for k in ("indptr", "indices", "data")
+            )
 
 
 def text_attr(node, key: str) -> str:
@@ -175,21 +188,27 @@ def sparse_info(group, where: str) -> tuple[str, tuple[int, int], np.dtype, int]
         indptr = group["indptr"]
         major = shape[0] if layout == "csr" else shape[1]
         if indptr.shape != (major + 1,) or group["indices"].shape != group["data"].shape:
-            raise ValueError(f"indptr has {indptr.shape[0]} entries for {major} "
-                             f"{'rows' if layout == 'csr' else 'columns'}, indices "
-                             f"{group['indices'].shape[0]} and data {group['data'].shape[0]}")
+            raise ValueError(
+                f"indptr has {indptr.shape[0]} entries for {major} "
+                f"{'rows' if layout == 'csr' else 'columns'}, indices "
+                f"{group['indices'].shape[0]} and data {group['data'].shape[0]}"
+            )
         nnz = int(indptr[-1]) if major else 0
     except DimredError:
         raise
     except Exception as exc:
         if is_storage_error(exc) and not type(exc).__module__.startswith("h5py"):
             raise storage_error(exc, f"Opening {where}") from None
-        raise InputError(f"{where} is not a readable sparse matrix ({type(exc).__name__}: "
-                         f"{exc}).", "write it again with anndata or scipy.") from None
+        raise InputError(
+            f"{where} is not a readable sparse matrix ({type(exc).__name__}: {exc}).",
+            "write it again with anndata or scipy.",
+        ) from None
     if nnz > group["data"].shape[0] or nnz < 0:
-        raise InputError(f"The sparse matrix {where} is damaged: its indptr ends at {nnz}, "
-                         f"past its {group['data'].shape[0]} stored values.",
-                         "write it again from its source.")
+        raise InputError(
+            f"The sparse matrix {where} is damaged: its indptr ends at {nnz}, "
+            f"past its {group['data'].shape[0]} stored values.",
+            "write it again from its source.",
+        )
     refuse_non_numeric(dtype, where)
     return layout, shape, dtype, nnz
 
@@ -197,9 +216,11 @@ def sparse_info(group, where: str) -> tuple[str, tuple[int, int], np.dtype, int]
 def refuse_non_numeric(dtype, where: str, what: str = "array") -> None:
     dtype = np.dtype(dtype)
     if dtype.kind not in "fiubc":
-        raise InputTypeError(f"The {what} {where} holds {dtype} values (text, objects or "
-                             "records); methods need real numbers.",
-                             "name a numeric element, or store the data as float32 / float64.")
+        raise InputTypeError(
+            f"The {what} {where} holds {dtype} values (text, objects or "
+            "records); methods need real numbers.",
+            "name a numeric element, or store the data as float32 / float64.",
+        )
 
 
 def list_datasets(f, limit: int = 20) -> list[str]:
@@ -228,14 +249,19 @@ def open_sparse_group(group, loc: Location, name: str, source, opts, fmt_meta: d
     layout, shape, dtype, nnz = sparse_info(group, where)
     entry = dtype.itemsize + np.dtype(group["indices"].dtype).itemsize
     if layout == "csc" and nnz * entry > SCAN_MAX_BYTES:
-        raise scan_limit_error(where, nnz * entry, "stored by columns (CSC)",
-                               "convert it to CSR once: with anndata, adata.X = adata.X.tocsr() "
-                               "(or the layer) and write_h5ad / write_zarr again; with scipy, "
-                               "m.tocsr().")
+        raise scan_limit_error(
+            where,
+            nnz * entry,
+            "stored by columns (CSC)",
+            "convert it to CSR once: with anndata, adata.X = adata.X.tocsr() "
+            "(or the layer) and write_h5ad / write_zarr again; with scipy, "
+            "m.tocsr().",
+        )
     reader = SparseRows(source, shape, dtype, layout, nnz)
     rows = opts.row_chunk or plan_sparse_rows(shape[0], nnz, entry, TARGET_CHUNK_BYTES)
-    arr = sparse_array(reader, rows, "sparse-" + tokenize(loc.url, name, shape, str(dtype),
-                                                          layout, nnz, fmt_meta))
+    arr = sparse_array(
+        reader, rows, "sparse-" + tokenize(loc.url, name, shape, str(dtype), layout, nnz, fmt_meta)
+    )
     return arr, {**fmt_meta, **sparse_meta(shape, nnz, layout), "_reader": reader}
 
 
@@ -245,18 +271,24 @@ def open_hdf5(loc: Location, opts):
         name = (loc.fragment or "").strip("/")
         if not name or name not in f:
             found = list_datasets(f)
-            what = (f"No dataset {name!r} in the HDF5 file {loc.url}" if name else
-                    f"{loc.url} is an HDF5 file; name the dataset to read")
-            raise InputError(f"{what}; its numeric datasets: {found or 'none'}.",
-                             f"name one with {loc.url}#<path>, e.g. "
-                             f"#{found[0] if found else 'group/dataset'}.")
+            what = (
+                f"No dataset {name!r} in the HDF5 file {loc.url}"
+                if name
+                else f"{loc.url} is an HDF5 file; name the dataset to read"
+            )
+            raise InputError(
+                f"{what}; its numeric datasets: {found or 'none'}.",
+                f"name one with {loc.url}#<path>, e.g. #{found[0] if found else 'group/dataset'}.",
+            )
         node = f[name]
         if sparse_layout(node):
             return open_sparse_group(node, loc, name, H5Sparse(loc, name), opts, {})
         if not is_array(node):
             found = list_datasets(node)
-            raise InputError(f"{loc} is an HDF5 group, not a dataset; its numeric datasets: "
-                             f"{found or 'none'}.", f"name one with {loc.url}#{name}/<dataset>.")
+            raise InputError(
+                f"{loc} is an HDF5 group, not a dataset; its numeric datasets: {found or 'none'}.",
+                f"name one with {loc.url}#{name}/<dataset>.",
+            )
         return dense_dataset(node, loc, name, opts, {})
 
 
@@ -274,7 +306,17 @@ def dense_dataset(node, loc: Location, name: str, opts, fmt_meta: dict):
     base = node.chunks[0] if node.chunks else 1
     rows = opts.row_chunk or plan_row_chunk(n, d, dtype.itemsize, base=base)
     reader = H5Rows(loc, name, shape, dtype)
-    arr = da.from_array(reader, chunks=(rows,) + shape[1:], asarray=False, fancy=False,
-                        lock=False, name="hdf5-" + tokenize(loc.url, name, shape, str(dtype)))
-    return arr, {**fmt_meta, "sparse": False, "_reader": reader,
-                 **({"stored_chunks": list(node.chunks)} if node.chunks else {})}
+    arr = da.from_array(
+        reader,
+        chunks=(rows,) + shape[1:],
+        asarray=False,
+        fancy=False,
+        lock=False,
+        name="hdf5-" + tokenize(loc.url, name, shape, str(dtype)),
+    )
+    return arr, {
+        **fmt_meta,
+        "sparse": False,
+        "_reader": reader,
+        **({"stored_chunks": list(node.chunks)} if node.chunks else {}),
+    }

@@ -41,6 +41,7 @@ re-read and its delete, and a holder whose lease expired while it still runs and
 releases at the moment another run takes over (plain object stores have no conditional
 delete or replace). Both need a process stalled for tens of seconds to minutes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -114,8 +115,14 @@ def _dead_here(info: dict) -> bool:
 
 
 class Lease:
-    def __init__(self, store, *, holder: str | None = None, ttl: float = DEFAULT_TTL,
-                 wait: float = DEFAULT_WAIT):
+    def __init__(
+        self,
+        store,
+        *,
+        holder: str | None = None,
+        ttl: float = DEFAULT_TTL,
+        wait: float = DEFAULT_WAIT,
+    ):
         from fsspec.implementations.local import LocalFileSystem
 
         self.store = store
@@ -123,11 +130,18 @@ class Lease:
         self.ttl = ttl
         self.wait = wait
         self.token = uuid.uuid4().hex
-        self.info = {"token": self.token, "host": socket.gethostname(), "pid": os.getpid(),
-                     "holder": holder or "dimred-dask run"}
+        self.info = {
+            "token": self.token,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "holder": holder or "dimred-dask run",
+        }
         self._local = isinstance(store.fs, LocalFileSystem)
-        protocols = store.fs.protocol if isinstance(store.fs.protocol, (tuple, list)) else (
-            store.fs.protocol,)
+        protocols = (
+            store.fs.protocol
+            if isinstance(store.fs.protocol, (tuple, list))
+            else (store.fs.protocol,)
+        )
         self._s3 = bool({"s3", "s3a"} & set(protocols))
         # S3's "xb" is one conditional request and needs no lock; other filesystems may
         # create the name first and fill it afterwards (memory://): serialise them here
@@ -214,7 +228,9 @@ class Lease:
             f"The output {self.store.url} is being written by another run: "
             f"{other.get('holder')} (host {other.get('host')}, pid {other.get('pid')}), "
             f"lease valid for {max(0.0, other.get('expires', 0) - time.time()):.0f} s more.",
-            "wait for that run to finish, or write to another output.", holder=other)
+            "wait for that run to finish, or write to another output.",
+            holder=other,
+        )
 
     # ---- taking over ---------------------------------------------------------------------
     def _breaker_name(self, digest: str, generation: int) -> str:
@@ -243,7 +259,8 @@ class Lease:
         raise LeaseHeldError(
             f"The output {self.store.url} has a stale lease and {MAX_GENERATIONS} abandoned "
             f"takeover markers ({self.path}.break-{digest}...); expected at most a few.",
-            f"delete the {LEASE}.break-* objects under {self.store.url}, then retry.")
+            f"delete the {LEASE}.break-* objects under {self.store.url}, then retry.",
+        )
 
     def _take_over(self, raw: bytes):
         """Replace the stale lease whose content was ``raw``. Returns True (the lease is now
@@ -263,7 +280,7 @@ class Lease:
             changed = True  # _LEASE no longer holds this digest
             won = self._create(self.path, self._body())
         finally:
-            for old in (extra if changed else []):
+            for old in extra if changed else []:
                 with contextlib.suppress(OSError):
                     self._remove(old)
             with contextlib.suppress(OSError):
@@ -298,7 +315,9 @@ class Lease:
                     raise LeaseHeldError(
                         f"Could not take the lease on {self.store.url}: it changed {attempts} "
                         f"times in {2 * self.wait:.0f} s while other runs took it and let it "
-                        "go; expected it to settle.", "retry, or write to another output.")
+                        "go; expected it to settle.",
+                        "retry, or write to another output.",
+                    )
                 attempts += 1
                 raw = self._read_raw()  # look first: a refused create costs more than a read
                 if raw is None:
@@ -325,7 +344,8 @@ class Lease:
                     f"ago by host {info.get('host')}, pid {info.get('pid')}); expected it to "
                     f"finish within {self.wait:.0f} s.",
                     f"retry: a takeover marker older than {BREAKER_TTL:.0f} s is ignored; or "
-                    "write to another output.")
+                    "write to another output.",
+                )
             raw = self._wait_for_change(raw, until)
             known = raw is not None  # a new lease: judge it; none: try to create
 
@@ -403,12 +423,16 @@ def _link_complete_file(path: str, folder: str, data: bytes) -> bool:
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 # linkat(AT_SYMLINK_FOLLOW); os.link uses plain link(2) without a dir fd
                 dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
                 try:
-                    os.link(f"/proc/self/fd/{fd}", os.path.basename(path), dst_dir_fd=dfd,
-                            follow_symlinks=True)
+                    os.link(
+                        f"/proc/self/fd/{fd}",
+                        os.path.basename(path),
+                        dst_dir_fd=dfd,
+                        follow_symlinks=True,
+                    )
                 finally:
                     os.close(dfd)
                 return True

@@ -16,6 +16,7 @@ and the three arrays' ``.npy`` headers; the tasks read the arrays:
 Other formats (COO, BSR, DIA ...) and ``.npz`` files of plain arrays (``numpy.savez``) are
 refused with the conversion to make.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,8 +28,14 @@ import numpy as np
 
 from ..errors import DimredError, InputError, InputTypeError, is_storage_error, storage_error
 from .base import TARGET_CHUNK_BYTES, fs_of, read_errors
-from .sparse import (SCAN_MAX_BYTES, SparseRows, plan_sparse_rows, scan_limit_error,
-                     sparse_array, sparse_meta)
+from .sparse import (
+    SCAN_MAX_BYTES,
+    SparseRows,
+    plan_sparse_rows,
+    scan_limit_error,
+    sparse_array,
+    sparse_meta,
+)
 from .uris import Location
 
 NAMES = ("indptr", "indices", "data")
@@ -39,8 +46,11 @@ def _npy_header(zf, info) -> tuple[int, tuple, np.dtype]:
     """(header length, shape, dtype) of the .npy member ``info``; reads only its header."""
     with zf.open(info) as member:
         version = np.lib.format.read_magic(member)
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
+        read = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
         shape, _, dtype = read(member)
         return member.tell(), tuple(shape), dtype
 
@@ -67,11 +77,14 @@ class NpzSource:
         fs, path = fs_of(self.loc)
         stored = all(m[1] for m in self.members.values())
         if stored:
-            yield tuple(_Stored(fs, path, self.loc.is_local, self.where, *self.members[k])
-                        for k in NAMES)
+            yield tuple(
+                _Stored(fs, path, self.loc.is_local, self.where, *self.members[k]) for k in NAMES
+            )
             return
-        with fs.open(path, "rb", block_size=INFLATE_BLOCK, cache_type="readahead") as handle, \
-                zipfile.ZipFile(handle) as zf:
+        with (
+            fs.open(path, "rb", block_size=INFLATE_BLOCK, cache_type="readahead") as handle,
+            zipfile.ZipFile(handle) as zf,
+        ):
             members = [_Inflated(zf, self.where, *self.members[k]) for k in NAMES]
             try:
                 yield tuple(members)
@@ -96,12 +109,15 @@ class _Stored:
                 fh.seek(a)
                 out = np.fromfile(fh, dtype=self.dtype, count=count)
         else:
-            out = np.frombuffer(bytearray(self.fs.cat_file(self.path, start=a,
-                                                           end=a + count * size)), self.dtype)
+            out = np.frombuffer(
+                bytearray(self.fs.cat_file(self.path, start=a, end=a + count * size)), self.dtype
+            )
         if len(out) != count:
-            raise InputError(f"The .npz file {self.where} is truncated: its member "
-                             f"{self.name} ends before entry {start + len(out)}.",
-                             "write the file again (an interrupted copy leaves it short).")
+            raise InputError(
+                f"The .npz file {self.where} is truncated: its member "
+                f"{self.name} ends before entry {start + len(out)}.",
+                "write the file again (an interrupted copy leaves it short).",
+            )
         return out
 
 
@@ -117,18 +133,24 @@ class _Inflated:
         start, stop, _ = key.indices(self.length)
         count, size = max(0, stop - start), self.dtype.itemsize
         target = self.offset + start * size
-        with read_errors(self.where, lambda exc: InputError(
+        with read_errors(
+            self.where,
+            lambda exc: InputError(
                 f"Could not inflate the member {self.name} of the .npz file {self.where} "
                 f"({type(exc).__name__}: {exc}).",
-                "the file is damaged: write it again with scipy.sparse.save_npz.")):
+                "the file is damaged: write it again with scipy.sparse.save_npz.",
+            ),
+        ):
             if self.member is None or self.member.tell() > target:
                 self.close()
                 self.member = self.zf.open(self.name)
             self.member.seek(target)
             raw = self.member.read(count * size)
         if len(raw) != count * size:
-            raise InputError(f"The .npz file {self.where} is truncated: its member "
-                             f"{self.name} ends early.", "write the file again.")
+            raise InputError(
+                f"The .npz file {self.where} is truncated: its member {self.name} ends early.",
+                "write the file again.",
+            )
         return np.frombuffer(bytearray(raw), self.dtype)
 
     def close(self):
@@ -144,25 +166,31 @@ def _scan_header(loc: Location):
         try:
             zf = zipfile.ZipFile(handle)
         except zipfile.BadZipFile as exc:
-            raise InputError(f"{loc} is not a valid .npz file ({exc}).",
-                             "write it with scipy.sparse.save_npz.") from None
+            raise InputError(
+                f"{loc} is not a valid .npz file ({exc}).", "write it with scipy.sparse.save_npz."
+            ) from None
         with zf:
             infos = {i.filename: i for i in zf.infolist()}
             needed = {"format.npy", "shape.npy", *(f"{k}.npy" for k in NAMES)}
             if not needed <= set(infos):
-                raise InputError(f"{loc} is not a scipy.sparse .npz (members: "
-                                 f"{sorted(infos)[:10]}); CSR or CSC with indptr, indices "
-                                 "and data is expected.",
-                                 "save a sparse matrix with scipy.sparse.save_npz(path, "
-                                 "m.tocsr()), or a dense 2-D array with numpy.save(.npy).")
+                raise InputError(
+                    f"{loc} is not a scipy.sparse .npz (members: "
+                    f"{sorted(infos)[:10]}); CSR or CSC with indptr, indices "
+                    "and data is expected.",
+                    "save a sparse matrix with scipy.sparse.save_npz(path, "
+                    "m.tocsr()), or a dense 2-D array with numpy.save(.npy).",
+                )
             fmt = np.load(io.BytesIO(zf.read("format.npy")), allow_pickle=False).item()
             fmt = fmt.decode() if isinstance(fmt, bytes) else str(fmt)
-            shape = tuple(int(s) for s in np.load(io.BytesIO(zf.read("shape.npy")),
-                                                  allow_pickle=False))
+            shape = tuple(
+                int(s) for s in np.load(io.BytesIO(zf.read("shape.npy")), allow_pickle=False)
+            )
             if fmt not in ("csr", "csc"):
-                raise InputError(f"The .npz file {loc} holds a {fmt.upper()} matrix; rows are "
-                                 "read from CSR (or, up to a size, CSC).",
-                                 "save it as CSR: scipy.sparse.save_npz(path, m.tocsr()).")
+                raise InputError(
+                    f"The .npz file {loc} holds a {fmt.upper()} matrix; rows are "
+                    "read from CSR (or, up to a size, CSC).",
+                    "save it as CSR: scipy.sparse.save_npz(path, m.tocsr()).",
+                )
             members = {k: _member(loc, handle, zf, infos[f"{k}.npy"]) for k in NAMES}
     return fmt, shape, members
 
@@ -170,12 +198,17 @@ def _scan_header(loc: Location):
 def _member(loc, handle, zf, info) -> tuple:
     header, shape, dtype = _npy_header(zf, info)
     if dtype.hasobject or len(shape) != 1:
-        raise InputTypeError(f"The member {info.filename} of {loc} is a {shape} {dtype} "
-                             "array, not the 1-D numeric array of a sparse matrix.",
-                             "write the file again with scipy.sparse.save_npz.")
+        raise InputTypeError(
+            f"The member {info.filename} of {loc} is a {shape} {dtype} "
+            "array, not the 1-D numeric array of a sparse matrix.",
+            "write the file again with scipy.sparse.save_npz.",
+        )
     if info.file_size < header + shape[0] * dtype.itemsize:
-        raise InputError(f"The .npz file {loc} is damaged: its member {info.filename} is "
-                         f"shorter than its header says.", "write the file again.")
+        raise InputError(
+            f"The .npz file {loc} is damaged: its member {info.filename} is "
+            f"shorter than its header says.",
+            "write the file again.",
+        )
     stored = info.compress_type == zipfile.ZIP_STORED
     offset = _data_start(handle, info) + header if stored else header
     return (info.filename, stored, offset, dtype, shape[0])
@@ -192,24 +225,39 @@ def open_npz(loc: Location, opts):
     except Exception as exc:
         if is_storage_error(exc) and not isinstance(exc, zipfile.BadZipFile):
             raise storage_error(exc, f"Opening {loc}") from None
-        raise InputError(f"Could not read {loc} as a .npz file ({type(exc).__name__}: {exc}).",
-                         "write it with scipy.sparse.save_npz.") from None
+        raise InputError(
+            f"Could not read {loc} as a .npz file ({type(exc).__name__}: {exc}).",
+            "write it with scipy.sparse.save_npz.",
+        ) from None
     dtype, nnz = members["data"][3], members["data"][4]
-    if len(shape) != 2 or members["indices"][4] != nnz or \
-            members["indptr"][4] != (shape[0] if fmt == "csr" else shape[1]) + 1:
-        raise InputError(f"The .npz file {loc} is inconsistent: shape {shape}, {nnz} values, "
-                         f"{members['indices'][4]} indices, {members['indptr'][4]} indptr "
-                         "entries.", "write it again with scipy.sparse.save_npz.")
+    if (
+        len(shape) != 2
+        or members["indices"][4] != nnz
+        or members["indptr"][4] != (shape[0] if fmt == "csr" else shape[1]) + 1
+    ):
+        raise InputError(
+            f"The .npz file {loc} is inconsistent: shape {shape}, {nnz} values, "
+            f"{members['indices'][4]} indices, {members['indptr'][4]} indptr "
+            "entries.",
+            "write it again with scipy.sparse.save_npz.",
+        )
     entry = dtype.itemsize + members["indices"][3].itemsize
     inflated = sum(m[4] * m[3].itemsize for m in members.values())
     if not all(m[1] for m in members.values()) and inflated > SCAN_MAX_BYTES:
-        raise scan_limit_error(str(loc), inflated, "compressed (deflate, without random "
-                               "access)", "save it uncompressed, whose rows are read by byte "
-                               "range: scipy.sparse.save_npz(path, m, compressed=False).")
+        raise scan_limit_error(
+            str(loc),
+            inflated,
+            "compressed (deflate, without random access)",
+            "save it uncompressed, whose rows are read by byte "
+            "range: scipy.sparse.save_npz(path, m, compressed=False).",
+        )
     if fmt == "csc" and nnz * entry > SCAN_MAX_BYTES:
-        raise scan_limit_error(str(loc), nnz * entry, "stored by columns (CSC)",
-                               "save it as CSR: scipy.sparse.save_npz(path, m.tocsr(), "
-                               "compressed=False).")
+        raise scan_limit_error(
+            str(loc),
+            nnz * entry,
+            "stored by columns (CSC)",
+            "save it as CSR: scipy.sparse.save_npz(path, m.tocsr(), compressed=False).",
+        )
     reader = SparseRows(NpzSource(loc, members), shape, dtype, fmt, nnz)
     rows = opts.row_chunk or plan_sparse_rows(shape[0], nnz, entry, TARGET_CHUNK_BYTES)
     arr = sparse_array(reader, rows, "npz-" + tokenize(loc.url, shape, fmt, members))

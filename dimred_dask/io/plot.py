@@ -1,4 +1,5 @@
 """A picture of the first two dimensions of an embedding: points, or density for large n."""
+
 from __future__ import annotations
 
 import io
@@ -8,8 +9,9 @@ import numpy as np
 SCATTER_MAX = 20_000
 
 
-def embedding_png(Y: np.ndarray, *, title: str = "", n_total: int | None = None,
-                  labels: np.ndarray | None = None) -> bytes:
+def embedding_png(
+    Y: np.ndarray, *, title: str = "", n_total: int | None = None, labels: np.ndarray | None = None
+) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -23,8 +25,15 @@ def embedding_png(Y: np.ndarray, *, title: str = "", n_total: int | None = None,
         hb = ax.hexbin(x, y, gridsize=120, bins="log", cmap="viridis", mincnt=1)
         fig.colorbar(hb, ax=ax, label="points (log)")
     else:
-        ax.scatter(x, y, s=3, c=labels if labels is not None else "tab:blue",
-                   cmap="tab10" if labels is not None else None, alpha=0.6, linewidths=0)
+        ax.scatter(
+            x,
+            y,
+            s=3,
+            c=labels if labels is not None else "tab:blue",
+            cmap="tab10" if labels is not None else None,
+            alpha=0.6,
+            linewidths=0,
+        )
     shown = f"{len(Y):,}" + (f" of {n_total:,}" if n_total and n_total != len(Y) else "")
     ax.set_title(f"{title}\n{shown} points" if title else f"{shown} points", fontsize=10)
     ax.set_xlabel("dimension 1")

@@ -15,6 +15,7 @@ Strict as the zarr path (``io.zarr_arrays``): an absent chunk file is an `InputE
 it (fill values only with ``allow_missing``), a chunk file of the wrong size is named as
 damaged, and a failing disk is a `StoreError`.
 """
+
 from __future__ import annotations
 
 import errno
@@ -90,15 +91,21 @@ def raw_layout(node, loc) -> tuple[RawLayout | None, str]:
     why = _plain_bytes(node)
     if why:
         return None, why
-    root = loc.url[len("file://"):] if loc.url.startswith("file://") else loc.url
+    root = loc.url[len("file://") :] if loc.url.startswith("file://") else loc.url
     if loc.fragment:
         root = os.path.join(root, loc.fragment.strip("/"))
     rows = int(node.chunks[0])
     n_chunks = -(-int(node.shape[0]) // rows) if node.shape[0] else 0
     tail = (0,) * (node.ndim - 1)
     keys = tuple(node.metadata.encode_chunk_key((i,) + tail) for i in range(n_chunks))
-    return RawLayout(os.path.abspath(root), tuple(int(s) for s in node.shape),
-                     np.dtype(node.dtype), rows, keys, node.fill_value), ""
+    return RawLayout(
+        os.path.abspath(root),
+        tuple(int(s) for s in node.shape),
+        np.dtype(node.dtype),
+        rows,
+        keys,
+        node.fill_value,
+    ), ""
 
 
 class RawRows:
@@ -131,8 +138,12 @@ class RawRows:
             except ImportError:
                 memory = None
             nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
-            self._use_direct = bool(DIRECT_READS and hasattr(os, "O_DIRECT") and memory
-                                    and nbytes > DIRECT_SHARE * memory)
+            self._use_direct = bool(
+                DIRECT_READS
+                and hasattr(os, "O_DIRECT")
+                and memory
+                and nbytes > DIRECT_SHARE * memory
+            )
         return self._use_direct
 
     def __getstate__(self):
@@ -148,20 +159,25 @@ class RawRows:
             i = pos // lay.chunk_rows
             lo = pos - i * lay.chunk_rows
             hi = min(stop, (i + 1) * lay.chunk_rows) - i * lay.chunk_rows
-            dest = view[(pos - start) * row_bytes:(pos - start + hi - lo) * row_bytes]
-            self._read_chunk(lay.keys[i], dest, lo * row_bytes, lay.chunk_rows * row_bytes,
-                             address + (pos - start) * row_bytes)
+            dest = view[(pos - start) * row_bytes : (pos - start + hi - lo) * row_bytes]
+            self._read_chunk(
+                lay.keys[i],
+                dest,
+                lo * row_bytes,
+                lay.chunk_rows * row_bytes,
+                address + (pos - start) * row_bytes,
+            )
             pos += hi - lo
 
-    def _read_chunk(self, key: str, dest: memoryview, offset: int, size: int,
-                    address: int) -> None:
+    def _read_chunk(self, key: str, dest: memoryview, offset: int, size: int, address: int) -> None:
         path = os.path.join(self.layout.root, key)
         direct = self._direct() and not (offset % ALIGN or len(dest) % ALIGN or address % ALIGN)
         with read_errors(self.where, lambda exc: _damaged(key, self.where, exc)):
             self._read_file(key, path, dest, offset, size, direct)
 
-    def _read_file(self, key: str, path: str, dest: memoryview, offset: int, size: int,
-                   direct: bool):
+    def _read_file(
+        self, key: str, path: str, dest: memoryview, offset: int, size: int, direct: bool
+    ):
         try:
             fd = _open(path, direct)
         except FileNotFoundError:
@@ -179,13 +195,17 @@ class RawRows:
                     f"Could not decode chunk {key!r} of the Zarr array {self.where}: its file "
                     f"has {found} bytes, an uncompressed chunk of this array has {size}.",
                     "the chunk is damaged or truncated: re-copy or re-write the array from "
-                    "its source.")
+                    "its source.",
+                )
             done = 0
             while done < len(dest):
                 got = os.preadv(fd, [dest[done:]], offset + done)
                 if got <= 0:
-                    raise InputError(f"Could not read chunk {key!r} of the Zarr array "
-                                     f"{self.where}: it ended early.", "re-copy the array.")
+                    raise InputError(
+                        f"Could not read chunk {key!r} of the Zarr array "
+                        f"{self.where}: it ended early.",
+                        "re-copy the array.",
+                    )
                 done += got
                 if direct and done < len(dest) and done % ALIGN:  # the rest unaligned
                     os.close(fd)
@@ -245,10 +265,11 @@ def _aligned_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
     nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
     raw = _POOL.take(nbytes)
     start = -raw.ctypes.data % ALIGN
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
 def _damaged(key: str, where: str, exc: BaseException) -> InputError:
-    return InputError(f"Could not read chunk {key!r} of the Zarr array {where} "
-                      f"({type(exc).__name__}: {exc}).",
-                      "the chunk is damaged: re-copy or re-write the array from its source.")
+    return InputError(
+        f"Could not read chunk {key!r} of the Zarr array {where} ({type(exc).__name__}: {exc}).",
+        "the chunk is damaged: re-copy or re-write the array from its source.",
+    )

@@ -15,6 +15,7 @@ Everything returned is a dask array whose chunks are read where they are compute
 workers), so no data passes through the process that opens it. Sparse inputs are dask arrays
 of ``scipy.sparse.csr_matrix`` row blocks holding all columns (`dimred_dask.io.sparse`).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,23 +24,34 @@ from dataclasses import dataclass, field
 import fsspec
 import numpy as np
 
-from ..errors import (DimredError, InputError, InputTypeError, is_storage_error,
-                      storage_error)
+from ..errors import DimredError, InputError, InputTypeError, is_storage_error, storage_error
 from .._validation import float_dtype
 from .anndata import open_anndata_zarr, open_h5ad
-from .base import (TARGET_CHUNK_BYTES, OpenOptions, exists as _exists, fs_of as _fs,  # noqa: F401
-                   plan_row_chunk, read_errors, row_range)
+from .base import (
+    OpenOptions,
+    exists as _exists,
+    fs_of as _fs,
+    plan_row_chunk,
+    read_errors,
+    row_range,
+)
 from .hdf5 import H5_SUFFIXES, open_hdf5
 from .npz import open_npz
 from .shards import classify, csv_headers_alike, is_glob, open_shards, shard_location
 from .tables import open_csv, open_parquet
 from .uris import Location, parse_uri
-from .zarr_arrays import (chunk_inventory, missing_chunks_error, open_zarr,  # noqa: F401
-                          strict_store)
+from .zarr_arrays import open_zarr
 
-SUFFIXES = {".npy": "npy", ".npz": "npz", ".h5ad": "h5ad", ".parquet": "parquet",
-            ".pq": "parquet", ".csv": "csv", ".zarr": "zarr",
-            **{suffix: "hdf5" for suffix in H5_SUFFIXES}}
+SUFFIXES = {
+    ".npy": "npy",
+    ".npz": "npz",
+    ".h5ad": "h5ad",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".zarr": "zarr",
+    **{suffix: "hdf5" for suffix in H5_SUFFIXES},
+}
 TABLES = ("parquet", "csv", "csv-shards")
 ZARR_META = ("zarr.json", ".zgroup", ".zarray")
 
@@ -64,9 +76,12 @@ def suffix_format(path: str) -> str | None:
 def _root_attributes(loc: Location) -> dict | None:
     """The attributes of the Zarr node at ``loc.url`` (v3 or v2), or None if it is none."""
     fs, path = _fs(loc)
-    for name, attrs_of in (("zarr.json", lambda doc: doc.get("attributes", {})),
-                           (".zattrs", lambda doc: doc), (".zgroup", lambda doc: {}),
-                           (".zarray", lambda doc: {})):
+    for name, attrs_of in (
+        ("zarr.json", lambda doc: doc.get("attributes", {})),
+        (".zattrs", lambda doc: doc),
+        (".zgroup", lambda doc: {}),
+        (".zarray", lambda doc: {}),
+    ):
         try:
             doc = json.loads(fs.cat_file(f"{path.rstrip('/')}/{name}"))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError):
@@ -99,9 +114,18 @@ def detect_format(loc: Location) -> str:
     return "zarr"  # the Zarr reader names what is wrong
 
 
-def open_input(uri, *, columns=None, storage_options=None, row_chunk: int | None = None,
-               allow_1d: bool = False, role: str = "input", as_float: bool = False,
-               check_chunks: bool = True, allow_missing_chunks: bool = False) -> InputArray:
+def open_input(
+    uri,
+    *,
+    columns=None,
+    storage_options=None,
+    row_chunk: int | None = None,
+    allow_1d: bool = False,
+    role: str = "input",
+    as_float: bool = False,
+    check_chunks: bool = True,
+    allow_missing_chunks: bool = False,
+) -> InputArray:
     """Open ``uri`` as a lazy 2-D dask array; refuse what cannot be embedded, reading no data.
 
     ``allow_1d``: a 1-D array (labels, targets) is returned as one column.
@@ -119,20 +143,34 @@ def open_input(uri, *, columns=None, storage_options=None, row_chunk: int | None
     """
     loc = parse_uri(uri, role=role, storage_options=storage_options)
     if not is_glob(loc.url) and not _exists(loc):
-        raise InputError(f"The {role} {loc} does not exist.",
-                         "check the path or URL (and AWS_ENDPOINT_URL for object storage).")
+        raise InputError(
+            f"The {role} {loc} does not exist.",
+            "check the path or URL (and AWS_ENDPOINT_URL for object storage).",
+        )
     fmt = detect_format(loc)
     if columns is not None and fmt not in TABLES:
-        raise InputError(f"--columns applies to Parquet and CSV input; {loc} is {fmt}.",
-                         "drop --columns, or select columns when writing the array.")
-    opts = OpenOptions(tuple(columns) if columns is not None else None, row_chunk,
-                       check_chunks, allow_missing_chunks)
+        raise InputError(
+            f"--columns applies to Parquet and CSV input; {loc} is {fmt}.",
+            "drop --columns, or select columns when writing the array.",
+        )
+    opts = OpenOptions(
+        tuple(columns) if columns is not None else None,
+        row_chunk,
+        check_chunks,
+        allow_missing_chunks,
+    )
     arr, meta = _open(loc, fmt, opts)
     meta.pop("_reader", None)
     arr = _checked(arr, loc, role, allow_1d)
     check = meta.pop("_check", None)
-    meta = {"format": fmt, "shape": list(arr.shape), "dtype": str(arr.dtype), "sparse": False,
-            **meta, **(check() if check else {})}
+    meta = {
+        "format": fmt,
+        "shape": list(arr.shape),
+        "dtype": str(arr.dtype),
+        "sparse": False,
+        **meta,
+        **(check() if check else {}),
+    }
     if as_float and float_dtype(arr.dtype) != arr.dtype:
         arr = arr.astype(float_dtype(arr.dtype))  # chunkwise, CSR chunks included
         meta.update(stored_dtype=meta["dtype"], dtype=str(arr.dtype))
@@ -146,7 +184,7 @@ def _open(loc: Location, fmt: str, opts: OpenOptions):
     if fmt in TABLES:
         return _open_table(loc, fmt, opts)
     if fmt.endswith("-shards"):
-        single = fmt[:-len("-shards")]
+        single = fmt[: -len("-shards")]
         _, paths = classify(loc, suffix_format)
         return open_shards(loc, single, paths, OPENERS[single], opts)
     return OPENERS[fmt](loc, opts)
@@ -157,17 +195,22 @@ def _checked(arr, loc: Location, role: str, allow_1d: bool):
     if allow_1d and arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2:
-        raise InputError(f"The {role} {loc} is {arr.ndim}-D with shape {arr.shape}; methods "
-                         "need a 2-D array of samples x features.",
-                         "reshape it to (n_samples, n_features) when writing, or pick "
-                         "another array.")
+        raise InputError(
+            f"The {role} {loc} is {arr.ndim}-D with shape {arr.shape}; methods "
+            "need a 2-D array of samples x features.",
+            "reshape it to (n_samples, n_features) when writing, or pick another array.",
+        )
     kind = np.dtype(arr.dtype).kind
     if kind == "c":
-        raise InputError(f"Complex data not supported: {loc} has dtype {arr.dtype}.",
-                         "store the real part and the modulus as separate real columns.")
+        raise InputError(
+            f"Complex data not supported: {loc} has dtype {arr.dtype}.",
+            "store the real part and the modulus as separate real columns.",
+        )
     if kind not in "fiub":
-        raise InputTypeError(f"The {role} {loc} has dtype {arr.dtype}; methods need real numbers.",
-                             "store a numeric dtype (float32/float64), or select numeric columns.")
+        raise InputTypeError(
+            f"The {role} {loc} has dtype {arr.dtype}; methods need real numbers.",
+            "store a numeric dtype (float32/float64), or select numeric columns.",
+        )
     if arr.numblocks[1] != 1:  # irregular or split feature axis: one chunk across features
         arr = arr.rechunk({1: -1})
     sizes = arr.chunks[0]
@@ -186,28 +229,41 @@ class _NpyRows:
 
     def __getitem__(self, key):
         start, stop, cols = row_range(key, self.shape[0])
-        with read_errors(self.loc, lambda exc: InputError(
+        with read_errors(
+            self.loc,
+            lambda exc: InputError(
                 f"Could not read rows {start}-{stop - 1} of the .npy file {self.loc} "
-                f"({type(exc).__name__}: {exc}).", "the file changed or was truncated after "
-                "the run started: write it again and re-run.")):
+                f"({type(exc).__name__}: {exc}).",
+                "the file changed or was truncated after "
+                "the run started: write it again and re-run.",
+            ),
+        ):
             block = self._read(start, stop)
         return block[(slice(None), cols)] if self.ndim == 2 else block
 
     def _read(self, start: int, stop: int) -> np.ndarray:
         rowbytes = int(np.prod(self.shape[1:])) * self.dtype.itemsize
         if self.loc.is_local:
-            mm = np.memmap(self.loc.url, dtype=self.dtype, mode="r", offset=self.offset,
-                           shape=self.shape, order="F" if self.fortran else "C")
+            mm = np.memmap(
+                self.loc.url,
+                dtype=self.dtype,
+                mode="r",
+                offset=self.offset,
+                shape=self.shape,
+                order="F" if self.fortran else "C",
+            )
             return np.ascontiguousarray(mm[start:stop])
         fs, path = fsspec.core.url_to_fs(self.loc.url, **self.loc.storage_options)
         if self.fortran:  # column-major: one byte range per column
             n, d, size = self.shape[0], self.shape[1], self.dtype.itemsize
             starts = [self.offset + (j * n + start) * size for j in range(d)]
             parts = fs.cat_ranges([path] * d, starts, [a + (stop - start) * size for a in starts])
-            return np.ascontiguousarray(np.stack(
-                [np.frombuffer(p, dtype=self.dtype) for p in parts], axis=1))
-        raw = fs.cat_file(path, start=self.offset + start * rowbytes,
-                          end=self.offset + stop * rowbytes)
+            return np.ascontiguousarray(
+                np.stack([np.frombuffer(p, dtype=self.dtype) for p in parts], axis=1)
+            )
+        raw = fs.cat_file(
+            path, start=self.offset + start * rowbytes, end=self.offset + stop * rowbytes
+        )
         return np.frombuffer(raw, dtype=self.dtype).reshape((stop - start,) + self.shape[1:])
 
 
@@ -220,12 +276,16 @@ def _open_npy(loc: Location, opts: OpenOptions):
         with fs.open(path, "rb") as f:
             try:
                 version = np.lib.format.read_magic(f)
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
+                read_header = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
                 shape, fortran, dtype = read_header(f)
             except (ValueError, EOFError) as exc:
-                raise InputError(f"{loc} is not a valid .npy file ({exc}).",
-                                 "write it with numpy.save.") from None
+                raise InputError(
+                    f"{loc} is not a valid .npy file ({exc}).", "write it with numpy.save."
+                ) from None
             offset = f.tell()
         size = fs.size(path)
     except DimredError:
@@ -235,26 +295,40 @@ def _open_npy(loc: Location, opts: OpenOptions):
             raise storage_error(exc, f"Opening {loc}") from None
         raise
     if dtype.hasobject:
-        raise InputTypeError(f"The .npy file {loc} holds Python objects (loading would unpickle).",
-                         "save a numeric array instead.")
+        raise InputTypeError(
+            f"The .npy file {loc} holds Python objects (loading would unpickle).",
+            "save a numeric array instead.",
+        )
     if fortran and len(shape) > 2:
-        raise InputError(f"The .npy file {loc} is a {len(shape)}-D array in Fortran order.",
-                         "save a 2-D array (samples x features).")
+        raise InputError(
+            f"The .npy file {loc} is a {len(shape)}-D array in Fortran order.",
+            "save a 2-D array (samples x features).",
+        )
     expected = offset + int(np.prod(shape)) * dtype.itemsize
     if size < expected:
-        raise InputError(f"The .npy file {loc} is truncated: its header promises {shape} "
-                         f"{dtype} ({expected:,} bytes with the header), the file has {size:,}.",
-                         "write the file again (an interrupted copy or save leaves it short).")
+        raise InputError(
+            f"The .npy file {loc} is truncated: its header promises {shape} "
+            f"{dtype} ({expected:,} bytes with the header), the file has {size:,}.",
+            "write the file again (an interrupted copy or save leaves it short).",
+        )
     if len(shape) not in (1, 2):
         return da.from_array(np.empty(shape, dtype)), {}
     n, d = (tuple(shape) + (1,))[:2]
     rows = opts.row_chunk or plan_row_chunk(n, d, dtype.itemsize)
     reader = _NpyRows(loc, shape, dtype, offset, fortran)
-    arr = da.from_array(reader, chunks=(rows,) + tuple(shape[1:]), asarray=False, fancy=False,
-                        lock=False,
-                        name="npy-" + tokenize(loc.url, offset, shape, str(dtype), fortran))
-    return arr, {"memory_mapped": loc.is_local, **({"order": "F"} if fortran else {}),
-                 "_reader": reader}
+    arr = da.from_array(
+        reader,
+        chunks=(rows,) + tuple(shape[1:]),
+        asarray=False,
+        fancy=False,
+        lock=False,
+        name="npy-" + tokenize(loc.url, offset, shape, str(dtype), fortran),
+    )
+    return arr, {
+        "memory_mapped": loc.is_local,
+        **({"order": "F"} if fortran else {}),
+        "_reader": reader,
+    }
 
 
 def _open_table(loc: Location, fmt: str, opts: OpenOptions):
@@ -273,5 +347,13 @@ def _open_table(loc: Location, fmt: str, opts: OpenOptions):
     return open_csv(loc, columns, opts.row_chunk)
 
 
-OPENERS.update({"zarr": open_zarr, "anndata-zarr": open_anndata_zarr, "h5ad": open_h5ad,
-                "hdf5": open_hdf5, "npz": open_npz, "npy": _open_npy})
+OPENERS.update(
+    {
+        "zarr": open_zarr,
+        "anndata-zarr": open_anndata_zarr,
+        "h5ad": open_h5ad,
+        "hdf5": open_hdf5,
+        "npz": open_npz,
+        "npy": _open_npy,
+    }
+)

@@ -11,6 +11,7 @@ chunk that straddles shards reading its part of each.
 A folder of Parquet files is one Parquet input (`dimred_dask.io.tables`); CSV shards are read
 by dask.dataframe after their header lines are compared.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -63,22 +64,28 @@ def classify(loc: Location, suffix_format) -> tuple[str, list[str]]:
     known = sorted({k for k in kinds.values() if k})
     what = "The glob" if is_glob(loc.url) else "The folder"
     if not paths:
-        raise InputError(f"{what} {loc.url} matches no file." if is_glob(loc.url) else
-                         f"The folder {loc.url} is empty.",
-                         "check the pattern and the path (and AWS_ENDPOINT_URL for object "
-                         "storage).")
+        raise InputError(
+            f"{what} {loc.url} matches no file."
+            if is_glob(loc.url)
+            else f"The folder {loc.url} is empty.",
+            "check the pattern and the path (and AWS_ENDPOINT_URL for object storage).",
+        )
     if not known and not is_glob(loc.url):  # a partitioned Parquet dataset: year=2024/...
         deep = _deep_parquet(loc)
         if deep:
             return "parquet", deep
     if not known:
-        raise InputError(f"{what} {loc.url} holds no readable arrays (found "
-                         f"{[posixpath.basename(p) for p in paths[:5]]}).",
-                         "point --input at .npy, .npz, .h5, .h5ad, .zarr, .parquet or .csv "
-                         "files, or a glob matching them.")
+        raise InputError(
+            f"{what} {loc.url} holds no readable arrays (found "
+            f"{[posixpath.basename(p) for p in paths[:5]]}).",
+            "point --input at .npy, .npz, .h5, .h5ad, .zarr, .parquet or .csv "
+            "files, or a glob matching them.",
+        )
     if len(known) > 1:
-        raise InputError(f"{what} {loc.url} mixes formats ({', '.join(known)}); shards must "
-                         "share one.", "narrow the glob, e.g. part-*.npy.")
+        raise InputError(
+            f"{what} {loc.url} mixes formats ({', '.join(known)}); shards must share one.",
+            "narrow the glob, e.g. part-*.npy.",
+        )
     return known[0], [p for p in paths if kinds[p]]
 
 
@@ -92,9 +99,14 @@ def _deep_parquet(loc: Location) -> list[str]:
         if is_storage_error(exc) and not isinstance(exc, FileNotFoundError):
             raise storage_error(exc, f"Listing {loc.url}") from None
         return []
-    return sorted(p for p in found if p.lower().endswith(PARQUET_SUFFIXES)
-                  and not any(part.startswith(("_", ".")) for part in
-                              p[len(path.rstrip("/")) + 1:].split("/")))
+    return sorted(
+        p
+        for p in found
+        if p.lower().endswith(PARQUET_SUFFIXES)
+        and not any(
+            part.startswith(("_", ".")) for part in p[len(path.rstrip("/")) + 1 :].split("/")
+        )
+    )
 
 
 class ShardRows:
@@ -114,8 +126,10 @@ class ShardRows:
         i = int(np.searchsorted(self.starts, start, side="right") - 1)
         pos = start
         while pos < stop and i < len(self.readers):
-            a, b = (pos - int(self.starts[i]),
-                    min(stop, int(self.starts[i + 1])) - int(self.starts[i]))
+            a, b = (
+                pos - int(self.starts[i]),
+                min(stop, int(self.starts[i + 1])) - int(self.starts[i]),
+            )
             if b > a:
                 parts.append(self.readers[i][a:b])
                 pos += b - a
@@ -137,6 +151,7 @@ class ShardRows:
 
 def _open_all(locations: list[Location], opener, opts) -> list:
     """Each shard's (array, meta), opened a few at a time; the first failing shard's error."""
+
     def one(shard):
         try:
             return opener(shard, opts), None
@@ -160,12 +175,17 @@ def _describe(arr, meta) -> str:
 def _check_alike(locations, opened, loc: Location) -> None:
     (arr0, meta0), first = opened[0], locations[0]
     for shard, (arr, meta) in zip(locations[1:], opened[1:]):
-        if (arr.shape[1:] != arr0.shape[1:] or arr.dtype != arr0.dtype
-                or bool(meta.get("sparse")) != bool(meta0.get("sparse"))):
-            raise InputError(f"The shards of {loc} differ: {shard} has {_describe(arr, meta)}, "
-                             f"the first shard {first} has {_describe(arr0, meta0)}.",
-                             "write every shard with the same columns and dtype (and the same "
-                             "sparse or dense storage), or leave the odd shard out of the glob.")
+        if (
+            arr.shape[1:] != arr0.shape[1:]
+            or arr.dtype != arr0.dtype
+            or bool(meta.get("sparse")) != bool(meta0.get("sparse"))
+        ):
+            raise InputError(
+                f"The shards of {loc} differ: {shard} has {_describe(arr, meta)}, "
+                f"the first shard {first} has {_describe(arr0, meta0)}.",
+                "write every shard with the same columns and dtype (and the same "
+                "sparse or dense storage), or leave the odd shard out of the glob.",
+            )
 
 
 def open_shards(loc: Location, fmt: str, paths: list[str], opener, opts):
@@ -179,8 +199,9 @@ def open_shards(loc: Location, fmt: str, paths: list[str], opener, opts):
     readers = [meta.get("_reader") for _, meta in opened]
     metas = [meta for _, meta in opened]
     arr0, meta0 = opened[0]
-    common = {k: v for k, v in meta0.items()
-              if k in ("element", "layout", "zarr_format", "compressed")}
+    common = {
+        k: v for k, v in meta0.items() if k in ("element", "layout", "zarr_format", "compressed")
+    }
     common.update(shards=len(paths), first_shard=str(locations[0]), last_shard=str(locations[-1]))
     checks = [m.pop("_check") for m in metas if "_check" in m]
     if checks:
@@ -189,8 +210,12 @@ def open_shards(loc: Location, fmt: str, paths: list[str], opener, opts):
         return da.concatenate([a for a, _ in opened]), {**common, "sparse": False}
     sparse = bool(meta0.get("sparse"))
     reader = ShardRows(readers, sparse, arr0.dtype)
-    name = f"{fmt}-shards-" + tokenize([str(x) for x in locations], [r.shape for r in readers],
-                                      str(arr0.dtype), [m.get("nnz") for m in metas])
+    name = f"{fmt}-shards-" + tokenize(
+        [str(x) for x in locations],
+        [r.shape for r in readers],
+        str(arr0.dtype),
+        [m.get("nnz") for m in metas],
+    )
     if sparse:
         from .sparse import plan_sparse_rows, sparse_array, sparse_meta
 
@@ -201,8 +226,9 @@ def open_shards(loc: Location, fmt: str, paths: list[str], opener, opts):
         return sparse_array(reader, rows, name), {**common, **smeta, "_reader": reader}
     n, d = (reader.shape + (1,))[:2]
     rows = opts.row_chunk or plan_row_chunk(n, d, arr0.dtype.itemsize)
-    arr = da.from_array(reader, chunks=(rows,) + reader.shape[1:], asarray=False, fancy=False,
-                        lock=False, name=name)
+    arr = da.from_array(
+        reader, chunks=(rows,) + reader.shape[1:], asarray=False, fancy=False, lock=False, name=name
+    )
     return arr, {**common, "sparse": False, "_reader": reader}
 
 
@@ -217,6 +243,7 @@ def _combined_checks(checks) -> dict:
 
 def csv_headers_alike(loc: Location, locations: list[Location]) -> None:
     """Compare the header lines of CSV shards (first line only) before reading any data."""
+
     def header(shard):
         fs, path = fs_of(shard)
         with fs.open(path, "rb") as f:
@@ -231,8 +258,9 @@ def csv_headers_alike(loc: Location, locations: list[Location]) -> None:
         raise
     for shard, head in zip(locations[1:], heads[1:]):
         if head != heads[0]:
-            raise InputError(f"The CSV shards of {loc} differ: {shard} has the header "
-                             f"{head[:200]!r}, the first shard {locations[0]} has "
-                             f"{heads[0][:200]!r}.",
-                             "write every shard with the same columns, or leave the odd "
-                             "shard out of the glob.")
+            raise InputError(
+                f"The CSV shards of {loc} differ: {shard} has the header "
+                f"{head[:200]!r}, the first shard {locations[0]} has "
+                f"{heads[0][:200]!r}.",
+                "write every shard with the same columns, or leave the odd shard out of the glob.",
+            )

@@ -18,6 +18,7 @@ Damaged structure (an ``indptr`` that decreases or points past the data, column 
 of range) is an `InputError` naming the element and the rows; NaN and inf among the stored
 values are refused by the reader, naming their rows, when the block is read.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -40,8 +41,12 @@ def plan_sparse_rows(n: int, nnz: int, entry_bytes: int, target_bytes: int) -> i
 
 def sparse_meta(shape, nnz: int, layout: str) -> dict:
     n, d = shape
-    return {"sparse": True, "nnz": int(nnz), "layout": layout,
-            "density": float(nnz) / (n * d) if n and d else 0.0}
+    return {
+        "sparse": True,
+        "nnz": int(nnz),
+        "layout": layout,
+        "density": float(nnz) / (n * d) if n and d else 0.0,
+    }
 
 
 class SparseRows:
@@ -57,44 +62,64 @@ class SparseRows:
 
     def __getitem__(self, key):
         start, stop, cols = row_range(key, self.shape[0], self.shape[1])
-        with read_errors(self.source.where, lambda exc: InputError(
-                f"Could not read rows {start}-{stop - 1} of the sparse matrix "
-                f"{self.source.where} ({type(exc).__name__}: {exc}).",
-                "the file is damaged or was changed after the run started: write it again "
-                "from its source.")), self.source.open() as (indptr, indices, data):
+        with (
+            read_errors(
+                self.source.where,
+                lambda exc: InputError(
+                    f"Could not read rows {start}-{stop - 1} of the sparse matrix "
+                    f"{self.source.where} ({type(exc).__name__}: {exc}).",
+                    "the file is damaged or was changed after the run started: write it again "
+                    "from its source.",
+                ),
+            ),
+            self.source.open() as (indptr, indices, data),
+        ):
             read = self._csr_rows if self.layout == "csr" else self._csc_rows
             block = read(start, stop, indptr, indices, data)
         self._check_finite(block, start)
         return block if cols == slice(None) else block[:, cols]
 
     def _damaged(self, start: int, stop: int, what: str) -> InputError:
-        return InputError(f"The sparse matrix {self.source.where} is damaged: {what} "
-                          f"(rows {start}-{stop - 1}).",
-                          "write the matrix again from its source (an interrupted copy or "
-                          "write leaves it inconsistent).")
+        return InputError(
+            f"The sparse matrix {self.source.where} is damaged: {what} (rows {start}-{stop - 1}).",
+            "write the matrix again from its source (an interrupted copy or "
+            "write leaves it inconsistent).",
+        )
 
     def _csr_rows(self, start, stop, indptr, indices, data):
         import scipy.sparse as sp
 
-        ptr = np.asarray(indptr[start:stop + 1], dtype=np.int64)
-        if len(ptr) != stop - start + 1 or (len(ptr) and (ptr[0] < 0 or ptr[-1] > self.nnz)) \
-                or np.any(np.diff(ptr) < 0):
-            raise self._damaged(start, stop, f"its indptr is not a non-decreasing run of "
-                                f"offsets within its {self.nnz} stored values")
+        ptr = np.asarray(indptr[start : stop + 1], dtype=np.int64)
+        if (
+            len(ptr) != stop - start + 1
+            or (len(ptr) and (ptr[0] < 0 or ptr[-1] > self.nnz))
+            or np.any(np.diff(ptr) < 0)
+        ):
+            raise self._damaged(
+                start,
+                stop,
+                f"its indptr is not a non-decreasing run of "
+                f"offsets within its {self.nnz} stored values",
+            )
         p0, p1 = (int(ptr[0]), int(ptr[-1])) if len(ptr) else (0, 0)
         idx, val = np.asarray(indices[p0:p1]), np.asarray(data[p0:p1])
         self._check_indices(idx, val, p1 - p0, self.shape[1], start, stop)
-        return sp.csr_matrix((val.astype(self.dtype, copy=False), idx, ptr - p0),
-                             shape=(stop - start, self.shape[1]))
+        return sp.csr_matrix(
+            (val.astype(self.dtype, copy=False), idx, ptr - p0), shape=(stop - start, self.shape[1])
+        )
 
     def _csc_rows(self, start, stop, indptr, indices, data):
         import scipy.sparse as sp
 
         d = self.shape[1]
-        ptr = np.asarray(indptr[0:d + 1], dtype=np.int64)
+        ptr = np.asarray(indptr[0 : d + 1], dtype=np.int64)
         if len(ptr) != d + 1 or np.any(np.diff(ptr) < 0) or ptr[0] != 0 or ptr[-1] > self.nnz:
-            raise self._damaged(start, stop, "its column indptr is not a non-decreasing run "
-                                f"of offsets within its {self.nnz} stored values")
+            raise self._damaged(
+                start,
+                stop,
+                "its column indptr is not a non-decreasing run "
+                f"of offsets within its {self.nnz} stored values",
+            )
         rows, cols, vals = [], [], []
         for p in range(0, int(ptr[-1]), SLAB_ENTRIES):
             q = min(p + SLAB_ENTRIES, int(ptr[-1]))
@@ -108,19 +133,27 @@ class SparseRows:
                 rows.append(idx[where] - start)
                 cols.append(np.searchsorted(ptr, where + p, side="right") - 1)
                 vals.append(val[where])
+
         def cat(parts, dt):
             return np.concatenate(parts) if parts else np.empty(0, dt)
-        return sp.csr_matrix((cat(vals, self.dtype).astype(self.dtype, copy=False),
-                              (cat(rows, np.int64), cat(cols, np.int64))),
-                             shape=(stop - start, d))
+
+        return sp.csr_matrix(
+            (
+                cat(vals, self.dtype).astype(self.dtype, copy=False),
+                (cat(rows, np.int64), cat(cols, np.int64)),
+            ),
+            shape=(stop - start, d),
+        )
 
     def _check_indices(self, idx, val, expected: int, bound: int, start: int, stop: int):
         if len(idx) != expected or len(val) != expected:
-            raise self._damaged(start, stop, f"{expected} stored values expected, "
-                                f"{min(len(idx), len(val))} found")
+            raise self._damaged(
+                start, stop, f"{expected} stored values expected, {min(len(idx), len(val))} found"
+            )
         if idx.size and (idx.min() < 0 or idx.max() >= bound):
-            raise self._damaged(start, stop, "an index lies outside the matrix's shape "
-                                f"{self.shape}")
+            raise self._damaged(
+                start, stop, f"an index lies outside the matrix's shape {self.shape}"
+            )
 
     def _check_finite(self, block, start: int) -> None:
         if block.dtype.kind != "f" or not block.nnz:
@@ -135,7 +168,8 @@ class SparseRows:
             f"Methods need finite values; found "
             f"{describe_nonfinite(rows, n_nan, len(where) - n_nan, self.source.where)} "
             "among its stored (nonzero) values.",
-            "impute or drop those rows before the run (NaN and inf cannot be embedded).")
+            "impute or drop those rows before the run (NaN and inf cannot be embedded).",
+        )
 
 
 def sparse_array(reader: SparseRows, rows: int, name: str):
@@ -145,15 +179,24 @@ def sparse_array(reader: SparseRows, rows: int, name: str):
 
     n, d = reader.shape
     rows = max(1, min(int(rows), max(n, 1)))
-    return da.from_array(reader, chunks=(rows, d), asarray=False, fancy=False, lock=False,
-                         name=name, meta=sp.csr_matrix((0, d), dtype=reader.dtype))
+    return da.from_array(
+        reader,
+        chunks=(rows, d),
+        asarray=False,
+        fancy=False,
+        lock=False,
+        name=name,
+        meta=sp.csr_matrix((0, d), dtype=reader.dtype),
+    )
 
 
 def scan_limit_error(where: str, stored_bytes: int, why: str, fix: str) -> InputError:
     return InputError(
         f"The sparse matrix {where} is {why}: reading it by rows scans all of it once per row "
         f"block, allowed up to {SCAN_MAX_BYTES / 2**20:,.0f} MiB; it holds "
-        f"{stored_bytes / 2**20:,.0f} MiB.", fix)
+        f"{stored_bytes / 2**20:,.0f} MiB.",
+        fix,
+    )
 
 
 class Ranges:

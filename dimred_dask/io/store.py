@@ -8,6 +8,7 @@ the picture, per-stage commit markers, and ``_COMMITTED`` written last (docs/des
     <output>/_stages/<stage>.json a stage's marker: its fingerprint and what it wrote
     <output>/_COMMITTED           last; readers refuse an output without it
 """
+
 from __future__ import annotations
 
 import json
@@ -30,10 +31,22 @@ STORE_ATTR = "dimred_dask_run"
 LEASE = "_LEASE"
 # Every top-level entry a run writes (the lease and its helper objects start with LEASE).
 # --overwrite replaces a run store only when it holds nothing else.
-RUN_ENTRIES = frozenset({"zarr.json", "embedding", "model", "graph", "kernel", "checkpoints",
-                         "sketch",
-                         MANIFEST, "embedding.png", STAGES, COMMITTED,
-                         "steps"})  # a chain's earlier steps, each a run store of its own
+RUN_ENTRIES = frozenset(
+    {
+        "zarr.json",
+        "embedding",
+        "model",
+        "graph",
+        "kernel",
+        "checkpoints",
+        "sketch",
+        MANIFEST,
+        "embedding.png",
+        STAGES,
+        COMMITTED,
+        "steps",
+    }
+)  # a chain's earlier steps, each a run store of its own
 ROOT_DOC = "zarr.json"
 # zarr leaves out chunks that hold only the fill value unless told: every array written here
 # stores all its chunks, so a count of stored chunks proves a write complete
@@ -51,9 +64,11 @@ def _inside(path: str, root: str) -> bool:
 
 
 def _link_error(path: str, root: str) -> StoreError:
-    return StoreError(f"{path} is, or lies behind, a symbolic link leading out of the run store "
-                      f"{root}; a run never writes or deletes through links.",
-                      "remove the link from the run store (or choose another output).")
+    return StoreError(
+        f"{path} is, or lies behind, a symbolic link leading out of the run store "
+        f"{root}; a run never writes or deletes through links.",
+        "remove the link from the run store (or choose another output).",
+    )
 
 
 def _local_store_class():
@@ -101,8 +116,9 @@ class RunStore:
 
     def __init__(self, uri, *, storage_options: dict | None = None):
         self.location = parse_uri(uri, role="output", storage_options=storage_options)
-        self.fs, self.root = fsspec.core.url_to_fs(self.location.url,
-                                                   **self.location.storage_options)
+        self.fs, self.root = fsspec.core.url_to_fs(
+            self.location.url, **self.location.storage_options
+        )
 
     @property
     def url(self) -> str:
@@ -114,15 +130,19 @@ class RunStore:
     # ---- state -----------------------------------------------------------------------------
     def _entries(self) -> list[str]:
         try:
-            return [e for e in self.fs.ls(self.root, detail=False)
-                    if not _name(e).startswith(LEASE)]
+            return [
+                e for e in self.fs.ls(self.root, detail=False) if not _name(e).startswith(LEASE)
+            ]
         except (FileNotFoundError, NotADirectoryError):
             return []
 
     def exists(self) -> bool:
         """Whether the location holds anything but a lease."""
-        if self.location.is_local and os.path.lexists(self.root) and not (
-                os.path.isdir(self.root) and not os.path.islink(self.root)):
+        if (
+            self.location.is_local
+            and os.path.lexists(self.root)
+            and not (os.path.isdir(self.root) and not os.path.islink(self.root))
+        ):
             return True  # a file, or a link: something is there
         return bool(self._entries())
 
@@ -178,36 +198,44 @@ class RunStore:
             raise OutputExistsError(
                 f"The output {self.url} is a symbolic link (to {os.readlink(self.root)}); a run "
                 "never writes or deletes through links.",
-                "give the path of a new folder (or of a run store itself), not a link to it.")
+                "give the path of a new folder (or of a run store itself), not a link to it.",
+            )
         if not self.exists():
             return "new"
         if self.location.is_local and not os.path.isdir(self.root):
-            raise OutputExistsError(f"The output {self.url} is an existing file, not a run store.",
-                                    "choose a new folder for the output.")
+            raise OutputExistsError(
+                f"The output {self.url} is an existing file, not a run store.",
+                "choose a new folder for the output.",
+            )
         if not self.is_run_store():
             raise OutputExistsError(
                 f"The output {self.url} exists and is not a dimred-dask run store (no "
                 f"{ROOT_DOC} with the run attribute); refusing to write into, or delete, "
-                "someone else's data" + (" (--overwrite replaces only run stores)."
-                                         if overwrite else "."),
-                "choose a new or empty location for the output.")
+                "someone else's data"
+                + (" (--overwrite replaces only run stores)." if overwrite else "."),
+                "choose a new or empty location for the output.",
+            )
         links = self.symlinks()
         if links:
             raise OutputExistsError(
                 f"The run store {self.url} contains symbolic links ({'; '.join(links)}); a run "
                 "never writes or deletes through links.",
-                "remove the links, or choose another output.")
+                "remove the links, or choose another output.",
+            )
         if not overwrite:
             if self.committed() and not committed_ok:
-                raise OutputExistsError(f"The output {self.url} holds a committed run already.",
-                                        "pass --overwrite to replace it, or choose another output.")
+                raise OutputExistsError(
+                    f"The output {self.url} holds a committed run already.",
+                    "pass --overwrite to replace it, or choose another output.",
+                )
             return "resume"
         foreign = self.foreign_entries()
         if foreign:
             raise OutputExistsError(
                 f"The run store {self.url} also holds {foreign[:10]}, which no run writes; "
                 "--overwrite would delete them.",
-                "move those out of the run store first, or choose another output.")
+                "move those out of the run store first, or choose another output.",
+            )
         return "overwrite"
 
     def remove(self, name: str) -> None:
@@ -239,14 +267,17 @@ class RunStore:
 
         if mode == "overwrite":  # what a run writes, never anything else; the root doc last
             self.check_writable(True)
-            names = sorted(set(map(_name, self._entries())) & RUN_ENTRIES - set(keep),
-                           key=lambda n: n == ROOT_DOC)
+            names = sorted(
+                set(map(_name, self._entries())) & RUN_ENTRIES - set(keep),
+                key=lambda n: n == ROOT_DOC,
+            )
             for name in names:
                 self.remove(name)
         if mode == "resume":
             return
-        g = zarr.open_group(store=self._zarr_store(), mode="a", zarr_format=3,
-                            storage_options=self._zarr_options())
+        g = zarr.open_group(
+            store=self._zarr_store(), mode="a", zarr_format=3, storage_options=self._zarr_options()
+        )
         g.attrs.update({STORE_ATTR: attrs})
 
     # ---- arrays ----------------------------------------------------------------------------
@@ -261,8 +292,12 @@ class RunStore:
     def _group(self, mode="a"):
         import zarr
 
-        return zarr.open_group(store=self._zarr_store(read_only=mode == "r"), mode=mode,
-                               zarr_format=3, storage_options=self._zarr_options())
+        return zarr.open_group(
+            store=self._zarr_store(read_only=mode == "r"),
+            mode=mode,
+            zarr_format=3,
+            storage_options=self._zarr_options(),
+        )
 
     def write_array(self, name: str, value) -> None:
         """A small array, or a model's (row chunks of `stored_rows.MODEL_CHUNK_BYTES`, so a
@@ -272,8 +307,14 @@ class RunStore:
         if not lazy:
             value = np.asarray(value)
         chunks = model_chunks(value.shape, value.dtype)
-        arr = self._group().create_array(name, shape=value.shape, dtype=value.dtype,
-                                         chunks=chunks, overwrite=True, config=ALL_CHUNKS)
+        arr = self._group().create_array(
+            name,
+            shape=value.shape,
+            dtype=value.dtype,
+            chunks=chunks,
+            overwrite=True,
+            config=ALL_CHUNKS,
+        )
         if not lazy:
             arr[...] = value
             return
@@ -289,9 +330,15 @@ class RunStore:
         fill value: the stage markers count stored chunks to prove a write complete.
         ``compressors``: zarr's default, or None for raw chunks (data that does not compress,
         read back soon)."""
-        return self._group().create_array(name, shape=tuple(shape), chunks=tuple(chunks),
-                                          dtype=dtype, overwrite=True, config=ALL_CHUNKS,
-                                          compressors=compressors)
+        return self._group().create_array(
+            name,
+            shape=tuple(shape),
+            chunks=tuple(chunks),
+            dtype=dtype,
+            overwrite=True,
+            config=ALL_CHUNKS,
+            compressors=compressors,
+        )
 
     def open_array(self, name: str):
         return self._group("r")[name]
@@ -327,8 +374,9 @@ class RunStore:
         if not _inside(parent, self.root):
             raise _link_error(path, self.root)
         tmp = f"{parent}/.{_name(path)}.{uuid.uuid4().hex}.partial"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                     0o644)
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644
+        )
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -343,8 +391,9 @@ class RunStore:
             return f.read()
 
     def write_json(self, name: str, obj) -> None:
-        self.write_bytes(name, json.dumps(obj, indent=2, sort_keys=True,
-                                          default=_jsonable).encode())
+        self.write_bytes(
+            name, json.dumps(obj, indent=2, sort_keys=True, default=_jsonable).encode()
+        )
 
     def read_json(self, name: str):
         return json.loads(self.read_bytes(name))
@@ -357,13 +406,16 @@ class RunStore:
             return None
 
     def mark_stage(self, stage: str, fingerprint: str, info: dict) -> None:
-        self.write_json(f"{STAGES}/{stage}.json",
-                        {"stage": stage, "fingerprint": fingerprint, "time": time.time(), **info})
+        self.write_json(
+            f"{STAGES}/{stage}.json",
+            {"stage": stage, "fingerprint": fingerprint, "time": time.time(), **info},
+        )
 
     def commit(self, manifest: dict) -> None:
         self.write_json(MANIFEST, manifest)
-        self.write_json(COMMITTED, {"fingerprint": manifest.get("fingerprint"),
-                                    "time": time.time()})
+        self.write_json(
+            COMMITTED, {"fingerprint": manifest.get("fingerprint"), "time": time.time()}
+        )
 
 
 def _jsonable(o):
@@ -381,19 +433,29 @@ def open_output(uri, *, storage_options: dict | None = None) -> RunStore:
     if not store.exists():
         raise StoreError(f"No run output at {store.url}.", "check the path.")
     if not store.is_run_store():
-        raise StoreError(f"{store.url} is not a dimred-dask run store (no {ROOT_DOC} with the "
-                         "run attribute); inspect reads the outputs of `dimred-dask run`.",
-                         "give the --output of a run.")
+        raise StoreError(
+            f"{store.url} is not a dimred-dask run store (no {ROOT_DOC} with the "
+            "run attribute); inspect reads the outputs of `dimred-dask run`.",
+            "give the --output of a run.",
+        )
     if not store.committed():
         raise UncommittedOutputError(
             f"The output {store.url} has no {COMMITTED} marker: its run did not finish, so its "
-            "contents may be partial.", "run the same command again to finish it (committed "
-            "stages are reused).")
+            "contents may be partial.",
+            "run the same command again to finish it (committed stages are reused).",
+        )
     return store
 
 
-def save_array(arr, uri, *, overwrite: bool = False, storage_options: dict | None = None,
-               chunks=None, compressors="auto") -> str:
+def save_array(
+    arr,
+    uri,
+    *,
+    overwrite: bool = False,
+    storage_options: dict | None = None,
+    chunks=None,
+    compressors="auto",
+) -> str:
     """Write a dask or NumPy array to a Zarr v3 array at ``uri`` (computed on the workers).
 
     ``compressors``: zarr's default ("auto"), or None for raw chunks (data that does not
@@ -405,15 +467,23 @@ def save_array(arr, uri, *, overwrite: bool = False, storage_options: dict | Non
     loc = parse_uri(uri, role="output", storage_options=storage_options)
     fs, root = fsspec.core.url_to_fs(loc.url, **loc.storage_options)
     if fs.exists(root) and not overwrite:
-        raise OutputExistsError(f"{loc.url} exists already.",
-                                "pass overwrite=True or another path.")
+        raise OutputExistsError(
+            f"{loc.url} exists already.", "pass overwrite=True or another path."
+        )
     darr = arr if hasattr(arr, "dask") else da.from_array(np.asarray(arr), chunks=chunks or "auto")
     if chunks is not None:
         darr = darr.rechunk(chunks)
-    target = zarr.create_array(store=loc.url, shape=darr.shape, dtype=darr.dtype,
-                               chunks=tuple(c[0] for c in darr.chunks), overwrite=True,
-                               zarr_format=3, compressors=compressors, config=ALL_CHUNKS,
-                               storage_options=loc.storage_options or None)
+    target = zarr.create_array(
+        store=loc.url,
+        shape=darr.shape,
+        dtype=darr.dtype,
+        chunks=tuple(c[0] for c in darr.chunks),
+        overwrite=True,
+        zarr_format=3,
+        compressors=compressors,
+        config=ALL_CHUNKS,
+        storage_options=loc.storage_options or None,
+    )
     from .._compute import compute
 
     compute(da.store(darr, target, lock=False, compute=False), stage="write array")

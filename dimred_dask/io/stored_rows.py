@@ -8,6 +8,7 @@ methods' transforms see it through two calls (``take_rows``, ``row_blocks``; see
 ``methods._base.rows_at`` and ``row_blocks``) and fall back to NumPy indexing for arrays in
 memory. ``np.asarray`` on it reads the whole array.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -21,6 +21,7 @@ variable list's from the first row of the first row group (the only data read wh
 A row whose list has another length, a null list or a null inside one is refused when read,
 naming the file, the row group and the row.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,45 +36,60 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 def _numeric(arrow_type) -> bool:
     import pyarrow as pa
 
-    return (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
-            or pa.types.is_boolean(arrow_type))
+    return (
+        pa.types.is_integer(arrow_type)
+        or pa.types.is_floating(arrow_type)
+        or pa.types.is_boolean(arrow_type)
+    )
 
 
 def _numeric_list(arrow_type) -> bool:
     import pyarrow as pa
 
-    return ((pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)
-             or pa.types.is_fixed_size_list(arrow_type)) and _numeric(arrow_type.value_type))
+    return (
+        pa.types.is_list(arrow_type)
+        or pa.types.is_large_list(arrow_type)
+        or pa.types.is_fixed_size_list(arrow_type)
+    ) and _numeric(arrow_type.value_type)
 
 
-def choose_columns(loc: Location, available: list[str], numeric: list[str], columns,
-                   describe, default: list[str] | None = None) -> list[str]:
+def choose_columns(
+    loc: Location,
+    available: list[str],
+    numeric: list[str],
+    columns,
+    describe,
+    default: list[str] | None = None,
+) -> list[str]:
     """The columns to read: the named ones, checked, or ``default`` (every numeric one)."""
     if columns is None:
         default = numeric if default is None else default
         if not default:
-            raise InputTypeError(f"Methods need numbers; {loc} has no numeric columns "
-                                 f"(columns: {available}).",
-                                 "convert the columns you want to numbers.")
+            raise InputTypeError(
+                f"Methods need numbers; {loc} has no numeric columns (columns: {available}).",
+                "convert the columns you want to numbers.",
+            )
         return list(default)
     chosen = list(columns)
     missing = [c for c in chosen if c not in available]
     if missing:
-        raise InputError(f"Columns {missing} are not in {loc}; it has {available}.",
-                         "fix --columns.")
+        raise InputError(
+            f"Columns {missing} are not in {loc}; it has {available}.", "fix --columns."
+        )
     bad = [c for c in chosen if c not in numeric]
     if bad:
-        raise InputTypeError(f"Columns {bad} of {loc} are not numeric "
-                             f"({', '.join(f'{c}: {describe(c)}' for c in bad)}).",
-                             f"choose numeric columns, e.g. --columns {','.join(numeric[:4])}.")
+        raise InputTypeError(
+            f"Columns {bad} of {loc} are not numeric "
+            f"({', '.join(f'{c}: {describe(c)}' for c in bad)}).",
+            f"choose numeric columns, e.g. --columns {','.join(numeric[:4])}.",
+        )
     return chosen
 
 
 def _parquet_files(fs, path: str) -> list[str]:
     if not fs.isdir(path):
         return [path]
-    names = [p for p in fs.find(path)
-             if not p.rsplit("/", 1)[-1].startswith(("_", "."))]
+    names = [p for p in fs.find(path) if not p.rsplit("/", 1)[-1].startswith(("_", "."))]
     suffixed = [p for p in names if p.lower().endswith(PARQUET_SUFFIXES)]
     return sorted(suffixed or names)
 
@@ -83,9 +99,16 @@ class ParquetRows:
     ``widths``: 1 for a scalar column, the list length for a list column. Picklable: it
     carries the URL, the options and the row-group table, never data."""
 
-    def __init__(self, loc: Location, files: list[str], groups: list[tuple[int, int, int]],
-                 columns: list[str], dtype, widths: list[int] | None = None,
-                 lists: frozenset = frozenset()):
+    def __init__(
+        self,
+        loc: Location,
+        files: list[str],
+        groups: list[tuple[int, int, int]],
+        columns: list[str],
+        dtype,
+        widths: list[int] | None = None,
+        lists: frozenset = frozenset(),
+    ):
         self.loc, self.files, self.columns = loc, files, columns
         self.widths = list(widths) if widths is not None else [1] * len(columns)
         self.lists = frozenset(lists)
@@ -108,10 +131,12 @@ class ParquetRows:
 
         def damaged(exc):
             f, rg = int(self.groups[at[0], 0]), int(self.groups[at[0], 1])
-            return InputError(f"Could not decode row group {rg} of the Parquet file "
-                              f"{self.files[f]} ({type(exc).__name__}: {exc}).",
-                              "the file is damaged or truncated: write it again from its "
-                              "source.")
+            return InputError(
+                f"Could not decode row group {rg} of the Parquet file "
+                f"{self.files[f]} ({type(exc).__name__}: {exc}).",
+                "the file is damaged or truncated: write it again from its source.",
+            )
+
         try:
             with read_errors(self.loc, damaged, decoder_module="pyarrow"):
                 for g in range(first, min(last, len(self.groups) - 1) + 1):
@@ -128,7 +153,7 @@ class ParquetRows:
                 handle.close()
         block = np.concatenate(parts) if parts else np.empty((0, self.shape[1]), self.dtype)
         lo = start - int(self.starts[first])
-        rows_of = block[lo:lo + (stop - start)]
+        rows_of = block[lo : lo + (stop - start)]
         return rows_of if len(rows_of) == len(block) else rows_of.copy()  # not a view of it all
 
     def _open(self, fs, name: str):
@@ -167,22 +192,29 @@ class ParquetRows:
             lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
             bad = np.flatnonzero(lengths != width)
             if bad.size:
-                raise self._list_error(where, f"{_count(bad.size, 'list')} whose length is not "
-                                       f"{width} (e.g. {int(lengths[bad[0]])})", int(bad[0]), g)
+                raise self._list_error(
+                    where,
+                    f"{_count(bad.size, 'list')} whose length is not "
+                    f"{width} (e.g. {int(lengths[bad[0]])})",
+                    int(bad[0]),
+                    g,
+                )
         values = arr.flatten()
         if values.null_count:
             row = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0]) // width
-            raise self._list_error(where, f"{_count(values.null_count, 'null value')} inside "
-                                   "its lists", row, g)
+            raise self._list_error(
+                where, f"{_count(values.null_count, 'null value')} inside its lists", row, g
+            )
         out = np.asarray(values.to_numpy(zero_copy_only=False), dtype=self.dtype)
         return out.reshape(len(arr), width)
 
     def _list_error(self, where: str, what: str, row: int, g: int) -> InputError:
-        return InputError(f"{where[0].upper()}{where[1:]} has {what} (first at row "
-                          f"{int(self.starts[g]) + row} of the input); each row needs one "
-                          "list of the same length, without nulls.",
-                          "fill or drop those rows (or pad the lists to one length) and write "
-                          "the file again.")
+        return InputError(
+            f"{where[0].upper()}{where[1:]} has {what} (first at row "
+            f"{int(self.starts[g]) + row} of the input); each row needs one "
+            "list of the same length, without nulls.",
+            "fill or drop those rows (or pad the lists to one length) and write the file again.",
+        )
 
 
 def _count(n: int, noun: str) -> str:
@@ -226,13 +258,18 @@ def _list_width(loc: Location, fs, files: list[str], groups, name: str, arrow_ty
     for f, rg, count in groups:
         if count:
             with fs.open(files[f], "rb") as handle:
-                batch = next(_parquet_file(handle).iter_batches(
-                    batch_size=1, row_groups=[rg], columns=[name]))
+                batch = next(
+                    _parquet_file(handle).iter_batches(
+                        batch_size=1, row_groups=[rg], columns=[name]
+                    )
+                )
             first = batch.column(0)[0]
             if not first.is_valid:
-                raise InputError(f"The list column {name!r} of the Parquet file {files[f]}, row "
-                                 f"group {rg} has a null list in its first row.",
-                                 "fill or drop that row and write the file again.")
+                raise InputError(
+                    f"The list column {name!r} of the Parquet file {files[f]}, row "
+                    f"group {rg} has a null list in its first row.",
+                    "fill or drop that row and write the file again.",
+                )
             return len(first)
     return 0
 
@@ -242,10 +279,13 @@ def _schema_columns(loc, schema, columns) -> tuple[list[str], set[str]]:
     available = list(schema.names)
     scalars = [c for c in available if _numeric(schema.field(c).type)]
     lists = [c for c in available if _numeric_list(schema.field(c).type)]
+
     def describe(c):
         return schema.field(c).type
-    chosen = choose_columns(loc, available, scalars + lists, columns, describe,
-                            default=scalars or lists)
+
+    chosen = choose_columns(
+        loc, available, scalars + lists, columns, describe, default=scalars or lists
+    )
     return chosen, {c for c in chosen if c in lists}
 
 
@@ -256,8 +296,10 @@ def _file_metadata(fs, name: str):
     except Exception as exc:
         if is_storage_error(exc) and not type(exc).__module__.startswith("pyarrow"):
             raise storage_error(exc, f"Opening {name}") from None
-        raise InputError(f"Could not read {name} as Parquet ({type(exc).__name__}: {exc}).",
-                         "check that it is a valid Parquet file.") from None
+        raise InputError(
+            f"Could not read {name} as Parquet ({type(exc).__name__}: {exc}).",
+            "check that it is a valid Parquet file.",
+        ) from None
 
 
 def open_parquet(loc: Location, fs, path: str, columns, row_chunk, plan, files=None):
@@ -268,8 +310,10 @@ def open_parquet(loc: Location, fs, path: str, columns, row_chunk, plan, files=N
 
     files = list(files) if files is not None else _parquet_files(fs, path)
     if not files:
-        raise InputError(f"The folder {loc} holds no Parquet files.",
-                         "point --input at a .parquet file or a folder of them.")
+        raise InputError(
+            f"The folder {loc} holds no Parquet files.",
+            "point --input at a .parquet file or a folder of them.",
+        )
     schema, groups, nullable = None, [], set()
     for i, name in enumerate(files):
         meta = _file_metadata(fs, name)
@@ -277,37 +321,65 @@ def open_parquet(loc: Location, fs, path: str, columns, row_chunk, plan, files=N
         if schema is None:
             schema = file_schema
             chosen, lists = _schema_columns(loc, schema, columns)
-        mismatched = [c for c in chosen if c not in file_schema.names
-                      or file_schema.field(c).type != schema.field(c).type]
+        mismatched = [
+            c
+            for c in chosen
+            if c not in file_schema.names or file_schema.field(c).type != schema.field(c).type
+        ]
         if mismatched:
-            theirs = [str(file_schema.field(c).type) if c in file_schema.names else 'none'
-                      for c in mismatched]
-            raise InputError(f"The Parquet files of {loc} disagree on columns {mismatched}: "
-                             f"{files[0]} has {[str(schema.field(c).type) for c in mismatched]}, "
-                             f"{name} has {theirs}.",
-                             "write every file with the same schema, or choose other columns.")
-        nullable |= {c for c in chosen if c not in lists and meta.num_row_groups and
-                     _may_have_nulls(meta, _leaf_index(meta, c))}
+            theirs = [
+                str(file_schema.field(c).type) if c in file_schema.names else "none"
+                for c in mismatched
+            ]
+            raise InputError(
+                f"The Parquet files of {loc} disagree on columns {mismatched}: "
+                f"{files[0]} has {[str(schema.field(c).type) for c in mismatched]}, "
+                f"{name} has {theirs}.",
+                "write every file with the same schema, or choose other columns.",
+            )
+        nullable |= {
+            c
+            for c in chosen
+            if c not in lists
+            and meta.num_row_groups
+            and _may_have_nulls(meta, _leaf_index(meta, c))
+        }
         groups += [(i, rg, meta.row_group(rg).num_rows) for rg in range(meta.num_row_groups)]
-    types = [schema.field(c).type.value_type if c in lists else schema.field(c).type
-             for c in chosen]
-    dtype = np.result_type(*[np.dtype(t.to_pandas_dtype()) for t in types]) if types else \
-        np.dtype(np.float64)
+    types = [
+        schema.field(c).type.value_type if c in lists else schema.field(c).type for c in chosen
+    ]
+    dtype = (
+        np.result_type(*[np.dtype(t.to_pandas_dtype()) for t in types])
+        if types
+        else np.dtype(np.float64)
+    )
     if dtype.kind in "iub" and nullable:
         dtype = np.dtype(np.float64)  # nulls become NaN (refused later, by row)
-    widths = [_list_width(loc, fs, files, groups, c, schema.field(c).type) if c in lists else 1
-              for c in chosen]
+    widths = [
+        _list_width(loc, fs, files, groups, c, schema.field(c).type) if c in lists else 1
+        for c in chosen
+    ]
     reader = ParquetRows(loc, files, groups, chosen, dtype, widths, frozenset(lists))
     n, d = reader.shape
     largest = max((count for _, _, count in groups), default=0)
     rows = row_chunk or plan(n, d, dtype.itemsize, base=max(1, largest))
     name = "parquet-" + tokenize(loc.url, files, groups, chosen, widths, str(dtype))
-    arr = da.from_array(reader, chunks=(max(1, min(rows, max(n, 1))), d), asarray=False,
-                        fancy=False, lock=False, name=name)
-    return arr, {"columns": chosen, "files": len(files), "row_groups": len(groups),
-                 **({"stored_chunks": [largest, d]} if largest else {}),
-                 **({"list_columns": {c: w for c, w in zip(chosen, widths) if c in lists}}
-                    if lists else {}), "_reader": reader}
+    arr = da.from_array(
+        reader,
+        chunks=(max(1, min(rows, max(n, 1))), d),
+        asarray=False,
+        fancy=False,
+        lock=False,
+        name=name,
+    )
+    return arr, {
+        "columns": chosen,
+        "files": len(files),
+        "row_groups": len(groups),
+        **({"stored_chunks": [largest, d]} if largest else {}),
+        **({"list_columns": {c: w for c, w in zip(chosen, widths) if c in lists}} if lists else {}),
+        "_reader": reader,
+    }
 
 
 def open_csv(loc: Location, columns, row_chunk, urls: list[str] | None = None):
@@ -318,16 +390,20 @@ def open_csv(loc: Location, columns, row_chunk, urls: list[str] | None = None):
     from pandas.api.types import is_complex_dtype, is_numeric_dtype
 
     try:
-        df = dd.read_csv(urls or loc.url, storage_options=loc.storage_options or None,
-                         blocksize="64MB")
+        df = dd.read_csv(
+            urls or loc.url, storage_options=loc.storage_options or None, blocksize="64MB"
+        )
     except Exception as exc:
         if is_storage_error(exc):
             raise storage_error(exc, f"Opening {loc}") from None
-        raise InputError(f"Could not read {loc} as CSV ({type(exc).__name__}: {exc}).",
-                         "check that it is a valid CSV file.") from None
+        raise InputError(
+            f"Could not read {loc} as CSV ({type(exc).__name__}: {exc}).",
+            "check that it is a valid CSV file.",
+        ) from None
     available = list(df.columns)
-    numeric = [c for c in available
-               if is_numeric_dtype(df[c].dtype) and not is_complex_dtype(df[c].dtype)]
+    numeric = [
+        c for c in available if is_numeric_dtype(df[c].dtype) and not is_complex_dtype(df[c].dtype)
+    ]
     chosen = choose_columns(loc, available, numeric, columns, lambda c: df[c].dtype)
     try:
         arr = df[chosen].to_dask_array(lengths=True)
@@ -346,19 +422,27 @@ def _csv_value_error(loc: Location, chosen: list[str], exc: Exception) -> InputE
 
     text = str(exc)
     if isinstance(exc, UnicodeDecodeError):
-        return InputError(f"{loc} is not UTF-8 text ({exc.reason} at byte {exc.start} of a "
-                          "block).", "check the file (damaged, or another encoding: convert "
-                          "it to UTF-8).")
-    named = [c for c in chosen if re.search(rf"\|\s*{re.escape(str(c))}\s*\|", text)
-             or re.search(rf"^- {re.escape(str(c))}$", text, re.M)]
+        return InputError(
+            f"{loc} is not UTF-8 text ({exc.reason} at byte {exc.start} of a block).",
+            "check the file (damaged, or another encoding: convert it to UTF-8).",
+        )
+    named = [
+        c
+        for c in chosen
+        if re.search(rf"\|\s*{re.escape(str(c))}\s*\|", text)
+        or re.search(rf"^- {re.escape(str(c))}$", text, re.M)
+    ]
     values = re.findall(r"could not convert string to float: '([^']*)'", text)
     if named or values:
         where = f"column(s) {named}" if named else "a column"
         example = f" (e.g. {values[0]!r})" if values else ""
-        return InputTypeError(f"{where} of {loc} hold values that are not numbers{example}, "
-                              "past the rows used to guess the column types.",
-                              "fix or remove those values, or leave the column(s) out with "
-                              "--columns.")
+        return InputTypeError(
+            f"{where} of {loc} hold values that are not numbers{example}, "
+            "past the rows used to guess the column types.",
+            "fix or remove those values, or leave the column(s) out with --columns.",
+        )
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return InputError(f"Could not parse {loc} as CSV ({type(exc).__name__}: {first}).",
-                      "check the file: every line needs the header's number of fields.")
+    return InputError(
+        f"Could not parse {loc} as CSV ({type(exc).__name__}: {first}).",
+        "check the file: every line needs the header's number of fields.",
+    )

@@ -4,6 +4,7 @@ A URI is a local path, ``file://``, ``s3://`` or ``memory://`` (the allowlist, e
 ``DIMRED_ALLOWED_SCHEMES``), optionally with ``#path`` naming an array inside a Zarr group.
 Credentials never travel in a URI: they come from the environment or storage options.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,8 +17,18 @@ from urllib.parse import parse_qs, urlsplit
 from ..errors import InputError
 
 DEFAULT_SCHEMES = ("file", "s3", "memory")
-_SECRET_QUERY_KEYS = ("awsaccesskeyid", "x-amz-credential", "x-amz-signature", "signature",
-                      "secret", "token", "password", "key", "sig", "access_key")
+_SECRET_QUERY_KEYS = (
+    "awsaccesskeyid",
+    "x-amz-credential",
+    "x-amz-signature",
+    "signature",
+    "secret",
+    "token",
+    "password",
+    "key",
+    "sig",
+    "access_key",
+)
 
 
 def allowed_schemes() -> tuple[str, ...]:
@@ -50,8 +61,9 @@ class Location:
 
 # Storage options for this run only (e.g. credentials from a secret store), by scheme. A
 # context variable: concurrent runs in other threads do not see each other's.
-_RUN_OPTIONS: contextvars.ContextVar[dict] = contextvars.ContextVar("dimred_run_storage_options",
-                                                                    default={})
+_RUN_OPTIONS: contextvars.ContextVar[dict] = contextvars.ContextVar(
+    "dimred_run_storage_options", default={}
+)
 
 
 @contextlib.contextmanager
@@ -85,8 +97,10 @@ def parse_uri(uri, *, role: str = "input", storage_options: dict | None = None) 
     if isinstance(uri, Location):
         return uri
     if not isinstance(uri, (str, os.PathLike)) or not str(uri).strip():
-        raise InputError(f"The {role} must be a path or URL; found {uri!r}.",
-                         "pass e.g. ./data.zarr or s3://bucket/data.zarr.")
+        raise InputError(
+            f"The {role} must be a path or URL; found {uri!r}.",
+            "pass e.g. ./data.zarr or s3://bucket/data.zarr.",
+        )
     text = os.fspath(uri).strip()
     base, _, fragment = text.partition("#")
     parts = urlsplit(base) if "://" in base else None
@@ -95,33 +109,42 @@ def parse_uri(uri, *, role: str = "input", storage_options: dict | None = None) 
         raise InputError(
             f"The {role} URL scheme {scheme!r} is not allowed ({text!r}); allowed: "
             f"{', '.join(allowed_schemes())} and local paths.",
-            "use one of those schemes, or add it to DIMRED_ALLOWED_SCHEMES if you trust it.")
+            "use one of those schemes, or add it to DIMRED_ALLOWED_SCHEMES if you trust it.",
+        )
     if parts is not None:
         if "@" in parts.netloc or parts.password or parts.username:
             raise InputError(
                 f"The {role} URL carries credentials ({scheme}://<user:secret>@...); URLs are "
                 "logged and stored in manifests, so they must not contain secrets.",
                 "remove them from the URL and set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
-                "(or pass storage options) instead.")
+                "(or pass storage options) instead.",
+            )
         leaked = [k for k in parse_qs(parts.query) if k.lower() in _SECRET_QUERY_KEYS]
         if leaked:
-            raise InputError(f"The {role} URL carries credentials in its query ({leaked}).",
-                             "drop the query and use environment credentials instead.")
+            raise InputError(
+                f"The {role} URL carries credentials in its query ({leaked}).",
+                "drop the query and use environment credentials instead.",
+            )
         path = parts.path
     else:
         path = base
     segments = path.replace("\\", "/").split("/") + (fragment.split("/") if fragment else [])
     if ".." in segments:
-        raise InputError(f"The {role} {text!r} contains a '..' segment (path traversal).",
-                         "give the resolved path (e.g. realpath) without '..'.")
+        raise InputError(
+            f"The {role} {text!r} contains a '..' segment (path traversal).",
+            "give the resolved path (e.g. realpath) without '..'.",
+        )
     if scheme == "file":
         local = parts.path if parts is not None else base
         url = os.path.abspath(os.path.expanduser(local))
     else:
         url = f"{scheme}://{parts.netloc}{posixpath.normpath(parts.path) if parts.path else ''}"
         url = url.rstrip("/") if parts.path not in ("", "/") else url
-    so = {**env_storage_options(scheme), **_RUN_OPTIONS.get().get(scheme, {}),
-          **(storage_options or {})}
+    so = {
+        **env_storage_options(scheme),
+        **_RUN_OPTIONS.get().get(scheme, {}),
+        **(storage_options or {}),
+    }
     return Location(url, fragment or None, so)
 
 
@@ -144,16 +167,27 @@ def check_output_location(output: Location, *inputs) -> None:
         if loc is None:
             continue
         pairs = [(o, i) for o in _keys(output) for i in _keys(loc)]
-        linked = "" if _keys(output) == {output.url.rstrip("/") + "/"} and _keys(loc) == {
-            loc.url.rstrip("/") + "/"} else " (paths compared after resolving symbolic links)"
+        linked = (
+            ""
+            if _keys(output) == {output.url.rstrip("/") + "/"}
+            and _keys(loc) == {loc.url.rstrip("/") + "/"}
+            else " (paths compared after resolving symbolic links)"
+        )
         if any(o == i for o, i in pairs):
-            raise InputError(f"The output {output} is the {role} itself{linked}; a run would "
-                             "overwrite its data.", "choose another output location.")
+            raise InputError(
+                f"The output {output} is the {role} itself{linked}; a run would "
+                "overwrite its data.",
+                "choose another output location.",
+            )
         if any(o.startswith(i) for o, i in pairs):
-            raise InputError(f"The output {output} lies inside the {role} {loc.url}{linked}; "
-                             f"writing there would change the {role}.",
-                             f"choose an output outside the {role}.")
+            raise InputError(
+                f"The output {output} lies inside the {role} {loc.url}{linked}; "
+                f"writing there would change the {role}.",
+                f"choose an output outside the {role}.",
+            )
         if any(i.startswith(o) for o, i in pairs):
-            raise InputError(f"The output {output} contains the {role} {loc.url}{linked}; "
-                             f"--overwrite would delete the {role}.",
-                             f"choose an output that does not contain the {role}.")
+            raise InputError(
+                f"The output {output} contains the {role} {loc.url}{linked}; "
+                f"--overwrite would delete the {role}.",
+                f"choose an output that does not contain the {role}.",
+            )

@@ -1,5 +1,6 @@
 """Writing inputs in the formats users keep them in (for the demo, benchmarks and tests):
 AnnData ``.h5ad`` through anndata itself."""
+
 from __future__ import annotations
 
 import os
@@ -23,7 +24,8 @@ def save_h5ad(X, path: str, *, obs: dict | None = None, overwrite: bool = False)
         # pandas 3 says that option goes away in pandas 4
         warnings.filterwarnings("ignore", message=".*future.infer_string")
         with pd.option_context("future.infer_string", False):
-            frame = pd.DataFrame(obs or {}, index=pd.Index(
-                [str(i) for i in range(X.shape[0])], dtype=object))
+            frame = pd.DataFrame(
+                obs or {}, index=pd.Index([str(i) for i in range(X.shape[0])], dtype=object)
+            )
             anndata.AnnData(X=X, obs=frame).write_h5ad(path)
     return path

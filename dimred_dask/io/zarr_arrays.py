@@ -1,12 +1,12 @@
 """Zarr arrays (v2 and v3, a group's array by ``#path``) read by row range, strictly: an absent
 chunk object is an error naming it (never fill values, unless allowed), a chunk that does not
 decode is named, and the chunk objects can be listed once and compared with the metadata."""
+
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import (InputError, InputTypeError, StoreError, is_storage_error,
-                      storage_error)
+from ..errors import InputError, InputTypeError, StoreError, is_storage_error, storage_error
 from .base import fs_of as _fs, plan_row_chunk, read_errors
 from .raw_chunks import RawRows, raw_layout
 from .uris import Location
@@ -58,9 +58,13 @@ def strict_store(loc: Location, allow_missing: bool = False):
 
     if _STRICT is None:
         _STRICT = _strict_store_class()
-    inner = (LocalStore(loc.url, read_only=True) if loc.is_local else
-             FsspecStore.from_url(loc.url, storage_options=loc.storage_options or None,
-                                  read_only=True))
+    inner = (
+        LocalStore(loc.url, read_only=True)
+        if loc.is_local
+        else FsspecStore.from_url(
+            loc.url, storage_options=loc.storage_options or None, read_only=True
+        )
+    )
     return _STRICT(inner, str(loc), allow_missing)
 
 
@@ -72,7 +76,8 @@ def missing_chunks_error(where: str, keys: list[str], total: int | None) -> Inpu
         "them would give fill values, not data.",
         "restore the missing chunks (re-copy the array); or, if zarr left them out because "
         "they held only the fill value (write_empty_chunks=False), pass "
-        "--allow-missing-chunks to read them as the fill value.")
+        "--allow-missing-chunks to read them as the fill value.",
+    )
 
 
 def _zarr_node(loc: Location, allow_missing: bool = False):
@@ -81,30 +86,37 @@ def _zarr_node(loc: Location, allow_missing: bool = False):
     try:
         node = zarr.open(store=strict_store(loc, allow_missing), mode="r")
     except FileNotFoundError:
-        raise InputError(f"No Zarr array or group at {loc.url}.",
-                         "point --input at a .zarr folder, a .npy, .parquet or .csv "
-                         "file.") from None
+        raise InputError(
+            f"No Zarr array or group at {loc.url}.",
+            "point --input at a .zarr folder, a .npy, .parquet or .csv file.",
+        ) from None
     except PermissionError as exc:
-        raise StoreError(f"Access to {loc.url} was denied ({exc}).",
-                         "check the credentials.") from None
+        raise StoreError(
+            f"Access to {loc.url} was denied ({exc}).", "check the credentials."
+        ) from None
     except InputError:
         raise
     except Exception as exc:  # zarr raises several types for 'not zarr'
         if is_storage_error(exc):
             raise storage_error(exc, f"Opening {loc.url}") from None
-        raise InputError(f"{loc.url} is not a readable Zarr array or group ({type(exc).__name__}: "
-                         f"{exc}).", "check that the path is a Zarr store.") from None
+        raise InputError(
+            f"{loc.url} is not a readable Zarr array or group ({type(exc).__name__}: {exc}).",
+            "check that the path is a Zarr store.",
+        ) from None
     if loc.fragment:
         try:
             node = node[loc.fragment]
         except (KeyError, TypeError):
-            raise InputError(f"No array {loc.fragment!r} in the Zarr group {loc.url}.",
-                             "list the group's arrays (zarr.open(...).tree()) and fix the "
-                             "#path.") from None
+            raise InputError(
+                f"No array {loc.fragment!r} in the Zarr group {loc.url}.",
+                "list the group's arrays (zarr.open(...).tree()) and fix the #path.",
+            ) from None
     if isinstance(node, zarr.Group):
         names = sorted(k for k, v in node.arrays())
-        raise InputError(f"{loc.url} is a Zarr group, not an array; its arrays: {names or 'none'}.",
-                         f"name one with {loc.url}#<array>, e.g. #{names[0] if names else 'data'}.")
+        raise InputError(
+            f"{loc.url} is a Zarr group, not an array; its arrays: {names or 'none'}.",
+            f"name one with {loc.url}#<array>, e.g. #{names[0] if names else 'data'}.",
+        )
     return node
 
 
@@ -129,10 +141,14 @@ def chunk_inventory(node, loc: Location) -> dict:
             raise storage_error(exc, f"Listing {loc}") from None
         raise
     prefix = base.rstrip("/") + "/"
-    present = {p[len(prefix):] for p in listed if p.startswith(prefix)}
-    missing = [key for key in (node.metadata.encode_chunk_key(c)
-                               for c in itertools.product(*(range(g) for g in grid)))
-               if key not in present]
+    present = {p[len(prefix) :] for p in listed if p.startswith(prefix)}
+    missing = [
+        key
+        for key in (
+            node.metadata.encode_chunk_key(c) for c in itertools.product(*(range(g) for g in grid))
+        )
+        if key not in present
+    ]
     return {"chunk_objects": int(np.prod(grid)) if grid else 1, "missing": missing}
 
 
@@ -159,18 +175,20 @@ class _ZarrRows:
         bad = None
         first, last = start // extent[0], max(start, stop - 1) // extent[0]
         for coords in itertools.product(range(first, last + 1), *(range(g) for g in grid[1:])):
-            region = tuple(slice(c * e, min((c + 1) * e, s))
-                           for c, e, s in zip(coords, extent, self.shape))
+            region = tuple(
+                slice(c * e, min((c + 1) * e, s)) for c, e, s in zip(coords, extent, self.shape)
+            )
             try:
                 self.node[region]
             except Exception:
                 bad = self.node.metadata.encode_chunk_key(coords)
                 break
         what = f"chunk {bad!r}" if bad else f"rows {start}-{stop - 1}"
-        return InputError(f"Could not decode {what} of the Zarr array {self.where} "
-                          f"({type(exc).__name__}: {exc}).",
-                          "the chunk is damaged or truncated: re-copy or re-write the array from "
-                          "its source.")
+        return InputError(
+            f"Could not decode {what} of the Zarr array {self.where} "
+            f"({type(exc).__name__}: {exc}).",
+            "the chunk is damaged or truncated: re-copy or re-write the array from its source.",
+        )
 
 
 def _raw_metadata(loc: Location) -> str:
@@ -189,11 +207,12 @@ def _refuse_pickle(node, loc: Location) -> None:
     text = (str(node.metadata.to_dict()) if node is not None else _raw_metadata(loc)).lower()
     kind = np.dtype(node.dtype).kind if node is not None else ""
     if "pickle" in text or kind == "O" or '"|o"' in text:
-        raise InputTypeError(f"The Zarr array {loc} uses an object dtype or a pickle "
-                         "codec; unpickling "
-                         "would run code from the data.",
-                         "rewrite the array with a numeric dtype (e.g. float32) and no "
-                         "object codec.")
+        raise InputTypeError(
+            f"The Zarr array {loc} uses an object dtype or a pickle "
+            "codec; unpickling "
+            "would run code from the data.",
+            "rewrite the array with a numeric dtype (e.g. float32) and no object codec.",
+        )
 
 
 def open_zarr(loc: Location, opts):
@@ -208,19 +227,35 @@ def open_zarr(loc: Location, opts):
     if node.ndim not in (1, 2):
         return da.empty(node.shape, dtype=node.dtype, chunks=-1), {}
     n, d = (tuple(node.shape) + (1,))[:2]
-    rows = row_chunk or plan_row_chunk(n, d, node.dtype.itemsize,
-                                       base=(node.shards or node.chunks)[0])
-    name = "zarr-" + tokenize(loc.url, loc.fragment, tuple(node.shape), str(node.dtype),
-                              node.metadata.to_dict(), allow_missing)
+    rows = row_chunk or plan_row_chunk(
+        n, d, node.dtype.itemsize, base=(node.shards or node.chunks)[0]
+    )
+    name = "zarr-" + tokenize(
+        loc.url,
+        loc.fragment,
+        tuple(node.shape),
+        str(node.dtype),
+        node.metadata.to_dict(),
+        allow_missing,
+    )
     reader = _ZarrRows(node, str(loc))
     layout, why = raw_layout(node, loc) if RAW_READS else (None, "disabled")
     if layout is not None:  # uncompressed local chunk files: read them directly
         reader = RawRows(layout, reader, str(loc), allow_missing)
-    arr = da.from_array(reader, chunks=(rows,) + tuple(node.shape[1:]),
-                        asarray=False, fancy=False, lock=False, name=name)  # whole rows per task
-    meta = {"zarr_format": node.metadata.zarr_format, "stored_chunks": list(node.chunks),
-            "read_path": "chunk files" if layout is not None else f"zarr ({why})",
-            "_reader": reader}
+    arr = da.from_array(
+        reader,
+        chunks=(rows,) + tuple(node.shape[1:]),
+        asarray=False,
+        fancy=False,
+        lock=False,
+        name=name,
+    )  # whole rows per task
+    meta = {
+        "zarr_format": node.metadata.zarr_format,
+        "stored_chunks": list(node.chunks),
+        "read_path": "chunk files" if layout is not None else f"zarr ({why})",
+        "_reader": reader,
+    }
     if opts.check_chunks:  # run by open_input once the shape and dtype are known to be right
         meta["_check"] = lambda: _check_inventory(node, loc, allow_missing)
     return arr, meta
@@ -231,5 +266,8 @@ def _check_inventory(node, loc: Location, allow_missing: bool) -> dict:
     missing = inventory["missing"]
     if missing and not allow_missing:
         raise missing_chunks_error(str(loc), missing, inventory["chunk_objects"])
-    return {"chunk_objects": inventory["chunk_objects"], "missing_chunks": len(missing),
-            **({"missing_chunk_keys": missing[:20]} if missing else {})}
+    return {
+        "chunk_objects": inventory["chunk_objects"],
+        "missing_chunks": len(missing),
+        **({"missing_chunk_keys": missing[:20]} if missing else {}),
+    }

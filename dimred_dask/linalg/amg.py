@@ -19,6 +19,7 @@ Application (`AMG.solve`): one V-cycle for M y = r from y = 0, ``sweeps`` damped
 sweeps before and after the coarse correction at each level (ω = 4 / (3 ρ(D⁻¹ M)), ρ from
 a few power steps): symmetric, positive semidefinite, hence a valid LOBPCG preconditioner.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -122,6 +123,7 @@ class _Level:
 class AMG:
     """A V-cycle approximating M⁺ (see the module docstring); ``info`` holds the levels'
     sizes and nonzeros."""
+
     levels: list
     coarse_solve: object  # R -> the coarsest level's (pseudo-)inverse times R
     sweeps: int = 1
@@ -154,8 +156,15 @@ class AMG:
         return LinearOperator((n, n), matvec=self.solve, matmat=self.solve, dtype=np.float64)
 
 
-def amg_hierarchy(A, *, theta: float = 0.0, sweeps: int = 1, coarse_size: int = COARSE_SIZE,
-                  max_levels: int = MAX_LEVELS, random_state=0) -> AMG:
+def amg_hierarchy(
+    A,
+    *,
+    theta: float = 0.0,
+    sweeps: int = 1,
+    coarse_size: int = COARSE_SIZE,
+    max_levels: int = MAX_LEVELS,
+    random_state=0,
+) -> AMG:
     """The hierarchy of M = Aᵀ A (``A`` sparse, n x n), M never formed at the finest level.
     ``theta``: strength threshold below the first level (the first aggregates on the
     symmetrised pattern of A)."""
@@ -184,8 +193,7 @@ def amg_hierarchy(A, *, theta: float = 0.0, sweeps: int = 1, coarse_size: int = 
             break
         P = _prolongator(agg)
         op = Mc
-        omega = 4 / 3 / _spectral_radius(lambda x, op=op, inv=inv: inv * (op @ x),
-                                         Mc.shape[0], rng)
+        omega = 4 / 3 / _spectral_radius(lambda x, op=op, inv=inv: inv * (op @ x), Mc.shape[0], rng)
         levels.append(_Level(lambda X, op=op: op @ X, inv, omega, P))
         Mc = (P.T @ Mc @ P).tocsr()
     sizes.append(Mc.shape[0])

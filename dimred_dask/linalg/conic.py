@@ -17,6 +17,7 @@ relative and absolute duality gap and the primal and dual residuals; ``residual`
 max(min(gap_abs, gap_rel), res_primal, res_dual), the quantity Clarabel's stopping rule
 compares with ``tol`` (tol_gap_abs = tol_gap_rel = tol_feas = tol here).
 """
+
 from __future__ import annotations
 
 import time
@@ -30,8 +31,9 @@ from .convergence import record
 __all__ = ["solve_problem"]
 
 
-def solve_problem(problem, opts: dict, *, label: str, step: str, tol: float,
-                  verbose: bool = False) -> dict:
+def solve_problem(
+    problem, opts: dict, *, label: str, step: str, tol: float, verbose: bool = False
+) -> dict:
     """Solve ``problem`` with ``opts`` (from ``linalg.sdp.solver_options``); returns
     {"status", "iterations", "canonicalise_seconds", "setup_seconds", "iterate_seconds",
     "record"}. A solver failure is a status ("solver_error: ..."), never an exception."""
@@ -39,8 +41,7 @@ def solve_problem(problem, opts: dict, *, label: str, step: str, tol: float,
 
     name = opts["solver"]
     max_iter = int(opts.get("max_iter") or opts.get("max_iters") or 0)
-    out = {"canonicalise_seconds": 0.0, "setup_seconds": 0.0, "iterate_seconds": 0.0,
-           "info": {}}
+    out = {"canonicalise_seconds": 0.0, "setup_seconds": 0.0, "iterate_seconds": 0.0, "info": {}}
     try:
         with warnings.catch_warnings():  # the status is reported and acted on by the caller
             warnings.filterwarnings("ignore", message="Solution may be inaccurate")
@@ -61,17 +62,27 @@ def solve_problem(problem, opts: dict, *, label: str, step: str, tol: float,
     info = {k: v for k, v in out["info"].items() if k != "iterations"}
     residual, measure = None, None
     if {"gap_abs", "gap_rel", "res_primal", "res_dual"} <= set(info):
-        residual = max(min(info["gap_abs"], info["gap_rel"]), info["res_primal"],
-                       info["res_dual"])
+        residual = max(min(info["gap_abs"], info["gap_rel"]), info["res_primal"], info["res_dual"])
         measure = "max(min(gap_abs, gap_rel), res_primal, res_dual) (Clarabel's stopping rule)"
     elif {"gap_abs", "res_primal", "res_dual"} <= set(extra):
         residual = max(extra["gap_abs"], extra["res_primal"], extra["res_dual"])
-        measure = ("max(gap, res_pri, res_dual), absolute (SCS stops at eps_abs + eps_rel "
-                   "times the data's scale)")
+        measure = (
+            "max(gap, res_pri, res_dual), absolute (SCS stops at eps_abs + eps_rel "
+            "times the data's scale)"
+        )
     out["record"] = record(
-        step, name.lower(), converged=status == "optimal", iterations=iters, residual=residual,
-        tol=tol, status=status, max_iter=max_iter, **info, **extra,
-        **({"measure": measure} if measure else {}))
+        step,
+        name.lower(),
+        converged=status == "optimal",
+        iterations=iters,
+        residual=residual,
+        tol=tol,
+        status=status,
+        max_iter=max_iter,
+        **info,
+        **extra,
+        **({"measure": measure} if measure else {}),
+    )
     out.update({"status": status, "iterations": iters})
     return out
 
@@ -89,8 +100,9 @@ def _clarabel(problem, opts, label, max_iter, verbose, out) -> None:
     solver_opts = {k: v for k, v in opts.items() if k != "solver"}
     t0 = time.perf_counter()
     report(f"{label}: canonicalising (cvxpy)", 0, 1)
-    data, chain, inverse = problem.get_problem_data(cp.CLARABEL, verbose=verbose,
-                                                    solver_opts=solver_opts)
+    data, chain, inverse = problem.get_problem_data(
+        cp.CLARABEL, verbose=verbose, solver_opts=solver_opts
+    )
     report(f"{label}: canonicalising (cvxpy)", 1, 1)
     t1 = time.perf_counter()
     q = data[s.C]
@@ -101,8 +113,9 @@ def _clarabel(problem, opts, label, max_iter, verbose, out) -> None:
     solver = clarabel.DefaultSolver(P, q, data[s.A], data[s.B], cones, settings)
     report(f"{label}: Clarabel set-up", 1, 1)
     t2 = time.perf_counter()
-    target = max(float(getattr(settings, "tol_gap_rel", 1e-8)),
-                 float(getattr(settings, "tol_feas", 1e-8)))
+    target = max(
+        float(getattr(settings, "tol_gap_rel", 1e-8)), float(getattr(settings, "tol_feas", 1e-8))
+    )
     first: list[float] = []
     last = [f"{label}: Clarabel iterations"]
 
@@ -115,8 +128,10 @@ def _clarabel(problem, opts, label, max_iter, verbose, out) -> None:
         share = 0.0
         if first and np.isfinite(r) and r > 0:
             share = float(np.clip(np.log(first[0] / r) / np.log(first[0] / target), 0, 0.99))
-        last[0] = (f"{label}: Clarabel iteration {int(info.iterations)}, residual {r:.1e} "
-                   f"(stops at {target:.0e}, at most {max_iter} iterations)")
+        last[0] = (
+            f"{label}: Clarabel iteration {int(info.iterations)}, residual {r:.1e} "
+            f"(stops at {target:.0e}, at most {max_iter} iterations)"
+        )
         report(last[0], share, 1.0)
         return False  # never ask Clarabel to stop
 
@@ -125,12 +140,21 @@ def _clarabel(problem, opts, label, max_iter, verbose, out) -> None:
     t3 = time.perf_counter()
     report(last[0], 1.0, 1.0)  # the phase is over
     fin = solver.get_info()
-    out.update({"canonicalise_seconds": t1 - t0, "setup_seconds": t2 - t1,
-                "iterate_seconds": t3 - t2,
-                "info": {"iterations": int(fin.iterations), "clarabel_status": str(fin.status),
-                         "gap_abs": float(fin.gap_abs), "gap_rel": float(fin.gap_rel),
-                         "res_primal": float(fin.res_primal),
-                         "res_dual": float(fin.res_dual)}})
+    out.update(
+        {
+            "canonicalise_seconds": t1 - t0,
+            "setup_seconds": t2 - t1,
+            "iterate_seconds": t3 - t2,
+            "info": {
+                "iterations": int(fin.iterations),
+                "clarabel_status": str(fin.status),
+                "gap_abs": float(fin.gap_abs),
+                "gap_rel": float(fin.gap_rel),
+                "res_primal": float(fin.res_primal),
+                "res_dual": float(fin.res_dual),
+            },
+        }
+    )
     problem.unpack_results(result, chain, inverse)
 
 
@@ -139,6 +163,10 @@ def _scs_extra(stats) -> dict:
     info = (getattr(stats, "extra_stats", None) or {}).get("info") if stats is not None else None
     if not isinstance(info, dict):
         return {}
-    keys = {"res_pri": "res_primal", "res_dual": "res_dual", "gap": "gap_abs",
-            "status": "scs_status"}
+    keys = {
+        "res_pri": "res_primal",
+        "res_dual": "res_dual",
+        "gap": "gap_abs",
+        "status": "scs_status",
+    }
     return {new: info[old] for old, new in keys.items() if old in info}

@@ -18,6 +18,7 @@ turn: every attempt is recorded (an abandoned one with ``handled_by="retried wit
 and when none converges `SolverError` says which solver stopped where, against what, and
 which parameter to change.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,11 +29,27 @@ import numpy as np
 
 from ..errors import ConvergenceWarning, SolverError
 
-__all__ = ["record", "completed", "solve_with_fallbacks", "unconverged_error", "describe",
-           "require_converged", "diagnostic", "RECORD_KEYS"]
+__all__ = [
+    "record",
+    "completed",
+    "solve_with_fallbacks",
+    "unconverged_error",
+    "describe",
+    "require_converged",
+    "diagnostic",
+    "RECORD_KEYS",
+]
 
-RECORD_KEYS = ("step", "solver", "converged", "iterations", "residual", "tol", "status",
-               "handled_by")
+RECORD_KEYS = (
+    "step",
+    "solver",
+    "converged",
+    "iterations",
+    "residual",
+    "tol",
+    "status",
+    "handled_by",
+)
 
 
 def _plain(v):
@@ -50,16 +67,29 @@ def _plain(v):
     return v
 
 
-def record(step: str, solver: str, *, converged: bool, iterations=None, residual=None,
-           tol=None, status: str | None = None, handled_by: str | None = None,
-           **extra) -> dict:
+def record(
+    step: str,
+    solver: str,
+    *,
+    converged: bool,
+    iterations=None,
+    residual=None,
+    tol=None,
+    status: str | None = None,
+    handled_by: str | None = None,
+    **extra,
+) -> dict:
     """A convergence record (see the module docstring)."""
-    out = {"step": str(step), "solver": str(solver), "converged": bool(converged),
-           "iterations": None if iterations is None else int(iterations),
-           "residual": None if residual is None else _plain(float(residual)),
-           "tol": None if tol is None else _plain(float(tol)),
-           "status": status or ("converged" if converged else "not converged"),
-           "handled_by": handled_by}
+    out = {
+        "step": str(step),
+        "solver": str(solver),
+        "converged": bool(converged),
+        "iterations": None if iterations is None else int(iterations),
+        "residual": None if residual is None else _plain(float(residual)),
+        "tol": None if tol is None else _plain(float(tol)),
+        "status": status or ("converged" if converged else "not converged"),
+        "handled_by": handled_by,
+    }
     out.update({k: _plain(v) for k, v in extra.items()})
     return out
 
@@ -68,8 +98,9 @@ def completed(step: str, solver: str, iterations=None, *, loss=None, **extra) ->
     """The record of a solve that runs a fixed number of iterations by design (t-SNE's and
     UMAP's optimisers, randomized subspace iteration): status "completed"."""
     more = {} if loss is None else {"loss": loss}
-    return record(step, solver, converged=True, iterations=iterations, status="completed",
-                  **more, **extra)
+    return record(
+        step, solver, converged=True, iterations=iterations, status="completed", **more, **extra
+    )
 
 
 def _num(v, spec=".1e") -> str:
@@ -80,8 +111,9 @@ def describe(rec: dict) -> str:
     """One line: solver, step, residual against tolerance, iterations, status."""
     where = f"{rec['solver']} on the {rec['step']}"
     if rec.get("residual") is not None or rec.get("tol") is not None:
-        where += f": residual {_num(rec.get('residual'))} against the tolerance " \
-                 f"{_num(rec.get('tol'))}"
+        where += (
+            f": residual {_num(rec.get('residual'))} against the tolerance {_num(rec.get('tol'))}"
+        )
     if rec.get("iterations") is not None:
         where += f" after {rec['iterations']} iterations"
     return f"{where} (status {rec['status']!r})"
@@ -96,8 +128,7 @@ def unconverged_error(method: str, records: list[dict], fix: str) -> SolverError
     return SolverError(f"{method}: the solve did not converge: {describe(last)}.{tried}", fix)
 
 
-def solve_with_fallbacks(attempt, solvers, *, step: str, method: str, fix: str,
-                         warn: bool = True):
+def solve_with_fallbacks(attempt, solvers, *, step: str, method: str, fix: str, warn: bool = True):
     """(result, records) from ``attempt(solver) -> (result, record)`` for the first of
     ``solvers`` whose record says converged. An attempt that stops short is recorded with
     ``handled_by="retried with <next>"`` (its own ConvergenceWarning is replaced by one saying
@@ -119,8 +150,11 @@ def solve_with_fallbacks(attempt, solvers, *, step: str, method: str, fix: str,
         records.append(rec)
         if rec["converged"]:
             if len(records) > 1 and warn:
-                warnings.warn(f"{method}: {describe(records[0])}; retried with {solver}, "
-                              "which converged.", ConvergenceWarning, stacklevel=3)
+                warnings.warn(
+                    f"{method}: {describe(records[0])}; retried with {solver}, which converged.",
+                    ConvergenceWarning,
+                    stacklevel=3,
+                )
             return result, records
         if not last:
             rec["handled_by"] = f"retried with {solvers[i + 1]}"

@@ -9,6 +9,7 @@ Sparse F (CSR rows, or a dask array of CSR row blocks) is centred implicitly: a 
 co-moment is F^T (D - 1 mu_D^T), exactly (Fc^T Dc = F^T Dc, since 1^T Dc = 0), and its sums
 of squares the exact centred ones of ``blocks.sparse``; only D's block is dense.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,8 +27,10 @@ __all__ = ["CrossStats", "cross_stats", "bad_labels"]
 
 
 def bad_labels(method: str, what: str) -> InputError:
-    return InputError(f"{method} needs finite labels; found {what}.",
-                      "impute or drop those rows of X and y together.")
+    return InputError(
+        f"{method} needs finite labels; found {what}.",
+        "impute or drop those rows of X and y together.",
+    )
 
 
 @dataclass
@@ -46,8 +49,13 @@ def _bad_block(x, dl, offset):
         if not finite.all():
             rows = np.nonzero(~finite.all(axis=1))[0]
             n_nan = int(np.isnan(a).sum())
-            return which, n_nan, int((~finite).sum()) - n_nan, \
-                tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]), int(rows.size)
+            return (
+                which,
+                n_nan,
+                int((~finite).sum()) - n_nan,
+                tuple(offset + int(r) for r in rows[:MAX_LISTED_ROWS]),
+                int(rows.size),
+            )
     return None
 
 
@@ -75,9 +83,14 @@ def _sparse_cross_block(x, dl, offset: int = 0) -> CrossStats:
         return CrossStats(0, np.zeros(p), np.zeros(r), np.zeros((p, r)), np.zeros(p))
     bad = nonfinite_rows(x, offset)
     if bad is not None:
-        return CrossStats(n, np.zeros(p), np.zeros(r), None, np.zeros(p), ("X", bad[1],
-                                                                            bad[0] - bad[1],
-                                                                            bad[2], bad[3]))
+        return CrossStats(
+            n,
+            np.zeros(p),
+            np.zeros(r),
+            None,
+            np.zeros(p),
+            ("X", bad[1], bad[0] - bad[1], bad[2], bad[3]),
+        )
     x = csr64(x)
     with np.errstate(invalid="ignore", over="ignore"):
         md = dl.mean(axis=0)
@@ -93,8 +106,13 @@ def _sparse_cross_block(x, dl, offset: int = 0) -> CrossStats:
 def _merge_cross(a: CrossStats, b: CrossStats) -> CrossStats:
     if a.bad or b.bad:
         if a.bad and b.bad and a.bad[0] == b.bad[0]:
-            bad = (a.bad[0], a.bad[1] + b.bad[1], a.bad[2] + b.bad[2],
-                   merge_row_lists(a.bad[3], b.bad[3]), a.bad[4] + b.bad[4])
+            bad = (
+                a.bad[0],
+                a.bad[1] + b.bad[1],
+                a.bad[2] + b.bad[2],
+                merge_row_lists(a.bad[3], b.bad[3]),
+                a.bad[4] + b.bad[4],
+            )
         else:
             bad = a.bad if a.bad and (a.bad[0] == "X" or not b.bad) else b.bad
         return CrossStats(a.n + b.n, a.mean_x, a.mean_d, None, a.sumsq, bad)
@@ -102,8 +120,13 @@ def _merge_cross(a: CrossStats, b: CrossStats) -> CrossStats:
         return b if a.n == 0 else a
     n = a.n + b.n
     dx, dd, w = b.mean_x - a.mean_x, b.mean_d - a.mean_d, a.n * b.n / n
-    return CrossStats(n, a.mean_x + dx * (b.n / n), a.mean_d + dd * (b.n / n),
-                      a.cross + b.cross + w * np.outer(dx, dd), a.sumsq + b.sumsq + w * dx**2)
+    return CrossStats(
+        n,
+        a.mean_x + dx * (b.n / n),
+        a.mean_d + dd * (b.n / n),
+        a.cross + b.cross + w * np.outer(dx, dd),
+        a.sumsq + b.sumsq + w * dx**2,
+    )
 
 
 def cross_stats(F, D, *, method: str, where: str = "X", stage: str = "X^T H Delta pass"):
@@ -115,12 +138,16 @@ def cross_stats(F, D, *, method: str, where: str = "X", stage: str = "X^T H Delt
         F = F if F.numblocks[1] == 1 else F.rechunk({1: -1})
         D = D.rechunk({0: F.chunks[0], 1: -1})
         offsets = np.concatenate([[0], np.cumsum(F.chunks[0])[:-1]])
-        leaves = [delayed(block, pure=True)(f, dl, int(o)) for f, dl, o in
-                  zip(F.to_delayed().ravel(), D.to_delayed().ravel(), offsets)]
+        leaves = [
+            delayed(block, pure=True)(f, dl, int(o))
+            for f, dl, o in zip(F.to_delayed().ravel(), D.to_delayed().ravel(), offsets)
+        ]
         (st,) = compute(tree_reduce(leaves, delayed(_merge_cross, pure=True)), stage=stage)
     else:
-        st = tree_reduce([block(F[a:b], D[a:b], a)
-                          for a, b in row_blocks(F.shape[0], NUMPY_BLOCK_ROWS)], _merge_cross)
+        st = tree_reduce(
+            [block(F[a:b], D[a:b], a) for a, b in row_blocks(F.shape[0], NUMPY_BLOCK_ROWS)],
+            _merge_cross,
+        )
     if st.bad is not None:
         which, n_nan, n_inf, rows, n_rows = st.bad
         if which == "X":

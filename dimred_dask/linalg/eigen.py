@@ -26,6 +26,7 @@ records the residual of its Ritz pairs; Lanczos records ARPACK's verdict and its
 products (eigenpairs that did not converge are returned with ``converged=False``: the caller
 refuses or replaces them).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -63,9 +64,10 @@ class Eigen:
 
 def choose_eigen_solver(solver: str, n: int) -> str:
     if solver not in EIGEN_SOLVERS:
-        raise InputError(f"eigen solver must be one of {', '.join(EIGEN_SOLVERS)}; found "
-                         f"{solver!r}.", "pass solver='auto' (dense up to "
-                         f"{DENSE_MAX} rows, randomized above).")
+        raise InputError(
+            f"eigen solver must be one of {', '.join(EIGEN_SOLVERS)}; found {solver!r}.",
+            f"pass solver='auto' (dense up to {DENSE_MAX} rows, randomized above).",
+        )
     if solver == "auto":
         return "dense" if n <= DENSE_MAX else "randomized"
     return solver
@@ -78,17 +80,30 @@ def _matmul(A, Q, stage: str) -> np.ndarray:
     return np.asarray(A @ Q.astype(A.dtype, copy=False), dtype=np.float64)
 
 
-def top_eigh(A, k: int, *, solver: str = "auto", which: str = "LA", n_oversamples: int = 10,
-             n_iter: int = 4, tol: float = 0.0, random_state=0, shift: float | None = None,
-             stage: str = "eigensolver") -> Eigen:
+def top_eigh(
+    A,
+    k: int,
+    *,
+    solver: str = "auto",
+    which: str = "LA",
+    n_oversamples: int = 10,
+    n_iter: int = 4,
+    tol: float = 0.0,
+    random_state=0,
+    shift: float | None = None,
+    stage: str = "eigensolver",
+) -> Eigen:
     """The ``k`` largest (``which="LA"``) or smallest (``"SA"``) eigenpairs of symmetric ``A``."""
     n = A.shape[0]
     if A.ndim != 2 or A.shape[1] != n:
-        raise InputError(f"An eigensolver needs a square matrix; found shape {A.shape}.",
-                         "pass the n x n kernel or distance matrix.")
+        raise InputError(
+            f"An eigensolver needs a square matrix; found shape {A.shape}.",
+            "pass the n x n kernel or distance matrix.",
+        )
     if not 1 <= k <= n:
-        raise InputError(f"Asked for {k} eigenpairs of a {n} x {n} matrix.",
-                         f"ask for between 1 and {n}.")
+        raise InputError(
+            f"Asked for {k} eigenpairs of a {n} x {n} matrix.", f"ask for between 1 and {n}."
+        )
     solver = choose_eigen_solver(solver, n)
     if which not in ("LA", "SA"):
         raise InputError(f"which must be 'LA' or 'SA'; found {which!r}.", "pass which='LA'.")
@@ -100,18 +115,29 @@ def top_eigh(A, k: int, *, solver: str = "auto", which: str = "LA", n_oversample
         return Eigen(w, v, solver, passes, convergence={**rec, "step": step})
     if which == "LA":
         w, v, passes, av = _randomized(A, k, n_oversamples, n_iter, random_state, stage, None)
-        return Eigen(w, v, solver, passes, product=av,
-                     convergence=_randomized_record(step, w, v, av, passes, n_iter))
+        return Eigen(
+            w,
+            v,
+            solver,
+            passes,
+            product=av,
+            convergence=_randomized_record(step, w, v, av, passes, n_iter),
+        )
     if shift is None:
-        raise InputError("The smallest eigenvalues by subspace iteration need shift >= the "
-                         "largest eigenvalue; found shift=None.",
-                         "pass shift=<largest eigenvalue> (from a which='LA' call), or use "
-                         "solver='lanczos'.")
-    w, v, passes, av = _randomized(A, k, n_oversamples, n_iter, random_state, stage,
-                                   float(shift))
-    return Eigen(float(shift) - w, v, solver, passes, info={"shift": float(shift)},
-                 convergence=_randomized_record(step, w, v, av, passes, n_iter,
-                                                scale=float(shift)))
+        raise InputError(
+            "The smallest eigenvalues by subspace iteration need shift >= the "
+            "largest eigenvalue; found shift=None.",
+            "pass shift=<largest eigenvalue> (from a which='LA' call), or use solver='lanczos'.",
+        )
+    w, v, passes, av = _randomized(A, k, n_oversamples, n_iter, random_state, stage, float(shift))
+    return Eigen(
+        float(shift) - w,
+        v,
+        solver,
+        passes,
+        info={"shift": float(shift)},
+        convergence=_randomized_record(step, w, v, av, passes, n_iter, scale=float(shift)),
+    )
 
 
 def _randomized_record(step, w, v, av, passes, n_iter, scale=None) -> dict:
@@ -120,9 +146,14 @@ def _randomized_record(step, w, v, av, passes, n_iter, scale=None) -> dict:
     nothing more: A v is the Rayleigh-Ritz product."""
     top = scale if scale is not None else float(np.max(np.abs(w))) if w.size else 1.0
     res = np.linalg.norm(av - v * w, axis=0) / max(abs(top), np.finfo(np.float64).tiny)
-    return completed(step, "randomized subspace iteration", int(n_iter), passes=int(passes),
-                     residual=float(res.max()) if res.size else 0.0,
-                     measure="max ||A v - lambda v|| / |largest eigenvalue| of the Ritz pairs")
+    return completed(
+        step,
+        "randomized subspace iteration",
+        int(n_iter),
+        passes=int(passes),
+        residual=float(res.max()) if res.size else 0.0,
+        measure="max ||A v - lambda v|| / |largest eigenvalue| of the Ritz pairs",
+    )
 
 
 def _dense(A, k, which, stage) -> Eigen:
@@ -138,10 +169,19 @@ def _dense(A, k, which, stage) -> Eigen:
         vals, vecs = w[:k], v[:, :k]
     else:
         vals, vecs = w[::-1][:k], v[:, ::-1][:, :k]
-    return Eigen(vals.copy(), np.ascontiguousarray(vecs), "dense", passes, spectrum=w,
-                 convergence=record(f"{'top' if which == 'LA' else 'bottom'} {k} eigenpairs",
-                                    "dense (LAPACK eigh)", converged=True,
-                                    status="exact"))
+    return Eigen(
+        vals.copy(),
+        np.ascontiguousarray(vecs),
+        "dense",
+        passes,
+        spectrum=w,
+        convergence=record(
+            f"{'top' if which == 'LA' else 'bottom'} {k} eigenpairs",
+            "dense (LAPACK eigh)",
+            converged=True,
+            status="exact",
+        ),
+    )
 
 
 def _randomized(A, k, n_oversamples, n_iter, random_state, stage, shift):
@@ -169,14 +209,19 @@ def _lanczos(A, k, which, tol, random_state, stage):
 
     n = A.shape[0]
     if k >= n - 1:
-        raise InputError(f"The Lanczos solver needs k < n - 1; found k={k}, n={n}.",
-                         "use solver='dense' for so small a matrix.")
+        raise InputError(
+            f"The Lanczos solver needs k < n - 1; found k={k}, n={n}.",
+            "use solver='dense' for so small a matrix.",
+        )
     count = {"passes": 0}
 
     def matvec(v):
         count["passes"] += 1
-        return _matmul(A, np.asarray(v, dtype=np.float64).reshape(n, -1),
-                       f"{stage}: Lanczos matvec {count['passes']}").ravel()
+        return _matmul(
+            A,
+            np.asarray(v, dtype=np.float64).reshape(n, -1),
+            f"{stage}: Lanczos matvec {count['passes']}",
+        ).ravel()
 
     op = LinearOperator((n, n), matvec=matvec, dtype=np.float64)
     v0 = check_random_state(random_state).uniform(-1, 1, n)
@@ -184,14 +229,24 @@ def _lanczos(A, k, which, tol, random_state, stage):
     try:
         w, v = eigsh(op, k=k, which=which, tol=tol, v0=v0)
     except ArpackNoConvergence as exc:
-        warnings.warn(f"Lanczos did not converge: {len(exc.eigenvalues)} of {k} eigenpairs "
-                      f"converged after {count['passes']} matrix-vector products.",
-                      ConvergenceWarning, stacklevel=3)
+        warnings.warn(
+            f"Lanczos did not converge: {len(exc.eigenvalues)} of {k} eigenpairs "
+            f"converged after {count['passes']} matrix-vector products.",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
         w, v = exc.eigenvalues, exc.eigenvectors
         converged, status = False, f"{len(w)} of {k} eigenpairs converged"
     order = np.argsort(w)[::-1] if which == "LA" else np.argsort(w)
-    rec = record("eigenpairs", "lanczos (ARPACK)", converged=converged,
-                 iterations=count["passes"], tol=tol, status=status,
-                 matvecs=count["passes"], n_converged=len(w),
-                 measure="ARPACK's relative eigenvalue accuracy (tol 0: machine precision)")
+    rec = record(
+        "eigenpairs",
+        "lanczos (ARPACK)",
+        converged=converged,
+        iterations=count["passes"],
+        tol=tol,
+        status=status,
+        matvecs=count["passes"],
+        n_converged=len(w),
+        measure="ARPACK's relative eigenvalue accuracy (tol 0: machine precision)",
+    )
     return w[order], v[:, order], count["passes"], rec

@@ -25,6 +25,7 @@ matrix is formed as (A S)ᵀ (A S), not Sᵀ (M S), so that eigenvalues of 1e-14
 ||M|| ~ 4 are not lost to cancellation. It stops when the wanted Ritz vectors move by
 less than ``tol`` (the sine of the largest angle between successive blocks).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -51,8 +52,16 @@ MAXITER = 100
 TOL_FLOOR = 1e-7
 
 
-def bottom_eigsh_gram(A, k: int, *, null=None, tol: float = 1e-8, maxiter: int | None = None,
-                      random_state=0, block: int | None = None) -> Eigen:
+def bottom_eigsh_gram(
+    A,
+    k: int,
+    *,
+    null=None,
+    tol: float = 1e-8,
+    maxiter: int | None = None,
+    random_state=0,
+    block: int | None = None,
+) -> Eigen:
     """The ``k`` smallest eigenpairs of M = Aᵀ A (A sparse, square) orthogonal to ``null``
     (a vector with A null = 0, e.g. the constant for LLE's A = I - W), values ascending;
     ``info`` has the iterations, the factor's size and the final change of the block."""
@@ -60,8 +69,11 @@ def bottom_eigsh_gram(A, k: int, *, null=None, tol: float = 1e-8, maxiter: int |
 
     n = A.shape[0]
     if A.shape != (n, n) or not 1 <= k < n - 1:
-        raise InputError(f"bottom_eigsh_gram needs a square A and 1 <= k < n - 1; found "
-                         f"shape {A.shape}, k = {k}.", "pass the n x n A and a smaller k.")
+        raise InputError(
+            f"bottom_eigsh_gram needs a square A and 1 <= k < n - 1; found "
+            f"shape {A.shape}, k = {k}.",
+            "pass the n x n A and a smaller k.",
+        )
     A = sp.csr_matrix(A, dtype=np.float64)
     tau = GRAM_SHIFT * float(max(np.abs(A.diagonal()).max(), 1e-300))
     lu = splu((A + tau * sp.identity(n, format="csr")).tocsc(), permc_spec="COLAMD")
@@ -97,15 +109,30 @@ def bottom_eigsh_gram(A, k: int, *, null=None, tol: float = 1e-8, maxiter: int |
             converged = True
             break
     if not converged:
-        warnings.warn(f"The factored solver's block still moved by {change:.1e} after {iters} "
-                      f"iterations (tol {tol_eff:.0e}).", ConvergenceWarning, stacklevel=3)
+        warnings.warn(
+            f"The factored solver's block still moved by {change:.1e} after {iters} "
+            f"iterations (tol {tol_eff:.0e}).",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
     AV = A @ V[:, :k]
     values = np.einsum("ij,ij->j", AV, AV)
-    info = {"iterations": it, "change": change, "shift": tau, "block": p,
-            "factor_nnz": int(lu.L.nnz + lu.U.nnz)}
-    rec = record(f"bottom {k} eigenpairs", "factored (block inverse iteration, sparse LU)",
-                 converged=converged, iterations=it, residual=change, tol=tol_eff,
-                 status="converged" if converged else f"stopped at maxiter={iters}",
-                 maxiter=iters, measure="sine of the largest angle between the last two "
-                                        "blocks")
+    info = {
+        "iterations": it,
+        "change": change,
+        "shift": tau,
+        "block": p,
+        "factor_nnz": int(lu.L.nnz + lu.U.nnz),
+    }
+    rec = record(
+        f"bottom {k} eigenpairs",
+        "factored (block inverse iteration, sparse LU)",
+        converged=converged,
+        iterations=it,
+        residual=change,
+        tol=tol_eff,
+        status="converged" if converged else f"stopped at maxiter={iters}",
+        maxiter=iters,
+        measure="sine of the largest angle between the last two blocks",
+    )
     return Eigen(values, V[:, :k], "factored", 0, info=info, convergence=rec)

@@ -21,6 +21,7 @@ n = 200 000 on the 50-D mixture).
 Stops when the k wanted residuals ||M x - λ x|| (unit x) are at most ``tol`` times the mean
 diagonal of M (scale-free; ~1 for LLE's M). The answer is the Ritz pairs of M itself.
 """
+
 from __future__ import annotations
 
 import time
@@ -69,21 +70,38 @@ def _orth_coef(G: np.ndarray) -> np.ndarray:
     return U[:, keep] / np.sqrt(s[keep])
 
 
-def bottom_eigsh_lobpcg(A, k: int, *, null=None, preconditioner: str = "jacobi",
-                        tol: float = 1e-8, maxiter: int | None = None, block: int | None = None,
-                        X0=None, random_state=0, reorder: bool = True, threads: int | None = None,
-                        amg_options=None) -> Eigen:
+def bottom_eigsh_lobpcg(
+    A,
+    k: int,
+    *,
+    null=None,
+    preconditioner: str = "jacobi",
+    tol: float = 1e-8,
+    maxiter: int | None = None,
+    block: int | None = None,
+    X0=None,
+    random_state=0,
+    reorder: bool = True,
+    threads: int | None = None,
+    amg_options=None,
+) -> Eigen:
     """The ``k`` smallest eigenpairs of M = Aᵀ A orthogonal to ``null`` (see the module
     docstring); ``info`` has the iterations, the residuals and the preconditioner's
     levels. ``reorder``: solve in reverse Cuthill-McKee order (see REORDER); ``threads``:
     threads for the products with A (default THREADS)."""
     n = A.shape[0]
     if A.shape != (n, n) or not 1 <= k < n - 1:
-        raise InputError(f"bottom_eigsh_lobpcg needs a square A and 1 <= k < n - 1; found "
-                         f"shape {A.shape}, k = {k}.", "pass the n x n A and a smaller k.")
+        raise InputError(
+            f"bottom_eigsh_lobpcg needs a square A and 1 <= k < n - 1; found "
+            f"shape {A.shape}, k = {k}.",
+            "pass the n x n A and a smaller k.",
+        )
     if preconditioner not in PRECONDITIONERS:
-        raise InputError(f"preconditioner must be one of {', '.join(PRECONDITIONERS)}; "
-                         f"found {preconditioner!r}.", "pass preconditioner='jacobi'.")
+        raise InputError(
+            f"preconditioner must be one of {', '.join(PRECONDITIONERS)}; "
+            f"found {preconditioner!r}.",
+            "pass preconditioner='jacobi'.",
+        )
     A = sp.csr_matrix(A, dtype=np.float64)
     perm = _rcm(A) if reorder else np.arange(n)
     A = A[perm][:, perm].tocsr()
@@ -92,7 +110,7 @@ def bottom_eigsh_lobpcg(A, k: int, *, null=None, preconditioner: str = "jacobi",
     X = rng.standard_normal((n, p))
     if X0 is not None:
         X0 = np.asarray(X0, np.float64).reshape(n, -1)[perm, :p]
-        X[:, :X0.shape[1]] = X0
+        X[:, : X0.shape[1]] = X0
     q = None if null is None else np.asarray(null, np.float64).reshape(n, 1)[perm]
     q = None if q is None else q / np.linalg.norm(q)
 
@@ -107,21 +125,40 @@ def bottom_eigsh_lobpcg(A, k: int, *, null=None, preconditioner: str = "jacobi",
     t0 = time.perf_counter()
     with _GramProduct(A, threads) as matmat, threadpool_limits(1, user_api="blas"):
         # one BLAS thread: see BLAS_THREADS
-        w, v, it, res = _iterate(matmat, precond, away, np.linalg.qr(away(X))[0], k,
-                                 tol * scale, maxiter or MAXITER)
-    info.update({"iterations": it, "block": p, "residuals": res.tolist(),
-                 "tol_abs": tol * scale, "seconds": time.perf_counter() - t0})
+        w, v, it, res = _iterate(
+            matmat, precond, away, np.linalg.qr(away(X))[0], k, tol * scale, maxiter or MAXITER
+        )
+    info.update(
+        {
+            "iterations": it,
+            "block": p,
+            "residuals": res.tolist(),
+            "tol_abs": tol * scale,
+            "seconds": time.perf_counter() - t0,
+        }
+    )
     converged = bool((res[:k] <= tol * scale).all())
     if not converged:
-        warnings.warn(f"LOBPCG stopped after {it} iterations with residuals "
-                      f"{np.array2string(res[:k], precision=2)} (wanted <= "
-                      f"{tol * scale:.1e}).", ConvergenceWarning, stacklevel=3)
-    rec = record(f"bottom {k} eigenpairs", f"lobpcg-{preconditioner}", converged=converged,
-                 iterations=it, residual=float(res[:k].max()), tol=tol * scale,
-                 status="converged" if converged else f"stopped at maxiter={maxiter or MAXITER}",
-                 maxiter=maxiter or MAXITER, block=p,
-                 measure="max ||M x - lambda x|| of the wanted pairs (absolute: tol times the "
-                         "mean diagonal of M)")
+        warnings.warn(
+            f"LOBPCG stopped after {it} iterations with residuals "
+            f"{np.array2string(res[:k], precision=2)} (wanted <= "
+            f"{tol * scale:.1e}).",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    rec = record(
+        f"bottom {k} eigenpairs",
+        f"lobpcg-{preconditioner}",
+        converged=converged,
+        iterations=it,
+        residual=float(res[:k].max()),
+        tol=tol * scale,
+        status="converged" if converged else f"stopped at maxiter={maxiter or MAXITER}",
+        maxiter=maxiter or MAXITER,
+        block=p,
+        measure="max ||M x - lambda x|| of the wanted pairs (absolute: tol times the "
+        "mean diagonal of M)",
+    )
     vectors = np.empty((n, k))
     vectors[perm] = v[:, :k]
     return Eigen(w[:k], vectors, f"lobpcg-{preconditioner}", 0, info=info, convergence=rec)
@@ -131,8 +168,7 @@ def _rcm(A):
     from scipy.sparse.csgraph import reverse_cuthill_mckee
 
     S = abs(A)
-    return np.asarray(reverse_cuthill_mckee((S + S.T).tocsr(), symmetric_mode=True),
-                      dtype=np.int64)
+    return np.asarray(reverse_cuthill_mckee((S + S.T).tocsr(), symmetric_mode=True), dtype=np.int64)
 
 
 def _preconditioner(A, diag, kind, random_state, amg_options, info):
@@ -176,7 +212,7 @@ class _GramProduct:
         out = np.empty((self.n, X.shape[1]))
 
         def one(i):
-            out[self.cuts[i]:self.cuts[i + 1]] = parts[i] @ X
+            out[self.cuts[i] : self.cuts[i + 1]] = parts[i] @ X
 
         if self.pool is None:
             one(0)
@@ -220,22 +256,22 @@ def _iterate(matmat, precond, away, X, k, tol_abs, maxiter):
         W = away(precond(R))
         W -= X @ (X.T @ W)
         W /= np.maximum(_norms(W), 1e-300)
-        S[:, p:2 * p] = W
-        MS[:, p:2 * p] = matmat(W)
+        S[:, p : 2 * p] = W
+        MS[:, p : 2 * p] = matmat(W)
         w, c = _rayleigh_ritz(S[:, :m], MS[:, :m], p)
         np.matmul(S[:, :m], c, out=newX)
         np.matmul(MS[:, :m], c, out=newMX)
         # the new search direction P: the W and P parts of the new Ritz vectors
         np.matmul(S[:, p:m], c[p:], out=R)
         norms = np.maximum(_norms(R), 1e-300)
-        S[:, 2 * p:] = R / norms
+        S[:, 2 * p :] = R / norms
         np.matmul(MS[:, p:m], c[p:], out=R)
-        MS[:, 2 * p:] = R / norms
+        MS[:, 2 * p :] = R / norms
         S[:, :p], MS[:, :p] = newX, newMX
         m = 3 * p
         if it % REFRESH == 0:  # products updated by recurrence drift: recompute them
             S[:, :p] = away(S[:, :p])
             MS[:, :p] = matmat(np.ascontiguousarray(S[:, :p]))
-            MS[:, 2 * p:] = matmat(np.ascontiguousarray(S[:, 2 * p:]))
+            MS[:, 2 * p :] = matmat(np.ascontiguousarray(S[:, 2 * p :]))
     X, MX = S[:, :p], MS[:, :p]
     return w, np.array(X), maxiter, _norms(MX - X * w)

@@ -5,6 +5,7 @@ of its statistics), so validating the values of a dask array costs no pass of it
 Sparse input (`_validation.is_sparse_input`) takes the same pass with the sparse block kernel
 (``blocks.sparse.sparse_block_stats``: centred implicitly, NaN / inf among the stored values).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,9 @@ def row_blocks(n: int, size: int):
     return [(s, min(n, s + size)) for s in range(0, n, size)]
 
 
-def column_stats(X, *, gram: bool = True, method: str = "PCA", where: str = "X",
-                 stage: str = "moments") -> BlockStats:
+def column_stats(
+    X, *, gram: bool = True, method: str = "PCA", where: str = "X", stage: str = "moments"
+) -> BlockStats:
     """Mean, scatter and per-column sum of squares of ``X`` in float64, in one pass.
 
     Raises `InputError` naming the rows when ``X`` holds NaN or inf.
@@ -32,8 +34,9 @@ def column_stats(X, *, gram: bool = True, method: str = "PCA", where: str = "X",
     if is_dask(X):
         stats = _dask_stats(X, gram=gram, stage=stage, kernel=kernel)
     else:
-        stats = merge_many(kernel(X[a:b], a, gram=gram)
-                           for a, b in row_blocks(X.shape[0], NUMPY_BLOCK_ROWS))
+        stats = merge_many(
+            kernel(X[a:b], a, gram=gram) for a, b in row_blocks(X.shape[0], NUMPY_BLOCK_ROWS)
+        )
     check_stats(stats, method, where)
     return stats
 
@@ -42,15 +45,22 @@ def check_stats(stats: BlockStats, method: str, where: str) -> None:
     """Raise `InputError` naming the rows when a pass found NaN / inf, or values too large to
     square in float64."""
     if stats.nonfinite:
-        raise nonfinite_error(method, np.array(stats.bad_rows), stats.n_nan,
-                              stats.nonfinite - stats.n_nan, where, n_rows=stats.n_bad_rows)
+        raise nonfinite_error(
+            method,
+            np.array(stats.bad_rows),
+            stats.n_nan,
+            stats.nonfinite - stats.n_nan,
+            where,
+            n_rows=stats.n_bad_rows,
+        )
     if stats.overflow:
         raise InputError(
             f"{method} cannot square and sum the values of {where}: they reach "
             f"{stats.overflow:.3g} ({format_rows(stats.bad_rows, stats.n_bad_rows)}), beyond "
             "what float64 holds once squared.",
             "check those rows (values this large are usually damaged data), or rescale the "
-            "columns before the run.")
+            "columns before the run.",
+        )
 
 
 def _in_cell(block, *args, fn=None, block_info=None):
@@ -79,10 +89,15 @@ def block_tasks(X, fn, *args) -> list:
     from dask.base import tokenize
 
     kernel = getattr(fn, "func", fn)  # the tasks are named after the kernel (a partial's too)
-    cells = X.map_blocks(_in_cell, *args, fn=fn, dtype=object,
-                         chunks=((1,) * X.numblocks[0], (1,)),
-                         meta=np.empty((0, 0), dtype=object),
-                         name=f"{kernel.__name__}-{tokenize(X, fn, *args)}")
+    cells = X.map_blocks(
+        _in_cell,
+        *args,
+        fn=fn,
+        dtype=object,
+        chunks=((1,) * X.numblocks[0], (1,)),
+        meta=np.empty((0, 0), dtype=object),
+        name=f"{kernel.__name__}-{tokenize(X, fn, *args)}",
+    )
     return [delayed(_cell, pure=True)(c) for c in cells.to_delayed().ravel()]
 
 

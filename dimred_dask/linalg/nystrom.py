@@ -24,6 +24,7 @@ against 0.104 uniform; m = 2000 on the kernel PCA benchmark's data, 4.3e-6 again
 The approximation error is measured on a held-out sample of rows: the relative Frobenius
 error of its kernel block, ||K_ss - Phi_s Phi_s^T||_F / ||K_ss||_F.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,9 +42,19 @@ from ..errors import InputError
 from .convergence import record
 from .threaded import RowBlockPool
 
-__all__ = ["LANDMARK_METHODS", "NystromMap", "take_rows", "choose_landmarks", "nystrom_map",
-           "resolve_landmark_method", "nystrom_features", "nystrom_error", "nystrom_top_eigh",
-           "kernel_rows", "ERROR_PROBES"]
+__all__ = [
+    "LANDMARK_METHODS",
+    "NystromMap",
+    "take_rows",
+    "choose_landmarks",
+    "nystrom_map",
+    "resolve_landmark_method",
+    "nystrom_features",
+    "nystrom_error",
+    "nystrom_top_eigh",
+    "kernel_rows",
+    "ERROR_PROBES",
+]
 
 LANDMARK_METHODS = ("auto", "uniform", "kmeans++", "kmeans")
 LANDMARK_SAMPLE_FACTOR = 10
@@ -68,9 +79,11 @@ def take_rows(X, idx: np.ndarray, stage: str = "row sample") -> np.ndarray:
 def resolve_landmark_method(method: str, m: int) -> str:
     """The landmark choice ``auto`` stands for with ``m`` landmarks; others unchanged."""
     if method not in LANDMARK_METHODS:
-        raise InputError(f"landmarks must be one of {', '.join(LANDMARK_METHODS)}; found "
-                         f"{method!r}.", "pass landmarks='auto' (the default: k-means++ up "
-                         f"to {AUTO_KMEANSPP_MAX} landmarks, uniform above).")
+        raise InputError(
+            f"landmarks must be one of {', '.join(LANDMARK_METHODS)}; found {method!r}.",
+            "pass landmarks='auto' (the default: k-means++ up "
+            f"to {AUTO_KMEANSPP_MAX} landmarks, uniform above).",
+        )
     if method == "auto":
         return "kmeans++" if m <= AUTO_KMEANSPP_MAX else "uniform"
     return method
@@ -81,9 +94,10 @@ def choose_landmarks(X, m: int, method: str = "auto", random_state=0):
     n = X.shape[0]
     method = resolve_landmark_method(method, m)
     if not isinstance(m, (int, np.integer)) or isinstance(m, bool) or not 1 <= m <= n:
-        raise InputError(f"n_landmarks must be an int in [1, n_samples={n}]; found {m!r}.",
-                         f"pass n_landmarks between 1 and {n} (a few hundred to a few "
-                         "thousand is usual).")
+        raise InputError(
+            f"n_landmarks must be an int in [1, n_samples={n}]; found {m!r}.",
+            f"pass n_landmarks between 1 and {n} (a few hundred to a few thousand is usual).",
+        )
     rng = check_random_state(random_state)
     if method == "uniform":
         idx = np.sort(rng.choice(n, size=m, replace=False))
@@ -117,17 +131,20 @@ class NystromMap:
 
     def solve(self, Z: np.ndarray) -> np.ndarray:
         """R^-1 Z (float64)."""
-        return scipy.linalg.solve_triangular(self.factor, np.asarray(Z, np.float64),
-                                             lower=False, check_finite=False)
+        return scipy.linalg.solve_triangular(
+            self.factor, np.asarray(Z, np.float64), lower=False, check_finite=False
+        )
 
     def solve_t(self, Z: np.ndarray) -> np.ndarray:
         """R^-T Z (float64)."""
-        return scipy.linalg.solve_triangular(self.factor, np.asarray(Z, np.float64),
-                                             trans="T", lower=False, check_finite=False)
+        return scipy.linalg.solve_triangular(
+            self.factor, np.asarray(Z, np.float64), trans="T", lower=False, check_finite=False
+        )
 
     def kernel_to_landmarks(self, block: np.ndarray) -> np.ndarray:
-        return kernel_block(np.asarray(block), self.landmarks.astype(block.dtype, copy=False),
-                            **self.kernel)
+        return kernel_block(
+            np.asarray(block), self.landmarks.astype(block.dtype, copy=False), **self.kernel
+        )
 
     def features(self, block: np.ndarray) -> np.ndarray:
         """phi(x) = k(x, L) R^-1 for the rows of ``block`` (rows, r), in its dtype."""
@@ -143,10 +160,12 @@ def nystrom_map(landmarks: np.ndarray, kernel: dict) -> NystromMap:
     # so W's rounding asymmetry (row blocks) does not matter
     top = float(np.max(np.diag(w))) if w.size else 0.0
     if not top > 0:
-        raise InputError("The landmarks' kernel matrix has no positive diagonal entry, so the "
-                         f"Nyström map is empty (kernel {kernel}).",
-                         "use a positive semidefinite kernel (gaussian, laplacian, polynomial "
-                         "with coef0 >= 0), or the dense/randomized solver.")
+        raise InputError(
+            "The landmarks' kernel matrix has no positive diagonal entry, so the "
+            f"Nyström map is empty (kernel {kernel}).",
+            "use a positive semidefinite kernel (gaussian, laplacian, polynomial "
+            "with coef0 >= 0), or the dense/randomized solver.",
+        )
     try:
         R = scipy.linalg.cholesky(w, lower=False, check_finite=False)
         full = float(np.min(np.diag(R))) ** 2 >= RANK_TOL * top
@@ -159,9 +178,17 @@ def nystrom_map(landmarks: np.ndarray, kernel: dict) -> NystromMap:
         rank = int(rank) if rank > 0 else 1  # the first pivot is the largest diagonal: positive
         keep, how = piv[:rank] - 1, "pivoted cholesky"  # LAPACK pivots are 1-based
         R = np.triu(c[:rank, :rank])
-    return NystromMap(L[keep], dict(kernel), R,
-                      {"n_landmarks": int(L.shape[0]), "rank": int(keep.size), "pivots": keep,
-                       "factorization": how})
+    return NystromMap(
+        L[keep],
+        dict(kernel),
+        R,
+        {
+            "n_landmarks": int(L.shape[0]),
+            "rank": int(keep.size),
+            "pivots": keep,
+            "factorization": how,
+        },
+    )
 
 
 def nystrom_features(X, nmap: NystromMap):
@@ -182,8 +209,11 @@ def nystrom_kernel(X, nmap: NystromMap):
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
     marks, kern = nmap.landmarks, nmap.kernel
-    return X.map_blocks(lambda b: kernel_block(b, marks.astype(b.dtype, copy=False), **kern),
-                        chunks=(X.chunks[0], (nmap.rank,)), dtype=X.dtype)
+    return X.map_blocks(
+        lambda b: kernel_block(b, marks.astype(b.dtype, copy=False), **kern),
+        chunks=(X.chunks[0], (nmap.rank,)),
+        dtype=X.dtype,
+    )
 
 
 # The approximation error's numerator ||K_ss - Phi_s Phi_s^T||_F is estimated with this many
@@ -197,8 +227,9 @@ def nystrom_kernel(X, nmap: NystromMap):
 ERROR_PROBES = 50
 
 
-def nystrom_error(sample: np.ndarray, nmap: NystromMap, *, probes: int | None = ERROR_PROBES,
-                  random_state=0) -> float:
+def nystrom_error(
+    sample: np.ndarray, nmap: NystromMap, *, probes: int | None = ERROR_PROBES, random_state=0
+) -> float:
     """Relative Frobenius error of the approximation on the kernel block of ``sample``,
     ||K_ss - Phi_s Phi_s^T||_F / ||K_ss||_F (note: it depends on the sample's size, not only
     on the approximation: at fixed quality it falls as the sample grows, since the diagonal's
@@ -244,8 +275,17 @@ def kernel_rows(x: np.ndarray, y: np.ndarray, kernel: dict, pool=None) -> np.nda
 RESIDUAL_FLOOR = 64
 
 
-def nystrom_top_eigh(X: np.ndarray, nmap: NystromMap, k: int, *, n_oversamples: int = 20,
-                     n_iter: int = 6, tol: float = 0.0, random_state=0, threads=None):
+def nystrom_top_eigh(
+    X: np.ndarray,
+    nmap: NystromMap,
+    k: int,
+    *,
+    n_oversamples: int = 20,
+    n_iter: int = 6,
+    tol: float = 0.0,
+    random_state=0,
+    threads=None,
+):
     """Top ``k`` eigenpairs of the centred Nyström kernel A = Phic Phic^T (n x n, never formed)
     of the rows of X (NumPy, in memory): Phic = Cc R^-1, Cc = C - 1 mu^T, C = k(X, L), mu its
     column means.
@@ -318,16 +358,24 @@ def nystrom_top_eigh(X: np.ndarray, nmap: NystromMap, k: int, *, n_oversamples: 
             s_dt = s.astype(dt)
             ay = np.concatenate(pool.map(lambda a, b: C[a:b] @ s_dt, n))
             ay = ay.astype(np.float64) - delta @ s
-            scale = np.maximum(np.abs(w) * np.linalg.norm(y, axis=0),
-                               np.finfo(np.float64).tiny)
+            scale = np.maximum(np.abs(w) * np.linalg.norm(y, axis=0), np.finfo(np.float64).tiny)
             residual = float(np.max(np.linalg.norm(ay - y * w, axis=0) / scale))
             if residual <= stop or it == int(n_iter):
                 break
             q, _ = np.linalg.qr(aq)
-    return w, q @ v, y, mu0 + delta, {"passes": it + 1, "residual": residual,
-                                      "converged": bool(residual <= stop),
-                                      "threads": pool.threads,
-                                      "record": _record(k, it + 1, residual, stop, tol)}
+    return (
+        w,
+        q @ v,
+        y,
+        mu0 + delta,
+        {
+            "passes": it + 1,
+            "residual": residual,
+            "converged": bool(residual <= stop),
+            "threads": pool.threads,
+            "record": _record(k, it + 1, residual, stop, tol),
+        },
+    )
 
 
 def _record(k: int, passes: int, residual: float, stop: float, tol: float) -> dict:
@@ -335,12 +383,21 @@ def _record(k: int, passes: int, residual: float, stop: float, tol: float) -> di
     passes make it" (subspace iteration's fixed passes, stopped early at the rounding floor):
     "completed"; a tol > 0 not reached is not converged."""
     reached, asked = bool(residual <= stop), float(tol) > 0
-    return record(f"top {k} eigenpairs of the centred Nyström kernel",
-                  "nystrom subspace iteration", converged=reached or not asked,
-                  iterations=passes, residual=residual, tol=stop, passes=passes,
-                  status="converged" if reached else "completed" if not asked else
-                  f"stopped after n_iter + 1 = {passes} passes",
-                  measure="max ||A y - theta y|| / (theta ||y||) of the wanted pairs")
+    return record(
+        f"top {k} eigenpairs of the centred Nyström kernel",
+        "nystrom subspace iteration",
+        converged=reached or not asked,
+        iterations=passes,
+        residual=residual,
+        tol=stop,
+        passes=passes,
+        status="converged"
+        if reached
+        else "completed"
+        if not asked
+        else f"stopped after n_iter + 1 = {passes} passes",
+        measure="max ||A y - theta y|| / (theta ||y||) of the wanted pairs",
+    )
 
 
 def _first_pass(X, nmap, mu0, Z, C, T):
@@ -353,19 +410,25 @@ def _first_pass(X, nmap, mu0, Z, C, T):
         c -= mu0
         C[a:b] = c
         t = T[a:b] = c @ Z
-        return (np.asarray(c.T @ t, np.float64), t.sum(axis=0, dtype=np.float64),
-                c.sum(axis=0, dtype=np.float64))
+        return (
+            np.asarray(c.T @ t, np.float64),
+            t.sum(axis=0, dtype=np.float64),
+            c.sum(axis=0, dtype=np.float64),
+        )
+
     return run
 
 
 def _pass(C, Z, shift, T):
     """A block's part of a later pass: T = C' Z - shift into T; returns (C'^T T, 1^T T)."""
+
     def run(a, b):
         c = C[a:b]
         t = c @ Z
         t -= shift
         T[a:b] = t
         return np.asarray(c.T @ t, np.float64), t.sum(axis=0, dtype=np.float64)
+
     return run
 
 

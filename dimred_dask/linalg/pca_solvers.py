@@ -16,6 +16,7 @@
 
 All eigen/singular vectors come out in descending order; signs are fixed by the caller.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,8 +49,16 @@ class Spectrum:
 def _from_eigh(w: np.ndarray, v: np.ndarray, stats: BlockStats, *, exact: bool, passes: int):
     order = np.argsort(w)[::-1]
     w = np.clip(w[order], 0.0, None)
-    return Spectrum(stats.mean, v[:, order].T.copy(), w, float(stats.sumsq.sum() / (stats.n - 1)),
-                    stats.n, exact, passes, _constant(stats))
+    return Spectrum(
+        stats.mean,
+        v[:, order].T.copy(),
+        w,
+        float(stats.sumsq.sum() / (stats.n - 1)),
+        stats.n,
+        exact,
+        passes,
+        _constant(stats),
+    )
 
 
 def _constant(stats: BlockStats) -> np.ndarray:
@@ -102,8 +111,9 @@ def dual_eigh(X, *, method="PCA", where="X") -> Spectrum:
     comps = _complete_basis(comps, min(n, X.shape[1]))
     var = np.zeros(comps.shape[0])
     var[: keep.sum()] = lam[keep] / (n - 1)
-    return Spectrum(stats.mean, comps, var, float(stats.sumsq.sum() / (n - 1)), n, True, 3,
-                    _constant(stats))
+    return Spectrum(
+        stats.mean, comps, var, float(stats.sumsq.sum() / (n - 1)), n, True, 3, _constant(stats)
+    )
 
 
 def _complete_basis(rows: np.ndarray, r: int) -> np.ndarray:
@@ -118,9 +128,17 @@ def _complete_basis(rows: np.ndarray, r: int) -> np.ndarray:
     return np.vstack([rows, q.T[: r - k]])
 
 
-def randomized_eigh(X, n_components: int, *, n_oversamples: int = 10, n_iter: int = 4,
-                    tol: float = 0.0, random_state=None, method="PCA",
-                    where="X") -> Spectrum:
+def randomized_eigh(
+    X,
+    n_components: int,
+    *,
+    n_oversamples: int = 10,
+    n_iter: int = 4,
+    tol: float = 0.0,
+    random_state=None,
+    method="PCA",
+    where="X",
+) -> Spectrum:
     """Top ``n_components`` of the covariance by randomized block Krylov iteration.
 
     A random start block Q0 of width k + ``n_oversamples``; each pass over the rows gives
@@ -148,8 +166,7 @@ def randomized_eigh(X, n_components: int, *, n_oversamples: int = 10, n_iter: in
     steps = int(n_iter) + 1
     krylov = _Krylov(d, min(d, width * steps), q)
     for it in range(steps):
-        aq = _gram_products(X, stats.mean, q, stage=f"Krylov pass {it + 1}/{steps}",
-                            block=block)
+        aq = _gram_products(X, stats.mean, q, stage=f"Krylov pass {it + 1}/{steps}", block=block)
         theta, vectors, residual = krylov.add_image(aq, n_components)
         if residual <= tol or it == steps - 1 or krylov.full:
             break
@@ -162,12 +179,20 @@ def randomized_eigh(X, n_components: int, *, n_oversamples: int = 10, n_iter: in
     asked = float(tol) > 0
     reached = residual <= tol
     sp.convergence = record(
-        f"top {n_components} eigenpairs of the covariance", "randomized block Krylov",
-        converged=reached or not asked, iterations=krylov.passes, residual=residual,
-        tol=float(tol) if asked else None, passes=passes,
-        status="converged" if asked and reached else "completed" if not asked else
-        f"stopped after n_iter + 1 = {krylov.passes} Krylov passes",
-        measure="max ||A u - theta u|| / theta of the wanted Ritz pairs after the last pass")
+        f"top {n_components} eigenpairs of the covariance",
+        "randomized block Krylov",
+        converged=reached or not asked,
+        iterations=krylov.passes,
+        residual=residual,
+        tol=float(tol) if asked else None,
+        passes=passes,
+        status="converged"
+        if asked and reached
+        else "completed"
+        if not asked
+        else f"stopped after n_iter + 1 = {krylov.passes} Krylov passes",
+        measure="max ||A u - theta u|| / theta of the wanted Ritz pairs after the last pass",
+    )
     return sp
 
 
@@ -192,12 +217,12 @@ class _Krylov:
         them (theta floored at sqrt(eps) theta_1, for pairs at the rounding level)."""
         q, m = self.pending, self.m
         b = q.shape[1]
-        self.V[:, m:m + b], self.AV[:, m:m + b] = q, aq
-        V, AV = self.V[:, :m + b], self.AV[:, :m + b]
-        self.T[:m + b, m:m + b] = V.T @ aq
-        self.T[m:m + b, :m] = self.T[:m, m:m + b].T
+        self.V[:, m : m + b], self.AV[:, m : m + b] = q, aq
+        V, AV = self.V[:, : m + b], self.AV[:, : m + b]
+        self.T[: m + b, m : m + b] = V.T @ aq
+        self.T[m : m + b, :m] = self.T[:m, m : m + b].T
         self.m, self.passes = m + b, self.passes + 1
-        T = self.T[:m + b, :m + b]
+        T = self.T[: m + b, : m + b]
         top = min(k, m + b)
         theta, y = scipy.linalg.eigh((T + T.T) / 2, subset_by_index=[m + b - top, m + b - 1])
         theta, y = theta[::-1], y[:, ::-1]
@@ -210,13 +235,13 @@ class _Krylov:
         """A Q orthogonalised against the basis (twice, for orthogonality to rounding), as an
         orthonormal block; directions already in the span (below 1e-10 of A Q's Frobenius norm)
         dropped; None when nothing new is left or there is no room for it."""
-        V = self.V[:, :self.m]
+        V = self.V[:, : self.m]
         w = aq - V @ (V.T @ aq)
         w -= V @ (V.T @ w)
         u, s, _ = np.linalg.svd(w, full_matrices=False)
         scale = max(float(np.linalg.norm(aq)), np.finfo(np.float64).tiny)
         keep = s > 1e-10 * scale
-        keep[self.V.shape[1] - self.m:] = False  # never more columns than allocated (<= d)
+        keep[self.V.shape[1] - self.m :] = False  # never more columns than allocated (<= d)
         self.pending = u[:, keep] if keep.any() else None
         return self.pending
 
@@ -225,8 +250,7 @@ def _block_products(block, mean, q):
     """For one row block: (Xb - 1 mean^T)^T (Xb - 1 mean^T) q, without a centred copy."""
     x = np.asarray(block)
     y = (x @ q.astype(x.dtype, copy=False)).astype(np.float64) - (mean @ q)
-    return (x.T @ y.astype(x.dtype, copy=False)).astype(np.float64) - \
-        np.outer(mean, y.sum(axis=0))
+    return (x.T @ y.astype(x.dtype, copy=False)).astype(np.float64) - np.outer(mean, y.sum(axis=0))
 
 
 def _add(a, b):
@@ -241,8 +265,9 @@ def _gram_products(X, mean, q, *, stage, block=_block_products):
             with RowBlockPool(block_rows=NUMPY_BLOCK_ROWS) as pool:  # the cores, same sums
                 parts = pool.map(lambda a, b: block(X[a:b], mean, q), X.shape[0])
             return tree_reduce(parts, _add)
-        return tree_reduce((block(X[a:b], mean, q)
-                            for a, b in row_blocks(X.shape[0], NUMPY_BLOCK_ROWS)), _add)
+        return tree_reduce(
+            (block(X[a:b], mean, q) for a, b in row_blocks(X.shape[0], NUMPY_BLOCK_ROWS)), _add
+        )
     from dask import delayed
 
     if X.numblocks[1] != 1:

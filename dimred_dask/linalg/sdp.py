@@ -33,6 +33,7 @@ Solvers: Clarabel (interior point; ``tol`` sets tol_gap_abs, tol_gap_rel and tol
 1e-8) or SCS (first order; ``tol`` sets eps_abs and eps_rel). Targets are scaled to mean 1
 inside (distances of any unit give the same problem); K is scaled back.
 """
+
 from __future__ import annotations
 
 import time
@@ -46,9 +47,18 @@ from ..errors import InputError
 from .._progress import report
 from .conic import solve_problem
 
-__all__ = ["SDPResult", "SDP_SOLVERS", "SDP_FORMULATIONS", "haar_basis", "face_basis",
-           "constraint_matrix", "kr_columns", "independent_columns", "max_trace_sdp",
-           "solver_options"]
+__all__ = [
+    "SDPResult",
+    "SDP_SOLVERS",
+    "SDP_FORMULATIONS",
+    "haar_basis",
+    "face_basis",
+    "constraint_matrix",
+    "kr_columns",
+    "independent_columns",
+    "max_trace_sdp",
+    "solver_options",
+]
 
 SDP_SOLVERS = ("clarabel", "scs")
 SDP_FORMULATIONS = ("dual", "primal")
@@ -100,8 +110,9 @@ def haar_basis(weights: np.ndarray | None = None, n: int | None = None) -> sp.cs
         stack += [(lo, mid), (mid, hi)]
     if r == 0:
         return sp.csc_matrix((n, 0))
-    return sp.csc_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                         shape=(n, r))
+    return sp.csc_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n, r)
+    )
 
 
 def face_basis(n: int, rows: list, coef: list, tol: float = 1e-8) -> tuple[sp.csc_matrix, int]:
@@ -117,10 +128,11 @@ def face_basis(n: int, rows: list, coef: list, tol: float = 1e-8) -> tuple[sp.cs
             continue
         a = int(np.argmax(np.abs(w)))
         r = T.shape[1]
-        keep = np.r_[0:a, a + 1:r]
+        keep = np.r_[0:a, a + 1 : r]
         R = sp.csc_matrix((np.ones(r - 1), (keep, np.arange(r - 1))), shape=(r, r - 1))
-        R = R + sp.csc_matrix((-(w[keep] / w[a]), (np.full(r - 1, a), np.arange(r - 1))),
-                              shape=(r, r - 1))
+        R = R + sp.csc_matrix(
+            (-(w[keep] / w[a]), (np.full(r - 1, a), np.arange(r - 1))), shape=(r, r - 1)
+        )
         T = (T @ R).tocsc()
         T.data[np.abs(T.data) < 1e-14] = 0.0
         T.eliminate_zeros()
@@ -128,8 +140,9 @@ def face_basis(n: int, rows: list, coef: list, tol: float = 1e-8) -> tuple[sp.cs
     return T, used
 
 
-def constraint_matrix(m: int, ci: np.ndarray, I: np.ndarray, J: np.ndarray, s: np.ndarray,
-                      n: int) -> sp.csr_matrix:
+def constraint_matrix(
+    m: int, ci: np.ndarray, I: np.ndarray, J: np.ndarray, s: np.ndarray, n: int
+) -> sp.csr_matrix:
     """The m x n^2 map vec(K) -> (<A_c, K>)_c (vec column-major): every dyad (I, J, sign s)
     of constraint ci contributes s (K_ii + K_jj - K_ij - K_ji)."""
     rows = np.repeat(ci, 4)
@@ -183,32 +196,58 @@ def independent_columns(G: sp.csc_matrix, groups: list, tol: float = PRUNE_TOL) 
 # linear solve, not the model), while it solved on another host; with these it reaches
 # "optimal" in 30 iterations, and the clean graph's solve is unchanged (27 iterations, the same
 # trace). Measured 2026-11-25.
-CLARABEL_REFINEMENT = {"iterative_refinement_reltol": 1e-15,
-                       "iterative_refinement_abstol": 1e-14,
-                       "iterative_refinement_max_iter": 50}
+CLARABEL_REFINEMENT = {
+    "iterative_refinement_reltol": 1e-15,
+    "iterative_refinement_abstol": 1e-14,
+    "iterative_refinement_max_iter": 50,
+}
 
 
 def solver_options(solver: str, tol: float, max_iter: int) -> dict:
     if solver not in SDP_SOLVERS:
-        raise InputError(f"solver must be one of {', '.join(SDP_SOLVERS)}; found {solver!r}.",
-                         "pass solver='clarabel' (interior point, exact to tol).")
+        raise InputError(
+            f"solver must be one of {', '.join(SDP_SOLVERS)}; found {solver!r}.",
+            "pass solver='clarabel' (interior point, exact to tol).",
+        )
     if not (isinstance(tol, (int, float)) and 0 < tol < 1):
-        raise InputError(f"tol must be a number in (0, 1); found {tol!r}.",
-                         "pass tol=1e-8 (Clarabel) or 1e-5 (SCS).")
+        raise InputError(
+            f"tol must be a number in (0, 1); found {tol!r}.",
+            "pass tol=1e-8 (Clarabel) or 1e-5 (SCS).",
+        )
     if not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
-        raise InputError(f"max_iter must be a positive int; found {max_iter!r}.",
-                         "pass max_iter=200 (Clarabel) or 100000 (SCS).")
+        raise InputError(
+            f"max_iter must be a positive int; found {max_iter!r}.",
+            "pass max_iter=200 (Clarabel) or 100000 (SCS).",
+        )
     if solver == "clarabel":
-        return {"solver": "CLARABEL", "tol_gap_abs": tol, "tol_gap_rel": tol, "tol_feas": tol,
-                "max_iter": int(max_iter), **CLARABEL_REFINEMENT}
+        return {
+            "solver": "CLARABEL",
+            "tol_gap_abs": tol,
+            "tol_gap_rel": tol,
+            "tol_feas": tol,
+            "max_iter": int(max_iter),
+            **CLARABEL_REFINEMENT,
+        }
     return {"solver": "SCS", "eps_abs": tol, "eps_rel": tol, "max_iters": int(max_iter)}
 
 
-def max_trace_sdp(n: int, m: int, dyads: tuple, b: np.ndarray, *, slack_rows=None,
-                  slack: float | None = None, face: sp.spmatrix | None = None,
-                  prune_groups: list | None = None, formulation: str = "dual",
-                  solver: str = "clarabel", tol: float = 1e-8, max_iter: int = 200,
-                  verbose: bool = False, label: str = "SDP") -> SDPResult:
+def max_trace_sdp(
+    n: int,
+    m: int,
+    dyads: tuple,
+    b: np.ndarray,
+    *,
+    slack_rows=None,
+    slack: float | None = None,
+    face: sp.spmatrix | None = None,
+    prune_groups: list | None = None,
+    formulation: str = "dual",
+    solver: str = "clarabel",
+    tol: float = 1e-8,
+    max_iter: int = 200,
+    verbose: bool = False,
+    label: str = "SDP",
+) -> SDPResult:
     """Solve the problem of the module docstring.
 
     ``dyads`` = (ci, I, J, s): constraint index, endpoints and sign of every dyad (points
@@ -232,27 +271,49 @@ def max_trace_sdp(n: int, m: int, dyads: tuple, b: np.ndarray, *, slack_rows=Non
     if formulation == "primal":
         problem, get_K, get_y, kept = _primal(cp, n, m, ci, I, J, s, bs, slack_rows, slack)
     elif formulation == "dual":
-        problem, get_K, get_y, kept = _dual(cp, n, m, ci, I, J, s, bs, slack_rows, slack, face,
-                                            prune_groups)
+        problem, get_K, get_y, kept = _dual(
+            cp, n, m, ci, I, J, s, bs, slack_rows, slack, face, prune_groups
+        )
     else:
-        raise InputError(f"formulation must be one of {', '.join(SDP_FORMULATIONS)}; found "
-                         f"{formulation!r}.", "pass formulation='dual'.")
+        raise InputError(
+            f"formulation must be one of {', '.join(SDP_FORMULATIONS)}; found {formulation!r}.",
+            "pass formulation='dual'.",
+        )
     t1 = time.perf_counter()
     report(f"{label}: building the problem", 1, 1)
-    solved = solve_problem(problem, opts, label=label, tol=tol, verbose=verbose,
-                           step=f"{formulation} SDP (max trace, {m} constraints)")
+    solved = solve_problem(
+        problem,
+        opts,
+        label=label,
+        tol=tol,
+        verbose=verbose,
+        step=f"{formulation} SDP (max trace, {m} constraints)",
+    )
     t2 = time.perf_counter()
     K = get_K()
     value = problem.value if problem.value is not None and np.isfinite(problem.value) else None
-    info = {"scale": scale, "formulation": formulation, "solver": opts["solver"],
-            "n_constraints": int(m), "n_kept": int(kept.size),
-            "canonicalise_seconds": round(solved["canonicalise_seconds"], 3),
-            "solver_setup_seconds": round(solved["setup_seconds"], 3),
-            "iterate_seconds": round(solved["iterate_seconds"], 3)}
-    return SDPResult(K * scale if K is not None else None, solved["status"],
-                     float(value) * scale if value is not None else float("nan"),
-                     get_y(), kept, solved["iterations"], t1 - t0, t2 - t1, info,
-                     convergence=solved["record"])
+    info = {
+        "scale": scale,
+        "formulation": formulation,
+        "solver": opts["solver"],
+        "n_constraints": int(m),
+        "n_kept": int(kept.size),
+        "canonicalise_seconds": round(solved["canonicalise_seconds"], 3),
+        "solver_setup_seconds": round(solved["setup_seconds"], 3),
+        "iterate_seconds": round(solved["iterate_seconds"], 3),
+    }
+    return SDPResult(
+        K * scale if K is not None else None,
+        solved["status"],
+        float(value) * scale if value is not None else float("nan"),
+        get_y(),
+        kept,
+        solved["iterations"],
+        t1 - t0,
+        t2 - t1,
+        info,
+        convergence=solved["record"],
+    )
 
 
 def _primal(cp, n, m, ci, I, J, s, bs, slack_rows, slack):
@@ -264,8 +325,10 @@ def _primal(cp, n, m, ci, I, J, s, bs, slack_rows, slack):
         obj = cp.trace(K)
     else:
         xi = cp.Variable(slack_rows.size)
-        sel = sp.csr_matrix((np.ones(slack_rows.size), (slack_rows, np.arange(slack_rows.size))),
-                            shape=(m, slack_rows.size))
+        sel = sp.csr_matrix(
+            (np.ones(slack_rows.size), (slack_rows, np.arange(slack_rows.size))),
+            shape=(m, slack_rows.size),
+        )
         cons = [lhs == bs + sel @ xi]
         obj = cp.trace(K) - slack * cp.norm1(xi)
     cons.append(cp.sum(K) == 0)
@@ -276,6 +339,7 @@ def _primal(cp, n, m, ci, I, J, s, bs, slack_rows, slack):
 
     def get_y():
         return None if cons[0].dual_value is None else np.asarray(cons[0].dual_value)
+
     return problem, get_K, get_y, np.arange(m)
 
 
@@ -288,7 +352,7 @@ def _dual(cp, n, m, ci, I, J, s, bs, slack_rows, slack, face, prune_groups):
     dy = (Mt[:, I] - Mt[:, J]).tocsc()  # c_t = M^T (e_i - e_j) for every dyad
     S = sp.csc_matrix((s.astype(np.float64), (np.arange(ci.size), ci)), shape=(ci.size, m))
     G = (kr_columns(dy) @ S).tocsc()  # column c: vec(M^T A_c M)
-    kept = (independent_columns(G, prune_groups) if prune_groups else np.arange(m))
+    kept = independent_columns(G, prune_groups) if prune_groups else np.arange(m)
     G = G[:, kept]
     obj = (M.T @ M).toarray()
     y = cp.Variable(kept.size)
@@ -309,4 +373,5 @@ def _dual(cp, n, m, ci, I, J, s, bs, slack_rows, slack, face, prune_groups):
 
     def get_y():
         return None if y.value is None else np.asarray(y.value)
+
     return problem, get_K, get_y, kept

@@ -28,6 +28,7 @@ with (sigma_{s+1} / sigma_j)^2. On a flat spectrum (noise beyond the signal, spa
 the components past the signal are not determined by one pass; use solver="covariance" or
 "randomized" there.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,8 +39,13 @@ import scipy.linalg
 
 from .._compute import compute
 from .._validation import check_random_state, is_dask, is_sparse_input
-from ..blocks.sketch import (Sketch, dense_block_sketch, merge_sketches, rereference,
-                             sparse_block_sketch)
+from ..blocks.sketch import (
+    Sketch,
+    dense_block_sketch,
+    merge_sketches,
+    rereference,
+    sparse_block_sketch,
+)
 from ..blocks.stats import tree_reduce
 from .moments import NUMPY_BLOCK_ROWS, block_tasks, check_stats, row_blocks
 from .pca_solvers import Spectrum, _constant
@@ -69,12 +75,20 @@ def sketch_block(block, offset, omega, target, sparse):
     kernel = sparse_block_sketch if sparse else dense_block_sketch
     sk, rows = kernel(block, omega, offset)
     if target is not None and rows is not None:
-        target[offset:offset + rows.shape[0]] = rows.astype(target.dtype, copy=False)
+        target[offset : offset + rows.shape[0]] = rows.astype(target.dtype, copy=False)
     return sk
 
 
-def single_pass_eigh(X, n_components: int, *, n_oversamples: int = 10, random_state=None,
-                     row_sketch=None, method="PCA", where="X"):
+def single_pass_eigh(
+    X,
+    n_components: int,
+    *,
+    n_oversamples: int = 10,
+    random_state=None,
+    row_sketch=None,
+    method="PCA",
+    where="X",
+):
     """(`Spectrum`, `SketchResult`) of ``X`` from one pass (module docstring).
 
     ``row_sketch``: where the row sketch goes, an array (zarr or NumPy) of shape (n, s) whose
@@ -92,8 +106,10 @@ def single_pass_eigh(X, n_components: int, *, n_oversamples: int = 10, random_st
         if rows is None:
             rows = np.empty((n, s), dtype=np.float32 if X.dtype == np.float32 else np.float64)
         blocks = row_blocks(n, NUMPY_BLOCK_ROWS)
-        sk = tree_reduce((sketch_block(X[a:b], a, omega, rows, sparse) for a, b in blocks),
-                         partial(merge_sketches, omega=omega))
+        sk = tree_reduce(
+            (sketch_block(X[a:b], a, omega, rows, sparse) for a, b in blocks),
+            partial(merge_sketches, omega=omega),
+        )
         block_rows = [b - a for a, b in blocks]
     check_stats(sk.stats, method, where)
     mean = sk.stats.mean
@@ -103,10 +119,26 @@ def single_pass_eigh(X, n_components: int, *, n_oversamples: int = 10, random_st
     captured = in_sketch / total_ss if total_ss > 0 else 1.0
     err, per = _estimate(sk, comps, embed_map, n_components, s)
     offsets = np.stack(sk.block_refs) - omega.T @ mean
-    spec = Spectrum(mean, comps, sv**2 / max(n - 1, 1), total_ss / max(n - 1, 1), n, False, 1,
-                    _constant(sk.stats))
-    return spec, SketchResult(s, embed_map, offsets, block_rows,
-                              rows if not is_dask(X) else None, min(captured, 1.0), err, per)
+    spec = Spectrum(
+        mean,
+        comps,
+        sv**2 / max(n - 1, 1),
+        total_ss / max(n - 1, 1),
+        n,
+        False,
+        1,
+        _constant(sk.stats),
+    )
+    return spec, SketchResult(
+        s,
+        embed_map,
+        offsets,
+        block_rows,
+        rows if not is_dask(X) else None,
+        min(captured, 1.0),
+        err,
+        per,
+    )
 
 
 def _dask_pass(X, omega, target, sparse):
@@ -121,8 +153,7 @@ def _dask_pass(X, omega, target, sparse):
     om = delayed(omega, pure=True)  # one copy in the graph, not one per block
     leaves = block_tasks(X, sketch_block, om, target, sparse)
     merge = delayed(merge_sketches, pure=True)
-    (sk,) = compute(tree_reduce(leaves, lambda a, b: merge(a, b, om)),
-                    stage="single-pass sketch")
+    (sk,) = compute(tree_reduce(leaves, lambda a, b: merge(a, b, om)), stage="single-pass sketch")
     return sk, list(chunks)
 
 

@@ -32,6 +32,7 @@ max ||A v - lambda B v|| / max |A_ii|, one sparse product), LOBPCG's residual no
 its tolerance, dense trivially converged. A solve that stops short returns what it has,
 marked ``converged=False``; ``fallback_solvers`` lists the robust solvers to retry with.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -45,8 +46,14 @@ from ..errors import ConvergenceWarning, InputError
 from .convergence import record, solve_with_fallbacks
 from .eigen import Eigen
 
-__all__ = ["bottom_eigsh", "SPARSE_EIGEN_SOLVERS", "DENSE_MAX_SPARSE", "ARPACK_MAX",
-           "fallback_solvers", "bottom_eigsh_checked"]
+__all__ = [
+    "bottom_eigsh",
+    "SPARSE_EIGEN_SOLVERS",
+    "DENSE_MAX_SPARSE",
+    "ARPACK_MAX",
+    "fallback_solvers",
+    "bottom_eigsh_checked",
+]
 
 SPARSE_EIGEN_SOLVERS = ("auto", "dense", "arpack", "lobpcg", "lobpcg-workers")
 DENSE_MAX_SPARSE = 3000
@@ -56,9 +63,11 @@ SHIFT = -1e-12  # arpack's sigma, relative to the largest diagonal entry (see ab
 
 def choose_sparse_solver(solver: str, n: int) -> str:
     if solver not in SPARSE_EIGEN_SOLVERS:
-        raise InputError(f"The sparse eigensolver must be one of "
-                         f"{', '.join(SPARSE_EIGEN_SOLVERS)}; found {solver!r}.",
-                         "pass eigen_solver='auto'.")
+        raise InputError(
+            f"The sparse eigensolver must be one of "
+            f"{', '.join(SPARSE_EIGEN_SOLVERS)}; found {solver!r}.",
+            "pass eigen_solver='auto'.",
+        )
     if solver == "auto":
         if n <= DENSE_MAX_SPARSE:
             return "dense"
@@ -89,17 +98,29 @@ def fallback_solvers(solver: str, n: int) -> list[str]:
     return []
 
 
-def bottom_eigsh(A, k: int, *, B=None, solver: str = "auto", tol: float = 1e-8,
-                 maxiter: int | None = None, random_state=0, X0=None) -> Eigen:
+def bottom_eigsh(
+    A,
+    k: int,
+    *,
+    B=None,
+    solver: str = "auto",
+    tol: float = 1e-8,
+    maxiter: int | None = None,
+    random_state=0,
+    X0=None,
+) -> Eigen:
     """The ``k`` smallest eigenpairs of symmetric ``A`` (sparse or dense), generalised with
     ``B`` when given (sparse/dense SPD, e.g. the degree matrix)."""
     n = A.shape[0]
     if A.shape != (n, n):
-        raise InputError(f"An eigensolver needs a square matrix; found shape {A.shape}.",
-                         "pass the n x n matrix.")
+        raise InputError(
+            f"An eigensolver needs a square matrix; found shape {A.shape}.",
+            "pass the n x n matrix.",
+        )
     if not 1 <= k < n:
-        raise InputError(f"Asked for {k} eigenpairs of a {n} x {n} matrix.",
-                         f"ask for between 1 and {n - 1}.")
+        raise InputError(
+            f"Asked for {k} eigenpairs of a {n} x {n} matrix.", f"ask for between 1 and {n - 1}."
+        )
     solver = choose_sparse_solver(solver, n)
     if solver == "dense":
         return _dense(A, B, k)
@@ -107,18 +128,22 @@ def bottom_eigsh(A, k: int, *, B=None, solver: str = "auto", tol: float = 1e-8,
         return _arpack(A, B, k, tol, maxiter, random_state)
     if solver == "lobpcg-workers":
         if B is not None:
-            raise InputError("The worker-side LOBPCG solves M x = lambda x only; found a "
-                             "generalised problem (B given).",
-                             "pass solver='lobpcg' or 'arpack' for A x = lambda B x.")
+            raise InputError(
+                "The worker-side LOBPCG solves M x = lambda x only; found a "
+                "generalised problem (B given).",
+                "pass solver='lobpcg' or 'arpack' for A x = lambda B x.",
+            )
         from .worker_lobpcg import bottom_eigsh_lobpcg_workers
 
-        return bottom_eigsh_lobpcg_workers(A, k, kind="symmetric", tol=tol, maxiter=maxiter,
-                                           random_state=random_state)
+        return bottom_eigsh_lobpcg_workers(
+            A, k, kind="symmetric", tol=tol, maxiter=maxiter, random_state=random_state
+        )
     return _lobpcg(A, B, k, tol, maxiter, random_state, X0)
 
 
-def bottom_eigsh_checked(A, k: int, *, step: str, method: str, solver: str = "auto",
-                         fix: str | None = None, **kw) -> tuple[Eigen, list]:
+def bottom_eigsh_checked(
+    A, k: int, *, step: str, method: str, solver: str = "auto", fix: str | None = None, **kw
+) -> tuple[Eigen, list]:
     """`bottom_eigsh` that does not return an unconverged answer: when ``solver`` (after
     ``auto`` is resolved) stops short, the `fallback_solvers` are tried in turn (with their
     default ``maxiter``: the one given is the first solver's); returns the first converged
@@ -127,14 +152,18 @@ def bottom_eigsh_checked(A, k: int, *, step: str, method: str, solver: str = "au
     first = choose_sparse_solver(solver, n)
 
     def attempt(s):
-        eig = bottom_eigsh(A, k, solver=s, **(kw if s == first else
-                                               {**kw, "maxiter": None, "X0": None}))
+        eig = bottom_eigsh(
+            A, k, solver=s, **(kw if s == first else {**kw, "maxiter": None, "X0": None})
+        )
         return eig, eig.convergence
 
-    fix = fix or ("raise maxiter or loosen tol; or pass solver='arpack' (shift-invert, up to "
-                  f"{ARPACK_MAX} rows) or 'dense' (up to {DENSE_MAX_SPARSE}).")
-    return solve_with_fallbacks(attempt, [first] + fallback_solvers(first, n), step=step,
-                                method=method, fix=fix)
+    fix = fix or (
+        "raise maxiter or loosen tol; or pass solver='arpack' (shift-invert, up to "
+        f"{ARPACK_MAX} rows) or 'dense' (up to {DENSE_MAX_SPARSE})."
+    )
+    return solve_with_fallbacks(
+        attempt, [first] + fallback_solvers(first, n), step=step, method=method, fix=fix
+    )
 
 
 def _todense(M):
@@ -145,8 +174,15 @@ def _dense(A, B, k) -> Eigen:
     a = _todense(A)
     b = None if B is None else _todense(B)
     w, v = scipy.linalg.eigh((a + a.T) / 2, b, subset_by_index=[0, k - 1])
-    return Eigen(w, v, "dense", 0, convergence=record(
-        f"bottom {k} eigenpairs", "dense", converged=True, status="exact (LAPACK eigh)"))
+    return Eigen(
+        w,
+        v,
+        "dense",
+        0,
+        convergence=record(
+            f"bottom {k} eigenpairs", "dense", converged=True, status="exact (LAPACK eigh)"
+        ),
+    )
 
 
 def _residual(A, B, w, v) -> float:
@@ -172,18 +208,30 @@ def _arpack(A, B, k, tol, maxiter, random_state) -> Eigen:
     try:
         w, v = eigsh(A, k=k, M=Bm, sigma=sigma, which="LM", tol=tol, v0=v0, maxiter=iters)
     except ArpackNoConvergence as exc:
-        warnings.warn(f"Shift-invert Lanczos converged for {len(exc.eigenvalues)} of {k} "
-                      f"eigenpairs in {iters} iterations (tol {tol:.0e}).", ConvergenceWarning,
-                      stacklevel=3)
+        warnings.warn(
+            f"Shift-invert Lanczos converged for {len(exc.eigenvalues)} of {k} "
+            f"eigenpairs in {iters} iterations (tol {tol:.0e}).",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
         w, v = exc.eigenvalues, exc.eigenvectors
         converged, status = False, f"{len(w)} of {k} eigenpairs converged"
     order = np.argsort(w)
     w, v = w[order], v[:, order]
-    rec = record(f"bottom {k} eigenpairs", "arpack (shift-invert)", converged=converged,
-                 iterations=None if converged else iters, residual=_residual(A, Bm, w, v),
-                 tol=tol, status=status, maxiter=iters, n_converged=len(w), sigma=sigma,
-                 measure="tol: ARPACK's relative accuracy of the shifted-inverted "
-                         "eigenvalues; residual: max ||A v - lambda B v|| / max |A_ii|")
+    rec = record(
+        f"bottom {k} eigenpairs",
+        "arpack (shift-invert)",
+        converged=converged,
+        iterations=None if converged else iters,
+        residual=_residual(A, Bm, w, v),
+        tol=tol,
+        status=status,
+        maxiter=iters,
+        n_converged=len(w),
+        sigma=sigma,
+        measure="tol: ARPACK's relative accuracy of the shifted-inverted "
+        "eigenvalues; residual: max ||A v - lambda B v|| / max |A_ii|",
+    )
     return Eigen(w, v, "arpack", 0, info={"sigma": sigma}, convergence=rec)
 
 
@@ -195,35 +243,57 @@ def _lobpcg(A, B, k, tol, maxiter, random_state, X0) -> Eigen:
     Bm = None if B is None else sp.csr_matrix(B, dtype=np.float64)
     diag = A.diagonal()
     inv = np.where(diag > 0, 1.0 / np.where(diag > 0, diag, 1.0), 1.0)
-    M = LinearOperator((n, n), matvec=lambda x: inv[:, None] * x.reshape(n, -1),
-                       matmat=lambda x: inv[:, None] * x, dtype=np.float64)
+    M = LinearOperator(
+        (n, n),
+        matvec=lambda x: inv[:, None] * x.reshape(n, -1),
+        matmat=lambda x: inv[:, None] * x,
+        dtype=np.float64,
+    )
     rng = check_random_state(random_state)
     width = k + min(10, max(2, k))  # a few extra vectors speed LOBPCG up a lot
     X = rng.standard_normal((n, width))
     if X0 is not None:
         X0 = np.asarray(X0, dtype=np.float64).reshape(n, -1)
-        X[:, :X0.shape[1]] = X0[:, :width]
+        X[:, : X0.shape[1]] = X0[:, :width]
     iters = maxiter or 2000
     tol_used = max(tol, 1e-12)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        w, v, history = lobpcg(A, X, B=Bm, M=M, tol=tol_used, maxiter=iters, largest=False,
-                               retResidualNormsHistory=True)
+        w, v, history = lobpcg(
+            A,
+            X,
+            B=Bm,
+            M=M,
+            tol=tol_used,
+            maxiter=iters,
+            largest=False,
+            retResidualNormsHistory=True,
+        )
     order = np.argsort(w)[:k]
-    residuals = np.asarray(history[-1], dtype=np.float64)[order] if history else \
-        np.full(k, np.inf)
+    residuals = np.asarray(history[-1], dtype=np.float64)[order] if history else np.full(k, np.inf)
     w, v = w[order], v[:, order]
-    stopped = any("not reach the requested tolerance" in str(c.message) or
-                  "Exited at iteration" in str(c.message) for c in caught)
+    stopped = any(
+        "not reach the requested tolerance" in str(c.message)
+        or "Exited at iteration" in str(c.message)
+        for c in caught
+    )
     converged = not stopped and bool((residuals <= tol_used).all())
     if not converged:
-        warnings.warn(f"LOBPCG did not reach tol={tol_used:.0e} in {iters} iterations "
-                      f"(largest residual {residuals.max():.1e}).", ConvergenceWarning,
-                      stacklevel=3)
-    rec = record(f"bottom {k} eigenpairs", "lobpcg (scipy, Jacobi)", converged=converged,
-                 iterations=min(max(len(history) - 1, 0), iters),
-                 residual=float(residuals.max()),
-                 tol=tol_used, status="converged" if converged else
-                 f"stopped at maxiter={iters}", maxiter=iters,
-                 measure="max ||A x - lambda B x|| of the wanted pairs (absolute)")
+        warnings.warn(
+            f"LOBPCG did not reach tol={tol_used:.0e} in {iters} iterations "
+            f"(largest residual {residuals.max():.1e}).",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    rec = record(
+        f"bottom {k} eigenpairs",
+        "lobpcg (scipy, Jacobi)",
+        converged=converged,
+        iterations=min(max(len(history) - 1, 0), iters),
+        residual=float(residuals.max()),
+        tol=tol_used,
+        status="converged" if converged else f"stopped at maxiter={iters}",
+        maxiter=iters,
+        measure="max ||A x - lambda B x|| of the wanted pairs (absolute)",
+    )
     return Eigen(w, v, "lobpcg", 0, info={"maxiter": iters}, convergence=rec)

@@ -11,6 +11,7 @@ both products of a subspace pass, against 0.40 s as whole-array NumPy calls).
 Results come back in block order and are combined by the caller in that order, so they do not
 depend on how the threads were scheduled.
 """
+
 from __future__ import annotations
 
 import functools

@@ -40,6 +40,7 @@ workers that are left, with the same blocks and seed, so its answer is the undis
 most ``MAX_RESTARTS`` times, then `StageError`. The blocks are removed from the workers when
 the solve ends or fails.
 """
+
 from __future__ import annotations
 
 import logging
@@ -83,7 +84,7 @@ def _start(a: int, b: int, p: int, seed: int) -> np.ndarray:
         lo, hi = r * START_ROWS, (r + 1) * START_ROWS
         run = np.random.default_rng([seed, r]).standard_normal((START_ROWS, p))
         s, e = max(lo, a), min(hi, b)
-        out[s - a:e - a] = run[s - lo:e - lo]
+        out[s - a : e - a] = run[s - lo : e - lo]
         r += 1
     return out
 
@@ -104,9 +105,15 @@ class _Block:
 
     def view(self, name):
         p = self.p
-        return {"X": self.S[:, :p], "W": self.S[:, p:2 * p], "P": self.S[:, 2 * p:],
-                "MX": self.MS[:, :p], "MW": self.MS[:, p:2 * p], "MP": self.MS[:, 2 * p:],
-                "Y": self.Y}[name]
+        return {
+            "X": self.S[:, :p],
+            "W": self.S[:, p : 2 * p],
+            "P": self.S[:, 2 * p :],
+            "MX": self.MS[:, :p],
+            "MW": self.MS[:, p : 2 * p],
+            "MP": self.MS[:, 2 * p :],
+            "Y": self.Y,
+        }[name]
 
     def rows(self, name, sel):
         V = self.view(name)
@@ -159,8 +166,8 @@ class _Block:
         if self.q is not None:
             W -= self.q @ qW
         MW -= MX @ C
-        S = self.S[:, :self.m]
-        return S.T @ S, S.T @ self.MS[:, :self.m]
+        S = self.S[:, : self.m]
+        return S.T @ S, S.T @ self.MS[:, : self.m]
 
     def update(self, c, pnorm, w):
         """X, M X, P, M P from the Rayleigh-Ritz coefficients c (m x p over [X, W, P]) and
@@ -169,8 +176,8 @@ class _Block:
         np.matmul(self.S[:, :m], c, out=self.new)
         np.matmul(self.MS[:, :m], c, out=self.newM)
         newP, newMP = self.S[:, p:m] @ c[p:], self.MS[:, p:m] @ c[p:]
-        self.S[:, 2 * p:] = newP / pnorm
-        self.MS[:, 2 * p:] = newMP / pnorm
+        self.S[:, 2 * p :] = newP / pnorm
+        self.MS[:, 2 * p :] = newMP / pnorm
         self.S[:, :p], self.MS[:, :p] = self.new, self.newM
         self.m = 3 * p
         return self.residual(w)
@@ -207,8 +214,10 @@ def _localise(rows, bounds):
     (sorted, block-local) rows of it those columns are."""
     rows = sp.csr_matrix(rows)
     cols = np.unique(rows.indices)
-    local = sp.csr_matrix((rows.data, np.searchsorted(cols, rows.indices), rows.indptr),
-                          shape=(rows.shape[0], len(cols)))
+    local = sp.csr_matrix(
+        (rows.data, np.searchsorted(cols, rows.indices), rows.indptr),
+        shape=(rows.shape[0], len(cols)),
+    )
     sels = [cols[(cols >= a) & (cols < b)] - a for a, b in bounds]
     return local, sels
 
@@ -272,9 +281,20 @@ class _Solve:
             ops = {"A": self._put(self._local(A, i, "A"), i)}
             if At is not None:
                 ops["At"] = self._put(self._local(At, i, "At"), i)
-            made.append(self.submit(i, _create, self.keys[i], ops, self._put(dinv[a:b], i),
-                                    None if q is None else self._put(q[a:b], i), a, b, p,
-                                    seed))
+            made.append(
+                self.submit(
+                    i,
+                    _create,
+                    self.keys[i],
+                    ops,
+                    self._put(dinv[a:b], i),
+                    None if q is None else self._put(q[a:b], i),
+                    a,
+                    b,
+                    p,
+                    seed,
+                )
+            )
         self.gather(made)
         self.kinds = ["A"] if At is None else ["A", "At"]
 
@@ -289,21 +309,23 @@ class _Solve:
         cuts = []
         for j, s in enumerate(sels):
             whole = len(s) == self.bounds[j][1] - self.bounds[j][0]
-            cuts.append(None if len(s) == 0 else "all" if whole else
-                        self._put(s, j))
+            cuts.append(None if len(s) == 0 else "all" if whole else self._put(s, j))
         self.cuts[which].append(cuts)
         return local
 
     def submit(self, i, fn, *args):
-        return self.client.submit(fn, *args, workers=[self.where[i]], allow_other_workers=False,
-                                  pure=False)
+        return self.client.submit(
+            fn, *args, workers=[self.where[i]], allow_other_workers=False, pure=False
+        )
 
     def call(self, i, method, after, *args):
         return self.submit(i, _call, self.keys[i], method, after, *args)
 
     def each(self, method, after, *args):
-        return [self.call(i, method, after[i] if after else None, *args)
-                for i in range(len(self.bounds))]
+        return [
+            self.call(i, method, after[i] if after else None, *args)
+            for i in range(len(self.bounds))
+        ]
 
     def gather(self, futures):
         """The futures' results; a worker of ours gone (its pinned tasks would wait for it
@@ -337,14 +359,28 @@ class _Solve:
             dst = out if step == len(self.kinds) - 1 else "Y"
             done = []
             for i, cuts in enumerate(self.cuts[which]):
-                parts = [self.call(j, "rows", after[j], src, None if c == "all" else c)
-                         for j, c in enumerate(cuts) if c is not None and j != i]
+                parts = [
+                    self.call(j, "rows", after[j], src, None if c == "all" else c)
+                    for j, c in enumerate(cuts)
+                    if c is not None and j != i
+                ]
                 at = sum(1 for c in cuts[:i] if c is not None)
                 own = cuts[i]
                 if own is None:
                     raise AssertionError("a row block touches none of its own columns")
-                done.append(self.call(i, "apply", after[i], which, src, dst, at,
-                                      None if own == "all" else own, *parts))
+                done.append(
+                    self.call(
+                        i,
+                        "apply",
+                        after[i],
+                        which,
+                        src,
+                        dst,
+                        at,
+                        None if own == "all" else own,
+                        *parts,
+                    )
+                )
             after, src = [done] * len(done), dst  # the next step reads what all wrote
         return done
 
@@ -402,11 +438,21 @@ class _Solve:
             pass
 
 
-def bottom_eigsh_lobpcg_workers(A, k: int, *, kind: str = "gram", null=None, tol: float = 1e-8,
-                                maxiter: int | None = None, block: int | None = None,
-                                blocks: int | None = None, random_state=0,
-                                reorder: bool | None = None, client=None,
-                                progress=None) -> Eigen:
+def bottom_eigsh_lobpcg_workers(
+    A,
+    k: int,
+    *,
+    kind: str = "gram",
+    null=None,
+    tol: float = 1e-8,
+    maxiter: int | None = None,
+    block: int | None = None,
+    blocks: int | None = None,
+    random_state=0,
+    reorder: bool | None = None,
+    client=None,
+    progress=None,
+) -> Eigen:
     """The ``k`` smallest eigenpairs of M (``kind="gram"``: M = A^T A; ``"symmetric"``:
     M = A) orthogonal to ``null``, by LOBPCG with its blocks on the Dask workers.
 
@@ -453,33 +499,44 @@ def bottom_eigsh_lobpcg_workers(A, k: int, *, kind: str = "gram", null=None, tol
         Workers were lost more than ``MAX_RESTARTS`` times.
     """
     if kind not in WORKER_KINDS:
-        raise InputError(f"kind must be one of {', '.join(WORKER_KINDS)}; found {kind!r}.",
-                         "pass kind='gram' (M = A^T A) or 'symmetric' (M = A).")
+        raise InputError(
+            f"kind must be one of {', '.join(WORKER_KINDS)}; found {kind!r}.",
+            "pass kind='gram' (M = A^T A) or 'symmetric' (M = A).",
+        )
     n = A.shape[0]
     if A.shape != (n, n) or not 1 <= k < n - 1:
-        raise InputError(f"the worker-side LOBPCG needs a square A and 1 <= k < n - 1; found "
-                         f"shape {A.shape}, k = {k}.", "pass the n x n A and a smaller k.")
+        raise InputError(
+            f"the worker-side LOBPCG needs a square A and 1 <= k < n - 1; found "
+            f"shape {A.shape}, k = {k}.",
+            "pass the n x n A and a smaller k.",
+        )
     if client is None:
         from .._compute import active_client
 
         client = active_client()
     if client is None:
-        raise InputError("the worker-side LOBPCG needs a Dask cluster; found no active "
-                         "distributed.Client.", "start a Client (dimred_dask.cluster), or "
-                         "solve in this process (eigen_solver='lobpcg').")
+        raise InputError(
+            "the worker-side LOBPCG needs a Dask cluster; found no active distributed.Client.",
+            "start a Client (dimred_dask.cluster), or "
+            "solve in this process (eigen_solver='lobpcg').",
+        )
     A = sp.csr_matrix(A, dtype=np.float64)
     reorder = kind == "gram" if reorder is None else bool(reorder)
     perm = _rcm(A) if reorder else np.arange(n)
     A = A[perm][:, perm].tocsr()
     At = A.T.tocsr() if kind == "gram" else None
-    diag = (np.asarray(A.multiply(A).sum(axis=0)).ravel() if kind == "gram"
-            else A.diagonal())
+    diag = np.asarray(A.multiply(A).sum(axis=0)).ravel() if kind == "gram" else A.diagonal()
     dinv = 1.0 / np.where(diag > 0, diag, 1.0)
     q = None if null is None else np.asarray(null, np.float64).reshape(n, 1)[perm]
     q = None if q is None else q / np.linalg.norm(q)
     nb = int(blocks or max(1, len(client.scheduler_info()["workers"])))
-    bounds = [(int(a), int(b)) for a, b in zip(np.linspace(0, n, nb + 1).astype(np.int64)[:-1],
-                                               np.linspace(0, n, nb + 1).astype(np.int64)[1:])]
+    bounds = [
+        (int(a), int(b))
+        for a, b in zip(
+            np.linspace(0, n, nb + 1).astype(np.int64)[:-1],
+            np.linspace(0, n, nb + 1).astype(np.int64)[1:],
+        )
+    ]
     p = min(n - 2, max(k + 6, 2 * k) if block is None else max(block, k))
     seed = int(check_random_state(random_state).integers(2**63))
     limit = maxiter or MAXITER
@@ -497,7 +554,8 @@ def bottom_eigsh_lobpcg_workers(A, k: int, *, kind: str = "gram", null=None, tol
                 raise StageError(
                     f"The worker-side LOBPCG lost a worker {restarts} times ({exc}).",
                     "check the workers' memory limits and logs, or solve in this process "
-                    "(eigen_solver='lobpcg').") from exc
+                    "(eigen_solver='lobpcg').",
+                ) from exc
             log.warning("worker-side LOBPCG: a worker was lost (%s); starting again", exc)
             time.sleep(1.0)  # let the scheduler drop the dead worker
             _wait_for_workers(client)
@@ -506,18 +564,39 @@ def bottom_eigsh_lobpcg_workers(A, k: int, *, kind: str = "gram", null=None, tol
                 solve.close()
     converged = bool((res[:k] <= tol_abs).all())
     if not converged:
-        warnings.warn(f"LOBPCG on the workers stopped after {it} iterations with residuals "
-                      f"{np.array2string(res[:k], precision=2)} (wanted <= {tol_abs:.1e}).",
-                      ConvergenceWarning, stacklevel=2)
-    info = {"iterations": it, "block": p, "blocks": nb, "restarts": restarts,
-            "residuals": res.tolist(), "tol_abs": tol_abs, "reordered": reorder,
-            "kind": kind, "seconds": time.perf_counter() - t0, "preconditioner": "jacobi"}
-    rec = record(f"bottom {k} eigenpairs", "lobpcg-workers", converged=converged,
-                 iterations=it, residual=float(res[:k].max()), tol=tol_abs,
-                 status="converged" if converged else f"stopped at maxiter={limit}",
-                 maxiter=limit, block=p, blocks=nb, restarts=restarts,
-                 measure="max ||M x - lambda x|| of the wanted pairs (absolute: tol times the "
-                         "mean diagonal of M)")
+        warnings.warn(
+            f"LOBPCG on the workers stopped after {it} iterations with residuals "
+            f"{np.array2string(res[:k], precision=2)} (wanted <= {tol_abs:.1e}).",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    info = {
+        "iterations": it,
+        "block": p,
+        "blocks": nb,
+        "restarts": restarts,
+        "residuals": res.tolist(),
+        "tol_abs": tol_abs,
+        "reordered": reorder,
+        "kind": kind,
+        "seconds": time.perf_counter() - t0,
+        "preconditioner": "jacobi",
+    }
+    rec = record(
+        f"bottom {k} eigenpairs",
+        "lobpcg-workers",
+        converged=converged,
+        iterations=it,
+        residual=float(res[:k].max()),
+        tol=tol_abs,
+        status="converged" if converged else f"stopped at maxiter={limit}",
+        maxiter=limit,
+        block=p,
+        blocks=nb,
+        restarts=restarts,
+        measure="max ||M x - lambda x|| of the wanted pairs (absolute: tol times the "
+        "mean diagonal of M)",
+    )
     vectors = np.empty((n, k))
     vectors[perm] = v[:, :k]
     return Eigen(np.asarray(w[:k]), vectors, "lobpcg-workers", 0, info=info, convergence=rec)
@@ -527,6 +606,8 @@ def _wait_for_workers(client, timeout: float = 60.0) -> None:
     t = time.monotonic()
     while not client.scheduler_info()["workers"]:
         if time.monotonic() - t > timeout:
-            raise StageError("The worker-side LOBPCG has no workers left.",
-                             "restart the cluster's workers and run again.")
+            raise StageError(
+                "The worker-side LOBPCG has no workers left.",
+                "restart the cluster's workers and run again.",
+            )
         time.sleep(0.5)

@@ -1,4 +1,5 @@
 """Shared estimator plumbing (scikit-learn's protocol: get_params, set_params, clone)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -126,8 +127,9 @@ def sparse_affine(X, w: np.ndarray, mean: np.ndarray, dtype):
         return encode(X)
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
-    return X.map_blocks(encode, chunks=(X.chunks[0], (w.shape[1],)), dtype=dtype,
-                        meta=np.empty((0, 0), dtype=dtype))
+    return X.map_blocks(
+        encode, chunks=(X.chunks[0], (w.shape[1],)), dtype=dtype, meta=np.empty((0, 0), dtype=dtype)
+    )
 
 
 def affine(X, w: np.ndarray, mean: np.ndarray, dtype, dense_encode):

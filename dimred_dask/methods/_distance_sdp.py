@@ -4,6 +4,7 @@ distance constraints (Weinberger & Saul 2006), with the cliques' affine dependen
 in (face reduction) and a second attempt in the reversed order; ``check_solver_status``
 turns the solver's status into the product's errors; ``kernel_embedding`` is the kernel PCA
 of the solution."""
+
 from __future__ import annotations
 
 import time
@@ -62,9 +63,24 @@ def _prune_groups(n: int, Ip, Jp, rows: list) -> list:
     return [edges[comp == c] for c in np.unique(comp)]
 
 
-def distance_sdp(n: int, I, J, d2, *, extra=None, constraints="equality", slack_penalty=10.0,
-                 face_reduction=True, formulation="dual", solver="clarabel", tol=1e-7,
-                 max_iter=200, allow_inaccurate=False, method="MVU", verbose=False):
+def distance_sdp(
+    n: int,
+    I,
+    J,
+    d2,
+    *,
+    extra=None,
+    constraints="equality",
+    slack_penalty=10.0,
+    face_reduction=True,
+    formulation="dual",
+    solver="clarabel",
+    tol=1e-7,
+    max_iter=200,
+    allow_inaccurate=False,
+    method="MVU",
+    verbose=False,
+):
     """Solve MVU's SDP on the edges (I, J) with squared lengths ``d2``. Returns (K in the
     original order, info).
 
@@ -132,31 +148,74 @@ def distance_sdp(n: int, I, J, d2, *, extra=None, constraints="equality", slack_
     orders = (rcm, rcm[::-1].copy()) if formulation == "dual" else (rcm,)
     for i, order in enumerate(orders):
         label = f"{method} SDP" + (" (reversed order)" if i else "")
-        res, K, info = _solve_in_order(n, I, J, d2, order, extra, constraints, slack_penalty,
-                                       face_reduction, formulation, solver, tol, max_iter,
-                                       method, verbose, label)
+        res, K, info = _solve_in_order(
+            n,
+            I,
+            J,
+            d2,
+            order,
+            extra,
+            constraints,
+            slack_penalty,
+            face_reduction,
+            formulation,
+            solver,
+            tol,
+            max_iter,
+            method,
+            verbose,
+            label,
+        )
         attempts.append(res.status)
         if records:
             records[-1]["handled_by"] = "solved again in the reversed order"
-        records.append({**res.convergence, "order": "reversed" if i else
-                        "reverse Cuthill-McKee"})
+        records.append({**res.convergence, "order": "reversed" if i else "reverse Cuthill-McKee"})
         if res.status == "optimal" or _infeasible(res):
             break
     check_solver_status(res, method, constraints, allow_inaccurate, records=records)
-    info.update({"status": res.status, "attempts": attempts, "objective": res.objective,
-                 "solver": res.info["solver"], "formulation": formulation, "tol": tol,
-                 "iterations": res.iterations, "setup_seconds": round(res.setup_seconds, 3),
-                 "solve_seconds": round(res.solve_seconds, 3),
-                 **{k: res.info[k] for k in ("canonicalise_seconds", "solver_setup_seconds",
-                                             "iterate_seconds")},
-                 "n_constraints_solved": int(res.kept.size),
-                 "seconds": round(time.perf_counter() - t0, 3), "trace": float(np.trace(K)),
-                 "convergence": records, **violations(K, I, J, d2)})
+    info.update(
+        {
+            "status": res.status,
+            "attempts": attempts,
+            "objective": res.objective,
+            "solver": res.info["solver"],
+            "formulation": formulation,
+            "tol": tol,
+            "iterations": res.iterations,
+            "setup_seconds": round(res.setup_seconds, 3),
+            "solve_seconds": round(res.solve_seconds, 3),
+            **{
+                k: res.info[k]
+                for k in ("canonicalise_seconds", "solver_setup_seconds", "iterate_seconds")
+            },
+            "n_constraints_solved": int(res.kept.size),
+            "seconds": round(time.perf_counter() - t0, 3),
+            "trace": float(np.trace(K)),
+            "convergence": records,
+            **violations(K, I, J, d2),
+        }
+    )
     return K, info
 
 
-def _solve_in_order(n, I, J, d2, order, extra, constraints, slack_penalty, face_reduction,
-                    formulation, solver, tol, max_iter, method, verbose, label):
+def _solve_in_order(
+    n,
+    I,
+    J,
+    d2,
+    order,
+    extra,
+    constraints,
+    slack_penalty,
+    face_reduction,
+    formulation,
+    solver,
+    tol,
+    max_iter,
+    method,
+    verbose,
+    label,
+):
     E = I.size
     inv = np.empty(n, dtype=np.int64)
     inv[order] = np.arange(n)
@@ -172,11 +231,18 @@ def _solve_in_order(n, I, J, d2, order, extra, constraints, slack_penalty, face_
                 f"those of any Euclidean configuration (their Gram matrix has an eigenvalue of "
                 f"{deps.worst:.2e} times its largest).",
                 "use the slack variant (constraints='slack'), which penalises violations, or "
-                "a Euclidean metric.")
+                "a Euclidean metric.",
+            )
         face, used = face_basis(n, deps.rows, deps.coef)
         groups = _prune_groups(n, Ip, Jp, deps.rows)
-        info.update({"cliques_examined": deps.n_cliques, "dependencies": len(deps.rows),
-                     "face_dimension": int(face.shape[1]), "dependencies_used": int(used)})
+        info.update(
+            {
+                "cliques_examined": deps.n_cliques,
+                "dependencies": len(deps.rows),
+                "face_dimension": int(face.shape[1]),
+                "dependencies_used": int(used),
+            }
+        )
     ci, di, dj, ds = [np.arange(E)], [Ip], [Jp], [np.ones(E)]
     m = E
     if extra is not None and np.asarray(extra[0]).size:
@@ -194,10 +260,22 @@ def _solve_in_order(n, I, J, d2, order, extra, constraints, slack_penalty, face_
         nu = float(slack_penalty) * max(diam, 1) ** 2
         info.update({"hop_diameter": diam, "penalty": nu})
     info["n_constraints"] = int(m)
-    res = max_trace_sdp(n, m, tuple(np.concatenate(a) for a in (ci, di, dj, ds)), b,
-                        slack_rows=np.arange(E), slack=nu, face=face, prune_groups=groups,
-                        formulation=formulation, solver=solver, tol=tol, max_iter=max_iter,
-                        verbose=verbose, label=label)
+    res = max_trace_sdp(
+        n,
+        m,
+        tuple(np.concatenate(a) for a in (ci, di, dj, ds)),
+        b,
+        slack_rows=np.arange(E),
+        slack=nu,
+        face=face,
+        prune_groups=groups,
+        formulation=formulation,
+        solver=solver,
+        tol=tol,
+        max_iter=max_iter,
+        verbose=verbose,
+        label=label,
+    )
     K = None
     if res.K is not None:
         K = np.empty((n, n))
@@ -210,8 +288,14 @@ def _infeasible(res) -> bool:
     return st.startswith("unbounded" if res.info["formulation"] == "dual" else "infeasible")
 
 
-def check_solver_status(res, method: str, constraints: str, allow_inaccurate: bool,
-                  fix: str | None = None, records: list | None = None) -> None:
+def check_solver_status(
+    res,
+    method: str,
+    constraints: str,
+    allow_inaccurate: bool,
+    fix: str | None = None,
+    records: list | None = None,
+) -> None:
     """Accept "optimal"; refuse an infeasible problem (`InfeasibleError`) and any other status
     (`SolverError`), except "optimal_inaccurate" with ``allow_inaccurate`` (a warning, and
     the last record's ``handled_by`` says it was accepted). The raised error carries the
@@ -220,27 +304,40 @@ def check_solver_status(res, method: str, constraints: str, allow_inaccurate: bo
     if st == "optimal":
         return
     last = records[-1] if records else res.convergence or {}
-    where = describe(last) if last else (f"{res.info['solver']} on the "
-                                         f"{res.info['formulation']} form, {res.iterations} "
-                                         "iterations")
+    where = (
+        describe(last)
+        if last
+        else (
+            f"{res.info['solver']} on the "
+            f"{res.info['formulation']} form, {res.iterations} "
+            "iterations"
+        )
+    )
     if _infeasible(res):
         err = InfeasibleError(
             f"{method}'s SDP is infeasible: no kernel matrix satisfies all "
             f"{'distance' if constraints == 'equality' else ''} constraints ({where}).",
             "use the slack variant (constraints='slack'), which penalises violations instead; "
-            "check that the distances are Euclidean.")
+            "check that the distances are Euclidean.",
+        )
     elif st == "optimal_inaccurate" and allow_inaccurate and res.K is not None:
         last["handled_by"] = "accepted (allow_inaccurate=True)"
-        warnings.warn(ConvergenceWarning(
-            f"{method}: the SDP solver stopped at status 'optimal_inaccurate' ({where}); the "
-            "result is used as allowed."), stacklevel=4)
+        warnings.warn(
+            ConvergenceWarning(
+                f"{method}: the SDP solver stopped at status 'optimal_inaccurate' ({where}); the "
+                "result is used as allowed."
+            ),
+            stacklevel=4,
+        )
         return
     else:
         err = SolverError(
             f"{method}'s SDP did not reach status 'optimal': {where}.",
-            fix or "raise max_iter if the iterations ran out; else allow it with "
+            fix
+            or "raise max_iter if the iterations ran out; else allow it with "
             "allow_inaccurate=True (the violations are reported), use constraints='slack', or "
-            "lower n_neighbors (a graph with fewer edges is better posed).")
+            "lower n_neighbors (a graph with fewer edges is better posed).",
+        )
     err.convergence = list(records or [])
     raise err
 
@@ -252,9 +349,11 @@ def violations(K: np.ndarray, I, J, d2) -> dict:
     err = np.abs(got - d2)
     mean = float(d2.mean()) if d2.size else 1.0
     pos = d2 > 0
-    return {"max_relative_violation": float((err[pos] / d2[pos]).max()) if pos.any() else 0.0,
-            "max_violation_over_mean": float(err.max() / mean) if err.size else 0.0,
-            "mean_relative_violation": float((err[pos] / d2[pos]).mean()) if pos.any() else 0.0}
+    return {
+        "max_relative_violation": float((err[pos] / d2[pos]).max()) if pos.any() else 0.0,
+        "max_violation_over_mean": float(err.max() / mean) if err.size else 0.0,
+        "mean_relative_violation": float((err[pos] / d2[pos]).mean()) if pos.any() else 0.0,
+    }
 
 
 # --------------------------------------------------------------------------- kernel PCA
@@ -288,9 +387,11 @@ def kernel_embedding(K: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, dic
     spec = eig.spectrum
     total = float(spec[spec > 0].sum()) or 1.0
     top = max(float(spec[0]), 1e-300)
-    info = {"explained_variance_ratio": (lam / total).tolist(),
-            "rank": int((spec > RANK_TOL * top).sum()),
-            "min_eigenvalue_ratio": float(spec[-1] / top),
-            "centring_ratio": float(abs(K.sum()) / max(np.trace(K), 1e-300)),
-            "convergence": [{**eig.convergence, "step": "top eigenpairs of the SDP kernel"}]}
+    info = {
+        "explained_variance_ratio": (lam / total).tolist(),
+        "rank": int((spec > RANK_TOL * top).sum()),
+        "min_eigenvalue_ratio": float(spec[-1] / top),
+        "centring_ratio": float(abs(K.sum()) / max(np.trace(K), 1e-300)),
+        "convergence": [{**eig.convergence, "step": "top eigenpairs of the SDP kernel"}],
+    }
     return Y, lam, info

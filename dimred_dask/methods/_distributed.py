@@ -30,6 +30,7 @@ checkpoint, which ends exactly where an undisturbed run ends. With no worker lef
 ``MAX_RECOVERIES`` losses, the fit stops with a `StageError`; every call has a timeout, so a
 lost worker never leaves it waiting.
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,9 +47,16 @@ from ..graphs import KNNGraph
 from ..graphs.affinities import GraphRows
 from ._neighbor_runs import delayed_literal, threads
 
-__all__ = ["OPTIMIZERS", "plan_optimizer", "block_bounds", "block_graphs",
-           "optimize_tsne_distributed",
-           "optimize_umap_distributed", "STATE_SHARE", "MAX_RECOVERIES"]
+__all__ = [
+    "OPTIMIZERS",
+    "plan_optimizer",
+    "block_bounds",
+    "block_graphs",
+    "optimize_tsne_distributed",
+    "optimize_umap_distributed",
+    "STATE_SHARE",
+    "MAX_RECOVERIES",
+]
 
 log = logging.getLogger("dimred_dask")
 
@@ -87,25 +95,40 @@ def plan_optimizer(choice: str, n: int, nnz: int, d: int, client) -> dict:
     """{"optimizer": "single" | "distributed", "blocks": B, "reason": str}."""
     if client is None:
         if choice == "distributed":
-            raise InputError("optimizer='distributed' spreads the fit over Dask workers; no "
-                             "Dask client is active.", "start a dask.distributed Client (or "
-                             "run through the flow), or pass optimizer='single'.")
+            raise InputError(
+                "optimizer='distributed' spreads the fit over Dask workers; no "
+                "Dask client is active.",
+                "start a dask.distributed Client (or "
+                "run through the flow), or pass optimizer='single'.",
+            )
         return {"optimizer": "single", "blocks": 1, "reason": "no Dask client"}
     workers, memory = _worker_memory(client)
     need = state_bytes(n, nnz, d)
     if choice == "distributed":
-        return {"optimizer": "distributed", "blocks": max(1, workers),
-                "reason": "optimizer='distributed'"}
+        return {
+            "optimizer": "distributed",
+            "blocks": max(1, workers),
+            "reason": "optimizer='distributed'",
+        }
     if choice == "single":
         return {"optimizer": "single", "blocks": 1, "reason": "optimizer='single'"}
     if workers >= 2 and memory and need > STATE_SHARE * memory:
-        return {"optimizer": "distributed", "blocks": workers,
-                "reason": f"P and the optimiser's state ({need / 2**30:.2f} GiB) exceed "
-                          f"{STATE_SHARE:g} of a worker's memory ({memory / 2**30:.2f} GiB)"}
-    return {"optimizer": "single", "blocks": 1,
-            "reason": (f"P and the optimiser's state ({need / 2**30:.2f} GiB) fit in "
-                       f"{STATE_SHARE:g} of a worker's memory" if memory and workers >= 2
-                       else f"{workers} worker(s)")}
+        return {
+            "optimizer": "distributed",
+            "blocks": workers,
+            "reason": f"P and the optimiser's state ({need / 2**30:.2f} GiB) exceed "
+            f"{STATE_SHARE:g} of a worker's memory ({memory / 2**30:.2f} GiB)",
+        }
+    return {
+        "optimizer": "single",
+        "blocks": 1,
+        "reason": (
+            f"P and the optimiser's state ({need / 2**30:.2f} GiB) fit in "
+            f"{STATE_SHARE:g} of a worker's memory"
+            if memory and workers >= 2
+            else f"{workers} worker(s)"
+        ),
+    }
 
 
 def block_bounds(n: int, blocks: int) -> list[tuple[int, int]]:
@@ -147,7 +170,7 @@ class TSNEBlock:
         """Keep the positions; the charges of this block's rows on the grid ``spec``."""
         t0 = time.perf_counter()
         self.Y = Y
-        Yb = Y[self.start:self.stop]
+        Yb = Y[self.start : self.stop]
         with threads(self.nt):
             self.bw = spec.weights(Yb)
             charges = spec.charges(Yb, *self.bw)
@@ -158,23 +181,47 @@ class TSNEBlock:
         kl_attractive_part(self.indptr, self.indices, self.data, Yb, self.Y, rows)
         return float(rows.sum()), float(self.data.sum())
 
-    def step(self, spec: GridSpec, pot, Z: float, exaggeration: float, momentum: float,
-             learning_rate: float, min_gain: float, max_step: float, kl: bool):
+    def step(
+        self,
+        spec: GridSpec,
+        pot,
+        Z: float,
+        exaggeration: float,
+        momentum: float,
+        learning_rate: float,
+        min_gain: float,
+        max_step: float,
+        kl: bool,
+    ):
         """This block's rows after one step (and the KL's parts at the current positions)."""
         t0 = time.perf_counter()
-        Yb = np.ascontiguousarray(self.Y[self.start:self.stop])
+        Yb = np.ascontiguousarray(self.Y[self.start : self.stop])
         with threads(self.nt):
             phi = spec.phi(Yb, *self.bw, pot)
             part = self._kl_part(Yb) if kl else None
             Ynew = np.empty_like(Yb)
-            fused_step(self.indptr, self.indices, self.data32, Yb, self.Y, phi, 1.0 / Z,
-                       exaggeration, self.update, self.gains, momentum, learning_rate,
-                       min_gain, max_step, Ynew)
+            fused_step(
+                self.indptr,
+                self.indices,
+                self.data32,
+                Yb,
+                self.Y,
+                phi,
+                1.0 / Z,
+                exaggeration,
+                self.update,
+                self.gains,
+                momentum,
+                learning_rate,
+                min_gain,
+                max_step,
+                Ynew,
+            )
         return Ynew, part, time.perf_counter() - t0
 
     def kl_part(self):
         with threads(self.nt):
-            return self._kl_part(np.ascontiguousarray(self.Y[self.start:self.stop]))
+            return self._kl_part(np.ascontiguousarray(self.Y[self.start : self.stop]))
 
 
 class UMAPBlock:
@@ -194,7 +241,8 @@ class UMAPBlock:
         from .umap import edge_schedule
 
         self.indptr, self.indices, self.eps, self.eps_neg = edge_schedule(
-            self.P, n_epochs, negative_sample_rate, w_max=w_max)
+            self.P, n_epochs, negative_sample_rate, w_max=w_max
+        )
         return int(self.indices.size)
 
     def set_state(self, nxt, nxt_neg) -> None:
@@ -208,11 +256,28 @@ class UMAPBlock:
 
     def epoch(self, Yref, a, b, gamma, alpha, epoch: int, seed: int):
         t0 = time.perf_counter()
-        Yb = Yref[self.start:self.stop].copy()
+        Yb = Yref[self.start : self.stop].copy()
         with threads(self.nt):
-            sgd_epoch(Yb, Yref, self.indptr, self.indices, self.eps, self.nxt, self.eps_neg,
-                      self.nxt_neg, a, b, gamma, alpha, epoch, seed, self.start, NO_KEYS,
-                      np.float32(2.0), True)
+            sgd_epoch(
+                Yb,
+                Yref,
+                self.indptr,
+                self.indices,
+                self.eps,
+                self.nxt,
+                self.eps_neg,
+                self.nxt_neg,
+                a,
+                b,
+                gamma,
+                alpha,
+                epoch,
+                seed,
+                self.start,
+                NO_KEYS,
+                np.float32(2.0),
+                True,
+            )
         return Yb, time.perf_counter() - t0
 
     def ce_part(self, Y, a: float, b: float):
@@ -237,10 +302,13 @@ class _Blocks:
         try:
             client.wait_for_workers(1, timeout=WAIT_WORKERS)
         except (TimeoutError, OSError) as exc:
-            raise StageError(f"The distributed optimiser has no Dask worker left to place "
-                             f"its {len(self.bounds)} blocks on.", "restart the workers (or "
-                             "the cluster) and run again; the fit resumes from its last "
-                             "checkpoint.") from exc
+            raise StageError(
+                f"The distributed optimiser has no Dask worker left to place "
+                f"its {len(self.bounds)} blocks on.",
+                "restart the workers (or "
+                "the cluster) and run again; the fit resumes from its last "
+                "checkpoint.",
+            ) from exc
         futures = client.compute(self.P_blocks)
         wait(futures, timeout=CALL_TIMEOUT)
         workers = sorted(client.scheduler_info()["workers"])
@@ -252,9 +320,18 @@ class _Blocks:
             free = [w for w in own if load[w] == min(load.values())]
             w = free[0] if free else min(workers, key=lambda x: (load[x], x))
             load[w] += 1
-            actors.append(client.submit(self.cls, fut, self.bounds[b][0], self.n_threads,
-                                        actor=True, workers=[w], allow_other_workers=True,
-                                        pure=False))
+            actors.append(
+                client.submit(
+                    self.cls,
+                    fut,
+                    self.bounds[b][0],
+                    self.n_threads,
+                    actor=True,
+                    workers=[w],
+                    allow_other_workers=True,
+                    pure=False,
+                )
+            )
         self.actors = [a.result(timeout=CALL_TIMEOUT) for a in actors]
         self._futures = actors  # keeps the actors alive
         self.placement = [load[w] for w in workers]
@@ -263,8 +340,10 @@ class _Blocks:
         """``method(*args, *per_block[b])`` on every block at once; the results in block
         order. `_Lost` when a block's worker is gone or silent."""
         try:
-            futs = [getattr(a, method)(*args, *(per_block[b] if per_block else ()))
-                    for b, a in enumerate(self.actors)]
+            futs = [
+                getattr(a, method)(*args, *(per_block[b] if per_block else ()))
+                for b, a in enumerate(self.actors)
+            ]
             return [f.result(timeout=CALL_TIMEOUT) for f in futs]
         except (OSError, TimeoutError, RuntimeError) as exc:
             if isinstance(exc, RuntimeError) and "lost" not in str(exc).lower():
@@ -279,13 +358,19 @@ class _Blocks:
     def recover(self, exc: Exception, what: str) -> None:
         self.recoveries += 1
         if self.recoveries > MAX_RECOVERIES:
-            raise StageError(f"The distributed {what} lost a worker {self.recoveries} times "
-                             f"({exc}).", "check the workers' logs (memory limits, "
-                             "preemption) and run again; the fit resumes from its last "
-                             "checkpoint.") from exc
-        log.warning("%s: a block's worker was lost (%s); rebuilding the %d blocks on the "
-                    "workers left and resuming from the last checkpoint", what, exc,
-                    len(self.bounds))
+            raise StageError(
+                f"The distributed {what} lost a worker {self.recoveries} times ({exc}).",
+                "check the workers' logs (memory limits, "
+                "preemption) and run again; the fit resumes from its last "
+                "checkpoint.",
+            ) from exc
+        log.warning(
+            "%s: a block's worker was lost (%s); rebuilding the %d blocks on the "
+            "workers left and resuming from the last checkpoint",
+            what,
+            exc,
+            len(self.bounds),
+        )
         self.actors, self._futures = [], []
         self.create()
 
@@ -302,9 +387,12 @@ def _per_iteration(clock: dict, iters: int) -> dict:
     work, and the rest (transfers, serialisation, waiting)."""
     k = max(1, iters)
     rest = clock["wall"] - clock["blocks"] - clock["coordinator"]
-    return {"wall": round(clock["wall"] / k, 4), "blocks": round(clock["blocks"] / k, 4),
-            "coordinator": round(clock["coordinator"] / k, 4),
-            "transfer_and_wait": round(rest / k, 4)}
+    return {
+        "wall": round(clock["wall"] / k, 4),
+        "blocks": round(clock["blocks"] / k, 4),
+        "coordinator": round(clock["coordinator"] / k, 4),
+        "transfer_and_wait": round(rest / k, 4),
+    }
 
 
 def _split(arr, bounds):
@@ -314,20 +402,32 @@ def _split(arr, bounds):
 # --------------------------------------------------------------------------- t-SNE
 
 
-def optimize_tsne_distributed(P_blocks, bounds, initial, s: dict, client, *, checkpoint=None,
-                              progress=None, n_threads: int = 1):
+def optimize_tsne_distributed(
+    P_blocks,
+    bounds,
+    initial,
+    s: dict,
+    client,
+    *,
+    checkpoint=None,
+    progress=None,
+    n_threads: int = 1,
+):
     """The t-SNE gradient descent of `tsne.optimize_tsne` over row blocks on the workers.
     ``P_blocks``: lazy row blocks of P (``bounds``); ``initial``: (iteration, Y, update,
     gains) to start from. Returns (Y, kl, info)."""
     from .tsne import learning_rate_of
 
     if s["gradient"] != "fft":
-        raise InputError("optimizer='distributed' computes t-SNE's repulsion on an "
-                         f"interpolation grid; found gradient={s['gradient']!r}.",
-                         "pass gradient='fft' (or optimizer='single').")
+        raise InputError(
+            "optimizer='distributed' computes t-SNE's repulsion on an "
+            f"interpolation grid; found gradient={s['gradient']!r}.",
+            "pass gradient='fft' (or optimizer='single').",
+        )
     n = bounds[-1][1]
-    interp = Interpolation(s["n_interpolation_points"], s["min_num_intervals"],
-                           s["ints_in_interval"])
+    interp = Interpolation(
+        s["n_interpolation_points"], s["min_num_intervals"], s["ints_in_interval"]
+    )
     fft_threads = os.cpu_count() or 1
     blocks = _Blocks(client, TSNEBlock, P_blocks, bounds, n_threads)
     start, Y, update, gains = initial
@@ -367,10 +467,18 @@ def optimize_tsne_distributed(P_blocks, bounds, initial, s: dict, client, *, che
                 report = progress is not None and every and (it % every == 0)
                 t_it = time.perf_counter()
                 spec, pot, Z, nb = grid(Y)
-                res = blocks.call("step", spec, pot, Z, exag,
-                                  s["momentum"] if early else s["final_momentum"],
-                                  learning_rate_of(s, n, exag), s["min_gain"],
-                                  s["max_step_norm"], bool(report))
+                res = blocks.call(
+                    "step",
+                    spec,
+                    pot,
+                    Z,
+                    exag,
+                    s["momentum"] if early else s["final_momentum"],
+                    learning_rate_of(s, n, exag),
+                    s["min_gain"],
+                    s["max_step_norm"],
+                    bool(report),
+                )
                 Y = np.concatenate([r[0] for r in res])
                 Y -= Y.mean(axis=0)
                 clock["blocks"] += max(r[2] for r in res)
@@ -385,9 +493,16 @@ def optimize_tsne_distributed(P_blocks, bounds, initial, s: dict, client, *, che
                     update, gains = blocks.state()
                     saved = (it, Y.copy(), update, gains)
                     if checkpoint is not None and s["checkpoint_every"]:
-                        checkpoint.save({"iteration": it, "embedding": Y, "update": update,
-                                         "gains": gains, "rng": {"seed": s["random_state"]},
-                                         "loss": kl})
+                        checkpoint.save(
+                            {
+                                "iteration": it,
+                                "embedding": Y,
+                                "update": update,
+                                "gains": gains,
+                                "rng": {"seed": s["random_state"]},
+                                "loss": kl,
+                            }
+                        )
             spec, pot, Z, _ = grid(Y)
             parts = blocks.call("kl_part")
             break
@@ -397,11 +512,17 @@ def optimize_tsne_distributed(P_blocks, bounds, initial, s: dict, client, *, che
     kl = sum(p[0] for p in parts) + sum(p[1] for p in parts) * np.log(Z)
     if progress is not None:
         progress(total, total, kl)
-    info = {"seconds": round(time.perf_counter() - t0, 3), "resumed_from": initial[0],
-            "gradient": "fft", "optimizer": "distributed", "blocks": len(bounds),
-            "blocks_per_worker": blocks.placement, "recoveries": blocks.recoveries,
-            "bytes_per_iteration": int(moved / max(1, iters)),
-            "seconds_per_iteration": _per_iteration(clock, iters)}
+    info = {
+        "seconds": round(time.perf_counter() - t0, 3),
+        "resumed_from": initial[0],
+        "gradient": "fft",
+        "optimizer": "distributed",
+        "blocks": len(bounds),
+        "blocks_per_worker": blocks.placement,
+        "recoveries": blocks.recoveries,
+        "bytes_per_iteration": int(moved / max(1, iters)),
+        "seconds_per_iteration": _per_iteration(clock, iters),
+    }
     blocks.close()
     return Y, float(kl), info
 
@@ -409,8 +530,9 @@ def optimize_tsne_distributed(P_blocks, bounds, initial, s: dict, client, *, che
 # --------------------------------------------------------------------------- UMAP
 
 
-def optimize_umap_distributed(P_blocks, bounds, Y0, s: dict, client, *, checkpoint=None,
-                              progress=None, n_threads: int = 1):
+def optimize_umap_distributed(
+    P_blocks, bounds, Y0, s: dict, client, *, checkpoint=None, progress=None, n_threads: int = 1
+):
     """The SGD epochs of `umap.optimize_umap` over row blocks on the workers (the same
     embedding bit for bit); (Y, (edge terms per block), info)."""
     n_epochs = s["n_epochs"]
@@ -430,15 +552,21 @@ def optimize_umap_distributed(P_blocks, bounds, Y0, s: dict, client, *, checkpoi
         if nxt is None:
             blocks.call("set_state", per_block=blocks.call("initial_state"))
         else:
-            per = [(nxt[cuts[i]:cuts[i + 1]], nxt_neg[cuts[i]:cuts[i + 1]])
-                   for i in range(len(bounds))]
+            per = [
+                (nxt[cuts[i] : cuts[i + 1]], nxt_neg[cuts[i] : cuts[i + 1]])
+                for i in range(len(bounds))
+            ]
             blocks.call("set_state", per_block=per)
         return start, np.array(Y, dtype=np.float32)
 
     first = int(state["iteration"]) if state is not None else 0
     if state is not None:
-        saved = (int(state["iteration"]), np.array(state["embedding"], np.float32),
-                 np.asarray(state["next_sample"]), np.asarray(state["next_negative"]))
+        saved = (
+            int(state["iteration"]),
+            np.array(state["embedding"], np.float32),
+            np.asarray(state["next_sample"]),
+            np.asarray(state["next_negative"]),
+        )
     else:
         saved = (0, np.array(Y0, dtype=np.float32), None, None)
     t0, epochs, moved = time.perf_counter(), 0, 0
@@ -460,16 +588,26 @@ def optimize_umap_distributed(P_blocks, bounds, Y0, s: dict, client, *, checkpoi
                 moved += Y.nbytes * (len(bounds) + 1)
                 epochs += 1
                 epoch += 1
-                if progress is not None and s["callback_every"] and \
-                        epoch % s["callback_every"] == 0:
+                if (
+                    progress is not None
+                    and s["callback_every"]
+                    and epoch % s["callback_every"] == 0
+                ):
                     progress(epoch, n_epochs, None)
                 if epoch % ck_every == 0 and epoch < n_epochs:
                     nxt, nxt_neg = blocks.state()
                     saved = (epoch, Y.copy(), nxt, nxt_neg)
                     if checkpoint is not None and s["checkpoint_every"]:
-                        checkpoint.save({"iteration": epoch, "embedding": Y,
-                                         "next_sample": nxt, "next_negative": nxt_neg,
-                                         "rng": {"seed": s["random_state"]}, "loss": None})
+                        checkpoint.save(
+                            {
+                                "iteration": epoch,
+                                "embedding": Y,
+                                "next_sample": nxt,
+                                "next_negative": nxt_neg,
+                                "rng": {"seed": s["random_state"]},
+                                "loss": None,
+                            }
+                        )
             terms = blocks.call("ce_part", Y, float(s["a"]), float(s["b"]))
             edges = int(cuts[-1])
             break
@@ -477,11 +615,16 @@ def optimize_umap_distributed(P_blocks, bounds, Y0, s: dict, client, *, checkpoi
             blocks.recover(exc, "UMAP optimisation")
             cuts = prepare()
             epoch, Y = restore(saved)
-    info = {"seconds": round(time.perf_counter() - t0, 3), "resumed_from": first, "edges": edges,
-            "optimizer": "distributed",
-            "blocks": len(bounds), "blocks_per_worker": blocks.placement,
-            "recoveries": blocks.recoveries,
-            "bytes_per_iteration": int(moved / max(1, epochs)),
-            "seconds_per_iteration": _per_iteration(clock, epochs)}
+    info = {
+        "seconds": round(time.perf_counter() - t0, 3),
+        "resumed_from": first,
+        "edges": edges,
+        "optimizer": "distributed",
+        "blocks": len(bounds),
+        "blocks_per_worker": blocks.placement,
+        "recoveries": blocks.recoveries,
+        "bytes_per_iteration": int(moved / max(1, epochs)),
+        "seconds_per_iteration": _per_iteration(clock, epochs),
+    }
     blocks.close()
     return Y, terms, info

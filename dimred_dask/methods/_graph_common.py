@@ -2,6 +2,7 @@
 clustering) share: parameter checks, the training rows' neighbours of new points, and
 save/load of their fitted models; and the one kNN-graph getter (`fit_graph`: given and
 checked, or built) that they and the neighbour embeddings (t-SNE, SNE, UMAP) use."""
+
 from __future__ import annotations
 
 import numbers
@@ -13,12 +14,25 @@ from .._compute import compute
 from .._validation import check_array, is_dask
 from ..blocks.neighbors import block_topk, streamed_topk
 from ..errors import InputError
-from ..graphs import (KNNGraph, check_connected, check_n_neighbors, graph_components,
-                      join_components, knn_graph)
+from ..graphs import (
+    KNNGraph,
+    check_connected,
+    check_n_neighbors,
+    graph_components,
+    join_components,
+    knn_graph,
+)
 from ._base import HasConvergence, is_stored, kept, row_blocks
 
-__all__ = ["ArrayModel", "check_graph", "check_n_components_graph", "fit_graph",
-           "is_graph_source", "new_neighbours", "training_rows"]
+__all__ = [
+    "ArrayModel",
+    "check_graph",
+    "check_n_components_graph",
+    "fit_graph",
+    "is_graph_source",
+    "new_neighbours",
+    "training_rows",
+]
 
 
 class ArrayModel(HasConvergence):
@@ -30,12 +44,18 @@ class ArrayModel(HasConvergence):
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays, NumPy; a dask one (a fit that left it on the workers) stays dask, for
         the run store to write from the workers."""
-        return {f"{n}_": v if is_dask(v) else np.asarray(v) for n in self._ARRAYS
-                if (v := getattr(self, n)) is not None}
+        return {
+            f"{n}_": v if is_dask(v) else np.asarray(v)
+            for n in self._ARRAYS
+            if (v := getattr(self, n)) is not None
+        }
 
     def scalars(self) -> dict:
-        out = {f.name: _plain(getattr(self, f.name)) for f in fields(self)
-               if f.name not in self._ARRAYS and f.name != "info"}
+        out = {
+            f.name: _plain(getattr(self, f.name))
+            for f in fields(self)
+            if f.name not in self._ARRAYS and f.name != "info"
+        }
         return {**out, **{k: _plain(v) for k, v in getattr(self, "info", {}).items()}}
 
     @classmethod
@@ -60,11 +80,16 @@ def check_n_components_graph(n_components, n: int, method: str, *, limit: int | 
     """1 <= n_components <= limit (default n - 2: the graph spectral methods drop one
     eigenvector and need one more than they keep), or `InputError`."""
     limit = n - 2 if limit is None else limit
-    if (not isinstance(n_components, numbers.Integral) or isinstance(n_components, bool)
-            or not 1 <= n_components <= limit):
-        raise InputError(f"{method} needs n_components as an int in [1, {limit}] for "
-                         f"n_samples = {n}; found {n_components!r}.",
-                         f"pass n_components between 1 and {max(limit, 1)} (2 or 3 is usual).")
+    if (
+        not isinstance(n_components, numbers.Integral)
+        or isinstance(n_components, bool)
+        or not 1 <= n_components <= limit
+    ):
+        raise InputError(
+            f"{method} needs n_components as an int in [1, {limit}] for "
+            f"n_samples = {n}; found {n_components!r}.",
+            f"pass n_components between 1 and {max(limit, 1)} (2 or 3 is usual).",
+        )
     return int(n_components)
 
 
@@ -78,23 +103,43 @@ def check_graph(graph, n: int, k_needed: int, method: str, *, sources: bool = Tr
     """A kNN graph (or, with ``sources``, a graph source) of ``n`` rows with at least
     ``k_needed`` neighbours per row and none missing."""
     if not isinstance(graph, KNNGraph) and not (sources and is_graph_source(graph)):
-        raise InputError(f"{method} needs graph=<KNNGraph>; found {type(graph).__name__}.",
-                         "pass dimred_dask.graphs.knn_graph(X, k) or leave graph out.")
+        raise InputError(
+            f"{method} needs graph=<KNNGraph>; found {type(graph).__name__}.",
+            "pass dimred_dask.graphs.knn_graph(X, k) or leave graph out.",
+        )
     if graph.n_samples != n:
-        raise InputError(f"{method}: the kNN graph has {graph.n_samples} rows; the data have "
-                         f"{n}.", "build the graph from these rows (or leave graph out).")
+        raise InputError(
+            f"{method}: the kNN graph has {graph.n_samples} rows; the data have {n}.",
+            "build the graph from these rows (or leave graph out).",
+        )
     if graph.n_neighbors < k_needed:
-        raise InputError(f"{method} needs {k_needed} neighbours per point; the kNN graph has "
-                         f"{graph.n_neighbors}.", f"build it with n_neighbors >= {k_needed}.")
+        raise InputError(
+            f"{method} needs {k_needed} neighbours per point; the kNN graph has "
+            f"{graph.n_neighbors}.",
+            f"build it with n_neighbors >= {k_needed}.",
+        )
     if isinstance(graph, KNNGraph) and (graph.indices[:, :k_needed] < 0).any():
-        raise InputError("The kNN graph has rows with fewer neighbours than k (index -1).",
-                         "rebuild it with backend='exact' or 'nndescent'.")
+        raise InputError(
+            "The kNN graph has rows with fewer neighbours than k (index -1).",
+            "rebuild it with backend='exact' or 'nndescent'.",
+        )
     return graph
 
 
-def fit_graph(X, graph, n_neighbors, *, method: str, metric="euclidean", backend="auto",
-              random_state=0, nndescent_kwds=None, cut: bool = True,
-              join_components_: bool = False, connected: bool = True):
+def fit_graph(
+    X,
+    graph,
+    n_neighbors,
+    *,
+    method: str,
+    metric="euclidean",
+    backend="auto",
+    random_state=0,
+    nndescent_kwds=None,
+    cut: bool = True,
+    join_components_: bool = False,
+    connected: bool = True,
+):
     """The kNN graph a method fits on: ``graph`` checked against ``X``, or a new one.
 
     Parameters
@@ -127,8 +172,14 @@ def fit_graph(X, graph, n_neighbors, *, method: str, metric="euclidean", backend
     n = X.shape[0]
     k = check_n_neighbors(n_neighbors, n, method)
     if graph is None:
-        graph = knn_graph(X, k, metric=metric, backend=backend, random_state=random_state,
-                          nndescent_kwds=nndescent_kwds)
+        graph = knn_graph(
+            X,
+            k,
+            metric=metric,
+            backend=backend,
+            random_state=random_state,
+            nndescent_kwds=nndescent_kwds,
+        )
     graph = check_graph(graph, n, k, method, sources=not cut)
     if cut and graph.n_neighbors != k:
         graph = graph.subset(k)
@@ -150,16 +201,13 @@ def training_rows(X, method: str) -> np.ndarray:
     return np.asarray(X)
 
 
-def new_neighbours(block: np.ndarray, X_fit, k: int, metric: str = "euclidean",
-                   p: float = 2.0):
+def new_neighbours(block: np.ndarray, X_fit, k: int, metric: str = "euclidean", p: float = 2.0):
     """(indices, distances) of the ``k`` nearest training rows of each row of ``block``
     (a training row finds itself first, at distance 0). ``X_fit`` in memory, or stored
     (`_base.is_stored`): then its chunks are read one at a time."""
     if is_stored(X_fit):
         return streamed_topk(np.asarray(block), row_blocks(X_fit), k, metric=metric, p=p)
     return block_topk(np.asarray(block), X_fit, k, metric=metric, p=p)
-
-
 
 
 def checked(X, method: str, where: str = "X"):

@@ -1,6 +1,7 @@
 """The parts classical MDS, landmark MDS and Isomap's MDS share (`methods.mds`): their
 parameter checks, squared distances, the eigensolve of B = -1/2 J D2 J with its negative
 part, and Kruskal's stress-1."""
+
 from __future__ import annotations
 
 import numbers
@@ -28,35 +29,50 @@ def _check_metric(metric, p, method: str) -> dict:
     if metric == "precomputed":
         return {"metric": "precomputed"}
     if not isinstance(metric, str) or metric not in METRICS:
-        raise InputError(f"{method} needs metric as one of {', '.join(METRICS)} or "
-                         f"'precomputed'; found {metric!r}.",
-                         "pass metric='euclidean' (the default), or metric='precomputed' with "
-                         "an n x n distance matrix.")
+        raise InputError(
+            f"{method} needs metric as one of {', '.join(METRICS)} or "
+            f"'precomputed'; found {metric!r}.",
+            "pass metric='euclidean' (the default), or metric='precomputed' with "
+            "an n x n distance matrix.",
+        )
     return check_metric(metric, p)
 
 
 def _check_int(value, name: str, low: int, high: int, method: str, why: str, fix: str) -> int:
-    if (not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_))
-            or not low <= value <= high):
-        raise InputError(f"{method} needs {name} as an int in [{low}, {high}] ({why}); found "
-                         f"{name}={value!r}.", fix)
+    if (
+        not isinstance(value, numbers.Integral)
+        or isinstance(value, (bool, np.bool_))
+        or not low <= value <= high
+    ):
+        raise InputError(
+            f"{method} needs {name} as an int in [{low}, {high}] ({why}); found {name}={value!r}.",
+            fix,
+        )
     return int(value)
 
 
 def _check_n_components(n_components, n: int, method: str) -> int:
     if n < 2:
-        raise InputError(f"{method} needs at least 2 samples; found {n} sample(s).",
-                         "pass more samples.")
-    return _check_int(n_components, "n_components", 1, n - 1, method,
-                      f"B = -1/2 J D2 J of n_samples={n} points has rank at most n - 1",
-                      f"pass n_components between 1 and {n - 1}.")
+        raise InputError(
+            f"{method} needs at least 2 samples; found {n} sample(s).", "pass more samples."
+        )
+    return _check_int(
+        n_components,
+        "n_components",
+        1,
+        n - 1,
+        method,
+        f"B = -1/2 J D2 J of n_samples={n} points has rank at most n - 1",
+        f"pass n_components between 1 and {n - 1}.",
+    )
 
 
 def _check_solver(solver, method: str) -> str:
     if solver not in MDS_SOLVERS:
-        raise InputError(f"{method} solver must be one of {', '.join(MDS_SOLVERS)}; found "
-                         f"{solver!r}.", "pass solver='auto' (dense up to a few thousand "
-                         "points, randomized above).")
+        raise InputError(
+            f"{method} solver must be one of {', '.join(MDS_SOLVERS)}; found {solver!r}.",
+            "pass solver='auto' (dense up to a few thousand points, randomized above).",
+        )
     return solver
 
 
@@ -101,11 +117,15 @@ def _kept_scale(lam: np.ndarray, tol: float, method: str):
     """(sqrt(lambda), lambda^-1/2), both zero for eigenvalues not above rounding."""
     ok = lam > tol
     if not ok.all():
-        warnings.warn(DimredWarning(
-            f"{method}: {int((~ok).sum())} of the {lam.size} requested components have "
-            f"eigenvalue <= {tol:.3g} (values {np.round(lam[~ok], 12).tolist()}): the "
-            "distances are realised in fewer dimensions, or B is not positive there. Those "
-            "components are set to 0. Ask for fewer components."), stacklevel=4)
+        warnings.warn(
+            DimredWarning(
+                f"{method}: {int((~ok).sum())} of the {lam.size} requested components have "
+                f"eigenvalue <= {tol:.3g} (values {np.round(lam[~ok], 12).tolist()}): the "
+                "distances are realised in fewer dimensions, or B is not positive there. Those "
+                "components are set to 0. Ask for fewer components."
+            ),
+            stacklevel=4,
+        )
     root = np.sqrt(np.where(ok, lam, 1.0))
     return np.where(ok, root, 0.0), np.where(ok, 1.0 / root, 0.0)
 
@@ -135,32 +155,42 @@ def _lowest(B, eig, k: int, tol: float, eig_kw: dict):
     ARPACK cannot converge to k > 1 copies; only a negative lambda_min calls for k more."""
     stage = "MDS: negative eigenvalues"
     if eig.solver != "lanczos":
-        low = top_eigh(B, k, solver=eig.solver, which="SA", shift=float(eig.values[0]),
-                       stage=stage, **eig_kw)
+        low = top_eigh(
+            B, k, solver=eig.solver, which="SA", shift=float(eig.values[0]), stage=stage, **eig_kw
+        )
         return np.asarray(low.values), int(low.passes), [diagnostic(low.convergence)]
     low = top_eigh(B, 1, solver="lanczos", which="SA", stage=stage, **eig_kw)
     if k == 1 or low.values[0] >= -tol:
         return np.asarray(low.values), int(low.passes), [diagnostic(low.convergence)]
     more = top_eigh(B, k, solver="lanczos", which="SA", stage=stage, **eig_kw)
-    return (np.asarray(more.values), int(low.passes) + int(more.passes),
-            [diagnostic(low.convergence), diagnostic(more.convergence)])
+    return (
+        np.asarray(more.values),
+        int(low.passes) + int(more.passes),
+        [diagnostic(low.convergence), diagnostic(more.convergence)],
+    )
 
 
 def _eigen(B, k: int, n: int, dtype, solver: str, eig_kw: dict, measure: bool, method: str):
     """Top-k eigenpairs of B (sign-fixed), the scales, and the negative part."""
     eig = top_eigh(B, k, solver=solver, stage=f"{method} eigensolver", **eig_kw)
-    require_converged(eig.convergence, method, "pass solver='dense' (n up to a few thousand) "
-                      "or solver='randomized' (fixed passes).")
+    require_converged(
+        eig.convergence,
+        method,
+        "pass solver='dense' (n up to a few thousand) or solver='randomized' (fixed passes).",
+    )
     lam = np.asarray(eig.values, np.float64)
     tol = _rounding_tol(lam[0], n, dtype)
     vectors = sign_fix(np.asarray(eig.vectors).T).T
     root, inv = _kept_scale(lam, tol, method)
     neg, mass, ratio, passes, recs = _negative_part(B, eig, k, tol, measure, eig_kw)
-    info = {"passes": int(eig.passes) + passes, "rounding_tol": tol,
-            "convergence": [{**eig.convergence, "step": f"top {k} eigenpairs of B"}] +
-                           [{**r, "step": f"{r['step']} of B (negative part)"} for r in recs],
-            "n_dropped_components": int((root == 0).sum()),
-            "negative_ratio_is_lower_bound": bool(measure and eig.solver == "randomized")}
+    info = {
+        "passes": int(eig.passes) + passes,
+        "rounding_tol": tol,
+        "convergence": [{**eig.convergence, "step": f"top {k} eigenpairs of B"}]
+        + [{**r, "step": f"{r['step']} of B (negative part)"} for r in recs],
+        "n_dropped_components": int((root == 0).sum()),
+        "negative_ratio_is_lower_bound": bool(measure and eig.solver == "randomized"),
+    }
     return eig.solver, lam, vectors, root, inv, (neg, mass, ratio), info
 
 

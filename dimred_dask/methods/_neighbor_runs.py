@@ -15,6 +15,7 @@ For a sweep, ``checkpoint`` is a factory ``checkpoint(index, setting) -> object 
 Progress. ``callback(index, iteration, total, loss)`` is called in the caller's process
 (the optimisers on the workers send their progress as Dask events, relayed here).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,44 +36,68 @@ from ..errors import DimredWarning, InputError
 from ._base import like_input
 from ._graph_common import is_graph_source
 
-__all__ = ["expand_sweep", "run_tasks", "threads", "MemoryCheckpoint", "pca_init",
-           "one_run", "graph_ref", "delayed_literal", "like_input",
-           "EmbeddingSet", "check_int", "check_float",
-           "check_choice", "TaskProgress", "threads_per_task", "check_fit_sample",
-           "fit_then_place", "fitted_reference"]
+__all__ = [
+    "expand_sweep",
+    "run_tasks",
+    "threads",
+    "MemoryCheckpoint",
+    "pca_init",
+    "one_run",
+    "graph_ref",
+    "delayed_literal",
+    "like_input",
+    "EmbeddingSet",
+    "check_int",
+    "check_float",
+    "check_choice",
+    "TaskProgress",
+    "threads_per_task",
+    "check_fit_sample",
+    "fit_then_place",
+    "fitted_reference",
+]
 
 
 # --------------------------------------------------------------------------- parameters
 
 
 def check_int(name, value, lo, hi=None, method="") -> int:
-    if (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < lo
-            or (hi is not None and value > hi)):
+    if (
+        not isinstance(value, numbers.Integral)
+        or isinstance(value, bool)
+        or value < lo
+        or (hi is not None and value > hi)
+    ):
         span = f">= {lo}" if hi is None else f"in {lo}..{hi}"
-        raise InputError(f"{method} needs an int {name} {span}; found {value!r}.",
-                         f"pass {name} {span}.")
+        raise InputError(
+            f"{method} needs an int {name} {span}; found {value!r}.", f"pass {name} {span}."
+        )
     return int(value)
 
 
 def check_float(name, value, lo=None, hi=None, method="", open_lo=True) -> float:
-    ok = (isinstance(value, numbers.Real) and not isinstance(value, bool)
-          and np.isfinite(value))
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)
     if ok and lo is not None:
         ok = value > lo if open_lo else value >= lo
     if ok and hi is not None:
         ok = value <= hi
     if not ok:
-        span = ("" if lo is None else f"{'>' if open_lo else '>='} {lo}") + \
-               ("" if hi is None else f" and <= {hi}")
-        raise InputError(f"{method} needs a finite number {name} {span}; found {value!r}.",
-                         f"pass {name} {span}.")
+        span = ("" if lo is None else f"{'>' if open_lo else '>='} {lo}") + (
+            "" if hi is None else f" and <= {hi}"
+        )
+        raise InputError(
+            f"{method} needs a finite number {name} {span}; found {value!r}.",
+            f"pass {name} {span}.",
+        )
     return float(value)
 
 
 def check_choice(name, value, choices, method="") -> str:
     if value not in choices:
-        raise InputError(f"{method} {name} must be one of {', '.join(map(str, choices))}; "
-                         f"found {value!r}.", f"pass {name}={choices[0]!r}.")
+        raise InputError(
+            f"{method} {name} must be one of {', '.join(map(str, choices))}; found {value!r}.",
+            f"pass {name}={choices[0]!r}.",
+        )
     return value
 
 
@@ -85,22 +110,29 @@ def expand_sweep(params: dict, sweepable: tuple) -> list[dict]:
             raise InputError(f"The sweep over {k} is empty.", f"give {k} at least one value.")
     others = [k for k, v in params.items() if isinstance(v, (list, tuple)) and k not in keys]
     if others:
-        raise InputError(f"Only {', '.join(sweepable)} can be swept; found lists for "
-                         f"{others}.", "pass one value for those.")
+        raise InputError(
+            f"Only {', '.join(sweepable)} can be swept; found lists for {others}.",
+            "pass one value for those.",
+        )
     if not keys:
         return [dict(params)]
-    return [{**params, **dict(zip(keys, combo))}
-            for combo in itertools.product(*[list(params[k]) for k in keys])]
+    return [
+        {**params, **dict(zip(keys, combo))}
+        for combo in itertools.product(*[list(params[k]) for k in keys])
+    ]
 
 
-def one_run(sweep, name: str, sweepable: tuple, X, graph, checkpoint, callback, n_jobs,
-            params: dict):
+def one_run(
+    sweep, name: str, sweepable: tuple, X, graph, checkpoint, callback, n_jobs, params: dict
+):
     """The single-embedding form of ``sweep`` (tsne, umap, sne): lists are refused, the
     checkpoint is one object with save/load, ``callback(iteration, total, loss)``."""
     swept = [k for k in sweepable if isinstance(params.get(k), (list, tuple))]
     if swept:
-        raise InputError(f"{name} makes one embedding; found lists for {swept}.",
-                         f"use {name}_sweep for several settings.")
+        raise InputError(
+            f"{name} makes one embedding; found lists for {swept}.",
+            f"use {name}_sweep for several settings.",
+        )
     ck = (lambda i, s: checkpoint) if checkpoint is not None else None
     cb = (lambda i, it, total, loss: callback(it, total, loss)) if callback else None
     return sweep(X, graph=graph, checkpoint=ck, callback=cb, n_jobs=n_jobs, **params)[0]
@@ -113,21 +145,25 @@ def check_fit_sample(value, n: int, method: str, graph=None, init=None) -> int |
     """The number of rows to fit on, or None (fit on all): ``fit_sample`` None or >= n."""
     if value is None:
         return None
-    if (not isinstance(value, numbers.Integral) or isinstance(value, bool)
-            or value < 10):
-        raise InputError(f"{method} fit_sample must be an int >= 10 (rows to fit on) or None; "
-                         f"found {value!r}.", "pass fit_sample=100000 (fit on 100 000 rows, "
-                         "place the others with transform), or leave it out.")
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 10:
+        raise InputError(
+            f"{method} fit_sample must be an int >= 10 (rows to fit on) or None; found {value!r}.",
+            "pass fit_sample=100000 (fit on 100 000 rows, "
+            "place the others with transform), or leave it out.",
+        )
     if value >= n:
         return None
     if graph is not None:
-        raise InputError(f"{method} with fit_sample={value} builds the kNN graph of the "
-                         f"sampled rows; a graph of all {n} rows was given.",
-                         "leave graph out, or leave fit_sample out.")
+        raise InputError(
+            f"{method} with fit_sample={value} builds the kNN graph of the "
+            f"sampled rows; a graph of all {n} rows was given.",
+            "leave graph out, or leave fit_sample out.",
+        )
     if isinstance(init, np.ndarray):
-        raise InputError(f"{method} with fit_sample={value} cannot take an init array of "
-                         f"{init.shape[0]} rows.", "pass init='pca' (or 'spectral' for "
-                         "UMAP), or leave fit_sample out.")
+        raise InputError(
+            f"{method} with fit_sample={value} cannot take an init array of {init.shape[0]} rows.",
+            "pass init='pca' (or 'spectral' for UMAP), or leave fit_sample out.",
+        )
     return int(value)
 
 
@@ -150,9 +186,13 @@ def fit_then_place(sweep, place, X, size: int, seed: int, stage: str, **kw) -> l
             (Y,) = compute(Y, stage=f"{stage}: placing {n - size} rows")
         Y = np.asarray(Y, dtype=m.embedding.dtype)
         Y[rows] = m.embedding
-        m.info["fit_sample"] = {"rows": int(size), "of": int(n), "seed": int(seed),
-                                "placed_rows": int(n - size),
-                                "place_seconds": round(time.perf_counter() - t0, 3)}
+        m.info["fit_sample"] = {
+            "rows": int(size),
+            "of": int(n),
+            "seed": int(seed),
+            "placed_rows": int(n - size),
+            "place_seconds": round(time.perf_counter() - t0, 3),
+        }
         m.embedding, m.fit_rows, m.fit_X = Y, rows, Xs
     return models
 
@@ -213,8 +253,12 @@ class MemoryCheckpoint:
         self.fail_after = fail_after
 
     def save(self, state: dict) -> None:
-        self.states.append({k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v)
-                            for k, v in state.items()})
+        self.states.append(
+            {
+                k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v)
+                for k, v in state.items()
+            }
+        )
         if self.fail_after is not None and len(self.states) >= self.fail_after:
             self.fail_after = None
             raise InterruptedError(f"simulated crash after checkpoint {len(self.states)}")
@@ -273,21 +317,26 @@ class TaskProgress:
         try:
             from distributed import get_worker
 
-            get_worker().log_event(self.topic, (self.index, int(iteration), int(total),
-                                                None if loss is None else float(loss)))
+            get_worker().log_event(
+                self.topic,
+                (self.index, int(iteration), int(total), None if loss is None else float(loss)),
+            )
         except (ImportError, ValueError):
             pass
 
 
-def run_tasks(fn, jobs: list[tuple], *, shared: dict, callback=None, n_jobs=None,
-              stage: str = "optimise") -> list:
+def run_tasks(
+    fn, jobs: list[tuple], *, shared: dict, callback=None, n_jobs=None, stage: str = "optimise"
+) -> list:
     """``fn(*job, progress=TaskProgress, n_jobs=threads, **shared)`` for each job: one task
     per job on the Dask workers when a client is active (``shared`` values scattered once or
     given as dask delayed objects), else one after the other in this process."""
     client = active_client()
     if client is None:
-        return [fn(*job, progress=TaskProgress(i, None, callback), n_jobs=n_jobs, **shared)
-                for i, job in enumerate(jobs)]
+        return [
+            fn(*job, progress=TaskProgress(i, None, callback), n_jobs=n_jobs, **shared)
+            for i, job in enumerate(jobs)
+        ]
     from dask import delayed
 
     n_threads = n_jobs or threads_per_task(len(jobs), client)
@@ -296,8 +345,10 @@ def run_tasks(fn, jobs: list[tuple], *, shared: dict, callback=None, n_jobs=None
     if callback is not None:
         client.subscribe_topic(topic, lambda ev: events.put(ev[1]))
     task = delayed(fn, pure=False)
-    tasks = [task(*job, progress=TaskProgress(i, topic), n_jobs=n_threads, **shared)
-             for i, job in enumerate(jobs)]
+    tasks = [
+        task(*job, progress=TaskProgress(i, topic), n_jobs=n_threads, **shared)
+        for i, job in enumerate(jobs)
+    ]
     try:
         futures = client.compute(tasks)
         _wait_relaying(futures, events, callback)
@@ -344,20 +395,31 @@ class EmbeddingSet:
     @property
     def convergence(self) -> list:
         """Every embedding's convergence records, each with its ``embedding`` index."""
-        return [{**r, "embedding": i} for i, info in enumerate(self.info)
-                for r in (info or {}).get("convergence") or []]
+        return [
+            {**r, "embedding": i}
+            for i, info in enumerate(self.info)
+            for r in (info or {}).get("convergence") or []
+        ]
 
     def arrays(self) -> dict:
         return {f"embedding_{i}": np.asarray(Y) for i, Y in enumerate(self.embeddings)}
 
     def scalars(self) -> dict:
-        return {"method": self.method, "settings": self.settings,
-                "losses": [float(v) for v in self.losses], "info": self.info,
-                "n_embeddings": len(self.embeddings)}
+        return {
+            "method": self.method,
+            "settings": self.settings,
+            "losses": [float(v) for v in self.losses],
+            "info": self.info,
+            "n_embeddings": len(self.embeddings),
+        }
 
     @classmethod
     def from_arrays(cls, arrays: dict, scalars: dict) -> "EmbeddingSet":
         m = int(scalars["n_embeddings"])
-        return cls(scalars["method"], [np.asarray(arrays[f"embedding_{i}"]) for i in range(m)],
-                   list(scalars["settings"]), list(scalars["losses"]),
-                   list(scalars.get("info") or []))
+        return cls(
+            scalars["method"],
+            [np.asarray(arrays[f"embedding_{i}"]) for i in range(m)],
+            list(scalars["settings"]),
+            list(scalars["losses"]),
+            list(scalars.get("info") or []),
+        )

@@ -1,6 +1,7 @@
 """A precomputed distance matrix for the distance methods: checked (square, finite,
 non-negative, symmetric with a zero diagonal to rounding) and cleaned in one pass, lazily for
 dask input (`check_distance_matrix`), and its double-centring statistics."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,14 @@ from .._validation import check_array, describe_nonfinite, is_dask
 from ..errors import InputError
 from ..pairwise import center_stats
 
-__all__ = ["SYMMETRY_RTOL", "as_square", "check_distance_matrix", "checked_distances",
-           "distance_stats", "evaluate"]
+__all__ = [
+    "SYMMETRY_RTOL",
+    "as_square",
+    "check_distance_matrix",
+    "checked_distances",
+    "distance_stats",
+    "evaluate",
+]
 
 # A precomputed D counts as symmetric with a zero diagonal when max|D - D^T| and max|d_ii|
 # are at most this times max|D|. float64: 1e-8 is far above the rounding left by computing
@@ -40,7 +47,8 @@ def as_square(D, where: str, method: str):
             f"{method} with metric='precomputed' needs a square n x n distance matrix; found "
             f"shape {tuple(D.shape)} in {where}.",
             "pass the distances between all pairs of the n points (D[i, j] = d(x_i, x_j)), or "
-            "pass the data rows with a metric such as metric='euclidean'.")
+            "pass the data rows with a metric such as metric='euclidean'.",
+        )
     return D
 
 
@@ -52,11 +60,18 @@ def _value_checks(D) -> dict:
     bad = ~xp.isfinite(D)
     safe = xp.where(bad, 0, D)
     asym = abs(safe - safe.T)
-    return {"bad_rows": bad.sum(axis=1), "bad_cols": bad.argmax(axis=1),
-            "n_nan": xp.isnan(D).sum(), "n_neg": (safe < 0).sum(),
-            "row_min": safe.min(axis=1), "min_cols": safe.argmin(axis=1),
-            "asym": asym.max(axis=1), "asym_cols": asym.argmax(axis=1),
-            "diag": xp.diagonal(safe), "absmax": abs(safe).max()}
+    return {
+        "bad_rows": bad.sum(axis=1),
+        "bad_cols": bad.argmax(axis=1),
+        "n_nan": xp.isnan(D).sum(),
+        "n_neg": (safe < 0).sum(),
+        "row_min": safe.min(axis=1),
+        "min_cols": safe.argmin(axis=1),
+        "asym": asym.max(axis=1),
+        "asym_cols": asym.argmax(axis=1),
+        "diag": xp.diagonal(safe),
+        "absmax": abs(safe).max(),
+    }
 
 
 def _refuse_bad_values(D, v: dict, where: str, method: str) -> bool:
@@ -68,15 +83,18 @@ def _refuse_bad_values(D, v: dict, where: str, method: str) -> bool:
         raise InputError(
             f"{method} needs finite distances; found {found} (the first at "
             f"{where}[{i}, {int(v['bad_cols'][i])}]).",
-            "recompute the missing distances, or drop those points (their rows and columns).")
+            "recompute the missing distances, or drop those points (their rows and columns).",
+        )
     i = int(np.argmin(v["row_min"]))
     if v["row_min"][i] < 0:
         j, others = int(v["min_cols"][i]), int(v["n_neg"]) - 1
         more = f" ({others} other negative entries)" if others else ""
         raise InputError(
             f"{method} needs distances >= 0; found {where}[{i}, {j}] = {v['row_min'][i]:.6g} "
-            f"< 0{more}.", "pass distances, not similarities or signed differences; a "
-            "similarity s converts to a distance as sqrt(s_ii + s_jj - 2 s_ij).")
+            f"< 0{more}.",
+            "pass distances, not similarities or signed differences; a "
+            "similarity s converts to a distance as sqrt(s_ii + s_jj - 2 s_ij).",
+        )
     rtol = SYMMETRY_RTOL.get(np.dtype(D.dtype), 1e-8)
     tol = rtol * float(v["absmax"])
     i = int(np.argmax(np.abs(v["diag"])))
@@ -85,7 +103,8 @@ def _refuse_bad_values(D, v: dict, where: str, method: str) -> bool:
             f"{method} needs a zero diagonal (d(x, x) = 0); found {where}[{i}, {i}] = "
             f"{v['diag'][i]:.6g} (more than {rtol:g} * max|D| from 0).",
             "set the diagonal to 0 (np.fill_diagonal(D, 0)) if it is noise; a matrix of "
-            "similarities must be converted to distances first.")
+            "similarities must be converted to distances first.",
+        )
     i = int(np.argmax(v["asym"]))
     if v["asym"][i] > tol:
         j = int(v["asym_cols"][i])
@@ -93,8 +112,10 @@ def _refuse_bad_values(D, v: dict, where: str, method: str) -> bool:
         raise InputError(
             f"{method} needs a symmetric distance matrix; found {where}[{i}, {j}] = {float(a):.6g}"
             f" but {where}[{j}, {i}] = {float(b):.6g} (max |D - D^T| = {v['asym'][i]:.3g} > "
-            f"{rtol:g} * max|D|).", "symmetrise it, D = (D + D.T) / 2, if the difference is "
-            "noise; a directed dissimilarity has no classical MDS.")
+            f"{rtol:g} * max|D|).",
+            "symmetrise it, D = (D + D.T) / 2, if the difference is "
+            "noise; a directed dissimilarity has no classical MDS.",
+        )
     return bool(v["asym"].max() > 0 or np.abs(v["diag"]).max() > 0)
 
 
@@ -116,7 +137,7 @@ def checked_distances(D, where: str, method: str, extra=lambda _: ()):
     checks = _value_checks(D)
     values = evaluate(*checks.values(), *extra(D), stage="MDS: check the distance matrix")
     dirty = _refuse_bad_values(D, dict(zip(checks, values)), where, method)
-    rest = values[len(checks):]
+    rest = values[len(checks) :]
     if dirty:
         D = _cleaned(D)
         rest = evaluate(*extra(D), stage="MDS: distance row means")

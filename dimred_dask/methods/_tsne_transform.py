@@ -12,6 +12,7 @@ one interpolation grid of the training embedding (built once); positions stay in
 grid. New points never interact, so dask input is done chunk by chunk in parallel and the
 result does not depend on the chunking.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,14 @@ from ..graphs.query import reference_topk
 
 __all__ = ["tsne_transform", "TRANSFORM_DEFAULTS"]
 
-TRANSFORM_DEFAULTS = {"perplexity": 5.0, "n_iter": 250, "learning_rate": 0.1,
-                      "exaggeration": 1.5, "momentum": 0.8, "max_grad_norm": 0.25}
+TRANSFORM_DEFAULTS = {
+    "perplexity": 5.0,
+    "n_iter": 250,
+    "learning_rate": 0.1,
+    "exaggeration": 1.5,
+    "momentum": 0.8,
+    "max_grad_norm": 0.25,
+}
 EXACT_REFERENCE_MAX = 5000  # exact repulsion against up to this many training points
 
 
@@ -55,7 +62,7 @@ def _place_block(X_new, X_train, Y_train, grid, metric: str, opts: dict):
     for _ in range(int(opts["n_iter"])):
         attraction(P.indptr, P.indices, P.data, Y, Y_train, opts["exaggeration"], attract)
         phi, z = _potentials(Y, Y_train, grid)
-        grad = attract - (Y * phi[:, :1] - phi[:, 1:d + 1]) / z[:, None]
+        grad = attract - (Y * phi[:, :1] - phi[:, 1 : d + 1]) / z[:, None]
         norm = np.linalg.norm(grad, axis=1, keepdims=True)
         grad *= np.minimum(1.0, opts["max_grad_norm"] / np.maximum(norm, 1e-12))
         gains_step(Y, grad, update, gains, opts["momentum"], opts["learning_rate"], 0.01, 0.0)
@@ -64,9 +71,18 @@ def _place_block(X_new, X_train, Y_train, grid, metric: str, opts: dict):
     return Y
 
 
-def tsne_transform(X_train, Y_train, X_new, *, metric: str = "euclidean", gradient="auto",
-                   n_interpolation_points=3, min_num_intervals=None, ints_in_interval=1.0,
-                   **options):
+def tsne_transform(
+    X_train,
+    Y_train,
+    X_new,
+    *,
+    metric: str = "euclidean",
+    gradient="auto",
+    n_interpolation_points=3,
+    min_num_intervals=None,
+    ints_in_interval=1.0,
+    **options,
+):
     """Positions of the rows of ``X_new`` in the embedding ``Y_train`` of ``X_train``
     (NumPy in -> NumPy out, dask in -> dask out, one task per chunk)."""
     opts = {**TRANSFORM_DEFAULTS, **options}
@@ -76,8 +92,9 @@ def tsne_transform(X_train, Y_train, X_new, *, metric: str = "euclidean", gradie
     exact = gradient == "exact" or (gradient == "auto" and n_ref <= EXACT_REFERENCE_MAX)
     grid = None
     if not exact:
-        interp = Interpolation(n_interpolation_points,
-                               min_num_intervals or (10 if d == 3 else 50), ints_in_interval)
+        interp = Interpolation(
+            n_interpolation_points, min_num_intervals or (10 if d == 3 else 50), ints_in_interval
+        )
         grid = InterpolationGrid(Y_train, interp)
     if not is_dask(X_new):
         return _place_block(X_new, X_train, Y_train, grid, metric, opts).astype(X_new.dtype)

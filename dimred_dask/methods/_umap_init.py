@@ -10,6 +10,7 @@ on average in the PCA layout. When the eigensolver does not converge the PCA lay
 with a `ConvergenceWarning` saying so; each solve's convergence record (``linalg.convergence``)
 is returned, a replaced one with ``handled_by="fell back to PCA initialisation"``.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -42,13 +43,22 @@ def _component_layout(W, d: int, random_state):
     solver = "dense" if n <= DENSE_MAX else "lobpcg"
     with warnings.catch_warnings(record=True) as caught, threadpool_limits(1):
         warnings.simplefilter("always")
-        eig = bottom_eigsh(L, d + 1, solver=solver, tol=SPECTRAL_TOL,
-                           maxiter=SPECTRAL_MAXITER, random_state=random_state)
-    rec = {**eig.convergence, "step": "UMAP spectral initialisation (bottom eigenpairs of "
-                                      "the fuzzy graph's normalised Laplacian)"}
+        eig = bottom_eigsh(
+            L,
+            d + 1,
+            solver=solver,
+            tol=SPECTRAL_TOL,
+            maxiter=SPECTRAL_MAXITER,
+            random_state=random_state,
+        )
+    rec = {
+        **eig.convergence,
+        "step": "UMAP spectral initialisation (bottom eigenpairs of "
+        "the fuzzy graph's normalised Laplacian)",
+    }
     if not rec["converged"] or any(issubclass(c.category, ConvergenceWarning) for c in caught):
         return None, {**rec, "converged": False, "handled_by": FALLBACK}
-    vecs = eig.vectors[:, 1:d + 1]
+    vecs = eig.vectors[:, 1 : d + 1]
     return vecs * np.sign(vecs[np.argmax(np.abs(vecs), axis=0), np.arange(vecs.shape[1])]), rec
 
 
@@ -63,11 +73,17 @@ def spectral_layout(P, d: int, fallback: np.ndarray, random_state=0):
         layout, rec = _component_layout(W, d, random_state) if n > d + 1 else (None, None)
         if layout is None:
             if rec is not None:
-                warnings.warn("UMAP's spectral initialisation did not converge (the graph's "
-                              "eigengap is too small); using the PCA initialisation instead.",
-                              ConvergenceWarning, stacklevel=2)
-            return (np.asarray(fallback, dtype=np.float64), "pca (spectral did not converge)",
-                    [rec] if rec is not None else [])
+                warnings.warn(
+                    "UMAP's spectral initialisation did not converge (the graph's "
+                    "eigengap is too small); using the PCA initialisation instead.",
+                    ConvergenceWarning,
+                    stacklevel=2,
+                )
+            return (
+                np.asarray(fallback, dtype=np.float64),
+                "pca (spectral did not converge)",
+                [rec] if rec is not None else [],
+            )
         return layout, "spectral", [rec]
     layout, records = _multi_component(W, labels, count, d, fallback, random_state)
     return layout, f"spectral per component ({count} components)", records
@@ -84,8 +100,12 @@ def _multi_component(W, labels, count: int, d: int, fallback, random_state):
         radius = np.ones(1)
     out = np.empty((W.shape[0], d))
     members = [np.nonzero(labels == c)[0] for c in range(count)]
-    solved = [_component_layout(sp.csr_matrix(W[rows][:, rows]), d, random_state)
-              if rows.size > 2 * d + 1 else (None, None) for rows in members]
+    solved = [
+        _component_layout(sp.csr_matrix(W[rows][:, rows]), d, random_state)
+        if rows.size > 2 * d + 1
+        else (None, None)
+        for rows in members
+    ]
     subs = [s[0] for s in solved]
     records = [{**s[1], "component": c} for c, s in enumerate(solved) if s[1] is not None]
     failed = 0
@@ -96,9 +116,12 @@ def _multi_component(W, labels, count: int, d: int, fallback, random_state):
         scale = np.abs(sub).max()
         out[rows] = centres[c] + (sub / scale * radius[c] if scale > 0 else 0.0)
     if failed:
-        warnings.warn(f"UMAP's spectral initialisation did not converge on {failed} of "
-                      f"{count} components; their PCA rows are used.", ConvergenceWarning,
-                      stacklevel=3)
+        warnings.warn(
+            f"UMAP's spectral initialisation did not converge on {failed} of "
+            f"{count} components; their PCA rows are used.",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
     return out, records
 
 

@@ -11,6 +11,7 @@ position depends on the row alone: not on how the rows are chunked, ordered or b
 others (nor does its sampling schedule: epochs per sample are relative to membership 1);
 dask input is one task per chunk.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -61,9 +62,26 @@ def _place_block(X_new, X_train, Y_train, params: dict):
     keys = row_keys(X_new)
     for epoch in range(n_epochs):
         alpha = np.float32(params["learning_rate"] * (1.0 - epoch / n_epochs))
-        sgd_epoch(Y, Yref, indptr, indices, eps, nxt, eps_neg, nxt_neg, np.float32(params["a"]),
-                  np.float32(params["b"]), np.float32(params["repulsion_strength"]), alpha,
-                  epoch, params["random_state"], 0, keys, np.float32(1.0), False)
+        sgd_epoch(
+            Y,
+            Yref,
+            indptr,
+            indices,
+            eps,
+            nxt,
+            eps_neg,
+            nxt_neg,
+            np.float32(params["a"]),
+            np.float32(params["b"]),
+            np.float32(params["repulsion_strength"]),
+            alpha,
+            epoch,
+            params["random_state"],
+            0,
+            keys,
+            np.float32(1.0),
+            False,
+        )
     return Y
 
 

@@ -16,6 +16,7 @@ only where it must. ``constraints="equality"`` is available and reports infeasib
 ``action_pairs="neighbors"`` keeps only pairs (i, j) that are graph neighbours, for long
 sequences (all pairs of one action grow like n^2).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,14 @@ from ..graphs.sdp import edge_list
 from ._distance_sdp import distance_sdp, kernel_embedding
 from .mvu import EXACT_MAX, SDPEmbeddingModel, SDPEstimator, check_sdp_params, prepare_graph
 
-__all__ = ["ActionRespectingEmbedding", "action_respecting_embedding", "check_actions",
-           "action_constraints", "ACTION_PAIRS", "MAX_ACTION_PAIRS"]
+__all__ = [
+    "ActionRespectingEmbedding",
+    "action_respecting_embedding",
+    "check_actions",
+    "action_constraints",
+    "ACTION_PAIRS",
+    "MAX_ACTION_PAIRS",
+]
 
 ACTION_PAIRS = ("all", "neighbors")
 MAX_ACTION_PAIRS = 50_000  # action constraints above this: refuse, suggest "neighbors"
@@ -58,27 +65,37 @@ def check_actions(actions, n: int, *, where: str = "actions") -> np.ndarray:
         not of labels (ints or strings).
     """
     if actions is None:
-        raise InputError(f"Action respecting embedding needs the actions taken between "
-                         f"consecutive rows ({n - 1} of them for {n} rows); found none.",
-                         "pass actions=<array of length n - 1> (--actions URI in a run).")
+        raise InputError(
+            f"Action respecting embedding needs the actions taken between "
+            f"consecutive rows ({n - 1} of them for {n} rows); found none.",
+            "pass actions=<array of length n - 1> (--actions URI in a run).",
+        )
     a = np.asarray(actions.compute() if is_dask(actions) else actions)
     if a.ndim == 2 and a.shape[1] == 1:
         a = a[:, 0]
     if a.ndim != 1:
-        raise InputError(f"The actions must be a 1-D array; found shape {a.shape} in {where}.",
-                         "pass one action label per step (a 1-D array or one column).")
+        raise InputError(
+            f"The actions must be a 1-D array; found shape {a.shape} in {where}.",
+            "pass one action label per step (a 1-D array or one column).",
+        )
     if a.shape[0] != n - 1:
-        raise InputError(f"There must be one action between each pair of consecutive rows: "
-                         f"{n - 1} for {n} rows; found {a.shape[0]} in {where}.",
-                         f"pass {n - 1} actions (action i is taken between row i and row "
-                         "i + 1).")
+        raise InputError(
+            f"There must be one action between each pair of consecutive rows: "
+            f"{n - 1} for {n} rows; found {a.shape[0]} in {where}.",
+            f"pass {n - 1} actions (action i is taken between row i and row i + 1).",
+        )
     if a.dtype.kind == "f" and not np.isfinite(a).all():
         bad = np.nonzero(~np.isfinite(a))[0]
-        raise InputError(f"The actions must be labels; found {bad.size} NaN/inf at steps "
-                         f"{bad[:10].tolist()} of {where}.", "label every step.")
+        raise InputError(
+            f"The actions must be labels; found {bad.size} NaN/inf at steps "
+            f"{bad[:10].tolist()} of {where}.",
+            "label every step.",
+        )
     if a.dtype.kind not in "biufUSO":
-        raise InputError(f"The actions must be labels (ints or strings); found dtype "
-                         f"{a.dtype} in {where}.", "pass integer or string action labels.")
+        raise InputError(
+            f"The actions must be labels (ints or strings); found dtype {a.dtype} in {where}.",
+            "pass integer or string action labels.",
+        )
     _, codes = np.unique(a, return_inverse=True)
     return codes.astype(np.int64)
 
@@ -109,8 +126,10 @@ def action_constraints(codes: np.ndarray, pairs: str = "all", graph_pairs=None):
         An unknown ``pairs``, or more than ``MAX_ACTION_PAIRS`` action constraints.
     """
     if pairs not in ACTION_PAIRS:
-        raise InputError(f"action_pairs must be one of {', '.join(ACTION_PAIRS)}; found "
-                         f"{pairs!r}.", "pass action_pairs='all' (every pair, as in the method).")
+        raise InputError(
+            f"action_pairs must be one of {', '.join(ACTION_PAIRS)}; found {pairs!r}.",
+            "pass action_pairs='all' (every pair, as in the method).",
+        )
     ii, jj = [], []
     for a in np.unique(codes):
         steps = np.nonzero(codes == a)[0]
@@ -124,10 +143,12 @@ def action_constraints(codes: np.ndarray, pairs: str = "all", graph_pairs=None):
         ii, jj = ii[keep], jj[keep]
     m = ii.size
     if m > MAX_ACTION_PAIRS:
-        raise InputError(f"{m} action constraints (all pairs of steps with the same action) "
-                         f"are more than {MAX_ACTION_PAIRS}.",
-                         "pass action_pairs='neighbors' (only pairs that are graph "
-                         "neighbours), or embed a shorter sequence.")
+        raise InputError(
+            f"{m} action constraints (all pairs of steps with the same action) "
+            f"are more than {MAX_ACTION_PAIRS}.",
+            "pass action_pairs='neighbors' (only pairs that are graph "
+            "neighbours), or embed a shorter sequence.",
+        )
     ci = np.repeat(np.arange(m), 2)
     I = np.stack([ii + 1, ii], axis=1).ravel()
     J = np.stack([jj + 1, jj], axis=1).ravel()
@@ -145,20 +166,40 @@ def action_steps(Y: np.ndarray, codes: np.ndarray) -> dict:
         s = steps[codes == a]
         mean = s.mean(axis=0)
         length = float(np.linalg.norm(mean))
-        out[str(int(a))] = {"count": int(s.shape[0]), "mean_step": mean.tolist(),
-                       "length": length,
-                       "spread": float(np.linalg.norm(s - mean, axis=1).mean() /
-                                       max(length, 1e-300))}
+        out[str(int(a))] = {
+            "count": int(s.shape[0]),
+            "mean_step": mean.tolist(),
+            "length": length,
+            "spread": float(np.linalg.norm(s - mean, axis=1).mean() / max(length, 1e-300)),
+        }
     return out
 
 
-def action_respecting_embedding(X, actions, *, n_components=2, n_neighbors=6,
-                                constraints="slack", slack_penalty=10.0, action_pairs="all",
-                                face_reduction=True, formulation="dual", solver="clarabel",
-                                tol=None, max_iter=None, allow_inaccurate=False,
-                                metric="euclidean", knn_backend="auto", join_components=False,
-                                reg=1e-3, keep_kernel=True, graph=None, random_state=0,
-                                verbose=False, where="X") -> SDPEmbeddingModel:
+def action_respecting_embedding(
+    X,
+    actions,
+    *,
+    n_components=2,
+    n_neighbors=6,
+    constraints="slack",
+    slack_penalty=10.0,
+    action_pairs="all",
+    face_reduction=True,
+    formulation="dual",
+    solver="clarabel",
+    tol=None,
+    max_iter=None,
+    allow_inaccurate=False,
+    metric="euclidean",
+    knn_backend="auto",
+    join_components=False,
+    reg=1e-3,
+    keep_kernel=True,
+    graph=None,
+    random_state=0,
+    verbose=False,
+    where="X",
+) -> SDPEmbeddingModel:
     """Fit action respecting embedding to ``X`` (rows in temporal order) and ``actions``.
 
     Action respecting embedding (Bowling, Ghodsi & Wilkinson 2005): MVU's problem (`mvu`) plus
@@ -238,35 +279,70 @@ def action_respecting_embedding(X, actions, *, n_components=2, n_neighbors=6,
     X = check_array(X, method="Action respecting embedding", where=where)
     n = X.shape[0]
     codes = check_actions(actions, n)
-    p = check_sdp_params(n, n_components=n_components, n_neighbors=n_neighbors,
-                         constraints=constraints, slack_penalty=slack_penalty,
-                         formulation=formulation, solver=solver, tol=tol, max_iter=max_iter,
-                         method="Action respecting embedding")
+    p = check_sdp_params(
+        n,
+        n_components=n_components,
+        n_neighbors=n_neighbors,
+        constraints=constraints,
+        slack_penalty=slack_penalty,
+        formulation=formulation,
+        solver=solver,
+        tol=tol,
+        max_iter=max_iter,
+        method="Action respecting embedding",
+    )
     reg = check_reg(reg)
     if n > EXACT_MAX:
-        raise InputError(f"Action respecting embedding solves an n x n SDP; n = {n} is above "
-                         f"{EXACT_MAX}.", "embed a shorter (or subsampled) sequence.")
-    graph = prepare_graph(X, graph, p["n_neighbors"], metric=metric, knn_backend=knn_backend,
-                          join=join_components, random_state=random_state,
-                          method="Action respecting embedding")
+        raise InputError(
+            f"Action respecting embedding solves an n x n SDP; n = {n} is above {EXACT_MAX}.",
+            "embed a shorter (or subsampled) sequence.",
+        )
+    graph = prepare_graph(
+        X,
+        graph,
+        p["n_neighbors"],
+        metric=metric,
+        knn_backend=knn_backend,
+        join=join_components,
+        random_state=random_state,
+        method="Action respecting embedding",
+    )
     I, J, d = edge_list(graph)
     extra = action_constraints(codes, action_pairs, graph_pairs=I * n + J)
-    K, info = distance_sdp(n, I, J, d ** 2, extra=extra, constraints=constraints,
-                           slack_penalty=slack_penalty, face_reduction=face_reduction,
-                           formulation=formulation, solver=solver, tol=p["tol"],
-                           max_iter=p["max_iter"], allow_inaccurate=allow_inaccurate,
-                           method="Action respecting embedding", verbose=verbose)
+    K, info = distance_sdp(
+        n,
+        I,
+        J,
+        d**2,
+        extra=extra,
+        constraints=constraints,
+        slack_penalty=slack_penalty,
+        face_reduction=face_reduction,
+        formulation=formulation,
+        solver=solver,
+        tol=p["tol"],
+        max_iter=p["max_iter"],
+        allow_inaccurate=allow_inaccurate,
+        method="Action respecting embedding",
+        verbose=verbose,
+    )
     Y, lam, kinfo = kernel_embedding(K, int(n_components))
     Y = Y.astype(X.dtype)
     act = _action_violation(K, extra)
-    info.update(kinfo, convergence=info["convergence"] + kinfo["convergence"],
-                n_edges=int(I.size), n_action_constraints=int(extra[0].size // 2),
-                n_actions=int(codes.max()) + 1 if codes.size else 0,
-                max_action_violation_over_mean=act / float(np.mean(d ** 2)),
-                action_steps=action_steps(Y, codes), metric=graph.metric)
+    info.update(
+        kinfo,
+        convergence=info["convergence"] + kinfo["convergence"],
+        n_edges=int(I.size),
+        n_action_constraints=int(extra[0].size // 2),
+        n_actions=int(codes.max()) + 1 if codes.size else 0,
+        max_action_violation_over_mean=act / float(np.mean(d**2)),
+        action_steps=action_steps(Y, codes),
+        metric=graph.metric,
+    )
     X_fit = np.asarray(X.compute() if is_dask(X) else X)
-    return SDPEmbeddingModel("are", Y, lam, X_fit, p["n_neighbors"], reg,
-                             K if keep_kernel else None, info)
+    return SDPEmbeddingModel(
+        "are", Y, lam, X_fit, p["n_neighbors"], reg, K if keep_kernel else None, info
+    )
 
 
 def _action_violation(K: np.ndarray, extra) -> float:
@@ -285,14 +361,31 @@ class ActionRespectingEmbedding(SDPEstimator):
     # scikit-learn's checks call fit(X, y) with n targets, where this fit takes the n - 1
     # actions between consecutive rows: they cannot run (tests/test_mvu.py checks ARE)
     _check_params = ()
-    _check_not_run = ("fit's second argument is the n - 1 actions between consecutive rows, "
-                      "where the checks pass n targets")
+    _check_not_run = (
+        "fit's second argument is the n - 1 actions between consecutive rows, "
+        "where the checks pass n targets"
+    )
 
-    def __init__(self, n_components=2, *, n_neighbors=6, constraints="slack",
-                 slack_penalty=10.0, action_pairs="all", face_reduction=True, formulation="dual",
-                 solver="clarabel", tol=None, max_iter=None, allow_inaccurate=False,
-                 metric="euclidean", knn_backend="auto", join_components=False, reg=1e-3,
-                 random_state=0):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        n_neighbors=6,
+        constraints="slack",
+        slack_penalty=10.0,
+        action_pairs="all",
+        face_reduction=True,
+        formulation="dual",
+        solver="clarabel",
+        tol=None,
+        max_iter=None,
+        allow_inaccurate=False,
+        metric="euclidean",
+        knn_backend="auto",
+        join_components=False,
+        reg=1e-3,
+        random_state=0,
+    ):
         self.n_components = n_components
         self.n_neighbors = n_neighbors
         self.constraints = constraints

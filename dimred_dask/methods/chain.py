@@ -9,6 +9,7 @@ over ``umap__n_neighbors``, ``set_params``, pickling). NumPy in gives NumPy out 
 gives dask out, step by step, as each estimator does; a sparse input goes through PCA (which
 centres it implicitly) and reaches the second method dense.
 """
+
 from __future__ import annotations
 
 from ..errors import InputError
@@ -19,19 +20,51 @@ PCA_COMPONENTS = 50  # the PCA step's default, as in the flow's chains
 
 
 def _estimators() -> dict:
-    from . import (MDS, SNE, TSNE, UMAP, Isomap, KernelPCA, LandmarkIsomap, LandmarkMDS,
-                   LandmarkMVU, LaplacianEigenmaps, LocallyLinearEmbedding,
-                   MaximumVarianceUnfolding)
+    from . import (
+        MDS,
+        SNE,
+        TSNE,
+        UMAP,
+        Isomap,
+        KernelPCA,
+        LandmarkIsomap,
+        LandmarkMDS,
+        LandmarkMVU,
+        LaplacianEigenmaps,
+        LocallyLinearEmbedding,
+        MaximumVarianceUnfolding,
+    )
 
-    return {"umap": UMAP, "tsne": TSNE, "sne": SNE, "isomap": Isomap,
-            "landmark-isomap": LandmarkIsomap, "lle": LocallyLinearEmbedding,
-            "laplacian": LaplacianEigenmaps, "kpca": KernelPCA, "mds": MDS,
-            "landmark-mds": LandmarkMDS, "mvu": MaximumVarianceUnfolding,
-            "landmark-mvu": LandmarkMVU}
+    return {
+        "umap": UMAP,
+        "tsne": TSNE,
+        "sne": SNE,
+        "isomap": Isomap,
+        "landmark-isomap": LandmarkIsomap,
+        "lle": LocallyLinearEmbedding,
+        "laplacian": LaplacianEigenmaps,
+        "kpca": KernelPCA,
+        "mds": MDS,
+        "landmark-mds": LandmarkMDS,
+        "mvu": MaximumVarianceUnfolding,
+        "landmark-mvu": LandmarkMVU,
+    }
 
 
-CHAIN_ESTIMATORS = ("umap", "tsne", "sne", "isomap", "landmark-isomap", "lle", "laplacian",
-                    "kpca", "mds", "landmark-mds", "mvu", "landmark-mvu")
+CHAIN_ESTIMATORS = (
+    "umap",
+    "tsne",
+    "sne",
+    "isomap",
+    "landmark-isomap",
+    "lle",
+    "laplacian",
+    "kpca",
+    "mds",
+    "landmark-mds",
+    "mvu",
+    "landmark-mvu",
+)
 
 
 def make_chain(method: str, **params):
@@ -65,14 +98,22 @@ def make_chain(method: str, **params):
     first, plus, second = str(method).partition("+")
     estimators = _estimators()
     if first != "pca" or not plus or second not in estimators:
-        raise InputError(f"A chain is PCA then one of {', '.join(CHAIN_ESTIMATORS)}; found "
-                         f"{method!r}.", "pass e.g. make_chain('pca+umap').")
+        raise InputError(
+            f"A chain is PCA then one of {', '.join(CHAIN_ESTIMATORS)}; found {method!r}.",
+            "pass e.g. make_chain('pca+umap').",
+        )
     steps: dict[str, dict] = {"pca": {"n_components": PCA_COMPONENTS}, second: {}}
     for key, value in params.items():
         head, dot, rest = key.partition(".")
         if dot and head not in steps:
-            raise InputError(f"The parameter {key!r} names no step of {method!r}.",
-                             f"address a step as pca.<name> or {second}.<name>.")
+            raise InputError(
+                f"The parameter {key!r} names no step of {method!r}.",
+                f"address a step as pca.<name> or {second}.<name>.",
+            )
         steps[head if dot else second][rest if dot else key] = value
-    return Pipeline([("pca", PCA(**steps["pca"])),
-                     (second.replace("-", "_"), estimators[second](**steps[second]))])
+    return Pipeline(
+        [
+            ("pca", PCA(**steps["pca"])),
+            (second.replace("-", "_"), estimators[second](**steps[second])),
+        ]
+    )

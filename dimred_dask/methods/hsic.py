@@ -2,6 +2,7 @@
 and a kernel on labels, with its permutation p-value: `hsic`, `HSICResult`. Supervised PCA
 and kernel supervised PCA (`methods.spca`, Barshan et al. 2011) maximise it; they share the
 low-rank kernel factor `nystrom_factor`."""
+
 from __future__ import annotations
 
 import numbers
@@ -16,8 +17,15 @@ from ..errors import InputError
 from ..linalg import choose_landmarks, nystrom_error, nystrom_features, nystrom_map
 from ..linalg.cross_moments import cross_stats
 from ..pairwise import check_kernel, double_center, pairwise_kernels
-from ._labels import (LABEL_KERNELS, align_labels, check_choice, check_labels, clip_landmarks,
-                      label_factor, label_map)
+from ._labels import (
+    LABEL_KERNELS,
+    align_labels,
+    check_choice,
+    check_labels,
+    clip_landmarks,
+    label_factor,
+    label_map,
+)
 from .kpca import held_out_rows
 
 __all__ = ["hsic", "HSICResult", "HSIC_SOLVERS"]
@@ -35,11 +43,14 @@ def nystrom_factor(X, params: dict, n_landmarks, landmarks: str, random_state):
     marks, idx = choose_landmarks(X, m, landmarks, random_state)
     nmap = nystrom_map(marks, params)
     held = held_out_rows(X, idx, random_state)  # rows apart from the landmarks, as KernelPCA
-    info = {"n_landmarks": int(m), "landmark_method": landmarks, "kernel_rank": nmap.rank,
-            "approximation_error": nystrom_error(held, nmap),
-            "approximation_error_rows": int(held.shape[0])}
+    info = {
+        "n_landmarks": int(m),
+        "landmark_method": landmarks,
+        "kernel_rank": nmap.rank,
+        "approximation_error": nystrom_error(held, nmap),
+        "approximation_error_rows": int(held.shape[0]),
+    }
     return nmap, nystrom_features(X, nmap), info
-
 
 
 class HSICResult(NamedTuple):
@@ -71,8 +82,7 @@ def _hsic_exact(X, y2, lmap, params, label_args, perms):
     return HSICResult(stat / (n - 1) ** 2, _p_value(stat, null))
 
 
-def _hsic_lowrank(X, y2, lmap, params, perms, n_landmarks, landmarks, random_state, method,
-                  where):
+def _hsic_lowrank(X, y2, lmap, params, perms, n_landmarks, landmarks, random_state, method, where):
     n = X.shape[0]
     if params["kernel"] == "linear":
         phi = X  # the exact factor: K = X X^T
@@ -90,11 +100,26 @@ def _hsic_lowrank(X, y2, lmap, params, perms, n_landmarks, landmarks, random_sta
     return HSICResult(stat / (n - 1) ** 2, _p_value(stat, null))
 
 
-def hsic(X, y, *, kernel: str = "gaussian", gamma=None, width=None, degree: int = 3,
-         coef0: float = 1.0, label_kernel: str = "delta", label_gamma=None, label_width=None,
-         n_permutations: int = 200, solver: str = "auto", n_landmarks: int = 200,
-         n_label_landmarks: int = 100, landmarks: str = "kmeans++", random_state=0,
-         where: str = "X") -> HSICResult:
+def hsic(
+    X,
+    y,
+    *,
+    kernel: str = "gaussian",
+    gamma=None,
+    width=None,
+    degree: int = 3,
+    coef0: float = 1.0,
+    label_kernel: str = "delta",
+    label_gamma=None,
+    label_width=None,
+    n_permutations: int = 200,
+    solver: str = "auto",
+    n_landmarks: int = 200,
+    n_label_landmarks: int = 100,
+    landmarks: str = "kmeans++",
+    random_state=0,
+    where: str = "X",
+) -> HSICResult:
     """HSIC = tr(K H B H) / (n - 1)^2 and its permutation p-value (rows of the labels permuted).
 
     The Hilbert-Schmidt independence criterion (Gretton et al. 2005) between a kernel K on X
@@ -162,24 +187,39 @@ def hsic(X, y, *, kernel: str = "gaussian", gamma=None, width=None, degree: int 
     n, d = X.shape
     check_choice(label_kernel, LABEL_KERNELS, "label_kernel", method, "delta")
     if label_kernel == "identity":
-        raise InputError("HSIC with label_kernel='identity' (B = I) does not depend on y: "
-                         "every permutation gives the same value.", "pass label_kernel='delta' "
-                         "for classes, or 'linear' / 'gaussian' for real targets.")
+        raise InputError(
+            "HSIC with label_kernel='identity' (B = I) does not depend on y: "
+            "every permutation gives the same value.",
+            "pass label_kernel='delta' for classes, or 'linear' / 'gaussian' for real targets.",
+        )
     params = check_kernel(kernel, d, gamma=gamma, width=width, degree=degree, coef0=coef0)
     solver = check_choice(solver, HSIC_SOLVERS, "solver", method, "auto")
     solver = ("exact" if n <= DENSE_MAX_SAMPLES else "lowrank") if solver == "auto" else solver
-    if (not isinstance(n_permutations, numbers.Integral) or isinstance(n_permutations, bool)
-            or n_permutations < 0):
-        raise InputError(f"n_permutations must be an int >= 0; found {n_permutations!r}.",
-                         "pass e.g. n_permutations=200 (0: no p-value).")
+    if (
+        not isinstance(n_permutations, numbers.Integral)
+        or isinstance(n_permutations, bool)
+        or n_permutations < 0
+    ):
+        raise InputError(
+            f"n_permutations must be an int >= 0; found {n_permutations!r}.",
+            "pass e.g. n_permutations=200 (0: no p-value).",
+        )
     y2 = align_labels(check_labels(y, n, label_kernel, method=method), X)
     lmap = None
     if solver == "lowrank" or label_kernel != "gaussian":
-        lmap = label_map(y2, label_kernel, gamma=label_gamma, width=label_width,
-                         n_landmarks=n_label_landmarks, random_state=random_state, method=method)
+        lmap = label_map(
+            y2,
+            label_kernel,
+            gamma=label_gamma,
+            width=label_width,
+            n_landmarks=n_label_landmarks,
+            random_state=random_state,
+            method=method,
+        )
     perm_rng = check_random_state(random_state)
     perms = [perm_rng.permutation(n) for _ in range(int(n_permutations))]
     if solver == "exact":
         return _hsic_exact(X, y2, lmap, params, (label_kernel, label_gamma, label_width), perms)
-    return _hsic_lowrank(X, y2, lmap, params, perms, n_landmarks, landmarks, random_state,
-                         method, where)
+    return _hsic_lowrank(
+        X, y2, lmap, params, perms, n_landmarks, landmarks, random_state, method, where
+    )

@@ -26,6 +26,7 @@ min over x's kNN j among the training rows of d(x, x_j) + D^G(j, l), then the MD
 triangulation. A training row finds itself at distance 0, so ``transform`` of the training
 data gives back ``embedding_``.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -36,15 +37,26 @@ import numpy as np
 
 from .._validation import check_array, check_is_fitted, check_n_features, check_random_state
 from ..errors import InputError
-from ..graphs import (check_n_neighbors, geodesic_matrix, geodesic_rows, geodesic_rows_on_workers,
-                      geodesics_through_neighbours)
+from ..graphs import (
+    check_n_neighbors,
+    geodesic_matrix,
+    geodesic_rows,
+    geodesic_rows_on_workers,
+    geodesics_through_neighbours,
+)
 from ..pairwise import check_metric
 from ._base import DimredEstimator, column_signs, kept, like_input, rows_at, rowwise
-from ._graph_common import (ArrayModel, fit_graph, new_neighbours, training_rows)
+from ._graph_common import ArrayModel, fit_graph, new_neighbours, training_rows
 from .mds import MDS_SOLVERS, MDSModel, choose_landmark_rows, classical_mds
 
-__all__ = ["Isomap", "LandmarkIsomap", "IsomapModel", "isomap", "landmark_isomap",
-           "DEFAULT_N_LANDMARKS"]
+__all__ = [
+    "Isomap",
+    "LandmarkIsomap",
+    "IsomapModel",
+    "isomap",
+    "landmark_isomap",
+    "DEFAULT_N_LANDMARKS",
+]
 
 DEFAULT_N_LANDMARKS = 300  # n_landmarks=None: min(n_samples, this)
 TRIANGULATE_ROWS = 65_536  # rows triangulated at once (a rows x m float64 temporary)
@@ -80,17 +92,27 @@ class IsomapModel(ArrayModel):
         return {**super().arrays(), **{f"mds_{k}": v for k, v in self.mds.arrays().items()}}
 
     def scalars(self) -> dict:
-        return {"n_neighbors": int(self.n_neighbors), "metric": self.metric,
-                "mds": self.mds.scalars(), **self.info}
+        return {
+            "n_neighbors": int(self.n_neighbors),
+            "metric": self.metric,
+            "mds": self.mds.scalars(),
+            **self.info,
+        }
 
     @classmethod
     def from_arrays(cls, arrays: dict, scalars: dict):
-        mds = MDSModel.from_arrays({k[4:]: v for k, v in arrays.items() if k.startswith("mds_")},
-                                   scalars["mds"])
+        mds = MDSModel.from_arrays(
+            {k[4:]: v for k, v in arrays.items() if k.startswith("mds_")}, scalars["mds"]
+        )
         kw = {n: kept(arrays[f"{n}_"]) for n in cls._ARRAYS if f"{n}_" in arrays}
         info = {k: v for k, v in scalars.items() if k not in ("n_neighbors", "metric", "mds")}
-        return cls(mds=mds, n_neighbors=int(scalars["n_neighbors"]), metric=scalars["metric"],
-                   info=info, **kw)
+        return cls(
+            mds=mds,
+            n_neighbors=int(scalars["n_neighbors"]),
+            metric=scalars["metric"],
+            info=info,
+            **kw,
+        )
 
     def transform(self, X):
         """Embed rows of X (NumPy, or lazily row block by row block for dask)."""
@@ -116,23 +138,41 @@ def _check_common(X, n_components, n_neighbors, metric, method: str, limit: int)
     n = X.shape[0]
     check_n_neighbors(n_neighbors, n, method)
     if not isinstance(metric, str) or metric == "precomputed":
-        raise InputError(f"{method} needs the data rows and a metric name; found "
-                         f"metric={metric!r}.", "pass metric='euclidean' (the default).")
+        raise InputError(
+            f"{method} needs the data rows and a metric name; found metric={metric!r}.",
+            "pass metric='euclidean' (the default).",
+        )
     check_metric(metric, 2.0)
-    if (not isinstance(n_components, numbers.Integral) or isinstance(n_components, bool)
-            or not 1 <= n_components <= limit):
-        raise InputError(f"{method} needs n_components as an int in [1, {limit}] "
-                         f"(n_samples = {n}); found {n_components!r}.",
-                         f"pass n_components between 1 and {limit} (2 is usual).")
+    if (
+        not isinstance(n_components, numbers.Integral)
+        or isinstance(n_components, bool)
+        or not 1 <= n_components <= limit
+    ):
+        raise InputError(
+            f"{method} needs n_components as an int in [1, {limit}] "
+            f"(n_samples = {n}); found {n_components!r}.",
+            f"pass n_components between 1 and {limit} (2 is usual).",
+        )
     return X, int(n_components)
 
 
 # --------------------------------------------------------------------------- full Isomap
 
 
-def isomap(X, *, n_components=2, n_neighbors=10, metric="euclidean", knn_backend="auto",
-           join_components=False, solver="auto", n_oversamples=10, n_iter=4, random_state=0,
-           graph=None) -> IsomapModel:
+def isomap(
+    X,
+    *,
+    n_components=2,
+    n_neighbors=10,
+    metric="euclidean",
+    knn_backend="auto",
+    join_components=False,
+    solver="auto",
+    n_oversamples=10,
+    n_iter=4,
+    random_state=0,
+    graph=None,
+) -> IsomapModel:
     """Isomap of the rows of ``X`` (NumPy or dask); returns the `IsomapModel`.
 
     Isomap (Tenenbaum, de Silva & Langford 2000): kNN graph, geodesic distances, classical MDS
@@ -183,38 +223,84 @@ def isomap(X, *, n_components=2, n_neighbors=10, metric="euclidean", knn_backend
     X = check_array(X, method="Isomap")
     X, k = _check_common(X, n_components, n_neighbors, metric, "Isomap", X.shape[0] - 1)
     if solver not in MDS_SOLVERS:
-        raise InputError(f"Isomap solver must be one of {', '.join(MDS_SOLVERS)}; found "
-                         f"{solver!r}.", "pass solver='auto'.")
-    g = fit_graph(X, graph, n_neighbors, method="Isomap", metric=metric, backend=knn_backend,
-                  join_components_=join_components, random_state=random_state)
+        raise InputError(
+            f"Isomap solver must be one of {', '.join(MDS_SOLVERS)}; found {solver!r}.",
+            "pass solver='auto'.",
+        )
+    g = fit_graph(
+        X,
+        graph,
+        n_neighbors,
+        method="Isomap",
+        metric=metric,
+        backend=knn_backend,
+        join_components_=join_components,
+        random_state=random_state,
+    )
     G = geodesic_matrix(g, method="Isomap")
-    mds = classical_mds(G, n_components=k, metric="precomputed", solver=solver,
-                        n_oversamples=n_oversamples, n_iter=n_iter, random_state=random_state,
-                        where="the geodesic distance matrix", check_input=False)
+    mds = classical_mds(
+        G,
+        n_components=k,
+        metric="precomputed",
+        solver=solver,
+        n_oversamples=n_oversamples,
+        n_iter=n_iter,
+        random_state=random_state,
+        where="the geodesic distance matrix",
+        check_input=False,
+    )
     X_fit = training_rows(X, "Isomap")
-    info = {"graph": _graph_info(g), "mds_solver": mds.solver,
-            "convergence": _mds_records(mds, "the geodesic distances' B")}
-    return IsomapModel(np.asarray(mds.embedding, X.dtype), mds, G.astype(X.dtype, copy=False),
-                       X_fit, np.eye(k), np.zeros(k), int(n_neighbors), metric, None, info)
+    info = {
+        "graph": _graph_info(g),
+        "mds_solver": mds.solver,
+        "convergence": _mds_records(mds, "the geodesic distances' B"),
+    }
+    return IsomapModel(
+        np.asarray(mds.embedding, X.dtype),
+        mds,
+        G.astype(X.dtype, copy=False),
+        X_fit,
+        np.eye(k),
+        np.zeros(k),
+        int(n_neighbors),
+        metric,
+        None,
+        info,
+    )
 
 
 def _mds_records(mds, what: str) -> list:
     """The MDS step's convergence records, their step naming the matrix."""
-    return [{**r, "step": r["step"].replace(" of B", "") + f" of {what}"}
-            for r in mds.info.get("convergence", [])]
+    return [
+        {**r, "step": r["step"].replace(" of B", "") + f" of {what}"}
+        for r in mds.info.get("convergence", [])
+    ]
 
 
 def _graph_info(g) -> dict:
-    return {"n_neighbors": g.n_neighbors, "backend": g.backend,
-            "extra_edges": len(g.info.get("extra_edges", []))}
+    return {
+        "n_neighbors": g.n_neighbors,
+        "backend": g.backend,
+        "extra_edges": len(g.info.get("extra_edges", [])),
+    }
 
 
 # --------------------------------------------------------------------------- landmark Isomap
 
 
-def landmark_isomap(X, *, n_components=2, n_neighbors=10, n_landmarks=None,
-                    landmarks="maxmin", metric="euclidean", knn_backend="auto",
-                    join_components=False, random_state=0, graph=None) -> IsomapModel:
+def landmark_isomap(
+    X,
+    *,
+    n_components=2,
+    n_neighbors=10,
+    n_landmarks=None,
+    landmarks="maxmin",
+    metric="euclidean",
+    knn_backend="auto",
+    join_components=False,
+    random_state=0,
+    graph=None,
+) -> IsomapModel:
     """Landmark Isomap of the rows of ``X`` (NumPy or dask): Dijkstra from ``n_landmarks``
     landmarks, landmark MDS, triangulation, alignment. O(m n log n); nothing n x n.
 
@@ -259,10 +345,19 @@ def landmark_isomap(X, *, n_components=2, n_neighbors=10, n_landmarks=None,
     SolverError
         The landmarks' MDS eigensolver did not converge.
     """
-    return _landmark_isomap(X, n_components=n_components, n_neighbors=n_neighbors,
-                            n_landmarks=n_landmarks, landmarks=landmarks, metric=metric,
-                            knn_backend=knn_backend, join_components=join_components,
-                            random_state=random_state, graph=graph, on_workers=False)
+    return _landmark_isomap(
+        X,
+        n_components=n_components,
+        n_neighbors=n_neighbors,
+        n_landmarks=n_landmarks,
+        landmarks=landmarks,
+        metric=metric,
+        knn_backend=knn_backend,
+        join_components=join_components,
+        random_state=random_state,
+        graph=graph,
+        on_workers=False,
+    )
 
 
 def landmark_isomap_on_workers(X, **params) -> IsomapModel:
@@ -276,31 +371,57 @@ def landmark_isomap_on_workers(X, **params) -> IsomapModel:
     from .._validation import is_dask
 
     on_workers = is_dask(X) and active_client() is not None
-    defaults = {k: p.default for k, p in inspect.signature(landmark_isomap).parameters.items()
-                if p.kind is p.KEYWORD_ONLY}
+    defaults = {
+        k: p.default
+        for k, p in inspect.signature(landmark_isomap).parameters.items()
+        if p.kind is p.KEYWORD_ONLY
+    }
     unknown = sorted(set(params) - set(defaults))
     if unknown:
         raise TypeError(f"landmark_isomap_on_workers got unknown parameters {unknown}")
     return _landmark_isomap(X, **{**defaults, **params}, on_workers=on_workers)
 
 
-def _landmark_isomap(X, *, n_components, n_neighbors, n_landmarks, landmarks, metric,
-                     knn_backend, join_components, random_state, graph, on_workers):
+def _landmark_isomap(
+    X,
+    *,
+    n_components,
+    n_neighbors,
+    n_landmarks,
+    landmarks,
+    metric,
+    knn_backend,
+    join_components,
+    random_state,
+    graph,
+    on_workers,
+):
     X = check_array(X, method="LandmarkIsomap")
     n = X.shape[0]
     m = min(n, DEFAULT_N_LANDMARKS) if n_landmarks is None else n_landmarks
     X, k = _check_common(X, n_components, n_neighbors, metric, "LandmarkIsomap", n - 2)
-    if (not isinstance(m, numbers.Integral) or isinstance(m, bool) or not k < m <= n):
-        raise InputError(f"LandmarkIsomap needs n_landmarks as an int in [{k + 1}, {n}] "
-                         f"(more than n_components, at most n_samples); found {m!r}.",
-                         f"pass n_landmarks between {k + 1} and {n} (a few hundred is usual).")
+    if not isinstance(m, numbers.Integral) or isinstance(m, bool) or not k < m <= n:
+        raise InputError(
+            f"LandmarkIsomap needs n_landmarks as an int in [{k + 1}, {n}] "
+            f"(more than n_components, at most n_samples); found {m!r}.",
+            f"pass n_landmarks between {k + 1} and {n} (a few hundred is usual).",
+        )
     if landmarks not in ("maxmin", "uniform"):
-        raise InputError(f"landmarks must be 'maxmin' or 'uniform'; found {landmarks!r}.",
-                         "pass landmarks='maxmin'.")
+        raise InputError(
+            f"landmarks must be 'maxmin' or 'uniform'; found {landmarks!r}.",
+            "pass landmarks='maxmin'.",
+        )
     rng = check_random_state(random_state)
-    g = fit_graph(X, graph, n_neighbors, method="LandmarkIsomap", metric=metric,
-                  backend=knn_backend, join_components_=join_components,
-                  random_state=random_state)
+    g = fit_graph(
+        X,
+        graph,
+        n_neighbors,
+        method="LandmarkIsomap",
+        metric=metric,
+        backend=knn_backend,
+        join_components_=join_components,
+        random_state=random_state,
+    )
     _, idx = choose_landmark_rows(X, int(m), landmarks, check_metric(metric, 2.0), rng, "X")
     if on_workers:
         mds, reference, Y = _triangulate_on_workers(g, idx, k, rng, X.dtype)
@@ -310,24 +431,46 @@ def _landmark_isomap(X, *, n_components, n_neighbors, n_landmarks, landmarks, me
         mds = _landmark_mds(GL[:, idx], k, rng)
         reference = np.ascontiguousarray(GL.T, dtype=X.dtype)  # (n, m)
         del GL
-        Y = np.concatenate([np.asarray(mds.transform(reference[s:s + TRIANGULATE_ROWS]),
-                                       np.float64)
-                            for s in range(0, n, TRIANGULATE_ROWS)])
+        Y = np.concatenate(
+            [
+                np.asarray(mds.transform(reference[s : s + TRIANGULATE_ROWS]), np.float64)
+                for s in range(0, n, TRIANGULATE_ROWS)
+            ]
+        )
         X_fit = training_rows(X, "LandmarkIsomap")
     offset, rotation = _principal_axes(Y)
     Y = (Y - offset) @ rotation
     signs = column_signs(Y[idx])
     rotation, Y = rotation * signs, Y * signs
-    info = {"graph": _graph_info(g), "n_landmarks": int(m), "landmark_method": landmarks,
-            "convergence": _mds_records(mds, "the landmarks' B")}
-    return IsomapModel(Y.astype(X.dtype), mds, reference, X_fit, rotation, offset,
-                       int(n_neighbors), metric, np.asarray(idx), info)
+    info = {
+        "graph": _graph_info(g),
+        "n_landmarks": int(m),
+        "landmark_method": landmarks,
+        "convergence": _mds_records(mds, "the landmarks' B"),
+    }
+    return IsomapModel(
+        Y.astype(X.dtype),
+        mds,
+        reference,
+        X_fit,
+        rotation,
+        offset,
+        int(n_neighbors),
+        metric,
+        np.asarray(idx),
+        info,
+    )
 
 
 def _landmark_mds(block: np.ndarray, k: int, rng):
-    return classical_mds((block + block.T) / 2, n_components=k, metric="precomputed",
-                         solver="auto", random_state=rng,
-                         where="the landmarks' geodesic distance matrix")
+    return classical_mds(
+        (block + block.T) / 2,
+        n_components=k,
+        metric="precomputed",
+        solver="auto",
+        random_state=rng,
+        where="the landmarks' geodesic distance matrix",
+    )
 
 
 def _triangulate_on_workers(g, idx, k: int, rng, dtype):
@@ -338,8 +481,7 @@ def _triangulate_on_workers(g, idx, k: int, rng, dtype):
     GL = geodesic_rows_on_workers(g, idx, method="LandmarkIsomap")  # (m, n) on the workers
     (block,) = compute(GL[:, idx], stage="LandmarkIsomap: the landmarks' geodesics")
     mds = _landmark_mds(np.asarray(block), k, rng)
-    reference = active_client().persist(GL.T.astype(dtype).rechunk({0: TRIANGULATE_ROWS,
-                                                                     1: -1}))
+    reference = active_client().persist(GL.T.astype(dtype).rechunk({0: TRIANGULATE_ROWS, 1: -1}))
     del GL
 
     def triangulate(rows):
@@ -416,9 +558,19 @@ class Isomap(_IsomapBase):
     # blobs often give a disconnected kNN graph: join it
     _check_params = ({"n_neighbors": 5, "join_components": True},)
 
-    def __init__(self, n_components=2, *, n_neighbors=10, metric="euclidean",
-                 knn_backend="auto", join_components=False, solver="auto", n_oversamples=10,
-                 n_iter=4, random_state=0):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        n_neighbors=10,
+        metric="euclidean",
+        knn_backend="auto",
+        join_components=False,
+        solver="auto",
+        n_oversamples=10,
+        n_iter=4,
+        random_state=0,
+    ):
         self.n_components = n_components
         self.n_neighbors = n_neighbors
         self.metric = metric
@@ -430,11 +582,18 @@ class Isomap(_IsomapBase):
         self.random_state = random_state
 
     def fit(self, X, y=None):
-        model = isomap(X, n_components=self.n_components, n_neighbors=self.n_neighbors,
-                       metric=self.metric, knn_backend=self.knn_backend,
-                       join_components=self.join_components, solver=self.solver,
-                       n_oversamples=self.n_oversamples, n_iter=self.n_iter,
-                       random_state=self.random_state)
+        model = isomap(
+            X,
+            n_components=self.n_components,
+            n_neighbors=self.n_neighbors,
+            metric=self.metric,
+            knn_backend=self.knn_backend,
+            join_components=self.join_components,
+            solver=self.solver,
+            n_oversamples=self.n_oversamples,
+            n_iter=self.n_iter,
+            random_state=self.random_state,
+        )
         self._set(model, X)
         self.dist_matrix_ = model.reference
         return self
@@ -465,9 +624,18 @@ class LandmarkIsomap(_IsomapBase):
     # blobs often give a disconnected kNN graph: join it
     _check_params = ({"n_landmarks": 8, "n_neighbors": 5, "join_components": True},)
 
-    def __init__(self, n_components=2, *, n_neighbors=10, n_landmarks=None,
-                 landmarks="maxmin", metric="euclidean", knn_backend="auto",
-                 join_components=False, random_state=0):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        n_neighbors=10,
+        n_landmarks=None,
+        landmarks="maxmin",
+        metric="euclidean",
+        knn_backend="auto",
+        join_components=False,
+        random_state=0,
+    ):
         self.n_components = n_components
         self.n_neighbors = n_neighbors
         self.n_landmarks = n_landmarks
@@ -478,12 +646,17 @@ class LandmarkIsomap(_IsomapBase):
         self.random_state = random_state
 
     def fit(self, X, y=None):
-        model = landmark_isomap(X, n_components=self.n_components,
-                                n_neighbors=self.n_neighbors, n_landmarks=self.n_landmarks,
-                                landmarks=self.landmarks, metric=self.metric,
-                                knn_backend=self.knn_backend,
-                                join_components=self.join_components,
-                                random_state=self.random_state)
+        model = landmark_isomap(
+            X,
+            n_components=self.n_components,
+            n_neighbors=self.n_neighbors,
+            n_landmarks=self.n_landmarks,
+            landmarks=self.landmarks,
+            metric=self.metric,
+            knn_backend=self.knn_backend,
+            join_components=self.join_components,
+            random_state=self.random_state,
+        )
         self._set(model, X)
         self.landmark_indices_ = model.landmark_indices
         self.n_landmarks_ = int(model.landmark_indices.size)

@@ -34,6 +34,7 @@ Eigenvalues that are zero or negative (an indefinite kernel such as sigmoid, or 
 deficiency) cannot give a direction: those components are set to zero, with a warning, and
 counted in ``info``.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -43,17 +44,42 @@ import numpy as np
 import scipy.linalg
 
 from .._compute import active_client, compute
-from .._validation import (check_array, check_is_fitted, check_n_components, check_n_features,
-                           check_random_state, is_dask)
+from .._validation import (
+    check_array,
+    check_is_fitted,
+    check_n_components,
+    check_n_features,
+    check_random_state,
+    is_dask,
+)
 from ..blocks.kernels import kernel_block
 from ..errors import DimredWarning, InputError
 from ..linalg.convergence import record, require_converged
 from ..linalg.threaded import one_blas_thread
-from ..linalg import (DENSE_MAX, choose_landmarks, column_stats, nystrom_error, nystrom_kernel,
-                      nystrom_map, nystrom_top_eigh, resolve_landmark_method, take_rows, top_eigh)
+from ..linalg import (
+    DENSE_MAX,
+    choose_landmarks,
+    column_stats,
+    nystrom_error,
+    nystrom_kernel,
+    nystrom_map,
+    nystrom_top_eigh,
+    resolve_landmark_method,
+    take_rows,
+    top_eigh,
+)
 from ..pairwise import center_stats, check_kernel, double_center, pairwise_kernels
-from ._base import (DimredEstimator, HasConvergence, column_signs, is_stored, kept, like_input,
-                    row_blocks, row_range, rowwise)
+from ._base import (
+    DimredEstimator,
+    HasConvergence,
+    column_signs,
+    is_stored,
+    kept,
+    like_input,
+    row_blocks,
+    row_range,
+    rowwise,
+)
 
 __all__ = ["KernelPCA", "KernelPCAModel", "kernel_pca", "KPCA_SOLVERS"]
 
@@ -151,25 +177,36 @@ class KernelPCAModel(HasConvergence):
         return out
 
     def scalars(self) -> dict:
-        return {"kernel": dict(self.kernel), "solver": self.solver,
-                "n_samples": int(self.n_samples), **self.info}
+        return {
+            "kernel": dict(self.kernel),
+            "solver": self.solver,
+            "n_samples": int(self.n_samples),
+            **self.info,
+        }
 
     @classmethod
     def from_arrays(cls, arrays: dict, scalars: dict) -> "KernelPCAModel":
         info = {k: v for k, v in scalars.items() if k not in ("kernel", "solver", "n_samples")}
-        opt = {n: (kept(arrays[f"{n}_"]) if f"{n}_" in arrays else None)
-               for n in ("alphas", "X_fit", "row_means", "embedding", "landmarks", "coef",
-                         "offset")}
-        return cls(dict(scalars["kernel"]), scalars["solver"],
-                   np.asarray(arrays["eigenvalues_"]), int(scalars["n_samples"]), info=info,
-                   **opt)
+        opt = {
+            n: (kept(arrays[f"{n}_"]) if f"{n}_" in arrays else None)
+            for n in ("alphas", "X_fit", "row_means", "embedding", "landmarks", "coef", "offset")
+        }
+        return cls(
+            dict(scalars["kernel"]),
+            scalars["solver"],
+            np.asarray(arrays["eigenvalues_"]),
+            int(scalars["n_samples"]),
+            info=info,
+            **opt,
+        )
 
 
 def choose_kpca_solver(solver: str, n: int) -> str:
     if solver not in KPCA_SOLVERS:
-        raise InputError(f"KernelPCA solver must be one of {', '.join(KPCA_SOLVERS)}; found "
-                         f"{solver!r}.", "pass solver='auto' (dense up to "
-                         f"{DENSE_MAX} rows, Nyström above).")
+        raise InputError(
+            f"KernelPCA solver must be one of {', '.join(KPCA_SOLVERS)}; found {solver!r}.",
+            f"pass solver='auto' (dense up to {DENSE_MAX} rows, Nyström above).",
+        )
     if solver == "auto":
         return "dense" if n <= DENSE_MAX else "nystrom"
     return solver
@@ -177,29 +214,51 @@ def choose_kpca_solver(solver: str, n: int) -> str:
 
 def check_kpca_params(n: int, d: int, *, n_components, solver, n_landmarks, kernel_params):
     """All parameter checks, before any pass over the data; returns (k, solver, kernel)."""
-    k = check_n_components(n_components, n, n, method="KernelPCA", allow_fraction=False,
-                           allow_none=False)
+    k = check_n_components(
+        n_components, n, n, method="KernelPCA", allow_fraction=False, allow_none=False
+    )
     if k >= n:
-        raise InputError(f"KernelPCA needs n_components < n_samples = {n}; found {k} (the "
-                         "centred kernel matrix has rank at most n - 1).",
-                         f"pass n_components of at most {n - 1}.")
+        raise InputError(
+            f"KernelPCA needs n_components < n_samples = {n}; found {k} (the "
+            "centred kernel matrix has rank at most n - 1).",
+            f"pass n_components of at most {n - 1}.",
+        )
     solver = choose_kpca_solver(solver, n)
     params = dict(kernel_params)
     kernel = check_kernel(params.pop("kernel", "gaussian"), d, **params)
     if solver == "nystrom":
-        if (not isinstance(n_landmarks, (int, np.integer)) or isinstance(n_landmarks, bool)
-                or not k <= n_landmarks <= n):
-            raise InputError(f"Nyström KernelPCA needs n_components={k} <= n_landmarks <= "
-                             f"n_samples={n}; found n_landmarks={n_landmarks!r}.",
-                             f"pass n_landmarks between {k} and {n} (e.g. "
-                             f"{min(n, 1000)}).")
+        if (
+            not isinstance(n_landmarks, (int, np.integer))
+            or isinstance(n_landmarks, bool)
+            or not k <= n_landmarks <= n
+        ):
+            raise InputError(
+                f"Nyström KernelPCA needs n_components={k} <= n_landmarks <= "
+                f"n_samples={n}; found n_landmarks={n_landmarks!r}.",
+                f"pass n_landmarks between {k} and {n} (e.g. {min(n, 1000)}).",
+            )
     return k, solver, kernel
 
 
-def kernel_pca(X, *, n_components=2, kernel="gaussian", gamma=None, width=None, degree=3,
-               coef0=1.0, solver="auto", n_landmarks=1000, landmarks="auto",
-               n_oversamples=20, n_iter=6, tol=0.0, random_state=0, kernel_matrix=None,
-               where="X") -> KernelPCAModel:
+def kernel_pca(
+    X,
+    *,
+    n_components=2,
+    kernel="gaussian",
+    gamma=None,
+    width=None,
+    degree=3,
+    coef0=1.0,
+    solver="auto",
+    n_landmarks=1000,
+    landmarks="auto",
+    n_oversamples=20,
+    n_iter=6,
+    tol=0.0,
+    random_state=0,
+    kernel_matrix=None,
+    where="X",
+) -> KernelPCAModel:
     """Fit kernel PCA to ``X`` (NumPy or dask) and return the `KernelPCAModel`.
 
     Kernel PCA (Schölkopf, Smola & Müller 1998) of the kernel centred in feature space; the
@@ -270,14 +329,24 @@ def kernel_pca(X, *, n_components=2, kernel="gaussian", gamma=None, width=None, 
     X = check_array(X, method="KernelPCA", where=where)
     n, d = X.shape
     k, solver, kern = check_kpca_params(
-        n, d, n_components=n_components, solver=solver, n_landmarks=n_landmarks,
-        kernel_params={"kernel": kernel, "gamma": gamma, "width": width, "degree": degree,
-                       "coef0": coef0})
+        n,
+        d,
+        n_components=n_components,
+        solver=solver,
+        n_landmarks=n_landmarks,
+        kernel_params={
+            "kernel": kernel,
+            "gamma": gamma,
+            "width": width,
+            "degree": degree,
+            "coef0": coef0,
+        },
+    )
     if solver == "nystrom":
-        return _fit_nystrom(X, k, kern, n_landmarks, landmarks, random_state,
-                            n_oversamples, n_iter, tol)
-    return _fit_exact(X, k, kern, solver, n_oversamples, n_iter, tol, random_state,
-                      kernel_matrix)
+        return _fit_nystrom(
+            X, k, kern, n_landmarks, landmarks, random_state, n_oversamples, n_iter, tol
+        )
+    return _fit_exact(X, k, kern, solver, n_oversamples, n_iter, tol, random_state, kernel_matrix)
 
 
 def _fit_exact(X, k, kern, solver, n_oversamples, n_iter, tol, random_state, K):
@@ -292,11 +361,21 @@ def _fit_exact(X, k, kern, solver, n_oversamples, n_iter, tol, random_state, K):
         r, g = center_stats(np.asarray(K))
         X_fit = X
     Kc = double_center(K, (r, g))
-    eig = top_eigh(Kc, k, solver=solver, n_oversamples=n_oversamples, n_iter=n_iter, tol=tol,
-                   random_state=random_state, stage="kernel PCA eigensolver")
-    rec = require_converged({**eig.convergence, "step": f"top {k} eigenpairs of H K H"},
-                            "KernelPCA", "pass solver='dense' (n up to a few thousand), "
-                            "'randomized' (fixed passes) or 'nystrom'.")
+    eig = top_eigh(
+        Kc,
+        k,
+        solver=solver,
+        n_oversamples=n_oversamples,
+        n_iter=n_iter,
+        tol=tol,
+        random_state=random_state,
+        stage="kernel PCA eigensolver",
+    )
+    rec = require_converged(
+        {**eig.convergence, "step": f"top {k} eigenpairs of H K H"},
+        "KernelPCA",
+        "pass solver='dense' (n up to a few thousand), 'randomized' (fixed passes) or 'nystrom'.",
+    )
     lam, info = _drop_nonpositive(eig.values, eig.spectrum, n)
     info["convergence"] = [rec]
     signs = column_signs(eig.vectors)
@@ -304,9 +383,17 @@ def _fit_exact(X, k, kern, solver, n_oversamples, n_iter, tol, random_state, K):
     inv = np.where(lam > 0, 1.0 / np.sqrt(np.where(lam > 0, lam, 1.0)), 0.0)
     embedding = eig.applied() * signs * inv
     info.update({"passes": int(eig.passes) + int(is_dask(K))})
-    return KernelPCAModel(kern, solver, lam, n, alphas=alphas, X_fit=np.asarray(X_fit),
-                          row_means=np.asarray(r, dtype=np.float64), embedding=embedding,
-                          info=info)
+    return KernelPCAModel(
+        kern,
+        solver,
+        lam,
+        n,
+        alphas=alphas,
+        X_fit=np.asarray(X_fit),
+        row_means=np.asarray(r, dtype=np.float64),
+        embedding=embedding,
+        info=info,
+    )
 
 
 def _maybe_persist(K):
@@ -329,24 +416,30 @@ def _drop_nonpositive(values, spectrum, n):
         neg = -spectrum[spectrum < 0].sum()
         info["negative_mass"] = float(neg / max(np.abs(spectrum).sum(), 1e-300))
     if bad.any():
-        warnings.warn(DimredWarning(
-            f"KernelPCA: {int(bad.sum())} of the {lam.size} requested components have "
-            f"eigenvalue <= 0 (values {np.round(lam[bad], 6).tolist()}); the kernel is not "
-            "positive definite on this data or has lower rank. Those components are set to 0. "
-            "Ask for fewer components, or use a positive semidefinite kernel (gaussian, "
-            "laplacian)."), stacklevel=4)
+        warnings.warn(
+            DimredWarning(
+                f"KernelPCA: {int(bad.sum())} of the {lam.size} requested components have "
+                f"eigenvalue <= 0 (values {np.round(lam[bad], 6).tolist()}); the kernel is not "
+                "positive definite on this data or has lower rank. Those components are set to 0. "
+                "Ask for fewer components, or use a positive semidefinite kernel (gaussian, "
+                "laplacian)."
+            ),
+            stacklevel=4,
+        )
         lam[bad] = 0.0
     return lam, info
 
 
-def _fit_nystrom(X, k, kern, m, method, random_state, n_oversamples=20, n_iter=6,
-                 tol=0.0) -> KernelPCAModel:
+def _fit_nystrom(
+    X, k, kern, m, method, random_state, n_oversamples=20, n_iter=6, tol=0.0
+) -> KernelPCAModel:
     """Kernel PCA of the Nyström approximation: the top k eigenpairs of the scatter of
     Phi = C R^-1 (C = k(X, L)), by `_nystrom_spectrum`."""
     if not is_dask(X):  # in memory: parallel in row blocks, BLAS on one thread throughout
         with one_blas_thread():
-            return _fit_nystrom_steps(X, k, kern, m, method, random_state, n_oversamples,
-                                      n_iter, tol)
+            return _fit_nystrom_steps(
+                X, k, kern, m, method, random_state, n_oversamples, n_iter, tol
+            )
     return _fit_nystrom_steps(X, k, kern, m, method, random_state, n_oversamples, n_iter, tol)
 
 
@@ -355,8 +448,9 @@ def _fit_nystrom_steps(X, k, kern, m, method, random_state, n_oversamples, n_ite
     method = resolve_landmark_method(method, int(m))
     L, idx = choose_landmarks(X, int(m), method, random_state)
     nmap = nystrom_map(L, kern)
-    w, v, c_mean, emb, how = _nystrom_spectrum(X, nmap, min(k, nmap.rank), n_oversamples,
-                                               n_iter, tol, random_state)
+    w, v, c_mean, emb, how = _nystrom_spectrum(
+        X, nmap, min(k, nmap.rank), n_oversamples, n_iter, tol, random_state
+    )
     if w.size < k:  # rank r < k: pad with zero components
         v = np.hstack([v, np.zeros((v.shape[0], k - w.size))])
         emb = None if emb is None else np.hstack([emb, np.zeros((n, k - w.size))])
@@ -369,14 +463,34 @@ def _fit_nystrom_steps(X, k, kern, m, method, random_state, n_oversamples, n_ite
         emb = emb * signs
     held = held_out_rows(X, idx, random_state)
     error = nystrom_error(held, nmap)
-    rec = require_converged({**how.pop("record"), "approximation_error": error}, "KernelPCA",
-                            "raise n_iter (passes over the landmarks' kernel) or loosen tol.")
-    info.update({"n_landmarks": int(m), "landmark_method": method, "rank": int(nmap.rank),
-                 "factorization": nmap.info["factorization"], "approximation_error": error,
-                 "approximation_error_rows": int(held.shape[0]), **how,
-                 "convergence": [rec]})
-    return KernelPCAModel(kern, "nystrom", lam, n, landmarks=nmap.landmarks, coef=coef,
-                          offset=c_mean @ coef, embedding=emb, info=info)
+    rec = require_converged(
+        {**how.pop("record"), "approximation_error": error},
+        "KernelPCA",
+        "raise n_iter (passes over the landmarks' kernel) or loosen tol.",
+    )
+    info.update(
+        {
+            "n_landmarks": int(m),
+            "landmark_method": method,
+            "rank": int(nmap.rank),
+            "factorization": nmap.info["factorization"],
+            "approximation_error": error,
+            "approximation_error_rows": int(held.shape[0]),
+            **how,
+            "convergence": [rec],
+        }
+    )
+    return KernelPCAModel(
+        kern,
+        "nystrom",
+        lam,
+        n,
+        landmarks=nmap.landmarks,
+        coef=coef,
+        offset=c_mean @ coef,
+        embedding=emb,
+        info=info,
+    )
 
 
 # The top eigenpairs of Phi's scatter come from subspace iteration over the centred C when C
@@ -420,16 +534,36 @@ def _nystrom_spectrum(X, nmap, k, n_oversamples, n_iter, tol, random_state):
     if (is_dask(held) and held is C) or k + n_oversamples > SUBSPACE_SHARE * r:
         stats = column_stats(C, gram=True, method="KernelPCA", stage="Nyström kernel pass")
         w, v, rec = _top_of_scatter(stats.m2, nmap, k, random_state)
-        return w, v, stats.mean, None, {"passes": 2, "nystrom_eigensolver": "scatter",
-                                        "record": rec}
+        return (
+            w,
+            v,
+            stats.mean,
+            None,
+            {"passes": 2, "nystrom_eigensolver": "scatter", "record": rec},
+        )
     stats = column_stats(held, gram=False, method="KernelPCA", stage="Nyström kernel pass")
     Cc = _maybe_persist(held - stats.mean.astype(held.dtype))
     op = _ScatterOperator(Cc, nmap)
-    eig = top_eigh(op, k, solver="randomized", n_oversamples=n_oversamples, n_iter=n_iter,
-                   random_state=random_state, stage="Nyström eigensolver")
-    return (np.asarray(eig.values), np.asarray(eig.vectors), stats.mean, None,
-            {"passes": 2 + op.passes, "nystrom_eigensolver": "subspace iteration",
-             "record": {**eig.convergence, "step": f"top {k} eigenpairs of Phi's scatter"}})
+    eig = top_eigh(
+        op,
+        k,
+        solver="randomized",
+        n_oversamples=n_oversamples,
+        n_iter=n_iter,
+        random_state=random_state,
+        stage="Nyström eigensolver",
+    )
+    return (
+        np.asarray(eig.values),
+        np.asarray(eig.vectors),
+        stats.mean,
+        None,
+        {
+            "passes": 2 + op.passes,
+            "nystrom_eigensolver": "subspace iteration",
+            "record": {**eig.convergence, "step": f"top {k} eigenpairs of Phi's scatter"},
+        },
+    )
 
 
 def _in_memory_spectrum(nmap, k, n_oversamples, n_iter, tol, random_state, *chunks):
@@ -437,12 +571,28 @@ def _in_memory_spectrum(nmap, k, n_oversamples, n_iter, tol, random_state, *chun
     held in memory, under one BLAS thread (see `linalg.threaded.one_blas_thread`)."""
     x = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
     with one_blas_thread():
-        w, v, emb, mean, how = nystrom_top_eigh(x, nmap, k, n_oversamples=n_oversamples,
-                                                n_iter=n_iter, tol=tol,
-                                                random_state=random_state)
-    return w, v, mean, emb, {"passes": how["passes"], "nystrom_eigensolver": "subspace iteration",
-                             "residual": how["residual"], "threads": how["threads"],
-                             "record": how["record"]}
+        w, v, emb, mean, how = nystrom_top_eigh(
+            x,
+            nmap,
+            k,
+            n_oversamples=n_oversamples,
+            n_iter=n_iter,
+            tol=tol,
+            random_state=random_state,
+        )
+    return (
+        w,
+        v,
+        mean,
+        emb,
+        {
+            "passes": how["passes"],
+            "nystrom_eigensolver": "subspace iteration",
+            "residual": how["residual"],
+            "threads": how["threads"],
+            "record": how["record"],
+        },
+    )
 
 
 # Dask input whose C = k(X, L), X and the subspace block together need at most this share of
@@ -471,8 +621,9 @@ def _spectrum_in_one_task(X, nmap, k, n_oversamples, n_iter, tol, random_state):
     X = X if X.numblocks[1] == 1 else X.rechunk({1: -1})
     client = active_client()
     marks = client.scatter(nmap, hash=False) if client is not None else nmap
-    task = delayed(_in_memory_spectrum, pure=True)(marks, k, n_oversamples, n_iter, tol,
-                                                   random_state, *X.to_delayed().ravel())
+    task = delayed(_in_memory_spectrum, pure=True)(
+        marks, k, n_oversamples, n_iter, tol, random_state, *X.to_delayed().ravel()
+    )
     (out,) = compute(task, stage="Nyström eigensolver (one worker)")
     w, v, mean, emb, how = out
     return w, v, mean, emb, {**how, "nystrom_eigensolver": "subspace iteration (one worker)"}
@@ -496,8 +647,11 @@ def _top_of_scatter(S: np.ndarray, nmap, k: int, random_state):
     M = nmap.solve_t(nmap.solve_t(S).T)  # R^-T (R^-T S)^T = R^-T S R^-1 (S symmetric)
     w, v = scipy.linalg.eigh((M + M.T) / 2, subset_by_index=[r - k, r - 1])
     order = np.argsort(w)[::-1]
-    return w[order], v[:, order], record(step, "dense (LAPACK eigh)", converged=True,
-                                         status="exact")
+    return (
+        w[order],
+        v[:, order],
+        record(step, "dense (LAPACK eigh)", converged=True, status="exact"),
+    )
 
 
 class _ScatterProduct:
@@ -515,8 +669,7 @@ def held_out_rows(X, landmark_idx, random_state) -> np.ndarray:
     n = X.shape[0]
     seed = random_state if isinstance(random_state, (int, np.integer)) else 0
     rng = check_random_state(np.random.default_rng([int(seed), 7]))  # apart from the landmarks
-    pool = np.setdiff1d(np.arange(n), landmark_idx) if landmark_idx is not None else \
-        np.arange(n)
+    pool = np.setdiff1d(np.arange(n), landmark_idx) if landmark_idx is not None else np.arange(n)
     if pool.size == 0:
         pool = np.arange(n)
     idx = np.sort(rng.choice(pool, size=min(HELD_OUT_ROWS, pool.size), replace=False))
@@ -547,12 +700,29 @@ class KernelPCA(DimredEstimator):
     Nyström landmarks_ and approximation_error_.
     """
 
-    _check_params = ({}, {"n_components": 2, "solver": "nystrom", "n_landmarks": 10},
-                     {"n_components": 1, "solver": "randomized", "kernel": "polynomial"})
+    _check_params = (
+        {},
+        {"n_components": 2, "solver": "nystrom", "n_landmarks": 10},
+        {"n_components": 1, "solver": "randomized", "kernel": "polynomial"},
+    )
 
-    def __init__(self, n_components=2, *, kernel="gaussian", gamma=None, width=None, degree=3,
-                 coef0=1.0, solver="auto", n_landmarks=1000, landmarks="auto",
-                 n_oversamples=20, n_iter=6, tol=0.0, random_state=0):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        kernel="gaussian",
+        gamma=None,
+        width=None,
+        degree=3,
+        coef0=1.0,
+        solver="auto",
+        n_landmarks=1000,
+        landmarks="auto",
+        n_oversamples=20,
+        n_iter=6,
+        tol=0.0,
+        random_state=0,
+    ):
         self.n_components = n_components
         self.kernel = kernel
         self.gamma = gamma
@@ -569,19 +739,33 @@ class KernelPCA(DimredEstimator):
 
     def fit(self, X, y=None):
         X = check_array(X, method="KernelPCA")
-        model = kernel_pca(X, n_components=self.n_components, kernel=self.kernel,
-                           gamma=self.gamma, width=self.width, degree=self.degree,
-                           coef0=self.coef0, solver=self.solver, n_landmarks=self.n_landmarks,
-                           landmarks=self.landmarks, n_oversamples=self.n_oversamples,
-                           n_iter=self.n_iter, tol=self.tol, random_state=self.random_state)
+        model = kernel_pca(
+            X,
+            n_components=self.n_components,
+            kernel=self.kernel,
+            gamma=self.gamma,
+            width=self.width,
+            degree=self.degree,
+            coef0=self.coef0,
+            solver=self.solver,
+            n_landmarks=self.n_landmarks,
+            landmarks=self.landmarks,
+            n_oversamples=self.n_oversamples,
+            n_iter=self.n_iter,
+            tol=self.tol,
+            random_state=self.random_state,
+        )
         self._model = model
         self.eigenvalues_ = model.eigenvalues
         self.n_features_in_ = X.shape[1]
         self.solver_ = model.solver
         self.convergence_ = model.convergence
         if model.solver == "nystrom":
-            self.embedding_ = (model.transform(X) if model.embedding is None else
-                               like_input(model.embedding, X, cast=True))
+            self.embedding_ = (
+                model.transform(X)
+                if model.embedding is None
+                else like_input(model.embedding, X, cast=True)
+            )
             self.eigenvectors_ = self.embedding_ * model._inv_sqrt().astype(X.dtype)
             self.landmarks_ = model.landmarks
             self.approximation_error_ = model.info["approximation_error"]

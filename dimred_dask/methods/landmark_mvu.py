@@ -21,6 +21,7 @@ the edges (within what m landmarks can express), small ones unfold more. The lar
 relative edge violation are reported. New points: LLE reconstruction from their k nearest
 training rows, as for MVU.
 """
+
 from __future__ import annotations
 
 import time
@@ -32,8 +33,13 @@ from .._validation import check_array, check_random_state, is_dask
 from ..blocks.landmarks import maxmin
 from ..errors import InputError
 from ..graphs import check_reg
-from ..graphs.landmark import (edge_normals, laplacian_basis, reconstruction_basis, row_gram,
-                               svec_index)
+from ..graphs.landmark import (
+    edge_normals,
+    laplacian_basis,
+    reconstruction_basis,
+    row_gram,
+    svec_index,
+)
 from ..graphs.sdp import edge_list
 from ..linalg import take_rows
 from ..linalg.conic import solve_problem
@@ -42,8 +48,13 @@ from ._base import column_signs
 from ._distance_sdp import check_solver_status
 from .mvu import DEFAULT_MAX_ITER, SDPEmbeddingModel, SDPEstimator, check_sdp_params, prepare_graph
 
-__all__ = ["LandmarkMVU", "landmark_mvu", "LANDMARK_BASES", "LANDMARK_CHOICES",
-           "check_landmark_params"]
+__all__ = [
+    "LandmarkMVU",
+    "landmark_mvu",
+    "LANDMARK_BASES",
+    "LANDMARK_CHOICES",
+    "check_landmark_params",
+]
 
 LANDMARK_BASES = ("reconstruction", "laplacian")
 LANDMARK_CHOICES = ("maxmin", "uniform")
@@ -80,21 +91,36 @@ def check_landmark_params(n: int, *, n_components, n_landmarks, basis, landmarks
         Any of ``n_landmarks``, ``basis``, ``landmarks``, ``penalty`` out of range.
     """
     if basis not in LANDMARK_BASES:
-        raise InputError(f"basis must be one of {', '.join(LANDMARK_BASES)}; found {basis!r}.",
-                         "pass basis='reconstruction' (LLE weights onto the landmarks).")
+        raise InputError(
+            f"basis must be one of {', '.join(LANDMARK_BASES)}; found {basis!r}.",
+            "pass basis='reconstruction' (LLE weights onto the landmarks).",
+        )
     if landmarks not in LANDMARK_CHOICES:
-        raise InputError(f"landmarks must be one of {', '.join(LANDMARK_CHOICES)}; found "
-                         f"{landmarks!r}.", "pass landmarks='maxmin'.")
-    if (not isinstance(n_landmarks, (int, np.integer)) or isinstance(n_landmarks, bool)
-            or not n_components < n_landmarks < n):
-        raise InputError(f"Landmark MVU needs n_components = {n_components} < n_landmarks < "
-                         f"n_samples = {n}; found n_landmarks={n_landmarks!r}.",
-                         f"pass n_landmarks between {n_components + 1} and {n - 1} (20 to 60 "
-                         "is usual: the SDP is over an m x m matrix).")
-    if not (isinstance(penalty, (int, float)) and not isinstance(penalty, bool)
-            and np.isfinite(penalty) and penalty > 0):
-        raise InputError(f"penalty must be a positive number; found {penalty!r}.",
-                         "pass penalty=100 (the default).")
+        raise InputError(
+            f"landmarks must be one of {', '.join(LANDMARK_CHOICES)}; found {landmarks!r}.",
+            "pass landmarks='maxmin'.",
+        )
+    if (
+        not isinstance(n_landmarks, (int, np.integer))
+        or isinstance(n_landmarks, bool)
+        or not n_components < n_landmarks < n
+    ):
+        raise InputError(
+            f"Landmark MVU needs n_components = {n_components} < n_landmarks < "
+            f"n_samples = {n}; found n_landmarks={n_landmarks!r}.",
+            f"pass n_landmarks between {n_components + 1} and {n - 1} (20 to 60 "
+            "is usual: the SDP is over an m x m matrix).",
+        )
+    if not (
+        isinstance(penalty, (int, float))
+        and not isinstance(penalty, bool)
+        and np.isfinite(penalty)
+        and penalty > 0
+    ):
+        raise InputError(
+            f"penalty must be a positive number; found {penalty!r}.",
+            "pass penalty=100 (the default).",
+        )
 
 
 def _landmarks(X, m: int, how: str, random_state) -> np.ndarray:
@@ -112,9 +138,12 @@ def _variance(X) -> float:
     if is_dask(X):
         from .._compute import compute
 
-        s, s2, n = compute(X.sum(axis=0, dtype=np.float64),
-                           (X.astype(np.float64) ** 2).sum(), X.shape[0],
-                           stage="landmark MVU: input variance")
+        s, s2, n = compute(
+            X.sum(axis=0, dtype=np.float64),
+            (X.astype(np.float64) ** 2).sum(),
+            X.shape[0],
+            stage="landmark MVU: input variance",
+        )
         return float(s2 - (np.asarray(s) ** 2).sum() / n)
     Xc = np.asarray(X, dtype=np.float64)
     return float(((Xc - Xc.mean(axis=0)) ** 2).sum())
@@ -160,14 +189,18 @@ def _solve_small(C, G, h, c0, B, T, penalty, solver, tol, max_iter, verbose):
     lack = (cp.sum_squares(R @ z - r0) + (c0 - r0 @ r0)) / c0
     problem = cp.Problem(cp.Maximize(gain - penalty * lack))
     t0 = time.perf_counter()
-    solved = solve_problem(problem, solver_options(solver, tol, max_iter),
-                           label="Landmark MVU SDP", tol=tol, verbose=verbose,
-                           step=f"penalised {r} x {r} SDP over the landmark kernel")
+    solved = solve_problem(
+        problem,
+        solver_options(solver, tol, max_iter),
+        label="Landmark MVU SDP",
+        tol=tol,
+        verbose=verbose,
+        step=f"penalised {r} x {r} SDP over the landmark kernel",
+    )
     seconds = time.perf_counter() - t0
     Zv = None if Z.value is None else (Z.value + Z.value.T) / 2
     L = None if Zv is None else B @ Zv @ B.T
-    return (L, solved["status"], problem.value, solved["iterations"], seconds,
-            solved["record"])
+    return (L, solved["status"], problem.value, solved["iterations"], seconds, solved["record"])
 
 
 def _svec_expr(cp, Z, r):
@@ -197,29 +230,54 @@ def _embedding(Q, C, L, k: int):
     Y = np.asarray(Y)
     signs = column_signs(Y)
     total = float(lam[lam > 0].sum()) or 1.0
-    return Y * signs, np.maximum(lam[:k], 0.0), {
-        "explained_variance_ratio": (np.maximum(lam[:k], 0) / total).tolist(),
-        "min_eigenvalue_ratio": float(lam[-1] / max(lam[0], 1e-300))}
+    return (
+        Y * signs,
+        np.maximum(lam[:k], 0.0),
+        {
+            "explained_variance_ratio": (np.maximum(lam[:k], 0) / total).tolist(),
+            "min_eigenvalue_ratio": float(lam[-1] / max(lam[0], 1e-300)),
+        },
+    )
 
 
 def _edge_violations(Q, L, I, J, d2, chunk: int = 200_000) -> dict:
     errs = []
     for s in range(0, I.size, chunk):
-        V = Q[I[s:s + chunk]] - Q[J[s:s + chunk]]
-        errs.append(np.einsum("ei,ij,ej->e", V, L, V) - d2[s:s + chunk])
+        V = Q[I[s : s + chunk]] - Q[J[s : s + chunk]]
+        errs.append(np.einsum("ei,ij,ej->e", V, L, V) - d2[s : s + chunk])
     err = np.abs(np.concatenate(errs))
     pos = d2 > 0
     rel = err[pos] / d2[pos]
-    return {"max_relative_violation": float(rel.max()) if rel.size else 0.0,
-            "mean_relative_violation": float(rel.mean()) if rel.size else 0.0,
-            "max_violation_over_mean": float(err.max() / d2.mean())}
+    return {
+        "max_relative_violation": float(rel.max()) if rel.size else 0.0,
+        "mean_relative_violation": float(rel.mean()) if rel.size else 0.0,
+        "max_violation_over_mean": float(err.max() / d2.mean()),
+    }
 
 
-def landmark_mvu(X, *, n_components=2, n_neighbors=6, n_landmarks=40, basis="reconstruction",
-                 landmarks="maxmin", penalty=100.0, reg=1e-3, solver="clarabel", tol=None,
-                 max_iter=None, allow_inaccurate=False, metric="euclidean", knn_backend="auto",
-                 join_components=False, keep_training_rows=True, graph=None, random_state=0,
-                 verbose=False, where="X") -> SDPEmbeddingModel:
+def landmark_mvu(
+    X,
+    *,
+    n_components=2,
+    n_neighbors=6,
+    n_landmarks=40,
+    basis="reconstruction",
+    landmarks="maxmin",
+    penalty=100.0,
+    reg=1e-3,
+    solver="clarabel",
+    tol=None,
+    max_iter=None,
+    allow_inaccurate=False,
+    metric="euclidean",
+    knn_backend="auto",
+    join_components=False,
+    keep_training_rows=True,
+    graph=None,
+    random_state=0,
+    verbose=False,
+    where="X",
+) -> SDPEmbeddingModel:
     """Fit landmark MVU to ``X`` (NumPy or dask) and return the model (module docstring).
 
     Landmark MVU (Weinberger, Packer & Saul 2005): K = Q L Q^T with an n x m basis Q and an
@@ -295,18 +353,39 @@ def landmark_mvu(X, *, n_components=2, n_neighbors=6, n_landmarks=40, basis="rec
     t0 = time.perf_counter()
     X = check_array(X, method="Landmark MVU", where=where)
     n = X.shape[0]
-    p = check_sdp_params(n, n_components=n_components, n_neighbors=n_neighbors,
-                         constraints="slack", slack_penalty=1.0, formulation="dual",
-                         solver=solver, tol=DEFAULT_TOL if tol is None else tol,
-                         max_iter=max_iter, method="Landmark MVU")
-    check_landmark_params(n, n_components=n_components, n_landmarks=n_landmarks, basis=basis,
-                          landmarks=landmarks, penalty=penalty)
+    p = check_sdp_params(
+        n,
+        n_components=n_components,
+        n_neighbors=n_neighbors,
+        constraints="slack",
+        slack_penalty=1.0,
+        formulation="dual",
+        solver=solver,
+        tol=DEFAULT_TOL if tol is None else tol,
+        max_iter=max_iter,
+        method="Landmark MVU",
+    )
+    check_landmark_params(
+        n,
+        n_components=n_components,
+        n_landmarks=n_landmarks,
+        basis=basis,
+        landmarks=landmarks,
+        penalty=penalty,
+    )
     reg = check_reg(reg)
-    graph = prepare_graph(X, graph, p["n_neighbors"], metric=metric, knn_backend=knn_backend,
-                          join=join_components, random_state=random_state,
-                          method="Landmark MVU")
+    graph = prepare_graph(
+        X,
+        graph,
+        p["n_neighbors"],
+        metric=metric,
+        knn_backend=knn_backend,
+        join=join_components,
+        random_state=random_state,
+        method="Landmark MVU",
+    )
     I, J, d = edge_list(graph)
-    d2 = d ** 2
+    d2 = d**2
     scale = float(d2.mean())
     timings = {}
     t = time.perf_counter()
@@ -325,30 +404,61 @@ def landmark_mvu(X, *, n_components=2, n_neighbors=6, n_landmarks=40, basis="rec
     T = _variance(X) / scale
     B = _centred_basis(np.asarray(csum), n)
     L, status, value, iters, secs, rec = _solve_small(
-        C, G, h, c0, B, T, float(penalty), solver, p["tol"],
-        p["max_iter"] if max_iter is not None else DEFAULT_MAX_ITER[solver], verbose)
+        C,
+        G,
+        h,
+        c0,
+        B,
+        T,
+        float(penalty),
+        solver,
+        p["tol"],
+        p["max_iter"] if max_iter is not None else DEFAULT_MAX_ITER[solver],
+        verbose,
+    )
     res = _Status(status, iters, solver, L)
     records = qrecords + [rec]
-    check_solver_status(res, "Landmark MVU", "penalised", allow_inaccurate, records=records,
-                  fix="raise max_iter if the iterations ran out; else allow it with "
-                  "allow_inaccurate=True (the violations are reported), or lower the penalty "
-                  "(a large penalty makes the problem ill-conditioned).")
+    check_solver_status(
+        res,
+        "Landmark MVU",
+        "penalised",
+        allow_inaccurate,
+        records=records,
+        fix="raise max_iter if the iterations ran out; else allow it with "
+        "allow_inaccurate=True (the violations are reported), or lower the penalty "
+        "(a large penalty makes the problem ill-conditioned).",
+    )
     L = L * scale
     Y, lam, kinfo = _embedding(Q, C, L, int(n_components))
-    info = {"status": status, "objective": float(value) if value is not None else None,
-            "iterations": iters, "solve_seconds": round(secs, 3), "solver": solver,
-            "tol": p["tol"], "basis": basis, "n_landmarks": int(n_landmarks),
-            "penalty": float(penalty), "n_edges": int(I.size), "metric": graph.metric,
-            "input_variance": float(T * scale), "variance": float(np.trace(C @ L)),
-            **qinfo, **timings, **kinfo, **_edge_violations(Q, L / scale, I, J, d2 / scale),
-            "seconds": round(time.perf_counter() - t0, 3), "convergence": records}
+    info = {
+        "status": status,
+        "objective": float(value) if value is not None else None,
+        "iterations": iters,
+        "solve_seconds": round(secs, 3),
+        "solver": solver,
+        "tol": p["tol"],
+        "basis": basis,
+        "n_landmarks": int(n_landmarks),
+        "penalty": float(penalty),
+        "n_edges": int(I.size),
+        "metric": graph.metric,
+        "input_variance": float(T * scale),
+        "variance": float(np.trace(C @ L)),
+        **qinfo,
+        **timings,
+        **kinfo,
+        **_edge_violations(Q, L / scale, I, J, d2 / scale),
+        "seconds": round(time.perf_counter() - t0, 3),
+        "convergence": records,
+    }
     if lm is not None:
         info["landmarks"] = lm.tolist() if lm.size <= 1000 else None
     X_fit = None
     if keep_training_rows:
         X_fit = np.asarray(X.compute() if is_dask(X) else X)
-    return SDPEmbeddingModel("landmark-mvu", Y.astype(X.dtype), lam, X_fit, p["n_neighbors"],
-                             reg, None, info)
+    return SDPEmbeddingModel(
+        "landmark-mvu", Y.astype(X.dtype), lam, X_fit, p["n_neighbors"], reg, None, info
+    )
 
 
 class _Status:
@@ -366,11 +476,25 @@ class LandmarkMVU(SDPEstimator):
     # the checks' random data make disconnected kNN graphs: join them
     _check_params = ({"n_landmarks": 5, "join_components": True},)
 
-    def __init__(self, n_components=2, *, n_neighbors=6, n_landmarks=40,
-                 basis="reconstruction", landmarks="maxmin", penalty=100.0, reg=1e-3,
-                 solver="clarabel", tol=None, max_iter=None, allow_inaccurate=False,
-                 metric="euclidean", knn_backend="auto", join_components=False,
-                 random_state=0):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        n_neighbors=6,
+        n_landmarks=40,
+        basis="reconstruction",
+        landmarks="maxmin",
+        penalty=100.0,
+        reg=1e-3,
+        solver="clarabel",
+        tol=None,
+        max_iter=None,
+        allow_inaccurate=False,
+        metric="euclidean",
+        knn_backend="auto",
+        join_components=False,
+        random_state=0,
+    ):
         self.n_components = n_components
         self.n_neighbors = n_neighbors
         self.n_landmarks = n_landmarks

@@ -14,6 +14,7 @@ point x with weights w_j to its k nearest training rows maps to
 A training row is its own nearest neighbour (weight 1) in ``transform``, so transform of the
 training data approximates ``embedding_`` without equalling it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -25,11 +26,15 @@ from ..errors import InputError
 from ..graphs import WEIGHTS, graph_csr, graph_weights, spectral_embedding
 from ..linalg import SPARSE_EIGEN_SOLVERS
 from ._base import DimredEstimator, like_input, rows_at, rowwise
-from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph,
-                            new_neighbours, training_rows)
+from ._graph_common import (
+    ArrayModel,
+    check_n_components_graph,
+    fit_graph,
+    new_neighbours,
+    training_rows,
+)
 
-__all__ = ["LaplacianEigenmaps", "LaplacianEigenmapsModel", "laplacian_eigenmaps",
-           "check_weights"]
+__all__ = ["LaplacianEigenmaps", "LaplacianEigenmapsModel", "laplacian_eigenmaps", "check_weights"]
 
 
 @dataclass
@@ -52,14 +57,19 @@ class LaplacianEigenmapsModel(ArrayModel):
 
     def transform(self, X):
         dtype = X.dtype
-        X_fit, Y, k, t, metric = self.X_fit, self.embedding, self.n_neighbors, self.t, \
-            self.metric  # X_fit and Y in memory or in a run store (rows read as needed)
+        X_fit, Y, k, t, metric = (
+            self.X_fit,
+            self.embedding,
+            self.n_neighbors,
+            self.t,
+            self.metric,
+        )  # X_fit and Y in memory or in a run store (rows read as needed)
         scale = 1.0 / np.maximum(1.0 - np.asarray(self.eigenvalues, np.float64), 1e-12)
         binary = self.weights == "binary"
 
         def encode(block):
             idx, dist = new_neighbours(block, X_fit, k, metric)
-            w = np.ones_like(dist) if binary else np.exp(-dist ** 2 / t)
+            w = np.ones_like(dist) if binary else np.exp(-(dist**2) / t)
             w = w / np.maximum(w.sum(axis=1, keepdims=True), np.finfo(float).tiny)
             y = np.asarray(rows_at(Y, idx), np.float64)
             return (np.einsum("bk,bkc->bc", w, y) * scale).astype(dtype)
@@ -83,18 +93,35 @@ def check_weights(weights, t):
         An unknown ``weights``, or ``t`` not None and not a finite number > 0.
     """
     if weights not in WEIGHTS:
-        raise InputError(f"weights must be one of {', '.join(WEIGHTS)}; found {weights!r}.",
-                         "pass weights='heat' (exp(-d^2/t)) or 'binary'.")
-    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
-                          or not np.isfinite(t) or t <= 0):
-        raise InputError(f"The heat kernel needs t > 0 (finite); found t={t!r}.",
-                         "leave t out (the mean squared edge length) or pass t > 0.")
+        raise InputError(
+            f"weights must be one of {', '.join(WEIGHTS)}; found {weights!r}.",
+            "pass weights='heat' (exp(-d^2/t)) or 'binary'.",
+        )
+    if t is not None and (
+        isinstance(t, bool) or not isinstance(t, (int, float)) or not np.isfinite(t) or t <= 0
+    ):
+        raise InputError(
+            f"The heat kernel needs t > 0 (finite); found t={t!r}.",
+            "leave t out (the mean squared edge length) or pass t > 0.",
+        )
 
 
-def laplacian_eigenmaps(X, *, n_components=2, n_neighbors=10, weights="heat", t=None,
-                        eigen_solver="auto", tol=1e-8, max_iter=None, metric="euclidean",
-                        knn_backend="auto", join_components=False, random_state=0,
-                        graph=None) -> LaplacianEigenmapsModel:
+def laplacian_eigenmaps(
+    X,
+    *,
+    n_components=2,
+    n_neighbors=10,
+    weights="heat",
+    t=None,
+    eigen_solver="auto",
+    tol=1e-8,
+    max_iter=None,
+    metric="euclidean",
+    knn_backend="auto",
+    join_components=False,
+    random_state=0,
+    graph=None,
+) -> LaplacianEigenmapsModel:
     """Laplacian eigenmaps of the rows of ``X`` (NumPy or dask); returns the model.
 
     Laplacian eigenmaps (Belkin & Niyogi 2003): the generalised problem L y = lambda D y on the
@@ -155,24 +182,56 @@ def laplacian_eigenmaps(X, *, n_components=2, n_neighbors=10, weights="heat", t=
     k = check_n_components_graph(n_components, n, "LaplacianEigenmaps")
     check_weights(weights, t)
     if eigen_solver not in SPARSE_EIGEN_SOLVERS:
-        raise InputError(f"eigen_solver must be one of {', '.join(SPARSE_EIGEN_SOLVERS)}; "
-                         f"found {eigen_solver!r}.", "pass eigen_solver='auto'.")
-    g = fit_graph(X, graph, n_neighbors, method="LaplacianEigenmaps", metric=metric,
-                  backend=knn_backend, join_components_=join_components,
-                  random_state=random_state)
+        raise InputError(
+            f"eigen_solver must be one of {', '.join(SPARSE_EIGEN_SOLVERS)}; "
+            f"found {eigen_solver!r}.",
+            "pass eigen_solver='auto'.",
+        )
+    g = fit_graph(
+        X,
+        graph,
+        n_neighbors,
+        method="LaplacianEigenmaps",
+        metric=metric,
+        backend=knn_backend,
+        join_components_=join_components,
+        random_state=random_state,
+    )
     W, t_used = graph_weights(graph_csr(g), weights, t)
-    res = spectral_embedding(W, k, normed=True, drop_first=True, solver=eigen_solver, tol=tol,
-                             maxiter=max_iter, random_state=random_state,
-                             method="LaplacianEigenmaps",
-                             fix="raise max_iter (laplacian_eigenmaps, --param max_iter) or "
-                                 "loosen tol; or pass eigen_solver='arpack' (shift-invert) or "
-                                 "'dense' (small n).")
-    info = {"first_eigenvalue": res.first_eigenvalue, "convergence": res.convergence,
-            "graph": {"n_neighbors": g.n_neighbors, "backend": g.backend,
-                      "extra_edges": len(g.info.get("extra_edges", []))}}
-    return LaplacianEigenmapsModel(res.embedding.astype(X.dtype), res.eigenvalues,
-                                   training_rows(X, "LaplacianEigenmaps"), int(g.n_neighbors),
-                                   weights, t_used, metric, res.solver, info)
+    res = spectral_embedding(
+        W,
+        k,
+        normed=True,
+        drop_first=True,
+        solver=eigen_solver,
+        tol=tol,
+        maxiter=max_iter,
+        random_state=random_state,
+        method="LaplacianEigenmaps",
+        fix="raise max_iter (laplacian_eigenmaps, --param max_iter) or "
+        "loosen tol; or pass eigen_solver='arpack' (shift-invert) or "
+        "'dense' (small n).",
+    )
+    info = {
+        "first_eigenvalue": res.first_eigenvalue,
+        "convergence": res.convergence,
+        "graph": {
+            "n_neighbors": g.n_neighbors,
+            "backend": g.backend,
+            "extra_edges": len(g.info.get("extra_edges", [])),
+        },
+    }
+    return LaplacianEigenmapsModel(
+        res.embedding.astype(X.dtype),
+        res.eigenvalues,
+        training_rows(X, "LaplacianEigenmaps"),
+        int(g.n_neighbors),
+        weights,
+        t_used,
+        metric,
+        res.solver,
+        info,
+    )
 
 
 class LaplacianEigenmaps(DimredEstimator):
@@ -203,15 +262,28 @@ class LaplacianEigenmaps(DimredEstimator):
     # LOBPCG) and only LOBPCG reports its iterations (in convergence_): no n_iter_, as
     # scikit-learn exempts its own Isomap, KernelPCA and LocallyLinearEmbedding
     _check_exempt = {
-        **dict.fromkeys(("check_transformer_general", "check_transformer_data_not_an_array"),
-                        "transform is the Nystrom extension, not equal to fit_transform on "
-                        "the training rows"),
-        "check_transformer_n_iter": "the eigensolver behind max_iter reports no iteration "
-                                    "count"}
+        **dict.fromkeys(
+            ("check_transformer_general", "check_transformer_data_not_an_array"),
+            "transform is the Nystrom extension, not equal to fit_transform on the training rows",
+        ),
+        "check_transformer_n_iter": "the eigensolver behind max_iter reports no iteration count",
+    }
 
-    def __init__(self, n_components=2, *, n_neighbors=10, weights="heat", t=None,
-                 eigen_solver="auto", tol=1e-8, max_iter=None, metric="euclidean",
-                 knn_backend="auto", join_components=False, random_state=0):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        n_neighbors=10,
+        weights="heat",
+        t=None,
+        eigen_solver="auto",
+        tol=1e-8,
+        max_iter=None,
+        metric="euclidean",
+        knn_backend="auto",
+        join_components=False,
+        random_state=0,
+    ):
         self.n_components = n_components
         self.n_neighbors = n_neighbors
         self.weights = weights
@@ -226,10 +298,19 @@ class LaplacianEigenmaps(DimredEstimator):
 
     def fit(self, X, y=None):
         model = laplacian_eigenmaps(
-            X, n_components=self.n_components, n_neighbors=self.n_neighbors,
-            weights=self.weights, t=self.t, eigen_solver=self.eigen_solver, tol=self.tol,
-            max_iter=self.max_iter, metric=self.metric, knn_backend=self.knn_backend,
-            join_components=self.join_components, random_state=self.random_state)
+            X,
+            n_components=self.n_components,
+            n_neighbors=self.n_neighbors,
+            weights=self.weights,
+            t=self.t,
+            eigen_solver=self.eigen_solver,
+            tol=self.tol,
+            max_iter=self.max_iter,
+            metric=self.metric,
+            knn_backend=self.knn_backend,
+            join_components=self.join_components,
+            random_state=self.random_state,
+        )
         self._model = model
         self.embedding_ = like_input(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
         self.eigenvalues_ = model.eigenvalues

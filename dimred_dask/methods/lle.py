@@ -33,6 +33,7 @@ the kept eigenvalues, as scikit-learn reports it (for the unit-norm V).
 that reconstruct x from its k nearest training rows, applied to their embedding,
 y = sum_j w_j y_j.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -43,15 +44,26 @@ import scipy.sparse as sp
 from .._validation import check_array, check_is_fitted, check_n_features
 from ..blocks.neighbors import reconstruction_weights_block
 from ..graphs import check_reg, reconstruction_weights
-from ..linalg import (ARPACK_MAX, DENSE_MAX_SPARSE, SPARSE_EIGEN_SOLVERS, bottom_eigsh,
-                      bottom_eigsh_gram, bottom_eigsh_lobpcg)
+from ..linalg import (
+    ARPACK_MAX,
+    DENSE_MAX_SPARSE,
+    SPARSE_EIGEN_SOLVERS,
+    bottom_eigsh,
+    bottom_eigsh_gram,
+    bottom_eigsh_lobpcg,
+)
 from ..errors import InputError
 from ..linalg.convergence import solve_with_fallbacks
 from ..linalg.sparse_eigen import workers_at_hand
 from ..linalg.worker_lobpcg import bottom_eigsh_lobpcg_workers
 from ._base import DimredEstimator, like_input, rows_at, rowwise
-from ._graph_common import (ArrayModel, check_n_components_graph, fit_graph,
-                            new_neighbours, training_rows)
+from ._graph_common import (
+    ArrayModel,
+    check_n_components_graph,
+    fit_graph,
+    new_neighbours,
+    training_rows,
+)
 
 __all__ = ["LocallyLinearEmbedding", "LLEModel", "lle", "lle_matrix", "LLE_EIGEN_SOLVERS"]
 
@@ -85,14 +97,18 @@ class LLEModel(ArrayModel):
 
     def transform(self, X):
         dtype = X.dtype
-        X_fit, Y, k, reg, metric = self.X_fit, self.embedding, self.n_neighbors, self.reg, \
-            self.metric
+        X_fit, Y, k, reg, metric = (
+            self.X_fit,
+            self.embedding,
+            self.n_neighbors,
+            self.reg,
+            self.metric,
+        )
 
         def encode(block):  # X_fit and Y in memory or in a run store (rows read as needed)
             idx, _ = new_neighbours(block, X_fit, k, metric)
             w = reconstruction_weights_block(np.asarray(block), rows_at(X_fit, idx), reg)
-            return np.einsum("bk,bkc->bc", w,
-                             np.asarray(rows_at(Y, idx), np.float64)).astype(dtype)
+            return np.einsum("bk,bkc->bc", w, np.asarray(rows_at(Y, idx), np.float64)).astype(dtype)
 
         return rowwise(X, encode, self.n_components, dtype)
 
@@ -100,8 +116,9 @@ class LLEModel(ArrayModel):
 def lle_operator(weights: np.ndarray, indices: np.ndarray):
     """A = I - W as CSR from the (n, k) weights of each row's neighbours."""
     n, k = indices.shape
-    W = sp.csr_matrix((weights.ravel(), (np.repeat(np.arange(n), k), indices.ravel())),
-                      shape=(n, n))
+    W = sp.csr_matrix(
+        (weights.ravel(), (np.repeat(np.arange(n), k), indices.ravel())), shape=(n, n)
+    )
     return (sp.identity(n, format="csr") - W).tocsr()
 
 
@@ -160,24 +177,40 @@ def _bottom(A, k, solver, tol, max_iter, random_state):
     n = A.shape[0]
     deflated = {  # solvers that keep the constant out of their block
         "lobpcg-workers": lambda: bottom_eigsh_lobpcg_workers(
-            A, k, kind="gram", null=np.ones(n), tol=tol, maxiter=max_iter,
-            random_state=random_state),
-        "lobpcg": lambda: bottom_eigsh_lobpcg(A, k, null=np.ones(n), tol=tol, maxiter=max_iter,
-                                              random_state=random_state),
-        "amg": lambda: bottom_eigsh_lobpcg(A, k, null=np.ones(n), tol=tol, maxiter=max_iter,
-                                           random_state=random_state, preconditioner="amg"),
-        "factored": lambda: bottom_eigsh_gram(A, k, null=np.ones(n), tol=tol,
-                                              maxiter=max_iter, random_state=random_state),
+            A, k, kind="gram", null=np.ones(n), tol=tol, maxiter=max_iter, random_state=random_state
+        ),
+        "lobpcg": lambda: bottom_eigsh_lobpcg(
+            A, k, null=np.ones(n), tol=tol, maxiter=max_iter, random_state=random_state
+        ),
+        "amg": lambda: bottom_eigsh_lobpcg(
+            A,
+            k,
+            null=np.ones(n),
+            tol=tol,
+            maxiter=max_iter,
+            random_state=random_state,
+            preconditioner="amg",
+        ),
+        "factored": lambda: bottom_eigsh_gram(
+            A, k, null=np.ones(n), tol=tol, maxiter=max_iter, random_state=random_state
+        ),
     }
     if solver in deflated:
         eig = deflated[solver]()
         first = float(np.sum((A @ np.ones(n)) ** 2)) / n  # the constant's, ~0
         return eig.values, eig.vectors, first, solver, dict(eig.info), eig.convergence
     M = (A.T @ A).tocsr()
-    eig = bottom_eigsh(M, k + 1, solver=solver, tol=tol, maxiter=max_iter,
-                       random_state=random_state)
-    return (eig.values[1:], eig.vectors[:, 1:], float(eig.values[0]), eig.solver,
-            {"nnz_M": int(M.nnz)}, eig.convergence)
+    eig = bottom_eigsh(
+        M, k + 1, solver=solver, tol=tol, maxiter=max_iter, random_state=random_state
+    )
+    return (
+        eig.values[1:],
+        eig.vectors[:, 1:],
+        float(eig.values[0]),
+        eig.solver,
+        {"nnz_M": int(M.nnz)},
+        eig.convergence,
+    )
 
 
 def _bottom_checked(A, k, solver, tol, max_iter, random_state):
@@ -190,16 +223,31 @@ def _bottom_checked(A, k, solver, tol, max_iter, random_state):
         return out[:5], out[5]
 
     (vals, vec, first, used, info), records = solve_with_fallbacks(
-        attempt, [solver] + lle_fallbacks(solver, n), method="LLE",
+        attempt,
+        [solver] + lle_fallbacks(solver, n),
+        method="LLE",
         step=f"bottom {k} eigenpairs of M = (I - W)^T (I - W) (the constant excluded)",
         fix=f"raise max_iter or loosen tol; or pass eigen_solver='arpack' (up to "
-            f"{ARPACK_MAX} rows), 'factored' (above) or 'dense' (up to {DENSE_MAX_SPARSE}).")
+        f"{ARPACK_MAX} rows), 'factored' (above) or 'dense' (up to {DENSE_MAX_SPARSE}).",
+    )
     return vals, vec, first, used, info, records
 
 
-def lle(X, *, n_components=2, n_neighbors=10, reg=1e-3, eigen_solver="auto", tol=1e-8,
-        max_iter=None, metric="euclidean", knn_backend="auto", join_components=False,
-        random_state=0, graph=None) -> LLEModel:
+def lle(
+    X,
+    *,
+    n_components=2,
+    n_neighbors=10,
+    reg=1e-3,
+    eigen_solver="auto",
+    tol=1e-8,
+    max_iter=None,
+    metric="euclidean",
+    knn_backend="auto",
+    join_components=False,
+    random_state=0,
+    graph=None,
+) -> LLEModel:
     """LLE of the rows of ``X`` (NumPy or dask); returns the `LLEModel`.
 
     Locally linear embedding (Roweis & Saul 2000; Saul & Roweis 2003), scaled so that
@@ -262,27 +310,57 @@ def lle(X, *, n_components=2, n_neighbors=10, reg=1e-3, eigen_solver="auto", tol
     k = check_n_components_graph(n_components, n, "LLE")
     reg = check_reg(reg)
     if eigen_solver not in LLE_EIGEN_SOLVERS:
-        raise InputError(f"eigen_solver must be one of {', '.join(LLE_EIGEN_SOLVERS)}; "
-                         f"found {eigen_solver!r}.", "pass eigen_solver='auto'.")
-    g = fit_graph(X, graph, n_neighbors, method="LLE", metric=metric, backend=knn_backend,
-                  join_components_=join_components, random_state=random_state)
+        raise InputError(
+            f"eigen_solver must be one of {', '.join(LLE_EIGEN_SOLVERS)}; found {eigen_solver!r}.",
+            "pass eigen_solver='auto'.",
+        )
+    g = fit_graph(
+        X,
+        graph,
+        n_neighbors,
+        method="LLE",
+        metric=metric,
+        backend=knn_backend,
+        join_components_=join_components,
+        random_state=random_state,
+    )
     if g.n_neighbors <= k:
-        raise InputError(f"LLE needs n_neighbors > n_components; found n_neighbors="
-                         f"{g.n_neighbors}, n_components={k}.",
-                         f"pass n_neighbors of at least {k + 1} (10 or more is usual).")
+        raise InputError(
+            f"LLE needs n_neighbors > n_components; found n_neighbors="
+            f"{g.n_neighbors}, n_components={k}.",
+            f"pass n_neighbors of at least {k + 1} (10 or more is usual).",
+        )
     w = reconstruction_weights(X, g, reg)
     solver = choose_lle_solver(eigen_solver, n, int(X.shape[1]))
     vals, vec, first, solver, info, records = _bottom_checked(
-        lle_operator(w, g.indices), k, solver, tol, max_iter, random_state)
+        lle_operator(w, g.indices), k, solver, tol, max_iter, random_state
+    )
     vec = np.asarray(vec, np.float64)
     s = np.sign(vec[np.argmax(np.abs(vec), axis=0), np.arange(k)])
     vec = vec * np.where(s == 0, 1.0, s)
     vals = np.asarray(vals, np.float64)
-    info.update({"first_eigenvalue": first, "convergence": records,
-                 "graph": {"n_neighbors": g.n_neighbors, "backend": g.backend,
-                           "extra_edges": len(g.info.get("extra_edges", []))}})
-    return LLEModel((np.sqrt(n) * vec).astype(X.dtype), vals, training_rows(X, "LLE"),
-                    int(g.n_neighbors), reg, metric, float(vals.sum()), solver, info)
+    info.update(
+        {
+            "first_eigenvalue": first,
+            "convergence": records,
+            "graph": {
+                "n_neighbors": g.n_neighbors,
+                "backend": g.backend,
+                "extra_edges": len(g.info.get("extra_edges", [])),
+            },
+        }
+    )
+    return LLEModel(
+        (np.sqrt(n) * vec).astype(X.dtype),
+        vals,
+        training_rows(X, "LLE"),
+        int(g.n_neighbors),
+        reg,
+        metric,
+        float(vals.sum()),
+        solver,
+        info,
+    )
 
 
 class LocallyLinearEmbedding(DimredEstimator):
@@ -317,11 +395,23 @@ class LocallyLinearEmbedding(DimredEstimator):
     # above the check's atol of 0.01
     _check_exempt = dict.fromkeys(
         ("check_transformer_general", "check_transformer_data_not_an_array"),
-        "transform re-solves the weights of a training row with itself as a neighbour")
+        "transform re-solves the weights of a training row with itself as a neighbour",
+    )
 
-    def __init__(self, n_components=2, *, n_neighbors=10, reg=1e-3, eigen_solver="auto",
-                 tol=1e-8, max_iter=None, metric="euclidean", knn_backend="auto",
-                 join_components=False, random_state=0):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        n_neighbors=10,
+        reg=1e-3,
+        eigen_solver="auto",
+        tol=1e-8,
+        max_iter=None,
+        metric="euclidean",
+        knn_backend="auto",
+        join_components=False,
+        random_state=0,
+    ):
         self.n_components = n_components
         self.n_neighbors = n_neighbors
         self.reg = reg
@@ -334,10 +424,19 @@ class LocallyLinearEmbedding(DimredEstimator):
         self.random_state = random_state
 
     def fit(self, X, y=None):
-        model = lle(X, n_components=self.n_components, n_neighbors=self.n_neighbors,
-                    reg=self.reg, eigen_solver=self.eigen_solver, tol=self.tol,
-                    max_iter=self.max_iter, metric=self.metric, knn_backend=self.knn_backend,
-                    join_components=self.join_components, random_state=self.random_state)
+        model = lle(
+            X,
+            n_components=self.n_components,
+            n_neighbors=self.n_neighbors,
+            reg=self.reg,
+            eigen_solver=self.eigen_solver,
+            tol=self.tol,
+            max_iter=self.max_iter,
+            metric=self.metric,
+            knn_backend=self.knn_backend,
+            join_components=self.join_components,
+            random_state=self.random_state,
+        )
         self._model = model
         self.embedding_ = like_input(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
         self.eigenvalues_ = model.eigenvalues

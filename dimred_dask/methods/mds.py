@@ -32,30 +32,60 @@ rounding, not negative; kept components not above +n eps lambda_max are zeroed, 
 Stress: Kruskal's stress-1, sqrt(sum (d_ij - ||y_i - y_j||)^2 / sum d_ij^2) over pairs, exact
 up to ``STRESS_MAX_ROWS`` points, else on a random sample of that many rows (see ``info``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
-from .._validation import (check_array, check_is_fitted, check_n_features, check_random_state,
-                           is_dask, nonfinite_error)
+from .._validation import (
+    check_array,
+    check_is_fitted,
+    check_n_features,
+    check_random_state,
+    is_dask,
+    nonfinite_error,
+)
 from ..blocks.centring import double_centred
 from ..blocks.kernels import distance_block
 from ..blocks.landmarks import maxmin
 from ..errors import InputError
 from ..linalg import choose_eigen_solver, column_stats, take_rows
 from ..pairwise import center_stats, double_center
-from ._base import (DimredEstimator, HasConvergence, kept, like_input, row_blocks,
-                    row_range, rowwise)
-from ._mds_parts import (MDS_SOLVERS, _check_int, _check_metric,
-                         _check_n_components, _check_solver, _eigen, _kruskal_stress, _shift,
-                         _sq_block, _squared_matrix, _stress_rows)
-from ._precomputed import (SYMMETRY_RTOL, as_square, check_distance_matrix,  # noqa: F401
-                           checked_distances, distance_stats, evaluate)
+from ._base import DimredEstimator, HasConvergence, kept, like_input, row_blocks, row_range, rowwise
+from ._mds_parts import (
+    MDS_SOLVERS,
+    _check_int,
+    _check_metric,
+    _check_n_components,
+    _check_solver,
+    _eigen,
+    _kruskal_stress,
+    _shift,
+    _sq_block,
+    _squared_matrix,
+    _stress_rows,
+)
+from ._precomputed import (
+    as_square,
+    check_distance_matrix,  # noqa: F401  (re-exported: methods.mds.check_distance_matrix)
+    checked_distances,
+    distance_stats,
+    evaluate,
+)
 
-__all__ = ["LANDMARK_CHOICES", "MDS", "MDS_SOLVERS", "LandmarkMDS", "LandmarkMDSModel",
-           "MDSModel", "check_distance_matrix", "classical_mds", "landmark_mds"]
+__all__ = [
+    "LANDMARK_CHOICES",
+    "MDS",
+    "MDS_SOLVERS",
+    "LandmarkMDS",
+    "LandmarkMDSModel",
+    "MDSModel",
+    "check_distance_matrix",
+    "classical_mds",
+    "landmark_mds",
+]
 
 LANDMARK_CHOICES = ("maxmin", "uniform")
 DEFAULT_N_LANDMARKS = 1000  # n_landmarks=None: min(n_samples, this)
@@ -115,13 +145,19 @@ class _Triangulating(HasConvergence):
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays that make up the model, for a store's ``model/`` group."""
-        return {f"{n}_": np.asarray(getattr(self, n)) for n in self._ARRAYS
-                if getattr(self, n) is not None}
+        return {
+            f"{n}_": np.asarray(getattr(self, n))
+            for n in self._ARRAYS
+            if getattr(self, n) is not None
+        }
 
     def scalars(self) -> dict:
         """Everything else (JSON-able), for the manifest."""
-        out = {f.name: _plain(getattr(self, f.name)) for f in fields(self)
-               if f.name not in self._ARRAYS and f.name != "info"}
+        out = {
+            f.name: _plain(getattr(self, f.name))
+            for f in fields(self)
+            if f.name not in self._ARRAYS and f.name != "info"
+        }
         return {**out, **{k: _plain(v) for k, v in self.info.items()}}
 
     @classmethod
@@ -162,8 +198,16 @@ class MDSModel(_Triangulating):
     offset: np.ndarray | None = None  # (k,) always zero here; kept for the shared transform
     info: dict = field(default_factory=dict)
 
-    _ARRAYS = ("embedding", "eigenvalues", "negative_eigenvalues", "proj", "sq_means", "X_fit",
-               "shift", "offset")
+    _ARRAYS = (
+        "embedding",
+        "eigenvalues",
+        "negative_eigenvalues",
+        "proj",
+        "sq_means",
+        "X_fit",
+        "shift",
+        "offset",
+    )
 
     def _reference(self):
         return self.X_fit
@@ -193,8 +237,16 @@ class LandmarkMDSModel(_Triangulating):
     shift: np.ndarray | None = None
     info: dict = field(default_factory=dict)
 
-    _ARRAYS = ("landmarks", "landmark_indices", "eigenvalues", "negative_eigenvalues", "proj",
-               "sq_means", "offset", "shift")
+    _ARRAYS = (
+        "landmarks",
+        "landmark_indices",
+        "eigenvalues",
+        "negative_eigenvalues",
+        "proj",
+        "sq_means",
+        "offset",
+        "shift",
+    )
 
     def _reference(self):
         return self.landmarks
@@ -207,9 +259,20 @@ class LandmarkMDSModel(_Triangulating):
 # --------------------------------------------------------------------------- classical MDS
 
 
-def classical_mds(X, *, n_components=2, metric="euclidean", p=2.0, solver="auto",
-                  n_oversamples=10, n_iter=4, random_state=0, measure_negative=True,
-                  where=None, check_input=True) -> MDSModel:
+def classical_mds(
+    X,
+    *,
+    n_components=2,
+    metric="euclidean",
+    p=2.0,
+    solver="auto",
+    n_oversamples=10,
+    n_iter=4,
+    random_state=0,
+    measure_negative=True,
+    where=None,
+    check_input=True,
+) -> MDSModel:
     """Classical MDS of ``X`` (data rows, or an n x n distance matrix with
     ``metric="precomputed"``), NumPy or dask; returns the `MDSModel`.
 
@@ -271,8 +334,7 @@ def classical_mds(X, *, n_components=2, metric="euclidean", p=2.0, solver="auto"
     _check_solver(solver, "MDS")
     rng = check_random_state(random_state)
     if params["metric"] == "precomputed":
-        D, k, solver, D2, r, g = _precomputed_input(X, n_components, solver, where,
-                                                    check_input)
+        D, k, solver, D2, r, g = _precomputed_input(X, n_components, solver, where, check_input)
         X_fit, shift, dtype = None, None, D.dtype
     else:
         X = check_array(X, method="MDS", where=where)
@@ -285,12 +347,16 @@ def classical_mds(X, *, n_components=2, metric="euclidean", p=2.0, solver="auto"
         r, g = np.asarray(r, np.float64), float(g)
         B = -0.5 * double_center(D2, (r, g))
     else:  # in memory: B from D (its squares never held apart), or in place of D2 made here
-        B, r, g = double_centred(D, square=True) if D2 is None else \
-            double_centred(D2, square=False, out=np.ascontiguousarray(D2, np.float64))
+        B, r, g = (
+            double_centred(D, square=True)
+            if D2 is None
+            else double_centred(D2, square=False, out=np.ascontiguousarray(D2, np.float64))
+        )
     n = B.shape[0]
     eig_kw = {"n_oversamples": n_oversamples, "n_iter": n_iter, "random_state": rng}
     solver_, lam, vectors, root, inv, negative, info = _eigen(
-        B, k, n, dtype, solver, eig_kw, measure_negative, "MDS")
+        B, k, n, dtype, solver, eig_kw, measure_negative, "MDS"
+    )
     embedding = (vectors * root).astype(dtype)
     idx, exact = _stress_rows(n, rng)
     if X_fit is None:
@@ -298,11 +364,31 @@ def classical_mds(X, *, n_components=2, metric="euclidean", p=2.0, solver="auto"
     else:
         xs = X_fit[idx] if shift is None else X_fit[idx] - shift.astype(dtype)
         d_s = distance_block(xs, xs, **params)
-    info.update({"stress_rows": int(idx.size), "stress_exact": exact,
-                 "passes": info["passes"] + int(is_dask(X))})  # + the first pass
-    return MDSModel(embedding, lam, negative[0], -0.5 * vectors * inv, r, params, solver_, n,
-                    n * g / 2, _kruskal_stress(d_s, embedding[idx]), negative[2], negative[1],
-                    X_fit=X_fit, shift=shift, offset=np.zeros(k), info=info)
+    info.update(
+        {
+            "stress_rows": int(idx.size),
+            "stress_exact": exact,
+            "passes": info["passes"] + int(is_dask(X)),
+        }
+    )  # + the first pass
+    return MDSModel(
+        embedding,
+        lam,
+        negative[0],
+        -0.5 * vectors * inv,
+        r,
+        params,
+        solver_,
+        n,
+        n * g / 2,
+        _kruskal_stress(d_s, embedding[idx]),
+        negative[2],
+        negative[1],
+        X_fit=X_fit,
+        shift=shift,
+        offset=np.zeros(k),
+        info=info,
+    )
 
 
 def _precomputed_input(D, n_components, solver: str, where: str, check_input: bool = True):
@@ -312,11 +398,16 @@ def _precomputed_input(D, n_components, solver: str, where: str, check_input: bo
     k = _check_n_components(n_components, D.shape[0], "MDS")
     solver = choose_eigen_solver(solver, D.shape[0])
     if not is_dask(D):
-        return (check_distance_matrix(D, where=where, method="MDS") if check_input else D,
-                k, solver, None, None, None)
+        return (
+            check_distance_matrix(D, where=where, method="MDS") if check_input else D,
+            k,
+            solver,
+            None,
+            None,
+            None,
+        )
     if solver == "dense":
-        _, (D, r, g) = checked_distances(D, where, "MDS",
-                                          extra=lambda M: (M, *distance_stats(M)))
+        _, (D, r, g) = checked_distances(D, where, "MDS", extra=lambda M: (M, *distance_stats(M)))
     else:
         D, (r, g) = checked_distances(D, where, "MDS", extra=distance_stats)
     return D, k, solver, D.astype(np.float64) ** 2, r, g
@@ -338,15 +429,23 @@ def _data_input(X, metric: dict, shift, dense: bool):
 
 def _check_landmark_params(n: int, n_components, n_landmarks, landmarks):
     if landmarks not in LANDMARK_CHOICES:
-        raise InputError(f"LandmarkMDS needs landmarks as one of {', '.join(LANDMARK_CHOICES)};"
-                         f" found {landmarks!r}.", "pass landmarks='maxmin' (the default, "
-                         "de Silva & Tenenbaum's choice) or 'uniform'.")
+        raise InputError(
+            f"LandmarkMDS needs landmarks as one of {', '.join(LANDMARK_CHOICES)};"
+            f" found {landmarks!r}.",
+            "pass landmarks='maxmin' (the default, de Silva & Tenenbaum's choice) or 'uniform'.",
+        )
     k = _check_n_components(n_components, n, "LandmarkMDS")
     m = min(n, DEFAULT_N_LANDMARKS) if n_landmarks is None else n_landmarks
-    m = _check_int(m, "n_landmarks", k + 1, n, "LandmarkMDS",
-                   f"more than n_components={k}, at most n_samples={n}",
-                   f"pass n_landmarks between {k + 1} and {n} (a few hundred is usual), or "
-                   "None for min(n_samples, 1000).")
+    m = _check_int(
+        m,
+        "n_landmarks",
+        k + 1,
+        n,
+        "LandmarkMDS",
+        f"more than n_components={k}, at most n_samples={n}",
+        f"pass n_landmarks between {k + 1} and {n} (a few hundred is usual), or "
+        "None for min(n_samples, 1000).",
+    )
     return k, m
 
 
@@ -354,8 +453,9 @@ def _finite_rows(rows: np.ndarray, idx: np.ndarray, where: str) -> None:
     bad = ~np.isfinite(rows)
     if bad.any():
         n_nan = int(np.isnan(rows).sum())
-        raise nonfinite_error("LandmarkMDS", idx[bad.any(axis=1)], n_nan,
-                              int(bad.sum()) - n_nan, where)
+        raise nonfinite_error(
+            "LandmarkMDS", idx[bad.any(axis=1)], n_nan, int(bad.sum()) - n_nan, where
+        )
 
 
 def choose_landmark_rows(X, m: int, how: str, metric: dict, rng, where: str):
@@ -373,9 +473,18 @@ def choose_landmark_rows(X, m: int, how: str, metric: dict, rng, where: str):
     return sample[pick], pool[pick]
 
 
-def landmark_mds(X, *, n_components=2, n_landmarks=None, landmarks="maxmin",
-                 metric="euclidean", p=2.0, align=True, random_state=0,
-                 where="X") -> LandmarkMDSModel:
+def landmark_mds(
+    X,
+    *,
+    n_components=2,
+    n_landmarks=None,
+    landmarks="maxmin",
+    metric="euclidean",
+    p=2.0,
+    align=True,
+    random_state=0,
+    where="X",
+) -> LandmarkMDSModel:
     """Landmark MDS of the rows of ``X`` (NumPy or dask); returns the `LandmarkMDSModel`.
 
     Landmark MDS (de Silva & Tenenbaum 2003): O(n m), nothing n x n. The embedding is
@@ -418,10 +527,12 @@ def landmark_mds(X, *, n_components=2, n_landmarks=None, landmarks="maxmin",
     """
     params = _check_metric(metric, p, "LandmarkMDS")
     if params["metric"] == "precomputed":
-        raise InputError("LandmarkMDS needs the data rows (it computes distances to the "
-                         "landmarks only); found metric='precomputed'.",
-                         "pass the data with a metric, or use MDS(metric='precomputed') for "
-                         "a full distance matrix.")
+        raise InputError(
+            "LandmarkMDS needs the data rows (it computes distances to the "
+            "landmarks only); found metric='precomputed'.",
+            "pass the data with a metric, or use MDS(metric='precomputed') for "
+            "a full distance matrix.",
+        )
     X = check_array(X, method="LandmarkMDS", where=where)
     n = X.shape[0]
     k, m = _check_landmark_params(n, n_components, n_landmarks, landmarks)
@@ -432,12 +543,33 @@ def landmark_mds(X, *, n_components=2, n_landmarks=None, landmarks="maxmin",
     r, g = center_stats(D2)
     B = -0.5 * double_center(D2, (r, g))
     solver, lam, vectors, _, inv, negative, info = _eigen(
-        B, k, m, X.dtype, "auto", {"random_state": rng}, True, "LandmarkMDS")
-    info.update({"solver": solver, "landmark_method": landmarks, "aligned": bool(align),
-                 "passes": int(align)})  # passes over X: the alignment's (B is m x m, in memory)
-    model = LandmarkMDSModel(L, idx, lam, negative[0], -0.5 * vectors * inv,
-                             np.asarray(r, np.float64), np.zeros(k), params, n, m * float(g) / 2,
-                             float("nan"), negative[2], negative[1], shift=shift, info=info)
+        B, k, m, X.dtype, "auto", {"random_state": rng}, True, "LandmarkMDS"
+    )
+    info.update(
+        {
+            "solver": solver,
+            "landmark_method": landmarks,
+            "aligned": bool(align),
+            "passes": int(align),
+        }
+    )  # passes over X: the alignment's (B is m x m, in memory)
+    model = LandmarkMDSModel(
+        L,
+        idx,
+        lam,
+        negative[0],
+        -0.5 * vectors * inv,
+        np.asarray(r, np.float64),
+        np.zeros(k),
+        params,
+        n,
+        m * float(g) / 2,
+        float("nan"),
+        negative[2],
+        negative[1],
+        shift=shift,
+        info=info,
+    )
     if align:
         model = _align(model, X, where)
     return _with_stress(model, X, params, rng)
@@ -447,14 +579,19 @@ def _align(model: LandmarkMDSModel, X, where: str) -> LandmarkMDSModel:
     """De Silva & Tenenbaum's last step: centre the triangulated points and rotate them onto
     their principal axes (one pass: mean and k x k scatter); column signs so that each
     column's largest landmark coordinate is positive."""
-    stats = column_stats(model.transform(X), gram=True, method="LandmarkMDS",
-                         where=f"the coordinates triangulated from {where}",
-                         stage="LandmarkMDS: alignment pass")
+    stats = column_stats(
+        model.transform(X),
+        gram=True,
+        method="LandmarkMDS",
+        where=f"the coordinates triangulated from {where}",
+        stage="LandmarkMDS: alignment pass",
+    )
     w, R = np.linalg.eigh((stats.m2 + stats.m2.T) / 2)
     R = R[:, np.argsort(w)[::-1]]
     proj, offset = model.proj @ R, (model.offset - stats.mean) @ R
     at_landmarks = replace(model, proj=proj, offset=offset).transform(
-        model.landmarks.astype(np.float64))
+        model.landmarks.astype(np.float64)
+    )
     top = np.argmax(np.abs(at_landmarks), axis=0)
     signs = np.sign(at_landmarks[top, np.arange(at_landmarks.shape[1])])
     signs[signs == 0] = 1.0
@@ -471,8 +608,6 @@ def _with_stress(model: LandmarkMDSModel, X, metric: dict, rng) -> LandmarkMDSMo
 
 
 # --------------------------------------------------------------------------- estimators
-
-
 
 
 class _MDSBase(DimredEstimator):
@@ -524,8 +659,17 @@ class MDS(_MDSBase):
     negative_ratio_, stress_, n_components_, n_features_in_, solver_
     """
 
-    def __init__(self, n_components=2, *, metric="euclidean", p=2.0, solver="auto",
-                 n_oversamples=10, n_iter=4, random_state=0):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        metric="euclidean",
+        p=2.0,
+        solver="auto",
+        n_oversamples=10,
+        n_iter=4,
+        random_state=0,
+    ):
         self.n_components = n_components
         self.metric = metric
         self.p = p
@@ -540,9 +684,16 @@ class MDS(_MDSBase):
         return tags
 
     def fit(self, X, y=None):
-        model = classical_mds(X, n_components=self.n_components, metric=self.metric, p=self.p,
-                              solver=self.solver, n_oversamples=self.n_oversamples,
-                              n_iter=self.n_iter, random_state=self.random_state)
+        model = classical_mds(
+            X,
+            n_components=self.n_components,
+            metric=self.metric,
+            p=self.p,
+            solver=self.solver,
+            n_oversamples=self.n_oversamples,
+            n_iter=self.n_iter,
+            random_state=self.random_state,
+        )
         self._set_common(model)
         self.embedding_ = like_input(model.embedding, X)
         self.n_features_in_ = model.n_features_in
@@ -571,8 +722,16 @@ class LandmarkMDS(_MDSBase):
 
     _method = "LandmarkMDS"
 
-    def __init__(self, n_components=2, *, n_landmarks=None, landmarks="maxmin",
-                 metric="euclidean", p=2.0, random_state=0):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        n_landmarks=None,
+        landmarks="maxmin",
+        metric="euclidean",
+        p=2.0,
+        random_state=0,
+    ):
         self.n_components = n_components
         self.n_landmarks = n_landmarks
         self.landmarks = landmarks
@@ -582,9 +741,15 @@ class LandmarkMDS(_MDSBase):
 
     def fit(self, X, y=None):
         X = check_array(X, method="LandmarkMDS")
-        model = landmark_mds(X, n_components=self.n_components, n_landmarks=self.n_landmarks,
-                             landmarks=self.landmarks, metric=self.metric, p=self.p,
-                             random_state=self.random_state)
+        model = landmark_mds(
+            X,
+            n_components=self.n_components,
+            n_landmarks=self.n_landmarks,
+            landmarks=self.landmarks,
+            metric=self.metric,
+            p=self.p,
+            random_state=self.random_state,
+        )
         self._set_common(model)
         self.embedding_ = model.transform(X)
         self.landmarks_ = model.landmarks

@@ -23,6 +23,7 @@ phases and iterations go to the progress reporter (``linalg.conic``); a status o
 an infeasible equality problem raises `InfeasibleError` that suggests the slack variant.
 New points are placed by their LLE reconstruction weights on their k nearest training rows.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -32,15 +33,28 @@ import numpy as np
 from .._validation import check_array, check_is_fitted, check_n_features, is_dask
 from ..blocks.neighbors import block_topk, reconstruction_weights_block
 from ..errors import InputError
-from ..graphs import (KNNGraph, check_connected, check_n_neighbors, check_reg,
-                      join_components, knn_graph)
+from ..graphs import (
+    KNNGraph,
+    check_connected,
+    check_n_neighbors,
+    check_reg,
+    join_components,
+    knn_graph,
+)
 from ..graphs.sdp import edge_list
 from ..linalg.sdp import SDP_FORMULATIONS, solver_options
 from ._distance_sdp import distance_sdp, kernel_embedding
 from ._base import DimredEstimator, HasConvergence, like_input, rowwise
 
-__all__ = ["MaximumVarianceUnfolding", "SDPEmbeddingModel", "mvu", "distance_sdp",
-           "MVU_CONSTRAINTS", "kernel_embedding", "check_sdp_params"]
+__all__ = [
+    "MaximumVarianceUnfolding",
+    "SDPEmbeddingModel",
+    "mvu",
+    "distance_sdp",
+    "MVU_CONSTRAINTS",
+    "kernel_embedding",
+    "check_sdp_params",
+]
 
 MVU_CONSTRAINTS = ("equality", "slack")
 EXACT_MAX = 3000  # exact MVU holds K (n x n) and solves an SDP of that size: above, refuse
@@ -70,8 +84,10 @@ class SDPEmbeddingModel(HasConvergence):
         """Embed new rows: LLE weights on their k nearest training rows applied to the
         training embedding (NumPy, or lazily blockwise for dask)."""
         if self.X_fit is None:
-            raise InputError(f"This {self.method} model kept no training rows, so it cannot "
-                             "place new points.", "refit with keep_training_rows=True.")
+            raise InputError(
+                f"This {self.method} model kept no training rows, so it cannot place new points.",
+                "refit with keep_training_rows=True.",
+            )
         return reconstruct(X, self.X_fit, self.embedding, self.n_neighbors, self.reg)
 
     def arrays(self) -> dict:
@@ -83,16 +99,30 @@ class SDPEmbeddingModel(HasConvergence):
         return out
 
     def scalars(self) -> dict:
-        return {"method": self.method, "n_neighbors": int(self.n_neighbors),
-                "reg": float(self.reg), **self.info}
+        return {
+            "method": self.method,
+            "n_neighbors": int(self.n_neighbors),
+            "reg": float(self.reg),
+            **self.info,
+        }
 
     @classmethod
     def from_arrays(cls, arrays: dict, scalars: dict) -> "SDPEmbeddingModel":
         info = {k: v for k, v in scalars.items() if k not in ("method", "n_neighbors", "reg")}
+
         def get(k):
             return np.asarray(arrays[k]) if k in arrays else None
-        return cls(scalars["method"], get("embedding_"), get("eigenvalues_"), get("X_fit_"),
-                   int(scalars["n_neighbors"]), float(scalars["reg"]), get("kernel_"), info)
+
+        return cls(
+            scalars["method"],
+            get("embedding_"),
+            get("eigenvalues_"),
+            get("X_fit_"),
+            int(scalars["n_neighbors"]),
+            float(scalars["reg"]),
+            get("kernel_"),
+            info,
+        )
 
 
 def reconstruct(X, X_fit: np.ndarray, Y_fit: np.ndarray, k: int, reg: float):
@@ -118,8 +148,19 @@ def reconstruct(X, X_fit: np.ndarray, Y_fit: np.ndarray, k: int, reg: float):
 # --------------------------------------------------------------------------- checks
 
 
-def check_sdp_params(n: int, *, n_components, n_neighbors, constraints, slack_penalty,
-                     formulation, solver, tol, max_iter, method: str) -> dict:
+def check_sdp_params(
+    n: int,
+    *,
+    n_components,
+    n_neighbors,
+    constraints,
+    slack_penalty,
+    formulation,
+    solver,
+    tol,
+    max_iter,
+    method: str,
+) -> dict:
     """Every parameter check of the SDP methods, before anything is computed.
 
     Parameters
@@ -155,44 +196,73 @@ def check_sdp_params(n: int, *, n_components, n_neighbors, constraints, slack_pe
     InputError
         Any of the parameters out of range.
     """
-    if (not isinstance(n_components, (int, np.integer)) or isinstance(n_components, bool)
-            or not 1 <= n_components < n):
-        raise InputError(f"{method} needs an int n_components with 1 <= n_components < "
-                         f"n_samples = {n}; found {n_components!r}.",
-                         f"pass n_components between 1 and {n - 1} (2 is usual).")
+    if (
+        not isinstance(n_components, (int, np.integer))
+        or isinstance(n_components, bool)
+        or not 1 <= n_components < n
+    ):
+        raise InputError(
+            f"{method} needs an int n_components with 1 <= n_components < "
+            f"n_samples = {n}; found {n_components!r}.",
+            f"pass n_components between 1 and {n - 1} (2 is usual).",
+        )
     k = check_n_neighbors(n_neighbors, n, method)
     if constraints not in MVU_CONSTRAINTS:
-        raise InputError(f"constraints must be one of {', '.join(MVU_CONSTRAINTS)}; found "
-                         f"{constraints!r}.", "pass constraints='equality' (the exact problem) or "
-                         "'slack' (penalised violations, for noisy graphs).")
-    if not (isinstance(slack_penalty, (int, float)) and not isinstance(slack_penalty, bool)
-            and np.isfinite(slack_penalty) and slack_penalty > 0):
-        raise InputError(f"slack_penalty must be a positive number; found {slack_penalty!r}.",
-                         "pass slack_penalty=10.0 (the default).")
+        raise InputError(
+            f"constraints must be one of {', '.join(MVU_CONSTRAINTS)}; found {constraints!r}.",
+            "pass constraints='equality' (the exact problem) or "
+            "'slack' (penalised violations, for noisy graphs).",
+        )
+    if not (
+        isinstance(slack_penalty, (int, float))
+        and not isinstance(slack_penalty, bool)
+        and np.isfinite(slack_penalty)
+        and slack_penalty > 0
+    ):
+        raise InputError(
+            f"slack_penalty must be a positive number; found {slack_penalty!r}.",
+            "pass slack_penalty=10.0 (the default).",
+        )
     if formulation not in SDP_FORMULATIONS:
-        raise InputError(f"formulation must be one of {', '.join(SDP_FORMULATIONS)}; found "
-                         f"{formulation!r}.", "pass formulation='dual' (the fast one).")
+        raise InputError(
+            f"formulation must be one of {', '.join(SDP_FORMULATIONS)}; found {formulation!r}.",
+            "pass formulation='dual' (the fast one).",
+        )
     tol = DEFAULT_TOL.get(solver, 1e-8) if tol is None else tol
     max_iter = DEFAULT_MAX_ITER.get(solver, 200) if max_iter is None else max_iter
     solver_options(solver, tol, max_iter)  # raises InputError on a bad solver / tol / max_iter
     return {"n_neighbors": k, "tol": float(tol), "max_iter": int(max_iter)}
 
 
-def prepare_graph(X, graph: KNNGraph | None, n_neighbors: int, *, metric: str,
-                  knn_backend: str, join: bool, random_state, method: str) -> KNNGraph:
+def prepare_graph(
+    X,
+    graph: KNNGraph | None,
+    n_neighbors: int,
+    *,
+    metric: str,
+    knn_backend: str,
+    join: bool,
+    random_state,
+    method: str,
+) -> KNNGraph:
     """The kNN graph (given or built), connected or refused (or joined)."""
     n = X.shape[0]
     if graph is None:
-        graph = knn_graph(X, n_neighbors, metric=metric, backend=knn_backend,
-                          random_state=random_state)
+        graph = knn_graph(
+            X, n_neighbors, metric=metric, backend=knn_backend, random_state=random_state
+        )
     elif graph.n_samples != n:
-        raise InputError(f"The graph has {graph.n_samples} rows; the data have {n}.",
-                         "pass the kNN graph of these rows.")
+        raise InputError(
+            f"The graph has {graph.n_samples} rows; the data have {n}.",
+            "pass the kNN graph of these rows.",
+        )
     elif graph.n_neighbors > n_neighbors:
         graph = graph.subset(n_neighbors)
     if (graph.indices < 0).any():
-        raise InputError(f"The kNN graph has rows with fewer than {graph.n_neighbors} "
-                         "neighbours.", "rebuild it with knn_backend='exact'.")
+        raise InputError(
+            f"The kNN graph has rows with fewer than {graph.n_neighbors} neighbours.",
+            "rebuild it with knn_backend='exact'.",
+        )
     if join and not graph.info.get("extra_edges"):
         graph, _ = join_components(graph, X)
     if not graph.info.get("extra_edges"):
@@ -203,11 +273,29 @@ def prepare_graph(X, graph: KNNGraph | None, n_neighbors: int, *, metric: str,
 # --------------------------------------------------------------------------- MVU
 
 
-def mvu(X, *, n_components=2, n_neighbors=6, constraints="equality", slack_penalty=10.0,
-        face_reduction=True, formulation="dual", solver="clarabel", tol=None, max_iter=None,
-        allow_inaccurate=False, metric="euclidean", knn_backend="auto", join_components=False,
-        reg=1e-3, keep_kernel=True, graph=None, random_state=0, verbose=False,
-        where="X") -> SDPEmbeddingModel:
+def mvu(
+    X,
+    *,
+    n_components=2,
+    n_neighbors=6,
+    constraints="equality",
+    slack_penalty=10.0,
+    face_reduction=True,
+    formulation="dual",
+    solver="clarabel",
+    tol=None,
+    max_iter=None,
+    allow_inaccurate=False,
+    metric="euclidean",
+    knn_backend="auto",
+    join_components=False,
+    reg=1e-3,
+    keep_kernel=True,
+    graph=None,
+    random_state=0,
+    verbose=False,
+    where="X",
+) -> SDPEmbeddingModel:
     """Fit MVU to ``X`` (NumPy or dask; n up to ``EXACT_MAX``) and return the model.
 
     Maximum variance unfolding (Weinberger & Saul 2006): the SDP on the kNN graph's edges
@@ -282,28 +370,69 @@ def mvu(X, *, n_components=2, n_neighbors=6, constraints="equality", slack_penal
     """
     X = check_array(X, method="MVU", where=where)
     n = X.shape[0]
-    p = check_sdp_params(n, n_components=n_components, n_neighbors=n_neighbors,
-                         constraints=constraints, slack_penalty=slack_penalty,
-                         formulation=formulation, solver=solver, tol=tol, max_iter=max_iter,
-                         method="MVU")
+    p = check_sdp_params(
+        n,
+        n_components=n_components,
+        n_neighbors=n_neighbors,
+        constraints=constraints,
+        slack_penalty=slack_penalty,
+        formulation=formulation,
+        solver=solver,
+        tol=tol,
+        max_iter=max_iter,
+        method="MVU",
+    )
     reg = check_reg(reg)
     if n > EXACT_MAX:
-        raise InputError(f"Exact MVU solves an n x n SDP; n = {n} is above {EXACT_MAX}.",
-                         "use landmark MVU (landmark_mvu / --method landmark-mvu) for large n.")
-    graph = prepare_graph(X, graph, p["n_neighbors"], metric=metric, knn_backend=knn_backend,
-                          join=join_components, random_state=random_state, method="MVU")
+        raise InputError(
+            f"Exact MVU solves an n x n SDP; n = {n} is above {EXACT_MAX}.",
+            "use landmark MVU (landmark_mvu / --method landmark-mvu) for large n.",
+        )
+    graph = prepare_graph(
+        X,
+        graph,
+        p["n_neighbors"],
+        metric=metric,
+        knn_backend=knn_backend,
+        join=join_components,
+        random_state=random_state,
+        method="MVU",
+    )
     I, J, d = edge_list(graph)
-    K, info = distance_sdp(n, I, J, d ** 2, constraints=constraints,
-                           slack_penalty=slack_penalty, face_reduction=face_reduction,
-                           formulation=formulation, solver=solver, tol=p["tol"],
-                           max_iter=p["max_iter"], allow_inaccurate=allow_inaccurate,
-                           method="MVU", verbose=verbose)
+    K, info = distance_sdp(
+        n,
+        I,
+        J,
+        d**2,
+        constraints=constraints,
+        slack_penalty=slack_penalty,
+        face_reduction=face_reduction,
+        formulation=formulation,
+        solver=solver,
+        tol=p["tol"],
+        max_iter=p["max_iter"],
+        allow_inaccurate=allow_inaccurate,
+        method="MVU",
+        verbose=verbose,
+    )
     Y, lam, kinfo = kernel_embedding(K, int(n_components))
-    info.update(kinfo, n_edges=int(I.size), metric=graph.metric,
-                convergence=info["convergence"] + kinfo["convergence"])
+    info.update(
+        kinfo,
+        n_edges=int(I.size),
+        metric=graph.metric,
+        convergence=info["convergence"] + kinfo["convergence"],
+    )
     X_fit = np.asarray(X.compute() if is_dask(X) else X)
-    return SDPEmbeddingModel("mvu", Y.astype(X.dtype), lam, X_fit, p["n_neighbors"], reg,
-                             K if keep_kernel else None, info)
+    return SDPEmbeddingModel(
+        "mvu",
+        Y.astype(X.dtype),
+        lam,
+        X_fit,
+        p["n_neighbors"],
+        reg,
+        K if keep_kernel else None,
+        info,
+    )
 
 
 class SDPEstimator(DimredEstimator):
@@ -328,12 +457,9 @@ class SDPEstimator(DimredEstimator):
 
     def transform(self, X):
         check_is_fitted(self, "embedding_")
-        X = check_array(X, method=type(self).__name__, min_samples=1,
-                        check_finite=not is_dask(X))
+        X = check_array(X, method=type(self).__name__, min_samples=1, check_finite=not is_dask(X))
         check_n_features(self, X, self.n_features_in_)
         return self._model.transform(X)
-
-
 
 
 class MaximumVarianceUnfolding(SDPEstimator):
@@ -348,10 +474,25 @@ class MaximumVarianceUnfolding(SDPEstimator):
     # the checks' random data make disconnected kNN graphs: join them
     _check_params = ({"join_components": True},)
 
-    def __init__(self, n_components=2, *, n_neighbors=6, constraints="equality",
-                 slack_penalty=10.0, face_reduction=True, formulation="dual", solver="clarabel",
-                 tol=None, max_iter=None, allow_inaccurate=False, metric="euclidean",
-                 knn_backend="auto", join_components=False, reg=1e-3, random_state=0):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        n_neighbors=6,
+        constraints="equality",
+        slack_penalty=10.0,
+        face_reduction=True,
+        formulation="dual",
+        solver="clarabel",
+        tol=None,
+        max_iter=None,
+        allow_inaccurate=False,
+        metric="euclidean",
+        knn_backend="auto",
+        join_components=False,
+        reg=1e-3,
+        random_state=0,
+    ):
         self.n_components = n_components
         self.n_neighbors = n_neighbors
         self.constraints = constraints

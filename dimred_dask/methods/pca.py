@@ -24,6 +24,7 @@ X^T Y - mean (1^T Y) (Halko, Martinsson & Tropp 2011); ``auto`` picks covariance
 ``COVARIANCE_MAX_FEATURES`` features, else randomized. ``tsqr`` and ``dual`` would densify and
 refuse sparse input. ``transform`` gives the dense embedding X W - 1 (mean^T W).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -32,8 +33,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._compute import active_client
-from .._validation import (check_array, check_is_fitted, check_n_components, check_n_features,
-                           float_dtype, is_dask, is_sparse_input)
+from .._validation import (
+    check_array,
+    check_is_fitted,
+    check_n_components,
+    check_n_features,
+    float_dtype,
+    is_dask,
+    is_sparse_input,
+)
 from ..errors import DimredWarning, InputError, InputTypeError
 from ..linalg import covariance_eigh, dual_eigh, randomized_eigh, tsqr_svd
 from ..linalg.single_pass import single_pass_eigh
@@ -116,8 +124,10 @@ class PCAModel(HasConvergence):
         """The training rows' embedding from their row sketch (NumPy, or dask chunked as the
         training rows were): rows @ map + the block's offset (``linalg.single_pass``)."""
         if self.sketch is None:
-            raise InputError("This PCA model has no row sketch: it was not fitted with "
-                             "solver='single-pass'.", "use transform(X).")
+            raise InputError(
+                "This PCA model has no row sketch: it was not fitted with solver='single-pass'.",
+                "use transform(X).",
+            )
         emap, offsets = self.sketch["map"], self.sketch["offsets"]
         dtype = self.components.dtype
 
@@ -127,8 +137,9 @@ class PCAModel(HasConvergence):
 
         if not is_dask(rows):
             starts = np.cumsum([0] + list(self.sketch["block_rows"]))
-            return np.vstack([embed(rows[a:b], (i,)) for i, (a, b)
-                              in enumerate(zip(starts[:-1], starts[1:]))])
+            return np.vstack(
+                [embed(rows[a:b], (i,)) for i, (a, b) in enumerate(zip(starts[:-1], starts[1:]))]
+            )
         return rows.map_blocks(embed, chunks=(rows.chunks[0], (emap.shape[1],)), dtype=dtype)
 
     def training_embedding(self):
@@ -154,41 +165,67 @@ class PCAModel(HasConvergence):
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays that make up the model, for writing to a store's ``model/`` group."""
-        out = {"components_": self.components, "mean_": self.mean,
-               "explained_variance_": self.explained_variance,
-               "explained_variance_ratio_": self.explained_variance_ratio,
-               "singular_values_": self.singular_values}
+        out = {
+            "components_": self.components,
+            "mean_": self.mean,
+            "explained_variance_": self.explained_variance,
+            "explained_variance_ratio_": self.explained_variance_ratio,
+            "singular_values_": self.singular_values,
+        }
         if self.sketch is not None:
-            out.update(sketch_map_=self.sketch["map"], sketch_offsets_=self.sketch["offsets"],
-                       sketch_block_rows_=np.asarray(self.sketch["block_rows"], dtype=np.int64))
+            out.update(
+                sketch_map_=self.sketch["map"],
+                sketch_offsets_=self.sketch["offsets"],
+                sketch_block_rows_=np.asarray(self.sketch["block_rows"], dtype=np.int64),
+            )
         return out
 
     def scalars(self) -> dict:
-        return {"noise_variance_": float(self.noise_variance), "n_samples": int(self.n_samples),
-                "whiten": bool(self.whiten), "solver": self.solver, "passes": int(self.passes),
-                **self.info}
+        return {
+            "noise_variance_": float(self.noise_variance),
+            "n_samples": int(self.n_samples),
+            "whiten": bool(self.whiten),
+            "solver": self.solver,
+            "passes": int(self.passes),
+            **self.info,
+        }
 
     @classmethod
     def from_arrays(cls, arrays: dict, scalars: dict) -> "PCAModel":
-        extra = {k: v for k, v in scalars.items()
-                 if k not in ("noise_variance_", "n_samples", "whiten", "solver", "passes")}
+        extra = {
+            k: v
+            for k, v in scalars.items()
+            if k not in ("noise_variance_", "n_samples", "whiten", "solver", "passes")
+        }
         sketch = None
         if "sketch_map_" in arrays:
-            sketch = {"map": np.asarray(arrays["sketch_map_"]),
-                      "offsets": np.asarray(arrays["sketch_offsets_"]),
-                      "block_rows": [int(r) for r in arrays["sketch_block_rows_"]]}
-        return cls(np.asarray(arrays["components_"]), np.asarray(arrays["mean_"]),
-                   np.asarray(arrays["explained_variance_"]),
-                   np.asarray(arrays["explained_variance_ratio_"]),
-                   np.asarray(arrays["singular_values_"]), float(scalars["noise_variance_"]),
-                   int(scalars["n_samples"]), bool(scalars["whiten"]), scalars["solver"],
-                   int(scalars["passes"]), extra, sketch)
+            sketch = {
+                "map": np.asarray(arrays["sketch_map_"]),
+                "offsets": np.asarray(arrays["sketch_offsets_"]),
+                "block_rows": [int(r) for r in arrays["sketch_block_rows_"]],
+            }
+        return cls(
+            np.asarray(arrays["components_"]),
+            np.asarray(arrays["mean_"]),
+            np.asarray(arrays["explained_variance_"]),
+            np.asarray(arrays["explained_variance_ratio_"]),
+            np.asarray(arrays["singular_values_"]),
+            float(scalars["noise_variance_"]),
+            int(scalars["n_samples"]),
+            bool(scalars["whiten"]),
+            scalars["solver"],
+            int(scalars["passes"]),
+            extra,
+            sketch,
+        )
 
 
 def choose_solver(solver: str, n: int, d: int, n_components) -> str:
     if solver not in SOLVERS:
-        raise InputError(f"PCA solver must be one of {', '.join(SOLVERS)}; found {solver!r}.",
-                         "pass solver='covariance' (exact, one pass) or leave the default 'auto'.")
+        raise InputError(
+            f"PCA solver must be one of {', '.join(SOLVERS)}; found {solver!r}.",
+            "pass solver='covariance' (exact, one pass) or leave the default 'auto'.",
+        )
     if solver != "auto":
         return solver
     if d <= COVARIANCE_MAX_FEATURES:
@@ -198,8 +235,16 @@ def choose_solver(solver: str, n: int, d: int, n_components) -> str:
     return "randomized" if not isinstance(n_components, float) else "tsqr"
 
 
-def plan_solver(X, solver: str, k_request, *, max_error=None, n_oversamples: int = 10,
-                n_iter: int = 4, where: str = "X") -> tuple[str, dict]:
+def plan_solver(
+    X,
+    solver: str,
+    k_request,
+    *,
+    max_error=None,
+    n_oversamples: int = 10,
+    n_iter: int = 4,
+    where: str = "X",
+) -> tuple[str, dict]:
     """(solver, why): the solver a fit uses and, for ``auto``, the reasons for it (the
     manifest's ``solver_choice``). ``max_error``: the largest relative embedding error the
     caller accepts from an approximate solver (None: exact only)."""
@@ -211,19 +256,32 @@ def plan_solver(X, solver: str, k_request, *, max_error=None, n_oversamples: int
         return exact, {}
     why = {"requested": "auto", "exact_solver": exact}
     if max_error is None:
-        return exact, {**why, "solver": exact,
-                       "why": "exact: no max_error given, so no approximate solver"}
+        return exact, {
+            **why,
+            "solver": exact,
+            "why": "exact: no max_error given, so no approximate solver",
+        }
     if isinstance(k_request, float) or not is_dask(X):
-        return exact, {**why, "solver": exact, "why": (
-            "exact: a fraction of variance needs the whole spectrum" if
-            isinstance(k_request, float) else "exact: the data is in memory, where a second "
-            "pass reads no storage")}
+        return exact, {
+            **why,
+            "solver": exact,
+            "why": (
+                "exact: a fraction of variance needs the whole spectrum"
+                if isinstance(k_request, float)
+                else "exact: the data is in memory, where a second pass reads no storage"
+            ),
+        }
     memory, threads = _cluster(X)
     nbytes = n * d * X.dtype.itemsize
     if not memory or nbytes <= OUT_OF_CORE_SHARE * memory:
-        return exact, {**why, "solver": exact, "why": (
-            f"exact: the data ({_size(nbytes)}) fits in {OUT_OF_CORE_SHARE:.0%} of the "
-            f"cluster's memory ({_size(memory or 0)}), where a second pass is cheap")}
+        return exact, {
+            **why,
+            "solver": exact,
+            "why": (
+                f"exact: the data ({_size(nbytes)}) fits in {OUT_OF_CORE_SHARE:.0%} of the "
+                f"cluster's memory ({_size(memory or 0)}), where a second pass is cheap"
+            ),
+        }
     from ..linalg.single_pass import sketch_width
 
     s = sketch_width(k_request, n_oversamples, n, d)
@@ -233,21 +291,32 @@ def plan_solver(X, solver: str, k_request, *, max_error=None, n_oversamples: int
         return count * max(nbytes / READ_BYTES_PER_S, flops / rate)
 
     k = min(k_request, d)
-    predicted = {"single-pass": passes(1, 4.0 * n * d * s)
-                 + 2 * n * s * X.dtype.itemsize / READ_BYTES_PER_S}  # sketch written, read
-    predicted[exact] = passes(1, 2.0 * n * d * k) + {  # + the transform pass
-        "covariance": passes(1, 1.0 * n * d * d),
-        "tsqr": passes(2, 4.0 * n * d * d),
-        "dual": passes(1, 1.0 * n * n * d),
-        "randomized": passes(n_iter + 2, 4.0 * n * d * (k + n_oversamples))}[exact]
+    predicted = {
+        "single-pass": passes(1, 4.0 * n * d * s) + 2 * n * s * X.dtype.itemsize / READ_BYTES_PER_S
+    }  # sketch written, read
+    predicted[exact] = (
+        passes(1, 2.0 * n * d * k)
+        + {  # + the transform pass
+            "covariance": passes(1, 1.0 * n * d * d),
+            "tsqr": passes(2, 4.0 * n * d * d),
+            "dual": passes(1, 1.0 * n * n * d),
+            "randomized": passes(n_iter + 2, 4.0 * n * d * (k + n_oversamples)),
+        }[exact]
+    )
     chosen = "single-pass" if predicted["single-pass"] < predicted[exact] else exact
-    return chosen, {**why, "solver": chosen, "max_error": float(max_error),
-                    "predicted_s": {k: float(f"{v:.3g}") for k, v in predicted.items()},
-                    "why": (f"the data ({_size(nbytes)}) is over {OUT_OF_CORE_SHARE:.0%} of "
-                            f"the cluster's memory ({_size(memory)}), so each pass reads it "
-                            f"from storage; predicted {predicted['single-pass']:.3g} s for "
-                            f"single-pass (one read, a sketch of {s} columns) against "
-                            f"{predicted[exact]:.3g} s for {exact}")}
+    return chosen, {
+        **why,
+        "solver": chosen,
+        "max_error": float(max_error),
+        "predicted_s": {k: float(f"{v:.3g}") for k, v in predicted.items()},
+        "why": (
+            f"the data ({_size(nbytes)}) is over {OUT_OF_CORE_SHARE:.0%} of "
+            f"the cluster's memory ({_size(memory)}), so each pass reads it "
+            f"from storage; predicted {predicted['single-pass']:.3g} s for "
+            f"single-pass (one read, a sketch of {s} columns) against "
+            f"{predicted[exact]:.3g} s for {exact}"
+        ),
+    }
 
 
 def _workers(X) -> list[dict]:
@@ -273,8 +342,10 @@ def _cluster(X) -> tuple[int | None, int]:
 
     workers = _workers(X)
     if workers:
-        return (sum(w.get("memory_limit") or 0 for w in workers) or None,
-                sum(w.get("nthreads") or 1 for w in workers))
+        return (
+            sum(w.get("memory_limit") or 0 for w in workers) or None,
+            sum(w.get("nthreads") or 1 for w in workers),
+        )
     return _machine_memory(), os.cpu_count() or 1
 
 
@@ -295,8 +366,10 @@ def choose_sparse_solver(solver: str, X, k_request, where: str) -> str:
         raise InputTypeError(
             f"PCA with solver={solver!r} does not take sparse input (it forms the centred "
             f"matrix X - 1 mean^T, which is dense); found a sparse {n} x {d} matrix in "
-            f"{where}.", "pass solver='randomized' or 'covariance' (they centre sparse input "
-            "implicitly), or leave solver='auto'.")
+            f"{where}.",
+            "pass solver='randomized' or 'covariance' (they centre sparse input "
+            "implicitly), or leave solver='auto'.",
+        )
     fraction = isinstance(k_request, float)
     need = SPARSE_COVARIANCE_COPIES * 8 * d * d
     memory = _memory(X)
@@ -310,8 +383,14 @@ def choose_sparse_solver(solver: str, X, k_request, where: str) -> str:
             f"matrices: {_size(need)} for d = {d} features, more than "
             f"{SPARSE_COVARIANCE_SHARE:.0%} of the memory available ({_size(memory)}).",
             "pass solver='randomized' (products with the sparse rows; memory grows with d, not "
-            "d^2)" + (" with an int n_components (a fraction of variance needs the whole "
-                      "spectrum)" if fraction else "") + ".")
+            "d^2)"
+            + (
+                " with an int n_components (a fraction of variance needs the whole spectrum)"
+                if fraction
+                else ""
+            )
+            + ".",
+        )
     return solver
 
 
@@ -319,8 +398,9 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 2**30:,.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:,.1f} MiB"
 
 
-def _spectrum(X, solver, k_request, n_oversamples, n_iter, tol, random_state, where,
-              row_sketch=None):
+def _spectrum(
+    X, solver, k_request, n_oversamples, n_iter, tol, random_state, where, row_sketch=None
+):
     if solver == "covariance":
         return covariance_eigh(X, where=where)
     if solver == "tsqr":
@@ -331,17 +411,42 @@ def _spectrum(X, solver, k_request, n_oversamples, n_iter, tol, random_state, wh
         raise InputError(
             f"PCA with solver={solver!r} needs n_components as an int; found the fraction "
             f"{k_request} (a fraction of variance needs the whole spectrum).",
-            "pass an int n_components, or use solver='covariance' / 'tsqr' / 'dual'.")
+            "pass an int n_components, or use solver='covariance' / 'tsqr' / 'dual'.",
+        )
     if solver == "single-pass":
-        return single_pass_eigh(X, k_request, n_oversamples=n_oversamples,
-                                random_state=random_state, row_sketch=row_sketch, where=where)
-    return randomized_eigh(X, k_request, n_oversamples=n_oversamples, n_iter=n_iter, tol=tol,
-                           random_state=random_state, where=where)
+        return single_pass_eigh(
+            X,
+            k_request,
+            n_oversamples=n_oversamples,
+            random_state=random_state,
+            row_sketch=row_sketch,
+            where=where,
+        )
+    return randomized_eigh(
+        X,
+        k_request,
+        n_oversamples=n_oversamples,
+        n_iter=n_iter,
+        tol=tol,
+        random_state=random_state,
+        where=where,
+    )
 
 
-def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
-        n_oversamples: int = 10, n_iter: int = 4, tol: float = 0.0, random_state=None,
-        max_error=None, row_sketch=None, where: str = "X") -> PCAModel:
+def pca(
+    X,
+    *,
+    n_components=None,
+    solver: str = "auto",
+    whiten: bool = False,
+    n_oversamples: int = 10,
+    n_iter: int = 4,
+    tol: float = 0.0,
+    random_state=None,
+    max_error=None,
+    row_sketch=None,
+    where: str = "X",
+) -> PCAModel:
     """Fit PCA to ``X`` (NumPy or dask, n_samples x n_features) and return the `PCAModel`.
 
     Heavy work runs where ``X`` lives: NumPy in this process, dask on the active distributed
@@ -411,13 +516,23 @@ def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
     n, d = X.shape
     k_request = check_n_components(n_components, n, d, method="PCA")
     check_max_error(max_error)
-    solver, choice = plan_solver(X, solver, k_request, max_error=max_error,
-                                 n_oversamples=n_oversamples, n_iter=n_iter, where=where)
+    solver, choice = plan_solver(
+        X,
+        solver,
+        k_request,
+        max_error=max_error,
+        n_oversamples=n_oversamples,
+        n_iter=n_iter,
+        where=where,
+    )
     if not (isinstance(tol, (int, float)) and np.isfinite(tol) and tol >= 0):
-        raise InputError(f"PCA needs tol >= 0 (0: run all n_iter + 1 passes); found {tol!r}.",
-                         "pass e.g. tol=1e-4 with a larger n_iter, or leave tol=0.")
-    sp = _spectrum(X, solver, k_request, n_oversamples, n_iter, tol, random_state, where,
-                   row_sketch)
+        raise InputError(
+            f"PCA needs tol >= 0 (0: run all n_iter + 1 passes); found {tol!r}.",
+            "pass e.g. tol=1e-4 with a larger n_iter, or leave tol=0.",
+        )
+    sp = _spectrum(
+        X, solver, k_request, n_oversamples, n_iter, tol, random_state, where, row_sketch
+    )
     sketch = None
     if solver == "single-pass":
         sp, sketch = sp
@@ -426,9 +541,9 @@ def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
             solver, sketch = choice["exact_solver"], None
             choice["fallback"] = (
                 f"the sketch's estimated embedding error {est:.3g} is above max_error "
-                f"{max_error:g}: refitted with {solver} (exact; more passes over the data)")
-            sp = _spectrum(X, solver, k_request, n_oversamples, n_iter, tol, random_state,
-                           where)
+                f"{max_error:g}: refitted with {solver} (exact; more passes over the data)"
+            )
+            sp = _spectrum(X, solver, k_request, n_oversamples, n_iter, tol, random_state, where)
     _warn_constant(sp, d, where)
     total = sp.total_variance
     ratio_all = sp.variances / total if total > 0 else np.zeros_like(sp.variances)
@@ -441,27 +556,50 @@ def pca(X, *, n_components=None, solver: str = "auto", whiten: bool = False,
     kept = sp.variances[:k]
     noise = (total - kept.sum()) / (rank - k) if k < rank else 0.0
     comps = sign_fix(sp.components[:k])
-    info = {"total_variance": float(total), "exact": bool(sp.exact),
-            "convergence": [sp.convergence] if sp.convergence else [],
-            **({"solver_choice": choice} if choice else {})}
-    model = PCAModel(comps.astype(X.dtype), sp.mean.astype(X.dtype), kept.astype(X.dtype),
-                     ratio_all[:k].astype(X.dtype), np.sqrt(kept * (n - 1)).astype(X.dtype),
-                     float(max(noise, 0.0)), n, bool(whiten), solver, sp.passes, info)
+    info = {
+        "total_variance": float(total),
+        "exact": bool(sp.exact),
+        "convergence": [sp.convergence] if sp.convergence else [],
+        **({"solver_choice": choice} if choice else {}),
+    }
+    model = PCAModel(
+        comps.astype(X.dtype),
+        sp.mean.astype(X.dtype),
+        kept.astype(X.dtype),
+        ratio_all[:k].astype(X.dtype),
+        np.sqrt(kept * (n - 1)).astype(X.dtype),
+        float(max(noise, 0.0)),
+        n,
+        bool(whiten),
+        solver,
+        sp.passes,
+        info,
+    )
     if sketch is not None:
-        _attach_sketch(model, sketch, comps, sp.components[:k],
-                       SKETCH_ERROR_WARN if max_error is None else max_error)
+        _attach_sketch(
+            model,
+            sketch,
+            comps,
+            sp.components[:k],
+            SKETCH_ERROR_WARN if max_error is None else max_error,
+        )
     return model
 
 
 def check_max_error(max_error) -> None:
     if max_error is None:
         return
-    if isinstance(max_error, bool) or not isinstance(max_error, (int, float)) or \
-            not 0 < max_error < 1:
+    if (
+        isinstance(max_error, bool)
+        or not isinstance(max_error, (int, float))
+        or not 0 < max_error < 1
+    ):
         raise InputError(
             f"PCA needs max_error (the largest relative embedding error accepted from an "
             f"approximate solver) in (0, 1), or None for exact solvers only; found "
-            f"{max_error!r}.", "pass e.g. max_error=0.01, or leave it unset.")
+            f"{max_error!r}.",
+            "pass e.g. max_error=0.01, or leave it unset.",
+        )
 
 
 def _attach_sketch(model: PCAModel, sketch, comps, raw, warn_above: float) -> None:
@@ -472,21 +610,31 @@ def _attach_sketch(model: PCAModel, sketch, comps, raw, warn_above: float) -> No
     scale = model._scale()
     if scale is not None:
         emap = emap / scale
-    model.sketch = {"map": emap, "offsets": sketch.block_offsets @ emap,
-                    "block_rows": list(sketch.block_rows), "rows": sketch.rows}
+    model.sketch = {
+        "map": emap,
+        "offsets": sketch.block_offsets @ emap,
+        "block_rows": list(sketch.block_rows),
+        "rows": sketch.rows,
+    }
     model.info["sketch"] = {
-        "width": int(sketch.width), "captured_variance": float(sketch.captured_variance),
+        "width": int(sketch.width),
+        "captured_variance": float(sketch.captured_variance),
         "embedding_error_estimate": _number(sketch.embedding_error_estimate),
-        "component_error_estimate": [float(e) for e in sketch.component_error_estimate]}
+        "component_error_estimate": [float(e) for e in sketch.component_error_estimate],
+    }
     est = sketch.embedding_error_estimate
     if np.isfinite(est) and est > warn_above:
-        msg = (f"PCA single-pass: the embedding's estimated relative error is {est:.2g} "
-               f"(more than {warn_above:g}); the sketch of {sketch.width} columns "
-               f"captured {sketch.captured_variance:.4f} of the variance, so the spectrum "
-               "decays too slowly past the components kept for one pass to determine them.")
-        fix = (f"pass a larger n_oversamples (now {sketch.width - model.n_components} extra "
-               "columns), fewer components, or solver='covariance' / 'randomized' (exact or "
-               "iterated, more passes).")
+        msg = (
+            f"PCA single-pass: the embedding's estimated relative error is {est:.2g} "
+            f"(more than {warn_above:g}); the sketch of {sketch.width} columns "
+            f"captured {sketch.captured_variance:.4f} of the variance, so the spectrum "
+            "decays too slowly past the components kept for one pass to determine them."
+        )
+        fix = (
+            f"pass a larger n_oversamples (now {sketch.width - model.n_components} extra "
+            "columns), fewer components, or solver='covariance' / 'randomized' (exact or "
+            "iterated, more passes)."
+        )
         model.info["sketch"]["warning"] = f"{msg} Fix: {fix}"
         warnings.warn(DimredWarning(f"{msg} {fix[0].upper()}{fix[1:]}"), stacklevel=3)
 
@@ -500,10 +648,14 @@ def _warn_constant(sp, d: int, where: str) -> None:
     if const is None or len(const) == 0:
         return
     shown = ", ".join(map(str, const[:10])) + (" ..." if len(const) > 10 else "")
-    warnings.warn(DimredWarning(
-        f"PCA: {len(const)} of {d} columns of {where} have zero variance (columns {shown}); "
-        "they carry no information and get zero weight in every component. Drop them to save "
-        "memory and time."), stacklevel=3)
+    warnings.warn(
+        DimredWarning(
+            f"PCA: {len(const)} of {d} columns of {where} have zero variance (columns {shown}); "
+            "they carry no information and get zero weight in every component. Drop them to save "
+            "memory and time."
+        ),
+        stacklevel=3,
+    )
 
 
 class PCA(DimredEstimator):
@@ -547,11 +699,25 @@ class PCA(DimredEstimator):
     noise_variance_, n_components_, n_features_in_, n_samples_, solver_
     """
 
-    _check_params = ({}, {"n_components": 1, "solver": "randomized", "random_state": 0},
-                     {"solver": "tsqr"}, {"solver": "dual", "whiten": True})
+    _check_params = (
+        {},
+        {"n_components": 1, "solver": "randomized", "random_state": 0},
+        {"solver": "tsqr"},
+        {"solver": "dual", "whiten": True},
+    )
 
-    def __init__(self, n_components=None, *, solver="auto", whiten=False, n_oversamples=10,
-                 n_iter=4, tol=0.0, random_state=None, max_error=None):
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        solver="auto",
+        whiten=False,
+        n_oversamples=10,
+        n_iter=4,
+        tol=0.0,
+        random_state=None,
+        max_error=None,
+    ):
         self.n_components = n_components
         self.solver = solver
         self.whiten = whiten
@@ -568,9 +734,17 @@ class PCA(DimredEstimator):
         return self
 
     def _fit(self, X):
-        model = pca(X, n_components=self.n_components, solver=self.solver, whiten=self.whiten,
-                    n_oversamples=self.n_oversamples, n_iter=self.n_iter, tol=self.tol,
-                    random_state=self.random_state, max_error=self.max_error)
+        model = pca(
+            X,
+            n_components=self.n_components,
+            solver=self.solver,
+            whiten=self.whiten,
+            n_oversamples=self.n_oversamples,
+            n_iter=self.n_iter,
+            tol=self.tol,
+            random_state=self.random_state,
+            max_error=self.max_error,
+        )
         self._model = model
         self.components_ = model.components
         self.mean_ = model.mean
@@ -600,8 +774,9 @@ class PCA(DimredEstimator):
 
     def _checked(self, X, n_features):
         check_is_fitted(self, "components_")
-        X = check_array(X, method="PCA", min_samples=1, check_finite=not is_dask(X),
-                        accept_sparse=True)
+        X = check_array(
+            X, method="PCA", min_samples=1, check_finite=not is_dask(X), accept_sparse=True
+        )
         check_n_features(self, X, n_features)
         return X
 

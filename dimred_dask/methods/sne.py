@@ -6,6 +6,7 @@ Gradient 2 sum_j (p_{j|i} - q_{j|i} + p_{i|j} - q_{i|j}) (y_i - y_j), exact, O(n
 iteration: for small n (up to ``SNE_MAX`` points). Gradient descent with momentum and gains,
 as t-SNE's optimiser; no exaggeration by default.
 """
+
 from __future__ import annotations
 
 import time
@@ -20,20 +21,51 @@ from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
 from ..linalg.convergence import completed
 from ._base import DimredEstimator
 from ._graph_common import fit_graph
-from ._neighbor_runs import (one_run, check_float, check_int, expand_sweep, graph_ref,
-                             like_input, pca_init, random_init, run_tasks, threads)
+from ._neighbor_runs import (
+    one_run,
+    check_float,
+    check_int,
+    expand_sweep,
+    graph_ref,
+    like_input,
+    pca_init,
+    random_init,
+    run_tasks,
+    threads,
+)
 from .tsne import INIT_STD, TSNEModel
 
-__all__ = ["SNE", "sne", "sne_sweep", "SNE_DEFAULTS", "SNE_SWEEPABLE", "SNE_MAX",
-           "check_sne_params"]
+__all__ = [
+    "SNE",
+    "sne",
+    "sne_sweep",
+    "SNE_DEFAULTS",
+    "SNE_SWEEPABLE",
+    "SNE_MAX",
+    "check_sne_params",
+]
 
 SNE_MAX = 10_000
-SNE_DEFAULTS = {"n_components": 2, "perplexity": 30.0, "n_iter": 500, "learning_rate": 0.5,
-                "momentum": 0.5, "final_momentum": 0.8, "momentum_switch_iter": 250,
-                "min_gain": 0.01, "max_step_norm": 5.0, "early_exaggeration": 1.0,
-                "early_exaggeration_iter": 0, "init": "pca", "n_neighbors": None,
-                "metric": "euclidean", "knn_backend": "auto", "random_state": 0,
-                "checkpoint_every": 50, "callback_every": 50}
+SNE_DEFAULTS = {
+    "n_components": 2,
+    "perplexity": 30.0,
+    "n_iter": 500,
+    "learning_rate": 0.5,
+    "momentum": 0.5,
+    "final_momentum": 0.8,
+    "momentum_switch_iter": 250,
+    "min_gain": 0.01,
+    "max_step_norm": 5.0,
+    "early_exaggeration": 1.0,
+    "early_exaggeration_iter": 0,
+    "init": "pca",
+    "n_neighbors": None,
+    "metric": "euclidean",
+    "knn_backend": "auto",
+    "random_state": 0,
+    "checkpoint_every": 50,
+    "callback_every": 50,
+}
 SNE_SWEEPABLE = ("perplexity", "random_state", "learning_rate")
 
 
@@ -62,26 +94,36 @@ def check_sne_params(params: dict, n: int) -> list[dict]:
     """
     unknown = sorted(set(params) - set(SNE_DEFAULTS))
     if unknown:
-        raise InputError(f"Unknown SNE parameter(s) {unknown}.",
-                         f"use only {sorted(SNE_DEFAULTS)}.")
+        raise InputError(
+            f"Unknown SNE parameter(s) {unknown}.", f"use only {sorted(SNE_DEFAULTS)}."
+        )
     if n > SNE_MAX:
-        raise InputError(f"SNE's exact O(n^2) gradient is for at most {SNE_MAX} points; found "
-                         f"{n}.", "use t-SNE (--method tsne) for more points.")
+        raise InputError(
+            f"SNE's exact O(n^2) gradient is for at most {SNE_MAX} points; found {n}.",
+            "use t-SNE (--method tsne) for more points.",
+        )
     p = {**SNE_DEFAULTS, **params}
     expand_sweep(p, SNE_SWEEPABLE)  # lists only for the sweepable parameters
     check_int("n_components", p["n_components"], 1, 3, method="SNE")
-    for key in ("n_iter", "momentum_switch_iter", "early_exaggeration_iter",
-                "checkpoint_every", "callback_every"):
+    for key in (
+        "n_iter",
+        "momentum_switch_iter",
+        "early_exaggeration_iter",
+        "checkpoint_every",
+        "callback_every",
+    ):
         check_int(key, p[key], 0, method="SNE")
     check_float("early_exaggeration", p["early_exaggeration"], 0, method="SNE")
     check_float("min_gain", p["min_gain"], 0, method="SNE", open_lo=False)
     check_float("max_step_norm", p["max_step_norm"], 0, method="SNE", open_lo=False)
     if p["init"] not in ("pca", "random"):
-        raise InputError(f"SNE init must be 'pca' or 'random'; found {p['init']!r}.",
-                         "pass init='pca'.")
+        raise InputError(
+            f"SNE init must be 'pca' or 'random'; found {p['init']!r}.", "pass init='pca'."
+        )
     settings = expand_sweep(p, SNE_SWEEPABLE)
-    kmax = int(np.ceil(3 * max(check_perplexity(s["perplexity"], n, method="SNE")
-                               for s in settings)))
+    kmax = int(
+        np.ceil(3 * max(check_perplexity(s["perplexity"], n, method="SNE") for s in settings))
+    )
     k = min(n - 1, kmax) if p["n_neighbors"] is None else p["n_neighbors"]
     k = check_int("n_neighbors", k, 1, n - 1, method="SNE")
     for s in settings:
@@ -101,26 +143,42 @@ def optimize_sne(PP, Y0, s: dict, *, checkpoint=None, progress=None):
         update, gains = np.array(state["update"]), np.array(state["gains"])
     else:
         start = 0
-        Y = np.array(Y0 if Y0 is not None else
-                     random_init(n, s["n_components"], INIT_STD, s["random_state"]),
-                     dtype=np.float64)
+        Y = np.array(
+            Y0
+            if Y0 is not None
+            else random_init(n, s["n_components"], INIT_STD, s["random_state"]),
+            dtype=np.float64,
+        )
         update, gains = np.zeros_like(Y), np.ones_like(Y)
     t0, cost = time.perf_counter(), float("nan")
     for it in range(start, total):
         exag = s["early_exaggeration"] if it < s["early_exaggeration_iter"] else 1.0
-        cost, grad = sne_cost_grad(P.indptr, P.indices, P.data * exag, PT.indptr,
-                                   PT.indices, PT.data * exag, Y)
+        cost, grad = sne_cost_grad(
+            P.indptr, P.indices, P.data * exag, PT.indptr, PT.indices, PT.data * exag, Y
+        )
         mom = s["momentum"] if it < s["momentum_switch_iter"] else s["final_momentum"]
-        gains_step(Y, grad, update, gains, mom, s["learning_rate"], s["min_gain"],
-                   s["max_step_norm"])
+        gains_step(
+            Y, grad, update, gains, mom, s["learning_rate"], s["min_gain"], s["max_step_norm"]
+        )
         done = it + 1
         if progress is not None and s["callback_every"] and done % s["callback_every"] == 0:
             progress(done, total, cost)
-        if checkpoint is not None and s["checkpoint_every"] and \
-                done % s["checkpoint_every"] == 0 and done < total:
-            checkpoint.save({"iteration": done, "embedding": Y, "update": update,
-                             "gains": gains, "rng": {"seed": s["random_state"]},
-                             "loss": cost})
+        if (
+            checkpoint is not None
+            and s["checkpoint_every"]
+            and done % s["checkpoint_every"] == 0
+            and done < total
+        ):
+            checkpoint.save(
+                {
+                    "iteration": done,
+                    "embedding": Y,
+                    "update": update,
+                    "gains": gains,
+                    "rng": {"seed": s["random_state"]},
+                    "loss": cost,
+                }
+            )
     cost, _ = sne_cost_grad(P.indptr, P.indices, P.data, PT.indptr, PT.indices, PT.data, Y)
     return Y, cost, {"seconds": round(time.perf_counter() - t0, 3), "resumed_from": start}
 
@@ -128,14 +186,20 @@ def optimize_sne(PP, Y0, s: dict, *, checkpoint=None, progress=None):
 def sne_task(PP, Y0, setting, checkpoint, *, progress=None, n_jobs=None):
     with threads(n_jobs) as nt:
         Y, cost, info = optimize_sne(PP, Y0, setting, checkpoint=checkpoint, progress=progress)
-    rec = completed("SNE gradient descent", "SNE (exact gradients)", setting["n_iter"],
-                    loss=cost, loss_name="sum of KL(P_i || Q_i)",
-                    resumed_from=info["resumed_from"])
+    rec = completed(
+        "SNE gradient descent",
+        "SNE (exact gradients)",
+        setting["n_iter"],
+        loss=cost,
+        loss_name="sum of KL(P_i || Q_i)",
+        resumed_from=info["resumed_from"],
+    )
     return Y, cost, {**info, "threads": nt, "convergence": [rec]}
 
 
-def sne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
-              **params) -> list[TSNEModel]:
+def sne_sweep(
+    X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params
+) -> list[TSNEModel]:
     """SNE embeddings for every setting of ``params`` (see `tsne_sweep` for the arguments);
     the models' ``kl_divergence`` is SNE's cost sum_i KL(P_i || Q_i).
 
@@ -182,9 +246,17 @@ def sne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
     n = X.shape[0]
     settings = check_sne_params(params, n)
     s0 = settings[0]
-    graph = fit_graph(X, graph, s0["n_neighbors"], method="SNE", metric=s0["metric"],
-                      cut=False, connected=False, backend=s0["knn_backend"],
-                      random_state=s0["random_state"] or 0)
+    graph = fit_graph(
+        X,
+        graph,
+        s0["n_neighbors"],
+        method="SNE",
+        metric=s0["metric"],
+        cut=False,
+        connected=False,
+        backend=s0["knn_backend"],
+        random_state=s0["random_state"] or 0,
+    )
     Y0 = None
     if s0["init"] == "pca":
         Y0 = pca_init(X, s0["n_components"], s0["random_state"])
@@ -195,12 +267,14 @@ def sne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
         Ps = {p: affinities(graph, "sne", perplexity=p) for p in perps}
     else:
         ref = graph_ref(graph)
-        Ps = {p: affinities_delayed(ref, n, graph.n_neighbors, "sne", perplexity=p)
-              for p in perps}
-    jobs = [(Ps[s["perplexity"]], Y0, s, checkpoint(i, s) if checkpoint else None)
-            for i, s in enumerate(settings)]
-    out = run_tasks(sne_task, jobs, shared={}, callback=callback, n_jobs=n_jobs,
-                    stage="SNE optimisation")
+        Ps = {p: affinities_delayed(ref, n, graph.n_neighbors, "sne", perplexity=p) for p in perps}
+    jobs = [
+        (Ps[s["perplexity"]], Y0, s, checkpoint(i, s) if checkpoint else None)
+        for i, s in enumerate(settings)
+    ]
+    out = run_tasks(
+        sne_task, jobs, shared={}, callback=callback, n_jobs=n_jobs, stage="SNE optimisation"
+    )
     return [TSNEModel(Y, float(c), s, s["n_iter"], info) for (Y, c, info), s in zip(out, settings)]
 
 
@@ -234,8 +308,7 @@ def sne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params)
     InputError
         As `sne_sweep`, and a list for a sweepable parameter.
     """
-    return one_run(sne_sweep, "sne", SNE_SWEEPABLE, X, graph, checkpoint, callback, n_jobs,
-                   params)
+    return one_run(sne_sweep, "sne", SNE_SWEEPABLE, X, graph, checkpoint, callback, n_jobs, params)
 
 
 class SNE(DimredEstimator):
@@ -244,20 +317,45 @@ class SNE(DimredEstimator):
     # the checks fit 10-30 rows: the perplexity must stay below n / 3
     _check_params = ({"perplexity": 3.0, "random_state": 0},)
 
-    def __init__(self, n_components=2, *, perplexity=30.0, n_iter=500, learning_rate=0.5,
-                 momentum=0.5, final_momentum=0.8, momentum_switch_iter=250, min_gain=0.01,
-                 max_step_norm=5.0, early_exaggeration=1.0, early_exaggeration_iter=0,
-                 init="pca", n_neighbors=None, metric="euclidean", knn_backend="auto",
-                 random_state=0, n_jobs=None, checkpoint=None, checkpoint_every=50,
-                 callback=None, callback_every=50):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        perplexity=30.0,
+        n_iter=500,
+        learning_rate=0.5,
+        momentum=0.5,
+        final_momentum=0.8,
+        momentum_switch_iter=250,
+        min_gain=0.01,
+        max_step_norm=5.0,
+        early_exaggeration=1.0,
+        early_exaggeration_iter=0,
+        init="pca",
+        n_neighbors=None,
+        metric="euclidean",
+        knn_backend="auto",
+        random_state=0,
+        n_jobs=None,
+        checkpoint=None,
+        checkpoint_every=50,
+        callback=None,
+        callback_every=50,
+    ):
         for key, value in locals().items():
             if key not in ("self", "__class__"):
                 setattr(self, key, value)
 
     def fit(self, X, y=None, *, graph=None):
         X = check_array(X, method="SNE", min_samples=4)
-        model = sne(X, graph=graph, checkpoint=self.checkpoint, callback=self.callback,
-                    n_jobs=self.n_jobs, **{k: getattr(self, k) for k in SNE_DEFAULTS})
+        model = sne(
+            X,
+            graph=graph,
+            checkpoint=self.checkpoint,
+            callback=self.callback,
+            n_jobs=self.n_jobs,
+            **{k: getattr(self, k) for k in SNE_DEFAULTS},
+        )
         self.embedding_, self.kl_divergence_ = model.embedding, model.kl_divergence
         self.n_iter_, self.info_, self.n_features_in_ = model.n_iter, model.info, X.shape[1]
         self.convergence_ = model.convergence

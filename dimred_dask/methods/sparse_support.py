@@ -17,6 +17,7 @@ step. The building blocks take sparse rows where they are made of inner products
 (``graphs.knn_graph``, euclidean and cosine), the distance and kernel blocks
 (``pairwise.pairwise_distances`` / ``pairwise_kernels``), the quality metrics.
 """
+
 from __future__ import annotations
 
 from .._validation import is_sparse_input, sparse_refusal

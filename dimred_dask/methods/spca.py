@@ -48,6 +48,7 @@ The embedding is not centred (Barshan et al.'s beta^T K). Eigenvalues are those 
 Phi^T H B H Phi), unscaled: sum(eigenvalues) / (n - 1)^2 is the HSIC between the projection
 (linear kernel) and the labels.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -59,21 +60,27 @@ import numpy as np
 import scipy.linalg
 
 from .._compute import compute
-from .._validation import (check_array, check_is_fitted, check_n_features, is_dask, is_sparse_input)
+from .._validation import check_array, check_is_fitted, check_n_features, is_dask, is_sparse_input
 from ..blocks.kernels import kernel_block
 from ..errors import DimredWarning, InputError
-from ..linalg import (column_stats, top_eigh)
+from ..linalg import column_stats, top_eigh
 from ..linalg.cross_moments import CrossStats, cross_stats
 from ..linalg.pca_solvers import _complete_basis
 from ..pairwise import check_kernel, pairwise_kernels
 from ._base import DimredEstimator, HasConvergence, like_input, rowwise, sign_fix, sparse_affine
-from ._labels import (LABEL_KERNELS, align_labels, check_choice, label_factor,
-                      prepare_labels)
+from ._labels import LABEL_KERNELS, align_labels, check_choice, label_factor, prepare_labels
 from .hsic import DENSE_MAX_SAMPLES, nystrom_factor
 from .pca import pca
 
-__all__ = ["SupervisedPCA", "SupervisedPCAModel", "supervised_pca", "KernelSupervisedPCA",
-           "KernelSupervisedPCAModel", "kernel_supervised_pca", "LABEL_KERNELS"]
+__all__ = [
+    "SupervisedPCA",
+    "SupervisedPCAModel",
+    "supervised_pca",
+    "KernelSupervisedPCA",
+    "KernelSupervisedPCAModel",
+    "kernel_supervised_pca",
+    "LABEL_KERNELS",
+]
 
 KSPCA_SOLVERS = ("auto", "dense", "nystrom")
 # singular values of C below RANK_RTOL * the largest are zero: C is accumulated in float64
@@ -88,13 +95,17 @@ def _check_k(k, n: int, d: int | None, method: str) -> int:
     limit = n - 1 if d is None else min(n - 1, d)
     what = "n_samples - 1" if d is None else "min(n_samples - 1, n_features)"
     if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral):
-        raise InputError(f"{method} needs n_components as an int; found {k!r}.",
-                         "pass an int such as 2.")
+        raise InputError(
+            f"{method} needs n_components as an int; found {k!r}.", "pass an int such as 2."
+        )
     if not 1 <= k <= limit:
         shape = f"({n}, {d})" if d is not None else f"({n}, ...)"
-        raise InputError(f"{method} needs 1 <= n_components <= {what} = {limit} (centred data "
-                         f"has rank at most n_samples - 1); found n_components={k} (data shape "
-                         f"{shape}).", f"pass n_components between 1 and {max(limit, 1)}.")
+        raise InputError(
+            f"{method} needs 1 <= n_components <= {what} = {limit} (centred data "
+            f"has rank at most n_samples - 1); found n_components={k} (data shape "
+            f"{shape}).",
+            f"pass n_components between 1 and {max(limit, 1)}.",
+        )
     return int(k)
 
 
@@ -102,22 +113,29 @@ def _top_directions(C: np.ndarray, k: int, method: str, stacklevel: int = 3):
     """(U (p, k), eigenvalues (k,), rank) of C C^T by a thin SVD of C; completed past the rank."""
     u, s, _ = scipy.linalg.svd(C, full_matrices=False)
     if s.size == 0 or not s[0] > 0:
-        raise InputError(f"{method}: the labels carry no information (X^T H Delta = 0: the "
-                         "labels are constant, or uncorrelated with every column to rounding).",
-                         "check y; with no label information use PCA.")
+        raise InputError(
+            f"{method}: the labels carry no information (X^T H Delta = 0: the "
+            "labels are constant, or uncorrelated with every column to rounding).",
+            "check y; with no label information use PCA.",
+        )
     rank = int(np.sum(s > RANK_RTOL * s[0]))
     if k <= rank:
         return u[:, :k], s[:k] ** 2, rank
     extra = f"component {k} is" if k == rank + 1 else f"components {rank + 1}-{k} are"
-    warnings.warn(DimredWarning(
-        f"{method}: the label kernel gives only {rank} direction(s) of dependence, fewer than "
-        f"n_components={k}; {extra} an arbitrary orthonormal completion with eigenvalue 0. Use "
-        "fewer components (delta labels: at most n_classes - 1)."), stacklevel=stacklevel)
+    warnings.warn(
+        DimredWarning(
+            f"{method}: the label kernel gives only {rank} direction(s) of dependence, fewer than "
+            f"n_components={k}; {extra} an arbitrary orthonormal completion with eigenvalue 0. Use "
+            "fewer components (delta labels: at most n_classes - 1)."
+        ),
+        stacklevel=stacklevel,
+    )
     rows = _complete_basis(u[:, :rank].T, k)
     return rows.T, np.concatenate([s[:rank] ** 2, np.zeros(k - rank)]), rank
 
 
 # ---------------------------------------------------------------- supervised PCA
+
 
 @dataclass
 class SupervisedPCAModel(HasConvergence):
@@ -152,8 +170,7 @@ class SupervisedPCAModel(HasConvergence):
         return rowwise(Y, lambda b: b @ u + mu, self.mean.shape[0], dtype)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        out = {"components_": self.components, "mean_": self.mean,
-               "eigenvalues_": self.eigenvalues}
+        out = {"components_": self.components, "mean_": self.mean, "eigenvalues_": self.eigenvalues}
         if self.selected_features is not None:
             out["selected_features_"] = self.selected_features
             out["feature_scores_"] = self.feature_scores
@@ -165,34 +182,58 @@ class SupervisedPCAModel(HasConvergence):
     @classmethod
     def from_arrays(cls, arrays: dict, scalars: dict) -> "SupervisedPCAModel":
         extra = {k: v for k, v in scalars.items() if k not in ("n_samples", "label_kernel")}
-        opt = {k: (None if arrays.get(k + "_") is None else np.asarray(arrays[k + "_"]))
-               for k in ("selected_features", "feature_scores")}
-        return cls(np.asarray(arrays["components_"]), np.asarray(arrays["mean_"]),
-                   np.asarray(arrays["eigenvalues_"]), int(scalars["n_samples"]),
-                   scalars["label_kernel"], info=extra, **opt)
+        opt = {
+            k: (None if arrays.get(k + "_") is None else np.asarray(arrays[k + "_"]))
+            for k in ("selected_features", "feature_scores")
+        }
+        return cls(
+            np.asarray(arrays["components_"]),
+            np.asarray(arrays["mean_"]),
+            np.asarray(arrays["eigenvalues_"]),
+            int(scalars["n_samples"]),
+            scalars["label_kernel"],
+            info=extra,
+            **opt,
+        )
 
 
 def _check_bair(threshold, n_features, d: int, label_kernel: str, method: str):
     if threshold is None and n_features is None:
         return None
     if threshold is not None and n_features is not None:
-        raise InputError(f"{method}: pass bair_threshold or bair_n_features, not both; found "
-                         f"{threshold!r} and {n_features!r}.", "drop one of them.")
+        raise InputError(
+            f"{method}: pass bair_threshold or bair_n_features, not both; found "
+            f"{threshold!r} and {n_features!r}.",
+            "drop one of them.",
+        )
     if label_kernel == "identity":
-        raise InputError(f"{method}: Bair's screening scores features against the labels; "
-                         "label_kernel='identity' has none.",
-                         "pass label_kernel='delta' or 'linear' with y.")
+        raise InputError(
+            f"{method}: Bair's screening scores features against the labels; "
+            "label_kernel='identity' has none.",
+            "pass label_kernel='delta' or 'linear' with y.",
+        )
     if threshold is not None:
-        if (not isinstance(threshold, numbers.Real) or isinstance(threshold, bool)
-                or not np.isfinite(threshold) or threshold < 0):
-            raise InputError(f"bair_threshold must be a finite number >= 0; found "
-                             f"{threshold!r}.", "pass e.g. bair_threshold=1.0.")
+        if (
+            not isinstance(threshold, numbers.Real)
+            or isinstance(threshold, bool)
+            or not np.isfinite(threshold)
+            or threshold < 0
+        ):
+            raise InputError(
+                f"bair_threshold must be a finite number >= 0; found {threshold!r}.",
+                "pass e.g. bair_threshold=1.0.",
+            )
         return "threshold", float(threshold)
-    if (not isinstance(n_features, numbers.Integral) or isinstance(n_features, bool)
-            or not 1 <= n_features <= d):
-        raise InputError(f"bair_n_features must be an int in [1, {d}] (X has n_features={d}); "
-                         f"found {n_features!r}.",
-                         f"pass an int between 1 and {d}.")
+    if (
+        not isinstance(n_features, numbers.Integral)
+        or isinstance(n_features, bool)
+        or not 1 <= n_features <= d
+    ):
+        raise InputError(
+            f"bair_n_features must be an int in [1, {d}] (X has n_features={d}); "
+            f"found {n_features!r}.",
+            f"pass an int between 1 and {d}.",
+        )
     return "n_features", int(n_features)
 
 
@@ -206,24 +247,47 @@ def _bair(X, st: CrossStats, k: int, rule, label_kernel, where, method):
     else:
         keep = np.sort(np.argsort(-scores, kind="stable")[: rule[1]])
     if len(keep) < k:
-        raise InputError(f"{method}: Bair's screening keeps {len(keep)} feature(s) ({rule[0]} "
-                         f"{rule[1]}; the largest score is {scores.max():.4g}), fewer than "
-                         f"n_components={k}.", "lower bair_threshold, raise bair_n_features, "
-                         "or ask for fewer components.")
+        raise InputError(
+            f"{method}: Bair's screening keeps {len(keep)} feature(s) ({rule[0]} "
+            f"{rule[1]}; the largest score is {scores.max():.4g}), fewer than "
+            f"n_components={k}.",
+            "lower bair_threshold, raise bair_n_features, or ask for fewer components.",
+        )
     sub = pca(X[:, keep], n_components=k, where=f"{where}[:, kept features]")
     comps = np.zeros((k, X.shape[1]), dtype=X.dtype)
     comps[:, keep] = sub.components
     n = st.n
-    return SupervisedPCAModel(comps, st.mean_x.astype(X.dtype),
-                              (sub.explained_variance * (n - 1)).astype(X.dtype), n, label_kernel,
-                              keep, scores, {"bair_rule": rule[0], "bair_value": rule[1],
-                                             "n_selected": int(len(keep)), "solver": sub.solver})
+    return SupervisedPCAModel(
+        comps,
+        st.mean_x.astype(X.dtype),
+        (sub.explained_variance * (n - 1)).astype(X.dtype),
+        n,
+        label_kernel,
+        keep,
+        scores,
+        {
+            "bair_rule": rule[0],
+            "bair_value": rule[1],
+            "n_selected": int(len(keep)),
+            "solver": sub.solver,
+        },
+    )
 
 
-def supervised_pca(X, y=None, *, n_components: int = 2, label_kernel: str = "delta",
-                   label_gamma=None, label_width=None, n_label_landmarks: int = 100,
-                   bair_threshold=None, bair_n_features=None, random_state=0,
-                   where: str = "X") -> SupervisedPCAModel:
+def supervised_pca(
+    X,
+    y=None,
+    *,
+    n_components: int = 2,
+    label_kernel: str = "delta",
+    label_gamma=None,
+    label_width=None,
+    n_label_landmarks: int = 100,
+    bair_threshold=None,
+    bair_n_features=None,
+    random_state=0,
+    where: str = "X",
+) -> SupervisedPCAModel:
     """Fit supervised PCA (or Bair's screened PCA) of ``X`` (NumPy or dask) against ``y``.
 
     Supervised PCA (Barshan et al. 2011): the top eigenvectors of Q = Xc^T B Xc, from one pass
@@ -289,24 +353,46 @@ def supervised_pca(X, y=None, *, n_components: int = 2, label_kernel: str = "del
     rule = _check_bair(bair_threshold, bair_n_features, d, label_kernel, method)
     if label_kernel == "identity":  # B = I: Q = Xc^T Xc, i.e. PCA
         sub = pca(X, n_components=k, where=where)
-        return SupervisedPCAModel(sub.components, sub.mean,
-                                  (sub.explained_variance * (n - 1)).astype(X.dtype), n,
-                                  "identity",
-                                  info={"solver": sub.solver, "convergence": sub.convergence})
-    y2, lmap = prepare_labels(y, X, label_kernel, gamma=label_gamma, width=label_width,
-                              n_landmarks=n_label_landmarks, random_state=random_state,
-                              method=method)
-    st = cross_stats(X, label_factor(y2, lmap), method=method, where=where,
-                     stage="supervised PCA: X^T H Delta pass")
+        return SupervisedPCAModel(
+            sub.components,
+            sub.mean,
+            (sub.explained_variance * (n - 1)).astype(X.dtype),
+            n,
+            "identity",
+            info={"solver": sub.solver, "convergence": sub.convergence},
+        )
+    y2, lmap = prepare_labels(
+        y,
+        X,
+        label_kernel,
+        gamma=label_gamma,
+        width=label_width,
+        n_landmarks=n_label_landmarks,
+        random_state=random_state,
+        method=method,
+    )
+    st = cross_stats(
+        X,
+        label_factor(y2, lmap),
+        method=method,
+        where=where,
+        stage="supervised PCA: X^T H Delta pass",
+    )
     if rule is not None:
         return _bair(X, st, k, rule, label_kernel, where, method)
     u, vals, rank = _top_directions(st.cross, k, method)
-    return SupervisedPCAModel(sign_fix(u.T).astype(X.dtype), st.mean_x.astype(X.dtype),
-                              vals.astype(X.dtype), n, label_kernel,
-                              info={"rank": rank, "label_rank": lmap.rank})
+    return SupervisedPCAModel(
+        sign_fix(u.T).astype(X.dtype),
+        st.mean_x.astype(X.dtype),
+        vals.astype(X.dtype),
+        n,
+        label_kernel,
+        info={"rank": rank, "label_rank": lmap.rank},
+    )
 
 
 # ---------------------------------------------------------------- kernel supervised PCA
+
 
 @dataclass
 class KernelSupervisedPCAModel(HasConvergence):
@@ -337,22 +423,40 @@ class KernelSupervisedPCAModel(HasConvergence):
         return rowwise(X, encode, self.n_components, dtype)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {"reference_": self.reference, "dual_coef_": self.dual_coef,
-                "eigenvalues_": self.eigenvalues}
+        return {
+            "reference_": self.reference,
+            "dual_coef_": self.dual_coef,
+            "eigenvalues_": self.eigenvalues,
+        }
 
     def scalars(self) -> dict:
-        return {**self.info, **self.kernel, "n_samples": int(self.n_samples),
-                "solver": self.solver, "label_kernel": self.label_kernel}
+        return {
+            **self.info,
+            **self.kernel,
+            "n_samples": int(self.n_samples),
+            "solver": self.solver,
+            "label_kernel": self.label_kernel,
+        }
 
     @classmethod
     def from_arrays(cls, arrays: dict, scalars: dict) -> "KernelSupervisedPCAModel":
         keys = ("kernel", "gamma", "degree", "coef0")
         kernel = {k: scalars[k] for k in keys if k in scalars}
-        info = {k: v for k, v in scalars.items()
-                if k not in keys + ("n_samples", "solver", "label_kernel")}
-        return cls(np.asarray(arrays["reference_"]), np.asarray(arrays["dual_coef_"]),
-                   np.asarray(arrays["eigenvalues_"]), kernel, int(scalars["n_samples"]),
-                   scalars["solver"], scalars["label_kernel"], info)
+        info = {
+            k: v
+            for k, v in scalars.items()
+            if k not in keys + ("n_samples", "solver", "label_kernel")
+        }
+        return cls(
+            np.asarray(arrays["reference_"]),
+            np.asarray(arrays["dual_coef_"]),
+            np.asarray(arrays["eigenvalues_"]),
+            kernel,
+            int(scalars["n_samples"]),
+            scalars["solver"],
+            scalars["label_kernel"],
+            info,
+        )
 
 
 def _dense_factor(X, params: dict, method: str):
@@ -364,8 +468,10 @@ def _dense_factor(X, params: dict, method: str):
     eig = top_eigh(K, K.shape[0], solver="dense", stage="kernel SPCA: eigh(K)")
     keep = eig.values > KERNEL_RANK_RTOL[X.dtype] * max(eig.values[0], 0.0)
     if not keep.any():
-        raise InputError(f"{method}: the kernel matrix has no positive eigenvalue "
-                         f"({params}).", "use a positive semidefinite kernel such as gaussian.")
+        raise InputError(
+            f"{method}: the kernel matrix has no positive eigenvalue ({params}).",
+            "use a positive semidefinite kernel such as gaussian.",
+        )
     v, s = eig.vectors[:, keep], eig.values[keep]
     return X, v * np.sqrt(s), v / np.sqrt(s), {"kernel_rank": int(keep.sum())}
 
@@ -374,26 +480,47 @@ def _feature_directions(phi, y2, lmap, k: int, method: str, where: str):
     """(a (p, k), eigenvalues, rank): linear SPCA of the rows of Phi."""
     p = phi.shape[1]
     if k > p:
-        raise InputError(f"{method}: the kernel's feature space has rank {p} here, fewer than "
-                         f"n_components={k}.", "ask for fewer components, use more landmarks or "
-                         "a kernel of higher rank (gaussian).")
+        raise InputError(
+            f"{method}: the kernel's feature space has rank {p} here, fewer than n_components={k}.",
+            "ask for fewer components, use more landmarks or a kernel of higher rank (gaussian).",
+        )
     if lmap is None:  # identity: kernel PCA, eigenvectors of Phic^T Phic
-        st = column_stats(phi, gram=True, method=method, where=where,
-                          stage="kernel SPCA: feature scatter pass")
+        st = column_stats(
+            phi, gram=True, method=method, where=where, stage="kernel SPCA: feature scatter pass"
+        )
         w, v = scipy.linalg.eigh(st.m2)
         order = np.argsort(w)[::-1][:k]
         return v[:, order], np.clip(w[order], 0.0, None), p
-    st = cross_stats(phi, label_factor(y2, lmap), method=method, where=where,
-                     stage="kernel SPCA: Phi^T H Delta pass")
+    st = cross_stats(
+        phi,
+        label_factor(y2, lmap),
+        method=method,
+        where=where,
+        stage="kernel SPCA: Phi^T H Delta pass",
+    )
     return _top_directions(st.cross, k, method, stacklevel=4)
 
 
-def kernel_supervised_pca(X, y=None, *, n_components: int = 2, kernel: str = "gaussian",
-                          gamma=None, width=None, degree: int = 3, coef0: float = 1.0,
-                          label_kernel: str = "delta", label_gamma=None, label_width=None,
-                          n_label_landmarks: int = 100, solver: str = "auto",
-                          n_landmarks: int = 200, landmarks: str = "kmeans++", random_state=0,
-                          where: str = "X") -> KernelSupervisedPCAModel:
+def kernel_supervised_pca(
+    X,
+    y=None,
+    *,
+    n_components: int = 2,
+    kernel: str = "gaussian",
+    gamma=None,
+    width=None,
+    degree: int = 3,
+    coef0: float = 1.0,
+    label_kernel: str = "delta",
+    label_gamma=None,
+    label_width=None,
+    n_label_landmarks: int = 100,
+    solver: str = "auto",
+    n_landmarks: int = 200,
+    landmarks: str = "kmeans++",
+    random_state=0,
+    where: str = "X",
+) -> KernelSupervisedPCAModel:
     """Fit kernel SPCA of ``X`` (NumPy or dask) against ``y``.
 
     Kernel supervised PCA (Barshan et al. 2011) by reduction to linear SPCA of a factor
@@ -471,9 +598,16 @@ def kernel_supervised_pca(X, y=None, *, n_components: int = 2, kernel: str = "ga
     solver = ("dense" if n <= DENSE_MAX_SAMPLES else "nystrom") if solver == "auto" else solver
     y2, lmap = None, None
     if label_kernel != "identity":
-        y2, lmap = prepare_labels(y, X, label_kernel, gamma=label_gamma, width=label_width,
-                                  n_landmarks=n_label_landmarks, random_state=random_state,
-                                  method=method)
+        y2, lmap = prepare_labels(
+            y,
+            X,
+            label_kernel,
+            gamma=label_gamma,
+            width=label_width,
+            n_landmarks=n_label_landmarks,
+            random_state=random_state,
+            method=method,
+        )
     if solver == "dense":
         ref, phi, to_coef, info = _dense_factor(X, params, method)
         y2 = None if y2 is None else align_labels(y2, ref)
@@ -485,12 +619,21 @@ def kernel_supervised_pca(X, y=None, *, n_components: int = 2, kernel: str = "ga
     emb = rowwise(phi, lambda b: (b @ a.astype(b.dtype)).astype(dtype), k, dtype)
     if solver == "dense":
         emb = like_input(emb, X)
-    return KernelSupervisedPCAModel(np.asarray(ref).astype(dtype), (to_coef @ a).astype(dtype),
-                                    vals.astype(dtype), params, n, solver, label_kernel,
-                                    {**info, "rank": int(rank)}, emb)
+    return KernelSupervisedPCAModel(
+        np.asarray(ref).astype(dtype),
+        (to_coef @ a).astype(dtype),
+        vals.astype(dtype),
+        params,
+        n,
+        solver,
+        label_kernel,
+        {**info, "rank": int(rank)},
+        emb,
+    )
 
 
 # ---------------------------------------------------------------- estimators
+
 
 class _SupervisedBase(DimredEstimator):
     """fit calls the function core with the parameters (their names are its keywords)."""
@@ -503,8 +646,13 @@ class _SupervisedBase(DimredEstimator):
 
     def _checked(self, X, n_features):
         check_is_fitted(self, "n_features_in_")
-        X = check_array(X, method=type(self).__name__, min_samples=1,
-                        check_finite=not is_dask(X), accept_sparse=self.accepts_sparse)
+        X = check_array(
+            X,
+            method=type(self).__name__,
+            min_samples=1,
+            check_finite=not is_dask(X),
+            accept_sparse=self.accepts_sparse,
+        )
         check_n_features(self, X, n_features)
         return X
 
@@ -540,9 +688,18 @@ class SupervisedPCA(_SupervisedBase):
 
     accepts_sparse = True
 
-    def __init__(self, n_components=2, *, label_kernel="delta", label_gamma=None,
-                 label_width=None, n_label_landmarks=100, bair_threshold=None,
-                 bair_n_features=None, random_state=0):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        label_kernel="delta",
+        label_gamma=None,
+        label_width=None,
+        n_label_landmarks=100,
+        bair_threshold=None,
+        bair_n_features=None,
+        random_state=0,
+    ):
         self.n_components, self.label_kernel = n_components, label_kernel
         self.label_gamma, self.label_width = label_gamma, label_width
         self.n_label_landmarks, self.random_state = n_label_landmarks, random_state
@@ -581,10 +738,24 @@ class KernelSupervisedPCA(_SupervisedBase):
     n_components_, n_features_in_, n_samples_, solver_
     """
 
-    def __init__(self, n_components=2, *, kernel="gaussian", gamma=None, width=None, degree=3,
-                 coef0=1.0, label_kernel="delta", label_gamma=None, label_width=None,
-                 n_label_landmarks=100, solver="auto", n_landmarks=200, landmarks="kmeans++",
-                 random_state=0):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        kernel="gaussian",
+        gamma=None,
+        width=None,
+        degree=3,
+        coef0=1.0,
+        label_kernel="delta",
+        label_gamma=None,
+        label_width=None,
+        n_label_landmarks=100,
+        solver="auto",
+        n_landmarks=200,
+        landmarks="kmeans++",
+        random_state=0,
+    ):
         self.n_components, self.kernel, self.gamma, self.width = n_components, kernel, gamma, width
         self.degree, self.coef0, self.solver = degree, coef0, solver
         self.label_kernel, self.label_gamma = label_kernel, label_gamma

@@ -17,6 +17,7 @@ is not formed: every step is written with C (see `_nystrom_ncut`). Dask input ke
 embedding lazy and clusters it by mini-batch k-means on a sample of rows, labels assigned
 blockwise.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -33,16 +34,27 @@ from ..blocks.kmeans import assign, kmeans_best_of, minibatch_update
 from ..blocks.landmarks import kmeans_plusplus
 from ..errors import ConvergenceWarning, InputError
 from ..graphs import graph_csr, graph_weights, spectral_embedding
-from ..linalg import (LANDMARK_METHODS, SPARSE_EIGEN_SOLVERS, choose_landmarks, nystrom_kernel,
-                      nystrom_map, take_rows)
+from ..linalg import (
+    LANDMARK_METHODS,
+    SPARSE_EIGEN_SOLVERS,
+    choose_landmarks,
+    nystrom_kernel,
+    nystrom_map,
+    take_rows,
+)
 from ..linalg.convergence import completed, record
 from ..pairwise import check_kernel
 from ._base import like_input
 from ._graph_common import ArrayModel, fit_graph
 from .laplacian_eigenmaps import check_weights
 
-__all__ = ["SpectralClustering", "SpectralClusteringModel", "spectral_clustering",
-           "AFFINITIES", "CUTS"]
+__all__ = [
+    "SpectralClustering",
+    "SpectralClusteringModel",
+    "spectral_clustering",
+    "AFFINITIES",
+    "CUTS",
+]
 
 AFFINITIES = ("knn", "gaussian")
 CUTS = ("normalized", "ratio")
@@ -71,34 +83,64 @@ class SpectralClusteringModel(ArrayModel):
 
 
 def _check(n, n_clusters, affinity, cut, n_init, eigen_solver):
-    if (not isinstance(n_clusters, numbers.Integral) or isinstance(n_clusters, bool)
-            or not 1 <= n_clusters < n):
-        raise InputError(f"SpectralClustering needs n_clusters as an int in [1, {n - 1}]; "
-                         f"found {n_clusters!r}.", "pass n_clusters=2 or more, below n_samples.")
+    if (
+        not isinstance(n_clusters, numbers.Integral)
+        or isinstance(n_clusters, bool)
+        or not 1 <= n_clusters < n
+    ):
+        raise InputError(
+            f"SpectralClustering needs n_clusters as an int in [1, {n - 1}]; found {n_clusters!r}.",
+            "pass n_clusters=2 or more, below n_samples.",
+        )
     if affinity not in AFFINITIES:
-        raise InputError(f"affinity must be one of {', '.join(AFFINITIES)}; found "
-                         f"{affinity!r}.", "pass affinity='knn' (sparse kNN graph) or "
-                         "'gaussian' (Nyström).")
+        raise InputError(
+            f"affinity must be one of {', '.join(AFFINITIES)}; found {affinity!r}.",
+            "pass affinity='knn' (sparse kNN graph) or 'gaussian' (Nyström).",
+        )
     if cut not in CUTS:
-        raise InputError(f"cut must be one of {', '.join(CUTS)}; found {cut!r}.",
-                         "pass cut='normalized' (Shi & Malik) or 'ratio'.")
+        raise InputError(
+            f"cut must be one of {', '.join(CUTS)}; found {cut!r}.",
+            "pass cut='normalized' (Shi & Malik) or 'ratio'.",
+        )
     if affinity == "gaussian" and cut == "ratio":
-        raise InputError("The ratio cut of a Nyström affinity is not low rank (L = D - K); "
-                         "found affinity='gaussian' with cut='ratio'.",
-                         "pass cut='normalized', or affinity='knn' for the ratio cut.")
+        raise InputError(
+            "The ratio cut of a Nyström affinity is not low rank (L = D - K); "
+            "found affinity='gaussian' with cut='ratio'.",
+            "pass cut='normalized', or affinity='knn' for the ratio cut.",
+        )
     if not isinstance(n_init, numbers.Integral) or isinstance(n_init, bool) or n_init < 1:
         raise InputError(f"n_init must be an int >= 1; found {n_init!r}.", "pass n_init=10.")
     if eigen_solver not in SPARSE_EIGEN_SOLVERS:
-        raise InputError(f"eigen_solver must be one of {', '.join(SPARSE_EIGEN_SOLVERS)}; "
-                         f"found {eigen_solver!r}.", "pass eigen_solver='auto'.")
+        raise InputError(
+            f"eigen_solver must be one of {', '.join(SPARSE_EIGEN_SOLVERS)}; "
+            f"found {eigen_solver!r}.",
+            "pass eigen_solver='auto'.",
+        )
 
 
-def spectral_clustering(X, *, n_clusters=2, affinity="knn", cut="normalized", n_neighbors=10,
-                        weights="binary", t=None, gamma=None, width=None, n_landmarks=500,
-                        landmarks="kmeans++", eigen_solver="auto", tol=1e-8, n_init=10,
-                        max_iter=300, metric="euclidean", knn_backend="auto",
-                        join_components=False, random_state=0,
-                        graph=None) -> SpectralClusteringModel:
+def spectral_clustering(
+    X,
+    *,
+    n_clusters=2,
+    affinity="knn",
+    cut="normalized",
+    n_neighbors=10,
+    weights="binary",
+    t=None,
+    gamma=None,
+    width=None,
+    n_landmarks=500,
+    landmarks="kmeans++",
+    eigen_solver="auto",
+    tol=1e-8,
+    n_init=10,
+    max_iter=300,
+    metric="euclidean",
+    knn_backend="auto",
+    join_components=False,
+    random_state=0,
+    graph=None,
+) -> SpectralClusteringModel:
     """Spectral clustering of the rows of ``X`` (NumPy or dask); returns the model (its
     ``labels`` and ``embedding`` lazy for dask input).
 
@@ -181,32 +223,64 @@ def spectral_clustering(X, *, n_clusters=2, affinity="knn", cut="normalized", n_
     k = int(n_clusters)
     if affinity == "knn":
         check_weights(weights, t)
-        g = fit_graph(X, graph, n_neighbors, method="SpectralClustering", metric=metric,
-                      backend=knn_backend, join_components_=join_components, connected=False,
-                      random_state=random_state)
+        g = fit_graph(
+            X,
+            graph,
+            n_neighbors,
+            method="SpectralClustering",
+            metric=metric,
+            backend=knn_backend,
+            join_components_=join_components,
+            connected=False,
+            random_state=random_state,
+        )
         W, t_used = graph_weights(graph_csr(g), weights, t)
-        res = spectral_embedding(W, k, normed=cut == "normalized", drop_first=False,
-                                 solver=eigen_solver, tol=tol, random_state=random_state,
-                                 method="SpectralClustering",
-                                 fix="pass eigen_solver='arpack' (shift-invert) or 'dense' "
-                                     "(small n), or loosen tol.")
+        res = spectral_embedding(
+            W,
+            k,
+            normed=cut == "normalized",
+            drop_first=False,
+            solver=eigen_solver,
+            tol=tol,
+            random_state=random_state,
+            method="SpectralClustering",
+            fix="pass eigen_solver='arpack' (shift-invert) or 'dense' (small n), or loosen tol.",
+        )
         Y, vals, solver = like_input(res.embedding, X), res.eigenvalues, res.solver
-        info = {"t": t_used, "weights": weights, "convergence": res.convergence, "graph": {
-            "n_neighbors": g.n_neighbors, "backend": g.backend,
-            "extra_edges": len(g.info.get("extra_edges", []))}}
+        info = {
+            "t": t_used,
+            "weights": weights,
+            "convergence": res.convergence,
+            "graph": {
+                "n_neighbors": g.n_neighbors,
+                "backend": g.backend,
+                "extra_edges": len(g.info.get("extra_edges", [])),
+            },
+        }
     else:
         if landmarks not in LANDMARK_METHODS:
-            raise InputError(f"landmarks must be one of {', '.join(LANDMARK_METHODS)}; found "
-                             f"{landmarks!r}.", "pass landmarks='kmeans++'.")
+            raise InputError(
+                f"landmarks must be one of {', '.join(LANDMARK_METHODS)}; found {landmarks!r}.",
+                "pass landmarks='kmeans++'.",
+            )
         Y, vals, info = _nystrom_ncut(X, k, gamma, width, n_landmarks, landmarks, rng)
         solver = "nystrom"
     centres, labels, inertia, it = _cluster(Y, k, rng, n_init, max_iter)
     records = info.get("convergence", []) + [_kmeans_record(Y, it, max_iter)]
-    info.update({"kmeans_iterations": int(it), "n_features": int(X.shape[1]),
-                 "convergence": records})
-    return SpectralClusteringModel(Y.astype(X.dtype), labels, centres,  # clustered in float64
-                                   np.asarray(vals, np.float64), affinity, cut, float(inertia),
-                                   solver, info)
+    info.update(
+        {"kmeans_iterations": int(it), "n_features": int(X.shape[1]), "convergence": records}
+    )
+    return SpectralClusteringModel(
+        Y.astype(X.dtype),
+        labels,
+        centres,  # clustered in float64
+        np.asarray(vals, np.float64),
+        affinity,
+        cut,
+        float(inertia),
+        solver,
+        info,
+    )
 
 
 def _kmeans_record(Y, it: int, max_iter: int) -> dict:
@@ -217,17 +291,28 @@ def _kmeans_record(Y, it: int, max_iter: int) -> dict:
         return completed(step, "mini-batch k-means", int(it))
     ok = int(it) < int(max_iter)
     if not ok:
-        warnings.warn(f"SpectralClustering: k-means' best start used all max_iter={max_iter} "
-                      "Lloyd iterations; raise max_iter.", ConvergenceWarning, stacklevel=3)
-    return record(step, "lloyd", converged=ok, iterations=int(it),
-                  status="converged" if ok else f"stopped at max_iter={max_iter}")
+        warnings.warn(
+            f"SpectralClustering: k-means' best start used all max_iter={max_iter} "
+            "Lloyd iterations; raise max_iter.",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    return record(
+        step,
+        "lloyd",
+        converged=ok,
+        iterations=int(it),
+        status="converged" if ok else f"stopped at max_iter={max_iter}",
+    )
 
 
 def _nystrom_ncut(X, k, gamma, width, m, landmarks, rng):
     n, d = X.shape
     if not isinstance(m, numbers.Integral) or isinstance(m, bool) or not k <= m <= n:
-        raise InputError(f"n_landmarks must be an int in [{k}, {n}]; found {m!r}.",
-                         f"pass n_landmarks between {k} and {n} (a few hundred is usual).")
+        raise InputError(
+            f"n_landmarks must be an int in [{k}, {n}]; found {m!r}.",
+            f"pass n_landmarks between {k} and {n} (a few hundred is usual).",
+        )
     kern = check_kernel("gaussian", d, gamma=gamma, width=width)
     L, _ = choose_landmarks(X, int(m), landmarks, rng)
     nmap = nystrom_map(np.asarray(L, np.float64), kern)
@@ -235,8 +320,7 @@ def _nystrom_ncut(X, k, gamma, width, m, landmarks, rng):
     # C = k(X, L) and W = R^T R, d = C W^-1 (C^T 1), Psi^T Psi = R^-T (C^T D^-1 C) R^-1 and
     # y = D^-1/2 Psi u / sqrt(s) = D^-1/2 (D^-1/2 C) (R^-1 u / sqrt(s))
     C = nystrom_kernel(X.astype(np.float64), nmap)
-    (colsum,) = compute(C.sum(axis=0), stage="Nyström: degrees") if is_dask(C) else \
-        (C.sum(axis=0),)
+    (colsum,) = compute(C.sum(axis=0), stage="Nyström: degrees") if is_dask(C) else (C.sum(axis=0),)
     deg = C @ nmap.solve(nmap.solve_t(np.asarray(colsum)))
     root = np.sqrt(np.maximum(deg, np.finfo(float).tiny))[:, None]
     if is_dask(C):
@@ -246,9 +330,11 @@ def _nystrom_ncut(X, k, gamma, width, m, landmarks, rng):
         scaled = np.divide(C, root, out=C)
         dmin, inner = deg.min(), scaled.T @ scaled  # one syrk over the rows
     if float(dmin) <= 0:
-        raise InputError("The Nyström affinity gives a point a degree <= 0 (the kernel is "
-                         "too narrow for the landmarks).", "raise width (or lower gamma), or "
-                         "raise n_landmarks.")
+        raise InputError(
+            "The Nyström affinity gives a point a degree <= 0 (the kernel is "
+            "too narrow for the landmarks).",
+            "raise width (or lower gamma), or raise n_landmarks.",
+        )
     gram = nmap.solve_t(nmap.solve_t(np.asarray(inner)).T)  # R^-T (C^T D^-1 C) R^-1
     s, V = np.linalg.eigh((gram + gram.T) / 2)
     order = np.argsort(s)[::-1][:k]
@@ -257,10 +343,19 @@ def _nystrom_ncut(X, k, gamma, width, m, landmarks, rng):
     if not is_dask(Y):
         sg = np.sign(Y[np.argmax(np.abs(Y), axis=0), np.arange(k)])
         Y = Y * np.where(sg == 0, 1.0, sg)
-    info = {"n_landmarks": int(m), "kernel": {q: v for q, v in kern.items()},
-            "nystrom_rank": int(nmap.rank),
-            "convergence": [record(f"top {k} eigenpairs of Psi^T Psi (r x r, Nyström)",
-                                   "dense (LAPACK eigh)", converged=True, status="exact")]}
+    info = {
+        "n_landmarks": int(m),
+        "kernel": {q: v for q, v in kern.items()},
+        "nystrom_rank": int(nmap.rank),
+        "convergence": [
+            record(
+                f"top {k} eigenpairs of Psi^T Psi (r x r, Nyström)",
+                "dense (LAPACK eigh)",
+                converged=True,
+                status="exact",
+            )
+        ],
+    }
     return Y, 1.0 - s, info
 
 
@@ -278,8 +373,9 @@ def _cluster(Y, k, rng, n_init, max_iter):
         c = sample[kmeans_plusplus(sample, k, rng)].copy()
         counts = np.zeros(k)
         for _ in range(MINIBATCH_STEPS):
-            batch = sample[rng.choice(sample.shape[0], size=min(BATCH_SIZE, sample.shape[0]),
-                                      replace=False)]
+            batch = sample[
+                rng.choice(sample.shape[0], size=min(BATCH_SIZE, sample.shape[0]), replace=False)
+            ]
             c, counts = minibatch_update(batch, c, counts)
         inertia = float(assign(sample, c)[1].sum())
         if best is None or inertia < best[1]:
@@ -315,11 +411,28 @@ class SpectralClustering(ClusterMixin, BaseEstimator):
     _check_exempt: dict = {}
     _check_not_run = ""
 
-    def __init__(self, n_clusters=2, *, affinity="knn", cut="normalized", n_neighbors=10,
-                 weights="binary", t=None, gamma=None, width=None, n_landmarks=500,
-                 landmarks="kmeans++", eigen_solver="auto", tol=1e-8, n_init=10,
-                 max_iter=300, metric="euclidean", knn_backend="auto", join_components=False,
-                 random_state=0):
+    def __init__(
+        self,
+        n_clusters=2,
+        *,
+        affinity="knn",
+        cut="normalized",
+        n_neighbors=10,
+        weights="binary",
+        t=None,
+        gamma=None,
+        width=None,
+        n_landmarks=500,
+        landmarks="kmeans++",
+        eigen_solver="auto",
+        tol=1e-8,
+        n_init=10,
+        max_iter=300,
+        metric="euclidean",
+        knn_backend="auto",
+        join_components=False,
+        random_state=0,
+    ):
         self.n_clusters = n_clusters
         self.affinity = affinity
         self.cut = cut

@@ -14,6 +14,7 @@ numba) when a client is active; a sweep (several perplexities, seeds, learning r
 its embeddings as parallel tasks over one kNN graph. See ``_neighbor_runs`` for checkpoints
 (resume ends exactly where an uninterrupted run ends) and progress.
 """
+
 from __future__ import annotations
 
 import time
@@ -25,21 +26,52 @@ from .._compute import active_client
 from .._validation import check_array, check_is_fitted, check_n_features
 from ..blocks.tsne_gradient import Interpolation, kl_divergence, potentials, tsne_step
 from ..errors import InputError
-from ..graphs.affinities import (affinities, affinities_delayed, affinity_row_blocks_delayed,
-                                 check_perplexity)
+from ..graphs.affinities import (
+    affinities,
+    affinities_delayed,
+    affinity_row_blocks_delayed,
+    check_perplexity,
+)
 from ..linalg.convergence import completed
 from ._base import DimredEstimator, HasConvergence
-from ._distributed import (OPTIMIZERS, block_bounds, block_graphs, optimize_tsne_distributed,
-                           plan_optimizer)
+from ._distributed import (
+    OPTIMIZERS,
+    block_bounds,
+    block_graphs,
+    optimize_tsne_distributed,
+    plan_optimizer,
+)
 from ._graph_common import fit_graph
-from ._neighbor_runs import (TaskProgress, one_run, check_choice, check_fit_sample,
-                             check_float, check_int,
-                             delayed_literal, expand_sweep, fit_then_place,
-                             fitted_reference, graph_ref, like_input, pca_init, random_init,
-                             run_tasks, threads, threads_per_task)
+from ._neighbor_runs import (
+    TaskProgress,
+    one_run,
+    check_choice,
+    check_fit_sample,
+    check_float,
+    check_int,
+    delayed_literal,
+    expand_sweep,
+    fit_then_place,
+    fitted_reference,
+    graph_ref,
+    like_input,
+    pca_init,
+    random_init,
+    run_tasks,
+    threads,
+    threads_per_task,
+)
 
-__all__ = ["TSNE", "TSNEModel", "tsne", "tsne_sweep", "TSNE_DEFAULTS", "TSNE_SWEEPABLE",
-           "check_tsne_params", "EXACT_MAX"]
+__all__ = [
+    "TSNE",
+    "TSNEModel",
+    "tsne",
+    "tsne_sweep",
+    "TSNE_DEFAULTS",
+    "TSNE_SWEEPABLE",
+    "check_tsne_params",
+    "EXACT_MAX",
+]
 
 # gradient="auto": exact up to this many points, FFT above: on small n the exact O(n^2)
 # gradient is the faster one, as the FFT interpolation's grid has a fixed cost per iteration
@@ -47,24 +79,47 @@ EXACT_MAX = 3000
 INIT_STD = 1e-4  # the initial embedding's first column has this standard deviation
 GRADIENTS = ("auto", "exact", "fft")
 TSNE_DEFAULTS = {
-    "n_components": 2, "perplexity": 30.0, "early_exaggeration": 12.0,
-    "early_exaggeration_iter": 250, "n_iter": 750, "exaggeration": 1.0,
-    "learning_rate": "auto", "momentum": 0.5, "final_momentum": 0.8, "min_gain": 0.01,
-    "max_step_norm": 5.0, "init": "pca", "gradient": "auto", "n_interpolation_points": 3,
-    "min_num_intervals": None, "ints_in_interval": 1.0, "n_neighbors": None,
-    "metric": "euclidean", "knn_backend": "auto", "random_state": 0,
-    "checkpoint_every": 50, "callback_every": 50, "fit_sample": None, "optimizer": "auto",
+    "n_components": 2,
+    "perplexity": 30.0,
+    "early_exaggeration": 12.0,
+    "early_exaggeration_iter": 250,
+    "n_iter": 750,
+    "exaggeration": 1.0,
+    "learning_rate": "auto",
+    "momentum": 0.5,
+    "final_momentum": 0.8,
+    "min_gain": 0.01,
+    "max_step_norm": 5.0,
+    "init": "pca",
+    "gradient": "auto",
+    "n_interpolation_points": 3,
+    "min_num_intervals": None,
+    "ints_in_interval": 1.0,
+    "n_neighbors": None,
+    "metric": "euclidean",
+    "knn_backend": "auto",
+    "random_state": 0,
+    "checkpoint_every": 50,
+    "callback_every": 50,
+    "fit_sample": None,
+    "optimizer": "auto",
 }
-TSNE_SWEEPABLE = ("perplexity", "random_state", "learning_rate", "early_exaggeration",
-                  "exaggeration")
+TSNE_SWEEPABLE = (
+    "perplexity",
+    "random_state",
+    "learning_rate",
+    "early_exaggeration",
+    "exaggeration",
+)
 
 
 def _check_setting(p: dict, n: int, name: str = "t-SNE") -> dict:
     """The per-embedding parameters (those a sweep may vary) of one setting."""
     p = dict(p)
     p["perplexity"] = check_perplexity(p["perplexity"], n, method=name)
-    p["early_exaggeration"] = check_float("early_exaggeration", p["early_exaggeration"], 0,
-                                          method=name)
+    p["early_exaggeration"] = check_float(
+        "early_exaggeration", p["early_exaggeration"], 0, method=name
+    )
     p["exaggeration"] = check_float("exaggeration", p["exaggeration"], 0, method=name)
     if p["learning_rate"] != "auto":
         p["learning_rate"] = check_float("learning_rate", p["learning_rate"], 0, method=name)
@@ -100,8 +155,9 @@ def check_tsne_params(params: dict, n: int, name: str = "t-SNE") -> list[dict]:
     """
     unknown = sorted(set(params) - set(TSNE_DEFAULTS))
     if unknown:
-        raise InputError(f"Unknown {name} parameter(s) {unknown}.",
-                         f"use only {sorted(TSNE_DEFAULTS)}.")
+        raise InputError(
+            f"Unknown {name} parameter(s) {unknown}.", f"use only {sorted(TSNE_DEFAULTS)}."
+        )
     p = {**TSNE_DEFAULTS, **params}
     expand_sweep(p, TSNE_SWEEPABLE)  # lists only for the sweepable parameters
     d = check_int("n_components", p["n_components"], 1, 3, method=name)
@@ -110,10 +166,12 @@ def check_tsne_params(params: dict, n: int, name: str = "t-SNE") -> list[dict]:
     if grad == "auto":
         p["gradient"] = "exact" if n <= EXACT_MAX else "fft"
     if p["optimizer"] == "distributed" and p["gradient"] != "fft":
-        raise InputError(f"{name} optimizer='distributed' computes the repulsion on an "
-                         f"interpolation grid; found gradient={p['gradient']!r}"
-                         f"{' (auto: exact up to %d rows)' % EXACT_MAX if grad == 'auto' else ''}.",
-                         "pass gradient='fft' (or optimizer='single').")
+        raise InputError(
+            f"{name} optimizer='distributed' computes the repulsion on an "
+            f"interpolation grid; found gradient={p['gradient']!r}"
+            f"{' (auto: exact up to %d rows)' % EXACT_MAX if grad == 'auto' else ''}.",
+            "pass gradient='fft' (or optimizer='single').",
+        )
     for key in ("early_exaggeration_iter", "checkpoint_every", "callback_every"):
         check_int(key, p[key], 0, method=name)
     check_int("n_iter", p["n_iter"], 1, method=name)
@@ -127,8 +185,10 @@ def check_tsne_params(params: dict, n: int, name: str = "t-SNE") -> list[dict]:
     check_float("min_gain", p["min_gain"], 0, method=name, open_lo=False)
     check_float("max_step_norm", p["max_step_norm"], 0, method=name, open_lo=False)
     if not (isinstance(p["init"], np.ndarray) or p["init"] in ("pca", "random")):
-        raise InputError(f"{name} init must be 'pca', 'random' or an (n, {d}) array; found "
-                         f"{p['init']!r}.", "pass init='pca'.")
+        raise InputError(
+            f"{name} init must be 'pca', 'random' or an (n, {d}) array; found {p['init']!r}.",
+            "pass init='pca'.",
+        )
     settings = [_check_setting(s, n, name) for s in expand_sweep(p, TSNE_SWEEPABLE)]
     kmax = int(np.ceil(3 * max(s["perplexity"] for s in settings)))
     k = min(n - 1, kmax) if p["n_neighbors"] is None else p["n_neighbors"]
@@ -162,11 +222,18 @@ def learning_rate_of(s: dict, n: int, exaggeration: float) -> float:
 def _start(Y0, n: int, s: dict, state):
     if state is not None:
         if np.shape(state["embedding"]) != (n, s["n_components"]):
-            raise InputError(f"The checkpoint's embedding has shape "
-                             f"{np.shape(state['embedding'])}; this run makes "
-                             f"({n}, {s['n_components']}).", "remove the stale checkpoint.")
-        return (int(state["iteration"]), np.array(state["embedding"], np.float64),
-                np.array(state["update"], np.float64), np.array(state["gains"], np.float64))
+            raise InputError(
+                f"The checkpoint's embedding has shape "
+                f"{np.shape(state['embedding'])}; this run makes "
+                f"({n}, {s['n_components']}).",
+                "remove the stale checkpoint.",
+            )
+        return (
+            int(state["iteration"]),
+            np.array(state["embedding"], np.float64),
+            np.array(state["update"], np.float64),
+            np.array(state["gains"], np.float64),
+        )
     if Y0 is None:
         Y0 = random_init(n, s["n_components"], INIT_STD, s["random_state"])
     Y = np.array(Y0, dtype=np.float64, copy=True)
@@ -176,8 +243,9 @@ def _start(Y0, n: int, s: dict, state):
 def optimize_tsne(P, Y0, s: dict, *, checkpoint=None, progress=None, workers: int = 1):
     """Run (or resume) the t-SNE gradient descent for one setting; (Y, kl, info)."""
     n = P.shape[0]
-    interp = Interpolation(s["n_interpolation_points"], s["min_num_intervals"],
-                           s["ints_in_interval"])
+    interp = Interpolation(
+        s["n_interpolation_points"], s["min_num_intervals"], s["ints_in_interval"]
+    )
     state = checkpoint.load() if checkpoint is not None else None
     start, Y, update, gains = _start(Y0, n, s, state)
     Ynew = np.empty_like(Y)
@@ -187,43 +255,81 @@ def optimize_tsne(P, Y0, s: dict, *, checkpoint=None, progress=None, workers: in
         early = it < s["early_exaggeration_iter"]
         exag = s["early_exaggeration"] if early else s["exaggeration"]
         report = progress is not None and every and (it % every == 0)
-        _, kl = tsne_step(P.indptr, P.indices, P.data, Y, Ynew, update, gains,
-                          exaggeration=exag,
-                          momentum=s["momentum"] if early else s["final_momentum"],
-                          learning_rate=learning_rate_of(s, n, exag), min_gain=s["min_gain"],
-                          max_step=s["max_step_norm"], method=s["gradient"], interp=interp,
-                          workers=workers, kl=report, data32=data32)
+        _, kl = tsne_step(
+            P.indptr,
+            P.indices,
+            P.data,
+            Y,
+            Ynew,
+            update,
+            gains,
+            exaggeration=exag,
+            momentum=s["momentum"] if early else s["final_momentum"],
+            learning_rate=learning_rate_of(s, n, exag),
+            min_gain=s["min_gain"],
+            max_step=s["max_step_norm"],
+            method=s["gradient"],
+            interp=interp,
+            workers=workers,
+            kl=report,
+            data32=data32,
+        )
         Y, Ynew = Ynew, Y
         Y -= Y.mean(axis=0)
         if report:
             progress(it, total, kl)  # the KL of the embedding after `it` iterations
         done = it + 1
-        if checkpoint is not None and s["checkpoint_every"] and \
-                done % s["checkpoint_every"] == 0 and done < total:
-            checkpoint.save({"iteration": done, "embedding": Y, "update": update,
-                             "gains": gains, "rng": {"seed": s["random_state"]},
-                             "loss": kl})
+        if (
+            checkpoint is not None
+            and s["checkpoint_every"]
+            and done % s["checkpoint_every"] == 0
+            and done < total
+        ):
+            checkpoint.save(
+                {
+                    "iteration": done,
+                    "embedding": Y,
+                    "update": update,
+                    "gains": gains,
+                    "rng": {"seed": s["random_state"]},
+                    "loss": kl,
+                }
+            )
     Z, _ = potentials(Y, s["gradient"], interp, workers)
     kl = kl_divergence(P.indptr, P.indices, P.data, Y, Z)
     if progress is not None:
         progress(total, total, kl)
-    return Y, kl, {"seconds": round(time.perf_counter() - t0, 3), "resumed_from": start,
-                   "gradient": s["gradient"], "nnz_P": int(P.nnz)}
+    return (
+        Y,
+        kl,
+        {
+            "seconds": round(time.perf_counter() - t0, 3),
+            "resumed_from": start,
+            "gradient": s["gradient"],
+            "nnz_P": int(P.nnz),
+        },
+    )
 
 
 def _finished(Y, kl, info, setting: dict, nt) -> tuple:
     init = setting["init"] if isinstance(setting["init"], str) else "given"
-    rec = completed("t-SNE gradient descent", f"t-SNE ({info['gradient']} gradients)",
-                    setting["n_iter"], loss=kl, loss_name="KL",
-                    resumed_from=info["resumed_from"])
+    rec = completed(
+        "t-SNE gradient descent",
+        f"t-SNE ({info['gradient']} gradients)",
+        setting["n_iter"],
+        loss=kl,
+        loss_name="KL",
+        resumed_from=info["resumed_from"],
+    )
     return Y, kl, {**info, "threads": nt, "init": init, "convergence": [rec]}
 
 
 def tsne_task(P, Y0, setting: dict, checkpoint, *, progress=None, n_jobs=None):
     """One embedding, as run in a Dask task (or in this process)."""
     with threads(n_jobs) as nt:
-        Y, kl, info = optimize_tsne(P, Y0, setting, checkpoint=checkpoint, progress=progress,
-                                    workers=nt)
+        Y, kl, info = optimize_tsne(
+            P, Y0, setting, checkpoint=checkpoint, progress=progress, workers=nt
+        )
     return _finished(Y, kl, {**info, "optimizer": "single"}, setting, nt)
 
 
@@ -235,13 +341,21 @@ def _distributed(graph, Y0, settings, plan, client, checkpoint, callback, n_jobs
     nt = n_jobs or threads_per_task(len(bounds), client)
     ref, out = block_graphs(graph, bounds), []
     for i, s in enumerate(settings):
-        P_blocks = affinity_row_blocks_delayed(ref, n, graph.n_neighbors, "tsne", bounds,
-                                               perplexity=s["perplexity"])
+        P_blocks = affinity_row_blocks_delayed(
+            ref, n, graph.n_neighbors, "tsne", bounds, perplexity=s["perplexity"]
+        )
         ck = checkpoint(i, s) if checkpoint else None
         initial = _start(Y0, n, s, ck.load() if ck is not None else None)
-        Y, kl, info = optimize_tsne_distributed(P_blocks, bounds, initial, s, client,
-                                                checkpoint=ck, progress=TaskProgress(
-                                                    i, None, callback), n_threads=nt)
+        Y, kl, info = optimize_tsne_distributed(
+            P_blocks,
+            bounds,
+            initial,
+            s,
+            client,
+            checkpoint=ck,
+            progress=TaskProgress(i, None, callback),
+            n_threads=nt,
+        )
         out.append(_finished(Y, kl, {**info, "optimizer_reason": plan["reason"]}, s, nt))
     return out
 
@@ -255,8 +369,10 @@ def _initial(X, settings: list[dict]):
     n, d = X.shape[0], settings[0]["n_components"]
     if isinstance(init, np.ndarray):
         if init.shape != (n, d):
-            raise InputError(f"init has shape {init.shape}; expected ({n}, {d}).",
-                             "pass an initial embedding with one row per sample.")
+            raise InputError(
+                f"init has shape {init.shape}; expected ({n}, {d}).",
+                "pass an initial embedding with one row per sample.",
+            )
         return np.asarray(init, dtype=np.float64)
     if init == "random":
         return None
@@ -272,12 +388,15 @@ def _plan_affinities(graph, settings, kind: str):
     if client is None:
         return {p: affinities(graph, kind, perplexity=p) for p in perps}, None
     ref = graph_ref(graph)
-    return {p: affinities_delayed(ref, graph.n_samples, graph.n_neighbors, kind, perplexity=p)
-            for p in perps}, client
+    return {
+        p: affinities_delayed(ref, graph.n_samples, graph.n_neighbors, kind, perplexity=p)
+        for p in perps
+    }, client
 
 
-def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
-               **params) -> list[TSNEModel]:
+def tsne_sweep(
+    X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params
+) -> list[TSNEModel]:
     """t-SNE embeddings of ``X`` (NumPy or dask) for every setting of ``params`` (any of
     ``TSNE_SWEEPABLE`` given as a list is swept).
 
@@ -339,40 +458,67 @@ def tsne_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
     s0 = settings[0]
     size = check_fit_sample(s0.get("fit_sample"), n, "t-SNE", graph, s0["init"])
     if size:
-        return fit_then_place(tsne_sweep, _place, X, size, s0["random_state"] or 0, "t-SNE",
-                              checkpoint=checkpoint, callback=callback, n_jobs=n_jobs,
-                              **{k: v for k, v in params.items() if k != "fit_sample"})
-    graph = fit_graph(X, graph, s0["n_neighbors"], method="t-SNE", metric=s0["metric"],
-                      cut=False, connected=False, backend=s0["knn_backend"],
-                      random_state=s0["random_state"] or 0)
+        return fit_then_place(
+            tsne_sweep,
+            _place,
+            X,
+            size,
+            s0["random_state"] or 0,
+            "t-SNE",
+            checkpoint=checkpoint,
+            callback=callback,
+            n_jobs=n_jobs,
+            **{k: v for k, v in params.items() if k != "fit_sample"},
+        )
+    graph = fit_graph(
+        X,
+        graph,
+        s0["n_neighbors"],
+        method="t-SNE",
+        metric=s0["metric"],
+        cut=False,
+        connected=False,
+        backend=s0["knn_backend"],
+        random_state=s0["random_state"] or 0,
+    )
     Y0 = _initial(X, settings)
     client = active_client()
     choice = "single" if s0["gradient"] != "fft" else s0["optimizer"]  # blocks: FFT only
-    plan = plan_optimizer(choice, n, 2 * n * graph.n_neighbors,
-                          s0["n_components"], client)
+    plan = plan_optimizer(choice, n, 2 * n * graph.n_neighbors, s0["n_components"], client)
     if plan["optimizer"] == "distributed":
         out = _distributed(graph, Y0, settings, plan, client, checkpoint, callback, n_jobs)
-        return [TSNEModel(Y, float(kl), s, s["n_iter"], info)
-                for (Y, kl, info), s in zip(out, settings)]
+        return [
+            TSNEModel(Y, float(kl), s, s["n_iter"], info) for (Y, kl, info), s in zip(out, settings)
+        ]
     Ps, client = _plan_affinities(graph, settings, "tsne")
     if client is not None and Y0 is not None:
         Y0 = delayed_literal(Y0)
-    jobs = [(Ps[s["perplexity"]], Y0, s, checkpoint(i, s) if checkpoint else None)
-            for i, s in enumerate(settings)]
-    out = run_tasks(tsne_task, jobs, shared={}, callback=callback, n_jobs=n_jobs,
-                    stage="t-SNE optimisation")
-    return [TSNEModel(Y, float(kl), s, s["n_iter"],
-                      {**info, "optimizer_reason": plan["reason"]})
-            for (Y, kl, info), s in zip(out, settings)]
+    jobs = [
+        (Ps[s["perplexity"]], Y0, s, checkpoint(i, s) if checkpoint else None)
+        for i, s in enumerate(settings)
+    ]
+    out = run_tasks(
+        tsne_task, jobs, shared={}, callback=callback, n_jobs=n_jobs, stage="t-SNE optimisation"
+    )
+    return [
+        TSNEModel(Y, float(kl), s, s["n_iter"], {**info, "optimizer_reason": plan["reason"]})
+        for (Y, kl, info), s in zip(out, settings)
+    ]
 
 
 def _place(X_fit, Y_fit, X, params: dict):
     from ._tsne_transform import tsne_transform
 
-    return tsne_transform(X_fit, Y_fit, X, metric=params["metric"], gradient=params["gradient"],
-                          n_interpolation_points=params["n_interpolation_points"],
-                          min_num_intervals=params["min_num_intervals"],
-                          ints_in_interval=params["ints_in_interval"])
+    return tsne_transform(
+        X_fit,
+        Y_fit,
+        X,
+        metric=params["metric"],
+        gradient=params["gradient"],
+        n_interpolation_points=params["n_interpolation_points"],
+        min_num_intervals=params["min_num_intervals"],
+        ints_in_interval=params["ints_in_interval"],
+    )
 
 
 def tsne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params) -> TSNEModel:
@@ -405,8 +551,9 @@ def tsne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params
     InputError
         As `tsne_sweep`, and a list for a sweepable parameter.
     """
-    return one_run(tsne_sweep, "tsne", TSNE_SWEEPABLE, X, graph, checkpoint, callback, n_jobs,
-                   params)
+    return one_run(
+        tsne_sweep, "tsne", TSNE_SWEEPABLE, X, graph, checkpoint, callback, n_jobs, params
+    )
 
 
 # --------------------------------------------------------------------------- estimator
@@ -426,16 +573,40 @@ class TSNE(DimredEstimator):
     _check_exempt = dict.fromkeys(
         ("check_transformer_general", "check_transformer_data_not_an_array"),
         "transform places rows into the fitted embedding: a training row given again lands "
-        "near its fitted position, not on it")
+        "near its fitted position, not on it",
+    )
 
-    def __init__(self, n_components=2, *, perplexity=30.0, early_exaggeration=12.0,
-                 early_exaggeration_iter=250, n_iter=750, exaggeration=1.0,
-                 learning_rate="auto", momentum=0.5, final_momentum=0.8, min_gain=0.01,
-                 max_step_norm=5.0, init="pca", gradient="auto", n_interpolation_points=3,
-                 min_num_intervals=None, ints_in_interval=1.0, n_neighbors=None,
-                 metric="euclidean", knn_backend="auto", random_state=0, n_jobs=None,
-                 checkpoint=None, checkpoint_every=50, callback=None, callback_every=50,
-                 fit_sample=None, optimizer="auto"):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        perplexity=30.0,
+        early_exaggeration=12.0,
+        early_exaggeration_iter=250,
+        n_iter=750,
+        exaggeration=1.0,
+        learning_rate="auto",
+        momentum=0.5,
+        final_momentum=0.8,
+        min_gain=0.01,
+        max_step_norm=5.0,
+        init="pca",
+        gradient="auto",
+        n_interpolation_points=3,
+        min_num_intervals=None,
+        ints_in_interval=1.0,
+        n_neighbors=None,
+        metric="euclidean",
+        knn_backend="auto",
+        random_state=0,
+        n_jobs=None,
+        checkpoint=None,
+        checkpoint_every=50,
+        callback=None,
+        callback_every=50,
+        fit_sample=None,
+        optimizer="auto",
+    ):
         for key, value in locals().items():
             if key not in ("self", "__class__"):
                 setattr(self, key, value)
@@ -445,8 +616,14 @@ class TSNE(DimredEstimator):
 
     def fit(self, X, y=None, *, graph=None):
         X = check_array(X, method="t-SNE", min_samples=4)
-        model = tsne(X, graph=graph, checkpoint=self.checkpoint, callback=self.callback,
-                     n_jobs=self.n_jobs, **self._params())
+        model = tsne(
+            X,
+            graph=graph,
+            checkpoint=self.checkpoint,
+            callback=self.callback,
+            n_jobs=self.n_jobs,
+            **self._params(),
+        )
         self.embedding_ = model.embedding
         self.kl_divergence_ = model.kl_divergence
         self.n_iter_ = model.n_iter
@@ -464,6 +641,18 @@ class TSNE(DimredEstimator):
         check_is_fitted(self, "embedding_")
         X = check_array(X, method="t-SNE transform", min_samples=1)
         check_n_features(self, X, self.n_features_in_)
-        return _place(self._fit_X, self._fit_Y, X, {k: getattr(self, k) for k in (
-            "metric", "gradient", "n_interpolation_points", "min_num_intervals",
-            "ints_in_interval")})
+        return _place(
+            self._fit_X,
+            self._fit_Y,
+            X,
+            {
+                k: getattr(self, k)
+                for k in (
+                    "metric",
+                    "gradient",
+                    "n_interpolation_points",
+                    "min_num_intervals",
+                    "ints_in_interval",
+                )
+            },
+        )

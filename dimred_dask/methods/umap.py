@@ -14,6 +14,7 @@ graph's edges; the non-edges (p = 0, term -log(1 - q)) are summed exactly up to
 model's info). Threads and determinism: see ``blocks.umap_kernels``; runs and sweeps as in
 ``_neighbor_runs``.
 """
+
 from __future__ import annotations
 
 import time
@@ -25,33 +26,80 @@ from .._compute import active_client
 from .._validation import check_array, check_is_fitted, check_n_features
 from ..blocks.umap_kernels import sgd_epoch
 from ..errors import InputError
-from ..graphs.affinities import (affinities, affinities_delayed, affinity_row_blocks_delayed,
-                                 find_ab)
+from ..graphs.affinities import affinities, affinities_delayed, affinity_row_blocks_delayed, find_ab
 from ..linalg.convergence import completed
 from ._base import DimredEstimator, HasConvergence
-from ._distributed import (OPTIMIZERS, block_bounds, block_graphs, optimize_umap_distributed,
-                           plan_optimizer)
+from ._distributed import (
+    OPTIMIZERS,
+    block_bounds,
+    block_graphs,
+    optimize_umap_distributed,
+    plan_optimizer,
+)
 from ._graph_common import fit_graph
-from ._neighbor_runs import (TaskProgress, one_run, check_choice, check_fit_sample,
-                             check_float, check_int,
-                             delayed_literal, expand_sweep, fit_then_place,
-                             fitted_reference, graph_ref, like_input, pca_init, run_tasks, threads,
-                             threads_per_task)
+from ._neighbor_runs import (
+    TaskProgress,
+    one_run,
+    check_choice,
+    check_fit_sample,
+    check_float,
+    check_int,
+    delayed_literal,
+    expand_sweep,
+    fit_then_place,
+    fitted_reference,
+    graph_ref,
+    like_input,
+    pca_init,
+    run_tasks,
+    threads,
+    threads_per_task,
+)
 from ._umap_init import scale_layout, spectral_layout
 
-__all__ = ["UMAP", "UMAPModel", "umap", "umap_sweep", "UMAP_DEFAULTS", "UMAP_SWEEPABLE",
-           "check_umap_params", "cross_entropy"]
+__all__ = [
+    "UMAP",
+    "UMAPModel",
+    "umap",
+    "umap_sweep",
+    "UMAP_DEFAULTS",
+    "UMAP_SWEEPABLE",
+    "check_umap_params",
+    "cross_entropy",
+]
 
 UMAP_DEFAULTS = {
-    "n_components": 2, "n_neighbors": 15, "min_dist": 0.1, "spread": 1.0, "n_epochs": None,
-    "learning_rate": 1.0, "negative_sample_rate": 5, "repulsion_strength": 1.0,
-    "local_connectivity": 1.0, "set_op_mix_ratio": 1.0, "a": None, "b": None,
-    "init": "spectral", "metric": "euclidean", "knn_backend": "auto", "random_state": 0,
-    "nndescent_kwds": None, "checkpoint_every": 20, "callback_every": 10, "fit_sample": None,
+    "n_components": 2,
+    "n_neighbors": 15,
+    "min_dist": 0.1,
+    "spread": 1.0,
+    "n_epochs": None,
+    "learning_rate": 1.0,
+    "negative_sample_rate": 5,
+    "repulsion_strength": 1.0,
+    "local_connectivity": 1.0,
+    "set_op_mix_ratio": 1.0,
+    "a": None,
+    "b": None,
+    "init": "spectral",
+    "metric": "euclidean",
+    "knn_backend": "auto",
+    "random_state": 0,
+    "nndescent_kwds": None,
+    "checkpoint_every": 20,
+    "callback_every": 10,
+    "fit_sample": None,
     "optimizer": "auto",
 }
-UMAP_SWEEPABLE = ("min_dist", "spread", "random_state", "n_neighbors", "learning_rate",
-                  "negative_sample_rate", "repulsion_strength")
+UMAP_SWEEPABLE = (
+    "min_dist",
+    "spread",
+    "random_state",
+    "n_neighbors",
+    "learning_rate",
+    "negative_sample_rate",
+    "repulsion_strength",
+)
 INITS = ("spectral", "pca", "random")
 CE_EXACT_MAX = 3000
 NO_KEYS = np.empty(0, dtype=np.uint64)  # sgd_epoch: a fit's rows are keyed by their number
@@ -64,14 +112,18 @@ def _check_setting(s: dict, n: int) -> dict:
     s["spread"] = check_float("spread", s["spread"], 0, method="UMAP")
     s["min_dist"] = check_float("min_dist", s["min_dist"], 0, method="UMAP", open_lo=False)
     if s["min_dist"] > s["spread"]:
-        raise InputError(f"UMAP needs min_dist <= spread; found min_dist={s['min_dist']} > "
-                         f"spread={s['spread']}.", "lower min_dist (0.1 is usual) or raise "
-                         "spread (1.0).")
+        raise InputError(
+            f"UMAP needs min_dist <= spread; found min_dist={s['min_dist']} > "
+            f"spread={s['spread']}.",
+            "lower min_dist (0.1 is usual) or raise spread (1.0).",
+        )
     s["learning_rate"] = check_float("learning_rate", s["learning_rate"], 0, method="UMAP")
-    s["negative_sample_rate"] = check_int("negative_sample_rate", s["negative_sample_rate"],
-                                          0, method="UMAP")
-    s["repulsion_strength"] = check_float("repulsion_strength", s["repulsion_strength"], 0,
-                                          method="UMAP", open_lo=False)
+    s["negative_sample_rate"] = check_int(
+        "negative_sample_rate", s["negative_sample_rate"], 0, method="UMAP"
+    )
+    s["repulsion_strength"] = check_float(
+        "repulsion_strength", s["repulsion_strength"], 0, method="UMAP", open_lo=False
+    )
     s["random_state"] = check_int("random_state", s["random_state"], 0, method="UMAP")
     if s["a"] is None or s["b"] is None:
         s["a"], s["b"] = find_ab(s["spread"], s["min_dist"])
@@ -106,8 +158,9 @@ def check_umap_params(params: dict, n: int) -> list[dict]:
     """
     unknown = sorted(set(params) - set(UMAP_DEFAULTS))
     if unknown:
-        raise InputError(f"Unknown UMAP parameter(s) {unknown}.",
-                         f"use only {sorted(UMAP_DEFAULTS)}.")
+        raise InputError(
+            f"Unknown UMAP parameter(s) {unknown}.", f"use only {sorted(UMAP_DEFAULTS)}."
+        )
     p = {**UMAP_DEFAULTS, **params}
     expand_sweep(p, UMAP_SWEEPABLE)  # lists only for the sweepable parameters
     check_int("n_components", p["n_components"], 1, max(1, n - 2), method="UMAP")
@@ -122,8 +175,10 @@ def check_umap_params(params: dict, n: int) -> list[dict]:
     if not isinstance(p["init"], np.ndarray):
         check_choice("init", p["init"], INITS, method="UMAP")
     elif p["init"].shape != (n, p["n_components"]):
-        raise InputError(f"UMAP init has shape {p['init'].shape}; expected "
-                         f"({n}, {p['n_components']}).", "pass one row per sample.")
+        raise InputError(
+            f"UMAP init has shape {p['init'].shape}; expected ({n}, {p['n_components']}).",
+            "pass one row per sample.",
+        )
     return [_check_setting(s, n) for s in expand_sweep(p, UMAP_SWEEPABLE)]
 
 
@@ -173,24 +228,55 @@ def optimize_umap(P, Y0, s: dict, *, checkpoint=None, progress=None):
     t0 = time.perf_counter()
     for epoch in range(start, n_epochs):
         alpha = np.float32(s["learning_rate"] * (1.0 - epoch / n_epochs))
-        sgd_epoch(Y, Y.copy(), indptr, indices, eps, nxt, eps_neg, nxt_neg,
-                  np.float32(s["a"]), np.float32(s["b"]), np.float32(s["repulsion_strength"]),
-                  alpha, epoch, s["random_state"], 0, NO_KEYS, np.float32(2.0), True)
+        sgd_epoch(
+            Y,
+            Y.copy(),
+            indptr,
+            indices,
+            eps,
+            nxt,
+            eps_neg,
+            nxt_neg,
+            np.float32(s["a"]),
+            np.float32(s["b"]),
+            np.float32(s["repulsion_strength"]),
+            alpha,
+            epoch,
+            s["random_state"],
+            0,
+            NO_KEYS,
+            np.float32(2.0),
+            True,
+        )
         done = epoch + 1
         if progress is not None and s["callback_every"] and done % s["callback_every"] == 0:
             progress(done, n_epochs, None)
-        if checkpoint is not None and s["checkpoint_every"] and \
-                done % s["checkpoint_every"] == 0 and done < n_epochs:
-            checkpoint.save({"iteration": done, "embedding": Y, "next_sample": nxt,
-                             "next_negative": nxt_neg, "rng": {"seed": s["random_state"]},
-                             "loss": None})
-    return Y, {"seconds": round(time.perf_counter() - t0, 3), "resumed_from": start,
-               "edges": int(indices.size)}
+        if (
+            checkpoint is not None
+            and s["checkpoint_every"]
+            and done % s["checkpoint_every"] == 0
+            and done < n_epochs
+        ):
+            checkpoint.save(
+                {
+                    "iteration": done,
+                    "embedding": Y,
+                    "next_sample": nxt,
+                    "next_negative": nxt_neg,
+                    "rng": {"seed": s["random_state"]},
+                    "loss": None,
+                }
+            )
+    return Y, {
+        "seconds": round(time.perf_counter() - t0, 3),
+        "resumed_from": start,
+        "edges": int(indices.size),
+    }
 
 
 def _neg_log_one_minus_q(Y, i, j, a, b):
     d2 = ((Y[i] - Y[j]) ** 2).sum(axis=1)
-    return -np.log1p(-np.clip(1.0 / (1.0 + a * d2 ** b), 0.0, 1.0 - 1e-12))
+    return -np.log1p(-np.clip(1.0 / (1.0 + a * d2**b), 0.0, 1.0 - 1e-12))
 
 
 def cross_entropy(P, Y, a: float, b: float, random_state=0) -> tuple[float, str]:
@@ -233,10 +319,11 @@ def edge_terms(P, row_offset: int, Y, a: float, b: float) -> tuple[float, float,
     ei, ej = rows[upper], cols[upper]
     p = np.clip(P.data[upper], 0.0, 1.0)
     d2 = ((Y[ei] - Y[ej]) ** 2).sum(axis=1)
-    q = np.clip(1.0 / (1.0 + a * d2 ** b), 1e-12, 1.0 - 1e-12)
+    q = np.clip(1.0 / (1.0 + a * d2**b), 1e-12, 1.0 - 1e-12)
     with np.errstate(divide="ignore", invalid="ignore"):
-        edge = np.where(p > 0, p * np.log(p / q), 0.0) + \
-            np.where(p < 1, (1 - p) * np.log((1 - p) / (1 - q)), 0.0)
+        edge = np.where(p > 0, p * np.log(p / q), 0.0) + np.where(
+            p < 1, (1 - p) * np.log((1 - p) / (1 - q)), 0.0
+        )
     return float(edge.sum()), float(_neg_log_one_minus_q(Y, ei, ej, a, b).sum()), int(ei.size)
 
 
@@ -255,8 +342,7 @@ def combine_cross_entropy(terms, Y, a: float, b: float, random_state=0) -> tuple
     keep = i != j
     pairs = n * (n - 1) / 2 - m
     non_edge = _neg_log_one_minus_q(Y, i[keep], j[keep], a, b).mean() * pairs
-    return float(edge + non_edge), \
-        f"non-edge pairs estimated from {int(keep.sum())} random pairs"
+    return float(edge + non_edge), f"non-edge pairs estimated from {int(keep.sum())} random pairs"
 
 
 def _initial(layout, setting: dict, n: int):
@@ -267,18 +353,27 @@ def _initial(layout, setting: dict, n: int):
     elif layout is None:
         how = "random"
         layout = np.random.default_rng(setting["random_state"]).uniform(
-            -10.0, 10.0, (n, setting["n_components"]))
+            -10.0, 10.0, (n, setting["n_components"])
+        )
     else:
         how = "given"
     return scale_layout(layout, setting["random_state"]), how, records
 
 
 def _finished(Y, ce, ce_how, info, how, records, setting, nt) -> tuple:
-    sgd = completed("UMAP layout optimisation (SGD epochs)", "umap sgd",
-                    setting["n_epochs"], loss=ce, loss_name="cross-entropy",
-                    resumed_from=info["resumed_from"])
-    return Y, ce, {**info, "threads": nt, "init": how, "loss": ce_how,
-                   "convergence": list(records) + [sgd]}
+    sgd = completed(
+        "UMAP layout optimisation (SGD epochs)",
+        "umap sgd",
+        setting["n_epochs"],
+        loss=ce,
+        loss_name="cross-entropy",
+        resumed_from=info["resumed_from"],
+    )
+    return (
+        Y,
+        ce,
+        {**info, "threads": nt, "init": how, "loss": ce_how, "convergence": list(records) + [sgd]},
+    )
 
 
 def umap_task(P, layout, setting: dict, checkpoint, *, progress=None, n_jobs=None):
@@ -301,21 +396,38 @@ def _distributed(graph, layouts, settings, plan, client, checkpoint, callback, n
     ref, out = block_graphs(graph, bounds), []
     for i, s in enumerate(settings):
         key = _graph_key(s)
-        P_blocks = affinity_row_blocks_delayed(ref, n, graph.n_neighbors, "umap", bounds,
-                                               n_neighbors=key[0], local_connectivity=key[1],
-                                               set_op_mix_ratio=key[2])
+        P_blocks = affinity_row_blocks_delayed(
+            ref,
+            n,
+            graph.n_neighbors,
+            "umap",
+            bounds,
+            n_neighbors=key[0],
+            local_connectivity=key[1],
+            set_op_mix_ratio=key[2],
+        )
         layout = layouts[key]
         if layout is not None and not isinstance(layout, np.ndarray):
             layout = client.compute(layout).result()
         Y0, how, records = _initial(layout, s, n)
         progress = TaskProgress(i, None, callback)
         Y, terms, info = optimize_umap_distributed(
-            P_blocks, bounds, Y0, s, client, checkpoint=checkpoint(i, s) if checkpoint else None,
-            progress=progress, n_threads=nt)
+            P_blocks,
+            bounds,
+            Y0,
+            s,
+            client,
+            checkpoint=checkpoint(i, s) if checkpoint else None,
+            progress=progress,
+            n_threads=nt,
+        )
         ce, ce_how = combine_cross_entropy(terms, Y, s["a"], s["b"], s["random_state"])
         progress(s["n_epochs"], s["n_epochs"], ce)
-        out.append(_finished(Y, ce, ce_how, {**info, "optimizer_reason": plan["reason"]}, how,
-                             records, s, nt))
+        out.append(
+            _finished(
+                Y, ce, ce_how, {**info, "optimizer_reason": plan["reason"]}, how, records, s, nt
+            )
+        )
     return out
 
 
@@ -349,8 +461,9 @@ def _graph_key(s: dict) -> tuple:
     return (s["n_neighbors"], s["local_connectivity"], s["set_op_mix_ratio"])
 
 
-def umap_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
-               **params) -> list[UMAPModel]:
+def umap_sweep(
+    X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params
+) -> list[UMAPModel]:
     """UMAP embeddings of ``X`` (NumPy or dask) for every setting of ``params`` (any of
     ``UMAP_SWEEPABLE`` given as a list is swept) over one kNN graph.
 
@@ -412,37 +525,77 @@ def umap_sweep(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None,
     s0 = settings[0]
     size = check_fit_sample(s0["fit_sample"], n, "UMAP", graph, s0["init"])
     if size:
-        return fit_then_place(umap_sweep, _place, X, size, s0["random_state"], "UMAP",
-                              checkpoint=checkpoint, callback=callback, n_jobs=n_jobs,
-                              **{k: v for k, v in params.items() if k != "fit_sample"})
+        return fit_then_place(
+            umap_sweep,
+            _place,
+            X,
+            size,
+            s0["random_state"],
+            "UMAP",
+            checkpoint=checkpoint,
+            callback=callback,
+            n_jobs=n_jobs,
+            **{k: v for k, v in params.items() if k != "fit_sample"},
+        )
     k = max(s["n_neighbors"] for s in settings) - 1
-    graph = fit_graph(X, graph, k, method="UMAP", metric=s0["metric"],
-                      backend=s0["knn_backend"], cut=False, connected=False,
-                      random_state=s0["random_state"], nndescent_kwds=s0["nndescent_kwds"])
+    graph = fit_graph(
+        X,
+        graph,
+        k,
+        method="UMAP",
+        metric=s0["metric"],
+        backend=s0["knn_backend"],
+        cut=False,
+        connected=False,
+        random_state=s0["random_state"],
+        nndescent_kwds=s0["nndescent_kwds"],
+    )
     keys = sorted({_graph_key(s) for s in settings})
     client = active_client()
     if client is None:
-        Ps = {key: affinities(graph, "umap", n_neighbors=key[0], local_connectivity=key[1],
-                              set_op_mix_ratio=key[2]) for key in keys}
+        Ps = {
+            key: affinities(
+                graph,
+                "umap",
+                n_neighbors=key[0],
+                local_connectivity=key[1],
+                set_op_mix_ratio=key[2],
+            )
+            for key in keys
+        }
     else:
         ref = graph_ref(graph)
-        Ps = {key: affinities_delayed(ref, n, graph.n_neighbors, "umap", n_neighbors=key[0],
-                                      local_connectivity=key[1], set_op_mix_ratio=key[2])
-              for key in keys}
+        Ps = {
+            key: affinities_delayed(
+                ref,
+                n,
+                graph.n_neighbors,
+                "umap",
+                n_neighbors=key[0],
+                local_connectivity=key[1],
+                set_op_mix_ratio=key[2],
+            )
+            for key in keys
+        }
     layouts = _layouts(X, Ps, settings, client)
-    plan = plan_optimizer(s0["optimizer"], n, 2 * n * graph.n_neighbors, s0["n_components"],
-                          client)
+    plan = plan_optimizer(s0["optimizer"], n, 2 * n * graph.n_neighbors, s0["n_components"], client)
     if plan["optimizer"] == "distributed":
         out = _distributed(graph, layouts, settings, plan, client, checkpoint, callback, n_jobs)
-        return [UMAPModel(Y, float(ce), s, s["n_epochs"], info)
-                for (Y, ce, info), s in zip(out, settings)]
-    jobs = [(Ps[_graph_key(s)], layouts[_graph_key(s)], s,
-             checkpoint(i, s) if checkpoint else None) for i, s in enumerate(settings)]
-    out = run_tasks(umap_task, jobs, shared={}, callback=callback, n_jobs=n_jobs,
-                    stage="UMAP optimisation")
-    return [UMAPModel(Y, float(ce), s, s["n_epochs"],
-                      {**info, "optimizer_reason": plan["reason"]})
-            for (Y, ce, info), s in zip(out, settings)]
+        return [
+            UMAPModel(Y, float(ce), s, s["n_epochs"], info)
+            for (Y, ce, info), s in zip(out, settings)
+        ]
+    jobs = [
+        (Ps[_graph_key(s)], layouts[_graph_key(s)], s, checkpoint(i, s) if checkpoint else None)
+        for i, s in enumerate(settings)
+    ]
+    out = run_tasks(
+        umap_task, jobs, shared={}, callback=callback, n_jobs=n_jobs, stage="UMAP optimisation"
+    )
+    return [
+        UMAPModel(Y, float(ce), s, s["n_epochs"], {**info, "optimizer_reason": plan["reason"]})
+        for (Y, ce, info), s in zip(out, settings)
+    ]
 
 
 def _place(X_fit, Y_fit, X, params: dict):
@@ -483,8 +636,9 @@ def umap(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params
     InputError
         As `umap_sweep`, and a list for a sweepable parameter.
     """
-    return one_run(umap_sweep, "umap", UMAP_SWEEPABLE, X, graph, checkpoint, callback, n_jobs,
-                   params)
+    return one_run(
+        umap_sweep, "umap", UMAP_SWEEPABLE, X, graph, checkpoint, callback, n_jobs, params
+    )
 
 
 class UMAP(DimredEstimator):
@@ -498,23 +652,51 @@ class UMAP(DimredEstimator):
     _check_exempt = dict.fromkeys(
         ("check_transformer_general", "check_transformer_data_not_an_array"),
         "transform places rows into the fitted embedding: a training row given again lands "
-        "near its fitted position, not on it")
+        "near its fitted position, not on it",
+    )
 
-    def __init__(self, n_components=2, *, n_neighbors=15, min_dist=0.1, spread=1.0,
-                 n_epochs=None, learning_rate=1.0, negative_sample_rate=5,
-                 repulsion_strength=1.0, local_connectivity=1.0, set_op_mix_ratio=1.0,
-                 a=None, b=None, init="spectral", metric="euclidean", knn_backend="auto",
-                 random_state=0, nndescent_kwds=None, n_jobs=None, checkpoint=None,
-                 checkpoint_every=20, callback=None, callback_every=10, fit_sample=None,
-                 optimizer="auto"):
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        n_neighbors=15,
+        min_dist=0.1,
+        spread=1.0,
+        n_epochs=None,
+        learning_rate=1.0,
+        negative_sample_rate=5,
+        repulsion_strength=1.0,
+        local_connectivity=1.0,
+        set_op_mix_ratio=1.0,
+        a=None,
+        b=None,
+        init="spectral",
+        metric="euclidean",
+        knn_backend="auto",
+        random_state=0,
+        nndescent_kwds=None,
+        n_jobs=None,
+        checkpoint=None,
+        checkpoint_every=20,
+        callback=None,
+        callback_every=10,
+        fit_sample=None,
+        optimizer="auto",
+    ):
         for key, value in locals().items():
             if key not in ("self", "__class__"):
                 setattr(self, key, value)
 
     def fit(self, X, y=None, *, graph=None):
         X = check_array(X, method="UMAP", min_samples=4)
-        model = umap(X, graph=graph, checkpoint=self.checkpoint, callback=self.callback,
-                     n_jobs=self.n_jobs, **{k: getattr(self, k) for k in UMAP_DEFAULTS})
+        model = umap(
+            X,
+            graph=graph,
+            checkpoint=self.checkpoint,
+            callback=self.callback,
+            n_jobs=self.n_jobs,
+            **{k: getattr(self, k) for k in UMAP_DEFAULTS},
+        )
         self.embedding_, self.cross_entropy_ = model.embedding, model.cross_entropy
         self.a_, self.b_ = model.params["a"], model.params["b"]
         self.n_epochs_, self.info_, self.params_ = model.n_epochs, model.info, model.params

@@ -5,6 +5,7 @@ They work on in-memory samples (a few thousand rows): the caller draws the sampl
 (``scipy.sparse``): its distances then come from sparse products (||a||^2 + ||b||^2 - 2 a.b,
 float64), and the reconstruction error densifies it one block of rows at a time.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,8 +43,9 @@ def trustworthiness(X, Y, n_neighbors: int = 5) -> float:
     X, Y = _rows(X), np.asarray(Y, dtype=np.float64)
     n, k = X.shape[0], n_neighbors
     if not 1 <= k < n / 2:
-        raise ValueError(f"trustworthiness needs 1 <= n_neighbors < n_samples / 2 = {n / 2}; "
-                         f"found {k}.")
+        raise ValueError(
+            f"trustworthiness needs 1 <= n_neighbors < n_samples / 2 = {n / 2}; found {k}."
+        )
     order_x = _neighbour_order(X)
     ranks = np.empty_like(order_x)
     ranks[np.arange(n)[:, None], order_x] = np.arange(1, n + 1)[None, :]
@@ -84,6 +86,8 @@ SPARSE_BLOCK_ROWS = 256  # rows of a sample compared at once (40 MB at d = 20 00
 
 def explained_variance_summary(explained_variance, ratio) -> dict:
     ratio = np.asarray(ratio, dtype=np.float64)
-    return {"explained_variance": np.asarray(explained_variance, dtype=np.float64).tolist(),
-            "explained_variance_ratio": ratio.tolist(),
-            "explained_variance_ratio_total": float(ratio.sum())}
+    return {
+        "explained_variance": np.asarray(explained_variance, dtype=np.float64).tolist(),
+        "explained_variance_ratio": ratio.tolist(),
+        "explained_variance_ratio_total": float(ratio.sum()),
+    }

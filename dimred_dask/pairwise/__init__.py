@@ -1,7 +1,17 @@
 """Blockwise distance and kernel matrices between chunked arrays, and double centering."""
+
 from ..blocks.kernels import KERNELS, METRICS
 from .params import check_kernel, check_metric
 from .matrix import blockwise, center_stats, double_center, pairwise_distances, pairwise_kernels
 
-__all__ = ["KERNELS", "METRICS", "check_kernel", "check_metric", "blockwise", "center_stats",
-           "double_center", "pairwise_distances", "pairwise_kernels"]
+__all__ = [
+    "KERNELS",
+    "METRICS",
+    "check_kernel",
+    "check_metric",
+    "blockwise",
+    "center_stats",
+    "double_center",
+    "pairwise_distances",
+    "pairwise_kernels",
+]

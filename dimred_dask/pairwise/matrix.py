@@ -16,6 +16,7 @@ for the kernels and distances made of inner products (``blocks.kernels.SPARSE_KE
 sigmoid and cosine kernels), each block from sparse products of two row blocks; the others
 refuse sparse input (`InputTypeError`) before anything is computed.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,7 @@ from ..blocks.kernels import SPARSE_KERNELS, SPARSE_METRICS, distance_block, ker
 from ..errors import InputTypeError
 from .params import check_kernel, check_metric
 
-__all__ = ["pairwise_kernels", "pairwise_distances", "double_center", "center_stats",
-           "blockwise"]
+__all__ = ["pairwise_kernels", "pairwise_distances", "double_center", "center_stats", "blockwise"]
 
 
 def _full_columns(X):
@@ -39,8 +39,9 @@ def _zero_diagonal(block):
     return block
 
 
-def blockwise(fn, X, Y=None, *, dtype=None, square_chunks: int | None = None,
-              zero_diagonal: bool = False):
+def blockwise(
+    fn, X, Y=None, *, dtype=None, square_chunks: int | None = None, zero_diagonal: bool = False
+):
     """The lazy matrix [fn(X_i, Y_j)]_ij over row chunks; symmetric-by-mirroring when Y is None.
 
     ``square_chunks`` rechunks X (and Y) to that many rows per chunk first, so the blocks of the
@@ -76,22 +77,33 @@ def blockwise(fn, X, Y=None, *, dtype=None, square_chunks: int | None = None,
                     blk = delayed(_zero_diagonal, pure=True)(blk)
             row.append(blk)
         rows.append(row)
-    arrays = [[da.from_delayed(rows[i][j], shape=(rx[i], ry[j]), dtype=dtype)
-               for j in range(len(ys))] for i in range(len(xs))]
+    arrays = [
+        [da.from_delayed(rows[i][j], shape=(rx[i], ry[j]), dtype=dtype) for j in range(len(ys))]
+        for i in range(len(xs))
+    ]
     return da.block(arrays)
 
 
-def pairwise_kernels(X, Y=None, *, kernel: str = "gaussian", gamma=None, width=None,
-                     degree: int = 3, coef0: float = 1.0, square_chunks: int | None = None):
+def pairwise_kernels(
+    X,
+    Y=None,
+    *,
+    kernel: str = "gaussian",
+    gamma=None,
+    width=None,
+    degree: int = 3,
+    coef0: float = 1.0,
+    square_chunks: int | None = None,
+):
     """Kernel matrix K_ij = k(x_i, y_j); lazy for dask input (see the module docstring)."""
-    params = check_kernel(kernel, X.shape[1], gamma=gamma, width=width, degree=degree,
-                          coef0=coef0)
+    params = check_kernel(kernel, X.shape[1], gamma=gamma, width=width, degree=degree, coef0=coef0)
     _check_sparse(X, Y, params["kernel"], SPARSE_KERNELS, "kernel")
     return _pairwise(kernel_block, params, X, Y, square_chunks, zero_diagonal=False)
 
 
-def pairwise_distances(X, Y=None, *, metric: str = "euclidean", p: float = 2.0,
-                       square_chunks: int | None = None):
+def pairwise_distances(
+    X, Y=None, *, metric: str = "euclidean", p: float = 2.0, square_chunks: int | None = None
+):
     """Distance matrix D_ij = d(x_i, y_j); lazy for dask input."""
     params = check_metric(metric, p)
     _check_sparse(X, Y, params["metric"], SPARSE_METRICS, "metric")
@@ -105,7 +117,8 @@ def _check_sparse(X, Y, name: str, allowed, what: str) -> None:
         f"The {name} {what} is not made of inner products, so it needs dense rows; found "
         f"sparse input. Sparse rows take the {what}s {', '.join(allowed)}.",
         f"pass one of those {what}s, or reduce with PCA first (--method pca+<method>) and use "
-        f"the {name} {what} on the dense embedding.")
+        f"the {name} {what} on the dense embedding.",
+    )
 
 
 def _block(a):
@@ -129,12 +142,12 @@ class _Bound:
 def _pairwise(fn, params, X, Y, square_chunks, zero_diagonal):
     bound = _Bound(fn, params)
     if is_dask(X) or is_dask(Y):
-
         X = X if is_dask(X) else _from_memory(X, None)
         if Y is not None and not is_dask(Y):
             Y = _from_memory(Y, X.chunks[0][0])
-        return blockwise(bound, X, Y, dtype=X.dtype, square_chunks=square_chunks,
-                         zero_diagonal=zero_diagonal)
+        return blockwise(
+            bound, X, Y, dtype=X.dtype, square_chunks=square_chunks, zero_diagonal=zero_diagonal
+        )
     X = _block(X)
     out = bound(X, X if Y is None else _block(Y))
     if Y is None:  # the same exact symmetry as the blockwise path
@@ -152,10 +165,17 @@ def _from_memory(X, rows):
         import scipy.sparse as sp
 
         X = sp.csr_matrix(X)
-        return da.from_array(X, chunks=(rows or "auto", X.shape[1]), asarray=False,
-                             meta=sp.csr_matrix((0, X.shape[1]), dtype=X.dtype))
-    return da.from_array(np.asarray(X)) if rows is None else \
-        da.from_array(np.asarray(X), chunks=(rows, -1))
+        return da.from_array(
+            X,
+            chunks=(rows or "auto", X.shape[1]),
+            asarray=False,
+            meta=sp.csr_matrix((0, X.shape[1]), dtype=X.dtype),
+        )
+    return (
+        da.from_array(np.asarray(X))
+        if rows is None
+        else da.from_array(np.asarray(X), chunks=(rows, -1))
+    )
 
 
 def center_stats(M):

@@ -1,4 +1,5 @@
 """Checks of kernel and metric parameters, with typed errors that say how to fix them."""
+
 from __future__ import annotations
 
 import numbers
@@ -19,53 +20,80 @@ def _real(value, name: str, *, kernel: str, positive: bool, fix: str) -> float:
     return float(value)
 
 
-def check_kernel(kernel: str, n_features: int, *, gamma=None, width=None, degree=3,
-                 coef0=1.0) -> dict:
+def check_kernel(
+    kernel: str, n_features: int, *, gamma=None, width=None, degree=3, coef0=1.0
+) -> dict:
     """Resolve and check kernel parameters; returns ``{"kernel": ..., "gamma": ...}``.
 
     Raises `InputError` for an unknown kernel or a parameter out of range.
     """
     name = KERNEL_ALIASES.get(kernel, kernel)
     if name not in KERNELS:
-        raise InputError(f"Unknown kernel {kernel!r}; the kernels are {', '.join(KERNELS)}.",
-                         "pass kernel='gaussian' (the default) or another from that list.")
+        raise InputError(
+            f"Unknown kernel {kernel!r}; the kernels are {', '.join(KERNELS)}.",
+            "pass kernel='gaussian' (the default) or another from that list.",
+        )
     if width is not None:
         if name != "gaussian":
-            raise InputError(f"width (c in exp(-||x - x'||^2 / c^2)) is a parameter of the "
-                             f"gaussian kernel only; "
-                             f"found width={width!r} with kernel={name!r}.",
-                             "pass gamma instead, or kernel='gaussian'.")
+            raise InputError(
+                f"width (c in exp(-||x - x'||^2 / c^2)) is a parameter of the "
+                f"gaussian kernel only; "
+                f"found width={width!r} with kernel={name!r}.",
+                "pass gamma instead, or kernel='gaussian'.",
+            )
         if gamma is not None:
-            raise InputError(f"Pass gamma or width, not both; found gamma={gamma!r}, "
-                             f"width={width!r}.", "drop one (gamma = 1 / width**2).")
-        c = _real(width, "width", kernel=name, positive=True,
-                  fix="pass width > 0, e.g. the median distance between points.")
+            raise InputError(
+                f"Pass gamma or width, not both; found gamma={gamma!r}, width={width!r}.",
+                "drop one (gamma = 1 / width**2).",
+            )
+        c = _real(
+            width,
+            "width",
+            kernel=name,
+            positive=True,
+            fix="pass width > 0, e.g. the median distance between points.",
+        )
         gamma = 1.0 / (c * c)
     if gamma is None:
         gamma = 1.0 / max(n_features, 1)
-    out = {"kernel": name, "gamma": _real(gamma, "gamma", kernel=name, positive=True,
-                                          fix="pass gamma > 0 (the default is 1 / n_features).")}
+    out = {
+        "kernel": name,
+        "gamma": _real(
+            gamma,
+            "gamma",
+            kernel=name,
+            positive=True,
+            fix="pass gamma > 0 (the default is 1 / n_features).",
+        ),
+    }
     if name == "polynomial":
-        if (not isinstance(degree, numbers.Integral) or isinstance(degree, bool)
-                or degree < 1):
-            raise InputError(f"The polynomial kernel needs degree as an int >= 1; found "
-                             f"{degree!r}.", "pass degree=2 or 3.")
+        if not isinstance(degree, numbers.Integral) or isinstance(degree, bool) or degree < 1:
+            raise InputError(
+                f"The polynomial kernel needs degree as an int >= 1; found {degree!r}.",
+                "pass degree=2 or 3.",
+            )
         out["degree"] = int(degree)
     if name in ("polynomial", "sigmoid"):
-        out["coef0"] = _real(coef0, "coef0", kernel=name, positive=False,
-                             fix="pass a finite coef0 such as 1.0.")
+        out["coef0"] = _real(
+            coef0, "coef0", kernel=name, positive=False, fix="pass a finite coef0 such as 1.0."
+        )
     return out
 
 
 def check_metric(metric: str, p=2.0) -> dict:
     if metric not in METRICS:
-        raise InputError(f"Unknown metric {metric!r}; the metrics are {', '.join(METRICS)}.",
-                         "pass metric='euclidean' (the default) or another from that list.")
+        raise InputError(
+            f"Unknown metric {metric!r}; the metrics are {', '.join(METRICS)}.",
+            "pass metric='euclidean' (the default) or another from that list.",
+        )
     out = {"metric": metric}
     if metric == "minkowski":
         ok = isinstance(p, numbers.Real) and not isinstance(p, bool) and p >= 1
         if not ok or not np.isfinite(p):
-            raise InputError(f"The minkowski metric needs p >= 1 (finite); found p={p!r} "
-                             "(p < 1 is not a metric).", "pass p=1 (manhattan), 2 or 3.")
+            raise InputError(
+                f"The minkowski metric needs p >= 1 (finite); found p={p!r} "
+                "(p < 1 is not a metric).",
+                "pass p=1 (manhattan), 2 or 3.",
+            )
         out["p"] = float(p)
     return out
