@@ -184,7 +184,7 @@ def test_randomized_smallest_needs_a_shift(data):
         top_eigh(np.eye(20), 2, solver="randomized", which="SA")
 
 
-@pytest.mark.parametrize("method", ["uniform", "kmeans++", "kmeans"])
+@pytest.mark.parametrize("method", ["uniform", "maxmin", "kmeans++", "kmeans"])
 def test_nystrom_error_shrinks_with_landmarks(data, method):
     X = np.vstack([data[0], data[1]])
     kern = check_kernel("gaussian", 7, width=4.0)
@@ -195,6 +195,32 @@ def test_nystrom_error_shrinks_with_landmarks(data, method):
     assert errors[0] > errors[1] > errors[2]
     L, idx = choose_landmarks(X, X.shape[0], "uniform", random_state=0)  # all points
     assert nystrom_error(X[:100], nystrom_map(L, kern)) < 1e-6
+
+
+def test_every_landmark_method_chooses_with_the_one_chooser():
+    """Landmark MDS, landmark Isomap and landmark MVU take their landmarks from
+    `choose_landmarks` (the same rows for the same seed); the ones that need rows refuse
+    k-means centres before any work; non-finite sample rows name the method."""
+    from dimred_dask.methods import LandmarkIsomap, LandmarkMDS, landmark_mvu
+    from dimred_dask.methods.mds import LANDMARK_CHOICES
+
+    X = np.random.default_rng(3).standard_normal((240, 3))
+    for how in ("maxmin", "uniform"):
+        want = choose_landmarks(X, 25, how, 0, allowed=LANDMARK_CHOICES)[1]
+        got = LandmarkMDS(2, n_landmarks=25, landmarks=how, random_state=0).fit(X)
+        np.testing.assert_array_equal(got.landmark_indices_, want)
+        iso = LandmarkIsomap(2, n_neighbors=10, n_landmarks=25, landmarks=how).fit(X)
+        np.testing.assert_array_equal(iso.landmark_indices_, want)
+    mvu = landmark_mvu(X[:120], n_landmarks=20, n_neighbors=8)
+    want = choose_landmarks(X[:120], 20, "maxmin", 0)[1]
+    assert mvu.info["landmarks"] == want.tolist()
+    for est in (LandmarkMDS(2, landmarks="kmeans"), LandmarkIsomap(2, landmarks="kmeans")):
+        with pytest.raises(InputError, match="maxmin, uniform|'maxmin' or 'uniform'"):
+            est.fit(X)
+    bad = X.copy()
+    bad[7, 1] = np.nan
+    with pytest.raises(InputError, match="LandmarkMDS"):
+        LandmarkMDS(2, n_landmarks=25).fit(da.from_array(bad, chunks=60))
 
 
 # The probe estimate of ||E||_F^2 (Hutchinson, p Gaussian probes) has standard deviation

@@ -105,7 +105,7 @@ def check_connected(graph: KNNGraph, *, method: str = "this method") -> None:
 
 def _nearest_outside(X, members: np.ndarray, outside: np.ndarray, metric: str, p: float):
     """(i in members, j in outside, distance) of the closest pair, exactly."""
-    from ..linalg.nystrom import take_rows
+    from ..linalg.landmarks import take_rows
 
     a = take_rows(X, members, "component rows") if is_dask(X) else np.asarray(X)[members]
     best = (None, None, np.inf)

@@ -437,7 +437,7 @@ def _partitioned(X, k, metric, metric_kwds, random_state, n_partitions, overlap,
             f"overlap={overlap!r} (n = {n}).",
             "leave n_partitions out (cells of ~100 000 rows) and overlap=2.",
         )
-    from ..linalg.nystrom import take_rows
+    from ..linalg.landmarks import take_rows
 
     sample_idx = np.sort(rng.choice(n, size=min(n, 50 * n_partitions, 100_000), replace=False))
     centres = kmeans(
@@ -494,7 +494,7 @@ def _sample(X, rows: np.ndarray):
         else:
             part = X[rows]
         return csr64(part)
-    from ..linalg.nystrom import take_rows
+    from ..linalg.landmarks import take_rows
 
     return take_rows(X, rows, "recall sample").astype(np.float64)
 

@@ -4,17 +4,20 @@ eigensolvers, Nyström, SDPs. Every iterative solve leaves a convergence record
 
 from .eigen import DENSE_MAX, EIGEN_SOLVERS, Eigen, choose_eigen_solver, top_eigh
 from .moments import column_stats, row_blocks
-from .nystrom import (
+from .landmarks import (
     LANDMARK_METHODS,
-    NystromMap,
+    LANDMARK_ROWS,
     choose_landmarks,
+    resolve_landmark_method,
+    take_rows,
+)
+from .nystrom import (
+    NystromMap,
     nystrom_error,
     nystrom_features,
     nystrom_kernel,
     nystrom_map,
     nystrom_top_eigh,
-    resolve_landmark_method,
-    take_rows,
 )
 from .sparse_eigen import (
     ARPACK_MAX,
@@ -44,6 +47,7 @@ __all__ = [
     "choose_eigen_solver",
     "top_eigh",
     "LANDMARK_METHODS",
+    "LANDMARK_ROWS",
     "NystromMap",
     "choose_landmarks",
     "nystrom_error",

@@ -14,13 +14,10 @@ the rows for C's mean and r x r scatter S_C (``column_stats``) gives Phi's scatt
 R^-T S_C R^-1, whose top eigenpairs are those of the centred approximate kernel. A new point
 x maps to phi(x) = k(x, L) R^-1, which is also the out-of-sample extension.
 
-Landmarks (``landmarks=``): ``uniform`` rows; ``kmeans++`` seeds or ``kmeans`` centres
-(10 Lloyd iterations) computed on a uniform sample of ``LANDMARK_SAMPLE_FACTOR * m`` rows;
-``auto``: k-means++ up to ``AUTO_KMEANSPP_MAX`` landmarks, uniform above. k-means++ costs
-O(10 m^2 d) (the sample's distances to each new centre, with local trials), which for
-m = 2000 is more than the whole fit; and the more landmarks, the less their placement
-matters (measured: m = 300 on three Gaussian clusters, held-out error 0.085 k-means++
-against 0.104 uniform; m = 2000 on the kernel PCA benchmark's data, 4.3e-6 against 4.8e-6).
+Landmarks: `linalg.landmarks.choose_landmarks` (``landmarks=``; ``auto`` takes k-means++ up
+to 500 landmarks and uniform rows above: measured, m = 300 on three Gaussian clusters gave a
+held-out error of 0.085 with k-means++ against 0.104 uniform, and m = 2000 on the kernel PCA
+benchmark's data 4.3e-6 against 4.8e-6).
 The approximation error is measured on a held-out sample of rows: the relative Frobenius
 error of its kernel block, ||K_ss - Phi_s Phi_s^T||_F / ||K_ss||_F.
 """
@@ -34,21 +31,15 @@ import numpy as np
 import scipy.linalg
 from scipy.linalg import blas, lapack
 
-from .._compute import compute
 from .._validation import check_random_state, is_dask
 from ..blocks.kernels import kernel_block
-from ..blocks.landmarks import kmeans, kmeans_plusplus
 from ..errors import InputError
 from .convergence import record
 from .threaded import RowBlockPool
 
 __all__ = [
-    "LANDMARK_METHODS",
     "NystromMap",
-    "take_rows",
-    "choose_landmarks",
     "nystrom_map",
-    "resolve_landmark_method",
     "nystrom_features",
     "nystrom_error",
     "nystrom_top_eigh",
@@ -56,59 +47,11 @@ __all__ = [
     "ERROR_PROBES",
 ]
 
-LANDMARK_METHODS = ("auto", "uniform", "kmeans++", "kmeans")
-LANDMARK_SAMPLE_FACTOR = 10
-AUTO_KMEANSPP_MAX = 500
 # Pivoted Cholesky stops when the largest remaining Schur-complement diagonal of W is below
 # RANK_TOL times W's largest diagonal entry: the dropped landmarks then change the
 # approximation by at most that much per entry of W. 1e-10 is the threshold the earlier
 # eigenvalue truncation used.
 RANK_TOL = 1e-10
-
-
-def take_rows(X, idx: np.ndarray, stage: str = "row sample") -> np.ndarray:
-    """Rows ``idx`` (sorted) of X as a NumPy array; for dask only the chunks holding them are
-    read."""
-    idx = np.sort(np.asarray(idx))
-    if is_dask(X):
-        (rows,) = compute(X[idx], stage=stage)
-        return np.asarray(rows)
-    return np.asarray(X[idx])
-
-
-def resolve_landmark_method(method: str, m: int) -> str:
-    """The landmark choice ``auto`` stands for with ``m`` landmarks; others unchanged."""
-    if method not in LANDMARK_METHODS:
-        raise InputError(
-            f"landmarks must be one of {', '.join(LANDMARK_METHODS)}; found {method!r}.",
-            "pass landmarks='auto' (the default: k-means++ up "
-            f"to {AUTO_KMEANSPP_MAX} landmarks, uniform above).",
-        )
-    if method == "auto":
-        return "kmeans++" if m <= AUTO_KMEANSPP_MAX else "uniform"
-    return method
-
-
-def choose_landmarks(X, m: int, method: str = "auto", random_state=0):
-    """(landmark points (m, d), their row indices or None for k-means centres)."""
-    n = X.shape[0]
-    method = resolve_landmark_method(method, m)
-    if not isinstance(m, (int, np.integer)) or isinstance(m, bool) or not 1 <= m <= n:
-        raise InputError(
-            f"n_landmarks must be an int in [1, n_samples={n}]; found {m!r}.",
-            f"pass n_landmarks between 1 and {n} (a few hundred to a few thousand is usual).",
-        )
-    rng = check_random_state(random_state)
-    if method == "uniform":
-        idx = np.sort(rng.choice(n, size=m, replace=False))
-        return take_rows(X, idx, "landmark rows"), idx
-    size = min(n, LANDMARK_SAMPLE_FACTOR * m)
-    sample_idx = np.sort(rng.choice(n, size=size, replace=False))
-    sample = take_rows(X, sample_idx, "landmark sample")
-    if method == "kmeans++":
-        pick = np.sort(kmeans_plusplus(sample, m, rng))
-        return sample[pick], sample_idx[pick]
-    return kmeans(sample, m, rng), None
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
-from .._validation import is_dask, is_sparse_input
+from .._validation import check_array, check_is_fitted, check_n_features, is_dask, is_sparse_input
 from ..blocks.sparse import sparse_matmul
 
 
@@ -22,11 +22,44 @@ class DimredEstimator(TransformerMixin, BaseEstimator):
     _check_exempt: dict = {}
     _check_not_run = ""
 
+    # the method's name in error messages (None: the class name), and the attribute a fit sets
+    _method: str | None = None
+    _fitted_attr = "embedding_"
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
         tags.input_tags.sparse = False
         return tags
+
+    def _new_rows(self, X, method: str | None = None):
+        """New rows for ``transform``, checked: the estimator is fitted, X is a finite 2-D
+        numeric array (NumPy; dask is checked in its first pass) with the fit's columns."""
+        check_is_fitted(self, self._fitted_attr)
+        X = check_array(X, method=method or self._method or type(self).__name__, min_samples=1)
+        check_n_features(self, X, self.n_features_in_)
+        return X
+
+
+class ModelTransform:
+    """``transform`` of an estimator whose fit keeps its model in ``_model``: the checked new
+    rows through ``_model.transform`` (NumPy, or lazily for dask input)."""
+
+    def transform(self, X):
+        """Embed new rows of X with the fitted model.
+
+        Parameters
+        ----------
+        X : array-like or dask array of shape (n_samples, n_features)
+            New rows, with the fit's columns.
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_samples, n_components)
+            Their embedding: NumPy for NumPy input, lazy and chunked like X for dask input.
+        """
+        X = self._new_rows(X)  # first: an unfitted estimator has no _model
+        return self._model.transform(X)
 
 
 class HasConvergence:

@@ -173,7 +173,7 @@ def fit_then_place(sweep, place, X, size: int, seed: int, stage: str, **kw) -> l
     task per row chunk, on all workers); the sampled rows keep their fitted positions. Each
     model gains ``fit_rows``, ``fit_X`` (those rows, what ``transform`` places against) and
     ``info["fit_sample"]``."""
-    from ..linalg.nystrom import take_rows
+    from ..linalg.landmarks import take_rows
 
     n = X.shape[0]
     rows = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))

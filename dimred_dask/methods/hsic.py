@@ -161,7 +161,7 @@ def hsic(
         Low-rank solver, non-linear kernel: the Nyström landmarks of K.
     n_label_landmarks : int, default 100
         Low-rank solver, gaussian label kernel: the landmarks of its Nyström factor.
-    landmarks : {"auto", "uniform", "kmeans++", "kmeans"}, default "kmeans++"
+    landmarks : {"auto", "uniform", "maxmin", "kmeans++", "kmeans"}, default "kmeans++"
         Low-rank solver: how the landmarks of K are chosen.
     random_state : int, numpy Generator or None, default 0
         Seeds the permutations and the landmarks.

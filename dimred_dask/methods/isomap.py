@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import check_array, check_is_fitted, check_n_features, check_random_state
+from .._validation import check_array, check_random_state
 from ..errors import InputError
 from ..graphs import (
     check_n_neighbors,
@@ -44,10 +44,11 @@ from ..graphs import (
     geodesic_rows_on_workers,
     geodesics_through_neighbours,
 )
+from ..linalg import choose_landmarks
 from ..pairwise import check_metric
-from ._base import DimredEstimator, column_signs, kept, like_input, rows_at, rowwise
+from ._base import ModelTransform, DimredEstimator, column_signs, kept, like_input, rows_at, rowwise
 from ._graph_common import ArrayModel, fit_graph, new_neighbours, training_rows
-from .mds import MDS_SOLVERS, MDSModel, choose_landmark_rows, classical_mds
+from .mds import MDS_SOLVERS, MDSModel, classical_mds
 
 __all__ = [
     "Isomap",
@@ -59,6 +60,7 @@ __all__ = [
 ]
 
 DEFAULT_N_LANDMARKS = 300  # n_landmarks=None: min(n_samples, this)
+LANDMARK_CHOICES = ("maxmin", "uniform")  # of linalg.LANDMARK_METHODS: rows, graph vertices
 TRIANGULATE_ROWS = 65_536  # rows triangulated at once (a rows x m float64 temporary)
 
 
@@ -406,7 +408,7 @@ def _landmark_isomap(
             f"(more than n_components, at most n_samples); found {m!r}.",
             f"pass n_landmarks between {k + 1} and {n} (a few hundred is usual).",
         )
-    if landmarks not in ("maxmin", "uniform"):
+    if landmarks not in LANDMARK_CHOICES:
         raise InputError(
             f"landmarks must be 'maxmin' or 'uniform'; found {landmarks!r}.",
             "pass landmarks='maxmin'.",
@@ -422,7 +424,15 @@ def _landmark_isomap(
         join_components_=join_components,
         random_state=random_state,
     )
-    _, idx = choose_landmark_rows(X, int(m), landmarks, check_metric(metric, 2.0), rng, "X")
+    _, idx = choose_landmarks(
+        X,
+        int(m),
+        landmarks,
+        rng,
+        metric=metric,
+        allowed=LANDMARK_CHOICES,
+        check_finite="LandmarkIsomap",
+    )
     if on_workers:
         mds, reference, Y = _triangulate_on_workers(g, idx, k, rng, X.dtype)
         X_fit = X
@@ -503,7 +513,7 @@ def _principal_axes(Y: np.ndarray):
 # --------------------------------------------------------------------------- estimators
 
 
-class _IsomapBase(DimredEstimator):
+class _IsomapBase(ModelTransform, DimredEstimator):
     _method = "Isomap"
 
     def _set(self, model: IsomapModel, X):
@@ -523,12 +533,6 @@ class _IsomapBase(DimredEstimator):
 
     def fit_transform(self, X, y=None):
         return self.fit(X).embedding_
-
-    def transform(self, X):
-        check_is_fitted(self, "embedding_")
-        X = check_array(X, method=self._method, min_samples=1)
-        check_n_features(self, X, self.n_features_in_)
-        return self._model.transform(X)
 
 
 class Isomap(_IsomapBase):

@@ -46,9 +46,7 @@ import scipy.linalg
 from .._compute import active_client, compute
 from .._validation import (
     check_array,
-    check_is_fitted,
     check_n_components,
-    check_n_features,
     check_random_state,
     is_dask,
 )
@@ -70,6 +68,7 @@ from ..linalg import (
 )
 from ..pairwise import center_stats, check_kernel, double_center, pairwise_kernels
 from ._base import (
+    ModelTransform,
     DimredEstimator,
     HasConvergence,
     column_signs,
@@ -287,7 +286,7 @@ def kernel_pca(
         ``auto``: dense up to ``DENSE_MAX`` rows, else nystrom.
     n_landmarks : int, default 1000
         Nyström only: m, the number of landmarks, with n_components <= m <= n_samples.
-    landmarks : {"auto", "uniform", "kmeans++", "kmeans"}, default "auto"
+    landmarks : {"auto", "uniform", "maxmin", "kmeans++", "kmeans"}, default "auto"
         Nyström only: how the landmarks are chosen ("auto": k-means++ up to 500 landmarks,
         uniform above).
     n_oversamples : int, default 20
@@ -676,7 +675,7 @@ def held_out_rows(X, landmark_idx, random_state) -> np.ndarray:
     return take_rows(X, idx, "held-out rows")
 
 
-class KernelPCA(DimredEstimator):
+class KernelPCA(ModelTransform, DimredEstimator):
     """Kernel PCA on NumPy or dask arrays (Schölkopf, Smola & Müller 1998).
 
     Parameters
@@ -699,6 +698,8 @@ class KernelPCA(DimredEstimator):
     approximation, lazy for dask input), embedding_, n_features_in_, solver_, and for
     Nyström landmarks_ and approximation_error_.
     """
+
+    _fitted_attr = "eigenvalues_"
 
     _check_params = (
         {},
@@ -777,9 +778,3 @@ class KernelPCA(DimredEstimator):
 
     def fit_transform(self, X, y=None):
         return self.fit(X).embedding_
-
-    def transform(self, X):
-        check_is_fitted(self, "eigenvalues_")
-        X = check_array(X, method="KernelPCA", min_samples=1, check_finite=not is_dask(X))
-        check_n_features(self, X, self.n_features_in_)
-        return self._model.transform(X)

@@ -29,8 +29,7 @@ import time
 import numpy as np
 import scipy.linalg
 
-from .._validation import check_array, check_random_state, is_dask
-from ..blocks.landmarks import maxmin
+from .._validation import check_array, is_dask
 from ..errors import InputError
 from ..graphs import check_reg
 from ..graphs.landmark import (
@@ -41,7 +40,7 @@ from ..graphs.landmark import (
     svec_index,
 )
 from ..graphs.sdp import edge_list
-from ..linalg import take_rows
+from ..linalg import choose_landmarks
 from ..linalg.conic import solve_problem
 from ..linalg.sdp import solver_options
 from ._base import column_signs
@@ -57,8 +56,7 @@ __all__ = [
 ]
 
 LANDMARK_BASES = ("reconstruction", "laplacian")
-LANDMARK_CHOICES = ("maxmin", "uniform")
-SAMPLE_FACTOR = 10  # max-min runs on a uniform sample of this many times m rows
+LANDMARK_CHOICES = ("maxmin", "uniform")  # of linalg.LANDMARK_METHODS
 # Clarabel's gap / feasibility tolerance for the m x m problem. Not 1e-7 as for exact MVU:
 # the penalised objective is a difference of two O(1) ratios and Clarabel's relative gap can
 # stall between 1e-7 and 1e-6 on some inputs ("AlmostSolved" with tiny residuals). 1e-6 of the
@@ -121,16 +119,6 @@ def check_landmark_params(n: int, *, n_components, n_landmarks, basis, landmarks
             f"penalty must be a positive number; found {penalty!r}.",
             "pass penalty=100 (the default).",
         )
-
-
-def _landmarks(X, m: int, how: str, random_state) -> np.ndarray:
-    n = X.shape[0]
-    rng = check_random_state(random_state)
-    pool = np.sort(rng.choice(n, size=min(n, SAMPLE_FACTOR * m), replace=False))
-    if how == "uniform":
-        return np.sort(rng.choice(pool, size=m, replace=False))
-    sample = take_rows(X, pool, "landmark sample").astype(np.float64)
-    return np.sort(pool[maxmin(sample, m, rng)])
 
 
 def _variance(X) -> float:
@@ -299,8 +287,8 @@ def landmark_mvu(
         LLE reconstruction onto m landmarks, or the bottom m eigenvectors of the graph
         Laplacian.
     landmarks : {"maxmin", "uniform"}, default "maxmin"
-        How the landmarks of the reconstruction basis are chosen: max-min or uniform, on a
-        uniform sample of ``SAMPLE_FACTOR`` * m rows.
+        How the landmarks of the reconstruction basis are chosen (`linalg.choose_landmarks`):
+        max-min on a uniform sample of 10 m rows, or uniform rows.
     penalty : float, default 100.0
         The penalty's weight nu (> 0): large values keep the edges (within what m landmarks
         can express), small ones unfold more.
@@ -390,7 +378,9 @@ def landmark_mvu(
     timings = {}
     t = time.perf_counter()
     if basis == "reconstruction":
-        lm = _landmarks(X, int(n_landmarks), landmarks, random_state)
+        lm = choose_landmarks(
+            X, int(n_landmarks), landmarks, random_state, allowed=LANDMARK_CHOICES
+        )[1]
         Q, qinfo = reconstruction_basis(X, graph, lm, reg)
     else:
         lm = None

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import check_array, check_is_fitted, check_n_features
+from .._validation import check_array
 from ..errors import InputError
 from ..graphs import WEIGHTS, graph_csr, graph_weights, spectral_embedding
 from ..linalg import SPARSE_EIGEN_SOLVERS
-from ._base import DimredEstimator, like_input, rows_at, rowwise
+from ._base import ModelTransform, DimredEstimator, like_input, rows_at, rowwise
 from ._graph_common import (
     ArrayModel,
     check_n_components_graph,
@@ -234,7 +234,7 @@ def laplacian_eigenmaps(
     )
 
 
-class LaplacianEigenmaps(DimredEstimator):
+class LaplacianEigenmaps(ModelTransform, DimredEstimator):
     """Laplacian eigenmaps (Belkin & Niyogi 2003) on NumPy or dask arrays.
 
     Parameters
@@ -322,9 +322,3 @@ class LaplacianEigenmaps(DimredEstimator):
 
     def fit_transform(self, X, y=None):
         return self.fit(X).embedding_
-
-    def transform(self, X):
-        check_is_fitted(self, "embedding_")
-        X = check_array(X, method="LaplacianEigenmaps", min_samples=1)
-        check_n_features(self, X, self.n_features_in_)
-        return self._model.transform(X)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from .._validation import check_array, check_is_fitted, check_n_features
+from .._validation import check_array
 from ..blocks.neighbors import reconstruction_weights_block
 from ..graphs import check_reg, reconstruction_weights
 from ..linalg import (
@@ -56,7 +56,7 @@ from ..errors import InputError
 from ..linalg.convergence import solve_with_fallbacks
 from ..linalg.sparse_eigen import workers_at_hand
 from ..linalg.worker_lobpcg import bottom_eigsh_lobpcg_workers
-from ._base import DimredEstimator, like_input, rows_at, rowwise
+from ._base import ModelTransform, DimredEstimator, like_input, rows_at, rowwise
 from ._graph_common import (
     ArrayModel,
     check_n_components_graph,
@@ -363,7 +363,7 @@ def lle(
     )
 
 
-class LocallyLinearEmbedding(DimredEstimator):
+class LocallyLinearEmbedding(ModelTransform, DimredEstimator):
     """LLE (Roweis & Saul 2000) on NumPy or dask arrays.
 
     Parameters
@@ -386,6 +386,8 @@ class LocallyLinearEmbedding(DimredEstimator):
     embedding_ ((1/n) Y^T Y = I), eigenvalues_, reconstruction_error_, n_components_,
     n_features_in_, convergence_ (the eigensolver's records, a retried solve's first)
     """
+
+    _method = "LLE"
 
     # scikit-learn's estimator checks fit data sets of ~10 rows (k < n), and their random
     # blobs often give a disconnected kNN graph: join it
@@ -448,9 +450,3 @@ class LocallyLinearEmbedding(DimredEstimator):
 
     def fit_transform(self, X, y=None):
         return self.fit(X).embedding_
-
-    def transform(self, X):
-        check_is_fitted(self, "embedding_")
-        X = check_array(X, method="LLE", min_samples=1)
-        check_n_features(self, X, self.n_features_in_)
-        return self._model.transform(X)

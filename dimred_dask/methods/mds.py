@@ -15,7 +15,7 @@ training points maps to y = -1/2 Lambda_k^-1/2 V_k^T (delta_x - mean_delta), mea
 column means of D2. A training point gets back V_k Lambda_k^1/2 (V is orthogonal to 1).
 
 Landmark MDS (de Silva & Tenenbaum 2003): m landmarks (max-min over a uniform sample of
-``LANDMARK_SAMPLE_FACTOR * m`` rows, or uniform rows), classical MDS of their m x m squared
+10 m rows, or uniform rows; `linalg.choose_landmarks`), classical MDS of their m x m squared
 distances, then every point triangulated as above from its squared distances to the
 landmarks (L# = V_k Lambda_k^-1/2, delta_mu the landmarks' mean). The paper's optional last
 step (``align=True``), a PCA of the triangulated points (one pass: mean and k x k scatter),
@@ -42,18 +42,24 @@ import numpy as np
 from .._validation import (
     check_array,
     check_is_fitted,
-    check_n_features,
     check_random_state,
     is_dask,
-    nonfinite_error,
 )
 from ..blocks.centring import double_centred
 from ..blocks.kernels import distance_block
-from ..blocks.landmarks import maxmin
 from ..errors import InputError
-from ..linalg import choose_eigen_solver, column_stats, take_rows
+from ..linalg import choose_eigen_solver, choose_landmarks, column_stats, take_rows
 from ..pairwise import center_stats, double_center
-from ._base import DimredEstimator, HasConvergence, kept, like_input, row_blocks, row_range, rowwise
+from ._base import (
+    ModelTransform,
+    DimredEstimator,
+    HasConvergence,
+    kept,
+    like_input,
+    row_blocks,
+    row_range,
+    rowwise,
+)
 from ._mds_parts import (
     MDS_SOLVERS,
     _check_int,
@@ -87,9 +93,8 @@ __all__ = [
     "landmark_mds",
 ]
 
-LANDMARK_CHOICES = ("maxmin", "uniform")
+LANDMARK_CHOICES = ("maxmin", "uniform")  # of linalg.LANDMARK_METHODS
 DEFAULT_N_LANDMARKS = 1000  # n_landmarks=None: min(n_samples, this)
-LANDMARK_SAMPLE_FACTOR = 10  # max-min runs on a uniform sample of this many times m rows
 
 
 # --------------------------------------------------------------------------- models
@@ -449,30 +454,6 @@ def _check_landmark_params(n: int, n_components, n_landmarks, landmarks):
     return k, m
 
 
-def _finite_rows(rows: np.ndarray, idx: np.ndarray, where: str) -> None:
-    bad = ~np.isfinite(rows)
-    if bad.any():
-        n_nan = int(np.isnan(rows).sum())
-        raise nonfinite_error(
-            "LandmarkMDS", idx[bad.any(axis=1)], n_nan, int(bad.sum()) - n_nan, where
-        )
-
-
-def choose_landmark_rows(X, m: int, how: str, metric: dict, rng, where: str):
-    """(landmark rows (m, d), their sorted row indices)."""
-    n = X.shape[0]
-    if how == "uniform":
-        idx = np.sort(rng.choice(n, size=m, replace=False))
-        rows = take_rows(X, idx, "LandmarkMDS: landmark rows")
-        _finite_rows(rows, idx, where)
-        return rows, idx
-    pool = np.sort(rng.choice(n, size=min(n, LANDMARK_SAMPLE_FACTOR * m), replace=False))
-    sample = take_rows(X, pool, "LandmarkMDS: landmark sample")
-    _finite_rows(sample, pool, where)
-    pick = np.sort(maxmin(sample, m, rng, metric["metric"], metric.get("p", 2.0)))
-    return sample[pick], pool[pick]
-
-
 def landmark_mds(
     X,
     *,
@@ -499,7 +480,7 @@ def landmark_mds(
     n_landmarks : int or None, default None
         m in (n_components, n_samples]; None for min(n_samples, 1000).
     landmarks : {"maxmin", "uniform"}, default "maxmin"
-        Max-min over a uniform sample of ``LANDMARK_SAMPLE_FACTOR * m`` rows (de Silva &
+        Max-min over a uniform sample of 10 m rows (de Silva &
         Tenenbaum's choice), or uniform rows.
     metric : str, default "euclidean"
         One of ``METRICS``.
@@ -537,7 +518,17 @@ def landmark_mds(
     n = X.shape[0]
     k, m = _check_landmark_params(n, n_components, n_landmarks, landmarks)
     rng = check_random_state(random_state)
-    L, idx = choose_landmark_rows(X, m, landmarks, params, rng, where)
+    L, idx = choose_landmarks(
+        X,
+        m,
+        landmarks,
+        rng,
+        metric=params["metric"],
+        p=params.get("p", 2.0),
+        allowed=LANDMARK_CHOICES,
+        check_finite="LandmarkMDS",
+        where=where,
+    )
     shift = L.mean(axis=0, dtype=np.float64) if params["metric"] == "euclidean" else None
     D2 = _squared_matrix(L, params, shift)
     r, g = center_stats(D2)
@@ -610,7 +601,7 @@ def _with_stress(model: LandmarkMDSModel, X, metric: dict, rng) -> LandmarkMDSMo
 # --------------------------------------------------------------------------- estimators
 
 
-class _MDSBase(DimredEstimator):
+class _MDSBase(ModelTransform, DimredEstimator):
     _method = "MDS"
 
     def _set_common(self, model):
@@ -626,12 +617,6 @@ class _MDSBase(DimredEstimator):
 
     def fit_transform(self, X, y=None):
         return self.fit(X).embedding_
-
-    def transform(self, X):
-        check_is_fitted(self, "embedding_")
-        X = check_array(X, method=self._method, min_samples=1, check_finite=not is_dask(X))
-        check_n_features(self, X, self.n_features_in_)
-        return self._model.transform(X)
 
     def get_feature_names_out(self, input_features=None):
         check_is_fitted(self, "embedding_")

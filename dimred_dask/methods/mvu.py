@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import check_array, check_is_fitted, check_n_features, is_dask
+from .._validation import check_array, is_dask
 from ..blocks.neighbors import block_topk, reconstruction_weights_block
 from ..errors import InputError
 from ..graphs import (
@@ -44,7 +44,7 @@ from ..graphs import (
 from ..graphs.sdp import edge_list
 from ..linalg.sdp import SDP_FORMULATIONS, solver_options
 from ._distance_sdp import distance_sdp, kernel_embedding
-from ._base import DimredEstimator, HasConvergence, like_input, rowwise
+from ._base import ModelTransform, DimredEstimator, HasConvergence, like_input, rowwise
 
 __all__ = [
     "MaximumVarianceUnfolding",
@@ -435,7 +435,7 @@ def mvu(
     )
 
 
-class SDPEstimator(DimredEstimator):
+class SDPEstimator(ModelTransform, DimredEstimator):
     """Shared fit results and transform of the SDP estimators."""
 
     def _set(self, model: SDPEmbeddingModel, X):
@@ -454,12 +454,6 @@ class SDPEstimator(DimredEstimator):
 
     def fit_transform(self, X, y=None, **kw):
         return self.fit(X, y, **kw).embedding_
-
-    def transform(self, X):
-        check_is_fitted(self, "embedding_")
-        X = check_array(X, method=type(self).__name__, min_samples=1, check_finite=not is_dask(X))
-        check_n_features(self, X, self.n_features_in_)
-        return self._model.transform(X)
 
 
 class MaximumVarianceUnfolding(SDPEstimator):

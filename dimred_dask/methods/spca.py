@@ -561,7 +561,7 @@ def kernel_supervised_pca(
         ``DENSE_MAX_SAMPLES`` rows).
     n_landmarks : int, default 200
         Nyström only: the number of landmarks (at most n_samples).
-    landmarks : {"auto", "uniform", "kmeans++", "kmeans"}, default "kmeans++"
+    landmarks : {"auto", "uniform", "maxmin", "kmeans++", "kmeans"}, default "kmeans++"
         Nyström only: how the landmarks are chosen.
     random_state : int, numpy Generator or None, default 0
         Seeds the landmarks.

@@ -173,7 +173,7 @@ def spectral_clustering(
         The Gaussian (Nyström) affinity's c in exp(-||x - x'||^2 / c^2).
     n_landmarks : int, default 500
         The Gaussian (Nyström) affinity's m, an int in [n_clusters, n_samples].
-    landmarks : {"auto", "uniform", "kmeans++", "kmeans"}, default "kmeans++"
+    landmarks : {"auto", "uniform", "maxmin", "kmeans++", "kmeans"}, default "kmeans++"
         The Gaussian (Nyström) affinity's choice of landmarks.
     eigen_solver : {"auto", "dense", "arpack", "lobpcg", "lobpcg-workers"}, default "auto"
         The sparse eigensolver's (kNN affinity).

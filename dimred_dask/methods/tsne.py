@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._compute import active_client
-from .._validation import check_array, check_is_fitted, check_n_features
+from .._validation import check_array
 from ..blocks.tsne_gradient import Interpolation, kl_divergence, potentials, tsne_step
 from ..errors import InputError
 from ..graphs.affinities import (
@@ -638,9 +638,7 @@ class TSNE(DimredEstimator):
         return like_input(self.fit(X, graph=graph).embedding_, X, cast=True)
 
     def transform(self, X):
-        check_is_fitted(self, "embedding_")
-        X = check_array(X, method="t-SNE transform", min_samples=1)
-        check_n_features(self, X, self.n_features_in_)
+        X = self._new_rows(X, "t-SNE transform")
         return _place(
             self._fit_X,
             self._fit_Y,

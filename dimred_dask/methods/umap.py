@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._compute import active_client
-from .._validation import check_array, check_is_fitted, check_n_features
+from .._validation import check_array
 from ..blocks.umap_kernels import sgd_epoch
 from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, affinity_row_blocks_delayed, find_ab
@@ -710,7 +710,5 @@ class UMAP(DimredEstimator):
         return like_input(self.fit(X, graph=graph).embedding_, X, cast=True)
 
     def transform(self, X):
-        check_is_fitted(self, "embedding_")
-        X = check_array(X, method="UMAP transform", min_samples=1)
-        check_n_features(self, X, self.n_features_in_)
+        X = self._new_rows(X, "UMAP transform")
         return _place(self._fit_X, self._fit_Y, X, self.params_)
