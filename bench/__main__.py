@@ -28,6 +28,7 @@ def main(argv=None) -> int:
             "scaling",
             "shards",
             "models",
+            "numba-cache",
         ],
         help="which benchmark",
     )
@@ -195,6 +196,10 @@ def main(argv=None) -> int:
         from . import sparse
 
         return sparse.main_big(args) if args.big else sparse.main(args)
+    if args.name == "numba-cache":
+        from . import numba_cache
+
+        return numba_cache.main(args)
     if args.name == "models":
         from . import models
 

@@ -580,3 +580,15 @@ def test_a_pilot_on_subsets_starts_hard_data_with_a_denser_search(hard_blobs, mo
     assert sample_recall(hard_blobs, g, 500, random_state=1)["recall"] >= 0.95
     easy = knn_graph(hard_blobs[:, :3].copy(), 10, backend="nndescent", target_recall=0.9)
     assert easy.info["recall_search"]["rounds"][0]["search_neighbors"] == 10  # 3-D: easy
+
+
+def test_pynndescent_compiles_into_numba_on_disk_cache():
+    # a fresh process (each Dask worker) loads pynndescent's compiled functions from disk
+    # instead of compiling them again (bench numba-cache measures the time saved)
+    from numba.core.caching import NullCache
+
+    from dimred_dask.graphs.nndescent import pynndescent_cached
+
+    mod = pynndescent_cached()
+    for fn in (mod.pynndescent_.init_rp_tree, mod.utils.generate_graph_update_array):
+        assert not isinstance(fn._cache, NullCache), fn

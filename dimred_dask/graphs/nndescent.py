@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import sys
 import time
 
 import numpy as np
@@ -47,11 +49,47 @@ _GATHER_ROWS = 65_536  # rows per block when the ordered float32 copy is gathere
 _ANGULAR = ("cosine", "correlation", "dot", "inner_product", "hellinger", "true_angular")
 
 
+def pynndescent_cached():
+    """Import pynndescent with numba's on-disk cache on for its compiled functions.
+
+    pynndescent declares most of its numba functions without ``cache=True``, so every fresh
+    process (each Dask worker, each run) compiles them again on its first graph: about 40 s
+    on a 3000 x 10 graph here, against about 12 s once they are cached (`bench/RESULTS.md`,
+    "numba cache"). The rest is compiled again each time: functions that take a distance
+    function as an argument are typed by that function's identity, which a cache cannot
+    match across processes. The cache lives where numba keeps ``cache=True`` functions
+    (``__pycache__`` beside the package, or ``NUMBA_CACHE_DIR``) and is keyed on the source
+    files, so a different pynndescent release compiles afresh. ``DIMRED_NUMBA_CACHE=0`` in
+    the environment leaves pynndescent as it is.
+    """
+    global _CACHED
+    import pynndescent
+
+    if not _CACHED and os.environ.get("DIMRED_NUMBA_CACHE", "1") != "0":
+        _CACHED = True
+        try:
+            from numba.core.dispatcher import Dispatcher
+
+            for name, mod in list(sys.modules.items()):
+                if not name.startswith("pynndescent.") or mod is None:
+                    continue
+                for obj in list(vars(mod).values()):
+                    if isinstance(obj, Dispatcher) and type(obj._cache).__name__ == "NullCache":
+                        obj.enable_caching()
+        except Exception:  # an optimisation only: without it pynndescent compiles as before
+            pass
+    return pynndescent
+
+
+_CACHED = False
+
+
 def locality_order(x: np.ndarray, seed: int, angular: bool = False) -> np.ndarray | None:
     """A permutation of the rows of ``x`` (float32, C order) in the leaf order of one random
     projection tree (pynndescent's leaf-only forest): rows close in space become close in
     memory. None if that forest builder is unavailable (then rows stay in their order)."""
     try:
+        pynndescent_cached()
         from pynndescent.hybrid_forest import make_hybrid_leaf_array
     except ImportError:  # pynndescent < 0.7: no leaf-only builder; the order is optional
         return None
@@ -146,7 +184,7 @@ def _nndescent_ordered(
     order); the graph in the given row numbers. ``search_k`` > k: the search keeps that many
     neighbours per row (a denser graph to walk: higher recall on hard data) and the nearest k
     are returned."""
-    from pynndescent import NNDescent
+    NNDescent = pynndescent_cached().NNDescent
 
     n = x.shape[0]
     t_order = time.perf_counter()

@@ -38,7 +38,10 @@ def _key(X: np.ndarray, metric: str) -> tuple:
 
 def _index(X_train: np.ndarray, metric: str):
     import numba
-    from pynndescent import NNDescent
+
+    from .nndescent import pynndescent_cached
+
+    NNDescent = pynndescent_cached().NNDescent
 
     x = np.ascontiguousarray(X_train, dtype=np.float32)
     key = _key(x, metric)
