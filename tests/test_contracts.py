@@ -1,0 +1,58 @@
+"""The project's own contracts, on every estimator the package exports (found as
+`test_estimator_checks` finds them, with the small-data parameters each declares in
+``_check_params``): NumPy in gives NumPy out; the same seed gives the same result; dask in
+gives a lazy dask array out, equal to the NumPy result row for row; a fitted estimator
+pickles and places rows as before; a bad parameter is refused with a fix."""
+
+import pickle
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+from dimred_dask.errors import InputError
+from tests.test_estimator_checks import ESTIMATORS
+
+CONTRACTED = [cls for cls in ESTIMATORS if cls._check_params]
+
+
+def _data():
+    """A noisy swiss roll of 60 points in 3-D (connected kNN graphs at the declared k) and
+    three classes by the roll's angle (for the supervised methods)."""
+    rng = np.random.default_rng(7)
+    t = 1.5 * np.pi * (1 + 2 * np.sort(rng.random(60)))
+    X = np.column_stack([t * np.cos(t), 10 * rng.random(60), t * np.sin(t)])
+    X += 0.05 * rng.standard_normal(X.shape)
+    return X, np.digitize(t, np.quantile(t, [1 / 3, 2 / 3]))
+
+
+def _fitted(est, X, y):
+    return est.fit_transform(X, y) if hasattr(est, "fit_transform") else est.fit(X, y).labels_
+
+
+@pytest.mark.parametrize("cls", CONTRACTED, ids=lambda c: c.__name__)
+def test_estimator_contracts(cls):
+    X, y = _data()
+    est = cls(**cls._check_params[0])
+    Y = _fitted(est, X, y)
+    assert isinstance(Y, np.ndarray) and Y.shape[0] == X.shape[0]
+    assert np.isfinite(Y).all()
+    again = _fitted(clone(est), X, y)
+    np.testing.assert_array_equal(again, Y)  # the same seed, the same result
+
+    Yd = _fitted(clone(est), da.from_array(X, chunks=20), y)
+    assert isinstance(Yd, (np.ndarray, da.Array)) and Yd.shape[0] == X.shape[0]
+    if hasattr(est, "transform"):
+        new = X[::3] + 0.01
+        Z = est.transform(new)
+        Zd = est.transform(da.from_array(new, chunks=7))
+        assert isinstance(Zd, da.Array) and Zd.chunks[0] == (7, 7, 6)  # lazy, in X's chunks
+        np.testing.assert_allclose(Zd.compute(), Z, rtol=1e-9, atol=1e-12)
+        back = pickle.loads(pickle.dumps(est))
+        np.testing.assert_array_equal(back.transform(new), Z)
+
+    name = "n_clusters" if "n_clusters" in est.get_params() else "n_components"
+    with pytest.raises(InputError) as err:
+        _fitted(clone(est).set_params(**{name: 0}), X, y)
+    assert "Fix:" in str(err.value), str(err.value)
