@@ -74,7 +74,11 @@ def pynndescent_cached():
                 if not name.startswith("pynndescent.") or mod is None:
                     continue
                 for obj in list(vars(mod).values()):
-                    if isinstance(obj, Dispatcher) and type(obj._cache).__name__ == "NullCache":
+                    if (
+                        isinstance(obj, Dispatcher)
+                        and type(obj._cache).__name__ == "NullCache"
+                        and obj.py_func.__name__ not in _UNCACHEABLE
+                    ):
                         obj.enable_caching()
         except Exception:  # an optimisation only: without it pynndescent compiles as before
             pass
@@ -82,6 +86,9 @@ def pynndescent_cached():
 
 
 _CACHED = False
+# pynndescent's functions that numba refuses to cache (they use dynamic globals: it would warn
+# on each compile)
+_UNCACHEABLE = frozenset({"nn_descent", "nn_descent_internal"})
 
 
 def locality_order(x: np.ndarray, seed: int, angular: bool = False) -> np.ndarray | None:
