@@ -125,9 +125,9 @@ def main(argv=None) -> int:
     p.add_argument(
         "--compare-workers",
         action="store_true",
-        help="isomap: landmark Isomap at --rows (default 1 000 000) on one kNN "
-        "graph with its geodesics in this process and on the workers, in "
-        "turns (--repeat rounds)",
+        help="isomap: landmark Isomap at --rows (default 1 000 000), or with --exact "
+        "exact Isomap (default 20 000), on one kNN graph with its geodesics in this "
+        "process and on the workers, in turns (--repeat rounds)",
     )
     p.add_argument(
         "--skip-big",

@@ -214,19 +214,27 @@ def main_isomap(args) -> int:
 
 
 def main_isomap_workers(args) -> int:
-    """Landmark Isomap at ``--rows`` (default 1 000 000) on one kNN graph, its geodesics in
-    this process (the estimator's path) and left on the workers (the flow's path), in turns:
-    time, this process's peak RSS (the flow's process in a run), the workers' peaks, and the
-    largest difference between the two embeddings."""
+    """Landmark Isomap at ``--rows`` (default 1 000 000), or with ``--exact`` exact Isomap
+    (default 20 000 rows), on one kNN graph, its geodesics in this process (the estimator's
+    path) and left on the workers (the flow's path), in turns: time, this process's peak RSS
+    (the flow's process in a run), the workers' peaks, and the largest difference between the
+    two embeddings."""
     import dask.array as da
     from distributed import wait
 
     from dimred_dask.graphs import knn_graph
-    from dimred_dask.methods.isomap import landmark_isomap, landmark_isomap_on_workers
+    from dimred_dask.methods.isomap import (
+        isomap,
+        isomap_on_workers,
+        landmark_isomap,
+        landmark_isomap_on_workers,
+    )
 
-    n = args.rows or 1_000_000
+    exact = bool(getattr(args, "exact", False))
+    n = args.rows or (20_000 if exact else 1_000_000)
+    what = "exact Isomap" if exact else f"{N_LANDMARKS} landmarks"
     print(
-        f"# bench isomap --compare-workers: swiss roll n = {n:,}, {N_LANDMARKS} landmarks, "
+        f"# bench isomap --compare-workers: swiss roll n = {n:,}, {what}, "
         f"k = {K}; {machine()}; load {os.getloadavg()}",
         flush=True,
     )
@@ -235,14 +243,21 @@ def main_isomap_workers(args) -> int:
     rows = []
     try:
         pids = list(client.run(os.getpid).values())
-        Xd = da.from_array(X, chunks=(100_000, 3)).persist()
+        Xd = da.from_array(X, chunks=(n // 4 if exact else 100_000, 3)).persist()
         wait(Xd)
         g = knn_graph(Xd, K, backend="exact" if n <= 50_000 else "nndescent", random_state=0)
-        kw = {"n_neighbors": K, "n_landmarks": N_LANDMARKS, "graph": g, "random_state": 0}
-        ways = (
-            ("geodesics in this process", landmark_isomap),
-            ("geodesics on the workers", landmark_isomap_on_workers),
-        )
+        kw = {"n_neighbors": K, "graph": g, "random_state": 0}
+        if exact:
+            ways = (
+                ("geodesics in this process", isomap),
+                ("geodesics on the workers", isomap_on_workers),
+            )
+        else:
+            kw["n_landmarks"] = N_LANDMARKS
+            ways = (
+                ("geodesics in this process", landmark_isomap),
+                ("geodesics on the workers", landmark_isomap_on_workers),
+            )
         embeddings = {}
         for r in range(max(1, args.repeat)):
             for label, fit in ways:

@@ -15,18 +15,17 @@ from dimred_dask.methods import (
     LaplacianEigenmapsModel,
     LLEModel,
     SpectralClusteringModel,
-    isomap,
     laplacian_eigenmaps,
     lle,
     spectral_clustering,
 )
-from dimred_dask.methods.isomap import landmark_isomap_on_workers
+from dimred_dask.methods.isomap import isomap_on_workers, landmark_isomap_on_workers
 
 from .adapter import MethodAdapter, check_known, model_loader, save_model, training_embedding
 
 __all__ = ["METHODS", "ISOMAP_FLOW_MAX"]
 
-ISOMAP_FLOW_MAX = 20_000  # full Isomap holds n x n geodesics (3.2 GB at 20 000 in float64)
+ISOMAP_FLOW_MAX = 20_000  # full Isomap: n x n geodesics on the workers (3.2 GB at 20 000)
 GRAPH_KEYS = {
     "n_neighbors": 10,
     "metric": "euclidean",
@@ -80,7 +79,7 @@ DEFAULTS = {
 # landmark Isomap in the flow: its m x n geodesics stay on the workers, and the model's
 # reference and training rows are written to the run store from there
 FUNCTIONS = {
-    "isomap": isomap,
+    "isomap": isomap_on_workers,
     "landmark-isomap": landmark_isomap_on_workers,
     "lle": lle,
     "laplacian": laplacian_eigenmaps,

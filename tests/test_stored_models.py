@@ -172,6 +172,44 @@ def test_load_model_refuses_what_it_cannot_load(tmp_path):
         load_model(str(tmp_path / "umap"))
 
 
+def test_exact_isomap_leaves_its_geodesic_matrix_on_the_workers(client, tmp_path, monkeypatch):
+    """The flow's exact Isomap: the n x n geodesics stay persisted on the workers, classical
+    MDS (randomized, as above 4000 rows) reads them there, and the model's reference goes to
+    the run store from there; the embedding and the stored geodesics are the in-process
+    fit's."""
+    from sklearn.datasets import make_swiss_roll
+
+    from dimred_dask.graphs import knn_graph
+    from dimred_dask.methods.isomap import isomap, isomap_on_workers
+
+    X, _ = make_swiss_roll(3_000, random_state=5)
+    g = knn_graph(X, 10)
+    params = {"n_neighbors": 10, "graph": g, "random_state": 0, "solver": "randomized"}
+    here = isomap(X, **params)
+    # Kruskal's stress on 2000 sampled rows costs ~130 MB in any process, whatever n; 300
+    # rows here, so that what is traced is what grows with n
+    monkeypatch.setattr("dimred_dask.methods._mds_parts.STRESS_MAX_ROWS", 300)
+    tracemalloc.start()
+    try:
+        there = isomap_on_workers(da.from_array(X, chunks=750), **params)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    geodesics = X.shape[0] ** 2 * 8  # the n x n float64 matrix the in-process fit holds
+    assert peak < geodesics / 4, (peak, geodesics)
+    assert isinstance(there.reference, da.Array) and isinstance(there.X_fit, da.Array)
+    scale = np.abs(here.embedding).max()
+    np.testing.assert_allclose(there.embedding, here.embedding, rtol=1e-9, atol=1e-9 * scale)
+    store = RunStore(str(tmp_path / "run"))
+    save_model(there, store)
+    loaded = get_method("isomap").load(store)
+    np.testing.assert_allclose(np.asarray(loaded.reference), here.reference, rtol=1e-12)
+    new = X[:30] + 0.05
+    np.testing.assert_allclose(
+        loaded.transform(new), here.transform(new), rtol=1e-8, atol=1e-8 * scale
+    )
+
+
 def test_landmark_isomap_leaves_its_geodesics_on_the_workers(client, tmp_path):
     """The flow's landmark Isomap: Dijkstra's m x n rows and the triangulation stay on the
     workers, the reference and the training rows go to the run store from there; the

@@ -44,6 +44,7 @@ from ..graphs import (
     geodesic_rows_on_workers,
     geodesics_through_neighbours,
 )
+from ..graphs.geodesic import SOURCES_PER_TASK
 from ..linalg import choose_landmarks
 from ..pairwise import check_metric
 from ._base import ModelTransform, DimredEstimator, column_signs, kept, like_input, rows_at, rowwise
@@ -61,6 +62,7 @@ __all__ = [
 
 DEFAULT_N_LANDMARKS = 300  # n_landmarks=None: min(n_samples, this)
 LANDMARK_CHOICES = ("maxmin", "uniform")  # of linalg.LANDMARK_METHODS: rows, graph vertices
+GEODESIC_BLOCK_BYTES = 32 * 2**20  # exact Isomap on the workers: bytes per geodesic row block
 TRIANGULATE_ROWS = 65_536  # rows triangulated at once (a rows x m float64 temporary)
 
 
@@ -179,7 +181,8 @@ def isomap(
 
     Isomap (Tenenbaum, de Silva & Langford 2000): kNN graph, geodesic distances, classical MDS
     of the geodesic matrix (its positive part; the negative part is reported). Holds the n x n
-    geodesic matrix in memory: for n up to ~20 000; use `landmark_isomap` above.
+    geodesic matrix in memory: for n up to ~20 000; use `landmark_isomap` above
+    (`isomap_on_workers` leaves the matrix on the workers).
 
     Parameters
     ----------
@@ -222,6 +225,65 @@ def isomap(
     SolverError
         The MDS eigensolver did not converge.
     """
+    return _isomap(
+        X,
+        n_components=n_components,
+        n_neighbors=n_neighbors,
+        metric=metric,
+        knn_backend=knn_backend,
+        join_components=join_components,
+        solver=solver,
+        n_oversamples=n_oversamples,
+        n_iter=n_iter,
+        random_state=random_state,
+        graph=graph,
+        on_workers=False,
+    )
+
+
+def isomap_on_workers(X, **params) -> IsomapModel:
+    """`isomap` (same parameters) for dask ``X`` with a distributed client, the n x n
+    geodesic matrix left on the workers: Dijkstra's rows are persisted there, classical MDS
+    reads them there (only n x k blocks come back), and the model's ``reference`` is that
+    dask array and its ``X_fit`` is ``X`` itself, so that the flow writes both to the run
+    store from the workers (NumPy input, or no client: `isomap`)."""
+    from .._compute import active_client
+    from .._validation import is_dask
+
+    return _isomap(
+        X,
+        **_with_defaults(isomap, params),
+        on_workers=is_dask(X) and active_client() is not None,
+    )
+
+
+def _with_defaults(fn, params: dict) -> dict:
+    defaults = {
+        k: p.default
+        for k, p in inspect.signature(fn).parameters.items()
+        if p.kind is p.KEYWORD_ONLY
+    }
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise TypeError(f"{fn.__name__}_on_workers got unknown parameters {unknown}")
+    return {**defaults, **params}
+
+
+def _isomap(
+    X,
+    *,
+    n_components,
+    n_neighbors,
+    metric,
+    knn_backend,
+    join_components,
+    solver,
+    n_oversamples,
+    n_iter,
+    random_state,
+    graph,
+    on_workers,
+):
     X = check_array(X, method="Isomap")
     X, k = _check_common(X, n_components, n_neighbors, metric, "Isomap", X.shape[0] - 1)
     if solver not in MDS_SOLVERS:
@@ -239,7 +301,14 @@ def isomap(
         join_components_=join_components,
         random_state=random_state,
     )
-    G = geodesic_matrix(g, method="Isomap")
+    if on_workers:  # the geodesic rows stay persisted on the workers (n x n)
+        n = X.shape[0]
+        # row blocks of about GEODESIC_BLOCK_BYTES: each pass of the MDS solver is a task per
+        # block, so small blocks would cost more in scheduling than in arithmetic
+        per_task = max(SOURCES_PER_TASK, GEODESIC_BLOCK_BYTES // (8 * n))
+        G = geodesic_rows_on_workers(g, np.arange(n), per_task=per_task, method="Isomap")
+    else:
+        G = geodesic_matrix(g, method="Isomap")
     mds = classical_mds(
         G,
         n_components=k,
@@ -251,7 +320,7 @@ def isomap(
         where="the geodesic distance matrix",
         check_input=False,
     )
-    X_fit = training_rows(X, "Isomap")
+    X_fit = X if on_workers else training_rows(X, "Isomap")
     info = {
         "graph": _graph_info(g),
         "mds_solver": mds.solver,
@@ -372,16 +441,11 @@ def landmark_isomap_on_workers(X, **params) -> IsomapModel:
     from .._compute import active_client
     from .._validation import is_dask
 
-    on_workers = is_dask(X) and active_client() is not None
-    defaults = {
-        k: p.default
-        for k, p in inspect.signature(landmark_isomap).parameters.items()
-        if p.kind is p.KEYWORD_ONLY
-    }
-    unknown = sorted(set(params) - set(defaults))
-    if unknown:
-        raise TypeError(f"landmark_isomap_on_workers got unknown parameters {unknown}")
-    return _landmark_isomap(X, **{**defaults, **params}, on_workers=on_workers)
+    return _landmark_isomap(
+        X,
+        **_with_defaults(landmark_isomap, params),
+        on_workers=is_dask(X) and active_client() is not None,
+    )
 
 
 def _landmark_isomap(

@@ -411,7 +411,11 @@ def _precomputed_input(D, n_components, solver: str, where: str, check_input: bo
             None,
             None,
         )
-    if solver == "dense":
+    if not check_input:  # a matrix the caller made (Isomap's geodesics): the stats only
+        M = D if solver == "dense" else None  # dense: D gathered in the same pass
+        M, r, g = evaluate(M, *distance_stats(D), stage="MDS: distance row means")
+        D = D if M is None else M
+    elif solver == "dense":
         _, (D, r, g) = checked_distances(D, where, "MDS", extra=lambda M: (M, *distance_stats(M)))
     else:
         D, (r, g) = checked_distances(D, where, "MDS", extra=distance_stats)
