@@ -79,10 +79,14 @@ def resolve_landmark_method(method: str, m: int, allowed=LANDMARK_METHODS) -> st
     """
     if not isinstance(method, str) or method not in allowed:
         rows = "" if "kmeans" in allowed else " (this method needs landmark rows of X)"
+        fix = (
+            f"pass landmarks='auto' (k-means++ up to {AUTO_KMEANSPP_MAX} landmarks, uniform above)"
+            if "auto" in allowed
+            else f"pass landmarks={allowed[0]!r}"
+        )
         raise InputError(
             f"landmarks must be one of {', '.join(allowed)}{rows}; found {method!r}.",
-            "pass landmarks='auto' (k-means++ up to "
-            f"{AUTO_KMEANSPP_MAX} landmarks, uniform above), 'uniform' or 'maxmin'.",
+            f"{fix}, or another of {', '.join(allowed)}.",
         )
     if method == "auto":
         return "kmeans++" if m <= AUTO_KMEANSPP_MAX else "uniform"
