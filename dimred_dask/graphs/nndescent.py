@@ -53,11 +53,11 @@ def pynndescent_cached():
     """Import pynndescent with numba's on-disk cache on for its compiled functions.
 
     pynndescent declares most of its numba functions without ``cache=True``, so every fresh
-    process (each Dask worker, each run) compiles them again on its first graph: about 40 s
-    on a 3000 x 10 graph here, against about 12 s once they are cached (`bench/RESULTS.md`,
-    "numba cache"). The rest is compiled again each time: functions that take a distance
-    function as an argument are typed by that function's identity, which a cache cannot
-    match across processes. The cache lives where numba keeps ``cache=True`` functions
+    process (each Dask worker, each run) compiles them again on its first graph; cached, a
+    fresh process's first graph takes well under half the time (`bench/RESULTS.md`,
+    "pynndescent's compiled functions cached on disk"). The rest is compiled again each
+    time: functions that take a distance function as an argument are typed by that
+    function's identity, which a cache cannot match across processes. The cache lives where numba keeps ``cache=True`` functions
     (``__pycache__`` beside the package, or ``NUMBA_CACHE_DIR``) and is keyed on the source
     files, so a different pynndescent release compiles afresh. ``DIMRED_NUMBA_CACHE=0`` in
     the environment leaves pynndescent as it is.
