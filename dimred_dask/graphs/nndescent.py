@@ -57,10 +57,11 @@ def pynndescent_cached():
     fresh process's first graph takes well under half the time (`bench/RESULTS.md`,
     "pynndescent's compiled functions cached on disk"). The rest is compiled again each
     time: functions that take a distance function as an argument are typed by that
-    function's identity, which a cache cannot match across processes. The cache lives where numba keeps ``cache=True`` functions
-    (``__pycache__`` beside the package, or ``NUMBA_CACHE_DIR``) and is keyed on the source
-    files, so a different pynndescent release compiles afresh. ``DIMRED_NUMBA_CACHE=0`` in
-    the environment leaves pynndescent as it is.
+    function's identity, which a cache cannot match across processes. The cache lives where
+    numba keeps ``cache=True`` functions (``__pycache__`` beside the package, or
+    ``NUMBA_CACHE_DIR``) and is keyed on the source files, so a different pynndescent
+    release compiles afresh. ``DIMRED_NUMBA_CACHE=0`` in the environment leaves pynndescent
+    as it is.
     """
     global _CACHED
     import pynndescent
