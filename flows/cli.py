@@ -361,28 +361,47 @@ def _target_recall(value: str):
         ) from None
 
 
-def cmd_run(args) -> int:
-    from .embed import embed
-
+def _run_arguments(args) -> dict:
+    """`run`'s options as the arguments of `flows.embed.embed` (and `run_spec`), less the
+    scheduler and the credentials block."""
     columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
-    manifest = embed(
-        _local(args.input),
-        _local(args.output),
+    cache = args.graph_cache
+    return dict(
+        input=_local(args.input),
+        output=_local(args.output),
         method=args.method,
         params=_params(args),
-        scheduler=args.scheduler,
         overwrite=args.overwrite,
         columns=columns,
         sample_size=args.sample_size,
         chunk_rows=args.chunk_rows,
-        credentials_block=args.credentials_block,
         labels=args.labels and _local(args.labels),
-        graph_cache=args.graph_cache
-        and (args.graph_cache if args.graph_cache.lower() == "none" else _local(args.graph_cache)),
+        graph_cache=cache and (cache if cache.lower() == "none" else _local(cache)),
         actions=args.actions and _local(args.actions),
         allow_missing_chunks=args.allow_missing_chunks,
         knn_target_recall=_target_recall(args.knn_target_recall),
         knn_recall_budget=args.knn_recall_budget,
+    )
+
+
+def preflight_run(args) -> None:
+    """Refuse a bad run before Prefect's server or a Dask cluster starts: the validate
+    stage's checks, in this process. Skipped with --credentials-block (the credentials
+    come from the Prefect API, inside the flow); the flow checks again in any case."""
+    if args.credentials_block:
+        return
+    from .validate import preflight, run_spec
+
+    preflight(run_spec(**_run_arguments(args)))
+
+
+def cmd_run(args) -> int:
+    from .embed import embed
+
+    manifest = embed(
+        **_run_arguments(args),
+        scheduler=args.scheduler,
+        credentials_block=args.credentials_block,
     )
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
@@ -462,6 +481,8 @@ def main(argv=None) -> int:
             interruptible("interrupted: stopping the run (Ctrl-C again to stop at once)"),
             quiet_prefect_console(debug),
         ):
+            if args.command == "run":
+                preflight_run(args)
             server = start_temporary_server() if args.command in ("run", "demo") else None
             try:
                 return {"run": cmd_run, "demo": cmd_demo, "inspect": cmd_inspect}[args.command](

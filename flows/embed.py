@@ -14,25 +14,18 @@ from prefect import flow, get_run_logger, task
 
 import dimred_dask
 from dimred_dask import metrics
-from dimred_dask._compute import active_client, compute
-from dimred_dask._validation import check_array
+from dimred_dask._compute import compute
 from dimred_dask.cluster import cluster_client, describe_cluster
 from dimred_dask.errors import InputError, StageError
-from dimred_dask.methods import accepts_sparse, check_sparse_input
 from dimred_dask.io import (
     Lease,
     RunStore,
-    array_fingerprint,
-    check_output_location,
     digest_of,
     open_input,
-    parse_uri,
-    plan_row_chunk,
     run_storage_options,
 )
-from dimred_dask.io.base import TARGET_CHUNK_BYTES
 
-from .chain import PCA_DEFAULT_COMPONENTS, chain_steps, expand_output
+from .chain import chain_steps
 from dimred_dask.graphs.knn import TARGET_RECALL
 
 from .knn import (
@@ -42,12 +35,12 @@ from .knn import (
     graph_fingerprint,
     graph_summary,
     load_graph,
-    normalize_request,
     resolve_cache,
     save_graph,
 )
 from .methods import SCRATCH, get_method
 from .publish import TASK_OPTS, flow_run_id, publish
+from .validate import open_actions, open_labels, open_run_input, run_spec, validate
 from .stages import (
     check_observer,
     chunk_sample,
@@ -56,217 +49,6 @@ from .stages import (
     stage_progress,
     stage_reusable,
 )
-
-
-def _open(spec: dict, v: dict | None = None, *, check_chunks: bool = False):
-    """The run's input as the methods see it: floating point (integers and booleans converted
-    by one rule, `float_dtype`), in the planned row chunks. Absent Zarr chunks are refused on
-    every read; ``check_chunks`` also lists them all at once (the validate stage)."""
-    return open_input(
-        spec["input"],
-        columns=spec.get("columns"),
-        row_chunk=(v or {}).get("row_chunk") or spec.get("chunk_rows"),
-        as_float=True,
-        check_chunks=check_chunks,
-        allow_missing_chunks=bool(spec.get("allow_missing_chunks")),
-    )
-
-
-def _worker_memory() -> int | None:
-    """The smallest memory limit among the cluster's workers (None if unlimited/unknown)."""
-    client = active_client()
-    if client is None:
-        return None
-    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
-    return min(limits) if limits and min(limits) > 0 else None
-
-
-# A chunk may use at most this share of a worker's memory: the kernels hold the chunk, a
-# panel buffer and their output, and the worker may run two tasks at once.
-CHUNK_MEMORY_SHARE = 0.25
-
-
-def _plan_chunks(spec: dict, inp) -> tuple[int, int | None]:
-    """Rows per chunk from the workers' memory, or the forced ``chunk_rows`` if it fits."""
-    n, d = inp.shape
-    itemsize = inp.array.dtype.itemsize
-    if inp.meta.get("sparse"):  # a stored value costs its value and its column index
-        d = max(1, int(round(inp.meta.get("density", 1.0) * d)))
-        itemsize += 4
-    memory = _worker_memory()
-    if spec.get("chunk_rows"):
-        rows = int(spec["chunk_rows"])
-        if memory and rows * d * itemsize > CHUNK_MEMORY_SHARE * memory:
-            raise StageError(
-                f"Stage 'validate': chunks of {rows} rows are {rows * d * itemsize / 2**20:,.0f} "
-                f"MiB, more than {CHUNK_MEMORY_SHARE:.0%} of a worker's memory limit "
-                f"({memory / 2**20:,.0f} MiB); the workers would be killed for memory.",
-                f"leave --chunk-rows out (planned from memory), or pass at most "
-                f"{int(CHUNK_MEMORY_SHARE * memory / (d * itemsize))}.",
-            )
-        return rows, memory
-    target = (
-        TARGET_CHUNK_BYTES
-        if not memory
-        else min(TARGET_CHUNK_BYTES, int(CHUNK_MEMORY_SHARE * memory))
-    )
-    base = (inp.meta.get("stored_chunks") or [1])[0]
-    return plan_row_chunk(n, d, itemsize, base=base, target_bytes=target), memory
-
-
-@task(name="validate", **TASK_OPTS)
-def validate(spec: dict) -> dict:
-    """Check everything that can be checked without a full pass; write nothing."""
-    t0 = time.perf_counter()
-    adapter = get_method(spec["method"])
-    inp = _open(spec, check_chunks=True)
-    _check_locations(spec, inp)
-    where = f"'{inp.location}'"
-    check_sparse_input(spec["method"], inp.array, spec["params"], where=where)  # fix: a chain
-    check_array(
-        inp.array,
-        method=spec["method"].upper(),
-        where=where,  # metadata only
-        accept_sparse=accepts_sparse(spec["method"]),
-    )
-    if spec["sample_size"] < 10:
-        raise InputError(
-            f"sample_size must be at least 10; found {spec['sample_size']}.",
-            "pass --sample-size 2000 (the default) or more.",
-        )
-    params = dict(spec["params"])
-    if spec.get("default_components"):  # a chain's PCA step: 50 components, or fewer if need be
-        params["n_components"] = min(PCA_DEFAULT_COMPONENTS, *inp.shape)
-    params = adapter.check(params, inp.shape)
-    request = adapter.graph(params, inp.shape) if adapter.graph else None
-    graph_request = (
-        normalize_request({**request, **_recall_request(spec)}, inp.shape, spec["method"])
-        if request is not None
-        else None
-    )
-    labels_fp = _check_labels(spec, adapter, inp)
-    actions_fp = _check_actions(spec, adapter, inp)
-    mode = RunStore(spec["output"]).check_writable(
-        spec["overwrite"], committed_ok=bool(spec.get("internal"))
-    )
-    row_chunk, memory = _plan_chunks(spec, inp)
-    checked = inp.meta  # the chunk inventory is taken once, by the first open
-    inp = _open(spec, {"row_chunk": row_chunk})
-    inp.meta = {**checked, **inp.meta}
-    fp = array_fingerprint(inp.array, {"source": inp.meta})
-    get_run_logger().info(
-        "input %s: shape %s %s, fingerprint %s (%s); output mode %s",
-        inp.location,
-        inp.shape,
-        inp.array.dtype,
-        fp["digest"],
-        fp["hashed"],
-        mode,
-    )
-    return {
-        "params": params,
-        "mode": mode,
-        "input_meta": inp.meta,
-        "input_fingerprint": fp,
-        "labels_fingerprint": labels_fp,
-        "actions_fingerprint": actions_fp,
-        "graph_request": graph_request,
-        "shape": list(inp.shape),
-        "row_chunk": row_chunk,
-        "worker_memory": memory,
-        "chunk_bytes": row_chunk * inp.shape[1] * inp.array.dtype.itemsize,
-        "n_chunks": len(inp.array.chunks[0]),
-        "seconds": time.perf_counter() - t0,
-    }
-
-
-def _recall_request(spec: dict) -> dict:
-    return {
-        "target_recall": spec.get("knn_target_recall", TARGET_RECALL),
-        "recall_budget": spec.get("knn_recall_budget"),
-    }
-
-
-def _check_locations(spec: dict, inp) -> None:
-    """The output is none of the run's inputs, lies in none and contains none (after symbolic
-    links): the input, the labels, the actions and the shared graph cache."""
-    out = parse_uri(spec.get("root") or spec["output"], role="output")  # a chain: all of it
-    others = [("labels", spec.get("labels")), ("actions", spec.get("actions"))]
-    inputs = [(role, parse_uri(uri, role=role)) for role, uri in others if uri]
-    if not spec.get("internal_input"):  # a chain's later step reads its own earlier step
-        inputs.insert(0, ("input", inp.location))
-    cache = resolve_cache(
-        spec.get("graph_cache"), spec.get("root") or spec["output"], inp.location.url
-    )
-    if cache is not None:
-        inputs.append(("graph cache", parse_uri(cache.url, role="graph cache")))
-    check_output_location(out, *inputs)
-
-
-def _open_labels(spec: dict, v: dict | None = None):
-    return open_input(
-        spec["labels"],
-        allow_1d=True,
-        role="labels",
-        row_chunk=(v or {}).get("row_chunk"),
-        allow_missing_chunks=bool(spec.get("allow_missing_chunks")),
-    )
-
-
-def _check_labels(spec: dict, adapter, inp) -> str | None:
-    """Labels (supervised methods): present exactly when needed, one row per input row."""
-    if not adapter.needs_labels:
-        if spec.get("labels"):
-            raise InputError(
-                f"Method {spec['method']!r} is unsupervised; found --labels {spec['labels']}.",
-                "drop --labels, or use --method spca/kspca.",
-            )
-        return None
-    if not spec.get("labels"):
-        raise InputError(
-            f"Method {spec['method']!r} needs labels (one per row of the input); found none.",
-            "pass --labels URI (a 1-D array or one column).",
-        )
-    lab = _open_labels(spec)
-    if lab.shape[0] != inp.shape[0]:
-        raise InputError(
-            f"The labels {lab.location} have {lab.shape[0]} rows; the input has {inp.shape[0]}.",
-            "pass the labels of exactly these rows, in order.",
-        )
-    return array_fingerprint(lab.array, {"source": lab.meta})["digest"]
-
-
-def _open_actions(spec: dict):
-    return open_input(
-        spec["actions"],
-        allow_1d=True,
-        role="actions",
-        allow_missing_chunks=bool(spec.get("allow_missing_chunks")),
-    )
-
-
-def _check_actions(spec: dict, adapter, inp) -> str | None:
-    """Actions (sequence methods): present exactly when needed, n - 1 of them, labels."""
-    if not adapter.needs_actions:
-        if spec.get("actions"):
-            raise InputError(
-                f"Method {spec['method']!r} takes no actions; found --actions {spec['actions']}.",
-                "drop --actions, or use --method are.",
-            )
-        return None
-    if not spec.get("actions"):
-        raise InputError(
-            f"Method {spec['method']!r} needs the actions taken between "
-            f"consecutive rows ({inp.shape[0] - 1} for {inp.shape[0]} rows); "
-            "found none.",
-            "pass --actions URI (a 1-D array of n - 1 labels).",
-        )
-    from dimred_dask.methods.are import check_actions
-
-    act = _open_actions(spec)
-    (values,) = compute(act.array, stage="actions")  # n - 1 labels: small
-    check_actions(values, inp.shape[0], where=str(act.location))
-    return array_fingerprint(act.array, {"source": act.meta})["digest"]
 
 
 def _fingerprints(spec: dict, v: dict) -> dict:
@@ -304,7 +86,7 @@ def knn_stage(spec: dict, v: dict) -> dict:
         == marker["info"]["stored_chunks"]
     ):
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
-    inp = _open(spec, v)
+    inp = open_run_input(spec, v)
     cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location.url)
     graph = cache.load(fp) if cache is not None else None
     source = "cache" if graph is not None else None
@@ -367,7 +149,7 @@ def kernel_stage(spec: dict, v: dict) -> dict:
     marker = stage_reusable(store, v["mode"], "kernel", fp)
     if marker is not None and _kernel_intact(store, marker["info"]):
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
-    inp = _open(spec, v)
+    inp = open_run_input(spec, v)
     cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location.url)
     found = cache.find_array("kernel", fp) if cache is not None else None
     if found is not None and found["store"] != store.url:
@@ -415,10 +197,10 @@ def fit(spec: dict, v: dict) -> dict:
     fp = _fingerprints(spec, v)["fit"]
     if (marker := stage_reusable(store, v["mode"], "fit", fp)) is not None:
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
-    inp = _open(spec, v)
+    inp = open_run_input(spec, v)
     extras = {}
     if adapter.needs_labels:
-        extras["labels"] = _open_labels(spec, v).array
+        extras["labels"] = open_labels(spec, v).array
     if (v.get("kernel") or {}).get("array"):
         owner = _kernel_store(store, v["kernel"])
         extras["matrix"] = da.from_zarr(owner.open_array(v["kernel"]["array"]))
@@ -429,7 +211,7 @@ def fit(spec: dict, v: dict) -> dict:
     if adapter.run_context:
         extras["run"] = {"output": spec["output"], "fingerprint": fp}
     if adapter.needs_actions:
-        extras["actions"] = _open_actions(spec).array
+        extras["actions"] = open_actions(spec).array
     with stage_errors("fit", **_mem(v)), stage_progress(f"fit {spec['method']}"):
         model = adapter.fit(inp.array, v["params"], **extras)  # first pass checks finiteness
     summary = adapter.summary(model)
@@ -488,7 +270,7 @@ def transform_write(spec: dict, v: dict) -> dict:
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
     import dask.array as da
 
-    inp = _open(spec, v)
+    inp = open_run_input(spec, v)
     with stage_errors("transform", **_mem(v)):
         Y = adapter.transform(adapter.load(store), inp.array)
         if len(set(Y.chunks[0][:-1])) > 1 or Y.chunks[0][-1] > Y.chunks[0][0]:
@@ -523,7 +305,7 @@ def evaluate(spec: dict, v: dict) -> dict:
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
     import dask.array as da
 
-    inp = _open(spec, v)
+    inp = open_run_input(spec, v)
     idx, how = chunk_sample(inp.array.chunks[0], spec["sample_size"])
     Y = da.from_zarr(store.open_array("embedding"))
     original = inp
@@ -635,23 +417,23 @@ def embed(
     improving a graph short of it (default: four times its first build); a graph that ends
     short is kept with a warning in the log and the manifest (flows/knn.py).
     """
-    output = expand_output(output, _scheduled_start())
-    spec = {
-        "input": input,
-        "output": output,
-        "method": method,
-        "params": dict(params or {}),
-        "overwrite": overwrite,
-        "columns": columns,
-        "sample_size": int(sample_size),
-        "chunk_rows": chunk_rows,
-        "labels": labels,
-        "graph_cache": graph_cache,
-        "actions": actions,
-        "allow_missing_chunks": bool(allow_missing_chunks),
-        "knn_target_recall": knn_target_recall,
-        "knn_recall_budget": knn_recall_budget,
-    }
+    spec = run_spec(
+        input,
+        output,
+        method=method,
+        params=params,
+        overwrite=overwrite,
+        columns=columns,
+        sample_size=sample_size,
+        chunk_rows=chunk_rows,
+        labels=labels,
+        graph_cache=graph_cache,
+        actions=actions,
+        allow_missing_chunks=allow_missing_chunks,
+        knn_target_recall=knn_target_recall,
+        knn_recall_budget=knn_recall_budget,
+        when=_scheduled_start(),
+    )
     if credentials_block:
         with run_storage_options("s3", _block_credentials(credentials_block)):
             return _embed(spec, scheduler)

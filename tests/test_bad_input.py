@@ -269,3 +269,35 @@ def test_zero_variance_columns_warn_but_run(client, prefect_api, tmp_path, caplo
     assert np.allclose(model.components[:, [2, 4]], 0.0)
     m = embed(_write(tmp_path, X, "constant"), str(tmp_path / "o"), params={"n_components": 3})
     assert m["model"]["n_components"] == 3
+
+
+def _flow_run_count() -> int:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as c:
+        return c.count_flow_runs()
+
+
+def test_cli_refuses_before_a_flow_run_or_a_cluster_starts(prefect_api, tmp_path, capsys):
+    """The CLI makes the validate stage's checks first: a mistyped parameter, a missing input
+    or an output inside the input is refused without a Prefect flow run (and without
+    starting a Dask cluster, which is what makes the refusal take a second)."""
+    from flows.cli import main
+
+    good = _write(tmp_path, _good(), "good")
+    before = _flow_run_count()
+    cases = [
+        ["--input", good, "--output", str(tmp_path / "o"), "--param", "bogus=1"],
+        ["--input", str(tmp_path / "absent.npy"), "--output", str(tmp_path / "o")],
+        ["--input", good, "--output", str(tmp_path / "o"), "--method", "pca+umap",
+         "--param", "pca.n_components=3", "--param", "umap.n_neighbors=0"],
+    ]  # fmt: skip
+    for argv in cases:
+        assert main(["run", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: InputError") and "Fix:" in err, err
+    assert _flow_run_count() == before
+    assert not (tmp_path / "o").exists()
+    # a good run still goes through the flow
+    assert main(["run", "--input", good, "--output", str(tmp_path / "o")]) == 0
+    assert _flow_run_count() == before + 1
