@@ -515,3 +515,16 @@ def test_the_index_placement_is_the_same_on_the_workers(client, digits, monkeypa
     finally:
         client.run(_reference_max, 20_000)
     np.testing.assert_array_equal(there, here)
+
+
+@pytest.mark.parametrize("Est", [TSNE, UMAP])
+def test_more_components_than_features(Est):
+    """One feature, two components: PCA gives the first coordinate of the initialisation,
+    small noise the second (it used to fail in the initialisation with PCA's message)."""
+    x = np.random.default_rng(0).standard_normal((300, 1))
+    est = Est(random_state=0, n_iter=250) if Est is TSNE else Est(random_state=0, n_epochs=50)
+    Y = est.fit_transform(x)
+    assert Y.shape == (300, 2) and np.isfinite(Y).all()
+    # the embedding keeps the order of the line: neighbours on it stay neighbours
+    assert trustworthiness(x, Y, n_neighbors=5) > 0.9
+    assert est.transform(x[:5]).shape == (5, 2)

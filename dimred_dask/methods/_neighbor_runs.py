@@ -225,16 +225,26 @@ def delayed_literal(value):
 
 
 def pca_init(X, n_components: int, random_state=0) -> np.ndarray:
-    """The first ``n_components`` principal component scores of X (float64, NumPy)."""
+    """The first ``n_components`` principal component scores of X (float64, NumPy).
+
+    X with fewer features (or rows) than ``n_components`` has only that many scores; the
+    remaining coordinates start as small Gaussian noise (1e-4 of the first score's standard
+    deviation): exact zeros would get no gradient and stay zero."""
     from .pca import pca
 
+    k = min(n_components, *X.shape)
     with warnings.catch_warnings():  # constant columns: worth a warning for PCA, not here
         warnings.filterwarnings("ignore", message=".*zero variance", category=DimredWarning)
-        model = pca(X, n_components=n_components, random_state=random_state)
+        model = pca(X, n_components=k, random_state=random_state)
     Y = model.transform(X)
     if is_dask(Y):
         (Y,) = compute(Y, stage="PCA initialisation")
-    return np.asarray(Y, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64)
+    if k < n_components:
+        scale = 1e-4 * (float(Y[:, 0].std()) or 1.0)
+        noise = check_random_state(random_state).normal(0.0, scale, (Y.shape[0], n_components - k))
+        Y = np.hstack([Y, noise])
+    return Y
 
 
 def random_init(n: int, n_components: int, scale: float, random_state) -> np.ndarray:
