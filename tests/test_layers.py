@@ -86,3 +86,22 @@ def test_one_way_imports():
 def test_modules_stay_small():
     for f in list(_files()) + sorted((ROOT / "flows").rglob("*.py")):
         assert len(f.read_text().splitlines()) <= 800, f
+
+
+def test_the_package_and_the_cli_import_no_method_until_asked():
+    """`import dimred_dask` (and so the CLI module and the errors) loads no method and no
+    scikit-learn: the estimators are imported on first use (PEP 562)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, dimred_dask, flows.cli\n"
+        "from dimred_dask.errors import InputError\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('dimred_dask.methods', "
+        "'sklearn'))))\n"
+        "print(dimred_dask.PCA.__module__, 'PCA' in dir(dimred_dask))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout.splitlines()
+    assert out == ["[]", "dimred_dask.methods.pca True"], out
