@@ -30,8 +30,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/dimred-dask demo
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist, whole files to a process): each has
+# its own LocalCluster, Prefect API and S3 server, and most tests wait on those more than they
+# compute. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) $(SYSTEM_STAMP) lint docs
-	$(BIN)/python -m pytest tests -q --durations=15
+	$(BIN)/python -m pytest tests -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 # ruff's rules and its formatter as configured in pyproject.toml ([tool.ruff]); part of
 # `make test` (`make format` rewrites the files the check would refuse)
@@ -44,7 +49,7 @@ format: $(STAMP)
 
 API_MODULES := dimred_dask dimred_dask.methods dimred_dask.graphs dimred_dask.linalg \
 	dimred_dask.pairwise dimred_dask.io dimred_dask.metrics dimred_dask.errors \
-	dimred_dask.datasets dimred_dask.cluster
+	dimred_dask.datasets dimred_dask.cluster dimred_dask.warmup
 # the API reference (HTML, from the numpydoc docstrings) in build/api; a warning fails it
 docs: $(STAMP)
 	rm -rf build/api
