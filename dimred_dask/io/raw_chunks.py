@@ -240,8 +240,10 @@ class _BufferPool:
     def take(self, nbytes: int) -> np.ndarray:
         size = nbytes + ALIGN
         with self._lock:
-            for i, raw in enumerate(self._buffers):
-                # references: the list, ``raw`` and getrefcount's argument
+            for i in range(len(self._buffers)):
+                # references: the list, ``raw`` and getrefcount's argument (not enumerate: its
+                # reused result tuple would hold one more)
+                raw = self._buffers[i]
                 if raw.nbytes == size and sys.getrefcount(raw) == 3:
                     self._buffers.append(self._buffers.pop(i))  # most recently used last
                     return raw
