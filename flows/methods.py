@@ -1,6 +1,7 @@
 """How the flow drives each method: parameter checks, fit, saving/loading the model, transform,
 and the method's own metrics (the contract is `flows.adapter.MethodAdapter`).
 
+Each method's parameters and defaults come from its spec (`dimred_dask.methods.specs`).
 ``METHODS`` holds the linear, kernel, distance and supervised methods defined here; each other
 method family keeps its adapters in its own module (``flows/methods_<family>.py``, a dict
 ``METHODS``) that is merged below."""
@@ -31,6 +32,7 @@ from dimred_dask.methods.spca import (
 from dimred_dask.pairwise import check_kernel, check_metric
 from dimred_dask.methods.kpca import KernelPCAModel, check_kpca_params, kernel_pca
 from dimred_dask.methods.pca import SOLVERS, PCAModel, check_max_error, pca, plan_solver
+from dimred_dask.methods.specs import SPECS
 
 from .adapter import (
     MethodAdapter,
@@ -42,16 +44,7 @@ from .adapter import (
 )
 
 
-PCA_DEFAULTS = {
-    "n_components": 2,
-    "solver": "auto",
-    "whiten": False,
-    "n_oversamples": 10,
-    "n_iter": 4,
-    "tol": 0.0,
-    "random_state": 0,
-    "max_error": None,
-}
+PCA_DEFAULTS = SPECS["pca"].flow_defaults()
 
 
 def _pca_check(params: dict, shape: tuple) -> dict:
@@ -198,21 +191,7 @@ def _pca_sample_metrics(model: PCAModel, Xs, Ys: np.ndarray) -> dict:
     }
 
 
-KPCA_DEFAULTS = {
-    "n_components": 2,
-    "kernel": "gaussian",
-    "gamma": None,
-    "width": None,
-    "degree": 3,
-    "coef0": 1.0,
-    "solver": "auto",
-    "n_landmarks": 1000,
-    "landmarks": "auto",
-    "n_oversamples": 20,
-    "n_iter": 6,
-    "tol": 0.0,
-    "random_state": 0,
-}
+KPCA_DEFAULTS = SPECS["kpca"].flow_defaults()
 
 
 def _kpca_check(params: dict, shape: tuple) -> dict:
@@ -268,15 +247,7 @@ def _eigen_summary(model) -> dict:
     }
 
 
-MDS_DEFAULTS = {
-    "n_components": 2,
-    "metric": "euclidean",
-    "p": 2.0,
-    "solver": "auto",
-    "n_oversamples": 10,
-    "n_iter": 4,
-    "random_state": 0,
-}
+MDS_DEFAULTS = SPECS["mds"].flow_defaults()
 
 
 def _mds_check(params: dict, shape: tuple) -> dict:
@@ -337,14 +308,7 @@ def _mds_summary(model) -> dict:
     }
 
 
-LMDS_DEFAULTS = {
-    "n_components": 2,
-    "n_landmarks": None,
-    "landmarks": "maxmin",
-    "metric": "euclidean",
-    "p": 2.0,
-    "random_state": 0,
-}
+LMDS_DEFAULTS = SPECS["landmark-mds"].flow_defaults()
 
 
 def _lmds_check(params: dict, shape: tuple) -> dict:
@@ -376,32 +340,8 @@ def _lmds_check(params: dict, shape: tuple) -> dict:
     return p
 
 
-SPCA_DEFAULTS = {
-    "n_components": 2,
-    "label_kernel": "delta",
-    "label_gamma": None,
-    "label_width": None,
-    "n_label_landmarks": 100,
-    "bair_threshold": None,
-    "bair_n_features": None,
-    "random_state": 0,
-}
-KSPCA_DEFAULTS = {
-    "n_components": 2,
-    "kernel": "gaussian",
-    "gamma": None,
-    "width": None,
-    "degree": 3,
-    "coef0": 1.0,
-    "label_kernel": "delta",
-    "label_gamma": None,
-    "label_width": None,
-    "n_label_landmarks": 100,
-    "solver": "auto",
-    "n_landmarks": 200,
-    "landmarks": "kmeans++",
-    "random_state": 0,
-}
+SPCA_DEFAULTS = SPECS["spca"].flow_defaults()
+KSPCA_DEFAULTS = SPECS["kspca"].flow_defaults()
 
 
 def _supervised_check(name: str, defaults: dict):
@@ -579,10 +519,13 @@ def load_model(output, *, storage_options: dict | None = None):
     method = store.read_json("manifest.json")["method"]
     model = get_method(method).load(store)
     if not hasattr(model, "transform"):
+        estimator = SPECS[method].estimator.__name__ if method in SPECS else None
         raise InputError(
             f"The {method} run at {store.url} keeps its embeddings only; its "
             "model places no new rows.",
-            f"fit dimred_dask's {method.upper()} estimator on the rows and call its transform.",
+            f"fit dimred_dask.{estimator} on the rows and call its transform."
+            if estimator and hasattr(SPECS[method].estimator, "transform")
+            else "run the method on all the rows to embed: it places no new rows.",
         )
     return RunModel(method, model)
 

@@ -20,61 +20,16 @@ from dimred_dask.methods import (
     spectral_clustering,
 )
 from dimred_dask.methods.isomap import isomap_on_workers, landmark_isomap_on_workers
+from dimred_dask.methods.specs import SPECS
 
 from .adapter import MethodAdapter, check_known, model_loader, save_model, training_embedding
 
 __all__ = ["METHODS", "ISOMAP_FLOW_MAX"]
 
 ISOMAP_FLOW_MAX = 20_000  # full Isomap: n x n geodesics on the workers (3.2 GB at 20 000)
-GRAPH_KEYS = {
-    "n_neighbors": 10,
-    "metric": "euclidean",
-    "knn_backend": "auto",
-    "join_components": False,
-    "random_state": 0,
-}
-
 DEFAULTS = {
-    "isomap": {"n_components": 2, "solver": "auto", "n_oversamples": 10, "n_iter": 4, **GRAPH_KEYS},
-    "landmark-isomap": {
-        "n_components": 2,
-        "n_landmarks": None,
-        "landmarks": "maxmin",
-        **GRAPH_KEYS,
-    },
-    "lle": {
-        "n_components": 2,
-        "reg": 1e-3,
-        "eigen_solver": "auto",
-        "tol": 1e-8,
-        "max_iter": None,
-        **GRAPH_KEYS,
-    },
-    "laplacian": {
-        "n_components": 2,
-        "weights": "heat",
-        "t": None,
-        "eigen_solver": "auto",
-        "tol": 1e-8,
-        "max_iter": None,
-        **GRAPH_KEYS,
-    },
-    "spectral": {
-        "n_clusters": 2,
-        "affinity": "knn",
-        "cut": "normalized",
-        "weights": "binary",
-        "t": None,
-        "gamma": None,
-        "width": None,
-        "n_landmarks": 500,
-        "landmarks": "kmeans++",
-        "eigen_solver": "auto",
-        "tol": 1e-8,
-        "n_init": 10,
-        "max_iter": 300,
-        **GRAPH_KEYS,
-    },
+    name: SPECS[name].flow_defaults()
+    for name in ("isomap", "landmark-isomap", "lle", "laplacian", "spectral")
 }
 # landmark Isomap in the flow: its m x n geodesics stay on the workers, and the model's
 # reference and training rows are written to the run store from there

@@ -26,9 +26,10 @@ from dimred_dask.errors import InputError
 from dimred_dask.io import RunStore
 from dimred_dask.linalg import take_rows
 from dimred_dask.methods._neighbor_runs import EmbeddingSet
-from dimred_dask.methods.sne import SNE_DEFAULTS, SNE_SWEEPABLE, check_sne_params, sne_sweep
-from dimred_dask.methods.tsne import TSNE_DEFAULTS, TSNE_SWEEPABLE, check_tsne_params, tsne_sweep
-from dimred_dask.methods.umap import UMAP_DEFAULTS, UMAP_SWEEPABLE, check_umap_params, umap_sweep
+from dimred_dask.methods.sne import SNE_SWEEPABLE, check_sne_params, sne_sweep
+from dimred_dask.methods.specs import SPECS
+from dimred_dask.methods.tsne import TSNE_SWEEPABLE, check_tsne_params, tsne_sweep
+from dimred_dask.methods.umap import UMAP_SWEEPABLE, check_umap_params, umap_sweep
 
 from .adapter import MethodAdapter, model_loader
 from .stages import notify
@@ -278,12 +279,20 @@ def _umap_k(settings):
 
 METHODS = {
     "tsne": _adapter(
-        _Family("tsne", TSNE_DEFAULTS, TSNE_SWEEPABLE, check_tsne_params, tsne_sweep, "KL", _tsne_k)
+        _Family(
+            "tsne",
+            SPECS["tsne"].flow_defaults(),
+            TSNE_SWEEPABLE,
+            check_tsne_params,
+            tsne_sweep,
+            "KL",
+            _tsne_k,
+        )
     ),
     "umap": _adapter(
         _Family(
             "umap",
-            UMAP_DEFAULTS,
+            SPECS["umap"].flow_defaults(),
             UMAP_SWEEPABLE,
             check_umap_params,
             umap_sweep,
@@ -294,7 +303,7 @@ METHODS = {
     "sne": _adapter(
         _Family(
             "sne",
-            SNE_DEFAULTS,
+            SPECS["sne"].flow_defaults(),
             SNE_SWEEPABLE,
             check_sne_params,
             sne_sweep,

@@ -14,39 +14,15 @@ from dimred_dask.graphs import check_reg
 from dimred_dask.methods.are import action_respecting_embedding
 from dimred_dask.methods.landmark_mvu import check_landmark_params, landmark_mvu
 from dimred_dask.methods.mvu import EXACT_MAX, SDPEmbeddingModel, check_sdp_params, mvu
+from dimred_dask.methods.specs import SPECS
 
 from .adapter import MethodAdapter, check_known, model_loader, save_model
 
 __all__ = ["METHODS"]
 
-_COMMON = {
-    "n_components": 2,
-    "n_neighbors": 6,
-    "solver": "clarabel",
-    "tol": None,
-    "max_iter": None,
-    "allow_inaccurate": False,
-    "metric": "euclidean",
-    "knn_backend": "auto",
-    "join_components": False,
-    "reg": 1e-3,
-    "random_state": 0,
-}
-MVU_DEFAULTS = {
-    **_COMMON,
-    "constraints": "equality",
-    "slack_penalty": 10.0,
-    "face_reduction": True,
-    "formulation": "dual",
-}
-ARE_DEFAULTS = {**MVU_DEFAULTS, "constraints": "slack", "action_pairs": "all"}
-LMVU_DEFAULTS = {
-    **_COMMON,
-    "n_landmarks": 40,
-    "basis": "reconstruction",
-    "landmarks": "maxmin",
-    "penalty": 100.0,
-}
+MVU_DEFAULTS = SPECS["mvu"].flow_defaults()
+ARE_DEFAULTS = SPECS["are"].flow_defaults()
+LMVU_DEFAULTS = SPECS["landmark-mvu"].flow_defaults()
 
 
 def _bool(p: dict, name: str) -> None:

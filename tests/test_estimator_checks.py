@@ -1,18 +1,16 @@
 """scikit-learn's estimator contract on NumPy input (sklearn.utils.estimator_checks), run on
-every estimator the package exports: each declares the parameter sets the checks run with
-(``_check_params``, small-data settings) and the checks that cannot apply to it with the
-reason (``_check_exempt``), as scikit-learn lists them for its own estimators."""
+every method's estimator (from the specs, `dimred_dask.methods.specs`): each declares the
+parameter sets the checks run with (``_check_params``, small-data settings) and the checks
+that cannot apply to it with the reason (``_check_exempt``), as scikit-learn lists them for
+its own estimators."""
 
-from sklearn.base import BaseEstimator
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-import dimred_dask.methods as methods
+from dimred_dask.methods.specs import SPECS
 
-ESTIMATORS = [
-    obj
-    for name in methods.__all__
-    if isinstance(obj := getattr(methods, name), type) and issubclass(obj, BaseEstimator)
-]
+# every method's estimator, from the specs (tests/test_method_defaults.py checks that these
+# are all the estimators the package exports)
+ESTIMATORS = [spec.estimator for spec in SPECS.values()]
 
 
 def test_every_estimator_is_checked_or_says_why_not():

@@ -7,81 +7,33 @@ no cluster."""
 from __future__ import annotations
 
 import inspect
+import pathlib
 
 import numpy as np
 import pytest
 
-import dimred_dask.methods as m
-from dimred_dask.methods.sne import SNE_DEFAULTS
-from dimred_dask.methods.tsne import TSNE_DEFAULTS
-from dimred_dask.methods.umap import UMAP_DEFAULTS
+import dimred_dask.methods as methods
+from sklearn.base import BaseEstimator
+from dimred_dask.methods.specs import SPECS
 from flows.methods import METHODS
 
 # flow name -> (estimator, function, the defaults the function applies to its **params)
 FORMS = {
-    "pca": (m.PCA, m.pca, None),
-    "kpca": (m.KernelPCA, m.kernel_pca, None),
-    "mds": (m.MDS, m.classical_mds, None),
-    "landmark-mds": (m.LandmarkMDS, m.landmark_mds, None),
-    "spca": (m.SupervisedPCA, m.supervised_pca, None),
-    "kspca": (m.KernelSupervisedPCA, m.kernel_supervised_pca, None),
-    "isomap": (m.Isomap, m.isomap, None),
-    "landmark-isomap": (m.LandmarkIsomap, m.landmark_isomap, None),
-    "lle": (m.LocallyLinearEmbedding, m.lle, None),
-    "laplacian": (m.LaplacianEigenmaps, m.laplacian_eigenmaps, None),
-    "spectral": (m.SpectralClustering, m.spectral_clustering, None),
-    "tsne": (m.TSNE, m.tsne, TSNE_DEFAULTS),
-    "umap": (m.UMAP, m.umap, UMAP_DEFAULTS),
-    "sne": (m.SNE, m.sne, SNE_DEFAULTS),
-    "mvu": (m.MaximumVarianceUnfolding, m.mvu, None),
-    "landmark-mvu": (m.LandmarkMVU, m.landmark_mvu, None),
-    "are": (m.ActionRespectingEmbedding, m.action_respecting_embedding, None),
+    name: (spec.estimator, spec.function, spec.function_defaults) for name, spec in SPECS.items()
 }
-
-# Defaults that differ on purpose: method -> the parameters whose flow default differs from
-# the estimator's and the function's.
-DIFFERENT_DEFAULTS = {
-    "pca": {
-        # the flow writes an embedding of every row: 2 components as every other method, where
-        # the estimator and the function keep min(n, d) as scikit-learn's PCA does
-        "n_components",
-        # a flow run is resumed and its fit reused by fingerprint, so its randomized solvers
-        # are seeded by default; the estimator keeps scikit-learn's unseeded default
-        "random_state",
-    },
-}
-
+# Defaults that differ on purpose, with their reasons: in the specs (flow_overrides).
+DIFFERENT_DEFAULTS = {n: set(s.flow_overrides) for n, s in SPECS.items() if s.flow_overrides}
 # Parameters only the flow or the function takes, on purpose: method -> names ("*": every
-# method).
+# method); the specs give each method's reasons (not_in_estimator).
 NOT_IN_ESTIMATOR = {
     "*": {
         "graph",  # the flow's kNN stage hands over its stored graph; an estimator builds its own
         "where",  # how error messages name the input ("X", "the geodesic distance matrix")
     },
-    "pca": {"row_sketch"},  # the flow's single-pass fit writes its row sketch into the run store
-    "kpca": {"kernel_matrix"},  # the flow's kernel stage's stored K
-    "mds": {
-        "check_input",  # an inner caller's (Isomap's) own checked distance matrix, not rechecked
-        "measure_negative",  # an inner caller's skip of the negative-eigenvalue solve
-    },
-    "landmark-mds": {"align"},  # the final PCA; the estimator's embedding is always aligned
-    "spca": {"y"},  # the estimator takes the labels in fit(X, y)
-    "kspca": {"y"},
-    # the estimators keep K (kernel_) and the training rows (for transform); verbose prints the
-    # SDP solver's own log, a debugging aid of the function
-    "mvu": {"keep_kernel", "verbose"},
-    "are": {"keep_kernel", "verbose"},
-    "landmark-mvu": {"keep_training_rows", "verbose"},
+    **{n: set(s.not_in_estimator) for n, s in SPECS.items() if s.not_in_estimator},
 }
-
-# Parameters only the estimator (and the function) takes, on purpose: the flow supplies them.
-NOT_IN_FLOW = {
-    # the flow writes its own checkpoints into the run store, relays progress to Prefect and
-    # chooses the threads of each embedding task
-    "tsne": {"checkpoint", "callback", "n_jobs"},
-    "umap": {"checkpoint", "callback", "n_jobs"},
-    "sne": {"checkpoint", "callback", "n_jobs"},
-}
+# Parameters only the estimator (and the function) takes: the flow supplies them (flow_supplied).
+NOT_IN_FLOW = {n: set(s.flow_supplied) for n, s in SPECS.items() if s.flow_supplied}
 
 
 def _keyword_defaults(fn) -> dict:
@@ -102,6 +54,24 @@ def _same(a, b) -> bool:
 
 def test_every_flow_method_has_an_estimator_and_a_function():
     assert sorted(FORMS) == sorted(METHODS)
+
+
+def test_every_estimator_has_a_spec():
+    """Every estimator the methods package exports is the estimator of one spec."""
+    exported = {
+        obj
+        for name in methods.__all__
+        if isinstance(obj := getattr(methods, name), type) and issubclass(obj, BaseEstimator)
+    }
+    assert exported == {s.estimator for s in SPECS.values()}
+    assert len({s.estimator for s in SPECS.values()}) == len(SPECS)
+
+
+def test_every_flow_parameter_is_documented():
+    """Each flow parameter has a type and a description (the estimator's numpydoc, else the
+    function's): `dimred-dask methods NAME` prints them."""
+    missing = [f"{n}.{p.name}" for n, s in SPECS.items() for p in s.params() if not p.doc]
+    assert not missing, missing
 
 
 @pytest.mark.parametrize("name", sorted(FORMS))
@@ -152,3 +122,42 @@ def test_the_listed_differences_are_still_there():
     for name, keys in NOT_IN_FLOW.items():
         estimator = _keyword_defaults(FORMS[name][0].__init__)
         assert keys <= set(estimator) - set(METHODS[name].defaults), name
+
+
+def _readme_rows() -> list[str]:
+    """The README's method table as the specs give it (a method whose details are in the
+    same section as the row above says "same")."""
+    rows, previous = [], None
+    for spec in SPECS.values():
+        functions = ", ".join(f"`{f.__name__}`" for f in (spec.function, *spec.more_functions))
+        text, target = spec.docs
+        details = "same" if spec.docs == previous else f"[{text}]({target})"
+        previous = spec.docs
+        rows.append(
+            f"| `{spec.name}` | `{spec.estimator.__name__}` | {functions} | {spec.takes} | "
+            f"{spec.flow_adds} | {details} |".replace("|  |", "| |")
+        )
+    return rows
+
+
+def test_the_readmes_method_table_is_the_specs():
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text().splitlines()
+    start = readme.index("| `--method` | estimator | function | takes | the flow adds | details |")
+    table = [line for line in readme[start + 2 :] if line.startswith("| `")]
+    table = [line for line in table if not line.startswith("| `pca+<method>`")]
+    assert table[: len(SPECS)] == _readme_rows()
+
+
+def test_the_methods_command_lists_every_method_and_its_parameters(capsys):
+    from flows.cli import main
+
+    assert main(["methods"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[: len(SPECS)]]
+    assert listed == list(SPECS)
+    assert main(["methods", "umap"]) == 0
+    out = capsys.readouterr().out
+    for param in SPECS["umap"].params():
+        assert f"  {param.name} = {param.default!r}" in out
+    assert "How close embedded points may come" in out
+    assert main(["methods", "umapp"]) == 2
+    assert "Unknown method 'umapp'" in capsys.readouterr().err

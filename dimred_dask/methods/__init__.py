@@ -32,8 +32,11 @@ from .tsne import TSNE, TSNEModel, tsne, tsne_sweep
 from .umap import UMAP, UMAPModel, umap, umap_sweep
 from .chain import make_chain
 from .sparse_support import SPARSE_METHODS, accepts_sparse, check_sparse_input
+from .specs import SPECS, MethodSpec
 
 __all__ = [
+    "SPECS",
+    "MethodSpec",
     "SPARSE_METHODS",
     "accepts_sparse",
     "check_sparse_input",

@@ -20,37 +20,12 @@ PCA_COMPONENTS = 50  # the PCA step's default, as in the flow's chains
 
 
 def _estimators() -> dict:
-    from . import (
-        MDS,
-        SNE,
-        TSNE,
-        UMAP,
-        Isomap,
-        KernelPCA,
-        LandmarkIsomap,
-        LandmarkMDS,
-        LandmarkMVU,
-        LaplacianEigenmaps,
-        LocallyLinearEmbedding,
-        MaximumVarianceUnfolding,
-    )
+    from .specs import SPECS
 
-    return {
-        "umap": UMAP,
-        "tsne": TSNE,
-        "sne": SNE,
-        "isomap": Isomap,
-        "landmark-isomap": LandmarkIsomap,
-        "lle": LocallyLinearEmbedding,
-        "laplacian": LaplacianEigenmaps,
-        "kpca": KernelPCA,
-        "mds": MDS,
-        "landmark-mds": LandmarkMDS,
-        "mvu": MaximumVarianceUnfolding,
-        "landmark-mvu": LandmarkMVU,
-    }
+    return {name: spec.estimator for name, spec in SPECS.items() if spec.follows_pca}
 
 
+# the methods that may follow PCA (their specs' ``follows_pca``; tests/test_chain.py checks)
 CHAIN_ESTIMATORS = (
     "umap",
     "tsne",

@@ -312,7 +312,57 @@ def sne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params)
 
 
 class SNE(DimredEstimator):
-    """Stochastic Neighbor Embedding (Hinton & Roweis 2002), exact gradients, for small n."""
+    """Stochastic Neighbor Embedding (Hinton & Roweis 2002), exact gradients, for small n.
+
+    Parameters
+    ----------
+    n_components : int in [1, 3], default 2
+        Dimensions of the embedding.
+    perplexity : float, default 30.0
+        The effective number of neighbours of each point's Gaussian (below n / 3).
+    n_iter : int, default 500
+        Iterations in all.
+    learning_rate : float > 0, default 0.5
+        The step size.
+    momentum : float in [0, 1], default 0.5
+        Momentum before iteration ``momentum_switch_iter``.
+    final_momentum : float in [0, 1], default 0.8
+        Momentum from iteration ``momentum_switch_iter`` on.
+    momentum_switch_iter : int, default 250
+        The iteration at which the momentum changes.
+    min_gain : float, default 0.01
+        The smallest per-coordinate gain of the delta-bar-delta rule.
+    max_step_norm : float, default 5.0
+        Steps longer than this are clipped.
+    early_exaggeration : float > 0, default 1.0
+        The factor on P during the first ``early_exaggeration_iter`` iterations (1: none).
+    early_exaggeration_iter : int, default 0
+        Iterations of the early phase.
+    init : {"pca", "random"}, default "pca"
+        The starting positions.
+    n_neighbors : int or None, default None
+        Neighbours in the kNN graph (None: min(n - 1, ceil(3 x perplexity))).
+    metric : str, default "euclidean"
+        The kNN graph's metric.
+    knn_backend : str, default "auto"
+        The kNN graph's backend (see `dimred_dask.graphs.knn_graph`).
+    random_state : int >= 0 or None, default 0
+        Seeds the initialisation and the kNN graph.
+    checkpoint_every : int, default 50
+        Iterations between checkpoints.
+    callback_every : int, default 50
+        Iterations between progress reports.
+    checkpoint : object or None, default None
+        An object with ``save(state)`` and ``load()``: the fit resumes from a saved state.
+    callback : callable or None, default None
+        ``(iteration, total, cost)``, called in this process.
+    n_jobs : int or None, default None
+        numba's threads for the optimisation.
+
+    Attributes
+    ----------
+    embedding_, kl_divergence_, n_iter_
+    """
 
     # the checks fit 10-30 rows: the perplexity must stay below n / 3
     _check_params = ({"perplexity": 3.0, "random_state": 0},)

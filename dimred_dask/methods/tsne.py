@@ -562,9 +562,73 @@ def tsne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params
 class TSNE(DimredEstimator):
     """t-SNE (van der Maaten & Hinton 2008) with FFT-interpolated gradients for large n.
 
-    Parameters are those of ``TSNE_DEFAULTS`` (see `tsne`). ``embedding_``, ``kl_divergence_``,
-    ``n_iter_``; ``transform(X_new)`` places new points against the fixed embedding
-    (``_tsne_transform``), chunk by chunk for dask input."""
+    ``transform(X_new)`` places new points against the fixed embedding (``_tsne_transform``),
+    chunk by chunk for dask input.
+
+    Parameters
+    ----------
+    n_components : int in [1, 3], default 2
+        Dimensions of the embedding.
+    perplexity : float, default 30.0
+        The effective number of neighbours of each point's Gaussian (below n / 3).
+    early_exaggeration : float > 0, default 12.0
+        The factor on P during the first ``early_exaggeration_iter`` iterations.
+    early_exaggeration_iter : int, default 250
+        Iterations of the early phase (part of ``n_iter``).
+    n_iter : int, default 750
+        Iterations in all.
+    exaggeration : float > 0, default 1.0
+        The factor on P after the early phase.
+    learning_rate : float > 0 or "auto", default "auto"
+        The step size; "auto" is n / exaggeration in each phase.
+    momentum : float in [0, 1], default 0.5
+        Momentum of the early phase.
+    final_momentum : float in [0, 1], default 0.8
+        Momentum after the early phase.
+    min_gain : float, default 0.01
+        The smallest per-coordinate gain of the delta-bar-delta rule.
+    max_step_norm : float, default 5.0
+        Steps longer than this are clipped.
+    init : "pca", "random" or array of shape (n_samples, n_components), default "pca"
+        The starting positions ("pca": PCA scaled to standard deviation 1e-4).
+    gradient : {"auto", "exact", "fft"}, default "auto"
+        Exact all-pairs gradients, or FFT-interpolated ones (Linderman et al. 2019); "auto":
+        exact up to ``EXACT_MAX`` points.
+    n_interpolation_points : int in [2, 8], default 3
+        FFT gradients: interpolation nodes per box.
+    min_num_intervals : int or None, default None
+        FFT gradients: the fewest boxes per dimension (None: 10 in 3-D, else 50).
+    ints_in_interval : float, default 1.0
+        FFT gradients: the side of a box.
+    n_neighbors : int or None, default None
+        Neighbours in the kNN graph (None: min(n - 1, ceil(3 x perplexity))).
+    metric : str, default "euclidean"
+        The kNN graph's metric.
+    knn_backend : str, default "auto"
+        The kNN graph's backend (see `dimred_dask.graphs.knn_graph`).
+    random_state : int >= 0 or None, default 0
+        Seeds the initialisation and the kNN graph; the same seed gives the same bits.
+    checkpoint_every : int, default 50
+        Iterations between checkpoints (the flow's run store).
+    callback_every : int, default 50
+        Iterations between progress reports.
+    fit_sample : int >= 10 or None, default None
+        Fit on that many rows drawn at random and place the others with the transform.
+    optimizer : {"auto", "single", "distributed"}, default "auto"
+        "single": the embedding is one task on one worker; "distributed": its rows and P are
+        split over all workers (FFT gradients); "auto" takes "distributed" when P and the
+        optimiser's state would exceed a quarter of a worker's memory on two workers or more.
+    checkpoint : object or None, default None
+        An object with ``save(state)`` and ``load()``: the fit resumes from a saved state.
+    callback : callable or None, default None
+        ``(iteration, total, kl)``, called in this process.
+    n_jobs : int or None, default None
+        numba's threads for the optimisation.
+
+    Attributes
+    ----------
+    embedding_, kl_divergence_, n_iter_
+    """
 
     # the checks fit 10-30 rows: the perplexity must stay below n / 3
     _check_params = ({"perplexity": 3.0, "random_state": 0},)

@@ -642,9 +642,70 @@ def umap(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params
 
 
 class UMAP(DimredEstimator):
-    """UMAP with a deterministic multithreaded SGD (see `umap`). ``embedding_``,
-    ``cross_entropy_``, ``a_``, ``b_``; ``transform(X_new)`` optimises only the new points
-    against the fixed embedding (``_umap_transform``), chunk by chunk for dask input."""
+    """UMAP (McInnes, Healy & Melville 2018) with a deterministic multithreaded SGD.
+
+    ``transform(X_new)`` optimises only the new points against the fixed embedding
+    (``_umap_transform``), chunk by chunk for dask input.
+
+    Parameters
+    ----------
+    n_components : int in [1, n - 2], default 2
+        Dimensions of the embedding.
+    n_neighbors : int in [2, n - 1], default 15
+        Neighbours of each point in the fuzzy graph (counting the point itself).
+    min_dist : float >= 0, default 0.1
+        How close embedded points may come (at most ``spread``); with ``spread`` it fixes
+        ``a`` and ``b``.
+    spread : float > 0, default 1.0
+        The scale of the embedded points.
+    n_epochs : int or None, default None
+        SGD epochs (None: 500 up to 10 000 points, else 200).
+    learning_rate : float > 0, default 1.0
+        The first epoch's step, decaying linearly to 0.
+    negative_sample_rate : int >= 0, default 5
+        Repulsions sampled per attraction.
+    repulsion_strength : float >= 0, default 1.0
+        The weight of the repulsions.
+    local_connectivity : float > 0, default 1.0
+        Neighbours each point is assumed connected to (the fuzzy graph's rho).
+    set_op_mix_ratio : float in [0, 1], default 1.0
+        1: the fuzzy union of the directed memberships, 0: their intersection.
+    a, b : float > 0 or None, default None
+        The embedding's membership curve 1 / (1 + a d^(2b)); fitted to ``min_dist`` and
+        ``spread`` unless both are given.
+    init : "spectral", "pca", "random" or array of shape (n_samples, n_components)
+        The starting positions (default "spectral": the fuzzy graph's Laplacian eigenvectors).
+    metric : str, default "euclidean"
+        The kNN graph's metric.
+    knn_backend : str, default "auto"
+        The kNN graph's backend (see `dimred_dask.graphs.knn_graph`).
+    random_state : int >= 0, default 0
+        Seeds the initialisation, the negative samples and the kNN graph; the same seed gives
+        the same bits for any number of threads.
+    nndescent_kwds : dict or None, default None
+        Options for the NN-descent kNN backend.
+    n_jobs : int or None, default None
+        numba's threads for the optimisation.
+    checkpoint : object or None, default None
+        An object with ``save(state)`` and ``load()``: the fit resumes from a saved state.
+    checkpoint_every : int, default 20
+        Epochs between checkpoints.
+    callback : callable or None, default None
+        ``(epoch, n_epochs, loss or None)``, called in this process.
+    callback_every : int, default 10
+        Epochs between progress reports.
+    fit_sample : int >= 10 or None, default None
+        Fit on that many rows drawn at random and place the others with the transform.
+    optimizer : {"auto", "single", "distributed"}, default "auto"
+        "single": the embedding is one task on one worker; "distributed": its edges are split
+        over all workers, giving the same embedding bit for bit; "auto" takes "distributed"
+        when the graph and the optimiser's state would exceed a quarter of a worker's memory
+        on two workers or more.
+
+    Attributes
+    ----------
+    embedding_, cross_entropy_, a_, b_
+    """
 
     _check_params = ({"n_neighbors": 5, "random_state": 0},)
     # transform places new points into the fixed training embedding (optimising only their
