@@ -124,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="a method parameter, repeatable (e.g. solver=randomized, whiten=true); "
         "in a chain STEP.NAME=VALUE (pca.n_components=50, "
-        "umap.n_neighbors=30; without STEP: the final step)",
+        "umap.n_neighbors=30; without STEP: the final step); "
+        "`dimred-dask methods METHOD` lists a method's parameters",
     )
     run.add_argument("--columns", help="comma-separated numeric columns of a Parquet/CSV input")
     run.add_argument(
@@ -212,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     ins = sub.add_parser("inspect", help="print a run's manifest and metrics", parents=[common])
     ins.add_argument("uri", help="the run store")
     ins.add_argument("--json", action="store_true", help="the whole manifest as JSON")
+
+    met = sub.add_parser(
+        "methods", help="list the methods, or one method's parameters", parents=[common]
+    )
+    met.add_argument("method", nargs="?", help="a method: its parameters and their defaults")
     return p
 
 
@@ -451,6 +457,41 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def cmd_methods(args) -> int:
+    """The methods from their specs (`dimred_dask.methods.specs`), or one method's
+    parameters: flow default, type and first sentence of its description."""
+    import re
+    import textwrap
+
+    from dimred_dask.methods.specs import SPECS
+
+    if not args.method:
+        width = max(map(len, SPECS))
+        for name, spec in SPECS.items():
+            print(f"{name:<{width}}  {spec.summary}")
+        print("\nchains: pca+<method> (PCA, then the method on its embedding)")
+        print("dimred-dask methods METHOD lists a method's parameters (--param NAME=VALUE)")
+        return 0
+    spec = SPECS.get(args.method)
+    if spec is None:
+        raise InputError(
+            f"Unknown method {args.method!r}; available: {sorted(SPECS)}.",
+            "run `dimred-dask methods` for the list.",
+        )
+    print(f"{spec.name}: {spec.summary}")
+    print(f"estimator   dimred_dask.{spec.estimator.__name__}")
+    print(f"takes       {spec.takes.replace('`', '')}")
+    if spec.flow_adds:
+        print(f"flow adds   {spec.flow_adds.replace('`', '')}")
+    print("\nparameters (--param NAME=VALUE; default, type):")
+    for param in spec.params():
+        kind = re.sub(r",? *default .*$", "", param.type)
+        print(f"  {param.name} = {param.default!r}" + (f"   ({kind})" if kind else ""))
+        for line in textwrap.wrap(param.doc, 88):
+            print(f"      {line}")
+    return 0
+
+
 def quiet_prefect_env() -> None:
     """No telemetry from the temporary Prefect server: this machine talks to loopback only."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -485,9 +526,12 @@ def main(argv=None) -> int:
                 preflight_run(args)
             server = start_temporary_server() if args.command in ("run", "demo") else None
             try:
-                return {"run": cmd_run, "demo": cmd_demo, "inspect": cmd_inspect}[args.command](
-                    args
-                )
+                return {
+                    "run": cmd_run,
+                    "demo": cmd_demo,
+                    "inspect": cmd_inspect,
+                    "methods": cmd_methods,
+                }[args.command](args)
             finally:
                 stop_temporary_server(server)
     except DimredError as exc:
