@@ -398,7 +398,7 @@ def preflight_run(args) -> None:
         return
     from .validate import preflight, run_spec
 
-    preflight(run_spec(**_run_arguments(args)))
+    preflight(run_spec(_run_arguments(args)))
 
 
 def cmd_run(args) -> int:

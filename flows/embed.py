@@ -417,23 +417,9 @@ def embed(
     improving a graph short of it (default: four times its first build); a graph that ends
     short is kept with a warning in the log and the manifest (flows/knn.py).
     """
-    spec = run_spec(
-        input,
-        output,
-        method=method,
-        params=params,
-        overwrite=overwrite,
-        columns=columns,
-        sample_size=sample_size,
-        chunk_rows=chunk_rows,
-        labels=labels,
-        graph_cache=graph_cache,
-        actions=actions,
-        allow_missing_chunks=allow_missing_chunks,
-        knn_target_recall=knn_target_recall,
-        knn_recall_budget=knn_recall_budget,
-        when=_scheduled_start(),
-    )
+    # the flow's parameters as they came (the first statement: locals() holds only them)
+    arguments = {k: v for k, v in locals().items() if k not in ("scheduler", "credentials_block")}
+    spec = run_spec(arguments, when=_scheduled_start())
     if credentials_block:
         with run_storage_options("s3", _block_credentials(credentials_block)):
             return _embed(spec, scheduler)

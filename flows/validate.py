@@ -90,41 +90,16 @@ def _plan_chunks(spec: dict, inp) -> tuple[int, int | None]:
     return plan_row_chunk(n, d, itemsize, base=base, target_bytes=target), memory
 
 
-def run_spec(
-    input: str,
-    output: str,
-    method: str = "pca",
-    params: dict | None = None,
-    overwrite: bool = False,
-    columns: list[str] | None = None,
-    sample_size: int = 2000,
-    chunk_rows: int | None = None,
-    labels: str | None = None,
-    graph_cache: str | None = None,
-    actions: str | None = None,
-    allow_missing_chunks: bool = False,
-    knn_target_recall: float | None = TARGET_RECALL,
-    knn_recall_budget: float | None = None,
-    when=None,
-) -> dict:
-    """A run's description as its stages read it, from the arguments of `flows.embed.embed`
-    (``when``: the run's scheduled start, for ``{date}`` in the output; None: now)."""
-    return {
-        "input": input,
-        "output": expand_output(output, when),
-        "method": method,
-        "params": dict(params or {}),
-        "overwrite": overwrite,
-        "columns": columns,
-        "sample_size": int(sample_size),
-        "chunk_rows": chunk_rows,
-        "labels": labels,
-        "graph_cache": graph_cache,
-        "actions": actions,
-        "allow_missing_chunks": bool(allow_missing_chunks),
-        "knn_target_recall": knn_target_recall,
-        "knn_recall_budget": knn_recall_budget,
-    }
+def run_spec(arguments: dict, when=None) -> dict:
+    """A run's description as its stages read it: the arguments of `flows.embed.embed` but
+    the scheduler and the credentials block, with ``{date}`` in the output replaced (``when``:
+    the run's scheduled start; None: now)."""
+    spec = dict(arguments)
+    spec["output"] = expand_output(spec["output"], when)
+    spec["params"] = dict(spec.get("params") or {})
+    spec["sample_size"] = int(spec["sample_size"])
+    spec["allow_missing_chunks"] = bool(spec["allow_missing_chunks"])
+    return spec
 
 
 def check_run(spec: dict) -> dict:
