@@ -510,15 +510,17 @@ def load_model(output, *, storage_options: dict | None = None):
     StoreError, UncommittedOutputError
         Not a run store, or its run did not finish.
     InputError
-        The method's model places no new rows (t-SNE, SNE and UMAP runs keep their
-        embeddings only).
+        The method's model places no new rows (t-SNE, SNE, UMAP and spectral clustering runs
+        keep their embeddings only; a landmark MVU run keeps no training rows).
     """
     from dimred_dask.io import open_output
 
     store = open_output(output, storage_options=storage_options)
     method = store.read_json("manifest.json")["method"]
     model = get_method(method).load(store)
-    if not hasattr(model, "transform"):
+    # a model without transform, or whose training rows the flow did not keep (landmark MVU:
+    # its n may be large, and its rows are gathered to keep them)
+    if not hasattr(model, "transform") or getattr(model, "X_fit", True) is None:
         estimator = SPECS[method].estimator.__name__ if method in SPECS else None
         raise InputError(
             f"The {method} run at {store.url} keeps its embeddings only; its "
