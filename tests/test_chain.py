@@ -202,10 +202,3 @@ def test_sparse_counts_in_an_h5ad_go_through_pca_then_umap(client, prefect_api, 
     dense = PCA(10).fit_transform(X.toarray().astype(np.float64))
     _same_up_to_sign(step[:, :3], dense[:, :3], atol=1e-3)  # the 3 cell-type directions
     assert open_output(str(out)).read_array("embedding").shape == (3000, 2)
-
-
-def test_the_chainable_methods_are_the_specs():
-    from dimred_dask.methods.chain import CHAIN_ESTIMATORS
-    from dimred_dask.methods.specs import SPECS
-
-    assert sorted(CHAIN_ESTIMATORS) == sorted(n for n, s in SPECS.items() if s.follows_pca)

@@ -13,33 +13,15 @@ centres it implicitly) and reaches the second method dense.
 from __future__ import annotations
 
 from ..errors import InputError
+from .specs import SPECS
 
 __all__ = ["make_chain", "CHAIN_ESTIMATORS", "PCA_COMPONENTS"]
 
 PCA_COMPONENTS = 50  # the PCA step's default, as in the flow's chains
 
 
-def _estimators() -> dict:
-    from .specs import SPECS
-
-    return {name: spec.estimator for name, spec in SPECS.items() if spec.follows_pca}
-
-
-# the methods that may follow PCA (their specs' ``follows_pca``; tests/test_chain.py checks)
-CHAIN_ESTIMATORS = (
-    "umap",
-    "tsne",
-    "sne",
-    "isomap",
-    "landmark-isomap",
-    "lle",
-    "laplacian",
-    "kpca",
-    "mds",
-    "landmark-mds",
-    "mvu",
-    "landmark-mvu",
-)
+# the methods that may follow PCA: those whose spec says ``follows_pca``
+CHAIN_ESTIMATORS = tuple(name for name, spec in SPECS.items() if spec.follows_pca)
 
 
 def make_chain(method: str, **params):
@@ -71,7 +53,7 @@ def make_chain(method: str, **params):
     from .pca import PCA
 
     first, plus, second = str(method).partition("+")
-    estimators = _estimators()
+    estimators = {name: SPECS[name].estimator for name in CHAIN_ESTIMATORS}
     if first != "pca" or not plus or second not in estimators:
         raise InputError(
             f"A chain is PCA then one of {', '.join(CHAIN_ESTIMATORS)}; found {method!r}.",
