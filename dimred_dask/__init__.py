@@ -20,194 +20,13 @@ from .errors import InfeasibleError, SolverError
 
 # The estimators and functions are imported on first use (PEP 562): `import dimred_dask` and
 # its errors stay cheap for the CLI's commands that need no method (inspect, --help) and for
-# the modules that import only the errors.
-_METHOD_NAMES = frozenset(
-    {
-        "ActionRespectingEmbedding",
-        "HSICResult",
-        "Isomap",
-        "IsomapModel",
-        "KernelPCA",
-        "KernelPCAModel",
-        "KernelSupervisedPCA",
-        "KernelSupervisedPCAModel",
-        "LLEModel",
-        "LandmarkIsomap",
-        "LandmarkMDS",
-        "LandmarkMDSModel",
-        "LandmarkMVU",
-        "LaplacianEigenmaps",
-        "LaplacianEigenmapsModel",
-        "LocallyLinearEmbedding",
-        "MDS",
-        "MDSModel",
-        "MaximumVarianceUnfolding",
-        "PCA",
-        "PCAModel",
-        "SDPEmbeddingModel",
-        "SNE",
-        "SpectralClustering",
-        "SpectralClusteringModel",
-        "SupervisedPCA",
-        "SupervisedPCAModel",
-        "TSNE",
-        "TSNEModel",
-        "UMAP",
-        "UMAPModel",
-        "action_respecting_embedding",
-        "check_distance_matrix",
-        "classical_mds",
-        "hsic",
-        "isomap",
-        "kernel_pca",
-        "kernel_supervised_pca",
-        "landmark_isomap",
-        "landmark_mds",
-        "landmark_mvu",
-        "laplacian_eigenmaps",
-        "lle",
-        "make_chain",
-        "mvu",
-        "pca",
-        "sne",
-        "spectral_clustering",
-        "supervised_pca",
-        "tsne",
-        "tsne_sweep",
-        "umap",
-        "umap_sweep",
-    }
+# the modules that import only the errors. The package exports every public name of
+# `dimred_dask.methods` (its ``__all__``) except the registry's own, so a new method is
+# exported by listing it there.
+_METHODS_ONLY = frozenset(
+    {"SPECS", "MethodSpec", "SPARSE_METHODS", "accepts_sparse", "check_sparse_input"}
 )
-
-
-def __getattr__(name: str):
-    if name in _METHOD_NAMES:
-        from . import methods
-
-        value = getattr(methods, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
-
-
-if TYPE_CHECKING:  # the names as static analysis and documentation tools should see them
-    from .methods import (
-        MDS,
-        PCA,
-        KernelPCA,
-        KernelPCAModel,
-        LandmarkMDS,
-        LandmarkMDSModel,
-        MDSModel,
-        PCAModel,
-        check_distance_matrix,
-        classical_mds,
-        kernel_pca,
-        landmark_mds,
-        pca,
-    )
-    from .methods import (
-        HSICResult,
-        KernelSupervisedPCA,
-        KernelSupervisedPCAModel,
-        SupervisedPCA,
-        SupervisedPCAModel,
-        hsic,
-        kernel_supervised_pca,
-        supervised_pca,
-    )
-    from .methods import (
-        SNE,
-        TSNE,
-        UMAP,
-        TSNEModel,
-        UMAPModel,
-        sne,
-        tsne,
-        tsne_sweep,
-        umap,
-        umap_sweep,
-    )
-    from .methods import (
-        Isomap,
-        IsomapModel,
-        LandmarkIsomap,
-        LaplacianEigenmaps,
-        LaplacianEigenmapsModel,
-        LLEModel,
-        LocallyLinearEmbedding,
-        SpectralClustering,
-        SpectralClusteringModel,
-        isomap,
-        landmark_isomap,
-        laplacian_eigenmaps,
-        lle,
-        spectral_clustering,
-    )
-    from .methods import (
-        ActionRespectingEmbedding,
-        LandmarkMVU,
-        MaximumVarianceUnfolding,
-        SDPEmbeddingModel,
-        action_respecting_embedding,
-        landmark_mvu,
-        mvu,
-    )
-    from .methods import make_chain
-
-
-__version__ = "0.1.0"
-
-__all__ = [
-    "PCA",
-    "PCAModel",
-    "pca",
-    "KernelPCA",
-    "KernelPCAModel",
-    "kernel_pca",
-    "MDS",
-    "MDSModel",
-    "classical_mds",
-    "LandmarkMDS",
-    "LandmarkMDSModel",
-    "landmark_mds",
-    "check_distance_matrix",
-    "SupervisedPCA",
-    "SupervisedPCAModel",
-    "supervised_pca",
-    "KernelSupervisedPCA",
-    "KernelSupervisedPCAModel",
-    "kernel_supervised_pca",
-    "hsic",
-    "HSICResult",
-    "TSNE",
-    "TSNEModel",
-    "tsne",
-    "tsne_sweep",
-    "SNE",
-    "sne",
-    "UMAP",
-    "UMAPModel",
-    "umap",
-    "umap_sweep",
-    "Isomap",
-    "IsomapModel",
-    "isomap",
-    "LandmarkIsomap",
-    "landmark_isomap",
-    "LocallyLinearEmbedding",
-    "LLEModel",
-    "lle",
-    "LaplacianEigenmaps",
-    "LaplacianEigenmapsModel",
-    "laplacian_eigenmaps",
-    "SpectralClustering",
-    "SpectralClusteringModel",
-    "spectral_clustering",
+_ERRORS = [
     "DimredError",
     "InputError",
     "InputTypeError",
@@ -222,13 +41,36 @@ __all__ = [
     "StageError",
     "InfeasibleError",
     "SolverError",
-    "MaximumVarianceUnfolding",
-    "mvu",
-    "LandmarkMVU",
-    "landmark_mvu",
-    "ActionRespectingEmbedding",
-    "action_respecting_embedding",
-    "SDPEmbeddingModel",
-    "make_chain",
-    "__version__",
 ]
+
+
+def _methods():
+    import importlib  # not `from . import methods`: that asks this __getattr__ first
+
+    return importlib.import_module(f"{__name__}.methods")
+
+
+def _method_names() -> list[str]:
+    return [name for name in _methods().__all__ if name not in _METHODS_ONLY]
+
+
+def __getattr__(name: str):
+    if name == "__all__":
+        value = [*_method_names(), *_ERRORS, "__version__"]
+    elif name.startswith("__") or name not in _method_names():
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    else:
+        value = getattr(_methods(), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_method_names()))
+
+
+if TYPE_CHECKING:  # the names as static analysis and documentation tools should see them
+    from .methods import *  # noqa: F403
+
+
+__version__ = "0.1.0"

@@ -42,43 +42,35 @@ def is_sparse_input(X) -> bool:
     return _is_sparse(X)
 
 
-# The flow's method names (``--method``), from the names the methods give themselves in their
-# messages (compared lower-case, letters and digits only): a refusal of sparse input names the
-# chain that runs the method on PCA's embedding.
-_CHAIN_NAMES = {
-    "kpca": "kpca",
-    "kernelpca": "kpca",
-    "mds": "mds",
-    "landmarkmds": "landmark-mds",
-    "spca": "spca",
-    "supervisedpca": "spca",
-    "kspca": "kspca",
-    "kernelsupervisedpca": "kspca",
-    "isomap": "isomap",
-    "landmarkisomap": "landmark-isomap",
-    "lle": "lle",
-    "locallylinearembedding": "lle",
-    "laplacian": "laplacian",
-    "laplacianeigenmaps": "laplacian",
-    "spectral": "spectral",
-    "spectralclustering": "spectral",
-    "tsne": "tsne",
-    "tsnetransform": "tsne",
-    "umap": "umap",
-    "umaptransform": "umap",
-    "sne": "sne",
-    "mvu": "mvu",
-    "maximumvarianceunfolding": "mvu",
-    "landmarkmvu": "landmark-mvu",
-    "are": "are",
-    "actionrespectingembedding": "are",
-}
+# The flow's method names (``--method``) by the names the methods give themselves in their
+# messages (compared lower-case, letters and digits only, without a trailing "transform"): a
+# refusal of sparse input names the chain that runs the method on PCA's embedding. The method
+# registry (`dimred_dask.methods.specs`) fills it when it is imported, which importing any
+# method does.
+_CHAIN_NAMES: dict[str, str] = {}
+
+
+def _name_key(text: str) -> str:
+    key = "".join(c for c in str(text).lower() if c.isalnum())
+    return key.removesuffix("transform") or key
+
+
+def register_method_names(names: dict[str, str]) -> None:
+    """Record the flow's method name of each name a method uses in its messages (``{"t-SNE":
+    "tsne", "TSNE": "tsne", ...}``); `chain_name` answers from these."""
+    for text, flow_name in names.items():
+        key = _name_key(text)
+        if _CHAIN_NAMES.setdefault(key, flow_name) != flow_name:
+            raise ValueError(
+                f"the message name {text!r} is taken by method {_CHAIN_NAMES[key]!r}; "
+                f"{flow_name!r} needs another"
+            )
 
 
 def chain_name(method: str) -> str | None:
     """The flow's name of the method called ``method`` in messages ("t-SNE" -> "tsne"), or
     None when it has none (it is not a method of the flow)."""
-    return _CHAIN_NAMES.get("".join(c for c in str(method).lower() if c.isalnum()))
+    return _CHAIN_NAMES.get(_name_key(method))
 
 
 def sparse_refusal(method: str, where: str, X, why: str = "") -> InputTypeError:

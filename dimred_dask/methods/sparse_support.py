@@ -1,8 +1,8 @@
 """Which methods take sparse input (single-cell counts: CSR, or dask arrays of CSR row blocks),
 in one place that the flow and the API can ask before anything runs.
 
-``SPARSE_METHODS[name]`` is True when the method of that flow name fits sparse input as it is,
-never densifying the n x d matrix:
+``SPARSE_METHODS[name]`` (from the estimators' ``accepts_sparse``) is True when the method of
+that flow name fits sparse input as it is, never densifying the n x d matrix:
 
 - ``pca``: solvers ``covariance`` and ``randomized`` (``auto`` picks them), centred implicitly;
   ``tsqr`` and ``dual`` would densify and refuse.
@@ -21,27 +21,13 @@ step. The building blocks take sparse rows where they are made of inner products
 from __future__ import annotations
 
 from .._validation import is_sparse_input, sparse_refusal
+from .specs import SPECS
 
 __all__ = ["SPARSE_METHODS", "accepts_sparse", "check_sparse_input"]
 
+# each estimator says whether it takes sparse X (``accepts_sparse``)
 SPARSE_METHODS: dict[str, bool] = {
-    "pca": True,
-    "spca": True,
-    "kpca": False,
-    "mds": False,
-    "landmark-mds": False,
-    "kspca": False,
-    "isomap": False,
-    "landmark-isomap": False,
-    "lle": False,
-    "laplacian": False,
-    "spectral": False,
-    "tsne": False,
-    "umap": False,
-    "sne": False,
-    "mvu": False,
-    "landmark-mvu": False,
-    "are": False,
+    name: bool(getattr(spec.estimator, "accepts_sparse", False)) for name, spec in SPECS.items()
 }
 
 

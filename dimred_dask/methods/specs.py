@@ -7,6 +7,7 @@ only what differs in the flow, with its reason. A new method adds its entry here
 
 from __future__ import annotations
 
+from .._validation import register_method_names
 from ._spec import MethodSpec
 from .are import ActionRespectingEmbedding, action_respecting_embedding
 from .isomap import Isomap, LandmarkIsomap, isomap, landmark_isomap
@@ -222,3 +223,19 @@ _SPECS = [
 ]
 
 SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in _SPECS}
+
+# the names a method goes by in its messages ("t-SNE", "LandmarkIsomap", "kernel_pca"): a
+# refusal of sparse input names the chain through PCA from them (PCA itself takes sparse input)
+register_method_names(
+    {
+        text: spec.name
+        for spec in _SPECS
+        if spec.name != "pca"
+        for text in (
+            spec.name,
+            spec.estimator.__name__,
+            getattr(spec.estimator, "_method", None) or spec.name,
+            spec.function.__name__,
+        )
+    }
+)
