@@ -14,6 +14,10 @@ from dimred_dask.errors import InputError
 
 __all__ = [
     "MethodAdapter",
+    "adapter_from_spec",
+    "model_summary",
+    "model_transform",
+    "no_metrics",
     "parse_param_value",
     "check_known",
     "save_model",
@@ -21,35 +25,6 @@ __all__ = [
     "training_embedding",
     "STORED_ARRAYS",
 ]
-
-
-@dataclass(frozen=True)
-class MethodAdapter:
-    name: str
-    defaults: dict
-    check: Callable[[dict, tuple], dict]  # (params, shape) -> params, raising InputError
-    fit: Callable  # (X, params) -> model
-    save: Callable  # (model, store) -> None
-    load: Callable  # (store) -> model
-    transform: Callable  # (model, X) -> lazy embedding
-    summary: Callable  # (model) -> dict for the manifest
-    sample_metrics: Callable  # (model, X_sample (NumPy or SciPy sparse), Y_sample) -> dict
-    # the n x n matrix the method's solver reads several times, written to the run's store by
-    # the kernel stage: (params, shape) -> None or {"kind": "kernel"|"distance", ...}
-    matrix: Callable | None = None
-    needs_labels: bool = False  # supervised: the flow passes labels=<dask array>
-    # the kNN graph the method needs (flows/knn.py): (params, shape) -> None or a request
-    # {"n_neighbors": ..., "metric": ..., "backend": ..., "join_components": ..., "connected": ...};
-    # the flow passes graph=<KNNGraph> to fit, or with graph_in_store a `flows.knn.StoreGraph`
-    # (the run store's graph, read row block by row block where it is used)
-    graph: Callable | None = None
-    graph_in_store: bool = False
-    # the flow passes run={"output": <run store URL>, "fingerprint": <fit fingerprint>} to fit,
-    # for methods that checkpoint long optimisations into the run's store
-    run_context: bool = False
-    # sequence methods (action respecting embedding): the flow passes actions=<dask array>,
-    # one action between each pair of consecutive rows (n - 1), from --actions URI
-    needs_actions: bool = False
 
 
 def parse_param_value(text: str):
@@ -99,3 +74,103 @@ def training_embedding(Y, X):
     if hasattr(Y, "to_dask"):
         return Y.to_dask().rechunk((X.chunks[0], Y.shape[1])).astype(X.dtype)
     return da.from_array(np.asarray(Y, dtype=X.dtype), chunks=(X.chunks[0], Y.shape[1]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodAdapter:
+    """How the flow drives a method. Most methods' adapters come from their specs
+    (`adapter_from_spec`); a method family that needs more (the kNN graph, the kernel stage,
+    checkpoints) writes its own in ``flows/methods_<family>.py``."""
+
+    name: str
+    defaults: dict
+    check: Callable[[dict, tuple], dict]  # (params, shape) -> params, raising InputError
+    fit: Callable  # (X, params, **context) -> model
+    load: Callable  # (store) -> model
+    summary: Callable = None  # (model) -> dict for the manifest; None: `model_summary`
+    save: Callable = None  # (model, store) -> None; None: `save_model`
+    transform: Callable = None  # (model, X) -> lazy embedding; None: the model's transform
+    sample_metrics: Callable = None  # (model, X_sample (NumPy/sparse), Y_sample) -> dict
+    # the n x n matrix the method's solver reads several times, written to the run's store by
+    # the kernel stage: (params, shape) -> None or {"kind": "kernel"|"distance", ...}
+    matrix: Callable | None = None
+    needs_labels: bool = False  # supervised: the flow passes labels=<dask array>
+    # the kNN graph the method needs (flows/knn.py): (params, shape) -> None or a request
+    # {"n_neighbors": ..., "metric": ..., "backend": ..., "join_components": ..., "connected": ...};
+    # the flow passes graph=<KNNGraph> to fit, or with graph_in_store a `flows.knn.StoreGraph`
+    # (the run store's graph, read row block by row block where it is used)
+    graph: Callable | None = None
+    graph_in_store: bool = False
+    # the flow passes run={"output": <run store URL>, "fingerprint": <fit fingerprint>} to fit,
+    # for methods that checkpoint long optimisations into the run's store
+    run_context: bool = False
+    # sequence methods (action respecting embedding): the flow passes actions=<dask array>,
+    # one action between each pair of consecutive rows (n - 1), from --actions URI
+    needs_actions: bool = False
+
+    def __post_init__(self):
+        for field_name, default in (
+            ("summary", model_summary),
+            ("save", save_model),
+            ("transform", model_transform),
+            ("sample_metrics", no_metrics),
+        ):
+            if getattr(self, field_name) is None:
+                object.__setattr__(self, field_name, default)
+
+
+def model_summary(model) -> dict:
+    """What the manifest records of a fit: the model's own ``summary()``, else its scalars
+    and the records of its iterative solves."""
+    if hasattr(model, "summary"):
+        return model.summary()
+    scalars = {
+        k: v
+        for k, v in model.scalars().items()
+        if isinstance(v, (int, float, str, bool)) or v is None
+    }
+    return {**scalars, "convergence": list(getattr(model, "convergence", None) or [])}
+
+
+def model_transform(model, X):
+    """The embedding of X's rows by the model's own ``transform`` (lazy for dask X)."""
+    return model.transform(X)
+
+
+def no_metrics(model, X_sample, Y_sample) -> dict:
+    """A method without metrics of its own (the flow's quality metrics apply to all)."""
+    return {}
+
+
+def adapter_from_spec(spec) -> MethodAdapter:
+    """The flow's adapter of a method whose spec names its ``model`` and its ``check``: the
+    spec's flow defaults, the method's own parameter checks (before anything is written),
+    its function as the fit, and its model saved and loaded through the run store.
+
+    Parameters
+    ----------
+    spec : dimred_dask.methods.MethodSpec
+        The method's spec.
+
+    Returns
+    -------
+    MethodAdapter
+    """
+    if spec.model is None or spec.check is None:
+        raise ValueError(
+            f"method {spec.name!r} has no flow adapter: give its spec model= and check=, "
+            "or write one in flows/methods_<family>.py"
+        )
+    defaults = spec.flow_defaults()
+
+    def check(params: dict, shape: tuple) -> dict:
+        p = check_known(spec.name, params, defaults)
+        spec.check(p, shape)
+        return p
+
+    def fit(X, p: dict, **_):
+        return spec.function(X, **p)
+
+    return MethodAdapter(
+        name=spec.name, defaults=defaults, check=check, fit=fit, load=model_loader(spec.model)
+    )

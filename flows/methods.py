@@ -16,13 +16,7 @@ from dimred_dask import metrics
 from dimred_dask._validation import check_n_components, is_dask
 from dimred_dask.errors import DimredWarning, InputError, StageError
 from dimred_dask.linalg import LANDMARK_METHODS, choose_eigen_solver
-from dimred_dask.methods.mds import (
-    LANDMARK_CHOICES,
-    LandmarkMDSModel,
-    MDSModel,
-    classical_mds,
-    landmark_mds,
-)
+from dimred_dask.methods.mds import MDSModel, classical_mds
 from dimred_dask.methods.spca import (
     KernelSupervisedPCAModel,
     SupervisedPCAModel,
@@ -36,10 +30,10 @@ from dimred_dask.methods.specs import SPECS
 
 from .adapter import (
     MethodAdapter,
+    adapter_from_spec,
     check_known,
     model_loader,
     parse_param_value,  # noqa: F401
-    save_model,
     training_embedding,
 )
 
@@ -291,55 +285,6 @@ def _mds_transform(model, X):
     return training_embedding(model.embedding, X)  # part of the model
 
 
-def _mds_summary(model) -> dict:
-    return {
-        "n_components": int(model.n_components),
-        "eigenvalues": np.asarray(model.eigenvalues, dtype=float).tolist(),
-        "explained_variance_ratio": np.asarray(
-            model.explained_variance_ratio, dtype=float
-        ).tolist(),
-        "negative_eigenvalues": np.asarray(model.negative_eigenvalues, dtype=float)[:10].tolist(),
-        "negative_ratio": model.negative_ratio,
-        "negative_mass": model.negative_mass,
-        "stress": float(model.stress),
-        "metric": dict(model.metric),
-        **{k: v for k, v in model.info.items() if isinstance(v, (int, float, str, bool))},
-        "convergence": model.convergence,
-    }
-
-
-LMDS_DEFAULTS = SPECS["landmark-mds"].flow_defaults()
-
-
-def _lmds_check(params: dict, shape: tuple) -> dict:
-    p = check_known("landmark-mds", params, LMDS_DEFAULTS)
-    if p["metric"] == "precomputed":
-        raise InputError(
-            "landmark-mds embeds data rows; found metric=precomputed.",
-            "use --method mds --param metric=precomputed for a distance matrix.",
-        )
-    check_metric(p["metric"], p["p"])
-    n = shape[0]
-    if not isinstance(p["n_components"], int) or not 1 <= p["n_components"] < n:
-        raise InputError(
-            f"landmark-mds needs 1 <= n_components < n_samples = {n}; found {p['n_components']!r}.",
-            f"pass an n_components below {n}.",
-        )
-    m = p["n_landmarks"]
-    if m is not None and (not isinstance(m, int) or not p["n_components"] < m <= n):
-        raise InputError(
-            f"landmark-mds needs n_components < n_landmarks <= n_samples = {n}; "
-            f"found n_landmarks={m!r}.",
-            f"pass n_landmarks between {p['n_components'] + 1} and {n}.",
-        )
-    if p["landmarks"] not in LANDMARK_CHOICES:
-        raise InputError(
-            f"landmarks must be one of {LANDMARK_CHOICES}; found {p['landmarks']!r}.",
-            "pass --param landmarks=maxmin.",
-        )
-    return p
-
-
 SPCA_DEFAULTS = SPECS["spca"].flow_defaults()
 KSPCA_DEFAULTS = SPECS["kspca"].flow_defaults()
 
@@ -394,74 +339,53 @@ def _supervised_summary(model) -> dict:
 
 METHODS = {
     "pca": MethodAdapter(
-        "pca",
-        PCA_DEFAULTS,
-        _pca_check,
-        _pca_fit,
-        _pca_save,
-        _pca_load,
-        _pca_transform,
-        _pca_summary,
-        _pca_sample_metrics,
+        name="pca",
+        defaults=PCA_DEFAULTS,
+        check=_pca_check,
+        fit=_pca_fit,
+        save=_pca_save,
+        load=_pca_load,
+        transform=_pca_transform,
+        summary=_pca_summary,
+        sample_metrics=_pca_sample_metrics,
         run_context=True,
     ),
     "kpca": MethodAdapter(
-        "kpca",
-        KPCA_DEFAULTS,
-        _kpca_check,
-        _kpca_fit,
-        save_model,
-        model_loader(KernelPCAModel),
-        _kpca_transform,
-        _eigen_summary,
-        lambda m, Xs, Ys: {},
+        name="kpca",
+        defaults=KPCA_DEFAULTS,
+        check=_kpca_check,
+        fit=_kpca_fit,
+        load=model_loader(KernelPCAModel),
+        transform=_kpca_transform,
+        summary=_eigen_summary,
         matrix=_kpca_matrix,
     ),
     "mds": MethodAdapter(
-        "mds",
-        MDS_DEFAULTS,
-        _mds_check,
-        _mds_fit,
-        save_model,
-        model_loader(MDSModel),
-        _mds_transform,
-        _mds_summary,
-        lambda m, Xs, Ys: {},
+        name="mds",
+        defaults=MDS_DEFAULTS,
+        check=_mds_check,
+        fit=_mds_fit,
+        load=model_loader(MDSModel),
+        transform=_mds_transform,
         matrix=_mds_matrix,
     ),
-    "landmark-mds": MethodAdapter(
-        "landmark-mds",
-        LMDS_DEFAULTS,
-        _lmds_check,
-        lambda X, p, **_: landmark_mds(X, **p),
-        save_model,
-        model_loader(LandmarkMDSModel),
-        lambda m, X: m.transform(X),
-        _mds_summary,
-        lambda m, Xs, Ys: {},
-    ),
     "spca": MethodAdapter(
-        "spca",
-        SPCA_DEFAULTS,
-        _supervised_check("spca", SPCA_DEFAULTS),
-        lambda X, p, labels=None, **_: supervised_pca(X, _labels_vector(labels), **p),
-        save_model,
-        model_loader(SupervisedPCAModel),
-        lambda m, X: m.transform(X),
-        _supervised_summary,
-        lambda m, Xs, Ys: {},
+        name="spca",
+        defaults=SPCA_DEFAULTS,
+        check=_supervised_check("spca", SPCA_DEFAULTS),
+        fit=lambda X, p, labels=None, **_: supervised_pca(X, _labels_vector(labels), **p),
+        load=model_loader(SupervisedPCAModel),
+        summary=_supervised_summary,
         needs_labels=True,
     ),
     "kspca": MethodAdapter(
-        "kspca",
-        KSPCA_DEFAULTS,
-        _supervised_check("kspca", KSPCA_DEFAULTS),
-        lambda X, p, labels=None, **_: kernel_supervised_pca(X, _labels_vector(labels), **p),
-        save_model,
-        model_loader(KernelSupervisedPCAModel),
-        _kspca_transform,
-        _supervised_summary,
-        lambda m, Xs, Ys: {},
+        name="kspca",
+        defaults=KSPCA_DEFAULTS,
+        check=_supervised_check("kspca", KSPCA_DEFAULTS),
+        fit=lambda X, p, labels=None, **_: kernel_supervised_pca(X, _labels_vector(labels), **p),
+        load=model_loader(KernelSupervisedPCAModel),
+        transform=_kspca_transform,
+        summary=_supervised_summary,
         needs_labels=True,
     ),
 }
@@ -473,6 +397,10 @@ from .methods_sdp import METHODS as _SDP  # noqa: E402
 
 for _family in (_GRAPH, _NEIGHBOR, _SDP):
     METHODS.update(_family)
+# every other method: its adapter from its spec (its model and its parameter checks)
+for _name, _spec in SPECS.items():
+    if _name not in METHODS:
+        METHODS[_name] = adapter_from_spec(_spec)
 
 
 def get_method(name: str) -> MethodAdapter:

@@ -22,7 +22,7 @@ from dimred_dask.methods import (
 from dimred_dask.methods.isomap import isomap_on_workers, landmark_isomap_on_workers
 from dimred_dask.methods.specs import SPECS
 
-from .adapter import MethodAdapter, check_known, model_loader, save_model, training_embedding
+from .adapter import MethodAdapter, check_known, model_loader, training_embedding
 
 __all__ = ["METHODS", "ISOMAP_FLOW_MAX"]
 
@@ -133,15 +133,13 @@ MODELS = {
 
 METHODS = {
     name: MethodAdapter(
-        name,
-        DEFAULTS[name],
-        _check(name),
-        _fit(name),
-        save_model,
-        model_loader(MODELS[name]),
-        _transform,
-        _summary,
-        lambda m, Xs, Ys: {},
+        name=name,
+        defaults=DEFAULTS[name],
+        check=_check(name),
+        fit=_fit(name),
+        load=model_loader(MODELS[name]),
+        transform=_transform,
+        summary=_summary,
         graph=_graph,
     )
     for name in DEFAULTS

@@ -254,15 +254,14 @@ def _transform(model: EmbeddingSet, X):
 
 def _adapter(family: _Family) -> MethodAdapter:
     return MethodAdapter(
-        family.name,
-        family.defaults,
-        family.check,
-        family.fit,
-        _save,
-        model_loader(EmbeddingSet),
-        _transform,
-        family.summary,
-        lambda m, Xs, Ys: {},
+        name=family.name,
+        defaults=family.defaults,
+        check=family.check,
+        fit=family.fit,
+        save=_save,
+        load=model_loader(EmbeddingSet),
+        transform=_transform,
+        summary=family.summary,
         graph=family.graph,
         run_context=True,
         graph_in_store=True,

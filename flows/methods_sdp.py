@@ -16,7 +16,7 @@ from dimred_dask.methods.landmark_mvu import check_landmark_params, landmark_mvu
 from dimred_dask.methods.mvu import EXACT_MAX, SDPEmbeddingModel, check_sdp_params, mvu
 from dimred_dask.methods.specs import SPECS
 
-from .adapter import MethodAdapter, check_known, model_loader, save_model
+from .adapter import MethodAdapter, check_known, model_loader
 
 __all__ = ["METHODS"]
 
@@ -121,15 +121,13 @@ def _summary(model: SDPEmbeddingModel) -> dict:
 
 def _adapter(name: str, defaults: dict, fit, needs_actions: bool = False) -> MethodAdapter:
     return MethodAdapter(
-        name,
-        defaults,
-        _check(name, defaults),
-        fit,
-        save_model,
-        model_loader(SDPEmbeddingModel),
-        _transform,
-        _summary,
-        lambda m, Xs, Ys: {},
+        name=name,
+        defaults=defaults,
+        check=_check(name, defaults),
+        fit=fit,
+        load=model_loader(SDPEmbeddingModel),
+        transform=_transform,
+        summary=_summary,
         graph=_graph,
         needs_actions=needs_actions,
     )

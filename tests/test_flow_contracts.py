@@ -72,3 +72,31 @@ def test_every_method_runs_through_the_flow(name, client, prefect_api, tmp_path)
         )
     else:
         assert placed.shape == (len(new), Y.shape[1]) and np.isfinite(placed).all()
+
+
+def test_a_method_whose_spec_has_model_and_check_needs_no_flow_code():
+    """Landmark MDS has no code in ``flows/``: its adapter is derived from its spec (defaults,
+    the function's own parameter checks before anything is written, its model through the
+    run store); the run above commits it like every other method's."""
+    import pathlib
+
+    from flows.adapter import adapter_from_spec, model_summary, save_model
+    from flows.methods import METHODS
+
+    derived = [n for n, s in SPECS.items() if s.model is not None and s.check is not None]
+    assert "landmark-mds" in derived
+    source = "".join(
+        p.read_text() for p in (pathlib.Path(__file__).parents[1] / "flows").glob("*.py")
+    )
+    for name in derived:
+        assert f'"{name}"' not in source, name
+        adapter = METHODS[name]
+        assert adapter.defaults == SPECS[name].flow_defaults()
+        assert (adapter.summary, adapter.save) == (model_summary, save_model)
+    with pytest.raises(InputError, match="n_landmarks") as err:
+        METHODS["landmark-mds"].check({"n_landmarks": 1}, (100, 5))
+    assert "Fix:" in str(err.value)
+    with pytest.raises(InputError, match="Unknown parameter"):
+        METHODS["landmark-mds"].check({"n_landmark": 50}, (100, 5))
+    with pytest.raises(ValueError, match="model= and check="):
+        adapter_from_spec(SPECS["tsne"])

@@ -39,6 +39,15 @@ class MethodSpec:
     ``not_in_estimator``: keywords only the function (or the flow) takes (name -> why).
     ``function_defaults``: the defaults a function applies to its ``**params``, when its
     signature does not list them.
+    ``model``: the class of the function's result, with ``arrays`` / ``scalars`` /
+    ``from_arrays`` (how a run store keeps it), ``transform`` where it places new rows and
+    optionally ``summary`` (what the run's manifest records).
+    ``check``: ``(params, shape) -> None``, the function's own checks of its parameters
+    against the input's shape, raising `InputError`; the flow runs it before anything is
+    written.
+
+    A method with a ``model`` and a ``check`` needs no flow code: the flow's adapter is derived
+    from its spec (``flows.adapter.adapter_from_spec``).
     """
 
     name: str
@@ -53,6 +62,8 @@ class MethodSpec:
     flow_overrides: Mapping[str, tuple[object, str]] = field(default_factory=dict)
     not_in_estimator: Mapping[str, str] = field(default_factory=dict)
     function_defaults: Mapping[str, object] | None = None
+    model: type | None = None
+    check: Callable[[dict, tuple], None] | None = None
 
     @property
     def summary(self) -> str:

@@ -119,6 +119,22 @@ class _Triangulating(HasConvergence):
         """lambda / trace(B): PCA's explained variance ratio for Euclidean distances."""
         return self.eigenvalues / self.trace if self.trace > 0 else np.zeros_like(self.eigenvalues)
 
+    def summary(self) -> dict:
+        """What a run's manifest records of the fit: eigenvalues, the first negative ones,
+        stress, the metric, and the solver's scalars and convergence."""
+        return {
+            "n_components": int(self.n_components),
+            "eigenvalues": np.asarray(self.eigenvalues, dtype=float).tolist(),
+            "explained_variance_ratio": np.asarray(self.explained_variance_ratio, float).tolist(),
+            "negative_eigenvalues": np.asarray(self.negative_eigenvalues, float)[:10].tolist(),
+            "negative_ratio": self.negative_ratio,
+            "negative_mass": self.negative_mass,
+            "stress": float(self.stress),
+            "metric": dict(self.metric),
+            **{k: v for k, v in self.info.items() if isinstance(v, (int, float, str, bool))},
+            "convergence": self.convergence,
+        }
+
     def transform(self, X):
         """Embed rows of X (NumPy, or lazily row block by row block for dask). The sum over
         the training rows (or landmarks) is taken one block at a time: all of them in
@@ -458,6 +474,41 @@ def _check_landmark_params(n: int, n_components, n_landmarks, landmarks):
     return k, m
 
 
+def _landmark_metric(metric, p) -> dict:
+    params = _check_metric(metric, p, "LandmarkMDS")
+    if params["metric"] == "precomputed":
+        raise InputError(
+            "LandmarkMDS needs the data rows (it computes distances to the "
+            "landmarks only); found metric='precomputed'.",
+            "pass the data with a metric, or use MDS(metric='precomputed') for "
+            "a full distance matrix.",
+        )
+    return params
+
+
+def check_landmark_mds_params(params: dict, shape: tuple) -> None:
+    """Refuse, before anything runs, `landmark_mds` parameters that cannot apply to an input
+    of ``shape``: the same checks and messages as the function's.
+
+    Parameters
+    ----------
+    params : dict
+        All of `landmark_mds`'s keywords but ``align``, ``random_state`` and ``where``.
+    shape : tuple of int
+        The input's ``(n_samples, n_features)``.
+
+    Raises
+    ------
+    InputError
+        An unknown metric or landmark choice, ``metric="precomputed"``, or ``n_components`` /
+        ``n_landmarks`` outside their ranges for ``n_samples``.
+    """
+    _landmark_metric(params["metric"], params["p"])
+    _check_landmark_params(
+        shape[0], params["n_components"], params["n_landmarks"], params["landmarks"]
+    )
+
+
 def landmark_mds(
     X,
     *,
@@ -510,14 +561,7 @@ def landmark_mds(
     SolverError
         The landmarks' eigensolver did not converge.
     """
-    params = _check_metric(metric, p, "LandmarkMDS")
-    if params["metric"] == "precomputed":
-        raise InputError(
-            "LandmarkMDS needs the data rows (it computes distances to the "
-            "landmarks only); found metric='precomputed'.",
-            "pass the data with a metric, or use MDS(metric='precomputed') for "
-            "a full distance matrix.",
-        )
+    params = _landmark_metric(metric, p)
     X = check_array(X, method="LandmarkMDS", where=where)
     n = X.shape[0]
     k, m = _check_landmark_params(n, n_components, n_landmarks, landmarks)

@@ -15,7 +15,14 @@ from .kpca import KernelPCA, kernel_pca
 from .landmark_mvu import LandmarkMVU, landmark_mvu
 from .laplacian_eigenmaps import LaplacianEigenmaps, laplacian_eigenmaps
 from .lle import LocallyLinearEmbedding, lle
-from .mds import MDS, LandmarkMDS, classical_mds, landmark_mds
+from .mds import (
+    MDS,
+    LandmarkMDS,
+    LandmarkMDSModel,
+    check_landmark_mds_params,
+    classical_mds,
+    landmark_mds,
+)
 from .mvu import MaximumVarianceUnfolding, mvu
 from .pca import PCA, pca
 from .sne import SNE, SNE_DEFAULTS, sne
@@ -114,6 +121,8 @@ _SPECS = [
         takes="dense",
         docs=_LINEAR,
         not_in_estimator={"align": "the final PCA; the estimator's embedding is always aligned"},
+        model=LandmarkMDSModel,
+        check=check_landmark_mds_params,
     ),
     MethodSpec(
         "isomap", Isomap, isomap, follows_pca=True, takes="dense", docs=_GRAPH, flow_adds=_KNN
