@@ -68,10 +68,31 @@ def test_every_estimator_has_a_spec():
 
 
 def test_every_flow_parameter_is_documented():
-    """Each flow parameter has a type and a description (the estimator's numpydoc, else the
-    function's): `dimred-dask methods NAME` prints them."""
+    """Each flow parameter has a type and a description: `dimred-dask methods NAME` prints
+    them."""
     missing = [f"{n}.{p.name}" for n, s in SPECS.items() for p in s.params() if not p.doc]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_every_estimator_documents_each_parameter_once(name):
+    """The estimator's own docstring (what ``help`` and the API reference show) describes
+    every keyword of its ``__init__``, in order, completed from the function's entries where it
+    gives a type only; a default it states is the real one."""
+    import ast
+    import re
+
+    from dimred_dask.methods._spec import numpydoc_entries
+
+    spec = SPECS[name]
+    entries = numpydoc_entries(spec.estimator.__doc__)
+    defaults = spec.estimator_defaults()
+    assert list(entries) == list(defaults)
+    for key, (kind, text) in entries.items():
+        assert kind and any(t.strip() for t in text), (key, kind, text)
+        stated = re.search(r"default (.+)$", kind)
+        if stated:
+            assert ast.literal_eval(stated.group(1)) == defaults[key], (key, kind)
 
 
 @pytest.mark.parametrize("name", sorted(FORMS))

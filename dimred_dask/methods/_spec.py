@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-__all__ = ["MethodSpec", "Param"]
+__all__ = ["MethodSpec", "Param", "document_parameters", "numpydoc_parameters"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,9 @@ class MethodSpec:
     model: type | None = None
     check: Callable[[dict, tuple], None] | None = None
 
+    def __post_init__(self):
+        document_parameters(self.estimator, self.function)
+
     @property
     def summary(self) -> str:
         """The first sentence of the estimator's docstring."""
@@ -88,12 +91,9 @@ class MethodSpec:
         return out
 
     def params(self) -> list[Param]:
-        """The flow's parameters with their defaults, types and one-line descriptions."""
-        docs = numpydoc_parameters(self.function.__doc__ or "")
-        # the estimator's own entry where it says more than a type
-        docs.update(
-            (k, v) for k, v in numpydoc_parameters(self.estimator.__doc__ or "").items() if v[1]
-        )
+        """The flow's parameters with their defaults, types and one-line descriptions (the
+        estimator's, completed from the function's by `document_parameters`)."""
+        docs = numpydoc_parameters(self.estimator.__doc__ or "")
         return [
             Param(name, default, *docs.get(name, ("", "")))
             for name, default in self.flow_defaults().items()
@@ -105,32 +105,58 @@ def _first_sentence(text: str) -> str:
     return re.split(r"(?<=\.)(?<! al\.)(?<!e\.g\.)(?<!i\.e\.)\s", text, maxsplit=1)[0]
 
 
-def numpydoc_parameters(doc: str) -> dict[str, tuple[str, str]]:
-    """{name: (type, first sentence)} from a numpydoc ``Parameters`` section; a line
-    ``a, b : int`` documents both names."""
-    doc = inspect.cleandoc(doc)
-    m = re.search(r"^Parameters\n-{3,}\n(.*?)(?:\n\n[A-Z][A-Za-z ]+\n-{3,}\n|\Z)", doc, re.S | re.M)
-    if not m:
-        return {}
-    out: dict[str, tuple[str, str]] = {}
-    names: list[str] = []
-    kind = ""
-    text: list[str] = []
+_SECTION = r"^Parameters\n-{3,}\n(.*?)(?=\n\n[A-Z][A-Za-z ]+\n-{3,}\n|\n*\Z)"
 
-    def flush():
-        sentence = " ".join(text).strip()
-        sentence = _first_sentence(sentence)
-        for n in names:
-            out[n] = (kind, sentence)
 
-    for line in m.group(1).splitlines():
+def numpydoc_entries(doc: str) -> dict[str, tuple[str, list[str]]]:
+    """{name: (type, description lines)} from a numpydoc ``Parameters`` section, in its
+    order; a line ``a, b : int`` documents both names."""
+    m = re.search(_SECTION, inspect.cleandoc(doc or ""), re.S | re.M)
+    out: dict[str, tuple[str, list[str]]] = {}
+    for line in (m.group(1) if m else "").splitlines():
         if line and not line.startswith(" "):
-            flush()
             head, _, kind = line.partition(" : ")
-            names = [n.strip() for n in head.split(",") if n.strip()]
-            kind = kind.strip()
-            text = []
-        elif line.strip():
-            text.append(line.strip())
-    flush()
+            text: list[str] = []  # shared by the names of one entry
+            for name in (n.strip() for n in head.split(",")):
+                if name:
+                    out[name] = (kind.strip(), text)
+        elif out:
+            text.append(line[4:] if line.startswith("    ") else line.strip())
+    for kind, text in out.values():
+        while text and not text[-1].strip():
+            text.pop()
     return out
+
+
+def numpydoc_parameters(doc: str) -> dict[str, tuple[str, str]]:
+    """{name: (type, first sentence)} from a numpydoc ``Parameters`` section."""
+    return {
+        name: (kind, _first_sentence(" ".join(t.strip() for t in text).strip()))
+        for name, (kind, text) in numpydoc_entries(doc).items()
+    }
+
+
+def document_parameters(estimator: type, function: Callable) -> None:
+    """Write the estimator's numpydoc ``Parameters`` section from its ``__init__`` keywords:
+    its own entry where it describes the parameter, else the function's (type and
+    description), so that a parameter is described in one place. Where the estimator's
+    docstring has no such section, it goes before its first section."""
+    doc = inspect.cleandoc(estimator.__doc__ or "")
+    own, theirs = numpydoc_entries(doc), numpydoc_entries(function.__doc__ or "")
+    lines = ["Parameters", "----------"]
+    for name in inspect.signature(estimator.__init__).parameters:
+        if name == "self":
+            continue
+        kind, text = own.get(name, ("", []))
+        if not any(t.strip() for t in text):
+            kind, text = theirs.get(name, (kind, text))
+        lines.append(f"{name} : {kind}" if kind else name)
+        lines.extend(f"    {t}" if t.strip() else "" for t in text)
+    section = "\n".join(lines)
+    if re.search(_SECTION, doc, re.S | re.M):
+        doc = re.sub(_SECTION, lambda _: section, doc, count=1, flags=re.S | re.M)
+    else:  # before the first section (numpydoc's order), else at the end
+        head = re.search(r"\n\n(?=[A-Z][A-Za-z ]+\n-{3,}\n)", doc)
+        at = head.start() if head else len(doc)
+        doc = f"{doc[:at]}\n\n{section}{doc[at:]}"
+    estimator.__doc__ = doc
