@@ -650,18 +650,7 @@ class Isomap(_IsomapBase):
         self.random_state = random_state
 
     def fit(self, X, y=None):
-        model = isomap(
-            X,
-            n_components=self.n_components,
-            n_neighbors=self.n_neighbors,
-            metric=self.metric,
-            knn_backend=self.knn_backend,
-            join_components=self.join_components,
-            solver=self.solver,
-            n_oversamples=self.n_oversamples,
-            n_iter=self.n_iter,
-            random_state=self.random_state,
-        )
+        model = isomap(X, **self.get_params(deep=False))
         self._set(model, X)
         self.dist_matrix_ = model.reference
         return self
@@ -714,17 +703,7 @@ class LandmarkIsomap(_IsomapBase):
         self.random_state = random_state
 
     def fit(self, X, y=None):
-        model = landmark_isomap(
-            X,
-            n_components=self.n_components,
-            n_neighbors=self.n_neighbors,
-            n_landmarks=self.n_landmarks,
-            landmarks=self.landmarks,
-            metric=self.metric,
-            knn_backend=self.knn_backend,
-            join_components=self.join_components,
-            random_state=self.random_state,
-        )
+        model = landmark_isomap(X, **self.get_params(deep=False))
         self._set(model, X)
         self.landmark_indices_ = model.landmark_indices
         self.n_landmarks_ = int(model.landmark_indices.size)

@@ -740,22 +740,7 @@ class KernelPCA(ModelTransform, DimredEstimator):
 
     def fit(self, X, y=None):
         X = check_array(X, method="KernelPCA")
-        model = kernel_pca(
-            X,
-            n_components=self.n_components,
-            kernel=self.kernel,
-            gamma=self.gamma,
-            width=self.width,
-            degree=self.degree,
-            coef0=self.coef0,
-            solver=self.solver,
-            n_landmarks=self.n_landmarks,
-            landmarks=self.landmarks,
-            n_oversamples=self.n_oversamples,
-            n_iter=self.n_iter,
-            tol=self.tol,
-            random_state=self.random_state,
-        )
+        model = kernel_pca(X, **self.get_params(deep=False))
         self._model = model
         self.eigenvalues_ = model.eigenvalues
         self.n_features_in_ = X.shape[1]

@@ -297,20 +297,7 @@ class LaplacianEigenmaps(ModelTransform, DimredEstimator):
         self.random_state = random_state
 
     def fit(self, X, y=None):
-        model = laplacian_eigenmaps(
-            X,
-            n_components=self.n_components,
-            n_neighbors=self.n_neighbors,
-            weights=self.weights,
-            t=self.t,
-            eigen_solver=self.eigen_solver,
-            tol=self.tol,
-            max_iter=self.max_iter,
-            metric=self.metric,
-            knn_backend=self.knn_backend,
-            join_components=self.join_components,
-            random_state=self.random_state,
-        )
+        model = laplacian_eigenmaps(X, **self.get_params(deep=False))
         self._model = model
         self.embedding_ = like_input(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
         self.eigenvalues_ = model.eigenvalues

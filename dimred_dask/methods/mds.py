@@ -717,16 +717,7 @@ class MDS(_MDSBase):
         return tags
 
     def fit(self, X, y=None):
-        model = classical_mds(
-            X,
-            n_components=self.n_components,
-            metric=self.metric,
-            p=self.p,
-            solver=self.solver,
-            n_oversamples=self.n_oversamples,
-            n_iter=self.n_iter,
-            random_state=self.random_state,
-        )
+        model = classical_mds(X, **self.get_params(deep=False))
         self._set_common(model)
         self.embedding_ = like_input(model.embedding, X)
         self.n_features_in_ = model.n_features_in
@@ -774,15 +765,7 @@ class LandmarkMDS(_MDSBase):
 
     def fit(self, X, y=None):
         X = check_array(X, method="LandmarkMDS")
-        model = landmark_mds(
-            X,
-            n_components=self.n_components,
-            n_landmarks=self.n_landmarks,
-            landmarks=self.landmarks,
-            metric=self.metric,
-            p=self.p,
-            random_state=self.random_state,
-        )
+        model = landmark_mds(X, **self.get_params(deep=False))
         self._set_common(model)
         self.embedding_ = model.transform(X)
         self.landmarks_ = model.landmarks

@@ -398,14 +398,7 @@ class SNE(DimredEstimator):
 
     def fit(self, X, y=None, *, graph=None):
         X = check_array(X, method="SNE", min_samples=4)
-        model = sne(
-            X,
-            graph=graph,
-            checkpoint=self.checkpoint,
-            callback=self.callback,
-            n_jobs=self.n_jobs,
-            **{k: getattr(self, k) for k in SNE_DEFAULTS},
-        )
+        model = sne(X, graph=graph, **self.get_params(deep=False))
         self.embedding_, self.kl_divergence_ = model.embedding, model.kl_divergence
         self.n_iter_, self.info_, self.n_features_in_ = model.n_iter, model.info, X.shape[1]
         self.convergence_ = model.convergence

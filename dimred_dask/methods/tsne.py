@@ -675,19 +675,9 @@ class TSNE(DimredEstimator):
             if key not in ("self", "__class__"):
                 setattr(self, key, value)
 
-    def _params(self) -> dict:
-        return {k: getattr(self, k) for k in TSNE_DEFAULTS}
-
     def fit(self, X, y=None, *, graph=None):
         X = check_array(X, method="t-SNE", min_samples=4)
-        model = tsne(
-            X,
-            graph=graph,
-            checkpoint=self.checkpoint,
-            callback=self.callback,
-            n_jobs=self.n_jobs,
-            **self._params(),
-        )
+        model = tsne(X, graph=graph, **self.get_params(deep=False))
         self.embedding_ = model.embedding
         self.kl_divergence_ = model.kl_divergence
         self.n_iter_ = model.n_iter

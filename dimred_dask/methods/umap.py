@@ -750,14 +750,7 @@ class UMAP(DimredEstimator):
 
     def fit(self, X, y=None, *, graph=None):
         X = check_array(X, method="UMAP", min_samples=4)
-        model = umap(
-            X,
-            graph=graph,
-            checkpoint=self.checkpoint,
-            callback=self.callback,
-            n_jobs=self.n_jobs,
-            **{k: getattr(self, k) for k in UMAP_DEFAULTS},
-        )
+        model = umap(X, graph=graph, **self.get_params(deep=False))
         self.embedding_, self.cross_entropy_ = model.embedding, model.cross_entropy
         self.a_, self.b_ = model.params["a"], model.params["b"]
         self.n_epochs_, self.info_, self.params_ = model.n_epochs, model.info, model.params
