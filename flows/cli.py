@@ -50,7 +50,7 @@ def _local(uri: str) -> str:
 
 
 def _params(args) -> dict:
-    from .methods import parse_param_value
+    from .adapter import parse_param_value
 
     params = {}
     for item in args.param or []:
@@ -103,14 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
         "path, file://, s3:// or memory://",
     )
     run.add_argument("--output", required=True, metavar="URI", help="where the run store goes")
-    from .methods import METHODS
-
     run.add_argument(
         "--method",
         default="pca",
         metavar="METHOD",
-        help=f"embedding method: {', '.join(sorted(METHODS))} (default: pca); "
-        "or a chain pca+METHOD (e.g. pca+umap): PCA first, then METHOD on its "
+        help="embedding method (default: pca; `dimred-dask methods` lists them, with their "
+        "parameters); or a chain pca+METHOD (e.g. pca+umap): PCA first, then METHOD on its "
         "embedding, in one run store",
     )
     run.add_argument(

@@ -33,7 +33,6 @@ from .adapter import (
     adapter_from_spec,
     check_known,
     model_loader,
-    parse_param_value,  # noqa: F401
     training_embedding,
 )
 

@@ -105,3 +105,25 @@ def test_the_package_and_the_cli_import_no_method_until_asked():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     ).stdout.splitlines()
     assert out == ["[]", "dimred_dask.methods.pca True"], out
+
+
+def test_cli_help_loads_no_method():
+    """``dimred-dask run --help`` answers without importing a method or scikit-learn (the
+    methods and their parameters are ``dimred-dask methods``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, contextlib, io\n"
+        "from flows.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out, "
+        "contextlib.suppress(SystemExit):\n"
+        "    main(['run', '--help'])\n"
+        "assert 'dimred-dask methods' in out.getvalue()\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('dimred_dask.methods', "
+        "'sklearn'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout.splitlines()
+    assert out == ["[]"], out
