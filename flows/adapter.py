@@ -133,7 +133,10 @@ def model_summary(model) -> dict:
 
 
 def model_transform(model, X):
-    """The embedding of X's rows by the model's own ``transform`` (lazy for dask X)."""
+    """The embedding of X's rows (the rows the fit saw): the fit's own embedding where the
+    model keeps one in memory, else the model's ``transform`` (lazy for dask X)."""
+    if getattr(model, "embedding", None) is not None:
+        return training_embedding(model.embedding, X)
     return model.transform(X)
 
 
@@ -162,15 +165,24 @@ def adapter_from_spec(spec) -> MethodAdapter:
             "or write one in flows/methods_<family>.py"
         )
     defaults = spec.flow_defaults()
+    labels = spec.second_input == "labels"
 
     def check(params: dict, shape: tuple) -> dict:
         p = check_known(spec.name, params, defaults)
         spec.check(p, shape)
         return p
 
-    def fit(X, p: dict, **_):
+    def fit(X, p: dict, labels=None, **_):
+        if spec.second_input == "labels":  # a column of labels as a vector
+            y = labels[:, 0] if labels.ndim == 2 and labels.shape[1] == 1 else labels
+            return spec.function(X, y, **p)
         return spec.function(X, **p)
 
     return MethodAdapter(
-        name=spec.name, defaults=defaults, check=check, fit=fit, load=model_loader(spec.model)
+        name=spec.name,
+        defaults=defaults,
+        check=check,
+        fit=fit,
+        load=model_loader(spec.model),
+        needs_labels=labels,
     )

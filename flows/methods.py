@@ -2,9 +2,10 @@
 and the method's own metrics (the contract is `flows.adapter.MethodAdapter`).
 
 Each method's parameters and defaults come from its spec (`dimred_dask.methods.specs`).
-``METHODS`` holds the linear, kernel, distance and supervised methods defined here; each other
-method family keeps its adapters in its own module (``flows/methods_<family>.py``, a dict
-``METHODS``) that is merged below."""
+``METHODS`` holds PCA, kernel PCA and MDS, defined here; each other method family keeps its
+adapters in its own module (``flows/methods_<family>.py``, a dict ``METHODS``) that is merged
+below; the methods that need no flow stage of their own (supervised PCA, kernel supervised PCA,
+landmark MDS) get theirs from their specs (`flows.adapter.adapter_from_spec`)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,7 @@ from dimred_dask._validation import check_n_components, is_dask
 from dimred_dask.errors import DimredWarning, InputError, StageError
 from dimred_dask.linalg import LANDMARK_METHODS, choose_eigen_solver
 from dimred_dask.methods.mds import MDSModel, classical_mds
-from dimred_dask.methods.spca import (
-    KernelSupervisedPCAModel,
-    SupervisedPCAModel,
-    kernel_supervised_pca,
-    supervised_pca,
-)
-from dimred_dask.pairwise import check_kernel, check_metric
+from dimred_dask.pairwise import check_metric
 from dimred_dask.methods.kpca import KernelPCAModel, check_kpca_params, kernel_pca
 from dimred_dask.methods.pca import SOLVERS, PCAModel, check_max_error, pca, plan_solver
 from dimred_dask.methods.specs import SPECS
@@ -284,58 +279,6 @@ def _mds_transform(model, X):
     return training_embedding(model.embedding, X)  # part of the model
 
 
-SPCA_DEFAULTS = SPECS["spca"].flow_defaults()
-KSPCA_DEFAULTS = SPECS["kspca"].flow_defaults()
-
-
-def _supervised_check(name: str, defaults: dict):
-    def check(params: dict, shape: tuple) -> dict:
-        p = check_known(name, params, defaults)
-        n, d = shape
-        limit = min(n - 1, d) if name == "spca" else n - 1
-        if not isinstance(p["n_components"], int) or not 1 <= p["n_components"] <= limit:
-            raise InputError(
-                f"{name} needs 1 <= n_components <= {limit}; found "
-                f"{p['n_components']!r} (data shape ({n}, {d})).",
-                f"pass an n_components between 1 and {limit}.",
-            )
-        if name == "kspca":
-            check_kernel(
-                p["kernel"],
-                d,
-                gamma=p["gamma"],
-                width=p["width"],
-                degree=p["degree"],
-                coef0=p["coef0"],
-            )
-        return p
-
-    return check
-
-
-def _labels_vector(labels):
-    return labels[:, 0] if labels.ndim == 2 and labels.shape[1] == 1 else labels
-
-
-def _kspca_transform(model, X):
-    if getattr(model, "embedding", None) is not None:  # part of the fit
-        return training_embedding(model.embedding, X)
-    return model.transform(X)
-
-
-def _supervised_summary(model) -> dict:
-    return {
-        "n_components": int(np.asarray(model.eigenvalues).size),
-        "eigenvalues": np.asarray(model.eigenvalues, dtype=float).tolist(),
-        **{
-            k: v
-            for k, v in model.scalars().items()
-            if isinstance(v, (int, float, str, bool)) or v is None
-        },
-        "convergence": model.convergence,
-    }
-
-
 METHODS = {
     "pca": MethodAdapter(
         name="pca",
@@ -367,25 +310,6 @@ METHODS = {
         load=model_loader(MDSModel),
         transform=_mds_transform,
         matrix=_mds_matrix,
-    ),
-    "spca": MethodAdapter(
-        name="spca",
-        defaults=SPCA_DEFAULTS,
-        check=_supervised_check("spca", SPCA_DEFAULTS),
-        fit=lambda X, p, labels=None, **_: supervised_pca(X, _labels_vector(labels), **p),
-        load=model_loader(SupervisedPCAModel),
-        summary=_supervised_summary,
-        needs_labels=True,
-    ),
-    "kspca": MethodAdapter(
-        name="kspca",
-        defaults=KSPCA_DEFAULTS,
-        check=_supervised_check("kspca", KSPCA_DEFAULTS),
-        fit=lambda X, p, labels=None, **_: kernel_supervised_pca(X, _labels_vector(labels), **p),
-        load=model_loader(KernelSupervisedPCAModel),
-        transform=_kspca_transform,
-        summary=_supervised_summary,
-        needs_labels=True,
     ),
 }
 

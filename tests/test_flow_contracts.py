@@ -75,16 +75,17 @@ def test_every_method_runs_through_the_flow(name, client, prefect_api, tmp_path)
 
 
 def test_a_method_whose_spec_has_model_and_check_needs_no_flow_code():
-    """Landmark MDS has no code in ``flows/``: its adapter is derived from its spec (defaults,
-    the function's own parameter checks before anything is written, its model through the
-    run store); the run above commits it like every other method's."""
+    """Landmark MDS and (kernel) supervised PCA have no code in ``flows/``: their adapters are
+    derived from their specs (defaults, the function's own parameter checks before anything
+    is written, the labels where the function takes them, the model through the run store);
+    the runs above commit them like every other method's."""
     import pathlib
 
     from flows.adapter import adapter_from_spec, model_summary, save_model
     from flows.methods import METHODS
 
     derived = [n for n, s in SPECS.items() if s.model is not None and s.check is not None]
-    assert "landmark-mds" in derived
+    assert {"landmark-mds", "spca", "kspca"} <= set(derived)
     source = "".join(
         p.read_text() for p in (pathlib.Path(__file__).parents[1] / "flows").glob("*.py")
     )
@@ -98,5 +99,8 @@ def test_a_method_whose_spec_has_model_and_check_needs_no_flow_code():
     assert "Fix:" in str(err.value)
     with pytest.raises(InputError, match="Unknown parameter"):
         METHODS["landmark-mds"].check({"n_landmark": 50}, (100, 5))
+    assert METHODS["spca"].needs_labels and not METHODS["landmark-mds"].needs_labels
+    with pytest.raises(InputError, match="n_components"):
+        METHODS["spca"].check({"n_components": 7}, (100, 5))
     with pytest.raises(ValueError, match="model= and check="):
         adapter_from_spec(SPECS["tsne"])

@@ -45,6 +45,8 @@ class MethodSpec:
     ``check``: ``(params, shape) -> None``, the function's own checks of its parameters
     against the input's shape, raising `InputError`; the flow runs it before anything is
     written.
+    ``second_input``: "labels" when the function takes the labels as its second argument
+    (the flow's ``--labels``).
 
     A method with a ``model`` and a ``check`` needs no flow code: the flow's adapter is derived
     from its spec (``flows.adapter.adapter_from_spec``).
@@ -64,6 +66,7 @@ class MethodSpec:
     function_defaults: Mapping[str, object] | None = None
     model: type | None = None
     check: Callable[[dict, tuple], None] | None = None
+    second_input: str = ""
 
     def __post_init__(self):
         document_parameters(self.estimator, self.function)

@@ -53,21 +53,19 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import scipy.linalg
 
 from .._compute import compute
-from .._validation import check_array, check_is_fitted, check_n_features, is_dask, is_sparse_input
-from ..blocks.kernels import kernel_block
+from .._validation import check_array, check_is_fitted, check_n_features, is_dask
 from ..errors import DimredWarning, InputError
 from ..linalg import column_stats, top_eigh
 from ..linalg.cross_moments import CrossStats, cross_stats
 from ..linalg.pca_solvers import _complete_basis
 from ..pairwise import check_kernel, pairwise_kernels
-from ._base import DimredEstimator, HasConvergence, like_input, rowwise, sign_fix, sparse_affine
+from ._base import DimredEstimator, like_input, rowwise, sign_fix
+from ._spca_models import KernelSupervisedPCAModel, SupervisedPCAModel
 from ._labels import LABEL_KERNELS, align_labels, check_choice, label_factor, prepare_labels
 from .hsic import DENSE_MAX_SAMPLES, nystrom_factor
 from .pca import pca
@@ -83,6 +81,7 @@ __all__ = [
 ]
 
 KSPCA_SOLVERS = ("auto", "dense", "nystrom")
+SPCA, KSPCA = "Supervised PCA", "Kernel supervised PCA"  # the methods' names in messages
 # singular values of C below RANK_RTOL * the largest are zero: C is accumulated in float64
 # (relative rounding ~1e-13 for the sizes here), so 1e-9 separates rounding from signal
 RANK_RTOL = 1e-9
@@ -135,66 +134,6 @@ def _top_directions(C: np.ndarray, k: int, method: str, stacklevel: int = 3):
 
 
 # ---------------------------------------------------------------- supervised PCA
-
-
-@dataclass
-class SupervisedPCAModel(HasConvergence):
-    """A fitted supervised PCA: small arrays only."""
-
-    components: np.ndarray  # (k, d); zero on the features Bair's screening dropped
-    mean: np.ndarray  # (d,)
-    eigenvalues: np.ndarray  # (k,) eigenvalues of Q = Xc^T B Xc
-    n_samples: int
-    label_kernel: str = "delta"
-    selected_features: np.ndarray | None = None  # Bair: indices of the kept features
-    feature_scores: np.ndarray | None = None  # Bair: max_c |s_jc| for each feature
-    info: dict = field(default_factory=dict)
-
-    @property
-    def n_components(self) -> int:
-        return self.components.shape[0]
-
-    def transform(self, X):
-        """Encode: Y = (X - mean) U (lazy rowwise for dask input; X U - 1 (mean^T U) for
-        sparse X, never centred)."""
-        dtype = X.dtype
-        if is_sparse_input(X):
-            return sparse_affine(X, self.components.T, self.mean, dtype)
-        w, mu = self.components.T.astype(dtype), self.mean.astype(dtype)
-        return rowwise(X, lambda b: (b - mu) @ w, self.n_components, dtype)
-
-    def inverse_transform(self, Y):
-        """Reconstruct: X^ = Y U^T + mean."""
-        dtype = Y.dtype
-        u, mu = self.components.astype(dtype), self.mean.astype(dtype)
-        return rowwise(Y, lambda b: b @ u + mu, self.mean.shape[0], dtype)
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        out = {"components_": self.components, "mean_": self.mean, "eigenvalues_": self.eigenvalues}
-        if self.selected_features is not None:
-            out["selected_features_"] = self.selected_features
-            out["feature_scores_"] = self.feature_scores
-        return out
-
-    def scalars(self) -> dict:
-        return {"n_samples": int(self.n_samples), "label_kernel": self.label_kernel, **self.info}
-
-    @classmethod
-    def from_arrays(cls, arrays: dict, scalars: dict) -> "SupervisedPCAModel":
-        extra = {k: v for k, v in scalars.items() if k not in ("n_samples", "label_kernel")}
-        opt = {
-            k: (None if arrays.get(k + "_") is None else np.asarray(arrays[k + "_"]))
-            for k in ("selected_features", "feature_scores")
-        }
-        return cls(
-            np.asarray(arrays["components_"]),
-            np.asarray(arrays["mean_"]),
-            np.asarray(arrays["eigenvalues_"]),
-            int(scalars["n_samples"]),
-            scalars["label_kernel"],
-            info=extra,
-            **opt,
-        )
 
 
 def _check_bair(threshold, n_features, d: int, label_kernel: str, method: str):
@@ -274,6 +213,27 @@ def _bair(X, st: CrossStats, k: int, rule, label_kernel, where, method):
     )
 
 
+def check_supervised_pca_params(params: dict, shape: tuple) -> None:
+    """`supervised_pca`'s own checks of its keywords (``params``, all of them but ``where``)
+    for an input of ``shape`` = (n_samples, n_features), before anything runs; raises
+    `InputError`."""
+    n, d = shape
+    _check_k(params["n_components"], n, d, SPCA)
+    check_choice(params["label_kernel"], LABEL_KERNELS, "label_kernel", SPCA, "delta")
+    _check_bair(
+        params["bair_threshold"], params["bair_n_features"], d, params["label_kernel"], SPCA
+    )
+
+
+def check_kernel_supervised_pca_params(params: dict, shape: tuple) -> None:
+    """`kernel_supervised_pca`'s own checks of its keywords, as `check_supervised_pca_params`."""
+    p = params
+    _check_k(p["n_components"], shape[0], None, KSPCA)
+    check_choice(p["label_kernel"], LABEL_KERNELS, "label_kernel", KSPCA, "delta")
+    check_kernel(p["kernel"], shape[1], **{k: p[k] for k in ("gamma", "width", "degree", "coef0")})
+    check_choice(p["solver"], KSPCA_SOLVERS, "solver", KSPCA, "auto")
+
+
 def supervised_pca(
     X,
     y=None,
@@ -345,7 +305,7 @@ def supervised_pca(
     DimredWarning
         Components past the rank of Q (no dependence on the labels; eigenvalue 0).
     """
-    method = "Supervised PCA"
+    method = SPCA
     X = check_array(X, method=method, where=where, accept_sparse=True)
     n, d = X.shape
     k = _check_k(n_components, n, d, method)
@@ -392,71 +352,6 @@ def supervised_pca(
 
 
 # ---------------------------------------------------------------- kernel supervised PCA
-
-
-@dataclass
-class KernelSupervisedPCAModel(HasConvergence):
-    """A fitted kernel SPCA: y(x) = k(x, reference) dual_coef."""
-
-    reference: np.ndarray  # (m, d): the training rows (dense) or the landmarks (nystrom)
-    dual_coef: np.ndarray  # (m, k): beta (dense) or U_W S_W^-1/2 a (nystrom)
-    eigenvalues: np.ndarray  # (k,) eigenvalues of Phi^T H B H Phi
-    kernel: dict  # resolved kernel parameters (blocks.kernels.check_kernel)
-    n_samples: int
-    solver: str = "dense"
-    label_kernel: str = "delta"
-    info: dict = field(default_factory=dict)
-    embedding: Any = field(default=None, repr=False)  # training embedding; not part of arrays()
-
-    @property
-    def n_components(self) -> int:
-        return self.dual_coef.shape[1]
-
-    def transform(self, X):
-        """y = k(x, reference) dual_coef for each row (lazy rowwise for dask input)."""
-        dtype, ref, kernel = X.dtype, self.reference, self.kernel
-        coef = self.dual_coef.astype(dtype)
-
-        def encode(block):
-            return kernel_block(block, ref.astype(block.dtype), **kernel) @ coef
-
-        return rowwise(X, encode, self.n_components, dtype)
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        return {
-            "reference_": self.reference,
-            "dual_coef_": self.dual_coef,
-            "eigenvalues_": self.eigenvalues,
-        }
-
-    def scalars(self) -> dict:
-        return {
-            **self.info,
-            **self.kernel,
-            "n_samples": int(self.n_samples),
-            "solver": self.solver,
-            "label_kernel": self.label_kernel,
-        }
-
-    @classmethod
-    def from_arrays(cls, arrays: dict, scalars: dict) -> "KernelSupervisedPCAModel":
-        keys = ("kernel", "gamma", "degree", "coef0")
-        kernel = {k: scalars[k] for k in keys if k in scalars}
-        info = {
-            k: v
-            for k, v in scalars.items()
-            if k not in keys + ("n_samples", "solver", "label_kernel")
-        }
-        return cls(
-            np.asarray(arrays["reference_"]),
-            np.asarray(arrays["dual_coef_"]),
-            np.asarray(arrays["eigenvalues_"]),
-            kernel,
-            int(scalars["n_samples"]),
-            scalars["solver"],
-            scalars["label_kernel"],
-            info,
-        )
 
 
 def _dense_factor(X, params: dict, method: str):
@@ -588,7 +483,7 @@ def kernel_supervised_pca(
     DimredWarning
         Components past the rank of Phi^T H B H Phi (eigenvalue 0).
     """
-    method = "Kernel supervised PCA"
+    method = KSPCA
     X = check_array(X, method=method, where=where)
     n, d = X.shape
     k = _check_k(n_components, n, None, method)

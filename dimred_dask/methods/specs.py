@@ -26,7 +26,16 @@ from .mds import (
 from .mvu import MaximumVarianceUnfolding, mvu
 from .pca import PCA, pca
 from .sne import SNE, SNE_DEFAULTS, sne
-from .spca import KernelSupervisedPCA, SupervisedPCA, kernel_supervised_pca, supervised_pca
+from .spca import (
+    KernelSupervisedPCA,
+    KernelSupervisedPCAModel,
+    SupervisedPCA,
+    SupervisedPCAModel,
+    check_kernel_supervised_pca_params,
+    check_supervised_pca_params,
+    kernel_supervised_pca,
+    supervised_pca,
+)
 from .spectral_clustering import SpectralClustering, spectral_clustering
 from .tsne import TSNE, TSNE_DEFAULTS, tsne, tsne_sweep
 from .umap import UMAP, UMAP_DEFAULTS, umap, umap_sweep
@@ -81,6 +90,9 @@ _SPECS = [
         takes="dense or sparse, with `--labels`",
         docs=_LINEAR,
         not_in_estimator={"y": "the estimator takes the labels in fit(X, y)"},
+        model=SupervisedPCAModel,
+        check=check_supervised_pca_params,
+        second_input="labels",
     ),
     MethodSpec(
         "kspca",
@@ -89,6 +101,9 @@ _SPECS = [
         takes="dense, with `--labels`",
         docs=_LINEAR,
         not_in_estimator={"y": "the estimator takes the labels in fit(X, y)"},
+        model=KernelSupervisedPCAModel,
+        check=check_kernel_supervised_pca_params,
+        second_input="labels",
     ),
     MethodSpec(
         "kpca",
