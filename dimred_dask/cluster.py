@@ -32,6 +32,25 @@ def _memory_bytes() -> int:
 
 
 def local_cluster_size(n_workers: int | None = None, threads_per_worker: int = 2) -> dict:
+    """The keyword arguments of a `LocalCluster` sized from this machine.
+
+    The cores are those this process may run on (its CPU affinity); the memory is the
+    machine's total.
+
+    Parameters
+    ----------
+    n_workers : int or None, default None
+        Worker processes; None (or 0) gives one per core up to 8 cores, half the cores above.
+    threads_per_worker : int, default 2
+        Threads per core: the ``threads_per_worker`` x cores threads are split evenly over the
+        workers (at least one each), so fewer workers than cores get more threads each.
+
+    Returns
+    -------
+    dict
+        ``n_workers``, ``threads_per_worker`` and ``memory_limit`` (bytes per worker: 90 % of
+        the machine's memory split evenly over the workers).
+    """
     cores = _cores()
     n = n_workers or max(1, cores if cores <= 8 else cores // 2)
     threads = max(1, threads_per_worker * cores // n)
@@ -43,7 +62,32 @@ def local_cluster_size(n_workers: int | None = None, threads_per_worker: int = 2
 def cluster_client(
     scheduler: str | None = None, *, n_workers: int | None = None, timeout: str = "30s"
 ):
-    """Yield a Client; close what this call created, leave alone what it found."""
+    """Yield a dask.distributed Client; close what this call created, leave what it found.
+
+    The client is, in order of choice: one connected to ``scheduler`` or, without it, to
+    ``DASK_SCHEDULER_ADDRESS`` (closed on exit); the running default client of this process
+    (left open); else a new `LocalCluster` of worker processes on 127.0.0.1 sized by
+    `local_cluster_size` (closed on exit, its workers killed at once on ``KeyboardInterrupt``).
+
+    Parameters
+    ----------
+    scheduler : str or None, default None
+        The address of a running scheduler (e.g. ``"tcp://host:8786"``); None: see above.
+    n_workers : int or None, default None
+        Worker processes of a new local cluster (`local_cluster_size`); unused otherwise.
+    timeout : str, default "30s"
+        How long to wait when connecting to a scheduler address.
+
+    Yields
+    ------
+    distributed.Client
+        The client, current (``get_client``) inside the ``with`` block.
+
+    Raises
+    ------
+    DimredError
+        The scheduler at the address cannot be reached within ``timeout``.
+    """
     from distributed import Client, LocalCluster, default_client
 
     address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
@@ -89,6 +133,20 @@ def _kill_workers(cluster) -> None:
 
 
 def describe_cluster(client) -> dict:
+    """What a client is connected to, as a JSON-able summary for logs and manifests.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A connected client.
+
+    Returns
+    -------
+    dict
+        ``scheduler`` (its address), ``dashboard`` (its link, or None when the scheduler runs
+        no dashboard), ``n_workers``, ``threads`` (summed over the workers) and
+        ``memory_limit_per_worker`` (a list of bytes, one per worker).
+    """
     info = client.scheduler_info()
     workers = info.get("workers", {})
     try:

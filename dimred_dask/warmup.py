@@ -48,7 +48,22 @@ def _steps():
 
 
 def warm(stream=sys.stdout) -> float:
-    """Run each numba-compiled path once; return the seconds it took."""
+    """Run each numba-compiled path once on generated data, filling numba's on-disk cache.
+
+    The paths are the NN-descent kNN graph, a kNN index and its query, UMAP, t-SNE and
+    Isomap, each on a few hundred random rows in this process; their warnings are silenced.
+
+    Parameters
+    ----------
+    stream : file-like, default sys.stdout
+        Where one line per path (its name and seconds) is printed. The default is the
+        ``sys.stdout`` of the time this module was imported.
+
+    Returns
+    -------
+    float
+        The seconds all the paths took.
+    """
     t0 = time.perf_counter()
     for name, step in _steps():
         t = time.perf_counter()

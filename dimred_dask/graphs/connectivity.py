@@ -34,11 +34,30 @@ SYMMETRIZE = ("max", "mean", "min", "union")
 
 
 def symmetrize(graph, how: str = "max"):
-    """The undirected weighted graph of a `KNNGraph` (or a directed CSR matrix) as CSR.
+    """The undirected weighted graph of a `KNNGraph` (or of a directed adjacency) as CSR.
 
-    ``max`` / ``union``: an edge listed in either direction, weight max(w_ij, w_ji) (equal
-    for exact distances); ``mean``: the mean where both directions are listed, else the one
-    weight; ``min``: keep an edge only where both directions are listed (mutual kNN).
+    A `KNNGraph` contributes its neighbour lists only (distances, an exact duplicate's as a
+    tiny positive number); its extra edges are added by `graph_csr`.
+
+    Parameters
+    ----------
+    graph : KNNGraph or sparse matrix of shape (n, n)
+        The directed graph; a matrix is read as CSR, its stored entries as the edge weights.
+    how : {"max", "union", "mean", "min"}, default "max"
+        ``max`` / ``union``: an edge listed in either direction, weight max(w_ij, w_ji)
+        (equal for exact distances); ``mean``: the mean where both directions are listed,
+        else the one weight; ``min``: keep an edge only where both directions are listed
+        (mutual kNN).
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix of shape (n, n)
+        The symmetric adjacency, explicit zeros removed, indices sorted.
+
+    Raises
+    ------
+    InputError
+        ``how`` is not one of `SYMMETRIZE`.
     """
     if how not in SYMMETRIZE:
         raise InputError(
@@ -60,19 +79,46 @@ def symmetrize(graph, how: str = "max"):
 
 
 def connected_components(A) -> tuple[int, np.ndarray]:
-    """(count, labels) of the undirected graph with adjacency A (any sparse or KNNGraph; a
-    KNNGraph's neighbour lists only, without its extra edges)."""
+    """The connected components of the undirected graph with adjacency ``A``.
+
+    Parameters
+    ----------
+    A : KNNGraph, sparse matrix or array of shape (n, n)
+        The graph; an edge listed in either direction joins its ends. Of a `KNNGraph` only
+        the neighbour lists count, not its extra edges (see `graph_components`).
+
+    Returns
+    -------
+    count : int
+        The number of components.
+    labels : numpy.ndarray of shape (n,)
+        The component of each vertex, numbered from 0 by their smallest vertex.
+    """
     if isinstance(A, KNNGraph):
         return graph_components(A, extra=[])
     return _cc(sp.csr_matrix(A), directed=True, connection="weak")
 
 
 def graph_components(graph: KNNGraph, extra=None) -> tuple[int, np.ndarray]:
-    """(count, labels) of the undirected graph of ``graph``'s neighbour lists and its extra
-    edges (``graph.info["extra_edges"]`` unless ``extra`` is given): the components of
-    `graph_csr`'s matrix, numbered as SciPy numbers them (by their smallest row), found by
-    union-find over the n x k lists in O(n k) time and O(n) memory, without an n x n matrix
-    (at 3 000 000 x 15 the symmetric CSR holds up to 90M entries)."""
+    """The connected components of a kNN graph with its extra edges, without an n x n matrix.
+
+    The components of `graph_csr`'s matrix, numbered as SciPy numbers them (by their
+    smallest row), found by union-find over the n x k lists in O(n k) time and O(n) memory.
+
+    Parameters
+    ----------
+    graph : KNNGraph
+        The graph; neighbour entries of -1 (rows short of k) are skipped.
+    extra : sequence of (i, j, distance) or None, default None
+        Extra edges to add; None takes ``graph.info["extra_edges"]`` (none if absent).
+
+    Returns
+    -------
+    count : int
+        The number of components.
+    labels : numpy.ndarray of int64, shape (n,)
+        The component of each row.
+    """
     extra = graph.info.get("extra_edges", []) if extra is None else extra
     e = np.asarray(extra, dtype=np.float64).reshape(-1, 3)
     labels = component_labels(
@@ -91,7 +137,23 @@ def _sizes_text(labels: np.ndarray, limit: int = 8) -> str:
 
 
 def check_connected(graph: KNNGraph, *, method: str = "this method") -> None:
-    """Raise `DisconnectedGraphError` when the kNN graph has more than one component."""
+    """Raise `DisconnectedGraphError` when the kNN graph has more than one component.
+
+    Only the neighbour lists count, not the extra edges of a joined graph: call it on
+    graphs without ``info["extra_edges"]``.
+
+    Parameters
+    ----------
+    graph : KNNGraph
+        The graph to check.
+    method : str, default "this method"
+        The method named in the error message.
+
+    Raises
+    ------
+    DisconnectedGraphError
+        The graph has several components; the message gives their sizes.
+    """
     count, labels = connected_components(graph)
     if count > 1:
         raise DisconnectedGraphError(
@@ -121,9 +183,36 @@ def _nearest_outside(X, members: np.ndarray, outside: np.ndarray, metric: str, p
 
 
 def join_components(graph: KNNGraph, X, *, max_rounds: int = 64) -> tuple[KNNGraph, list]:
-    """The graph with extra edges that make it connected, and the list of added edges
-    (i, j, distance). Extra edges go in ``info["extra_edges"]``; the neighbour lists keep
-    their k columns (the extra edges are added by `graph_csr`)."""
+    """Make a kNN graph connected by adding, per component, its shortest edge to another.
+
+    Boruvka rounds: each component but the largest is linked to its nearest point outside
+    it (exact distances, computed blockwise), until one component is left. The extra edges
+    go in ``info["extra_edges"]`` (with ``info["joined_components"] = True``); the
+    neighbour lists keep their k columns, and `graph_csr` adds the extra edges.
+
+    Parameters
+    ----------
+    graph : KNNGraph
+        The graph of the rows of ``X``; extra edges it has already are kept.
+    X : array-like or dask array of shape (n_samples, n_features)
+        The dense rows the graph was built from (a dask array is read by row subsets).
+    max_rounds : int, default 64
+        The most rounds tried before giving up.
+
+    Returns
+    -------
+    graph : KNNGraph
+        A new graph with the same neighbour lists and the extra edges in its ``info``.
+    extra : list of tuple (i, j, distance)
+        All the extra edges, those ``graph`` had and those added.
+
+    Raises
+    ------
+    InputError
+        The graph's metric has no exact distance here (not in ``blocks.kernels.METRICS``).
+    DisconnectedGraphError
+        The graph is not connected after ``max_rounds`` rounds.
+    """
     from ..blocks.kernels import METRICS
 
     if graph.metric not in METRICS:
@@ -163,7 +252,29 @@ def join_components(graph: KNNGraph, X, *, max_rounds: int = 64) -> tuple[KNNGra
 
 
 def graph_csr(graph: KNNGraph, extra=None, how: str = "max"):
-    """The symmetric weighted adjacency (distances) of the graph, with its extra edges."""
+    """The symmetric adjacency (distances) of a kNN graph, with its extra edges.
+
+    Parameters
+    ----------
+    graph : KNNGraph
+        The graph.
+    extra : sequence of (i, j, distance) or None, default None
+        Extra edges to add; None takes ``graph.info["extra_edges"]`` (none if absent). An
+        extra edge's weight is the larger of its distance and the listed one, a zero
+        distance stored as a tiny positive number.
+    how : {"max", "union", "mean", "min"}, default "max"
+        How the neighbour lists are symmetrised (`symmetrize`).
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix of shape (n, n)
+        The symmetric distance adjacency.
+
+    Raises
+    ------
+    InputError
+        ``how`` is not one of `SYMMETRIZE`.
+    """
     S = symmetrize(graph, how)
     extra = graph.info.get("extra_edges", []) if extra is None else extra
     if len(extra):

@@ -47,9 +47,24 @@ SOURCES_PER_TASK = 32
 
 
 def dijkstra_block(csr, sources: np.ndarray, dtype=np.float64) -> np.ndarray:
-    """Shortest-path distances from ``sources`` to every vertex of the symmetric CSR graph
-    ``csr`` (edge weights = distances), as (len(sources), n) in ``dtype``; inf = unreachable.
-    The matrix is symmetric, so it is read as a directed graph (no transpose is made)."""
+    """Shortest-path distances from ``sources`` to every vertex, by SciPy's Dijkstra.
+
+    The matrix is symmetric, so it is read as a directed graph (no transpose is made).
+
+    Parameters
+    ----------
+    csr : scipy.sparse.csr_matrix of shape (n, n)
+        The symmetric graph, edge weights = distances.
+    sources : array-like of int
+        The source vertices (row numbers).
+    dtype : numpy dtype, default numpy.float64
+        The dtype of the result.
+
+    Returns
+    -------
+    numpy.ndarray of shape (len(sources), n)
+        The distances; inf where a vertex cannot be reached.
+    """
     out = dijkstra(csr, directed=True, indices=np.asarray(sources, dtype=np.int64))
     return np.asarray(out, dtype=dtype).reshape(len(sources), csr.shape[0])
 
@@ -85,15 +100,37 @@ def _shared(csr):
 def geodesic_matrix(
     graph, *, method: str = "Isomap", on_workers: bool = False, stage: str = "geodesics (all pairs)"
 ) -> np.ndarray:
-    """The n x n float64 geodesic distances over ``graph`` (a `KNNGraph`, symmetrised with
-    its joined edges, or a symmetric CSR of distances): exactly symmetric, zero diagonal.
-    Raises `DisconnectedGraphError` when some point cannot be reached from another.
+    """All n x n geodesic distances over a graph, for exact Isomap.
 
-    Computed in this process on numba's threads: the matrix is wanted here (classical MDS and
-    the model read it), and bringing it from a worker cost more than it saved (at 10 000
-    points, 8.4 s in a worker task with the transfer against 4.3 s here, 2 cores).
-    ``on_workers=True``: in one task on a worker when there is a client (for a process
-    with few cores)."""
+    By `blocks.geodesic_kernels.all_pairs_shortest_paths`, in this process on numba's
+    threads by default: the matrix is wanted here (classical MDS and the model read it), and
+    bringing it from a worker costs a transfer of n x n float64.
+
+    Parameters
+    ----------
+    graph : KNNGraph or sparse matrix of shape (n, n)
+        A `KNNGraph` (symmetrised with its extra edges, `graph_csr`) or a symmetric matrix
+        of distances.
+    method : str, default "Isomap"
+        The method named in error messages.
+    on_workers : bool, default False
+        Run in one task on a worker when there is a distributed client (for a process with
+        few cores); without a client it runs here either way.
+    stage : str, default "geodesics (all pairs)"
+        The progress label of that task.
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (n, n)
+        The distances: exactly symmetric, zero diagonal.
+
+    Raises
+    ------
+    InputError
+        ``graph`` is a matrix that is not square.
+    DisconnectedGraphError
+        Some point cannot be reached from another.
+    """
     from dask import delayed
 
     csr = _adjacency(graph)
@@ -126,9 +163,40 @@ def geodesic_rows(
     method: str = "Isomap",
     stage: str = "geodesics (Dijkstra)",
 ) -> np.ndarray:
-    """(len(sources), n) geodesic distances from ``sources`` (row numbers) over ``graph`` (a
-    `KNNGraph`, symmetrised with its joined edges, or a symmetric CSR of distances). Raises
-    `DisconnectedGraphError` when a source cannot reach every vertex."""
+    """Geodesic distances from ``sources`` to every vertex, as an in-memory array.
+
+    Dijkstra from blocks of ``per_task`` sources (`dijkstra_block`): with a distributed
+    client, one task per block against the graph scattered once to every worker; without
+    one, on the local threaded scheduler (or directly here for a single block).
+
+    Parameters
+    ----------
+    graph : KNNGraph or sparse matrix of shape (n, n)
+        A `KNNGraph` (symmetrised with its extra edges, `graph_csr`) or a symmetric matrix
+        of distances.
+    sources : array-like of int
+        The source vertices (row numbers), flattened.
+    dtype : numpy dtype, default numpy.float64
+        The dtype of the result.
+    per_task : int, default SOURCES_PER_TASK
+        Sources per task (32); values below 1 count as 1.
+    method : str, default "Isomap"
+        The method named in error messages.
+    stage : str, default "geodesics (Dijkstra)"
+        The progress label of the tasks.
+
+    Returns
+    -------
+    numpy.ndarray of shape (len(sources), n)
+        Row t holds the distances from ``sources[t]``.
+
+    Raises
+    ------
+    InputError
+        ``graph`` is a matrix that is not square.
+    DisconnectedGraphError
+        A source cannot reach every vertex.
+    """
     from dask import delayed
 
     csr = _adjacency(graph)
@@ -161,9 +229,41 @@ def geodesic_rows_on_workers(
     method: str = "Isomap",
     stage: str = "geodesics (Dijkstra)",
 ):
-    """`geodesic_rows` left on the workers: a persisted dask array (len(sources), n) in
-    blocks of ``per_task`` sources (needs a client). Only the count of unreachable vertices
-    per source comes back here, to raise `DisconnectedGraphError` as `geodesic_rows` does."""
+    """`geodesic_rows` left on the workers, as a persisted dask array.
+
+    Only the count of unreachable vertices per source comes back to this process, to raise
+    `DisconnectedGraphError` as `geodesic_rows` does.
+
+    Parameters
+    ----------
+    graph : KNNGraph or sparse matrix of shape (n, n)
+        A `KNNGraph` (symmetrised with its extra edges, `graph_csr`) or a symmetric matrix
+        of distances.
+    sources : array-like of int
+        The source vertices (row numbers), flattened.
+    dtype : numpy dtype, default numpy.float64
+        The dtype of the result.
+    per_task : int, default SOURCES_PER_TASK
+        Sources per task (32), which is also the row chunk of the result.
+    method : str, default "Isomap"
+        The method named in error messages.
+    stage : str, default "geodesics (Dijkstra)"
+        The progress label of the count of unreachable vertices.
+
+    Returns
+    -------
+    dask.array.Array of shape (len(sources), n)
+        The distances, persisted on the workers in row chunks of ``per_task`` sources.
+
+    Raises
+    ------
+    ValueError
+        There is no distributed client.
+    InputError
+        ``graph`` is a matrix that is not square.
+    DisconnectedGraphError
+        A source cannot reach every vertex.
+    """
     import dask.array as da
     from dask import delayed
 
@@ -192,9 +292,25 @@ def geodesic_rows_on_workers(
 def geodesics_through_neighbours(
     nbr_idx: np.ndarray, nbr_dist: np.ndarray, reference: np.ndarray
 ) -> np.ndarray:
-    """g(x, l) = min_t (d_t + reference[j_t, l]) for each new point x (a row of ``nbr_idx``,
-    its neighbours j_t among the rows of ``reference`` (n, m), at distances ``nbr_dist``).
-    Returns (len(nbr_idx), m) float64."""
+    """Geodesic distances of new points through their training neighbours (Isomap transform).
+
+    g(x, l) = min_t (d_t + reference[j_t, l]) for each new point x with neighbours j_t among
+    the training rows at distances d_t.
+
+    Parameters
+    ----------
+    nbr_idx : numpy.ndarray of int, shape (b, k)
+        Each new point's neighbours: row numbers of ``reference`` (all valid, no -1).
+    nbr_dist : numpy.ndarray of shape (b, k)
+        Their distances.
+    reference : numpy.ndarray of shape (n, m)
+        The geodesic distances of the n training rows to the m reference points.
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (b, m)
+        The new points' geodesic distances to the reference points.
+    """
     nbr_idx = np.asarray(nbr_idx)
     nbr_dist = np.asarray(nbr_dist, dtype=np.float64)
     out = np.full((nbr_idx.shape[0], reference.shape[1]), np.inf)

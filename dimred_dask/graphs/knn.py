@@ -167,7 +167,27 @@ class KNNGraph:
 
 
 def check_n_neighbors(n_neighbors, n: int, method: str = "the kNN graph") -> int:
-    """1 <= n_neighbors < n, as an int, or an `InputError` that says so."""
+    """Check that 1 <= ``n_neighbors`` < ``n`` and return it as an int.
+
+    Parameters
+    ----------
+    n_neighbors : int
+        The neighbours per row asked for (a bool is refused).
+    n : int
+        The number of rows.
+    method : str, default "the kNN graph"
+        What needs the neighbours, named in the error message.
+
+    Returns
+    -------
+    int
+        ``n_neighbors``.
+
+    Raises
+    ------
+    InputError
+        ``n_neighbors`` is not an integer, or not in [1, n - 1].
+    """
     if (
         not isinstance(n_neighbors, numbers.Integral)
         or isinstance(n_neighbors, bool)
@@ -276,15 +296,64 @@ def knn_graph(
     recall_budget=None,
     where: str = "X",
 ) -> KNNGraph:
-    """The kNN graph of the rows of ``X`` (NumPy or dask). See the module docstring.
+    """The k-nearest-neighbour graph of the rows of ``X``; see the module docstring.
 
-    ``nndescent_kwds``: extra arguments of ``pynndescent.NNDescent`` (``n_trees``,
-    ``n_iters``, ``max_candidates``, ...). ``n_partitions`` / ``overlap``: the partitioned
-    backend's cell count (default: cells of about 100 000 rows) and cells per row.
-    ``target_recall`` (NN-descent; None: no check): the recall the graph should reach on a
-    sample of rows against exact neighbours; short of it, NN-descent builds again with a
-    denser search graph, within ``recall_budget`` seconds (default: four times the first
-    build). ``info["recall_search"]`` records the rounds and whether the target was met.
+    Each row's ``n_neighbors`` nearest other rows, nearest first. In-memory input is
+    searched in this process, dask input in tasks (on the workers when there is a client);
+    the graph comes back in memory.
+
+    Parameters
+    ----------
+    X : array-like, dask array or sparse matrix of shape (n_samples, n_features)
+        The rows. Sparse input (CSR, or a dask array of CSR row blocks) is never densified:
+        only the metrics ``SPARSE_KNN_METRICS`` and the exact and NN-descent backends take it.
+    n_neighbors : int, default 15
+        Neighbours per row, 1 <= ``n_neighbors`` < n_samples.
+    metric : str, default "euclidean"
+        The distance: one of ``blocks.kernels.METRICS`` for the exact backend, of
+        pynndescent's metrics for the others.
+    metric_kwds : dict or None, default None
+        The metric's parameters (``{"p": 3}`` for minkowski, p >= 1).
+    backend : {"auto", "exact", "nndescent", "partitioned"}, default "auto"
+        ``auto``: exact up to `EXACT_MAX` rows, NN-descent above, partitioned when dense
+        dask ``X`` gathered into one NN-descent task would take more than half of the
+        smallest worker's memory.
+    random_state : int, numpy Generator or None, default 0
+        Seeds NN-descent and the partitioned backend's cells.
+    n_partitions : int or None, default None
+        Partitioned backend: the number of cells, 2 <= ``n_partitions`` <= n / 2; None:
+        about 100 000 rows per cell, each row counted ``overlap`` times.
+    overlap : int, default 2
+        Partitioned backend: the cells each row belongs to, 1 <= ``overlap`` <=
+        ``n_partitions``.
+    nndescent_kwds : dict or None, default None
+        Extra arguments of ``pynndescent.NNDescent`` (``n_trees``, ``n_iters``,
+        ``max_candidates``, ...).
+    target_recall : float in (0, 1] or None, default TARGET_RECALL
+        NN-descent with a metric of ``blocks.kernels.METRICS``: the recall (0.9) the graph
+        should reach on a sample of rows against exact neighbours; short of it, NN-descent
+        builds again with a denser search graph. None: no check.
+    recall_budget : float or None, default None
+        Seconds the rebuilds may take; None: four times the first build.
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    KNNGraph
+        n x k int64 indices and float64 distances; ``info`` holds the seconds, the rows with
+        an exact duplicate, the recall rounds (``info["recall_search"]``) and, for the
+        partitioned backend, its cells and rows left short of k (index -1).
+
+    Raises
+    ------
+    InputError
+        ``X`` is not a finite 2-D numeric array; ``n_neighbors``, ``backend``, ``metric``,
+        ``metric_kwds``, ``target_recall``, ``recall_budget``, ``n_partitions`` or
+        ``overlap`` is out of range; every row has at least k exact duplicates.
+    InputTypeError
+        ``X`` is not numeric; sparse ``X`` with a metric outside ``SPARSE_KNN_METRICS`` or
+        the partitioned backend.
     """
     X = check_array(X, method="The kNN graph", where=where, accept_sparse=True)
     n = X.shape[0]
@@ -500,9 +569,30 @@ def _sample(X, rows: np.ndarray):
 
 
 def sample_recall(X, graph: KNNGraph, n_samples: int = 1000, random_state=0) -> dict:
-    """Recall of ``graph`` against exact neighbours on ``n_samples`` random rows: the share of
-    a row's listed neighbours that are within its exact k-th neighbour distance (so ties and
-    duplicates count as found). One pass over X (the sample against all rows)."""
+    """The recall of a kNN graph against exact neighbours, on a random sample of rows.
+
+    The recall is the share of a row's listed neighbours that lie within its exact k-th
+    neighbour distance (so ties and duplicates count as found). One pass over ``X``: the
+    sample against all rows, one task per row chunk for dask input.
+
+    Parameters
+    ----------
+    X : array-like, dask array or sparse matrix of shape (n_samples, n_features)
+        The rows the graph was built from.
+    graph : KNNGraph
+        The graph to measure.
+    n_samples : int, default 1000
+        Rows sampled (all rows when there are fewer).
+    random_state : int, numpy Generator or None, default 0
+        Seeds the sample.
+
+    Returns
+    -------
+    dict
+        ``recall``, ``sample_rows`` and ``exact_recall_by_index`` (the share of the exact
+        neighbours' indices that are listed). For a metric without an exact reference here
+        (not in ``blocks.kernels.METRICS``): ``recall`` None and ``why``.
+    """
     n, k = graph.n_samples, graph.n_neighbors
     if graph.metric not in METRICS:
         return {"recall": None, "why": f"no exact reference for metric {graph.metric!r}"}

@@ -48,7 +48,40 @@ def svec_index(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def reconstruction_basis(X, graph: KNNGraph, landmarks: np.ndarray, reg: float = 1e-3):
-    """(Q (n x m) float64, info) from the LLE weights of ``graph``; see the module docstring."""
+    """The landmark MVU basis Q from LLE reconstruction weights; see the module docstring.
+
+    Q = [I ; -Phi_uu^-1 Phi_ul] with Phi = (I - W)^T (I - W): the landmark rows of Q are the
+    identity, and every other row places its point where it best respects the weights,
+    given the landmarks' positions (Weinberger, Packer & Saul 2005). The weights are computed
+    blockwise for dask ``X`` (`reconstruction_weights`); Phi_uu is factorised once in this
+    process (SuperLU).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The rows the graph was built from.
+    graph : KNNGraph
+        Their kNN graph, without rows short of k.
+    landmarks : array-like of int, shape (m,)
+        The landmark rows, distinct.
+    reg : float, default 1e-3
+        The regularisation of the local Gram matrices, relative to their trace.
+
+    Returns
+    -------
+    Q : numpy.ndarray of float64, shape (n, m)
+        The basis; each row sums to 1 up to rounding.
+    info : dict
+        ``fill_in`` (the nonzeros of the LU factors) and ``row_sum_error`` (the largest
+        deviation of a row sum from 1).
+
+    Raises
+    ------
+    InputError
+        ``reg`` is not a positive finite number; the graph's rows do not match ``X`` or
+        some have fewer than k neighbours; the system of the non-landmark rows is singular
+        (some rows are not tied to any landmark).
+    """
     n = graph.n_samples
     lm = np.asarray(landmarks, dtype=np.int64)
     W = reconstruction_weights(X, graph, reg)  # (n, k), blockwise for dask input
@@ -79,9 +112,44 @@ def reconstruction_basis(X, graph: KNNGraph, landmarks: np.ndarray, reg: float =
 
 
 def laplacian_basis(graph: KNNGraph, m: int, *, solver: str = "auto", random_state=0):
-    """(Q (n x m), info): the bottom m non-constant eigenvectors of L = D - W (heat weights);
-    ``info["convergence"]``: the eigensolver's records (a solve that stops short is retried,
-    see ``linalg.sparse_eigen.bottom_eigsh_checked``)."""
+    """The landmark MVU basis Q from the graph Laplacian's bottom eigenvectors.
+
+    The bottom m + 1 eigenpairs of L = D - W over `graph_csr` with heat weights
+    (`graph_weights`) are computed and the first (constant, for a connected graph) dropped;
+    a solve that stops short is retried (``linalg.sparse_eigen.bottom_eigsh_checked``).
+
+    Parameters
+    ----------
+    graph : KNNGraph
+        The kNN graph, connected (with its extra edges).
+    m : int
+        The columns of Q, at most n - 2.
+    solver : {"auto", "dense", "arpack", "lobpcg", "lobpcg-workers"}, default "auto"
+        The first eigensolver tried (``linalg.sparse_eigen``).
+    random_state : int, numpy Generator or None, default 0
+        Seeds the iterative eigensolvers.
+
+    Returns
+    -------
+    Q : numpy.ndarray of float64, shape (n, m)
+        Orthonormal columns, orthogonal to 1 for a connected graph.
+    info : dict
+        ``laplacian_eigenvalues`` (the m kept, ascending) and ``convergence`` (the records
+        of every solve).
+
+    Raises
+    ------
+    InputError
+        An unknown ``solver``, or m + 1 eigenpairs asked of an n x n problem with
+        m + 1 >= n.
+    SolverError
+        No eigensolver reached the requested accuracy.
+
+    Warns
+    -----
+    ConvergenceWarning
+        The first solver stopped short and another one converged.
+    """
     from ..linalg.sparse_eigen import bottom_eigsh_checked
 
     W, t = graph_weights(graph_csr(graph), "heat")
@@ -114,8 +182,32 @@ def _normals_block(Qi: np.ndarray, Qj: np.ndarray, d2: np.ndarray):
 def edge_normals(
     Q: np.ndarray, I: np.ndarray, J: np.ndarray, d2: np.ndarray, *, chunk: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """(G, h, c0) = (A^T A, A^T d2, d2 . d2) over all edges; see the module docstring.
-    With a dask client: one task per chunk of edges, Q sent to the workers once."""
+    """The normal equations of the edge-length penalty over L; see the module docstring.
+
+    Row e of A is svec(v_e v_e^T) with v_e = Q[I[e]] - Q[J[e]], so that A svec(L) holds the
+    squared edge lengths of Q L Q^T. With a distributed client and more than ``chunk``
+    edges: one task per chunk of edges, Q sent to the workers once; else in this process.
+
+    Parameters
+    ----------
+    Q : numpy.ndarray of shape (n, m)
+        The basis.
+    I, J : numpy.ndarray of int, shape (e,)
+        The edges' two ends (row numbers of ``Q``).
+    d2 : numpy.ndarray of shape (e,)
+        The edges' squared lengths.
+    chunk : int or None, default None
+        Edges per chunk; None: `EDGE_CHUNK` (20 000).
+
+    Returns
+    -------
+    G : numpy.ndarray of float64, shape (p, p)
+        A^T A, with p = m (m + 1) / 2.
+    h : numpy.ndarray of float64, shape (p,)
+        A^T d2.
+    c0 : float
+        d2 . d2.
+    """
     chunk = int(chunk or EDGE_CHUNK)
     starts = range(0, I.size, chunk)
     client = active_client()

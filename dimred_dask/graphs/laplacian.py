@@ -20,8 +20,33 @@ WEIGHTS = ("heat", "binary")
 
 
 def graph_weights(S, weights: str = "heat", t: float | None = None):
-    """W from the symmetric distance adjacency ``S`` (CSR, distances as values); returns
-    (W, t) with t None for binary weights."""
+    """Edge weights from a symmetric distance adjacency: heat kernel or binary.
+
+    Heat: w_ij = exp(-d_ij^2 / t) (Belkin & Niyogi 2003); binary: w_ij = 1 on every stored
+    edge.
+
+    Parameters
+    ----------
+    S : sparse matrix or array of shape (n, n)
+        The symmetric adjacency, distances as values (stored entries are the edges).
+    weights : {"heat", "binary"}, default "heat"
+        The kernel.
+    t : float or None, default None
+        The heat kernel's width, > 0; None: the mean squared edge length (1 without edges),
+        so that the weights do not depend on the data's scale. Unused for binary weights.
+
+    Returns
+    -------
+    W : scipy.sparse.csr_matrix of float64, shape (n, n)
+        The weights, on the edges of ``S``.
+    t : float or None
+        The width used; None for binary weights.
+
+    Raises
+    ------
+    InputError
+        An unknown ``weights``, or a ``t`` that is not a finite positive int or float.
+    """
     if weights not in WEIGHTS:
         raise InputError(
             f"weights must be one of {', '.join(WEIGHTS)}; found {weights!r}.",
@@ -44,8 +69,23 @@ def graph_weights(S, weights: str = "heat", t: float | None = None):
 
 
 def laplacian(W, normed: bool = False):
-    """(L, degrees): L = D - W, or I - D^-1/2 W D^-1/2 when ``normed``. Isolated vertices
-    (degree 0) get a zero row in L_sym."""
+    """The graph Laplacian L = D - W, or I - D^-1/2 W D^-1/2 when ``normed``.
+
+    Parameters
+    ----------
+    W : sparse matrix or array of shape (n, n)
+        The symmetric nonnegative weights.
+    normed : bool, default False
+        Return the symmetric normalised Laplacian; an isolated vertex (degree 0) gets a zero
+        row and column there.
+
+    Returns
+    -------
+    L : scipy.sparse.csr_matrix of float64, shape (n, n)
+        The Laplacian.
+    degrees : numpy.ndarray of float64, shape (n,)
+        The row sums of ``W``.
+    """
     W = sp.csr_matrix(W, dtype=np.float64)
     deg = np.asarray(W.sum(axis=1)).ravel()
     if not normed:

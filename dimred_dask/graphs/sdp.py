@@ -33,8 +33,20 @@ __all__ = ["edge_list", "bandwidth_order", "maximal_cliques", "clique_dependenci
 
 
 def edge_list(graph: KNNGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(I, J, d): the undirected edges i < j of the symmetrised graph (``max`` rule, extra
-    edges of joined components included) and their distances, float64."""
+    """The undirected edges of a kNN graph and their distances: the MVU constraints.
+
+    Parameters
+    ----------
+    graph : KNNGraph
+        The graph, symmetrised by the ``max`` rule with its extra edges (`graph_csr`).
+
+    Returns
+    -------
+    I, J : numpy.ndarray of int64, shape (e,)
+        The edges' ends, i < j, sorted by (i, j).
+    d : numpy.ndarray of float64, shape (e,)
+        Their distances; exact duplicates' edges have distance 0.
+    """
     S = sp.triu(graph_csr(graph), k=1).tocoo()
     order = np.lexsort((S.col, S.row))
     d = S.data[order].astype(np.float64)
@@ -43,15 +55,45 @@ def edge_list(graph: KNNGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def bandwidth_order(n: int, I: np.ndarray, J: np.ndarray) -> np.ndarray:
-    """A permutation (new position -> old index) that keeps graph neighbours close."""
+    """A reverse Cuthill-McKee order of a graph, which keeps neighbours close.
+
+    Parameters
+    ----------
+    n : int
+        The number of vertices.
+    I, J : numpy.ndarray of int, shape (e,)
+        The edges' ends; the graph is read as undirected.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n,)
+        The permutation: entry t is the old index of the vertex at new position t.
+    """
     A = sp.csr_matrix((np.ones(I.size), (I, J)), shape=(n, n))
     return np.asarray(reverse_cuthill_mckee((A + A.T).tocsr(), symmetric_mode=True), dtype=np.int64)
 
 
 def maximal_cliques(n: int, I: np.ndarray, J: np.ndarray, min_size: int = 4) -> list:
-    """The maximal cliques with at least ``min_size`` vertices, as sorted int64 arrays
-    (Bron-Kerbosch with Tomita pivoting, over vertices in degeneracy-like order; kNN graphs
-    have small cliques, so this is fast)."""
+    """The maximal cliques of an undirected graph with at least ``min_size`` vertices.
+
+    Bron-Kerbosch (Bron & Kerbosch 1973) with Tomita's pivoting (Tomita, Tanaka & Takahashi
+    2006), started from the vertices in ascending order of degree; kNN graphs have small
+    cliques, so this stays cheap.
+
+    Parameters
+    ----------
+    n : int
+        The number of vertices.
+    I, J : numpy.ndarray of int, shape (e,)
+        The edges' ends; self-loops are ignored.
+    min_size : int, default 4
+        The fewest vertices of a clique returned.
+
+    Returns
+    -------
+    list of numpy.ndarray of int64
+        Each clique's vertices, sorted.
+    """
     nbrs = [set() for _ in range(n)]
     for i, j in zip(I.tolist(), J.tolist()):
         if i != j:
@@ -94,10 +136,32 @@ class CliqueFace:
 def clique_dependencies(
     n: int, I: np.ndarray, J: np.ndarray, d2: np.ndarray, *, tol: float = 1e-9, min_size: int = 4
 ) -> CliqueFace:
-    """Affine dependencies of every maximal clique (see the module docstring).
+    """The affine dependencies of every maximal clique; see the module docstring.
 
-    ``tol``: an eigenvalue of G_C below ``tol`` times its largest counts as zero (exact data
-    give ~1e-15); one below ``-tol`` makes the clique non-Euclidean (reported in ``worst``).
+    For each clique C (`maximal_cliques`), the null vectors orthogonal to 1 of its centred
+    Gram matrix G_C = -1/2 J D_C J, from the squared distances of its edges.
+
+    Parameters
+    ----------
+    n : int
+        The number of vertices.
+    I, J : numpy.ndarray of int, shape (e,)
+        The edges' ends, each undirected edge once.
+    d2 : numpy.ndarray of shape (e,)
+        The edges' squared distances.
+    tol : float, default 1e-9
+        An eigenvalue of G_C of magnitude at most ``tol`` times its largest counts as zero
+        (exact data give about 1e-15).
+    min_size : int, default 4
+        The fewest vertices of a clique examined.
+
+    Returns
+    -------
+    CliqueFace
+        The dependencies (each clique's rows and unit-norm coefficients summing to 0), the
+        number of cliques examined and the most negative eigenvalue of a G_C relative to its
+        largest (``worst``, 0 if none) with its clique: clearly negative means distances no
+        Euclidean configuration realises.
     """
     D2 = sp.csr_matrix((d2, (I, J)), shape=(n, n))
     D2 = (D2 + D2.T).tocsr()

@@ -62,9 +62,58 @@ def spectral_embedding(
     method: str = "Spectral embedding",
     fix: str | None = None,
 ) -> SpectralResult:
-    """The bottom eigenvectors of the Laplacian of the symmetric nonnegative weight matrix
-    ``W`` (sparse or dense, n x n); see the module docstring. ``method`` and ``fix`` go
-    into the `SolverError` of a solve that no solver finished."""
+    """The bottom eigenvectors of a weighted graph's Laplacian; see the module docstring.
+
+    Laplacian eigenmaps (Belkin & Niyogi 2003) and spectral clustering (Shi & Malik 2000;
+    von Luxburg 2007). A solve that stops short is retried with a robust solver.
+
+    Parameters
+    ----------
+    W : sparse matrix or array of shape (n, n)
+        The symmetric nonnegative weights.
+    n_components : int
+        The eigenvectors returned, besides the dropped first one.
+    normed : bool, default True
+        Solve L y = lambda D y (columns D-orthonormal); False: L f = lambda f with
+        L = D - W (orthonormal columns).
+    drop_first : bool, default True
+        Compute one more eigenvector and drop the first (constant for a connected graph).
+    solver : {"auto", "dense", "arpack", "lobpcg", "lobpcg-workers"}, default "auto"
+        The first eigensolver tried (``linalg.sparse_eigen``).
+    tol : float, default 1e-8
+        The iterative solvers' tolerance.
+    maxiter : int or None, default None
+        The first solver's iteration limit; None: its default.
+    random_state : int, numpy Generator or None, default 0
+        Seeds the iterative solvers.
+    X0 : numpy.ndarray or None, default None
+        The first solver's starting vectors (n rows) when it is ``lobpcg``; random vectors
+        complete the block.
+    method : str, default "Spectral embedding"
+        The method named in the `SolverError`.
+    fix : str or None, default None
+        The fix given in the `SolverError`; None: a generic one.
+
+    Returns
+    -------
+    SpectralResult
+        The embedding (n, n_components) float64, each column's largest entry positive; its
+        eigenvalues ascending; the degrees; the dropped eigenvalue; the solver that
+        converged and every solve's record.
+
+    Raises
+    ------
+    InputError
+        ``n_components`` + ``drop_first`` is not in [1, n - 1]; ``normed`` with a vertex of
+        degree 0; an unknown ``solver``.
+    SolverError
+        No eigensolver reached ``tol``.
+
+    Warns
+    -----
+    ConvergenceWarning
+        The first solver stopped short and another one converged.
+    """
     W = sp.csr_matrix(W, dtype=np.float64)
     n = W.shape[0]
     want = int(n_components) + int(bool(drop_first))

@@ -17,6 +17,23 @@ __all__ = ["reconstruction_weights", "check_reg"]
 
 
 def check_reg(reg) -> float:
+    """Check that the regularisation ``reg`` is a positive finite number; return it.
+
+    Parameters
+    ----------
+    reg : float
+        The regularisation (a bool is refused).
+
+    Returns
+    -------
+    float
+        ``reg``.
+
+    Raises
+    ------
+    InputError
+        ``reg`` is not a real number, not finite, or not > 0.
+    """
     if (
         not isinstance(reg, numbers.Real)
         or isinstance(reg, bool)
@@ -38,9 +55,35 @@ def _chunk_weights(x, rows_x, idx, reg):
 
 
 def reconstruction_weights(X, graph: KNNGraph, reg: float = 1e-3, *, Y=None) -> np.ndarray:
-    """(n, k) float64 weights: row i reconstructs x_i from its neighbours
-    ``graph.indices[i]`` (rows of ``Y``, default X itself). NumPy: at once. Dask: one task
-    per row chunk, each gathering only the neighbour rows it needs."""
+    """LLE's reconstruction weights of each row from its kNN graph neighbours.
+
+    Row i holds the weights, summing to 1, that best reconstruct x_i from its neighbours
+    ``graph.indices[i]`` (Roweis & Saul 2000), the local Gram matrix regularised by ``reg``
+    times its trace. NumPy: at once, in this process. Dask (``X`` or ``Y``): one task per
+    row chunk of ``X``, each gathering only the neighbour rows it needs.
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n, n_features)
+        The rows to reconstruct.
+    graph : KNNGraph
+        Their neighbours: n rows of k indices into ``Y``, none -1.
+    reg : float, default 1e-3
+        The regularisation, > 0.
+    Y : array-like, dask array or None, default None
+        The rows the neighbours index (new points against training rows); None: ``X``.
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (n, k)
+        The weights.
+
+    Raises
+    ------
+    InputError
+        ``reg`` is not a positive finite number; ``graph`` has not one row per row of ``X``,
+        or has rows with fewer than k neighbours.
+    """
     reg = check_reg(reg)
     Y = X if Y is None else Y
     idx = graph.indices

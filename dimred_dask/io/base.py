@@ -16,7 +16,27 @@ TARGET_CHUNK_BYTES = 64 * 2**20
 def plan_row_chunk(
     n: int, d: int, itemsize: int, base: int = 1, target_bytes: int = TARGET_CHUNK_BYTES
 ) -> int:
-    """Rows per dask chunk: about ``target_bytes`` per chunk, a multiple of the stored chunk."""
+    """Rows per dask chunk: about ``target_bytes`` per chunk, a multiple of the stored chunk.
+
+    Parameters
+    ----------
+    n : int
+        The rows of the array.
+    d : int
+        Its columns (values per row).
+    itemsize : int
+        Bytes per value.
+    base : int, default 1
+        The stored chunk's rows: the result is a multiple of it (at least ``base``) unless
+        the array has fewer rows.
+    target_bytes : int, default TARGET_CHUNK_BYTES
+        The bytes a chunk should hold (64 MiB).
+
+    Returns
+    -------
+    int
+        Rows per chunk, between 1 and max(``n``, 1).
+    """
     rows = max(1, target_bytes // max(1, d * itemsize))
     rows = max(base, (rows // base) * base)
     return int(min(max(n, 1), rows))

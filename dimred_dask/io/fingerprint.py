@@ -43,7 +43,25 @@ def _hash_sparse(x) -> str:
 
 
 def array_fingerprint(arr, meta: dict | None = None) -> dict:
-    """Fingerprint of a dask array's content; ``meta`` (shape, dtype, source) is folded in."""
+    """A fingerprint of a dask array's content, hashed on the workers.
+
+    Every chunk is hashed when the array holds at most `FULL_HASH_BYTES` or has at most
+    `SAMPLE_CHUNKS` chunks, else an evenly spaced sample of `SAMPLE_CHUNKS` chunks (the first
+    and last included): a change in a chunk outside the sample goes unseen. Sparse chunks are
+    hashed from their CSR structure. The shape, dtype and chunks are folded in.
+
+    Parameters
+    ----------
+    arr : dask.array.Array
+        The array (dense or of sparse chunks); the hashed chunks are computed.
+    meta : dict or None, default None
+        JSON-able metadata folded into the digest (e.g. the source).
+
+    Returns
+    -------
+    dict
+        ``digest`` (32 hexadecimal digits) and ``hashed`` (which chunks were hashed).
+    """
     from dask import delayed
 
     blocks = arr.to_delayed().ravel()
@@ -71,7 +89,18 @@ def array_fingerprint(arr, meta: dict | None = None) -> dict:
 
 
 def digest_of(*parts) -> str:
-    """A short digest of JSON-able parts (parameters, upstream fingerprints, versions)."""
+    """A digest of JSON-able parts (parameters, upstream fingerprints, versions).
+
+    Parameters
+    ----------
+    *parts : object
+        The parts, each serialised as JSON with sorted keys (other objects as ``str``).
+
+    Returns
+    -------
+    str
+        32 hexadecimal digits (BLAKE2b, 16 bytes).
+    """
     h = hashlib.blake2b(digest_size=16)
     for p in parts:
         h.update(json.dumps(p, sort_keys=True, default=str).encode())

@@ -115,6 +115,26 @@ def _dead_here(info: dict) -> bool:
 
 
 class Lease:
+    """An exclusive lease on a run store's output prefix: the object ``<output>/_LEASE``.
+
+    `Lease.acquire` takes it (taking over a stale one, see the module docstring),
+    `Lease.keepalive` renews it from a heartbeat thread, `Lease.release` gives it up.
+    Constructing it touches no storage.
+
+    Parameters
+    ----------
+    store : RunStore
+        The run store whose prefix is leased.
+    holder : str or None, default None
+        A description of the holder written into the lease (e.g. the flow run); None:
+        "dimred-dask run". The lease also names this host and process and a random token.
+    ttl : float, default DEFAULT_TTL
+        Seconds a lease stays valid after it was written or renewed (600).
+    wait : float, default DEFAULT_WAIT
+        Seconds `acquire` waits for another run's takeover of a stale lease to finish
+        before refusing (5).
+    """
+
     def __init__(
         self,
         store,

@@ -12,6 +12,29 @@ SCATTER_MAX = 20_000
 def embedding_png(
     Y: np.ndarray, *, title: str = "", n_total: int | None = None, labels: np.ndarray | None = None
 ) -> bytes:
+    """A PNG picture of the first two dimensions of an embedding.
+
+    Up to `SCATTER_MAX` rows: a scatter plot (coloured by ``labels`` if given); more: a
+    hexagonal-bin density with a log colour scale (``labels`` unused). A one-column
+    embedding is drawn against 0. Drawn with matplotlib's Agg backend, off screen.
+
+    Parameters
+    ----------
+    Y : array-like of shape (n, k)
+        The embedding (in memory), k >= 1.
+    title : str, default ""
+        The title, above the point count.
+    n_total : int or None, default None
+        The rows of the whole embedding when ``Y`` is a sample of them (shown as
+        "n of n_total points").
+    labels : numpy.ndarray of shape (n,) or None, default None
+        Values colouring the points (matplotlib's ``tab10`` colour map).
+
+    Returns
+    -------
+    bytes
+        The PNG file (600 x 600 pixels).
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=False)

@@ -128,18 +128,56 @@ def open_input(
 ) -> InputArray:
     """Open ``uri`` as a lazy 2-D dask array; refuse what cannot be embedded, reading no data.
 
-    ``allow_1d``: a 1-D array (labels, targets) is returned as one column.
-    ``as_float``: integer and boolean data are read as the floating dtype every method computes
-    in (`dimred_dask._validation.float_dtype`: float32 up to 16-bit integers, else float64);
-    ``meta["stored_dtype"]`` keeps what was stored.
-    ``check_chunks``: a Zarr array's chunk objects (those of Zarr-based formats too) are listed
-    once and an absent one is refused (`InputError` naming it) unless
-    ``allow_missing_chunks``; reads refuse absent chunks either way, so a chunk lost after
-    this check is never read as fill values.
+    The format comes from the suffix, or for a folder from what it holds (see the module
+    docstring). Only metadata is read here; the chunks are read where they are computed.
+    The feature axis is one chunk and the row chunks are made regular.
 
-    ``meta`` has ``format``, ``shape``, ``dtype``, ``sparse``; for sparse input ``nnz``,
-    ``density`` and ``layout`` (csr / csc as stored); for AnnData ``element``; for shards
-    ``shards`` (their count).
+    Parameters
+    ----------
+    uri : str, os.PathLike or Location
+        A local path or an allowed URL (`parse_uri`), ``#path`` naming an array inside a
+        Zarr group, HDF5 file or AnnData store; a glob reads its matches as shards.
+    columns : sequence of str or None, default None
+        Parquet and CSV only: the columns to read, in this order; None: every numeric one.
+    storage_options : dict or None, default None
+        fsspec options of the storage, over those of the environment.
+    row_chunk : int or None, default None
+        Rows per dask chunk; None: about 64 MiB per chunk (`plan_row_chunk`), a multiple of
+        the stored chunk.
+    allow_1d : bool, default False
+        Return a 1-D array (labels, targets) as one column.
+    role : str, default "input"
+        What the array is, named in error messages.
+    as_float : bool, default False
+        Read integer and boolean data as the floating dtype every method computes in
+        (`dimred_dask._validation.float_dtype`: float32 up to 16-bit integers, else float64);
+        ``meta["stored_dtype"]`` keeps what was stored.
+    check_chunks : bool, default True
+        List a Zarr array's chunk objects (those of Zarr-based formats too) once and refuse
+        an absent one. Reads refuse absent chunks whether or not they were listed, so a chunk
+        lost after this check is never read as fill values.
+    allow_missing_chunks : bool, default False
+        Read absent chunks as the fill value instead of refusing them.
+
+    Returns
+    -------
+    InputArray
+        The dask array (of ``scipy.sparse.csr_matrix`` row blocks for sparse input), its
+        `Location`, its format and ``meta``: ``format``, ``shape``, ``dtype``, ``sparse``;
+        for sparse input ``nnz``, ``density`` and ``layout`` (csr / csc as stored); for
+        AnnData ``element``; for shards ``shards`` (their count).
+
+    Raises
+    ------
+    InputError
+        A URI that is not allowed; nothing at ``uri``; ``columns`` for a format that is not
+        a table; an array that is not 2-D (1-D without ``allow_1d``) or is complex; a file
+        that is damaged or truncated; absent chunks (without ``allow_missing_chunks``).
+    InputTypeError
+        Data that are not real numbers (text, Python objects).
+    StoreError
+        The storage failed or could not be reached (network, permissions, credentials), or
+        its fsspec extra is not installed.
     """
     loc = parse_uri(uri, role=role, storage_options=storage_options)
     if not is_glob(loc.url) and not _exists(loc):

@@ -427,8 +427,29 @@ def _jsonable(o):
 
 
 def open_output(uri, *, storage_options: dict | None = None) -> RunStore:
-    """Open a finished run for reading; refuse what is not a run store, or one without
-    ``_COMMITTED`` (its run did not finish)."""
+    """Open a finished run's store for reading.
+
+    Parameters
+    ----------
+    uri : str, os.PathLike or Location
+        The run's output location (`parse_uri`).
+    storage_options : dict or None, default None
+        fsspec options of the storage, over those of the environment.
+
+    Returns
+    -------
+    RunStore
+        The store.
+
+    Raises
+    ------
+    InputError
+        ``uri`` is not an allowed location.
+    StoreError
+        Nothing is at ``uri``, or it is not a dimred-dask run store.
+    UncommittedOutputError
+        The store has no ``_COMMITTED`` marker: its run did not finish.
+    """
     store = RunStore(uri, storage_options=storage_options)
     if not store.exists():
         raise StoreError(f"No run output at {store.url}.", "check the path.")
@@ -456,11 +477,42 @@ def save_array(
     chunks=None,
     compressors="auto",
 ) -> str:
-    """Write a dask or NumPy array to a Zarr v3 array at ``uri`` (computed on the workers).
+    """Write a dask or NumPy array to a Zarr v3 array at ``uri``.
 
-    ``compressors``: zarr's default ("auto"), or None for raw chunks (data that does not
-    compress, such as noise, only costs CPU to compress). Every chunk is stored, even one that
-    holds only the fill value, so that a reader can tell a complete array from a damaged one."""
+    A dask array is computed and written chunk by chunk by the workers (the local threaded
+    scheduler without a client); a NumPy array is wrapped in one first. Every chunk is
+    stored, even one that holds only the fill value, so that a reader can tell a complete
+    array from a damaged one. The Zarr chunk shape is the dask array's first chunk.
+
+    Parameters
+    ----------
+    arr : array-like or dask array
+        The array.
+    uri : str, os.PathLike or Location
+        Where the Zarr array goes (`parse_uri`).
+    overwrite : bool, default False
+        Replace what is at ``uri``.
+    storage_options : dict or None, default None
+        fsspec options of the storage, over those of the environment.
+    chunks : tuple, int, str or None, default None
+        Dask chunks to rechunk to before writing; None keeps a dask array's chunks (NumPy
+        input: dask's ``"auto"``).
+    compressors : "auto" or None, default "auto"
+        Zarr's default compressors, or None for raw chunks (data that does not compress,
+        such as noise, only costs CPU to compress).
+
+    Returns
+    -------
+    str
+        The URL written (``uri`` checked and normalised).
+
+    Raises
+    ------
+    InputError
+        ``uri`` is not an allowed location.
+    OutputExistsError
+        Something is at ``uri`` and ``overwrite`` is False.
+    """
     import dask.array as da
     import zarr
 

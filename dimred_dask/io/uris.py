@@ -68,8 +68,24 @@ _RUN_OPTIONS: contextvars.ContextVar[dict] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def run_storage_options(scheme: str, options: dict):
-    """Add ``options`` (e.g. ``{"key": ..., "secret": ...}``) to every ``scheme`` URI parsed
-    in this context. They travel to the workers inside the Dask graph, never to Prefect."""
+    """Add storage options to every ``scheme`` URI parsed in this context (this run only).
+
+    A context variable: other threads' runs do not see them. They travel to the workers
+    inside the Dask graph, never to Prefect. Options given to `parse_uri` take precedence.
+
+    Parameters
+    ----------
+    scheme : str
+        The URL scheme (e.g. ``"s3"``).
+    options : dict
+        fsspec storage options (e.g. ``{"key": ..., "secret": ...}``), over those of the
+        environment and of an enclosing context.
+
+    Yields
+    ------
+    None
+        The options hold until the ``with`` block ends.
+    """
     token = _RUN_OPTIONS.set({**_RUN_OPTIONS.get(), scheme: dict(options)})
     try:
         yield
@@ -93,7 +109,35 @@ def env_storage_options(scheme: str) -> dict:
 
 
 def parse_uri(uri, *, role: str = "input", storage_options: dict | None = None) -> Location:
-    """Check ``uri`` and return a `Location`; raise `InputError` saying what to fix."""
+    """Check ``uri`` and return a `Location`; raise `InputError` saying what to fix.
+
+    A local path (or ``file://`` URL) becomes an absolute path, ``~`` expanded; another URL
+    is normalised (lower-case scheme, no trailing slash). The storage options are those of
+    the environment (`env_storage_options`), then of `run_storage_options`, then
+    ``storage_options``.
+
+    Parameters
+    ----------
+    uri : str, os.PathLike or Location
+        The path or URL, optionally with ``#path`` naming an array inside a group. A
+        `Location` is returned as it is.
+    role : str, default "input"
+        What the location is, named in error messages.
+    storage_options : dict or None, default None
+        fsspec options of the storage, over the others.
+
+    Returns
+    -------
+    Location
+        The URL without its fragment, the fragment (or None) and the storage options.
+
+    Raises
+    ------
+    InputError
+        ``uri`` is empty or not a path; its scheme is not allowed (`allowed_schemes`); it
+        carries credentials (user or password, or a secret in its query); it has a ``..``
+        segment.
+    """
     if isinstance(uri, Location):
         return uri
     if not isinstance(uri, (str, os.PathLike)) or not str(uri).strip():
@@ -157,11 +201,24 @@ def _keys(loc: Location) -> set[str]:
 
 
 def check_output_location(output: Location, *inputs) -> None:
-    """Refuse an output equal to, inside, or containing any input of the run, compared as
-    written and, for local paths, after resolving symbolic links.
+    """Refuse an output equal to, inside, or containing any input of the run.
 
-    ``inputs``: Locations, or ``(role, Location)`` pairs naming what each is ("labels",
-    "graph cache" ...); a run never writes into, or deletes, what it reads or shares."""
+    Locations are compared as written and, for local paths, after resolving symbolic links
+    (fragments aside): a run never writes into, or deletes, what it reads or shares.
+
+    Parameters
+    ----------
+    output : Location
+        The run's output.
+    *inputs : Location, (str, Location) or None
+        What the run reads, as Locations or ``(role, Location)`` pairs naming what each is
+        ("labels", "graph cache" ...); None entries are skipped.
+
+    Raises
+    ------
+    InputError
+        The output is an input, lies inside one, or contains one.
+    """
     for item in inputs:
         role, loc = item if isinstance(item, tuple) else ("input", item)
         if loc is None:
