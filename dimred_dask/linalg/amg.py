@@ -165,9 +165,50 @@ def amg_hierarchy(
     max_levels: int = MAX_LEVELS,
     random_state=0,
 ) -> AMG:
-    """The hierarchy of M = Aᵀ A (``A`` sparse, n x n), M never formed at the finest level.
-    ``theta``: strength threshold below the first level (the first aggregates on the
-    symmetrised pattern of A)."""
+    """Build the aggregation multigrid hierarchy of M = Aᵀ A, a preconditioner for LOBPCG.
+
+    NumPy / SciPy, in memory. Level 0 is M itself, applied as Aᵀ (A X) and never formed; its
+    diagonal is the column sums of A². Each level is split into aggregates: a maximal
+    independent set of its strength graph (Luby 1986, in a random order), every other vertex
+    joined to its strongest neighbour in the set. The prolongator P is piecewise constant
+    over the aggregates (unsmoothed aggregation) and the next operator is Galerkin's Pᵀ M P
+    ((A P)ᵀ (A P) at the first level). Coarsening stops at ``coarse_size`` rows, at
+    ``max_levels`` levels, or when a level would shrink by less than 10 %. The coarsest
+    operator is inverted densely (a symmetric pseudo-inverse, since M's null vector survives
+    every level) up to ``DENSE_COARSE_MAX`` rows, else replaced by its inverse diagonal.
+
+    Parameters
+    ----------
+    A : sparse matrix of shape (n, n)
+        The factor of M (e.g. LLE's I - W), converted to float64 CSR.
+    theta : float, default 0.0
+        Strength threshold of the levels below the first: an off-diagonal m_ij is kept when
+        |m_ij| >= theta sqrt(m_ii m_jj) (0 keeps every nonzero). The first level aggregates
+        on the pattern of |A| + |A|ᵀ, whatever ``theta``.
+    sweeps : int, default 1
+        Damped Jacobi sweeps (ω = 4 / (3 ρ(D⁻¹ M)), ρ from a few power steps) before and after
+        the coarse correction at each level of the V-cycle.
+    coarse_size : int, default COARSE_SIZE
+        Coarsen until a level has at most this many rows.
+    max_levels : int, default MAX_LEVELS
+        At most this many smoothed levels, level 0 included (the first is always built); the
+        coarsest, inverted operator comes in addition.
+    random_state : int, numpy Generator, RandomState or None, default 0
+        Seeds the aggregation orders and the power steps that estimate ρ.
+
+    Returns
+    -------
+    AMG
+        The hierarchy: ``AMG.solve(R)`` applies one V-cycle from zero to M y = R (a symmetric
+        positive semidefinite approximation of M⁺), ``AMG.aslinearoperator()`` wraps it as a
+        SciPy ``LinearOperator``; ``info`` holds the levels' sizes (``"sizes"``) and nonzeros
+        (``"nnz"``), finest first.
+
+    Raises
+    ------
+    InputError
+        ``random_state`` is not None, an int, a Generator or a RandomState.
+    """
     rng = check_random_state(random_state)
     A = sp.csr_matrix(A, dtype=np.float64)
     At = A.T.tocsr()

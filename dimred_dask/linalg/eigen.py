@@ -63,6 +63,26 @@ class Eigen:
 
 
 def choose_eigen_solver(solver: str, n: int) -> str:
+    """Resolve the ``solver=`` of `top_eigh` for an n x n matrix.
+
+    Parameters
+    ----------
+    solver : {"auto", "dense", "randomized", "lanczos"}
+        The solver asked for (``EIGEN_SOLVERS``).
+    n : int
+        The order of the matrix.
+
+    Returns
+    -------
+    str
+        ``solver``, or for ``"auto"``: ``"dense"`` up to ``DENSE_MAX`` rows, ``"randomized"``
+        above.
+
+    Raises
+    ------
+    InputError
+        ``solver`` is not one of ``EIGEN_SOLVERS``.
+    """
     if solver not in EIGEN_SOLVERS:
         raise InputError(
             f"eigen solver must be one of {', '.join(EIGEN_SOLVERS)}; found {solver!r}.",
@@ -93,7 +113,66 @@ def top_eigh(
     shift: float | None = None,
     stage: str = "eigensolver",
 ) -> Eigen:
-    """The ``k`` largest (``which="LA"``) or smallest (``"SA"``) eigenpairs of symmetric ``A``."""
+    """The ``k`` largest (``which="LA"``) or smallest (``"SA"``) eigenpairs of symmetric ``A``.
+
+    A NumPy ``A`` is used in memory. A dask ``A`` (e.g. a lazy kernel matrix) is computed on
+    the active distributed client (else dask's threaded scheduler): each product A Q is one
+    pass over its blocks, never all held at once; the dense solver computes it whole.
+
+    Parameters
+    ----------
+    A : ndarray or dask array of shape (n, n)
+        The symmetric matrix.
+    k : int
+        The number of eigenpairs, in [1, n] (k < n - 1 for Lanczos).
+    solver : {"auto", "dense", "randomized", "lanczos"}, default "auto"
+        ``dense``: LAPACK ``eigh`` of the whole matrix (exact; the whole spectrum is kept).
+        ``randomized``: randomized subspace iteration (Halko, Martinsson & Tropp 2011) from a
+        random orthonormal block, ``n_iter`` power steps then Rayleigh-Ritz: ``n_iter`` + 1
+        products with A. ``lanczos``: ARPACK's implicitly restarted Lanczos
+        (``scipy.sparse.linalg.eigsh``) on a ``LinearOperator``, one pass per matvec.
+        ``auto``: dense up to ``DENSE_MAX`` rows, randomized above.
+    which : {"LA", "SA"}, default "LA"
+        Largest or smallest algebraic eigenvalues. Subspace iteration finds the largest in
+        magnitude: with ``"LA"`` the top k algebraic values are picked among k +
+        ``n_oversamples`` Ritz values; with ``"SA"`` it runs on ``shift`` I - A.
+    n_oversamples : int, default 10
+        Randomized: extra columns beyond k (block width min(n, k + ``n_oversamples``)).
+    n_iter : int, default 4
+        Randomized: the number of power steps.
+    tol : float, default 0.0
+        Lanczos: ARPACK's relative accuracy (0: machine precision). Unused by the others.
+    random_state : int, numpy Generator, RandomState or None, default 0
+        Seeds the randomized start block or the Lanczos start vector.
+    shift : float or None, default None
+        Randomized with ``which="SA"`` (required there): a bound sigma >= the largest
+        eigenvalue of A (e.g. from a ``which="LA"`` call).
+    stage : str, default "eigensolver"
+        The prefix of the dask computations' stage names in progress reports.
+
+    Returns
+    -------
+    Eigen
+        ``values`` (k,) descending for ``"LA"``, ascending for ``"SA"``; ``vectors`` (n, k)
+        orthonormal, float64; ``passes``, the products with A (dense: 1 for a dask A, else
+        0); ``spectrum`` (dense only, the whole spectrum, descending); ``product`` = A @
+        vectors (randomized ``"LA"``); ``info["shift"]`` (randomized ``"SA"``); the
+        ``convergence`` record.
+        Lanczos returns the pairs that converged, marked ``converged=False`` when some did
+        not.
+
+    Raises
+    ------
+    InputError
+        ``A`` is not square; ``k`` is out of range; an unknown ``solver`` or ``which``;
+        randomized ``"SA"`` without ``shift``; Lanczos with k >= n - 1; a ``random_state``
+        that is not None, an int, a Generator or a RandomState.
+
+    Warns
+    -----
+    ConvergenceWarning
+        Lanczos stopped before every pair converged.
+    """
     n = A.shape[0]
     if A.ndim != 2 or A.shape[1] != n:
         raise InputError(

@@ -62,9 +62,54 @@ def bottom_eigsh_gram(
     random_state=0,
     block: int | None = None,
 ) -> Eigen:
-    """The ``k`` smallest eigenpairs of M = Aᵀ A (A sparse, square) orthogonal to ``null``
-    (a vector with A null = 0, e.g. the constant for LLE's A = I - W), values ascending;
-    ``info`` has the iterations, the factor's size and the final change of the block."""
+    """The ``k`` smallest eigenpairs of M = Aᵀ A (A sparse, square) orthogonal to ``null``.
+
+    In memory (NumPy / SciPy). Block inverse iteration with Rayleigh-Ritz on M, steered by a
+    sparse LU factorisation (SuperLU, COLAMD ordering) of B = A + τ I, τ = ``GRAM_SHIFT``
+    times A's largest |diagonal| entry; M itself is never formed nor factorised (see the
+    module docstring). The Rayleigh-Ritz matrix is (A S)ᵀ (A S), so tiny eigenvalues are not
+    lost to cancellation.
+
+    Parameters
+    ----------
+    A : sparse matrix of shape (n, n)
+        The factor of M (e.g. LLE's I - W), converted to float64 CSR.
+    k : int
+        The number of eigenpairs, 1 <= k < n - 1.
+    null : array-like of shape (n,) or None, default None
+        A vector with A null = 0 (the constant for LLE): the block is kept orthogonal to it,
+        and the steering projects away from A's left null vector (three steps of inverse
+        iteration with Bᵀ). None: no constraint.
+    tol : float, default 1e-8
+        Stop when the wanted Ritz vectors move by at most max(``tol``, ``TOL_FLOOR``): the
+        sine of the largest angle between the last two blocks.
+    maxiter : int or None, default None
+        The iteration limit (None or 0: ``MAXITER``).
+    random_state : int, numpy Generator, RandomState or None, default 0
+        Seeds the start block and the left null vector's start.
+    block : int or None, default None
+        The block's columns p, at most n - 2 (None: k + max(2, k)). Only min(p, k) pairs are
+        returned, so it should be at least k.
+
+    Returns
+    -------
+    Eigen
+        ``values`` (k,) ascending (||A v||² of each vector), ``vectors`` (n, k) orthonormal,
+        float64, solver ``"factored"``; ``info`` with the iterations, the final change of the
+        block, the shift τ, the block width and the factor's nonzeros; the ``convergence``
+        record (``converged=False`` when ``maxiter`` was reached).
+
+    Raises
+    ------
+    InputError
+        ``A`` is not square or ``k`` is out of range; a ``random_state`` that is not None,
+        an int, a Generator or a RandomState.
+
+    Warns
+    -----
+    ConvergenceWarning
+        The block still moved by more than the tolerance after ``maxiter`` iterations.
+    """
     from scipy.sparse.linalg import splu
 
     n = A.shape[0]

@@ -85,10 +85,66 @@ def bottom_eigsh_lobpcg(
     threads: int | None = None,
     amg_options=None,
 ) -> Eigen:
-    """The ``k`` smallest eigenpairs of M = Aᵀ A orthogonal to ``null`` (see the module
-    docstring); ``info`` has the iterations, the residuals and the preconditioner's
-    levels. ``reorder``: solve in reverse Cuthill-McKee order (see REORDER); ``threads``:
-    threads for the products with A (default THREADS)."""
+    """The ``k`` smallest eigenpairs of M = Aᵀ A orthogonal to ``null``, by LOBPCG.
+
+    Preconditioned LOBPCG (Knyazev 2001) in this process, on products Aᵀ (A X) only (M is
+    never formed): Rayleigh-Ritz on span[X, W, P] each iteration with one product with M
+    (see the module docstring). In memory (NumPy / SciPy).
+
+    Parameters
+    ----------
+    A : sparse matrix of shape (n, n)
+        The factor of M (e.g. LLE's I - W), converted to float64 CSR.
+    k : int
+        The number of eigenpairs, 1 <= k < n - 1.
+    null : array-like of shape (n,) or None, default None
+        A vector in M's null space (the constant for LLE), projected out of the start block
+        and of every preconditioned residual. None: no constraint.
+    preconditioner : {"jacobi", "amg"}, default "jacobi"
+        ``jacobi``: the inverse of M's diagonal (the column sums of A²); ``amg``: one V-cycle
+        of `amg.amg_hierarchy`.
+    tol : float, default 1e-8
+        Stop when the k wanted residuals ||M x - λ x|| (unit x) are at most ``tol`` times the
+        mean diagonal of M.
+    maxiter : int or None, default None
+        The iteration limit (None or 0: ``MAXITER``).
+    block : int or None, default None
+        The block's columns p, raised to at least k and capped at n - 2 (None:
+        max(k + 6, 2k)); the extra columns speed up the wanted k on clustered spectra.
+    X0 : array-like of shape (n,) or (n, j), or None, default None
+        Start vectors: the first min(j, p) columns of the start block (the rest random).
+    random_state : int, numpy Generator, RandomState or None, default 0
+        Seeds the start block and the AMG hierarchy.
+    reorder : bool, default True
+        Solve in reverse Cuthill-McKee order of A's graph (Cuthill & McKee 1969), which keeps
+        neighbours' rows close in memory; the eigenvectors come back in the input order.
+    threads : int or None, default None
+        Threads over which the rows of the products with A and Aᵀ are split, at most the
+        cores (None: ``THREADS``). The dense steps run on one BLAS thread.
+    amg_options : dict or None, default None
+        ``preconditioner="amg"``: keyword arguments of `amg.amg_hierarchy` (``theta``,
+        ``sweeps``, ``coarse_size``, ``max_levels``).
+
+    Returns
+    -------
+    Eigen
+        ``values`` (k,) ascending, ``vectors`` (n, k) orthonormal, float64, solver
+        ``"lobpcg-jacobi"`` or ``"lobpcg-amg"``; ``info`` with the iterations, the block
+        width, the residuals of the whole block, the absolute tolerance, the wall time and,
+        for AMG, its levels; the ``convergence`` record (``converged=False`` when ``maxiter``
+        was reached).
+
+    Raises
+    ------
+    InputError
+        ``A`` is not square or ``k`` is out of range; an unknown ``preconditioner``; a
+        ``random_state`` that is not None, an int, a Generator or a RandomState.
+
+    Warns
+    -----
+    ConvergenceWarning
+        The wanted residuals were still above the tolerance after ``maxiter`` iterations.
+    """
     n = A.shape[0]
     if A.shape != (n, n) or not 1 <= k < n - 1:
         raise InputError(

@@ -46,8 +46,26 @@ AUTO_KMEANSPP_MAX = 500
 
 
 def take_rows(X, idx: np.ndarray, stage: str = "row sample") -> np.ndarray:
-    """Rows ``idx`` (sorted) of X as a NumPy array; for dask only the chunks holding them are
-    read."""
+    """Rows ``idx`` of ``X`` as a NumPy array, in ascending row order.
+
+    For a dask ``X`` only the chunks holding those rows are read (one computation on the
+    active distributed client, else dask's threaded scheduler).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        Dense rows; sparse ``X`` is not supported.
+    idx : array-like of int
+        The row indices; they are sorted here, so the rows come in ascending order whatever
+        the order of ``idx``.
+    stage : str, default "row sample"
+        The dask computation's stage name in progress reports.
+
+    Returns
+    -------
+    ndarray of shape (len(idx), n_features)
+        The rows, in ``X``'s dtype.
+    """
     idx = np.sort(np.asarray(idx))
     if is_dask(X):
         (rows,) = compute(X[idx], stage=stage)

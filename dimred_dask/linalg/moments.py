@@ -20,6 +20,21 @@ NUMPY_BLOCK_ROWS = 32768
 
 
 def row_blocks(n: int, size: int):
+    """The consecutive row ranges of ``size`` rows that cover ``n`` rows.
+
+    Parameters
+    ----------
+    n : int
+        The number of rows.
+    size : int
+        Rows per block, > 0.
+
+    Returns
+    -------
+    list of tuple of int
+        ``(start, stop)`` half-open ranges in order; the last one may be shorter, and the
+        list is empty for n = 0.
+    """
     return [(s, min(n, s + size)) for s in range(0, n, size)]
 
 
@@ -28,7 +43,39 @@ def column_stats(
 ) -> BlockStats:
     """Mean, scatter and per-column sum of squares of ``X`` in float64, in one pass.
 
-    Raises `InputError` naming the rows when ``X`` holds NaN or inf.
+    Row blocks are summarised separately and merged exactly (Chan, Golub & LeVeque 1979).
+    NumPy or in-memory sparse ``X`` is read here in blocks of ``NUMPY_BLOCK_ROWS`` rows. A
+    dask ``X`` (columns rechunked to one chunk) gets one task per row chunk, merged in a
+    fixed tree on the active distributed client (else dask's threaded scheduler), so the
+    result does not depend on the schedule. Sparse rows (``scipy.sparse``, or dask chunks of
+    CSR blocks) use the sparse kernel, centred implicitly. The finiteness check rides on
+    the same pass.
+
+    Parameters
+    ----------
+    X : array-like, dask array or sparse matrix of shape (n_samples, n_features)
+        The data rows; an in-memory sparse ``X`` must allow row slicing (CSR).
+    gram : bool, default True
+        Also the d x d centred scatter matrix; False: only the mean and the per-column sums
+        of squares.
+    method : str, default "PCA"
+        The method's name in error messages.
+    where : str, default "X"
+        The name of the input in error messages.
+    stage : str, default "moments"
+        The dask computation's stage name in progress reports.
+
+    Returns
+    -------
+    BlockStats
+        ``n`` (rows), ``mean`` (d,), ``m2`` = (X - mean)ᵀ (X - mean) of shape (d, d) or None
+        when ``gram`` is False, ``sumsq`` (d,) the centred sums of squares; all float64.
+
+    Raises
+    ------
+    InputError
+        ``X`` holds NaN or inf (the message names the first rows), or values too large to
+        square and sum in float64.
     """
     kernel = sparse_block_stats if is_sparse_input(X) else block_stats
     if is_dask(X):

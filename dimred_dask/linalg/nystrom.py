@@ -96,7 +96,35 @@ class NystromMap:
 
 
 def nystrom_map(landmarks: np.ndarray, kernel: dict) -> NystromMap:
-    """The Nyström feature map of ``landmarks`` (m, d) for a resolved kernel."""
+    """The Nyström feature map (Williams & Seeger 2001) of ``landmarks`` for a resolved kernel.
+
+    W = k(L, L) is made in float64 and factorised as W = Rᵀ R: plain Cholesky (LAPACK
+    ``?potrf``) when every pivot R_jj² is at least ``RANK_TOL`` times W's largest diagonal
+    entry, else the rank-revealing pivoted Cholesky (``?pstrf``), which keeps r < m landmarks
+    (those more than ``RANK_TOL`` away from the span of the others). A point x then maps to
+    phi(x) = k(x, L) R⁻¹.
+
+    Parameters
+    ----------
+    landmarks : array-like of shape (m, n_features)
+        The landmark points.
+    kernel : dict
+        Resolved kernel parameters (from `pairwise.check_kernel`).
+
+    Returns
+    -------
+    NystromMap
+        ``landmarks`` the r kept ones (in pivot order when some were dropped, in their
+        dtype), ``kernel`` a copy of the parameters, ``factor`` R (r, r) upper triangular,
+        ``info`` with the landmarks given, the rank r, the kept rows (``"pivots"``) and the
+        factorisation used.
+
+    Raises
+    ------
+    InputError
+        W has no positive diagonal entry (no landmarks, or a kernel that is not positive
+        semidefinite on them), so the map would be empty.
+    """
     L = np.asarray(landmarks)
     w = kernel_rows(L.astype(np.float64), L.astype(np.float64), kernel)
     # only the upper triangle is read from here on (LAPACK's ?potrf / ?pstrf with lower=0),
@@ -135,7 +163,22 @@ def nystrom_map(landmarks: np.ndarray, kernel: dict) -> NystromMap:
 
 
 def nystrom_features(X, nmap: NystromMap):
-    """Phi for all rows of X: lazy (row chunks) for dask input, NumPy otherwise."""
+    """The Nyström features Phi = k(X, L) R⁻¹ of the rows of ``X`` (Phi Phiᵀ approximates K).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The rows. NumPy input is mapped here in one piece; a dask ``X`` (columns rechunked to
+        one chunk) is mapped lazily, one block per row chunk.
+    nmap : NystromMap
+        The map, from `nystrom_map`.
+
+    Returns
+    -------
+    ndarray or dask array of shape (n_samples, r)
+        The features (r = ``nmap.rank``), float32 for float32 ``X`` and float64 for float64
+        ``X``; a lazy dask array for dask input, declared with ``X``'s dtype.
+    """
     if not is_dask(X):
         return nmap.features(np.asarray(X))
     if X.numblocks[1] != 1:
@@ -144,8 +187,24 @@ def nystrom_features(X, nmap: NystromMap):
 
 
 def nystrom_kernel(X, nmap: NystromMap):
-    """C = k(X, L) in X's dtype: lazy row chunks for dask input (the tasks carry the landmarks
-    only, not the r x r map: 32 MB at r = 2000), otherwise made in row blocks on the cores."""
+    """The kernel C = k(X, L) between the rows of ``X`` and the map's r kept landmarks.
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The rows. NumPy input is computed here in row blocks on the cores (`RowBlockPool`);
+        a dask ``X`` (columns rechunked to one chunk) gives a lazy array, one block per row
+        chunk, whose tasks carry the landmarks and the kernel parameters, not the r x r
+        factor.
+    nmap : NystromMap
+        The map, from `nystrom_map`.
+
+    Returns
+    -------
+    ndarray or dask array of shape (n_samples, r)
+        C, float32 for float32 ``X`` and float64 for float64 ``X``; a lazy dask array for
+        dask input, declared with ``X``'s dtype.
+    """
     if not is_dask(X):
         X = np.asarray(X)
         return kernel_rows(X, nmap.landmarks.astype(X.dtype, copy=False), nmap.kernel)
@@ -173,11 +232,37 @@ ERROR_PROBES = 50
 def nystrom_error(
     sample: np.ndarray, nmap: NystromMap, *, probes: int | None = ERROR_PROBES, random_state=0
 ) -> float:
-    """Relative Frobenius error of the approximation on the kernel block of ``sample``,
-    ||K_ss - Phi_s Phi_s^T||_F / ||K_ss||_F (note: it depends on the sample's size, not only
-    on the approximation: at fixed quality it falls as the sample grows, since the diagonal's
-    share of the error falls). The numerator is estimated from ``probes`` Gaussian probes when
-    the sample has more than 2 ``probes`` rows (``ERROR_PROBES``); ``probes=None``: exact."""
+    """Relative Frobenius error of the Nyström approximation on the kernel block of ``sample``.
+
+    The error is ||K_ss - Phi_s Phi_sᵀ||_F / ||K_ss||_F, with the kernel blocks made in float64
+    in row blocks on the cores. It depends on the sample's size, not only on the
+    approximation: at fixed quality it falls as the sample grows, since the diagonal's share
+    of the error falls. For a sample of more than 2 ``probes`` rows the numerator is
+    estimated from ``probes`` Gaussian probes g (Hutchinson 1989: E ||E g||² = ||E||_F²)
+    instead of forming Phi_s Phi_sᵀ.
+
+    Parameters
+    ----------
+    sample : array-like of shape (s, n_features)
+        Held-out rows, in memory (converted to float64).
+    nmap : NystromMap
+        The map, from `nystrom_map`.
+    probes : int or None, default ERROR_PROBES
+        The number of probes; None: the exact numerator.
+    random_state : int, numpy Generator, RandomState or None, default 0
+        Seeds the probes.
+
+    Returns
+    -------
+    float
+        The relative error (exact, or its estimate from the probes).
+
+    Raises
+    ------
+    InputError
+        With probes, a ``random_state`` that is not None, an int, a Generator or a
+        RandomState.
+    """
     x = np.asarray(sample, dtype=np.float64)
     s = x.shape[0]
     with RowBlockPool() as pool:
@@ -229,39 +314,64 @@ def nystrom_top_eigh(
     random_state=0,
     threads=None,
 ):
-    """Top ``k`` eigenpairs of the centred Nyström kernel A = Phic Phic^T (n x n, never formed)
-    of the rows of X (NumPy, in memory): Phic = Cc R^-1, Cc = C - 1 mu^T, C = k(X, L), mu its
-    column means.
+    """Top ``k`` eigenpairs of the centred Nyström kernel of the rows of ``X`` (in memory).
 
-    Randomized subspace iteration (Halko, Martinsson & Tropp 2011) on the r x r matrix
-    M = Phic^T Phic = R^-T Cc^T Cc R^-1, whose nonzero eigenvalues are A's: each pass is
-    T = Cc (R^-1 Q) and M Q = R^-T (Cc^T T), 4 n r (k + p) flops. The pass also gives the
-    embedding: for a Ritz pair (theta, v) of M on Q, y = T v = Phic (Q v) is A's Ritz vector
-    scaled to ||y||^2 = theta, which is kernel PCA's training embedding. After each pass the
-    residual of the problem that is solved, ||A y - theta y|| / (theta ||y||) with
-    A y = Phic (M Q v) (one more product with k columns), is checked; the iteration stops when
-    it is at most max(tol, RESIDUAL_FLOOR * eps) for every wanted pair, or after
-    ``n_iter + 1`` passes.
+    The matrix is A = Phic Phicᵀ (n x n, never formed), Phic = Cc R⁻¹, Cc = C - 1 muᵀ,
+    C = k(X, L), mu its column means. Randomized subspace iteration (Halko, Martinsson &
+    Tropp 2011) runs on the r x r matrix M = Phicᵀ Phic = R⁻ᵀ Ccᵀ Cc R⁻¹, whose nonzero
+    eigenvalues are A's: each pass is T = Cc (R⁻¹ Q) and M Q = R⁻ᵀ (Ccᵀ T). A Ritz pair
+    (theta, v) of M gives y = T v = Phic (Q v), A's Ritz vector scaled to ||y||² = theta,
+    which is kernel PCA's training embedding. After each pass the residual
+    ||A y - theta y|| / (theta ||y||) of every wanted pair is checked.
 
-    C is made here, in row blocks on ``threads`` threads (`RowBlockPool`; default: the cores),
-    and the first pass runs on each block while it is in cache, so forming C, its column sums
-    and the first pass read X once and write C once; every later pass reads C once (both
-    products on a block) and the residual once more. C is stored as C - 1 mu0^T, with mu0 the
-    column means of the landmarks' own kernel W = R^T R (the landmarks are a sample of the
-    rows, so mu0 is close to mu); the rest of the centring, delta = mu - mu0, is applied to the
-    products (Cc Z = C' Z - 1 delta^T Z, Cc^T T = C'^T T - delta 1^T T), where it is small and
-    costs no pass and no cancellation.
+    C (n x r) is made here, in row blocks on ``threads`` threads (`RowBlockPool`), and held
+    in memory in ``X``'s precision (float32 for float32 ``X``, else float64); the first pass
+    runs on each block while it is in cache, and each later pass reads C once. C is stored
+    centred by the landmarks' own column means; the rest of the centring is applied to the
+    products. The start block is the dominant subspace of the landmarks' own centred
+    features (subspace iteration from a random block, no pass over C).
 
-    The start is not random but the dominant subspace of the landmarks' own problem (see
-    `_landmark_start`), which saves a pass over C: on the kernel PCA benchmark's 20 000 x 2000
-    C the residual after one pass is 1e-4 from there against 80 from a random start, and the
-    iteration stops after 2 passes instead of 3 (measured).
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        The rows, in memory.
+    nmap : NystromMap
+        The map, from `nystrom_map` (r = ``nmap.rank``).
+    k : int
+        The number of eigenpairs, at most r.
+    n_oversamples : int, default 20
+        Extra columns beyond k (block width min(r, k + ``n_oversamples``)).
+    n_iter : int, default 6
+        At most ``n_iter`` + 1 passes over C.
+    tol : float, default 0.0
+        Stop once every wanted pair's relative residual is at most max(``tol``,
+        ``RESIDUAL_FLOOR`` times the machine epsilon of C's dtype), the floor that rounding
+        in C puts under it. With 0 the passes are the method's (record "completed" when the
+        floor was not reached); a ``tol`` > 0 not reached is ``converged=False``.
+    random_state : int, numpy Generator, RandomState or None, default 0
+        Seeds the start block.
+    threads : int or None, default None
+        Threads of the row blocks (None: the cores).
 
-    Returns (eigenvalues (k,) descending, V (r, k) orthonormal eigenvectors of M,
-    Y = Phic V (n, k) float64, mu (r,) float64, info with the passes, the final residual and
-    the convergence record ``info["record"]``: with ``tol=0`` the passes are the method's
-    ("completed" when the floor was not reached in them); a ``tol > 0`` not reached in
-    ``n_iter + 1`` passes is ``converged=False``).
+    Returns
+    -------
+    values : ndarray of shape (k,)
+        The eigenvalues, descending, float64.
+    vectors : ndarray of shape (r, k)
+        Orthonormal eigenvectors of M: the principal directions in the feature space of
+        Phi.
+    embedding : ndarray of shape (n_samples, k)
+        Y = Phic V, float64, with ||y_j||² = the j-th eigenvalue.
+    mean : ndarray of shape (r,)
+        mu, the column means of C, float64.
+    info : dict
+        ``"passes"``, ``"residual"`` (the largest relative residual), ``"converged"``,
+        ``"threads"`` and the convergence record ``"record"``.
+
+    Raises
+    ------
+    InputError
+        A ``random_state`` that is not None, an int, a Generator or a RandomState.
     """
     X = np.asarray(X)
     n, r = X.shape[0], nmap.rank

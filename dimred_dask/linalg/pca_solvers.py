@@ -66,6 +66,34 @@ def _constant(stats: BlockStats) -> np.ndarray:
 
 
 def covariance_eigh(X, *, method="PCA", where="X") -> Spectrum:
+    """Exact PCA from the covariance matrix: one pass, then LAPACK ``eigh``.
+
+    The pass (`moments.column_stats`) gives the mean and the d x d centred scatter in
+    float64, blockwise (dask: on the cluster); sparse rows give theirs from sparse products,
+    centred implicitly. The covariance (ddof=1) is then decomposed in memory, so d must be
+    small enough for a d x d matrix.
+
+    Parameters
+    ----------
+    X : array-like, dask array or sparse matrix of shape (n_samples, n_features)
+        The data rows (n_samples >= 2).
+    method : str, default "PCA"
+        The method's name in error messages.
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    Spectrum
+        All d components (rows, descending variance), their variances (negative rounding
+        clipped to 0), the total variance, ``exact=True``, one pass, the zero-variance
+        columns.
+
+    Raises
+    ------
+    InputError
+        ``X`` holds NaN or inf, or values too large to square in float64.
+    """
     stats = column_stats(X, gram=True, method=method, where=where, stage="covariance pass")
     cov = stats.m2 / (stats.n - 1)
     w, v = scipy.linalg.eigh(cov)
@@ -73,6 +101,34 @@ def covariance_eigh(X, *, method="PCA", where="X") -> Spectrum:
 
 
 def tsqr_svd(X, *, method="PCA", where="X") -> Spectrum:
+    """Exact PCA from the SVD of the R factor of the centred data (TSQR).
+
+    Better conditioned than the scatter matrix. A mean pass, then the QR factorisation of
+    Xc = X - mean in float64: for dask, TSQR (Demmel et al. 2012; ``dask.array.linalg.tsqr``)
+    on row blocks of at least max(first row chunk, n_features) rows and whole columns; for
+    NumPy, LAPACK's QR of a centred copy. The SVD of R gives the components and the
+    variances s² / (n - 1). Dense rows only.
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows, tall (n_samples >= n_features).
+    method : str, default "PCA"
+        The method's name in error messages.
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    Spectrum
+        The components (rows, descending variance), their variances, the total variance,
+        ``exact=True``, two passes, the zero-variance columns.
+
+    Raises
+    ------
+    InputError
+        ``X`` holds NaN or inf, or values too large to square in float64.
+    """
     stats = column_stats(X, gram=False, method=method, where=where, stage="mean pass")
     n, d = X.shape
     if is_dask(X):
@@ -90,6 +146,34 @@ def tsqr_svd(X, *, method="PCA", where="X") -> Spectrum:
 
 
 def dual_eigh(X, *, method="PCA", where="X") -> Spectrum:
+    """Exact PCA through the n x n Gram matrix, for n_samples << n_features (dual PCA).
+
+    Three passes: the mean; the Gram matrix G = Xc Xcᵀ of the centred rows, in float64 (dask:
+    computed into memory); then the components U = Xcᵀ V S⁻¹ from G's eigenvectors V
+    (LAPACK ``eigh``). Eigenvalues at or below lambda_1 max(n, d) eps count as zero; their
+    directions are completed to an orthonormal basis with fixed pseudo-random vectors, of
+    variance 0. Dense rows only.
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The data rows.
+    method : str, default "PCA"
+        The method's name in error messages.
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    Spectrum
+        min(n_samples, n_features) components (rows, descending variance), their variances,
+        the total variance, ``exact=True``, three passes, the zero-variance columns.
+
+    Raises
+    ------
+    InputError
+        ``X`` holds NaN or inf, or values too large to square in float64.
+    """
     stats = column_stats(X, gram=False, method=method, where=where, stage="mean pass")
     n = X.shape[0]
     if is_dask(X):
@@ -154,6 +238,44 @@ def randomized_eigh(
     of A (Bauer-Fike), so ``tol`` bounds each explained variance's relative error; the error
     itself is usually far smaller (of the order of the residual squared over the gap). The
     basis (d x width per pass) and its image are held in memory.
+
+    Each pass sums Xbᵀ (Xb Q) over row blocks: NumPy in blocks of ``NUMPY_BLOCK_ROWS`` rows
+    (sparse ones on the cores' threads), dask one task per row chunk on the cluster, reduced
+    in a fixed tree. Sparse rows are centred implicitly, never densified.
+
+    Parameters
+    ----------
+    X : array-like, dask array or sparse matrix of shape (n_samples, n_features)
+        The data rows (n_samples >= 2).
+    n_components : int
+        The number of components k, at most n_features.
+    n_oversamples : int, default 10
+        Extra columns of the start block beyond k (width min(d, k + ``n_oversamples``)).
+    n_iter : int, default 4
+        At most ``n_iter`` + 1 Krylov passes.
+    tol : float, default 0.0
+        Stop once the wanted pairs' largest relative residual is at most ``tol`` (0: every
+        pass, unless the Krylov space fills up or becomes invariant first). A ``tol`` > 0 not
+        reached marks the record ``converged=False``.
+    random_state : int, numpy Generator, RandomState or None, default None
+        Seeds the start block.
+    method : str, default "PCA"
+        The method's name in error messages.
+    where : str, default "X"
+        The name of the input in error messages.
+
+    Returns
+    -------
+    Spectrum
+        ``n_components`` components (rows, descending variance), their variances, the exact
+        total variance (from the mean pass), ``exact=False``, the passes (Krylov passes + 1),
+        the zero-variance columns and the ``convergence`` record.
+
+    Raises
+    ------
+    InputError
+        ``X`` holds NaN or inf, or values too large to square in float64; a
+        ``random_state`` that is not None, an int, a Generator or a RandomState.
     """
     from .._validation import check_random_state
 

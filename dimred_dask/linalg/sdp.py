@@ -80,11 +80,24 @@ class SDPResult:
 
 
 def haar_basis(weights: np.ndarray | None = None, n: int | None = None) -> sp.csc_matrix:
-    """n x (n - 1) sparse basis of {x : weights^T x = 0} made of weighted Haar vectors.
+    """n x (n - 1) sparse basis of {x : weightsᵀ x = 0} made of weighted Haar vectors.
 
     For each node of a balanced binary split of 0..n-1 into index ranges L | R the vector is
-    1_L / w(L) - 1_R / w(R), normalised (w(S) = sum of the weights over S). With unit weights
-    the basis is orthonormal; it has n log2 n nonzeros.
+    1_L / w(L) - 1_R / w(R), normalised (w(S) = sum of the weights over S; a range whose half
+    has zero weight gets a two-entry vector instead). With unit weights these are the Haar
+    vectors (Haar 1910) and the basis is orthonormal; it has about n log2 n nonzeros.
+
+    Parameters
+    ----------
+    weights : array-like of shape (n,) or None, default None
+        The weights w; None: unit weights.
+    n : int or None, default None
+        The size when ``weights`` is None (ignored otherwise); one of the two must be given.
+
+    Returns
+    -------
+    scipy.sparse.csc_matrix of shape (n, n - 1)
+        One unit-norm column per split (no columns for n <= 1).
     """
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
     n = w.size
@@ -116,10 +129,33 @@ def haar_basis(weights: np.ndarray | None = None, n: int | None = None) -> sp.cs
 
 
 def face_basis(n: int, rows: list, coef: list, tol: float = 1e-8) -> tuple[sp.csc_matrix, int]:
-    """(T, used): a sparse n x r matrix whose range is the set of realisations that satisfy
-    the affine dependencies ``sum_t coef[t] p[rows[t]] = 0`` (sparse elimination: each new
-    dependency, written in the current free coordinates, eliminates its largest entry; one
-    already implied by the earlier ones is skipped). Rows of T sum to 1 (translations kept)."""
+    """A sparse basis of the realisations that satisfy given affine dependencies.
+
+    Dependency t is ``sum_j coef[t][j] p[rows[t][j]] = 0`` on the points p. Sparse
+    elimination from T = I: each dependency, written in the current free coordinates,
+    eliminates its largest entry; one already implied by the earlier ones is skipped. With
+    coefficients that sum to 0 (affine dependencies) the rows of T sum to 1, so translations
+    are kept.
+
+    Parameters
+    ----------
+    n : int
+        The number of points.
+    rows : list of array-like of int
+        The points of each dependency.
+    coef : list of array-like of float
+        The coefficients of each dependency, one per point of ``rows[t]``.
+    tol : float, default 1e-8
+        A dependency whose largest entry in the current free coordinates is at most ``tol``
+        times its largest coefficient counts as implied, and is skipped.
+
+    Returns
+    -------
+    T : scipy.sparse.csc_matrix of shape (n, n - used)
+        The basis: the realisations are T z.
+    used : int
+        The number of dependencies eliminated.
+    """
     T = sp.identity(n, format="csc")
     used = 0
     for idx, c in zip(rows, coef):
@@ -248,14 +284,62 @@ def max_trace_sdp(
     verbose: bool = False,
     label: str = "SDP",
 ) -> SDPResult:
-    """Solve the problem of the module docstring.
+    """Solve max tr(K) s.t. <A_c, K> = b_c, sum_ij K_ij = 0, K PSD (the module docstring).
 
-    ``dyads`` = (ci, I, J, s): constraint index, endpoints and sign of every dyad (points
-    already in the order the caller wants the problem written in). ``slack_rows``: the
-    constraints the slack penalty applies to (default all); ``slack``: the penalty nu (in
-    the units of the scaled problem: targets of mean 1) or None for equality. ``label``:
-    the progress reports' prefix (``linalg.conic.solve_problem``: canonicalisation, set-up,
-    "iteration i of at most max_iter").
+    The problem of MVU (Weinberger & Saul 2006), modelled in cvxpy (Diamond & Boyd 2016) and
+    solved in this process. The targets are scaled to mean 1 inside; K is scaled back.
+
+    Parameters
+    ----------
+    n : int
+        The number of points (K is n x n).
+    m : int
+        The number of constraints.
+    dyads : tuple of 4 arrays
+        (ci, I, J, s), of equal length: for every dyad (e_i - e_j)(e_i - e_j)ᵀ, the index in
+        [0, m) of its constraint, its endpoints and its sign. The points are already in the
+        order the caller wants the problem written in.
+    b : array-like of shape (m,)
+        The targets b_c (e.g. squared distances).
+    slack_rows : array-like of int or None, default None
+        The constraints the slack penalty applies to (None: all).
+    slack : float or None, default None
+        The penalty nu of max tr(K) - nu sum_c |xi_c| with <A_c, K> = b_c + xi_c, in the
+        units of the scaled problem (targets of mean 1); None: equalities.
+    face : sparse matrix of shape (n, r) or None, default None
+        Dual only: T from `face_basis`, so that K = T M W Mᵀ Tᵀ.
+    prune_groups : list of array-like of int or None, default None
+        Dual only: groups of constraints that may be linearly dependent; a rank-revealing QR
+        keeps a maximal independent subset of each (`independent_columns`).
+    formulation : {"dual", "primal"}, default "dual"
+        ``primal``: K an n x n PSD variable; ``dual``: the Lagrange dual, whose PSD
+        constraint has the graph's sparsity, K from its multiplier.
+    solver : {"clarabel", "scs"}, default "clarabel"
+        Clarabel (interior point) or SCS (first order; O'Donoghue et al. 2016).
+    tol : float, default 1e-8
+        In (0, 1): Clarabel's tol_gap_abs, tol_gap_rel and tol_feas, or SCS's eps_abs and
+        eps_rel.
+    max_iter : int, default 200
+        The solver's iteration limit.
+    verbose : bool, default False
+        Let the solver print its own log.
+    label : str, default "SDP"
+        The progress reports' prefix (building, canonicalisation, set-up, iterations).
+
+    Returns
+    -------
+    SDPResult
+        ``K`` (n x n, centred, in the caller's units; None without a solution), cvxpy's
+        ``status`` (a solver failure is a status "solver_error: ...", not an exception),
+        ``objective`` tr(K) (NaN without a value), the ``multipliers`` of the kept
+        constraints, the ``kept`` indices, the iterations, the set-up and solve times,
+        ``info`` and the ``convergence`` record.
+
+    Raises
+    ------
+    InputError
+        An unknown ``solver`` or ``formulation``, ``tol`` outside (0, 1), or ``max_iter`` not
+        a positive int.
     """
     import cvxpy as cp
 

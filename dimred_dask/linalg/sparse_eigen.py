@@ -85,10 +85,24 @@ def workers_at_hand(least: int = 2) -> bool:
 
 
 def fallback_solvers(solver: str, n: int) -> list[str]:
-    """The robust solvers to retry with, in order, when ``solver`` stops short on an n x n
-    problem: dense while it fits (``DENSE_MAX_SPARSE``), else shift-invert ARPACK while its
-    factorisation is affordable (``ARPACK_MAX``); nothing after dense or ARPACK's own
-    size class."""
+    """The robust solvers to retry with, in order, when ``solver`` stops short on an n x n matrix.
+
+    Dense while it fits (``DENSE_MAX_SPARSE``), else shift-invert ARPACK while its
+    factorisation is affordable (``ARPACK_MAX``); nothing after dense, nor after ARPACK in
+    its own size class.
+
+    Parameters
+    ----------
+    solver : str
+        The solver that stopped short (``auto`` already resolved).
+    n : int
+        The order of the matrix.
+
+    Returns
+    -------
+    list of str
+        ``[]``, ``["dense"]`` or ``["arpack"]``.
+    """
     if solver == "dense":
         return []
     if n <= DENSE_MAX_SPARSE:
@@ -109,8 +123,65 @@ def bottom_eigsh(
     random_state=0,
     X0=None,
 ) -> Eigen:
-    """The ``k`` smallest eigenpairs of symmetric ``A`` (sparse or dense), generalised with
-    ``B`` when given (sparse/dense SPD, e.g. the degree matrix)."""
+    """The ``k`` smallest eigenpairs of symmetric ``A`` (sparse or dense), optionally with ``B``.
+
+    With ``B``, of A x = lambda B x (B symmetric positive definite). In memory, except for
+    ``lobpcg-workers``, whose rows and blocks live on the Dask workers. A solve that stops
+    short returns what it has, marked ``converged=False`` in its record
+    (`bottom_eigsh_checked` retries instead).
+
+    Parameters
+    ----------
+    A : sparse matrix or array-like of shape (n, n)
+        The symmetric (positive semidefinite for ``arpack``'s shift) matrix, e.g. LLE's M or
+        a graph Laplacian.
+    k : int
+        The number of eigenpairs, 1 <= k < n (k < n - 1 for ``lobpcg-workers``).
+    B : sparse matrix, array-like of shape (n, n) or None, default None
+        The right-hand side matrix (e.g. the degree matrix); None: the standard problem.
+    solver : {"auto", "dense", "arpack", "lobpcg", "lobpcg-workers"}, default "auto"
+        ``dense``: LAPACK ``eigh`` (``subset_by_index``) of the dense matrix. ``arpack``:
+        shift-invert Lanczos (``scipy.sparse.linalg.eigsh``) around sigma = ``SHIFT`` times
+        the largest |A_ii|, a tiny negative shift, so A - sigma B has a sparse LU although A
+        is singular. ``lobpcg``: SciPy's LOBPCG (Knyazev 2001) with a Jacobi preconditioner,
+        a block of k + min(10, max(2, k)) vectors. ``lobpcg-workers``: LOBPCG on the Dask
+        workers (`worker_lobpcg`), no ``B``. ``auto``: dense up to ``DENSE_MAX_SPARSE``
+        rows, arpack up to ``ARPACK_MAX``, above lobpcg-workers when a client with at least
+        two workers is active, else lobpcg.
+    tol : float, default 1e-8
+        ``arpack``: ARPACK's relative accuracy. ``lobpcg``: the residual norms
+        ||A x - lambda B x|| (at least 1e-12). ``lobpcg-workers``: relative to the mean
+        diagonal. Unused by ``dense``.
+    maxiter : int or None, default None
+        The iteration limit (None: 10 n for ``arpack``, 2000 for ``lobpcg``, the workers'
+        solver's own).
+    random_state : int, numpy Generator, RandomState or None, default 0
+        Seeds ARPACK's start vector or LOBPCG's start block.
+    X0 : array-like of shape (n,) or (n, j), or None, default None
+        ``lobpcg`` only: initial vectors, the first columns of its start block (e.g.
+        eigenvectors of a coarser problem).
+
+    Returns
+    -------
+    Eigen
+        ``values`` ascending, ``vectors`` (n, k) B-orthonormal, float64 (ARPACK stopping
+        short may return fewer pairs), the solver's name, ``info`` (ARPACK's sigma, LOBPCG's
+        maxiter, ...) and the ``convergence`` record.
+
+    Raises
+    ------
+    InputError
+        ``A`` is not square; ``k`` is out of range; an unknown ``solver``;
+        ``lobpcg-workers`` with ``B`` or without a Dask client; a ``random_state`` that is
+        not None, an int, a Generator or a RandomState.
+    StageError
+        ``lobpcg-workers``: the workers were lost more often than it restarts.
+
+    Warns
+    -----
+    ConvergenceWarning
+        The solver stopped before reaching ``tol``.
+    """
     n = A.shape[0]
     if A.shape != (n, n):
         raise InputError(
@@ -144,10 +215,53 @@ def bottom_eigsh(
 def bottom_eigsh_checked(
     A, k: int, *, step: str, method: str, solver: str = "auto", fix: str | None = None, **kw
 ) -> tuple[Eigen, list]:
-    """`bottom_eigsh` that does not return an unconverged answer: when ``solver`` (after
-    ``auto`` is resolved) stops short, the `fallback_solvers` are tried in turn (with their
-    default ``maxiter``: the one given is the first solver's); returns the first converged
-    `Eigen` and the records of every attempt, or raises `SolverError` whose Fix is ``fix``."""
+    """`bottom_eigsh` that does not return an unconverged answer.
+
+    When ``solver`` (after ``auto`` is resolved) stops short, the `fallback_solvers` are
+    tried in turn, with their default ``maxiter`` and no ``X0`` (the ones given are the
+    first solver's).
+
+    Parameters
+    ----------
+    A : sparse matrix or array-like of shape (n, n)
+        The symmetric matrix, as in `bottom_eigsh`.
+    k : int
+        The number of eigenpairs, as in `bottom_eigsh`.
+    step : str
+        What is solved, named in every record.
+    method : str
+        The method's name in the warning and the error.
+    solver : str, default "auto"
+        The first solver (`bottom_eigsh`'s ``solver``).
+    fix : str or None, default None
+        The Fix of the `SolverError` (None: raise maxiter or loosen tol, or pass the arpack
+        or dense solver).
+    **kw
+        Further keyword arguments of `bottom_eigsh` (``B``, ``tol``, ``maxiter``,
+        ``random_state``, ``X0``).
+
+    Returns
+    -------
+    eigen : Eigen
+        The first converged result.
+    records : list of dict
+        The convergence records of every attempt, in order (a retried one says so in
+        ``handled_by``).
+
+    Raises
+    ------
+    SolverError
+        The last solver tried stopped short too; its ``convergence`` attribute holds the
+        records.
+    InputError
+        As `bottom_eigsh`.
+
+    Warns
+    -----
+    ConvergenceWarning
+        A fallback converged after the first solver stopped short (in place of the first
+        solver's own warning).
+    """
     n = A.shape[0]
     first = choose_sparse_solver(solver, n)
 

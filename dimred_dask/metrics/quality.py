@@ -18,7 +18,28 @@ from ..blocks.sparse import csr64, toarray_rows
 
 
 def sample_rows(n: int, size: int, random_state=0) -> np.ndarray:
-    """Sorted indices of ``min(n, size)`` rows drawn without replacement."""
+    """Sorted indices of ``min(n, size)`` rows drawn uniformly without replacement.
+
+    Parameters
+    ----------
+    n : int
+        The number of rows to draw from.
+    size : int
+        The number of rows wanted.
+    random_state : int, numpy Generator, RandomState or None, default 0
+        Seeds the draw.
+
+    Returns
+    -------
+    ndarray of int of shape (min(n, size),)
+        The row indices, ascending; every row (no draw) when ``size`` >= ``n``.
+
+    Raises
+    ------
+    InputError
+        When rows are drawn, a ``random_state`` that is not None, an int, a Generator or a
+        RandomState.
+    """
     if size >= n:
         return np.arange(n)
     rng = check_random_state(random_state)
@@ -37,9 +58,33 @@ def _neighbour_order(X) -> np.ndarray:
 
 
 def trustworthiness(X, Y, n_neighbors: int = 5) -> float:
-    """1 - 2/(n k (2n - 3k - 1)) sum_i sum_{j in U_i} (r(i, j) - k), where U_i are the
+    """Trustworthiness of the embedding ``Y`` of the rows ``X`` (Venna & Kaski 2001).
+
+    T = 1 - 2/(n k (2n - 3k - 1)) sum_i sum_{j in U_i} (r(i, j) - k), where U_i are the
     embedding's k nearest neighbours of i that are not among its k nearest in X, and r(i, j)
-    is the rank of j by distance from i in X."""
+    is the rank of j by distance from i in X. Exact: both n x n squared Euclidean distance
+    matrices are made in memory (float64; from sparse products for sparse ``X``), ties broken
+    by row order.
+
+    Parameters
+    ----------
+    X : array-like or sparse matrix of shape (n_samples, n_features)
+        A sample of the data rows.
+    Y : array-like of shape (n_samples, n_components)
+        Their embedding.
+    n_neighbors : int, default 5
+        k, with 1 <= k < n_samples / 2.
+
+    Returns
+    -------
+    float
+        T in [0, 1]; 1 when no point has intruders among its embedding's neighbours.
+
+    Raises
+    ------
+    ValueError
+        ``n_neighbors`` is out of range.
+    """
     X, Y = _rows(X), np.asarray(Y, dtype=np.float64)
     n, k = X.shape[0], n_neighbors
     if not 1 <= k < n / 2:
@@ -56,7 +101,25 @@ def trustworthiness(X, Y, n_neighbors: int = 5) -> float:
 
 
 def knn_recall(X, Y, n_neighbors: int = 10) -> float:
-    """Mean fraction of each point's k nearest neighbours in X that are also its k nearest in Y."""
+    """Mean fraction of each point's k nearest neighbours in X that are also its k nearest in Y.
+
+    Exact: both n x n squared Euclidean distance matrices are made in memory (float64; from
+    sparse products for sparse ``X``); a point is not its own neighbour.
+
+    Parameters
+    ----------
+    X : array-like or sparse matrix of shape (n_samples, n_features)
+        A sample of the data rows.
+    Y : array-like of shape (n_samples, n_components)
+        Their embedding.
+    n_neighbors : int, default 10
+        k, with 1 <= k < n_samples (not checked).
+
+    Returns
+    -------
+    float
+        The recall, in [0, 1].
+    """
     X, Y = _rows(X), np.asarray(Y, dtype=np.float64)
     a = _neighbour_order(X)[:, :n_neighbors]
     b = _neighbour_order(Y)[:, :n_neighbors]
@@ -65,10 +128,27 @@ def knn_recall(X, Y, n_neighbors: int = 10) -> float:
 
 
 def reconstruction_error(X, X_hat, mean) -> float:
-    """||X - X_hat||^2 / ||X - mean||^2: the fraction of the sample's variance lost (a sparse X
-    is densified one block of rows at a time). ``X_hat`` may be a function of a row slice that
-    returns those rows' reconstruction, so that the sample's reconstruction is never whole in
-    memory (at d = 20 000, 5 000 rows are 800 MB in float64)."""
+    """||X - X_hat||² / ||X - mean||² (Frobenius): the fraction of the sample's variance lost.
+
+    The sums run over blocks of ``SPARSE_BLOCK_ROWS`` rows in float64: a sparse ``X`` is
+    densified one block at a time, and a callable ``X_hat`` is asked for one block at a time,
+    so the sample's reconstruction is never whole in memory.
+
+    Parameters
+    ----------
+    X : array-like or sparse matrix of shape (n_samples, n_features)
+        A sample of the data rows.
+    X_hat : array-like of shape (n_samples, n_features) or callable
+        Their reconstruction, or a function that takes a ``slice`` of rows and returns those
+        rows' reconstruction.
+    mean : array-like of shape (n_features,)
+        The mean the variance is measured from (e.g. the fitted model's).
+
+    Returns
+    -------
+    float
+        The fraction, 0.0 when ``X`` equals ``mean`` everywhere.
+    """
     mean = np.asarray(mean, dtype=np.float64)
     rebuild = X_hat if callable(X_hat) else (lambda rows: X_hat[rows])
     num = den = 0.0
@@ -85,6 +165,21 @@ SPARSE_BLOCK_ROWS = 256  # rows of a sample compared at once (40 MB at d = 20 00
 
 
 def explained_variance_summary(explained_variance, ratio) -> dict:
+    """The explained variances of a linear embedding as plain Python values (for a manifest).
+
+    Parameters
+    ----------
+    explained_variance : array-like of shape (n_components,)
+        The variance along each component.
+    ratio : array-like of shape (n_components,)
+        Each component's fraction of the total variance.
+
+    Returns
+    -------
+    dict
+        ``"explained_variance"`` and ``"explained_variance_ratio"`` (lists of float, in
+        float64) and ``"explained_variance_ratio_total"`` (float, the sum of ``ratio``).
+    """
     ratio = np.asarray(ratio, dtype=np.float64)
     return {
         "explained_variance": np.asarray(explained_variance, dtype=np.float64).tolist(),

@@ -44,9 +44,33 @@ def blockwise(
 ):
     """The lazy matrix [fn(X_i, Y_j)]_ij over row chunks; symmetric-by-mirroring when Y is None.
 
-    ``square_chunks`` rechunks X (and Y) to that many rows per chunk first, so the blocks of the
-    result are square (the layout the on-disk matrix of a run uses). ``zero_diagonal`` sets
-    the diagonal of a symmetric distance matrix to exactly 0 (rounding leaves ~1e-8 there).
+    One delayed task per block. Against itself (``Y`` None) only the blocks with i <= j are
+    computed; block (j, i) is the transpose of block (i, j), so the matrix is exactly
+    symmetric. ``X`` and ``Y`` are rechunked to one chunk of columns.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(X_i, Y_j)`` returns the block between two row chunks, as computed (NumPy, or
+        sparse for sparse chunks), of shape (rows of X_i, rows of Y_j).
+    X : dask array of shape (n, d)
+        The rows.
+    Y : dask array of shape (m, d) or None, default None
+        The other rows; None: ``X`` against itself.
+    dtype : dtype or None, default None
+        The result's declared dtype (None: ``X``'s); it should be the dtype ``fn`` returns.
+    square_chunks : int or None, default None
+        Rechunk ``X`` (and ``Y``) to that many rows per chunk first, so the blocks of the
+        result are square (the layout of a run's on-disk matrix). None: ``X``'s chunks.
+    zero_diagonal : bool, default False
+        ``Y`` None only: set the diagonal exactly to 0 (a distance matrix; rounding leaves
+        small values there).
+
+    Returns
+    -------
+    dask array of shape (n, m)
+        The lazy matrix (n x n when ``Y`` is None), chunked by the row chunks of ``X`` and
+        ``Y``.
     """
     import dask.array as da
     from dask import delayed
@@ -95,7 +119,50 @@ def pairwise_kernels(
     coef0: float = 1.0,
     square_chunks: int | None = None,
 ):
-    """Kernel matrix K_ij = k(x_i, y_j); lazy for dask input (see the module docstring)."""
+    """Kernel matrix K_ij = k(x_i, y_j); lazy for dask input (see the module docstring).
+
+    With NumPy (or in-memory sparse) ``X`` and ``Y`` the matrix is computed here. When either
+    is a dask array the result is a lazy `blockwise` matrix (an in-memory ``Y`` is chunked
+    like ``X``'s first row chunk; an in-memory ``X`` gets dask's automatic chunks). With
+    ``Y`` None the matrix is exactly symmetric (the upper triangle mirrored). The blocks are
+    float32 for float32 input, else float64.
+
+    Parameters
+    ----------
+    X : array-like, dask array or sparse matrix of shape (n, n_features)
+        The rows.
+    Y : array-like, dask array, sparse matrix of shape (m, n_features) or None, default None
+        The other rows; None: ``X`` against itself.
+    kernel : str, default "gaussian"
+        One of ``KERNELS`` (linear, polynomial, gaussian, laplacian, sigmoid, cosine) or the
+        aliases ``rbf`` and ``poly``; sparse rows take those of ``SPARSE_KERNELS`` (all but
+        laplacian).
+    gamma : float or None, default None
+        The kernels' scale (gaussian exp(-gamma ||x - y||²), laplacian exp(-gamma ||x -
+        y||_1), polynomial and sigmoid on gamma xᵀy + coef0); None: 1 / n_features, or
+        1 / width² when ``width`` is given.
+    width : float or None, default None
+        Gaussian only, instead of ``gamma``: c in exp(-||x - y||² / c²).
+    degree : int, default 3
+        Polynomial only: the degree.
+    coef0 : float, default 1.0
+        Polynomial and sigmoid only: the constant term.
+    square_chunks : int or None, default None
+        Dask only: rows per chunk of both operands, so the blocks are square.
+
+    Returns
+    -------
+    ndarray or dask array of shape (n, m)
+        K (n x n when ``Y`` is None); a dask array, declared with ``X``'s dtype, when either
+        input is one.
+
+    Raises
+    ------
+    InputError
+        An unknown kernel or a parameter out of range (`pairwise.check_kernel`).
+    InputTypeError
+        Sparse input with a kernel not in ``SPARSE_KERNELS``.
+    """
     params = check_kernel(kernel, X.shape[1], gamma=gamma, width=width, degree=degree, coef0=coef0)
     _check_sparse(X, Y, params["kernel"], SPARSE_KERNELS, "kernel")
     return _pairwise(kernel_block, params, X, Y, square_chunks, zero_diagonal=False)
@@ -104,7 +171,40 @@ def pairwise_kernels(
 def pairwise_distances(
     X, Y=None, *, metric: str = "euclidean", p: float = 2.0, square_chunks: int | None = None
 ):
-    """Distance matrix D_ij = d(x_i, y_j); lazy for dask input."""
+    """Distance matrix D_ij = d(x_i, y_j); lazy for dask input (see the module docstring).
+
+    Computed as `pairwise_kernels` computes its matrix: here for in-memory input, a lazy
+    `blockwise` matrix when either input is a dask array. With ``Y`` None the matrix is
+    exactly symmetric with an exact zero diagonal. The blocks are float32 for float32 input,
+    else float64.
+
+    Parameters
+    ----------
+    X : array-like, dask array or sparse matrix of shape (n, n_features)
+        The rows.
+    Y : array-like, dask array, sparse matrix of shape (m, n_features) or None, default None
+        The other rows; None: ``X`` against itself.
+    metric : str, default "euclidean"
+        One of ``METRICS`` (euclidean, sqeuclidean, cosine, manhattan, chebyshev, minkowski);
+        sparse rows take those of ``SPARSE_METRICS`` (euclidean, sqeuclidean, cosine).
+    p : float, default 2.0
+        Minkowski only: the order, p >= 1.
+    square_chunks : int or None, default None
+        Dask only: rows per chunk of both operands, so the blocks are square.
+
+    Returns
+    -------
+    ndarray or dask array of shape (n, m)
+        D (n x n when ``Y`` is None); a dask array, declared with ``X``'s dtype, when either
+        input is one.
+
+    Raises
+    ------
+    InputError
+        An unknown metric or a bad ``p`` (`pairwise.check_metric`).
+    InputTypeError
+        Sparse input with a metric not in ``SPARSE_METRICS``.
+    """
     params = check_metric(metric, p)
     _check_sparse(X, Y, params["metric"], SPARSE_METRICS, "metric")
     return _pairwise(distance_block, params, X, Y, square_chunks, zero_diagonal=True)
@@ -179,20 +279,47 @@ def _from_memory(X, rows):
 
 
 def center_stats(M):
-    """Row means (n,) and grand mean of a square matrix, float64; lazy for dask input.
+    """Row means and grand mean of a square matrix, float64; lazy for dask input.
 
     For a symmetric M the column means equal the row means, which is what the kernels and
     distances here produce.
+
+    Parameters
+    ----------
+    M : ndarray or dask array of shape (n, n)
+        The matrix.
+
+    Returns
+    -------
+    row_means : ndarray or dask array of shape (n,)
+        The mean of each row, float64.
+    grand_mean : float or 0-d dask array
+        The mean of all entries (the mean of the row means), float64.
     """
     r = M.mean(axis=1, dtype=np.float64)
     return r, r.mean()
 
 
 def double_center(M, stats=None):
-    """H M H for a symmetric M: M - r 1^T - 1 r^T + g. Lazy when M is a dask array.
+    """H M H (H = I - 11ᵀ/n) for a symmetric M: M - r 1ᵀ - 1 rᵀ + g. Lazy when M is dask.
 
-    ``stats`` = (row means, grand mean), computed beforehand (e.g. in one pass with other
-    reductions); by default they are part of the same lazy expression.
+    H is never formed. The means are float64 and the result is cast back to M's dtype (so M
+    should be floating). For a dask M the expression fuses into M's blocks.
+    ``-0.5 * double_center(D**2)`` is classical MDS's B.
+
+    Parameters
+    ----------
+    M : ndarray or dask array of shape (n, n)
+        The symmetric matrix (its row means serve as its column means).
+    stats : tuple or None, default None
+        (row means, grand mean) as `center_stats` returns them, computed beforehand (e.g. in
+        one pass with other reductions); None: computed here, within the same lazy
+        expression for a dask M.
+
+    Returns
+    -------
+    ndarray or dask array of shape (n, n)
+        The doubly centred matrix, in M's dtype.
     """
     r, g = stats if stats is not None else center_stats(M)
     dtype = M.dtype

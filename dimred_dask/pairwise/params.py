@@ -23,9 +23,37 @@ def _real(value, name: str, *, kernel: str, positive: bool, fix: str) -> float:
 def check_kernel(
     kernel: str, n_features: int, *, gamma=None, width=None, degree=3, coef0=1.0
 ) -> dict:
-    """Resolve and check kernel parameters; returns ``{"kernel": ..., "gamma": ...}``.
+    """Resolve and check kernel parameters into the keywords of the kernel blocks.
 
-    Raises `InputError` for an unknown kernel or a parameter out of range.
+    Parameters
+    ----------
+    kernel : str
+        One of ``KERNELS`` (linear, polynomial, gaussian, laplacian, sigmoid, cosine) or the
+        aliases ``rbf`` (gaussian) and ``poly`` (polynomial).
+    n_features : int
+        The data's columns, for the default ``gamma``.
+    gamma : float or None, default None
+        A positive finite scale; None: 1 / width² when ``width`` is given, else
+        1 / max(n_features, 1). Checked for every kernel, used by all but linear and cosine.
+    width : float or None, default None
+        Gaussian only: a positive finite c in exp(-||x - y||² / c²), instead of ``gamma``.
+    degree : int, default 3
+        Polynomial only: an int >= 1.
+    coef0 : float, default 1.0
+        Polynomial and sigmoid only: a finite constant term.
+
+    Returns
+    -------
+    dict
+        ``"kernel"`` (the canonical name) and ``"gamma"`` (float), with ``"degree"`` (int)
+        for polynomial and ``"coef0"`` (float) for polynomial and sigmoid.
+
+    Raises
+    ------
+    InputError
+        An unknown kernel; ``width`` with another kernel than gaussian, or with ``gamma``;
+        ``gamma`` or ``width`` not a positive finite number; for polynomial, ``degree`` not
+        an int >= 1; for polynomial and sigmoid, ``coef0`` not a finite number.
     """
     name = KERNEL_ALIASES.get(kernel, kernel)
     if name not in KERNELS:
@@ -81,6 +109,25 @@ def check_kernel(
 
 
 def check_metric(metric: str, p=2.0) -> dict:
+    """Check a distance metric and its parameter.
+
+    Parameters
+    ----------
+    metric : str
+        One of ``METRICS`` (euclidean, sqeuclidean, cosine, manhattan, chebyshev, minkowski).
+    p : float, default 2.0
+        Minkowski only: the order, a finite number >= 1.
+
+    Returns
+    -------
+    dict
+        ``{"metric": metric}``, with ``"p"`` (float) for minkowski.
+
+    Raises
+    ------
+    InputError
+        An unknown metric; for minkowski, ``p`` not a finite number >= 1.
+    """
     if metric not in METRICS:
         raise InputError(
             f"Unknown metric {metric!r}; the metrics are {', '.join(METRICS)}.",
