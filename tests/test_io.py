@@ -73,6 +73,20 @@ def test_npy_memmapped_and_by_byte_range(tmp_path, X):
     np.testing.assert_array_equal(remote.array.compute(scheduler="sync"), X.astype(np.float64))
 
 
+def test_npy_of_more_than_two_dimensions_is_refused_without_reading_it(tmp_path):
+    """A 3-D .npy whose header promises 2**40 elements (a sparse file, 8 TiB) is refused by its
+    shape, before anything is allocated or read."""
+    path = tmp_path / "cube.npy"
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<f8", "fortran_order": False, "shape": (2**14, 2**13, 2**13)}
+        )
+        f.seek(8 * 2**40 + 128)
+        f.write(b"\0")
+    with pytest.raises(InputError, match="3-D"):
+        open_input(str(path))
+
+
 def test_npy_in_fortran_order_is_read_by_rows_and_objects_refused(tmp_path, X):
     import fsspec
 
@@ -123,6 +137,11 @@ def test_uri_rules(tmp_path):
         with pytest.raises(InputError, match="input"):
             check_output_location(parse_uri(out), inp)
     check_output_location(parse_uri(f"{tmp_path}/in.zarr-out"), inp)  # a prefix is not inside
+    # file://data/x.zarr names a host "data", not the folder ./data: refused, not read as /x.zarr
+    with pytest.raises(InputError, match="names a host") as err:
+        parse_uri("file://data/x.zarr")
+    assert "file:///data/x.zarr" in str(err.value)
+    assert parse_uri(f"file://localhost{tmp_path}/a").url == f"{tmp_path}/a"
 
 
 def test_run_store_commit_rules(tmp_path):
@@ -152,5 +171,21 @@ def test_save_array_and_chunk_plan(tmp_path, X):
     np.testing.assert_array_equal(open_input(str(tmp_path / "s.zarr")).array.compute(), X)
     with pytest.raises(OutputExistsError):
         save_array(X, str(tmp_path / "s.zarr"))
+    with pytest.raises(InputError, match="#fragment"):
+        save_array(X, str(tmp_path / "g.zarr") + "#arr")
+    assert not (tmp_path / "g.zarr").exists()
+
+
+def test_save_array_with_irregular_dask_chunks_keeps_every_row(tmp_path, rng):
+    """Dask blocks of uneven sizes would share Zarr chunks, written by unlocked parallel
+    tasks; the array is written in regular blocks instead, and reads back equal."""
+    import dask.array as da
+
+    A = rng.standard_normal((3800, 7))
+    for attempt in range(5):  # the race, when present, lost rows in every attempt
+        darr = da.from_array(A, chunks=((500,) + (300,) * 11, (7,)))
+        out = str(tmp_path / f"irregular{attempt}.zarr")
+        save_array(darr, out)
+        np.testing.assert_array_equal(zarr.open_array(out, mode="r")[:], A)
     rows = plan_row_chunk(10**7, 512, 4, base=1000, target_bytes=64 * 2**20)
     assert rows % 1000 == 0 and rows * 512 * 4 <= 64 * 2**20

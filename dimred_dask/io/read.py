@@ -349,8 +349,8 @@ def _open_npy(loc: Location, opts: OpenOptions):
             f"{dtype} ({expected:,} bytes with the header), the file has {size:,}.",
             "write the file again (an interrupted copy or save leaves it short).",
         )
-    if len(shape) not in (1, 2):
-        return da.from_array(np.empty(shape, dtype)), {}
+    if len(shape) not in (1, 2):  # refused by the caller, by its shape: nothing is allocated
+        return da.empty(shape, dtype=dtype, chunks=shape or ()), {}
     n, d = (tuple(shape) + (1,))[:2]
     rows = opts.row_chunk or plan_row_chunk(n, d, dtype.itemsize)
     reader = _NpyRows(loc, shape, dtype, offset, fortran)

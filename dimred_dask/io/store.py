@@ -20,7 +20,7 @@ import uuid
 import fsspec
 import numpy as np
 
-from ..errors import OutputExistsError, StoreError, UncommittedOutputError
+from ..errors import InputError, OutputExistsError, StoreError, UncommittedOutputError
 from .stored_rows import StoredRows, model_chunks
 from .uris import parse_uri
 
@@ -522,9 +522,17 @@ def save_array(
         raise OutputExistsError(
             f"{loc.url} exists already.", "pass overwrite=True or another path."
         )
+    if loc.fragment:
+        raise InputError(
+            f"save_array writes one array at a path; found a #fragment in {loc}.",
+            f"pass the array's own path, e.g. {loc.url}/{loc.fragment}.",
+        )
     darr = arr if hasattr(arr, "dask") else da.from_array(np.asarray(arr), chunks=chunks or "auto")
     if chunks is not None:
         darr = darr.rechunk(chunks)
+    # one Zarr chunk per dask block: blocks of the first one's shape (irregular dask chunks
+    # would put two blocks in one Zarr chunk, and their unlocked writes would race)
+    darr = darr.rechunk(tuple(max(c[0], 1) for c in darr.chunks))
     target = zarr.create_array(
         store=loc.url,
         shape=darr.shape,

@@ -178,6 +178,13 @@ def parse_uri(uri, *, role: str = "input", storage_options: dict | None = None) 
             f"The {role} {text!r} contains a '..' segment (path traversal).",
             "give the resolved path (e.g. realpath) without '..'.",
         )
+    if scheme == "file" and parts is not None and parts.netloc not in ("", "localhost"):
+        raise InputError(
+            f"The {role} {text!r} names a host ({parts.netloc!r}): a file:// URL takes an "
+            "absolute path after its two slashes.",
+            f"write file:///{parts.netloc}{parts.path} (three slashes) for an absolute path, or "
+            f"a plain path such as ./{parts.netloc}{parts.path}.",
+        )
     if scheme == "file":
         local = parts.path if parts is not None else base
         url = os.path.abspath(os.path.expanduser(local))
