@@ -1,8 +1,11 @@
-"""The public functions of the method modules document every parameter (numpydoc).
+"""The public functions document every parameter (numpydoc).
 
 Pure inspection: no data, no cluster. Each function exported by ``dimred_dask.methods`` or by
-one of its public modules' ``__all__`` must have a ``Parameters`` section whose entries
-(``name : type`` lines at the section's indentation) are exactly its signature's parameters.
+one of its public modules' ``__all__``, and by the other packages of the API reference
+(``make docs``: graphs, linalg, pairwise, io, metrics, datasets, cluster, warmup,
+errors), must have a
+``Parameters`` section whose entries (``name : type`` lines at the section's indentation) are
+exactly its signature's parameters; each class they export has a docstring.
 """
 
 from __future__ import annotations
@@ -18,20 +21,47 @@ import dimred_dask.methods as methods
 _ENTRY = re.compile(r"^(\*{0,2}[A-Za-z_]\w*(?:\s*,\s*\*{0,2}[A-Za-z_]\w*)*)\s*(?::.*)?$")
 
 
-def _public_functions() -> dict[str, object]:
-    """{qualified name: function} of every plain function the method modules export."""
+# the packages of the API reference besides the methods (Makefile, API_MODULES)
+_API_PACKAGES = (
+    "dimred_dask.graphs",
+    "dimred_dask.linalg",
+    "dimred_dask.pairwise",
+    "dimred_dask.io",
+    "dimred_dask.metrics",
+    "dimred_dask.datasets",
+    "dimred_dask.cluster",
+    "dimred_dask.warmup",
+    "dimred_dask.errors",
+)
+
+
+def _exported(kind) -> dict[str, object]:
+    """{qualified name: object} of every object of ``kind`` (a predicate) that the method
+    modules and the API reference's packages export."""
     modules = [methods] + [
         importlib.import_module(f"{methods.__name__}.{info.name}")
         for info in pkgutil.iter_modules(methods.__path__)
         if not info.name.startswith("_")
     ]
+    modules += [importlib.import_module(name) for name in _API_PACKAGES]
     found = {}
     for module in modules:
         for name in getattr(module, "__all__", ()):
             obj = getattr(module, name)
-            if inspect.isfunction(obj):
+            if kind(obj):
                 found.setdefault(f"{obj.__module__}.{obj.__qualname__}", obj)
     return found
+
+
+def _public_functions() -> dict[str, object]:
+    return _exported(inspect.isfunction)
+
+
+def test_public_classes_have_docstrings():
+    classes = _exported(inspect.isclass)
+    assert len(classes) >= 30, sorted(classes)
+    bare = [name for name, cls in sorted(classes.items()) if not (cls.__doc__ or "").strip()]
+    assert not bare, bare
 
 
 def _section(doc: str, title: str) -> list[str] | None:
@@ -69,7 +99,7 @@ def _documented(body: list[str]) -> list[str]:
 
 def test_public_functions_document_every_parameter():
     functions = _public_functions()
-    assert len(functions) >= 15, sorted(functions)  # the modules' exports were found
+    assert len(functions) >= 100, sorted(functions)  # the modules' exports were found
     problems = []
     for qualname, func in sorted(functions.items()):
         doc = func.__doc__ or ""
