@@ -93,7 +93,7 @@ class KernelSupervisedPCAModel(_Summary, HasConvergence):
     reference: np.ndarray  # (m, d): the training rows (dense) or the landmarks (nystrom)
     dual_coef: np.ndarray  # (m, k): beta (dense) or U_W S_W^-1/2 a (nystrom)
     eigenvalues: np.ndarray  # (k,) eigenvalues of Phi^T H B H Phi
-    kernel: dict  # resolved kernel parameters (blocks.kernels.check_kernel)
+    kernel: dict  # resolved kernel parameters (pairwise.check_kernel)
     n_samples: int
     solver: str = "dense"
     label_kernel: str = "delta"

@@ -621,7 +621,7 @@ class KernelSupervisedPCA(_SupervisedBase):
     Parameters
     ----------
     n_components : int
-    kernel, gamma, width, degree, coef0 : the kernel on X (blocks.kernels.check_kernel)
+    kernel, gamma, width, degree, coef0 : the kernel on X (pairwise.check_kernel)
     label_kernel, label_gamma, label_width, n_label_landmarks : the kernel on the labels
     solver : {"auto", "dense", "nystrom"}
     n_landmarks, landmarks : Nyström only
