@@ -4,8 +4,8 @@ Order of choice: an explicit ``scheduler`` address; ``DASK_SCHEDULER_ADDRESS``; 
 process already has; else a new `LocalCluster` of worker processes sized from this machine
 (one worker process per core with two threads each, memory split evenly, 10% held back for
 the OS). Workers run BLAS single-threaded (distributed sets OPENBLAS_NUM_THREADS=1), so the
-second thread overlaps reading the next chunk with computing on the current one: measured on
-the out-of-core PCA benchmark (bench/RESULTS.md).
+second thread overlaps reading the next chunk with computing on the current one (see
+bench/RESULTS.md, "PCA out of core").
 """
 
 from __future__ import annotations

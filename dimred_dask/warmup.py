@@ -2,11 +2,12 @@
 
 numba compiles a function on its first call in a process and, with ``cache=True``, keeps the
 machine code on disk for the next process. A fresh installation has an empty cache, so its
-first t-SNE, UMAP, kNN graph or Isomap run compiles pynndescent's and this package's kernels
-(about a minute here, `bench/RESULTS.md`, "pynndescent's numba cache"). This module runs each
-of them once on a few hundred generated rows, as compiling ``.py`` files to ``.pyc`` does at
-install time: ``make install`` calls it, and a worker image should run it once when it is
-built (docs/operations.md). Nothing is read or written but numba's cache.
+first t-SNE, UMAP, kNN graph or Isomap run compiles pynndescent's and this package's kernels,
+which on small data is most of that run's time (see bench/RESULTS.md, "pynndescent's compiled
+functions cached on disk"). This module runs each of them once on a few hundred generated
+rows, as compiling ``.py`` files to ``.pyc`` does at install time: ``make install`` calls it,
+and a worker image should run it once when it is built (docs/operations.md). Nothing is read
+or written but numba's cache.
 
 Functions numba cannot cache (pynndescent's ``nn_descent`` closures, which use dynamic
 globals) are still compiled by the first graph of each process.

@@ -90,6 +90,27 @@ def test_geodesics_on_workers_equal_local(client, roll):
     np.testing.assert_allclose(rows, ref, rtol=0, atol=1e-12)
 
 
+def test_geodesics_from_no_sources_are_empty(client, roll):
+    from dimred_dask.graphs import geodesic_rows_on_workers
+
+    g = knn_graph(roll[0], 10)
+    rows = geodesic_rows(g, np.array([], dtype=np.int64))
+    assert rows.shape == (0, 800) and rows.dtype == np.float64
+    on_workers = geodesic_rows_on_workers(g, [], dtype=np.float32)
+    assert on_workers.shape == (0, 800) and on_workers.dtype == np.float32
+    assert on_workers.compute().shape == (0, 800)
+
+
+def test_geodesic_rows_on_workers_without_a_client_is_refused(roll, monkeypatch):
+    from dimred_dask.errors import InputError
+    from dimred_dask.graphs import geodesic, geodesic_rows_on_workers
+
+    monkeypatch.setattr(geodesic, "active_client", lambda: None)
+    with pytest.raises(InputError, match="distributed client") as e:
+        geodesic_rows_on_workers(knn_graph(roll[0][:100], 10), np.arange(5))
+    assert "geodesic_rows" in e.value.fix
+
+
 def test_lle_equals_scikit_learn(roll):
     from sklearn.manifold import LocallyLinearEmbedding as SkLLE
 
@@ -157,6 +178,22 @@ def test_laplacian_eigenmaps_equal_scikit_learn_on_the_same_affinity(roll):
     # Nystrom transform: close to the training embedding for training rows
     Y = ours.transform(X[:40])
     assert np.abs(Y - ours.embedding_[:40]).max() < 0.05 * np.abs(ours.embedding_).max()
+
+
+def test_laplacian_eigenmaps_take_a_numpy_width_and_refuse_a_bool(roll):
+    """t from a NumPy computation (np.float32, np.int64) is a width like any other."""
+    from dimred_dask.errors import InputError
+
+    X, _ = roll
+    t = float(np.median(knn_graph(X, 10).distances ** 2))
+    base = LaplacianEigenmaps(2, n_neighbors=10, t=t).fit(X).embedding_
+    for width in (np.float64(t), np.float32(t)):
+        Y = LaplacianEigenmaps(2, n_neighbors=10, t=width).fit(X).embedding_
+        _up_to_sign(Y, base, 1e-4)
+    LaplacianEigenmaps(2, n_neighbors=10, t=np.int64(max(round(t), 1))).fit(X)
+    for bad in (True, np.bool_(True), 0, -1.0, np.float32("nan")):
+        with pytest.raises(InputError, match="t > 0"):
+            LaplacianEigenmaps(2, n_neighbors=10, t=bad).fit(X)
 
 
 def test_spectral_embedding_ratio_cut_is_the_unnormalised_laplacian(roll):

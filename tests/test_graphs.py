@@ -296,6 +296,15 @@ def test_join_components_adds_the_shortest_edge():
     assert d == pytest.approx(D.min()) and {i, j} & set(range(60))
 
 
+def test_join_components_checks_the_edges_of_its_last_round():
+    """Two components need one Boruvka round; its edge is counted even when it is the last."""
+    X = _two_clusters()
+    g, extra = join_components(knn_graph(X, 5), X, max_rounds=1)
+    assert connected_components(graph_csr(g))[0] == 1 and len(extra) == 1
+    with pytest.raises(DisconnectedGraphError, match="in 0 rounds"):
+        join_components(knn_graph(X, 5), X, max_rounds=0)
+
+
 @pytest.mark.parametrize("with_extra", [False, True])
 def test_graph_components_equal_scipys_on_the_symmetric_matrix(with_extra):
     """Union-find over the neighbour lists against SciPy on graph_csr's matrix: the same
@@ -354,6 +363,37 @@ def test_laplacian_and_bottom_eigsh_against_lapack():
     np.testing.assert_allclose(np.linalg.eigvalsh(Ln.toarray())[1:4], ref_g[1:4], rtol=1e-9)
 
 
+@pytest.mark.parametrize("t", [np.float32(2.0), np.int64(2), np.float64(2.0), 2])
+def test_graph_weights_take_any_real_width(t):
+    S = graph_csr(knn_graph(np.random.default_rng(4).standard_normal((50, 2)), 5))
+    W, used = graph_weights(S, "heat", t)
+    assert used == 2.0 and type(used) is float
+    np.testing.assert_array_equal(W.toarray(), graph_weights(S, "heat", 2.0)[0].toarray())
+
+
+@pytest.mark.parametrize("t", [True, np.bool_(True), 0, -1.0, np.inf, np.nan, "2", 1j])
+def test_graph_weights_refuse_a_width_that_is_not_a_positive_real(t):
+    S = graph_csr(knn_graph(np.random.default_rng(4).standard_normal((50, 2)), 5))
+    with pytest.raises(InputError, match="t > 0") as e:
+        graph_weights(S, "heat", t)
+    assert "t > 0" in e.value.fix
+
+
+def test_geodesics_through_neighbours_refuse_indices_outside_the_reference():
+    from dimred_dask.graphs import geodesics_through_neighbours
+
+    reference = np.arange(12.0).reshape(4, 3)
+    dist = np.array([[1.0, 2.0]])
+    got = geodesics_through_neighbours(np.array([[3, 0]]), dist, reference)
+    np.testing.assert_array_equal(got, np.minimum(1.0 + reference[3], 2.0 + reference[0])[None])
+    for bad in ([[-1, 0]], [[4, 0]]):  # -1 would silently read the last row
+        with pytest.raises(InputError, match="rows 0 to 3") as e:
+            geodesics_through_neighbours(np.array(bad), dist, reference)
+        assert e.value.fix
+    with pytest.raises(InputError, match="integer"):
+        geodesics_through_neighbours(np.array([[3.0, 0.0]]), dist, reference)
+
+
 # bottom_eigsh_gram against LAPACK on M = A^T A: measured 1e-11 relative on the values and
 # 2e-16 on |cos| of the vectors (its stopping floor, TOL_FLOOR, is a block change of 1e-7)
 GRAM_RTOL = 1e-8
@@ -385,6 +425,28 @@ def test_bottom_eigsh_gram_against_lapack():
     np.testing.assert_allclose(e.vectors.sum(axis=0), 0.0, atol=1e-10)  # orthogonal to 1
     with pytest.raises(InputError):
         bottom_eigsh_gram(A, n - 1)
+
+
+def test_bottom_eigsh_gram_widens_a_narrow_block_and_refuses_a_negative_maxiter():
+    """A block narrower than k is raised to k, so k pairs come back; maxiter < 0 would run
+    no iteration and is refused."""
+    import scipy.linalg
+
+    from dimred_dask.linalg import bottom_eigsh_gram
+
+    n = 60  # a path: W averages the two neighbours, M's bottom eigenvalues well apart
+    W = sp.diags([np.full(n - 1, 0.5), np.full(n - 1, 0.5)], [-1, 1], format="lil")
+    W[0, 1] = W[n - 1, n - 2] = 1.0
+    A = sp.identity(n, format="csr") - W.tocsr()
+    vals = scipy.linalg.eigh((A.T @ A).toarray(), eigvals_only=True)
+    e = bottom_eigsh_gram(A, 3, null=np.ones(n), block=1, random_state=1)
+    assert e.values.shape == (3,) and e.vectors.shape == (n, 3) and e.info["block"] == 3
+    assert e.convergence["converged"]
+    np.testing.assert_allclose(e.values, vals[1:4], rtol=GRAM_RTOL)
+    for bad in (-1, -5):
+        with pytest.raises(InputError, match="maxiter") as err:
+            bottom_eigsh_gram(A, 3, null=np.ones(n), maxiter=bad)
+        assert err.value.fix
 
 
 @pytest.mark.parametrize("X", ["ties", "blobs"])

@@ -239,10 +239,14 @@ def join_components(graph: KNNGraph, X, *, max_rounds: int = 64) -> tuple[KNNGra
             if key not in added:
                 added.add(key)
                 extra.append((i, j, d))
-    else:
-        raise DisconnectedGraphError(
-            f"Joining the components did not finish in {max_rounds} rounds.", "raise n_neighbors."
-        )
+    else:  # the last round's edges may have joined the last components
+        count, labels = graph_components(graph, extra)
+        if count > 1:
+            raise DisconnectedGraphError(
+                f"Joining the components did not finish in {max_rounds} rounds; "
+                f"{_sizes_text(labels)} are left.",
+                "raise n_neighbors, or max_rounds.",
+            )
     info = {
         **graph.info,
         "extra_edges": [[int(i), int(j), float(d)] for i, j, d in extra],

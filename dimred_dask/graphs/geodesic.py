@@ -87,8 +87,9 @@ def _shared(csr):
     The scattered key is new on every call (``hash=False``): re-scattering the same graph
     under its content hash while the previous call's future is being released left
     ``Client.scatter`` waiting forever (seen in scikit-learn's estimator checks, which fit
-    the same data many times in a row; dask/distributed issue 8576: the release and the new
-    scatter of one key race on different channels)."""
+    the same data many times in a row): an upstream bug in distributed
+    (dask/distributed#8576), where the release and the new scatter of one key race on
+    different channels."""
     from dask import delayed
 
     client = active_client()
@@ -188,7 +189,7 @@ def geodesic_rows(
     Returns
     -------
     numpy.ndarray of shape (len(sources), n)
-        Row t holds the distances from ``sources[t]``.
+        Row t holds the distances from ``sources[t]``; no rows when ``sources`` is empty.
 
     Raises
     ------
@@ -201,6 +202,8 @@ def geodesic_rows(
 
     csr = _adjacency(graph)
     sources = np.asarray(sources, dtype=np.int64).ravel()
+    if sources.size == 0:
+        return np.empty((0, csr.shape[0]), dtype=dtype)
     blocks = _source_blocks(sources, per_task)
     if len(blocks) <= 1 and active_client() is None:
         rows = dijkstra_block(csr, sources, dtype)
@@ -253,14 +256,13 @@ def geodesic_rows_on_workers(
     Returns
     -------
     dask.array.Array of shape (len(sources), n)
-        The distances, persisted on the workers in row chunks of ``per_task`` sources.
+        The distances, persisted on the workers in row chunks of ``per_task`` sources; no
+        rows when ``sources`` is empty.
 
     Raises
     ------
-    ValueError
-        There is no distributed client.
     InputError
-        ``graph`` is a matrix that is not square.
+        There is no distributed client, or ``graph`` is a matrix that is not square.
     DisconnectedGraphError
         A source cannot reach every vertex.
     """
@@ -268,11 +270,18 @@ def geodesic_rows_on_workers(
     from dask import delayed
 
     client = active_client()
-    if client is None:
-        raise ValueError("geodesic_rows_on_workers needs a distributed client")
+    if client is None:  # the caller wants the rows on the workers: there are none to hold them
+        raise InputError(
+            "geodesic_rows_on_workers leaves its result on the workers of a dask.distributed "
+            "client; found no active distributed client.",
+            "call it inside a distributed Client (dimred_dask.cluster.cluster_client), or call "
+            "geodesic_rows for the rows in this process.",
+        )
     csr = _adjacency(graph)
     n = csr.shape[0]
     sources = np.asarray(sources, dtype=np.int64).ravel()
+    if sources.size == 0:
+        return da.empty((0, n), dtype=dtype, chunks=(0, n))
     shared = _shared(csr)
     task = delayed(dijkstra_block, pure=True)
     rows = da.concatenate(
@@ -310,10 +319,36 @@ def geodesics_through_neighbours(
     -------
     numpy.ndarray of float64, shape (b, m)
         The new points' geodesic distances to the reference points.
+
+    Raises
+    ------
+    InputError
+        ``nbr_idx`` is not integer, or holds a row number outside 0 to n - 1 (a -1 would
+        otherwise read the last row).
     """
     nbr_idx = np.asarray(nbr_idx)
     nbr_dist = np.asarray(nbr_dist, dtype=np.float64)
+    _check_neighbour_rows(nbr_idx, reference.shape[0])
     out = np.full((nbr_idx.shape[0], reference.shape[1]), np.inf)
     for t in range(nbr_idx.shape[1]):  # k passes of (b, m): no (b, k, m) temporary
         np.minimum(out, nbr_dist[:, t : t + 1] + reference[nbr_idx[:, t]], out=out)
     return out
+
+
+def _check_neighbour_rows(nbr_idx: np.ndarray, n: int) -> None:
+    """Refuse neighbour numbers that NumPy would read wrongly (negative ones from the end)."""
+    if not np.issubdtype(nbr_idx.dtype, np.integer):
+        raise InputError(
+            f"Neighbour indices must be integer row numbers; found dtype {nbr_idx.dtype}.",
+            "pass the neighbours' row numbers as an integer array.",
+        )
+    if nbr_idx.size == 0:
+        return
+    lo, hi = int(nbr_idx.min()), int(nbr_idx.max())
+    if lo < 0 or hi >= n:
+        raise InputError(
+            f"Neighbour indices must be rows 0 to {n - 1} of the reference; found indices "
+            f"from {lo} to {hi}.",
+            "pass only found neighbours: drop the -1 entries of rows short of k, and number "
+            "the neighbours by the rows of the reference matrix.",
+        )

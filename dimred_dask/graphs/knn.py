@@ -9,10 +9,11 @@ broken by the smaller index. Backends (``backend=``):
   task that keeps the k + 1 nearest candidates; candidates are merged by a tree over the column
   chunks. O(n^2 d): for validation and for n up to ~100 000.
 - ``nndescent``: pynndescent's NN-descent (random projection trees, then neighbour-of-neighbour
-  refinement), with pynndescent's defaults. From 32 MiB of data up the rows are first put in
-  the leaf order of one random projection tree, so that neighbours' neighbours are read from
-  nearby memory (``locality_order``; ~20 % faster at 1 000 000 x 50), and the graph is mapped
-  back to the given row numbers.
+  refinement), with pynndescent's defaults. For data too large for the caches
+  (``nndescent.LOCALITY_MIN_BYTES`` and up) the rows are first put in the leaf order of one
+  random projection tree, so that neighbours' neighbours are read from nearby memory
+  (``locality_order``; see bench/RESULTS.md, "kNN stage at 1 000 000 x 50, rows in locality
+  order"), and the graph is mapped back to the given row numbers.
   For dask input it runs as one task on one worker, using that worker's cores (numba
   threads); the data are gathered there (n x d must fit in one worker), and the graph comes
   back in pynndescent's int32 / float32 (half the bytes), widened in the client.
@@ -29,9 +30,9 @@ the exact backend computes distances from sparse products, NN-descent gets the C
 refuse sparse input (`InputTypeError`).
 
 The graph is held in memory as NumPy (n x k int64 indices and float64 distances: 16 bytes per
-edge, 240 MB for 1 000 000 x 15); the flow stores it in the run's store and reuses it by
-fingerprint. ``sample_recall`` measures the recall of a graph against exact neighbours on a
-sample of rows (one pass over the data).
+edge); the flow stores it in the run's store and reuses it by fingerprint. ``sample_recall``
+measures the recall of a graph against exact neighbours on a sample of rows (one pass over the
+data).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ L_sym = I - D^-1/2 W D^-1/2 whose eigenvectors z give y = D^-1/2 z (``normed=Tru
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -31,9 +33,10 @@ def graph_weights(S, weights: str = "heat", t: float | None = None):
         The symmetric adjacency, distances as values (stored entries are the edges).
     weights : {"heat", "binary"}, default "heat"
         The kernel.
-    t : float or None, default None
-        The heat kernel's width, > 0; None: the mean squared edge length (1 without edges),
-        so that the weights do not depend on the data's scale. Unused for binary weights.
+    t : real number or None, default None
+        The heat kernel's width, > 0 (a Python or NumPy int or float, not a bool); None: the
+        mean squared edge length (1 without edges), so that the weights do not depend on the
+        data's scale. Unused for binary weights.
 
     Returns
     -------
@@ -45,7 +48,8 @@ def graph_weights(S, weights: str = "heat", t: float | None = None):
     Raises
     ------
     InputError
-        An unknown ``weights``, or a ``t`` that is not a finite positive int or float.
+        An unknown ``weights``, or a ``t`` that is not a finite positive real number (a bool
+        is not taken for one).
     """
     if weights not in WEIGHTS:
         raise InputError(
@@ -59,13 +63,18 @@ def graph_weights(S, weights: str = "heat", t: float | None = None):
     d2 = W.data**2
     if t is None:
         t = float(d2.mean()) if d2.size and d2.mean() > 0 else 1.0
-    elif not (isinstance(t, (int, float)) and np.isfinite(t) and t > 0):
+    elif not (_is_real(t) and np.isfinite(t) and t > 0):
         raise InputError(
-            f"The heat kernel needs t > 0 (finite); found t={t!r}.",
+            f"The heat kernel needs a finite real number t > 0; found t={t!r}.",
             "leave t out (the mean squared edge length) or pass t > 0.",
         )
     W.data = np.exp(-d2 / float(t))
     return W, float(t)
+
+
+def _is_real(t) -> bool:
+    """A real number (Python's or NumPy's ints and floats), not a bool."""
+    return isinstance(t, numbers.Real) and not isinstance(t, (bool, np.bool_))
 
 
 def laplacian(W, normed: bool = False):

@@ -17,6 +17,8 @@ training data approximates ``embedding_`` without equalling it.
 
 from __future__ import annotations
 
+import numbers
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -98,7 +100,10 @@ def check_weights(weights, t):
             "pass weights='heat' (exp(-d^2/t)) or 'binary'.",
         )
     if t is not None and (
-        isinstance(t, bool) or not isinstance(t, (int, float)) or not np.isfinite(t) or t <= 0
+        isinstance(t, (bool, np.bool_))
+        or not isinstance(t, numbers.Real)
+        or not np.isfinite(t)
+        or t <= 0
     ):
         raise InputError(
             f"The heat kernel needs t > 0 (finite); found t={t!r}.",
