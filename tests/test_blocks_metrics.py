@@ -7,6 +7,7 @@ import pytest
 from sklearn.manifold import trustworthiness as sk_trustworthiness
 
 from dimred_dask.blocks.stats import block_stats, merge_many
+from dimred_dask.errors import InputError
 from dimred_dask.metrics import knn_recall, reconstruction_error, sample_rows, trustworthiness
 from dimred_dask.metrics.quality import SPARSE_BLOCK_ROWS
 
@@ -60,6 +61,25 @@ def test_trustworthiness_matches_sklearn(rng, k):
     assert trustworthiness(X, Y, k) == pytest.approx(
         sk_trustworthiness(X, Y, n_neighbors=k), abs=1e-12
     )
+
+
+@pytest.mark.parametrize("k", [0, -1, 10, 11, 2.5, True])
+def test_trustworthiness_refuses_n_neighbors_out_of_range(rng, k):
+    X = rng.standard_normal((20, 3))
+    with pytest.raises(InputError, match="n_neighbors") as err:
+        trustworthiness(X, X[:, :2], k)
+    assert err.value.fix and isinstance(err.value, ValueError)
+
+
+@pytest.mark.parametrize("k", [0, -1, 20, 21, 2.5, True])
+def test_knn_recall_refuses_n_neighbors_out_of_range(rng, k):
+    """0 would divide by zero; n_samples or more would count each point as its own
+    neighbour."""
+    X = rng.standard_normal((20, 3))
+    with pytest.raises(InputError, match="n_neighbors") as err:
+        knn_recall(X, X[:, :2], k)
+    assert err.value.fix
+    assert knn_recall(X, X * 2.0, 19) == 1.0  # every other point: the largest k taken
 
 
 def test_knn_recall_and_reconstruction(rng):

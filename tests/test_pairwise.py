@@ -9,15 +9,24 @@ import pytest
 from sklearn.metrics.pairwise import pairwise_distances as sk_distances
 from sklearn.metrics.pairwise import pairwise_kernels as sk_kernels
 
+from dimred_dask.blocks.kernels import distance_block
 from dimred_dask.errors import InputError
 from dimred_dask.linalg import (
     choose_landmarks,
     nystrom_error,
+    nystrom_features,
+    nystrom_kernel,
     nystrom_map,
     nystrom_top_eigh,
     top_eigh,
 )
-from dimred_dask.pairwise import check_kernel, double_center, pairwise_distances, pairwise_kernels
+from dimred_dask.pairwise import (
+    blockwise,
+    check_kernel,
+    double_center,
+    pairwise_distances,
+    pairwise_kernels,
+)
 
 # float64 kernels agree with scikit-learn's to rounding (both are one GEMM plus elementwise)
 KERNEL_RTOL = 1e-12
@@ -104,6 +113,38 @@ def test_float32_stays_float32(data):
     X = data[0].astype(np.float32)
     assert pairwise_kernels(da.from_array(X, chunks=(50, 7))).dtype == np.float32
     assert pairwise_distances(X).dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float32, np.float64])
+def test_dask_results_declare_the_dtype_their_blocks_have(data, dtype):
+    """float32 blocks for float32 rows, float64 for any other (integers included)."""
+    X, Y = (np.round(3 * d).astype(dtype) for d in data)
+    dX, dY = da.from_array(X, chunks=(50, 7)), da.from_array(Y, chunks=(20, 7))
+    nmap = nystrom_map(X[:20], check_kernel("gaussian", 7))
+    lazy = {
+        "kernels": pairwise_kernels(dX, kernel="polynomial"),
+        "kernels, numpy Y": pairwise_kernels(dX, Y, kernel="laplacian"),
+        "distances": pairwise_distances(dX),
+        "distances, dask Y": pairwise_distances(dX, dY, metric="manhattan"),
+        "blockwise": blockwise(lambda a, b: distance_block(a, b, "chebyshev"), dX),
+        "nystrom features": nystrom_features(dX, nmap),
+        "nystrom kernel": nystrom_kernel(dX, nmap),
+    }
+    want = np.float32 if dtype == np.float32 else np.float64
+    for name, arr in lazy.items():
+        assert (name, arr.dtype, arr.compute().dtype) == (name, want, want)
+
+
+def test_double_centering_of_integers_is_not_truncated():
+    M = np.array([[0, 1], [1, 0]])
+    H = np.eye(2) - 0.5
+    want = H @ M @ H  # [[-0.5, 0.5], [0.5, -0.5]]
+    for out in (double_center(M), double_center(da.from_array(M, chunks=1)).compute()):
+        assert out.dtype == np.float64
+        np.testing.assert_array_equal(out, want)
+    assert double_center(da.from_array(M, chunks=1)).dtype == np.float64
+    M32 = M.astype(np.float32)
+    assert double_center(M32).dtype == double_center(da.from_array(M32)).dtype == np.float32
 
 
 def test_double_centering_equals_HKH_without_forming_H(client, data):

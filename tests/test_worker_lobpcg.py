@@ -188,3 +188,25 @@ def test_auto_takes_the_workers_above_the_arpack_limit(client):
 
     assert choose_sparse_solver("auto", ARPACK_MAX + 1) == "lobpcg-workers"  # 2 workers here
     assert choose_sparse_solver("auto", ARPACK_MAX) == "arpack"
+
+
+def test_auto_with_b_takes_the_in_process_lobpcg_above_the_arpack_limit(client, monkeypatch):
+    """The workers' LOBPCG solves M x = lambda x only: with B, "auto" takes SciPy's LOBPCG
+    above the ARPACK limit even with two workers; asked for by name it is still refused."""
+    from dimred_dask.linalg import bottom_eigsh, bottom_eigsh_checked
+    from dimred_dask.linalg import sparse_eigen
+
+    n = 300
+    monkeypatch.setattr(sparse_eigen, "DENSE_MAX_SPARSE", 50)
+    monkeypatch.setattr(sparse_eigen, "ARPACK_MAX", 100)
+    rng = np.random.default_rng(0)
+    A = sp.diags([np.full(n - 1, 0.1), np.arange(1.0, n + 1), np.full(n - 1, 0.1)], [-1, 0, 1])
+    B = sp.diags(rng.uniform(1.0, 2.0, n))
+    vals = scipy.linalg.eigh(A.toarray(), B.toarray(), eigvals_only=True)[:3]
+    e = bottom_eigsh(A, 3, B=B, tol=1e-9)
+    assert e.solver == "lobpcg" and e.convergence["converged"]
+    np.testing.assert_allclose(e.values, vals, rtol=1e-8)
+    checked, _ = bottom_eigsh_checked(A, 3, step="bottom", method="test", B=B, tol=1e-9)
+    assert checked.solver == "lobpcg"
+    with pytest.raises(InputError, match="B given"):
+        bottom_eigsh(A, 3, B=B, solver="lobpcg-workers")

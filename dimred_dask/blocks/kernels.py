@@ -12,9 +12,10 @@ Kernels (``KERNELS``), with the parameters of scikit-learn's ``pairwise_kernels`
     sigmoid     tanh(gamma <x, x'> + coef0)            (not positive semidefinite in general)
     cosine      <x, x'> / (||x|| ||x'||)
 
-``gamma=None`` means 1 / n_features, as in scikit-learn. Blocks come out in the dtype of the
-input (float32 stays float32); squared distances are assembled from float64 norms and clipped
-at zero, so cancellation cannot make them negative.
+``gamma=None`` means 1 / n_features, as in scikit-learn. Blocks come out float32 for float32
+``a`` and float64 for any other ``a``, integers included (``block_dtype``); squared distances
+are assembled from float64 norms and clipped at zero, so cancellation cannot make them
+negative.
 
 Sparse blocks (``scipy.sparse``, either or both of ``a`` and ``b``) give the same dense blocks
 for what is made of inner products (``SPARSE_METRICS``, ``SPARSE_KERNELS``): sparse products
@@ -40,8 +41,13 @@ SPARSE_KERNELS = ("linear", "polynomial", "gaussian", "sigmoid", "cosine")
 # stays pure NumPy/SciPy.
 
 
+def block_dtype(dtype) -> np.dtype:
+    """The dtype of the blocks made from rows of ``dtype``: float32 for float32, else float64."""
+    return np.dtype(np.float32 if np.dtype(dtype) == np.float32 else np.float64)
+
+
 def _work(a: np.ndarray) -> np.dtype:
-    return np.float32 if a.dtype == np.float32 else np.float64
+    return block_dtype(a.dtype)
 
 
 def _any_sparse(a, b) -> bool:
@@ -57,7 +63,7 @@ def _sparse_refused(what: str) -> ValueError:
 
 
 def _sparse_sqeuclidean(a, b) -> np.ndarray:
-    """||a_i - b_j||^2 from float64 norms and one sparse product, clipped at 0, in a's dtype."""
+    """||a_i - b_j||^2 from float64 norms and one sparse product, clipped at 0 (block_dtype)."""
     d = dense_dot(a, b, np.float64)
     d *= -2
     d += row_sqnorms(a)[:, None] + row_sqnorms(b)[None, :]
@@ -94,7 +100,7 @@ def sqeuclidean_block(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def distance_block(
     a: np.ndarray, b: np.ndarray, metric: str = "euclidean", p: float = 2.0, **_
 ) -> np.ndarray:
-    """The distance matrix between the rows of ``a`` and of ``b``, in the input's dtype."""
+    """The distance matrix between the rows of ``a`` and of ``b`` (``block_dtype`` of a's)."""
     work = _work(a)
     if metric == "sqeuclidean":
         return sqeuclidean_block(a, b)

@@ -2,18 +2,18 @@
 preconditioner of LOBPCG. NumPy / SciPy only, in memory.
 
 Hierarchy (`amg_hierarchy`): level 0 is M itself, never formed: products are Aᵀ (A x) (A has
-the kNN graph's k + 1 entries a row, M ~ k² of them: at n = 200 000, Aᵀ(A X) took 0.10 s
-for 10 columns against 0.38 s for M X, and forming M 1.0 s) and its diagonal is the column
-sums of A². Aggregates: a maximal independent set (Luby's, vectorised, the random order
-from ``random_state``) of the symmetrised strength graph of the level, every other vertex
-joined to its strongest neighbour in the set; the prolongator P is piecewise constant over
-the aggregates (unsmoothed) and the coarse operator is Galerkin's, Pᵀ M P = (A P)ᵀ (A P) at
-the first level (no product with M), Pᵀ M_l P below. Levels stop at ``coarse_size`` rows,
-whose operator is inverted densely (a symmetric pseudo-inverse: M's constant null vector
-survives every level; Jacobi there instead if aggregation stalled above
-``DENSE_COARSE_MAX`` rows). On the kNN graph of the 50-D mixture the coarse operators are
-denser than A (n = 200 000: 58 390 rows with 14.0 M entries, 11 337 with 11.2 M, 667), so
-a V-cycle costs several products with M (bench/RESULTS.md).
+the kNN graph's k + 1 entries a row, M ~ k² of them, so two products with A cost less than one
+with M, and forming M costs more than either) and its diagonal is the column sums of A².
+Aggregates: a maximal independent set (Luby's, vectorised, the random order from
+``random_state``) of the symmetrised strength graph of the level, every other vertex joined to
+its strongest neighbour in the set; the prolongator P is piecewise constant over the
+aggregates (unsmoothed) and the coarse operator is Galerkin's, Pᵀ M P = (A P)ᵀ (A P) at the
+first level (no product with M), Pᵀ M_l P below. Levels stop at ``coarse_size`` rows, whose
+operator is inverted densely (a symmetric pseudo-inverse: M's constant null vector survives
+every level; Jacobi there instead if aggregation stalled above ``DENSE_COARSE_MAX`` rows). On
+the kNN graph of high-dimensional data (the 50-D mixture) the coarse operators are denser than
+A, so a V-cycle costs several products with M (see bench/RESULTS.md, "LLE at n = 1 000 000 on
+the 50-D mixture with LOBPCG on I - W").
 
 Application (`AMG.solve`): one V-cycle for M y = r from y = 0, ``sweeps`` damped Jacobi
 sweeps before and after the coarse correction at each level (ω = 4 / (3 ρ(D⁻¹ M)), ρ from

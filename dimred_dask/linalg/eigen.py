@@ -5,9 +5,10 @@ Solvers (``solver=``):
 - ``dense``: the whole matrix in memory, LAPACK ``eigh`` (``subset_by_index``). Exact; for
   n up to a few thousand. The whole spectrum's negative part is reported as well.
 - ``randomized``: randomized subspace iteration (Halko, Martinsson & Tropp 2011, Alg. 4.4 and
-  5.3): Q = orth(A Omega), ``n_iter`` times Q = orth(A Q), then Rayleigh-Ritz on Q^T A Q.
-  Each product A Q is one pass over the matrix (for a lazy kernel matrix: its blocks are
-  recomputed, never all held at once). ``n_iter + 2`` passes in all.
+  5.3): Q = orth(Omega) from a random Gaussian Omega, ``n_iter`` times Q = orth(A Q), then
+  Rayleigh-Ritz on Q^T (A Q) with one more product A Q. Each product A Q is one pass over the
+  matrix (for a lazy kernel matrix: its blocks are recomputed, never all held at once).
+  ``n_iter + 1`` products (passes) in all.
 - ``lanczos``: implicitly restarted Lanczos (ARPACK through ``scipy.sparse.linalg.eigsh``) over a
   ``LinearOperator`` whose matvec is one dask pass. Exact to ``tol``; a pass per matvec, so
   it suits a matrix that is persisted in cluster memory or stored in Zarr.
@@ -51,7 +52,8 @@ class Eigen:
     values: np.ndarray  # (k,) descending for "LA", ascending for "SA"
     vectors: np.ndarray  # (n, k) orthonormal columns, float64
     solver: str
-    passes: int  # passes over the matrix (0 when it was in memory)
+    passes: int  # top_eigh's products with A, in memory too (dense: 1 for a dask A, 0 for
+    #              an in-memory one); 0 from the sparse solvers, which do not count theirs
     spectrum: np.ndarray | None = None  # the whole spectrum (dense solver only), descending
     info: dict = field(default_factory=dict)
     product: np.ndarray | None = None  # A @ vectors (free from Rayleigh-Ritz), (n, k)

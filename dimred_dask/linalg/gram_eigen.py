@@ -2,10 +2,10 @@
 
 For LLE, A = I - W (n x n, k + 1 nonzeros a row) and M = Aᵀ A has ~n k² nonzeros, its
 bottom eigenvalues tiny and clustered (6.6e-15 and 6.1e-14 at n = 1 000 000 on the swiss
-roll), so only an inverse resolves them. Factorising M itself (shift-invert ARPACK) fills in
-(~12 GB and 15-23 minutes at n = 1 000 000 on the 2-core machine of bench/RESULTS.md). A
-has the sparsity of the kNN graph, and its LU is far smaller (195 factor entries a row at
-n = 200 000 against 560 for M's at 100 000, COLAMD ordering both), and
+roll), so only an inverse resolves them. Factorising M itself (shift-invert ARPACK) fills in,
+which at a million rows takes many times the memory and the time of the route below (see
+bench/RESULTS.md, "LLE at n = 1 000 000 with the factored solver"). A has the sparsity of the
+kNN graph, and its LU is far smaller than M's (COLAMD ordering both), and
 (Aᵀ A)⁻¹ = A⁻¹ A⁻ᵀ is two triangular solve pairs with it.
 
 A is singular (A 1 = 0: the constant vector ``null`` is M's eigenvector with eigenvalue 0),
@@ -28,6 +28,7 @@ less than ``tol`` (the sine of the largest angle between successive blocks).
 
 from __future__ import annotations
 
+import numbers
 import warnings
 
 import numpy as np
@@ -84,12 +85,12 @@ def bottom_eigsh_gram(
         Stop when the wanted Ritz vectors move by at most max(``tol``, ``TOL_FLOOR``): the
         sine of the largest angle between the last two blocks.
     maxiter : int or None, default None
-        The iteration limit (None or 0: ``MAXITER``).
+        The iteration limit, an int >= 0 (None or 0: ``MAXITER``).
     random_state : int, numpy Generator, RandomState or None, default 0
         Seeds the start block and the left null vector's start.
     block : int or None, default None
-        The block's columns p, at most n - 2 (None: k + max(2, k)). Only min(p, k) pairs are
-        returned, so it should be at least k.
+        The block's columns p, raised to at least k and capped at n - 2 (None:
+        k + max(2, k)).
 
     Returns
     -------
@@ -102,8 +103,8 @@ def bottom_eigsh_gram(
     Raises
     ------
     InputError
-        ``A`` is not square or ``k`` is out of range; a ``random_state`` that is not None,
-        an int, a Generator or a RandomState.
+        ``A`` is not square or ``k`` is out of range; ``maxiter`` is not None or an int
+        >= 0; a ``random_state`` that is not None, an int, a Generator or a RandomState.
 
     Warns
     -----
@@ -118,6 +119,14 @@ def bottom_eigsh_gram(
             f"bottom_eigsh_gram needs a square A and 1 <= k < n - 1; found "
             f"shape {A.shape}, k = {k}.",
             "pass the n x n A and a smaller k.",
+        )
+    if maxiter is not None and (
+        not isinstance(maxiter, numbers.Integral) or isinstance(maxiter, bool) or maxiter < 0
+    ):
+        raise InputError(
+            f"bottom_eigsh_gram needs maxiter as None or an int >= 0 (0: the default "
+            f"{MAXITER}); found maxiter={maxiter!r}.",
+            f"pass maxiter=None (the default, {MAXITER} iterations) or a positive int.",
         )
     A = sp.csr_matrix(A, dtype=np.float64)
     tau = GRAM_SHIFT * float(max(np.abs(A.diagonal()).max(), 1e-300))
@@ -139,7 +148,7 @@ def bottom_eigsh_gram(
         z = away(lu.solve(np.asfortranarray(y)), q)
         return z / np.maximum(np.linalg.norm(z, axis=0), 1e-300)
 
-    p = min(n - 2, k + max(2, k) if block is None else block)
+    p = min(n - 2, k + max(2, k) if block is None else max(block, k))
     V = np.linalg.qr(away(rng.standard_normal((n, p)), q))[0]
     tol_eff, iters, change = max(float(tol), TOL_FLOOR), maxiter or MAXITER, np.inf
     converged = False

@@ -1,12 +1,11 @@
 """The smallest eigenpairs of M = Aᵀ A by preconditioned LOBPCG on products with A only.
 
 For LLE, A = I - W (k + 1 entries a row) and M = (I - W)ᵀ(I - W) (~k² entries a row): a
-product Aᵀ(A X) costs a quarter of M X, and M is never formed. This is LOBPCG
+product Aᵀ(A X) costs less than M X, and M is never formed. This is LOBPCG
 (Knyazev 2001) written for this case rather than ``scipy.sparse.linalg.lobpcg`` on a
-LinearOperator, which took 0.76 s an iteration at n = 200 000 with 8 vectors, of which
-the products were ~0.1 s; this one takes ~0.18 s (one BLAS thread, see BLAS_THREADS, and
-preallocated blocks; bench/RESULTS.md, "LLE at n = 1 000 000 on the 50-D mixture with
-LOBPCG").
+LinearOperator, whose iterations spend most of their time outside the products; here the
+dense steps run on one BLAS thread (see BLAS_THREADS) in preallocated blocks (see
+bench/RESULTS.md, "LLE at n = 1 000 000 on the 50-D mixture with LOBPCG on I - W").
 
 Per iteration: R = M X - X Λ, W = T R (T the preconditioner: Jacobi or `amg.AMG`), the
 constraint vector ``null`` (LLE: the constant, M's exact eigenvector with eigenvalue 0)
@@ -46,11 +45,12 @@ PRECONDITIONERS = ("jacobi", "amg")
 THREADS = 1
 # REORDER: rows and columns in reverse Cuthill-McKee order of the graph of A before solving
 # (the eigenvectors are permuted back): neighbours' rows of X are then close in memory, which
-# nearly halves a product on rows given in random order; on whole solves the gain was within
-# the noise. On by default (``reorder=True``): the ordering costs about two products, little
-# next to a solve.
+# speeds up a product on rows given in random order; on whole solves the gain was within the
+# noise. On by default (``reorder=True``): the ordering costs a few products, little next to
+# a solve.
 # BLAS_THREADS: the dense steps (n x 3p times 3p x p) run with one BLAS thread: OpenBLAS's
-# threads made these thin products an order of magnitude slower on a loaded 2-core machine.
+# threads made these thin products slower, not faster, on a loaded 2-core machine (see
+# bench/RESULTS.md, "LLE at n = 1 000 000 on the 50-D mixture with LOBPCG on I - W").
 MAXITER = 1000
 REFRESH = 20
 # Rayleigh-Ritz drops basis directions whose Gram eigenvalue is below this times the
@@ -59,7 +59,7 @@ GRAM_RCOND = 1e-12
 
 
 def _norms(X: np.ndarray) -> np.ndarray:
-    """Column norms (np.linalg.norm(X, axis=0) took 3x as long at n = 200 000)."""
+    """Column norms, by one einsum (faster than np.linalg.norm(X, axis=0) on tall X)."""
     return np.sqrt(np.einsum("ij,ij->j", X, X))
 
 
@@ -291,7 +291,7 @@ def _rayleigh_ritz(S, MS, p):
 def _iterate(matmat, precond, away, X, k, tol_abs, maxiter):
     """LOBPCG proper: returns (values, vectors, iterations, residual norms). The basis
     S = [X, W, P] and M S live in two preallocated n x 3p arrays (fresh n x 3p arrays each
-    iteration cost more than the arithmetic at n = 200 000: page faults)."""
+    iteration cost more in page faults than the arithmetic on large n)."""
     n, p = X.shape
     S, MS = np.empty((n, 3 * p)), np.empty((n, 3 * p))
     newX, newMX, R = np.empty((n, p)), np.empty((n, p)), np.empty((n, p))

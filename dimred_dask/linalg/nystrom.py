@@ -1,14 +1,14 @@
 """Nyström approximation (Williams & Seeger 2001) of a kernel matrix with m landmarks.
 
 With C = k(X, L) (n x m) and W = k(L, L), K ~ C W^-1 C^T = Phi Phi^T with Phi = C R^-1,
-W = R^T R. R is W's Cholesky factor (LAPACK ``?potrf``, blocked: 0.05 s at m = 2000 on this
-machine, where the pivoted ``?pstrf`` takes 0.32 s and an eigendecomposition of W ~1 s) when
-every pivot R_jj^2 (landmark j's squared distance in feature space from the span of the
-landmarks before it) is at least ``RANK_TOL`` times W's largest diagonal entry. Otherwise the
-landmarks are nearly dependent and R comes from the rank-revealing pivoted Cholesky, which
-drops the landmarks within ``RANK_TOL`` of the span of the others: the map then has rank
-r < m over the r kept landmarks, in pivot order. R^-1 is applied by triangular solves; the
-explicit inverse (``proj``) is formed only when asked for. Kernel PCA of the
+W = R^T R. R is W's Cholesky factor (LAPACK ``?potrf``, blocked, and so cheaper than the
+pivoted ``?pstrf`` and far cheaper than an eigendecomposition of W) when every pivot R_jj^2
+(landmark j's squared distance in feature space from the span of the landmarks before it) is
+at least ``RANK_TOL`` times W's largest diagonal entry. Otherwise the landmarks are nearly
+dependent and R comes from the rank-revealing pivoted Cholesky, which drops the landmarks
+within ``RANK_TOL`` of the span of the others: the map then has rank r < m over the r kept
+landmarks, in pivot order. R^-1 is applied by triangular solves; the explicit inverse
+(``proj``) is formed only when asked for. Kernel PCA of the
 approximation is linear PCA of Phi, and since Phi is a fixed linear map of C, one pass over
 the rows for C's mean and r x r scatter S_C (``column_stats``) gives Phi's scatter
 R^-T S_C R^-1, whose top eigenpairs are those of the centred approximate kernel. A new point
@@ -32,7 +32,7 @@ import scipy.linalg
 from scipy.linalg import blas, lapack
 
 from .._validation import check_random_state, is_dask
-from ..blocks.kernels import kernel_block
+from ..blocks.kernels import block_dtype, kernel_block
 from ..errors import InputError
 from .convergence import record
 from .threaded import RowBlockPool
@@ -57,7 +57,7 @@ RANK_TOL = 1e-10
 @dataclass
 class NystromMap:
     landmarks: np.ndarray  # (r, d) the kept landmarks (in pivot order when some were dropped)
-    kernel: dict  # resolved kernel parameters (blocks.kernels.check_kernel)
+    kernel: dict  # resolved kernel parameters (pairwise.params.check_kernel)
     factor: np.ndarray  # (r, r) R, upper triangular, W = R^T R: phi(x) = k(x, landmarks) R^-1
     info: dict  # {"n_landmarks": m asked, "rank": r, "pivots": kept rows of the m given,
     #              "factorization": "cholesky" or "pivoted cholesky"}
@@ -176,14 +176,16 @@ def nystrom_features(X, nmap: NystromMap):
     Returns
     -------
     ndarray or dask array of shape (n_samples, r)
-        The features (r = ``nmap.rank``), float32 for float32 ``X`` and float64 for float64
-        ``X``; a lazy dask array for dask input, declared with ``X``'s dtype.
+        The features (r = ``nmap.rank``), float32 for float32 ``X`` and float64 for any
+        other ``X``; a lazy dask array for dask input.
     """
     if not is_dask(X):
         return nmap.features(np.asarray(X))
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
-    return X.map_blocks(nmap.features, chunks=(X.chunks[0], (nmap.rank,)), dtype=X.dtype)
+    return X.map_blocks(
+        nmap.features, chunks=(X.chunks[0], (nmap.rank,)), dtype=block_dtype(X.dtype)
+    )
 
 
 def nystrom_kernel(X, nmap: NystromMap):
@@ -202,8 +204,8 @@ def nystrom_kernel(X, nmap: NystromMap):
     Returns
     -------
     ndarray or dask array of shape (n_samples, r)
-        C, float32 for float32 ``X`` and float64 for float64 ``X``; a lazy dask array for
-        dask input, declared with ``X``'s dtype.
+        C, float32 for float32 ``X`` and float64 for any other ``X``; a lazy dask array for
+        dask input.
     """
     if not is_dask(X):
         X = np.asarray(X)
@@ -214,7 +216,7 @@ def nystrom_kernel(X, nmap: NystromMap):
     return X.map_blocks(
         lambda b: kernel_block(b, marks.astype(b.dtype, copy=False), **kern),
         chunks=(X.chunks[0], (nmap.rank,)),
-        dtype=X.dtype,
+        dtype=block_dtype(X.dtype),
     )
 
 
@@ -492,9 +494,9 @@ def _landmark_start(nmap: NystromMap, width: int, rng) -> np.ndarray:
     """An orthonormal r x ``width`` start for `nystrom_top_eigh`: subspace iteration on the
     landmarks' own centred features. The kept landmarks' feature rows are Phi_L = W R^-1 = R^T
     (m x r), so each step costs two triangular products with R (r^2 width / 2 flops each:
-    ``?trmm``, 6 ms against 10 ms for the dense product at r = 2000, width 22, one thread,
-    measured), no pass over C; the landmarks are a sample of the rows, so their top directions
-    approximate those of all rows."""
+    ``?trmm``, which reads only R's triangle and was faster than the dense product), no pass
+    over C; the landmarks are a sample of the rows, so their top directions approximate those
+    of all rows."""
     R = np.asarray(nmap.factor, np.float64)
     mu = R.mean(axis=1)  # column means of Phi_L = R^T
     q, _ = np.linalg.qr(rng.standard_normal((R.shape[0], width)))

@@ -12,7 +12,8 @@ sum of squared distances K_ii + K_jj - 2 K_ij. All m constraints are ONE sparse 
 Two formulations (``formulation=``):
 
 - ``"primal"``: the problem as written, K an n x n PSD variable. Clarabel (an interior-point
-  method) then factors a dense n(n+1)/2-square block every iteration: 145 s at n = 100 here.
+  method) then factors a dense n(n+1)/2-square block every iteration, already slow at
+  n = 100.
 - ``"dual"`` (default): the Lagrange dual, min b^T y s.t. sum_c y_c M^T A_c M - M^T M >= 0,
   whose PSD constraint is one affine expression (``kr_columns``: column c of the map is
   vec(M^T A_c M)); K = M W M^T with W the multiplier of that constraint. Its sparsity pattern

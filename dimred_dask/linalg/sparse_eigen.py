@@ -13,16 +13,17 @@ Solvers (``solver=``):
   number (``SHIFT`` = -1e-12 times the largest diagonal entry) so that A - sigma B is
   positive definite and its sparse LU exists even though A is singular (Laplacians, LLE's
   M). It must be far below the smallest wanted nonzero eigenvalue: LLE's M on a swiss roll
-  has lambda_2 ~ 1e-11 at n = 20 000, and a shift of -1e-5 made ARPACK take 105 s there
-  instead of 1.4 s (the shifted eigenvalues all sat at 1e5 with relative gaps of 1e-6). One sparse
-  factorisation: fine while its fill-in fits in memory (graphs of a 2-D manifold up to a few
-  hundred thousand vertices).
+  has lambda_2 ~ 1e-11 at n = 20 000, and a shift of -1e-5 made ARPACK far slower there (the
+  shifted eigenvalues all sat at 1e5 with relative gaps of 1e-6). One sparse factorisation:
+  fine while its fill-in fits in memory (graphs of a 2-D manifold up to a few hundred
+  thousand vertices).
 - ``lobpcg``: LOBPCG (Knyazev 2001) with a Jacobi preconditioner and, when given, an initial
   guess ``X0`` (e.g. eigenvectors from a coarser problem); matrix-vector products only, so it
   scales with nnz(A). Convergence depends on the relative gap of the wanted eigenvalues.
 - ``lobpcg-workers``: the same kind of LOBPCG with the matrix's rows and the iteration's
   n x p blocks on the Dask workers (`worker_lobpcg`); the caller's process keeps only
-  p x p and 3p x 3p matrices. Needs an active ``distributed.Client``; no ``B``.
+  p x p and 3p x 3p matrices. Needs an active ``distributed.Client``; no ``B``. See
+  bench/RESULTS.md, "Sparse eigensolvers on the workers".
 - ``auto``: dense up to ``DENSE_MAX_SPARSE`` rows, arpack up to ``ARPACK_MAX``, above it
   lobpcg-workers when a Dask client with at least two workers is active, else lobpcg.
 
@@ -61,7 +62,7 @@ ARPACK_MAX = 200_000
 SHIFT = -1e-12  # arpack's sigma, relative to the largest diagonal entry (see above)
 
 
-def choose_sparse_solver(solver: str, n: int) -> str:
+def choose_sparse_solver(solver: str, n: int, *, generalised: bool = False) -> str:
     if solver not in SPARSE_EIGEN_SOLVERS:
         raise InputError(
             f"The sparse eigensolver must be one of "
@@ -71,7 +72,10 @@ def choose_sparse_solver(solver: str, n: int) -> str:
     if solver == "auto":
         if n <= DENSE_MAX_SPARSE:
             return "dense"
-        return "arpack" if n <= ARPACK_MAX else "lobpcg-workers" if workers_at_hand() else "lobpcg"
+        if n <= ARPACK_MAX:
+            return "arpack"
+        # the worker-side LOBPCG solves M x = lambda x only: a B keeps LOBPCG in process
+        return "lobpcg-workers" if not generalised and workers_at_hand() else "lobpcg"
     return solver
 
 
@@ -147,7 +151,7 @@ def bottom_eigsh(
         a block of k + min(10, max(2, k)) vectors. ``lobpcg-workers``: LOBPCG on the Dask
         workers (`worker_lobpcg`), no ``B``. ``auto``: dense up to ``DENSE_MAX_SPARSE``
         rows, arpack up to ``ARPACK_MAX``, above lobpcg-workers when a client with at least
-        two workers is active, else lobpcg.
+        two workers is active and no ``B`` is given, else lobpcg.
     tol : float, default 1e-8
         ``arpack``: ARPACK's relative accuracy. ``lobpcg``: the residual norms
         ||A x - lambda B x|| (at least 1e-12). ``lobpcg-workers``: relative to the mean
@@ -192,7 +196,7 @@ def bottom_eigsh(
         raise InputError(
             f"Asked for {k} eigenpairs of a {n} x {n} matrix.", f"ask for between 1 and {n - 1}."
         )
-    solver = choose_sparse_solver(solver, n)
+    solver = choose_sparse_solver(solver, n, generalised=B is not None)
     if solver == "dense":
         return _dense(A, B, k)
     if solver == "arpack":
@@ -263,7 +267,7 @@ def bottom_eigsh_checked(
         solver's own warning).
     """
     n = A.shape[0]
-    first = choose_sparse_solver(solver, n)
+    first = choose_sparse_solver(solver, n, generalised=kw.get("B") is not None)
 
     def attempt(s):
         eig = bottom_eigsh(

@@ -8,6 +8,8 @@ float64), and the reconstruction error densifies it one block of rows at a time.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.spatial.distance import cdist
@@ -15,6 +17,7 @@ from scipy.spatial.distance import cdist
 from .._validation import check_random_state
 from ..blocks.kernels import sqeuclidean_block
 from ..blocks.sparse import csr64, toarray_rows
+from ..errors import InputError
 
 
 def sample_rows(n: int, size: int, random_state=0) -> np.ndarray:
@@ -51,6 +54,21 @@ def _rows(X):
     return csr64(X) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
 
 
+def _check_n_neighbors(k, n: int, what: str, top: int, bound: str) -> int:
+    """``k`` as an int in [1, ``top``]: the neighbours ``what`` compares in a sample of n rows
+    (``bound`` states the limit in words)."""
+    ok = isinstance(k, numbers.Integral) and not isinstance(k, bool) and 1 <= k <= top
+    if not ok:
+        raise InputError(
+            f"{what} needs n_neighbors as an int with 1 <= n_neighbors {bound}; found "
+            f"n_neighbors={k!r} for a sample of {n} rows.",
+            f"pass n_neighbors between 1 and {top} (a larger sample allows more)."
+            if top >= 1
+            else "pass a larger sample.",
+        )
+    return int(k)
+
+
 def _neighbour_order(X) -> np.ndarray:
     d = sqeuclidean_block(X, X) if sp.issparse(X) else cdist(X, X, "sqeuclidean")
     np.fill_diagonal(d, np.inf)
@@ -82,15 +100,14 @@ def trustworthiness(X, Y, n_neighbors: int = 5) -> float:
 
     Raises
     ------
-    ValueError
-        ``n_neighbors`` is out of range.
+    InputError
+        ``n_neighbors`` is not an int in range (a ``ValueError``).
     """
     X, Y = _rows(X), np.asarray(Y, dtype=np.float64)
-    n, k = X.shape[0], n_neighbors
-    if not 1 <= k < n / 2:
-        raise ValueError(
-            f"trustworthiness needs 1 <= n_neighbors < n_samples / 2 = {n / 2}; found {k}."
-        )
+    n = X.shape[0]
+    k = _check_n_neighbors(
+        n_neighbors, n, "trustworthiness", (n - 1) // 2, f"< n_samples / 2 = {n / 2}"
+    )
     order_x = _neighbour_order(X)
     ranks = np.empty_like(order_x)
     ranks[np.arange(n)[:, None], order_x] = np.arange(1, n + 1)[None, :]
@@ -113,18 +130,25 @@ def knn_recall(X, Y, n_neighbors: int = 10) -> float:
     Y : array-like of shape (n_samples, n_components)
         Their embedding.
     n_neighbors : int, default 10
-        k, with 1 <= k < n_samples (not checked).
+        k, with 1 <= k < n_samples.
 
     Returns
     -------
     float
         The recall, in [0, 1].
+
+    Raises
+    ------
+    InputError
+        ``n_neighbors`` is not an int in range (a ``ValueError``).
     """
     X, Y = _rows(X), np.asarray(Y, dtype=np.float64)
-    a = _neighbour_order(X)[:, :n_neighbors]
-    b = _neighbour_order(Y)[:, :n_neighbors]
+    n = X.shape[0]
+    k = _check_n_neighbors(n_neighbors, n, "knn_recall", n - 1, "< n_samples")
+    a = _neighbour_order(X)[:, :k]
+    b = _neighbour_order(Y)[:, :k]
     hits = [len(np.intersect1d(a[i], b[i], assume_unique=True)) for i in range(len(a))]
-    return float(np.mean(hits) / n_neighbors)
+    return float(np.mean(hits) / k)
 
 
 def reconstruction_error(X, X_hat, mean) -> float:

@@ -22,7 +22,13 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import is_dask, is_sparse_input
-from ..blocks.kernels import SPARSE_KERNELS, SPARSE_METRICS, distance_block, kernel_block
+from ..blocks.kernels import (
+    SPARSE_KERNELS,
+    SPARSE_METRICS,
+    block_dtype,
+    distance_block,
+    kernel_block,
+)
 from ..errors import InputTypeError
 from .params import check_kernel, check_metric
 
@@ -58,7 +64,10 @@ def blockwise(
     Y : dask array of shape (m, d) or None, default None
         The other rows; None: ``X`` against itself.
     dtype : dtype or None, default None
-        The result's declared dtype (None: ``X``'s); it should be the dtype ``fn`` returns.
+        The result's declared dtype; it should be the dtype ``fn`` returns. None: the dtype
+        ``fn`` returns for empty row blocks of ``X``'s and ``Y``'s dtypes, or, when ``fn``
+        fails on those, float32 for float32 ``X`` and float64 for any other (what the
+        kernels and distances of ``blocks.kernels`` return).
     square_chunks : int or None, default None
         Rechunk ``X`` (and ``Y``) to that many rows per chunk first, so the blocks of the
         result are square (the layout of a run's on-disk matrix). None: ``X``'s chunks.
@@ -75,7 +84,7 @@ def blockwise(
     import dask.array as da
     from dask import delayed
 
-    dtype = np.dtype(dtype or X.dtype)
+    dtype = np.dtype(dtype) if dtype is not None else _probe_dtype(fn, X, Y)
     X = _full_columns(X)
     if square_chunks:
         X = X.rechunk({0: square_chunks})
@@ -106,6 +115,17 @@ def blockwise(
         for i in range(len(xs))
     ]
     return da.block(arrays)
+
+
+def _probe_dtype(fn, X, Y) -> np.dtype:
+    """The dtype ``fn`` returns for empty row blocks (``block_dtype`` of X's if it fails)."""
+    d = X.shape[1]
+    a = np.empty((0, d), X.dtype)
+    b = a if Y is None else np.empty((0, d), Y.dtype)
+    try:
+        return np.asarray(fn(a, b)).dtype
+    except Exception:  # a block function that cannot take empty blocks
+        return block_dtype(X.dtype)
 
 
 def pairwise_kernels(
@@ -153,8 +173,8 @@ def pairwise_kernels(
     Returns
     -------
     ndarray or dask array of shape (n, m)
-        K (n x n when ``Y`` is None); a dask array, declared with ``X``'s dtype, when either
-        input is one.
+        K (n x n when ``Y`` is None), float32 for float32 ``X``, else float64; a dask
+        array when either input is one.
 
     Raises
     ------
@@ -195,8 +215,8 @@ def pairwise_distances(
     Returns
     -------
     ndarray or dask array of shape (n, m)
-        D (n x n when ``Y`` is None); a dask array, declared with ``X``'s dtype, when either
-        input is one.
+        D (n x n when ``Y`` is None), float32 for float32 ``X``, else float64; a dask
+        array when either input is one.
 
     Raises
     ------
@@ -246,7 +266,12 @@ def _pairwise(fn, params, X, Y, square_chunks, zero_diagonal):
         if Y is not None and not is_dask(Y):
             Y = _from_memory(Y, X.chunks[0][0])
         return blockwise(
-            bound, X, Y, dtype=X.dtype, square_chunks=square_chunks, zero_diagonal=zero_diagonal
+            bound,
+            X,
+            Y,
+            dtype=block_dtype(X.dtype),  # what the blocks are made in (``_work`` of X's rows)
+            square_chunks=square_chunks,
+            zero_diagonal=zero_diagonal,
         )
     X = _block(X)
     out = bound(X, X if Y is None else _block(Y))
@@ -303,8 +328,9 @@ def center_stats(M):
 def double_center(M, stats=None):
     """H M H (H = I - 11ᵀ/n) for a symmetric M: M - r 1ᵀ - 1 rᵀ + g. Lazy when M is dask.
 
-    H is never formed. The means are float64 and the result is cast back to M's dtype (so M
-    should be floating). For a dask M the expression fuses into M's blocks.
+    H is never formed. The means are float64 and the result is cast to M's dtype when M is
+    floating (float32 stays float32), else to float64 (integer M is not truncated). For a
+    dask M the expression fuses into M's blocks.
     ``-0.5 * double_center(D**2)`` is classical MDS's B.
 
     Parameters
@@ -319,12 +345,12 @@ def double_center(M, stats=None):
     Returns
     -------
     ndarray or dask array of shape (n, n)
-        The doubly centred matrix, in M's dtype.
+        The doubly centred matrix, in M's dtype for floating M, else float64.
     """
     r, g = stats if stats is not None else center_stats(M)
-    dtype = M.dtype
+    dtype = M.dtype if np.issubdtype(M.dtype, np.inexact) else np.dtype(np.float64)
     if is_dask(M):
-        # float64 means, cast back per block: the expression fuses into M's blocks
+        # float64 means, cast per block: the expression fuses into M's blocks
         return (M - r[:, None] - r[None, :] + g).astype(dtype)
     r = np.asarray(r, dtype=np.float64)
     return (M - r[:, None] - r[None, :] + g).astype(dtype)
