@@ -25,7 +25,8 @@ Solvers (``solver=``):
   p x p and 3p x 3p matrices. Needs an active ``distributed.Client``; no ``B``. See
   bench/RESULTS.md, "Sparse eigensolvers on the workers".
 - ``auto``: dense up to ``DENSE_MAX_SPARSE`` rows, arpack up to ``ARPACK_MAX``, above it
-  lobpcg-workers when a Dask client with at least two workers is active, else lobpcg.
+  lobpcg-workers when a Dask client with at least two workers is active and there is no
+  ``B``, else lobpcg.
 
 Returns `Eigen` with the values ascending and B-orthonormal vectors (float64) and its
 convergence record (``Eigen.convergence``): ARPACK's verdict (with the residual
