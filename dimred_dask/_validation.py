@@ -148,7 +148,7 @@ def float_dtype(dtype) -> np.dtype:
     float32 and float64 are kept; booleans, integers of at most 16 bits and float16 become
     float32 (exact: every such value is a float32); wider integers and objects holding
     numbers become float64 (int64 above 2**53 rounds, as in every float64 library)."""
-    dtype = np.dtype(dtype)
+    dtype = np.dtype(dtype).newbyteorder("=")  # big-endian float32 is float32 data
     if dtype in (np.float32, np.float64):
         return dtype
     if dtype.kind == "b" or (dtype.kind in "iuf" and dtype.itemsize <= 2):

@@ -104,3 +104,11 @@ def test_the_rule():
             "float64",
         )
     ] == ["float32"] * 6 + ["float64"] * 3 + ["float32", "float64"]
+    # the byte order is not the data's kind: big-endian float32 (a .npy or HDF5 written on
+    # another machine) is float32 data
+    assert [str(float_dtype(t)) for t in (">f4", ">f8", ">i2", ">i8")] == [
+        "float32",
+        "float64",
+        "float32",
+        "float64",
+    ]

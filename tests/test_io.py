@@ -142,6 +142,11 @@ def test_uri_rules(tmp_path):
         parse_uri("file://data/x.zarr")
     assert "file:///data/x.zarr" in str(err.value)
     assert parse_uri(f"file://localhost{tmp_path}/a").url == f"{tmp_path}/a"
+    spaced = tmp_path / "my data" / "x 1.npy"  # Path.as_uri percent-encodes the spaces
+    assert parse_uri(spaced.as_uri()).url == str(spaced)
+    assert parse_uri(str(spaced)).url == str(spaced)  # a plain path is taken as written
+    with pytest.raises(InputError, match=r"'\.\.'"):  # an encoded '..' is a '..'
+        parse_uri(f"file://{tmp_path}/%2E%2E/x")
 
 
 def test_run_store_commit_rules(tmp_path):

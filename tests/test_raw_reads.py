@@ -1,8 +1,8 @@
 """Rows of uncompressed local Zarr arrays read from their chunk files (``io.raw_chunks``)
 against zarr's own reads, byte for byte: v3 and v2, both chunk-key separators, partial edge
 chunks, dask chunks that straddle stored ones, integer and 1-D arrays, a group's array; the
-arrays it leaves to zarr (compressed, sharded, split across columns); fill values; absent and
-truncated chunks refused on both paths."""
+arrays it leaves to zarr (compressed, sharded, split across columns, in chunks wider than the
+array); fill values; absent and truncated chunks refused on both paths."""
 
 from __future__ import annotations
 
@@ -76,7 +76,12 @@ def test_one_dimensional_and_a_groups_array(tmp_path, rng):
 
 @pytest.mark.parametrize(
     "kind, why",
-    [("zstd", "compressed"), ("sharded", "sharded"), ("columns", "chunked across columns")],
+    [
+        ("zstd", "compressed"),
+        ("sharded", "sharded"),
+        ("columns", "chunked across columns"),
+        ("wide", "chunks wider than the array"),  # each chunk file row holds 12 values, not 8
+    ],
 )
 def test_other_layouts_are_read_by_zarr(tmp_path, rng, kind, why):
     X = rng.standard_normal((240, 8)).astype(np.float32)
@@ -84,6 +89,7 @@ def test_other_layouts_are_read_by_zarr(tmp_path, rng, kind, why):
         "zstd": dict(chunks=(60, 8)),
         "sharded": dict(chunks=(30, 8), shards=(60, 8), compressors=None),
         "columns": dict(chunks=(60, 4), compressors=None),
+        "wide": dict(chunks=(60, 12), compressors=None),
     }[kind]
     _write(tmp_path / "a.zarr", X, **kw)
     Y, meta = _read(str(tmp_path / "a.zarr"))

@@ -7,9 +7,9 @@ the same files, so a pass over data on local disk was bound by the read's CPU, n
 For arrays whose chunk files are exactly the C-ordered bytes of the chunk (a layout fixed by
 the metadata), `RawRows` reads the wanted rows of each chunk file with one ``os.preadv`` into
 the output array: the bytes are copied once, by the kernel, or not at all (O_DIRECT, for
-arrays too large for the page cache). Every other array (compressed,
-filtered, sharded, chunked across columns, big-endian, object storage) is read by zarr, and
-`raw_layout` says why not in ``reason``.
+arrays too large for the page cache). Every other array (compressed, filtered, sharded,
+chunked across columns or in chunks wider than the array, big-endian, object storage) is read
+by zarr, and `raw_layout` says why not in ``reason``.
 
 Strict as the zarr path (``io.zarr_arrays``): an absent chunk file is an `InputError` naming
 it (fill values only with ``allow_missing``), a chunk file of the wrong size is named as
@@ -88,6 +88,8 @@ def raw_layout(node, loc) -> tuple[RawLayout | None, str]:
         return None, f"{node.ndim} dimensions"
     if node.ndim == 2 and node.chunks[1] < node.shape[1]:
         return None, "chunked across columns"
+    if node.ndim == 2 and node.chunks[1] > node.shape[1]:  # a chunk file's rows are longer
+        return None, "chunks wider than the array"
     why = _plain_bytes(node)
     if why:
         return None, why

@@ -53,6 +53,7 @@ SUFFIXES = {
     **{suffix: "hdf5" for suffix in H5_SUFFIXES},
 }
 TABLES = ("parquet", "csv", "csv-shards")
+FILE_FORMATS = ("npy", "npz", "h5ad", "hdf5", "csv")  # one file each, never a folder
 ZARR_META = ("zarr.json", ".zgroup", ".zarray")
 
 
@@ -186,6 +187,13 @@ def open_input(
             "check the path or URL (and AWS_ENDPOINT_URL for object storage).",
         )
     fmt = detect_format(loc)
+    if fmt in FILE_FORMATS and not is_glob(loc.url) and _is_folder(loc):
+        suffix = "." + loc.url.rsplit(".", 1)[-1]
+        raise InputError(
+            f"The {role} {loc.url} is a folder; a {suffix} input is a file.",
+            f"name the file itself, or read the files in the folder as shards with a glob, "
+            f"e.g. {loc.url}/*{suffix}.",
+        )
     if columns is not None and fmt not in TABLES:
         raise InputError(
             f"--columns applies to Parquet and CSV input; {loc} is {fmt}.",
@@ -209,10 +217,22 @@ def open_input(
         **meta,
         **(check() if check else {}),
     }
-    if as_float and float_dtype(arr.dtype) != arr.dtype:
-        arr = arr.astype(float_dtype(arr.dtype))  # chunkwise, CSR chunks included
+    # the machine's byte order first: big-endian float32 stays float32
+    target = float_dtype(np.dtype(arr.dtype).newbyteorder("=")) if as_float else arr.dtype
+    if target != arr.dtype:
+        arr = arr.astype(target)  # chunkwise, CSR chunks included
         meta.update(stored_dtype=meta["dtype"], dtype=str(arr.dtype))
     return InputArray(arr, loc, fmt, meta)
+
+
+def _is_folder(loc: Location) -> bool:
+    fs, path = _fs(loc)
+    try:
+        return fs.isdir(path)
+    except Exception as exc:
+        if is_storage_error(exc):
+            raise storage_error(exc, f"Opening {loc.url}") from None
+        raise
 
 
 OPENERS = {}  # format -> opener(loc, opts) -> (dask array, meta); filled below

@@ -18,10 +18,11 @@ __all__ = ["StoredRows", "MODEL_CHUNK_BYTES", "model_chunks"]
 MODEL_CHUNK_BYTES = 16 * 2**20  # a model array's row chunk: what a transform reads at once
 
 
-def model_chunks(shape: tuple, dtype) -> tuple | None:
-    """Row chunks of about ``MODEL_CHUNK_BYTES`` for a model array (whole for a 0-d one)."""
+def model_chunks(shape: tuple, dtype) -> tuple:
+    """Row chunks of about ``MODEL_CHUNK_BYTES`` for a model array (``()``, whole, for a 0-d
+    one)."""
     if not shape:
-        return None
+        return ()
     row = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
     rows = max(1, min(int(shape[0]), MODEL_CHUNK_BYTES // max(1, row)))
     return (rows, *shape[1:])

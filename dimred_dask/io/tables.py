@@ -87,9 +87,16 @@ def choose_columns(
 
 
 def _parquet_files(fs, path: str) -> list[str]:
+    """The data files of a Parquet file or folder; as pyarrow's dataset reader, none under a
+    name starting with ``_`` or ``.`` (``_temporary/``, ``.ipynb_checkpoints/``, ``_SUCCESS``)."""
     if not fs.isdir(path):
         return [path]
-    names = [p for p in fs.find(path) if not p.rsplit("/", 1)[-1].startswith(("_", "."))]
+    root = len(path.rstrip("/")) + 1
+    names = [
+        p
+        for p in fs.find(path)
+        if not any(part.startswith(("_", ".")) for part in p[root:].split("/"))
+    ]
     suffixed = [p for p in names if p.lower().endswith(PARQUET_SUFFIXES)]
     return sorted(suffixed or names)
 
@@ -236,9 +243,10 @@ def _parquet_file(handle):
 
 
 def _leaf_index(meta, name: str) -> int:
-    """Index of the first Parquet leaf column of the top-level column ``name``."""
+    """Index of the Parquet leaf column of the top-level scalar column ``name`` (its path is
+    the name itself, which may hold dots)."""
     schema = meta.schema
-    return next(i for i in range(len(schema)) if schema.column(i).path.split(".")[0] == name)
+    return next(i for i in range(len(schema)) if schema.column(i).path == name)
 
 
 def _may_have_nulls(meta, index: int) -> bool:
@@ -274,18 +282,28 @@ def _list_width(loc: Location, fs, files: list[str], groups, name: str, arrow_ty
     return 0
 
 
+def _pandas_index(schema) -> set[str]:
+    """The columns holding a pandas index (``to_parquet`` stores one that is not a range)."""
+    try:
+        entries = (schema.pandas_metadata or {}).get("index_columns", [])
+    except (ValueError, TypeError):
+        return set()
+    return {e for e in entries if isinstance(e, str)}
+
+
 def _schema_columns(loc, schema, columns) -> tuple[list[str], set[str]]:
-    """(the chosen columns, those that are lists) from the first file's schema."""
+    """(the chosen columns, those that are lists) from the first file's schema; by default
+    not a pandas index, which labels the rows rather than measures them."""
     available = list(schema.names)
     scalars = [c for c in available if _numeric(schema.field(c).type)]
     lists = [c for c in available if _numeric_list(schema.field(c).type)]
+    index = _pandas_index(schema)
 
     def describe(c):
         return schema.field(c).type
 
-    chosen = choose_columns(
-        loc, available, scalars + lists, columns, describe, default=scalars or lists
-    )
+    data = [c for c in scalars if c not in index] or [c for c in lists if c not in index]
+    chosen = choose_columns(loc, available, scalars + lists, columns, describe, default=data)
     return chosen, {c for c in chosen if c in lists}
 
 
@@ -405,8 +423,12 @@ def open_csv(loc: Location, columns, row_chunk, urls: list[str] | None = None):
         c for c in available if is_numeric_dtype(df[c].dtype) and not is_complex_dtype(df[c].dtype)
     ]
     chosen = choose_columns(loc, available, numeric, columns, lambda c: df[c].dtype)
+    dtypes = [df[c].dtype for c in chosen]
+    frame = df[chosen]
+    if len(set(dtypes)) > 1 and all(isinstance(t, np.dtype) for t in dtypes):
+        frame = frame.astype(np.result_type(*dtypes))  # pandas joins bool and numbers as objects
     try:
-        arr = df[chosen].to_dask_array(lengths=True)
+        arr = frame.to_dask_array(lengths=True)
     except Exception as exc:
         if is_storage_error(exc):
             raise storage_error(exc, f"Reading {loc}") from None

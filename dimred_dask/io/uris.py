@@ -12,7 +12,7 @@ import contextvars
 import os
 import posixpath
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..errors import InputError
 
@@ -169,7 +169,8 @@ def parse_uri(uri, *, role: str = "input", storage_options: dict | None = None) 
                 f"The {role} URL carries credentials in its query ({leaked}).",
                 "drop the query and use environment credentials instead.",
             )
-        path = parts.path
+        # a file:// URL is percent-encoded (Path.as_uri writes a space as %20); a path is not
+        path = unquote(parts.path) if scheme == "file" else parts.path
     else:
         path = base
     segments = path.replace("\\", "/").split("/") + (fragment.split("/") if fragment else [])
@@ -186,7 +187,7 @@ def parse_uri(uri, *, role: str = "input", storage_options: dict | None = None) 
             f"a plain path such as ./{parts.netloc}{parts.path}.",
         )
     if scheme == "file":
-        local = parts.path if parts is not None else base
+        local = path
         url = os.path.abspath(os.path.expanduser(local))
     else:
         url = f"{scheme}://{parts.netloc}{posixpath.normpath(parts.path) if parts.path else ''}"
