@@ -56,3 +56,27 @@ def test_estimator_contracts(cls):
     with pytest.raises(InputError) as err:
         _fitted(clone(est).set_params(**{name: 0}), X, y)
     assert "Fix:" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("cls", CONTRACTED, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("bad", [np.nan, np.inf], ids=["nan", "inf"])
+def test_dask_input_with_a_nonfinite_value_is_refused(cls, bad):
+    """Dask input's finiteness is checked by the fit's passes, not up front: NaN or inf in a
+    row is refused with the same error as in NumPy input, never embedded."""
+    X, y = _data()
+    X[3, 1] = bad
+    est = cls(**cls._check_params[0])
+    with pytest.raises(InputError, match="needs finite values; found 1 (NaN|inf) in row 3"):
+        _fitted(est, da.from_array(X, chunks=20), y)
+
+
+@pytest.mark.parametrize("cls", CONTRACTED, ids=lambda c: c.__name__)
+def test_estimator_fitted_on_dask_input_pickles(cls):
+    """A fit on dask input may keep lazy attributes (embedding_); the estimator pickles
+    with the standard pickle all the same, and its attributes compute as before."""
+    X, y = _data()
+    est = cls(**cls._check_params[0]).fit(da.from_array(X, chunks=20), y)
+    back = pickle.loads(pickle.dumps(est))
+    for name in ("embedding_", "labels_"):
+        if hasattr(est, name):
+            np.testing.assert_array_equal(np.asarray(getattr(back, name)), getattr(est, name))

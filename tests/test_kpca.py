@@ -233,3 +233,14 @@ def test_bad_parameters_are_refused(params, match):
     with pytest.raises(InputError, match=match) as err:
         KernelPCA(**{"n_components": 2, **params}).fit(X)
     assert "Fix:" in str(err.value)
+
+
+@pytest.mark.parametrize("landmarks", ["kmeans++", "maxmin", "uniform"])
+def test_nystrom_refuses_nonfinite_dask_rows(landmarks):
+    """Dask rows are checked where the fit reads them: the landmark sample, then the
+    kernel pass; a NaN row among the sampled ones is refused before a landmark is chosen."""
+    X = np.random.default_rng(0).standard_normal((60, 3))
+    X[3, 1] = np.nan
+    est = KernelPCA(2, solver="nystrom", n_landmarks=10, landmarks=landmarks)
+    with pytest.raises(InputError, match="KernelPCA needs finite values; found .*NaN in row 3"):
+        est.fit(da.from_array(X, chunks=20))

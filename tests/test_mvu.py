@@ -4,6 +4,8 @@ centred and PSD, the formulations agreeing, bad input refused with a typed error
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy.spatial import procrustes
@@ -18,7 +20,7 @@ from dimred_dask import (
     landmark_mvu,
     mvu,
 )
-from dimred_dask.errors import DisconnectedGraphError, InputError
+from dimred_dask.errors import DimredWarning, DisconnectedGraphError, InputError
 from dimred_dask.graphs import KNNGraph
 
 from .sdp_data import curved_sheet, robot_walk, swiss_roll
@@ -71,6 +73,19 @@ def test_mvu_unrolls_the_swiss_roll():
     # the unrolled strip is long: the first eigenvalue carries almost all the variance
     assert model.info["explained_variance_ratio"][0] > 0.9
     assert model.info["dependencies"] > 0  # 5-cliques of 3-D points: the face was used
+
+
+def test_components_past_the_kernels_rank_are_reported():
+    """Asking for more components than the unfolded data spans gives columns of zero or
+    rounding noise: a warning says so, as MDS and kernel PCA do; two components do not."""
+    X, _ = swiss_roll(20, height=8.0, seed=0)
+    with pytest.warns(DimredWarning, match=r"MVU: \d+ of the 15 requested .* rank") as record:
+        model = mvu(X, n_components=15, n_neighbors=5, join_components=True)
+    rank = model.info["rank"]
+    assert rank < 15 and f"of the learned kernel ({rank};" in str(record[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DimredWarning)
+        mvu(X, n_components=2, n_neighbors=5, join_components=True)
 
 
 def test_mvu_flattens_a_curved_sheet_and_transforms_new_points():

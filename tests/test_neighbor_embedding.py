@@ -349,6 +349,22 @@ def test_resume_from_checkpoint_equals_uninterrupted(digits, method):
 # --------------------------------------------------------------------------- transform
 
 
+@pytest.mark.parametrize("cls", [TSNE, UMAP], ids=lambda c: c.__name__)
+def test_transform_refuses_nonfinite_rows_of_dask_input(cls, digits):
+    """NumPy rows are checked before the placement; dask rows in the chunk's task: a NaN or
+    inf row is an InputError naming its row in the whole array, never a position."""
+    import dask.array as da
+
+    X = digits[0][:200]
+    est = cls(random_state=0, n_iter=50) if cls is TSNE else cls(random_state=0, n_epochs=20)
+    est.fit(X)
+    new = X[:30].copy()
+    new[17, 4] = np.inf
+    Y = est.transform(da.from_array(new, chunks=(10, -1)))  # lazy: nothing checked yet
+    with pytest.raises(InputError, match="transform needs finite values; found 1 inf in row 17"):
+        Y.compute(scheduler="threads")
+
+
 @pytest.mark.parametrize("search", ["exact", "index"])
 def test_transform_places_new_points_near_their_class(digits, search, monkeypatch):
     import dask.array as da

@@ -360,6 +360,9 @@ def _bad_cases():
         "nan-in-dask-X": lambda: supervised_pca(
             da.from_array(np.where(X > 2, np.nan, X), chunks=10), y
         ),
+        "nan-in-dask-X-hsic-exact": lambda: hsic(
+            da.from_array(np.where(X > 2, np.nan, X), chunks=10), y, solver="exact"
+        ),
         "constant-targets": lambda: supervised_pca(X, np.ones(30), label_kernel="linear"),
         "k-equals-n": lambda: supervised_pca(X[:4], y[:4], n_components=4),
         "k-above-d": lambda: supervised_pca(X, y, n_components=5),
@@ -374,6 +377,13 @@ def _bad_cases():
         "bair-keeps-too-few": lambda: supervised_pca(X, y, bair_threshold=1e9),
         "hsic-identity": lambda: hsic(X, y, label_kernel="identity"),
         "text-targets": lambda: supervised_pca(X, np.array(["a"] * 30), label_kernel="linear"),
+        "missing-class-label": lambda: supervised_pca(X, np.array([None, "a", "b"] * 10)),
+        "mixed-class-labels": lambda: kernel_supervised_pca(
+            X, np.array([1, "a", "b"] * 10, object)
+        ),
+        "mixed-class-labels-dask": lambda: supervised_pca(
+            X, da.from_array(np.array([1, "a", "b"] * 10, object), chunks=10)
+        ),
     }
 
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
-from .._validation import check_array, check_is_fitted, check_n_features, is_dask, is_sparse_input
+from .._validation import (
+    check_array,
+    check_is_fitted,
+    check_n_features,
+    is_dask,
+    is_sparse_input,
+    nonfinite_error,
+)
 from ..blocks.sparse import sparse_matmul
 
 
@@ -137,13 +144,52 @@ def column_signs(vectors: np.ndarray) -> np.ndarray:
     return signs
 
 
+def refuse_nonfinite_block(block: np.ndarray, method: str, block_info=None) -> None:
+    """`InputError` for NaN or inf in a block of dask input's rows (``block_info``: dask's
+    ``map_blocks`` description of the block, for the rows' numbers in the whole array)."""
+    bad = ~np.isfinite(block)
+    if bad.any():
+        start = block_info[0]["array-location"][0][0] if block_info else 0
+        n_nan = int(np.isnan(block).sum())
+        rows = start + np.flatnonzero(bad.any(axis=1))
+        raise nonfinite_error(method, rows, n_nan, int(bad.sum()) - n_nan, "X")
+
+
+class PortableFn:
+    """A block function as a lazy result holds it in its graph: picklable by the standard
+    ``pickle`` too (through cloudpickle, as dask ships functions), so that an estimator whose
+    fitted attributes include a lazy array (``embedding_`` of dask input) pickles."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, block):
+        return self.fn(block)
+
+    def __reduce__(self):
+        import cloudpickle
+
+        return _portable, (cloudpickle.dumps(self.fn),)
+
+    def __dask_tokenize__(self):
+        from dask.base import tokenize
+
+        return tokenize(self.fn)
+
+
+def _portable(payload: bytes) -> PortableFn:
+    import cloudpickle
+
+    return PortableFn(cloudpickle.loads(payload))
+
+
 def rowwise(X, fn, n_out: int, dtype):
     """Apply ``fn`` (a block of rows -> (rows, n_out)) lazily to dask input, eagerly to NumPy."""
     if not is_dask(X):
         return fn(X)
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
-    return X.map_blocks(fn, chunks=(X.chunks[0], (n_out,)), dtype=dtype)
+    return X.map_blocks(PortableFn(fn), chunks=(X.chunks[0], (n_out,)), dtype=dtype)
 
 
 def sparse_affine(X, w: np.ndarray, mean: np.ndarray, dtype):

@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import breadth_first_order, connected_components
 
-from ..errors import ConvergenceWarning, InfeasibleError, SolverError
+from ..errors import ConvergenceWarning, DimredWarning, InfeasibleError, SolverError
 from ..graphs.sdp import bandwidth_order, clique_dependencies
 from ..linalg import top_eigh
 from ..linalg.convergence import describe
@@ -359,7 +359,9 @@ def violations(K: np.ndarray, I, J, d2) -> dict:
 # --------------------------------------------------------------------------- kernel PCA
 
 
-def kernel_embedding(K: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, dict]:
+def kernel_embedding(
+    K: np.ndarray, k: int, method: str = "MVU"
+) -> tuple[np.ndarray, np.ndarray, dict]:
     """Kernel PCA of a centred PSD kernel matrix: (Y = V Lambda^1/2 sign-fixed, Lambda, info)
     from ``top_eigh`` (dense: the whole spectrum, so the negative part is reported).
 
@@ -369,6 +371,8 @@ def kernel_embedding(K: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, dic
         The centred kernel matrix (e.g. the SDP's).
     k : int
         The number of components.
+    method : str, default "MVU"
+        The method's name in the warning about components the kernel does not span.
 
     Returns
     -------
@@ -379,6 +383,12 @@ def kernel_embedding(K: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, dic
     info : dict
         Explained variance ratio, rank, smallest eigenvalue ratio, centring ratio and the
         eigensolver's record in ``info["convergence"]``.
+
+    Warns
+    -----
+    DimredWarning
+        Components past the kernel's rank (eigenvalue at most ``RANK_TOL`` times the
+        largest): their columns are zero or rounding noise.
     """
     eig = top_eigh(K, k, solver="dense", stage="kernel PCA of the SDP kernel")
     lam = np.maximum(eig.values, 0.0)
@@ -387,9 +397,20 @@ def kernel_embedding(K: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, dic
     spec = eig.spectrum
     total = float(spec[spec > 0].sum()) or 1.0
     top = max(float(spec[0]), 1e-300)
+    rank = int((spec > RANK_TOL * top).sum())
+    if rank < k:
+        warnings.warn(
+            DimredWarning(
+                f"{method}: {k - rank} of the {k} requested components lie past the rank of "
+                f"the learned kernel ({rank}; eigenvalues {np.round(lam[rank:], 12).tolist()}): "
+                "the unfolded data spans fewer dimensions, and those columns are zero or "
+                "rounding noise. Ask for fewer components."
+            ),
+            stacklevel=3,
+        )
     info = {
         "explained_variance_ratio": (lam / total).tolist(),
-        "rank": int((spec > RANK_TOL * top).sum()),
+        "rank": rank,
         "min_eigenvalue_ratio": float(spec[-1] / top),
         "centring_ratio": float(abs(K.sum()) / max(np.trace(K), 1e-300)),
         "convergence": [{**eig.convergence, "step": "top eigenpairs of the SDP kernel"}],

@@ -11,7 +11,7 @@ from dataclasses import fields
 import numpy as np
 
 from .._compute import compute
-from .._validation import check_array, is_dask
+from .._validation import check_array, is_dask, nonfinite_error
 from ..blocks.neighbors import block_topk, streamed_topk
 from ..errors import InputError
 from ..graphs import (
@@ -172,9 +172,10 @@ def fit_graph(
     n = X.shape[0]
     k = check_n_neighbors(n_neighbors, n, method)
     if graph is None:
-        graph = knn_graph(
+        graph = built_graph(
             X,
             k,
+            method,
             metric=metric,
             backend=backend,
             random_state=random_state,
@@ -191,6 +192,34 @@ def fit_graph(
     if connected and not graph.info.get("extra_edges"):
         check_connected(graph, method=method)
     return graph
+
+
+def built_graph(X, k: int, method: str, **kw) -> KNNGraph:
+    """`graphs.knn_graph` of the rows of ``X``. Dask input is checked for finite values by
+    the graph's own pass: a row with NaN or inf has no finite distance (or makes the search
+    fail), and is then found and refused as `check_array` refuses it in memory."""
+    try:
+        graph = knn_graph(X, k, **kw)
+    except ValueError as exc:
+        if isinstance(exc, InputError) or not is_dask(X):
+            raise
+        _refuse_nonfinite(X, method)
+        raise
+    if is_dask(X) and not np.isfinite(graph.distances).all():
+        _refuse_nonfinite(X, method)
+    return graph
+
+
+def _refuse_nonfinite(X, method: str) -> None:
+    """`InputError` naming the rows of dask ``X`` that hold NaN or inf, if any."""
+    import dask.array as da
+
+    bad = ~da.isfinite(X)
+    rows, n_bad, n_nan = compute(
+        da.flatnonzero(bad.any(axis=1)), bad.sum(), da.isnan(X).sum(), stage=f"{method}: check"
+    )
+    if int(n_bad):
+        raise nonfinite_error(method, rows, int(n_nan), int(n_bad) - int(n_nan), "X")
 
 
 def training_rows(X, method: str) -> np.ndarray:

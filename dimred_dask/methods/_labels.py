@@ -133,12 +133,20 @@ def label_map(
     method: str = "Supervised PCA",
 ) -> LabelMap:
     if kind == "delta":
-        if is_dask(y2):
-            import dask.array as da
+        try:
+            if is_dask(y2):
+                import dask.array as da
 
-            (classes,) = compute(da.unique(y2[:, 0]), stage="labels: classes")
-        else:
-            classes = np.unique(y2[:, 0])
+                (classes,) = compute(da.unique(y2[:, 0]), stage="labels: classes")
+            else:
+                classes = np.unique(y2[:, 0])
+        except TypeError as exc:  # objects that do not compare: None or numbers among text
+            raise InputError(
+                f"{method} with label_kernel='delta' needs class labels of one kind (all "
+                f"numbers or all text); y has labels that cannot be compared ({exc}).",
+                "fill or drop the rows with missing labels (None, NaN) from X and y "
+                "together, and give every class label as text or every one as a number.",
+            ) from None
         classes = np.asarray(classes)
         if classes.dtype.kind == "f" and not np.isfinite(classes).all():
             raise _bad_labels(method, "NaN or inf among the class labels of y")

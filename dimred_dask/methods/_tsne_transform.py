@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import is_dask
+from ._base import refuse_nonfinite_block
 from ..blocks.tsne_gradient import Interpolation, InterpolationGrid, point_z
 from ..blocks.tsne_kernels import attraction, exact_repulsion, gains_step
 from ..graphs.affinities import SparseAffinity, conditional_rows
@@ -100,7 +101,8 @@ def tsne_transform(
         return _place_block(X_new, X_train, Y_train, grid, metric, opts).astype(X_new.dtype)
     X_new = X_new if X_new.numblocks[1] == 1 else X_new.rechunk({1: -1})
 
-    def block(x):
+    def block(x, block_info=None):
+        refuse_nonfinite_block(x, "t-SNE transform", block_info)
         return _place_block(x, X_train, Y_train, grid, metric, opts).astype(x.dtype)
 
     return X_new.map_blocks(block, chunks=(X_new.chunks[0], (d,)), dtype=X_new.dtype)

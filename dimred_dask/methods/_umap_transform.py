@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import is_dask
+from ._base import refuse_nonfinite_block
 from ..blocks.umap_kernels import sgd_epoch
 from ..graphs.affinities import fuzzy_rows
 from ..graphs.query import reference_topk
@@ -95,7 +96,8 @@ def umap_transform(X_train, Y_train, X_new, params: dict):
         return _place_block(X_new, X_train, Y_train, params).astype(np.asarray(X_new).dtype)
     X_new = X_new if X_new.numblocks[1] == 1 else X_new.rechunk({1: -1})
 
-    def block(x):
+    def block(x, block_info=None):
+        refuse_nonfinite_block(x, "UMAP transform", block_info)
         return _place_block(x, X_train, Y_train, params).astype(x.dtype)
 
     return X_new.map_blocks(block, chunks=(X_new.chunks[0], (d,)), dtype=X_new.dtype)

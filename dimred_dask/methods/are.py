@@ -326,7 +326,7 @@ def action_respecting_embedding(
         method="Action respecting embedding",
         verbose=verbose,
     )
-    Y, lam, kinfo = kernel_embedding(K, int(n_components))
+    Y, lam, kinfo = kernel_embedding(K, int(n_components), "Action respecting embedding")
     Y = Y.astype(X.dtype)
     act = _action_violation(K, extra)
     info.update(

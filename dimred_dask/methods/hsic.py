@@ -73,6 +73,7 @@ def _exact_label_gram(y2, lmap, label_kernel, label_gamma, label_width):
 def _hsic_exact(X, y2, lmap, params, label_args, perms):
     if is_dask(X):
         (X,) = compute(X, stage="HSIC: rows to memory")
+        X = check_array(np.asarray(X), method="HSIC")  # dask input's NaN and inf
     X, n = np.asarray(X), X.shape[0]
     y2 = align_labels(y2, X)
     Kc = double_center(np.asarray(pairwise_kernels(X, **params), dtype=np.float64))

@@ -356,6 +356,7 @@ def _fit_exact(X, k, kern, solver, n_oversamples, n_iter, tol, random_state, K):
         K = _maybe_persist(K)
         r, g = compute(*center_stats(K), stage="kernel row means")
         (X_fit,) = compute(X, stage="training rows") if is_dask(X) else (X,)
+        X_fit = check_array(X_fit, method="KernelPCA")  # dask input's NaN and inf
     else:
         r, g = center_stats(np.asarray(K))
         X_fit = X
@@ -445,7 +446,7 @@ def _fit_nystrom(
 def _fit_nystrom_steps(X, k, kern, m, method, random_state, n_oversamples, n_iter, tol):
     n = X.shape[0]
     method = resolve_landmark_method(method, int(m))
-    L, idx = choose_landmarks(X, int(m), method, random_state)
+    L, idx = choose_landmarks(X, int(m), method, random_state, check_finite="KernelPCA")
     nmap = nystrom_map(L, kern)
     w, v, c_mean, emb, how = _nystrom_spectrum(
         X, nmap, min(k, nmap.rank), n_oversamples, n_iter, tol, random_state

@@ -39,12 +39,12 @@ from ..graphs import (
     check_n_neighbors,
     check_reg,
     join_components,
-    knn_graph,
 )
 from ..graphs.sdp import edge_list
 from ..linalg.sdp import SDP_FORMULATIONS, solver_options
 from ._distance_sdp import distance_sdp, kernel_embedding
 from ._base import ModelTransform, DimredEstimator, HasConvergence, like_input, rowwise
+from ._graph_common import built_graph
 
 __all__ = [
     "MaximumVarianceUnfolding",
@@ -248,8 +248,8 @@ def prepare_graph(
     """The kNN graph (given or built), connected or refused (or joined)."""
     n = X.shape[0]
     if graph is None:
-        graph = knn_graph(
-            X, n_neighbors, metric=metric, backend=knn_backend, random_state=random_state
+        graph = built_graph(
+            X, n_neighbors, method, metric=metric, backend=knn_backend, random_state=random_state
         )
     elif graph.n_samples != n:
         raise InputError(

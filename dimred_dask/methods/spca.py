@@ -358,7 +358,7 @@ def _dense_factor(X, params: dict, method: str):
     """(training rows, Phi = V_+ S_+^1/2, V_+ S_+^-1/2) from the positive part of K."""
     if is_dask(X):
         (X,) = compute(X, stage="kernel SPCA: rows to memory")
-        X = np.asarray(X)
+        X = check_array(np.asarray(X), method=method)  # dask input's NaN and inf
     K = pairwise_kernels(X, **params)
     eig = top_eigh(K, K.shape[0], solver="dense", stage="kernel SPCA: eigh(K)")
     keep = eig.values > KERNEL_RANK_RTOL[X.dtype] * max(eig.values[0], 0.0)

@@ -44,7 +44,7 @@ from ..linalg import (
 )
 from ..linalg.convergence import completed, record
 from ..pairwise import check_kernel
-from ._base import like_input
+from ._base import PortableFn, like_input
 from ._graph_common import ArrayModel, fit_graph
 from .laplacian_eigenmaps import check_weights
 
@@ -381,7 +381,7 @@ def _cluster(Y, k, rng, n_init, max_iter):
         if best is None or inertia < best[1]:
             best = (c, inertia)
     c = best[0]
-    labels = Y.map_blocks(lambda b: assign(b, c)[0], drop_axis=1, dtype=np.int64)
+    labels = Y.map_blocks(PortableFn(lambda b: assign(b, c)[0]), drop_axis=1, dtype=np.int64)
     return c, labels, best[1] * n / sample.shape[0], MINIBATCH_STEPS
 
 
