@@ -14,11 +14,13 @@
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import logging
 import os
 import signal
 import sys
+import time
 
 # Run in the server's process before it becomes uvicorn: die with the parent, or exit at once
 # if the parent is already gone (the parent-death signal is armed only for a live parent).
@@ -77,10 +79,19 @@ def start_temporary_server() -> object | None:
 @contextlib.contextmanager
 def interruptible(notice: str):
     """The first SIGINT / SIGTERM raises `KeyboardInterrupt` in the main thread (after printing
-    ``notice``); a second one ends the process group's children and this process at once."""
-    state = {"count": 0}
+    ``notice``); a second one ends the process group's children and this process at once.
+    Python ignores an exception raised inside a gc callback or a ``__del__`` (distributed
+    runs one on every collection): a first interrupt lost there is raised again at once."""
+    import threading
+
+    state = {"count": 0, "lost": False}
+    lock = threading.RLock()  # the handler may run in the main thread while it holds it
 
     def handler(signum, frame):
+        with lock:
+            lost, state["lost"] = state["lost"], False
+        if lost:  # the first interrupt, delivered again
+            raise KeyboardInterrupt
         state["count"] += 1
         if state["count"] == 1:
             sys.stderr.write(f"\n{notice}\n")
@@ -91,15 +102,34 @@ def interruptible(notice: str):
         _kill_children()
         os._exit(130)
 
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield state  # signals reach the main thread only: leave its handlers alone
         return
+    previous_hook = sys.unraisablehook
+
+    def redeliver():  # from outside the callback, until the handler has raised it again
+        while True:
+            time.sleep(0.05)
+            with lock:
+                if not state["lost"]:
+                    return
+                _thread.interrupt_main(signal.SIGINT)
+
+    def unraisable(info):
+        if state["count"] == 1 and isinstance(info.exc_value, KeyboardInterrupt):
+            with lock:
+                start, state["lost"] = not state["lost"], True
+            if start:
+                threading.Thread(target=redeliver, daemon=True, name="dimred-sigint").start()
+            return
+        previous_hook(info)
+
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    sys.unraisablehook = unraisable
     try:
         yield state
     finally:
+        sys.unraisablehook = previous_hook
         for s, h in previous.items():
             signal.signal(s, h)
 

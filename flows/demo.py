@@ -8,6 +8,7 @@ import time
 
 from dimred_dask.cluster import cluster_client
 from dimred_dask.datasets import low_rank_plus_noise, sparse_counts
+from dimred_dask.errors import OutputExistsError
 from dimred_dask.io import save_array
 
 from .embed import embed
@@ -24,8 +25,9 @@ def run_demo(
 ) -> dict:
     folder = os.path.abspath(folder)
     data, out = os.path.join(folder, "data.zarr"), os.path.join(folder, "pca-output")
+    made = _demo_data_made(data, (rows, features))
     with cluster_client(scheduler) as client:
-        if not os.path.exists(os.path.join(data, "zarr.json")):
+        if not made:
             t0 = time.perf_counter()
             print(
                 f"making {rows:,} x {features} float32 (6 clusters in rank {rank}, plus noise) "
@@ -47,6 +49,27 @@ def run_demo(
             scheduler=scheduler,
             overwrite=True,
         )
+
+
+def _demo_data_made(data: str, shape: tuple) -> bool:
+    """Whether ``data`` holds the demo's array of this shape already (False: nothing is
+    there). Anything else there is refused: the demo never replaces data it did not make."""
+    if not os.path.lexists(data):
+        return False
+    import zarr
+
+    try:
+        found = zarr.open_array(data, mode="r", zarr_format=3).shape
+    except Exception:
+        found = None
+    if found == tuple(shape):
+        return True
+    raise OutputExistsError(
+        f"{data} exists and is not the demo's {shape[0]:,} x {shape[1]} Zarr v3 array"
+        + (f" (it holds {found[0]:,} x {found[1]})" if found and len(found) == 2 else "")
+        + "; the demo replaces nothing it cannot tell is its own.",
+        "move it away, or pass another --dir (or the --rows / --features it was made with).",
+    )
 
 
 def run_cells_demo(

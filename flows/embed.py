@@ -8,6 +8,7 @@ after a crash reuses every stage whose marker matches. ``_COMMITTED`` is written
 
 from __future__ import annotations
 
+import os
 import time
 
 from prefect import flow, get_run_logger, task
@@ -434,16 +435,29 @@ def _embed(spec: dict, scheduler) -> dict:
     with cluster_client(scheduler) as client:
         if len(steps) == 1:
             v = validate(spec)
-            manifest = _leased(spec["output"], lambda: _run_stages(spec, v, client))
+            manifest = _leased(
+                spec["output"], lambda: _run_stages(spec, _mode_now(spec, v), client)
+            )
         else:
             manifest = _run_chain(spec, steps, client)
     get_run_logger().info("committed %s (%s)", manifest["output"], manifest["timings"])
     return manifest
 
 
+def _mode_now(spec: dict, v: dict) -> dict:
+    """``v`` with the output's mode as it is once the lease is held: another run may have
+    committed the output, or left it unfinished, since the validate stage looked."""
+    store = RunStore(spec["output"])
+    mode = store.check_writable(spec["overwrite"], committed_ok=bool(spec.get("internal")))
+    return {**v, "mode": mode}
+
+
 def _leased(output: str, body):
-    """Run ``body()`` holding the output's lease (renewed while it runs)."""
-    lease = Lease(RunStore(output), holder=f"flow run {flow_run_id()}").acquire()
+    """Run ``body()`` holding the output's lease (renewed while it runs). A run that fails
+    removes the folder the lease made if it is left empty, never a folder that was there."""
+    store = RunStore(output)
+    existed = store.location.is_local and os.path.lexists(store.root)
+    lease = Lease(store, holder=f"flow run {flow_run_id()}").acquire()
     done = False
     try:
         with lease.keepalive():
@@ -451,7 +465,7 @@ def _leased(output: str, body):
             done = True
             return result
     finally:
-        lease.release(remove_empty_root=not done)
+        lease.release(remove_empty_root=not done and not existed)
 
 
 def _run_stages(spec: dict, v: dict, client, earlier: list | None = None) -> dict:
@@ -485,14 +499,17 @@ def _run_chain(spec: dict, steps: list[dict], client) -> dict:
     if isinstance(k, int):
         get_method(last["method"]).check(last["params"], (v1["shape"][0], k))
     root = RunStore(spec["output"])
-    mode = root.check_writable(spec["overwrite"])
+    root.check_writable(spec["overwrite"])  # refused before the lease is taken
     attrs = {"method": spec["method"], "version": dimred_dask.__version__}
 
     def body():
         nonlocal v1
-        if mode in ("new", "overwrite"):
-            root.prepare(mode, attrs)  # the chain's store first, its steps inside
+        now = root.check_writable(spec["overwrite"])  # again, now that the lease is held
+        if now in ("new", "overwrite"):
+            root.prepare(now, attrs)  # the chain's store first, its steps inside
             v1 = {**v1, "mode": "new"}
+        else:
+            v1 = _mode_now(first, v1)
         m1 = _run_stages(first, v1, client)
         v2 = validate(last)
         summary = {

@@ -8,6 +8,7 @@ Dask cluster, so that the CLI refuses bad input in about a second.
 
 from __future__ import annotations
 
+import numbers
 import time
 
 from prefect import get_run_logger, task
@@ -72,9 +73,10 @@ def _plan_chunks(spec: dict, inp) -> tuple[int, int | None]:
     memory = _worker_memory()
     if spec.get("chunk_rows"):
         rows = int(spec["chunk_rows"])
-        if memory and rows * d * itemsize > CHUNK_MEMORY_SHARE * memory:
+        largest = min(rows, n) * d * itemsize  # a chunk holds at most the input's rows
+        if memory and largest > CHUNK_MEMORY_SHARE * memory:
             raise StageError(
-                f"Stage 'validate': chunks of {rows} rows are {rows * d * itemsize / 2**20:,.0f} "
+                f"Stage 'validate': chunks of {rows} rows are {largest / 2**20:,.0f} "
                 f"MiB, more than {CHUNK_MEMORY_SHARE:.0%} of a worker's memory limit "
                 f"({memory / 2**20:,.0f} MiB); the workers would be killed for memory.",
                 f"leave --chunk-rows out (planned from memory), or pass at most "
@@ -107,6 +109,15 @@ def check_run(spec: dict) -> dict:
     actions, which are small); write nothing. Raises the typed error of the first check
     that fails. Returns what the checks found, for `validate`."""
     adapter = get_method(spec["method"])
+    rows = spec.get("chunk_rows")
+    if rows is not None and (
+        isinstance(rows, bool) or not isinstance(rows, numbers.Integral) or rows < 1
+    ):
+        raise InputError(
+            f"chunk_rows must be a positive number of rows; found {rows!r}.",
+            "leave --chunk-rows out (planned from the workers' memory), or pass e.g. "
+            "--chunk-rows 10000.",
+        )
     inp = open_run_input(spec, check_chunks=True)
     _check_locations(spec, inp)
     where = f"'{inp.location}'"
@@ -158,7 +169,8 @@ def preflight(spec: dict) -> None:
     steps = chain_steps(spec, METHODS)
     check_observer()
     found = check_run(steps[0])
-    if len(steps) == 2:
+    if len(steps) == 2:  # the chain's own store, as `_run_chain` checks it
+        RunStore(spec["output"]).check_writable(spec["overwrite"])
         k = found["params"]["n_components"]
         if isinstance(k, int):
             get_method(steps[1]["method"]).check(steps[1]["params"], (found["input"].shape[0], k))

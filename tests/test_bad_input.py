@@ -301,3 +301,57 @@ def test_cli_refuses_before_a_flow_run_or_a_cluster_starts(prefect_api, tmp_path
     # a good run still goes through the flow
     assert main(["run", "--input", good, "--output", str(tmp_path / "o")]) == 0
     assert _flow_run_count() == before + 1
+
+
+def test_a_chain_onto_an_occupied_output_is_refused_before_a_flow_run(
+    prefect_api, tmp_path, capsys
+):
+    """A chain's own store is checked with its first step's: an output that is a file or a
+    folder of someone else's is refused before Prefect or Dask start, and left as it was."""
+    from flows.cli import main
+
+    good = _write(tmp_path, _good(), "good")
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    afile = tmp_path / "a.txt"
+    afile.write_text("mine too")
+    before = _flow_run_count()
+    for out, found in ((folder, "not a dimred-dask run store"), (afile, "an existing file")):
+        for extra in ([], ["--overwrite"]):
+            argv = ["run", "--input", good, "--output", str(out), "--method", "pca+umap"]
+            assert main([*argv, *extra]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("error: OutputExistsError") and found in err, err
+            assert "Fix:" in err
+    assert _flow_run_count() == before
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+    assert afile.read_text() == "mine too"
+
+
+@pytest.mark.parametrize("rows", [-5, 0])
+def test_chunk_rows_below_one_is_refused(rows, client, prefect_api, tmp_path, capsys):
+    from flows.cli import main
+    from flows.embed import embed
+
+    good = _write(tmp_path, _good(), "good")
+    out = tmp_path / "o"
+    with pytest.raises(InputError, match=rf"chunk_rows must be a positive .* found {rows}"):
+        embed(good, str(out), params={"n_components": 2}, chunk_rows=rows)
+    assert not out.exists()
+    argv = ["run", "--input", good, "--output", str(out), "--chunk-rows", str(rows)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: InputError: chunk_rows must be") and "Fix:" in err, err
+    assert not out.exists()
+
+
+def test_chunk_rows_beyond_the_input_is_not_judged_by_rows_it_does_not_have(
+    client, prefect_api, tmp_path
+):
+    """A chunk holds at most the input's rows: a --chunk-rows past them fits any worker."""
+    from flows.embed import embed
+
+    good = _write(tmp_path, _good(), "good")
+    m = embed(good, str(tmp_path / "o"), params={"n_components": 2}, chunk_rows=10**12)
+    assert m["chunking"]["n_chunks"] == 1

@@ -11,7 +11,7 @@ import uuid
 import numpy as np
 import pytest
 
-from dimred_dask import PCA
+from dimred_dask import PCA, StoreError
 from dimred_dask.io import Lease, LeaseHeldError, RunStore, open_output, save_array
 from tests.data import low_rank, zarr_input
 
@@ -256,3 +256,31 @@ def test_credentials_from_a_prefect_secret_block(
         assert run.parameters["credentials_block"] == "s3-canary"
         seen += [a.model_dump_json() for a in pc.read_artifacts()]
     assert not any(key_id in t or secret in t for t in seen)
+
+
+def test_a_run_committed_meanwhile_is_not_written_over(
+    client, prefect_api, data, tmp_path, monkeypatch
+):
+    """The output's state is judged again once the lease is held: a run that commits the
+    output between another run's validate stage and its lease is not written over."""
+    import flows.embed as flow_module
+
+    uri, X = data
+    out = str(tmp_path / "late")
+    real = flow_module.validate
+    state = {"other": False}
+
+    def validate_then_another_run_commits(spec):
+        v = real(spec)
+        if not state["other"]:
+            state["other"] = True
+            flow_module.embed(uri, out, params={"n_components": 2})
+        return v
+
+    monkeypatch.setattr(flow_module, "validate", validate_then_another_run_commits)
+    with pytest.raises(StoreError, match="holds a committed run already"):
+        flow_module.embed(uri, out, params={"n_components": 3})
+    monkeypatch.undo()
+    Y = open_output(out).read_array("embedding")
+    np.testing.assert_allclose(Y, PCA(2).fit_transform(X), rtol=1e-4, atol=1e-3)
+    assert not os.path.exists(os.path.join(out, "_LEASE"))

@@ -472,3 +472,34 @@ def test_values_too_large_to_square_are_named_not_summed_to_inf():
     model = pca(Y, n_components=2)
     ref = PCA(2).fit(Y.astype(np.float64))
     np.testing.assert_allclose(np.abs(model.components), np.abs(ref.components_), atol=1e-6)
+
+
+def test_the_demo_never_replaces_data_it_did_not_make(client, prefect_api, tmp_path, capsys):
+    """`dimred-dask demo --dir` onto a folder whose data.zarr is someone's own (here a Zarr
+    v2 array, or one of another size) refuses and leaves it as it was."""
+    from flows.cli import main
+
+    data = tmp_path / "data.zarr"
+    _zarr(data, _data(100, 4), chunk_rows=50, zarr_format=2)
+    before = _tree(data)
+    argv = ["demo", "--dir", str(tmp_path), "--rows", "500", "--features", "8"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "OutputExistsError" in err and "not the demo's 500 x 8" in err and "Fix:" in err, err
+    assert _tree(data) == before
+    assert not (tmp_path / "pca-output").exists()
+
+
+def test_a_failed_run_leaves_an_output_folder_that_was_there(client, prefect_api, tmp_path, capsys):
+    """A run that fails after taking the lease removes the folder only when it made it."""
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(size=(40, 3)), rng.normal(size=(30, 3)) + 1000.0])
+    inp = _zarr(tmp_path / "apart.zarr", X.astype(np.float32), chunk_rows=70)
+    argv = ["--input", inp, "--method", "isomap", "--param", "n_neighbors=5"]
+    made = tmp_path / "mine"
+    made.mkdir()
+    for out in (made, tmp_path / "new"):
+        rc, err = _cli(capsys, *argv, "--output", str(out))
+        assert rc == 2 and "DisconnectedGraphError" in err, err
+    assert made.is_dir() and not any(made.iterdir())
+    assert not (tmp_path / "new").exists()

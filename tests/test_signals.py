@@ -104,3 +104,31 @@ def test_no_process_of_the_run_outlives_a_sigkilled_cli(tmp_path):
         except psutil.Error:
             pass
     assert survivors == []
+
+
+def test_an_interrupt_raised_inside_a_gc_callback_is_not_lost():
+    """The first Ctrl-C may arrive while a gc callback runs (distributed registers one), where
+    Python ignores the KeyboardInterrupt: it is raised again in the code that was running."""
+    import gc
+
+    from flows._process import interruptible
+
+    fired = []
+
+    def callback(phase, info):
+        if phase == "start" and not fired:
+            fired.append(phase)
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):  # the handler runs here, inside the callback
+                pass
+
+    gc.callbacks.append(callback)
+    try:
+        with pytest.raises(KeyboardInterrupt), interruptible("stopping"):
+            gc.collect()
+            deadline = time.monotonic() + STOP_SECONDS
+            while time.monotonic() < deadline:
+                pass
+    finally:
+        gc.callbacks.remove(callback)
+    assert fired
