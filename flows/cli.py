@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -56,8 +57,10 @@ def _params(args) -> dict:
     for item in args.param or []:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise DimredError(
-                f"--param takes name=value; found {item!r}. Fix: e.g. --param solver=covariance"
+            raise InputError(
+                f"--param takes name=value; found {item!r}.",
+                f"give the value too, e.g. --param {name or 'solver'}="
+                f"{'true' if name else 'covariance'}.",
             )
         step, dot, key = name.strip().rpartition(".")  # a chain's step keeps its own name
         params[step + dot + key.replace("-", "_")] = parse_param_value(value)
@@ -532,6 +535,10 @@ def main(argv=None) -> int:
                 }[args.command](args)
             finally:
                 stop_temporary_server(server)
+    except BrokenPipeError:  # the reader of our output stopped (| head): not a failure here
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141
     except DimredError as exc:
         if debug:
             traceback.print_exc()
@@ -549,8 +556,8 @@ def main(argv=None) -> int:
         return 1
     except KeyboardInterrupt:
         print(
-            f"interrupted: nothing is committed at {_where(args)}; run the same command again "
-            "to resume (completed stages are reused).",
+            f"interrupted: the run did not finish and committed nothing new at {_where(args)}; "
+            "run the same command again to resume (completed stages are reused).",
             file=sys.stderr,
         )
         return 130

@@ -291,6 +291,7 @@ def test_cli_refuses_before_a_flow_run_or_a_cluster_starts(prefect_api, tmp_path
         ["--input", str(tmp_path / "absent.npy"), "--output", str(tmp_path / "o")],
         ["--input", good, "--output", str(tmp_path / "o"), "--method", "pca+umap",
          "--param", "pca.n_components=3", "--param", "umap.n_neighbors=0"],
+        ["--input", good, "--output", str(tmp_path / "o"), "--param", "whiten"],
     ]  # fmt: skip
     for argv in cases:
         assert main(["run", *argv]) == 2
@@ -355,3 +356,20 @@ def test_chunk_rows_beyond_the_input_is_not_judged_by_rows_it_does_not_have(
     good = _write(tmp_path, _good(), "good")
     m = embed(good, str(tmp_path / "o"), params={"n_components": 2}, chunk_rows=10**12)
     assert m["chunking"]["n_chunks"] == 1
+
+
+def test_cli_output_into_a_closed_pipe_is_not_a_failure(tmp_path):
+    """``dimred-dask methods | head -1``: the reader closing the pipe ends the command quietly
+    (exit 141, as a shell reports SIGPIPE), not with the message of an unexplained failure."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "r, w = os.pipe(); os.close(r); os.dup2(w, 1)\n"
+        "from flows.cli import main\n"
+        "sys.exit(main(['methods']))\n"
+    )
+    root = str(__import__("pathlib").Path(__file__).parents[1])
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert res.returncode == 141 and res.stderr == "", (res.returncode, res.stderr)
