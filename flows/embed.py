@@ -85,8 +85,9 @@ def knn_stage(spec: dict, v: dict) -> dict:
         marker is not None
         and store.chunk_count("graph/indices") + store.chunk_count("graph/distances")
         == marker["info"]["stored_chunks"]
-    ):
-        return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
+    ):  # this run's own copy, wherever the stage first had it from
+        info = {**marker["info"], "source": "run store"}
+        return {**info, "reused": True, "seconds": time.perf_counter() - t0}
     inp = open_run_input(spec, v)
     cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location.url)
     graph = cache.load(fp) if cache is not None else None

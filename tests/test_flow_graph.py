@@ -55,6 +55,10 @@ def test_second_method_reuses_the_knn_graph(client, prefect_api, roll, tmp_path)
     second = embed(uri, str(tmp_path / "runs" / "lle"), method="lle", params=graph)
     assert second["stages"]["knn"] == "reused from cache"
     assert second["graph"]["fingerprint"] == first["graph"]["fingerprint"]
+    # resumed (its commit marker gone): the graph is its own stored copy, not the cache's
+    (tmp_path / "runs" / "lle" / "_COMMITTED").unlink()
+    resumed = embed(uri, str(tmp_path / "runs" / "lle"), method="lle", params=graph)
+    assert resumed["stages"]["knn"] == "reused", resumed["stages"]
     for name, ref in (
         ("lisomap", LandmarkIsomap(2, n_neighbors=10, n_landmarks=100)),
         ("lle", LocallyLinearEmbedding(2, n_neighbors=10)),
