@@ -198,19 +198,24 @@ def _last_flow_run_state():
 
 
 def test_forced_oversized_chunks_fail_fast_naming_stage_and_memory(
-    fresh_cluster, prefect_api, data, tmp_path
+    fresh_cluster, prefect_api, rng, tmp_path
 ):
+    """A forced chunk is judged by the rows it really holds (at most the input's): here the
+    whole 92 MiB input in one chunk, more than a quarter of a 300 MiB worker."""
     from flows.embed import embed
 
-    uri, _ = data
+    (tmp_path / "big").mkdir()
+    uri, _ = zarr_input(tmp_path / "big", rng, n=60_000, d=400, chunk_rows=6000)
     cluster = fresh_cluster(memory_limit="300MiB")
-    with pytest.raises(StageError, match=r"(?s)Stage 'validate'.*300 MiB.*--chunk-rows"):
+    with pytest.raises(
+        StageError, match=r"(?s)Stage 'validate'.*of 600000 rows are 92 MiB.*300 MiB.*--chunk-rows"
+    ):
         embed(
             uri,
             str(tmp_path / "out"),
             params={"n_components": 2},
             scheduler=cluster.scheduler_address,
-            chunk_rows=24_000 * 100,
+            chunk_rows=600_000,
         )
     assert _last_flow_run_state().is_failed()
     assert not (tmp_path / "out").exists()
