@@ -7,11 +7,20 @@ on the local threaded scheduler. NumPy work never goes through here.
 
 from __future__ import annotations
 
+import os
+import time
+
 import dask
 
 from ._progress import has_reporter, report
 
 __all__ = ["compute", "active_client"]
+
+# A worker over its memory's pause fraction runs no task until its memory falls; when every
+# worker stays paused, the graph waits for ever. An unattended run fails instead, after this
+# many seconds of every worker paused (DIMRED_PAUSED_TIMEOUT; 0: wait for ever).
+PAUSED_TIMEOUT = 600.0
+PAUSED_CHECK_EVERY = 2.0  # seconds between looks at the workers' states
 
 
 def active_client():
@@ -32,7 +41,22 @@ def compute(*collections, stage: str = "compute"):
     futures = client.compute(list(collections))
     if has_reporter():
         _follow(client, futures, stage)
+    else:
+        _wait(client, futures, stage)
     return tuple(client.gather(futures))
+
+
+def _wait(client, futures, stage: str, poll: float = 0.5) -> None:
+    """Wait for ``futures``, failing if every worker stays paused (`_PausedWatch`)."""
+    from distributed import wait
+
+    watch = _PausedWatch(client, stage)
+    while True:
+        try:
+            wait(futures, timeout=poll)
+            return
+        except TimeoutError:
+            watch.check()
 
 
 def _follow(client, futures, stage: str, poll: float = 0.25) -> None:
@@ -82,6 +106,7 @@ def _follow(client, futures, stage: str, poll: float = 0.25) -> None:
                 pass
 
         threading.Thread(target=listen, daemon=True, name="dimred-progress").start()
+    watch = _PausedWatch(client, stage)
     try:
         while True:
             try:
@@ -90,6 +115,7 @@ def _follow(client, futures, stage: str, poll: float = 0.25) -> None:
             except TimeoutError:
                 if latest["total"]:
                     report(stage, latest["done"], latest["total"])
+                watch.check()
         report(stage, max(latest["total"], 1), max(latest["total"], 1))
     finally:
         if feed is not None:
@@ -100,3 +126,46 @@ def _follow(client, futures, stage: str, poll: float = 0.25) -> None:
                 feed._loop_runner.loop.add_callback(comm.abort)
             except Exception:
                 pass
+
+
+class _PausedWatch:
+    """Fails the wait (`StageError`) once every worker has been paused for memory for
+    ``DIMRED_PAUSED_TIMEOUT`` seconds, naming their memory: the graph cannot progress."""
+
+    def __init__(self, client, stage: str):
+        self.client, self.stage = client, stage
+        raw = os.environ.get("DIMRED_PAUSED_TIMEOUT", "")
+        try:
+            self.timeout = float(raw) if raw.strip() else PAUSED_TIMEOUT
+        except ValueError:
+            self.timeout = PAUSED_TIMEOUT
+        self.next_look = time.monotonic() + min(PAUSED_CHECK_EVERY, self.timeout or 1.0)
+        self.since: float | None = None
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if self.timeout <= 0 or now < self.next_look:
+            return
+        self.next_look = now + min(PAUSED_CHECK_EVERY, self.timeout)
+        try:
+            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        except Exception:  # the scheduler is busy or gone: the wait reports that itself
+            return
+        paused = bool(workers) and all(w.get("status") == "paused" for w in workers.values())
+        if not paused:
+            self.since = None
+            return
+        self.since = self.since or now
+        if now - self.since >= self.timeout:
+            from .errors import StageError
+
+            limits = sorted({int(w.get("memory_limit") or 0) for w in workers.values()})
+            used = max(int((w.get("metrics") or {}).get("memory") or 0) for w in workers.values())
+            limit = ", ".join(f"{m / 2**20:,.0f} MiB" for m in limits if m) or "none"
+            raise StageError(
+                f"Stage '{self.stage}': all {len(workers)} workers have been paused for memory "
+                f"for {now - self.since:.0f} s, so no task can run (memory limit {limit}; the "
+                f"fullest worker holds {used / 2**20:,.0f} MiB).",
+                "give the workers more memory (the cluster's memory_limit), or fewer threads "
+                "per worker; DIMRED_PAUSED_TIMEOUT sets how long a run waits (0: for ever).",
+            )

@@ -221,6 +221,41 @@ def test_forced_oversized_chunks_fail_fast_naming_stage_and_memory(
     assert not (tmp_path / "out").exists()
 
 
+def test_workers_paused_for_memory_fail_the_run_instead_of_waiting_for_ever(
+    fresh_cluster, prefect_api, data, tmp_path, monkeypatch
+):
+    """A worker over its memory's pause fraction runs nothing until its memory falls; with
+    every worker paused the run would wait for ever. It fails after DIMRED_PAUSED_TIMEOUT
+    seconds, naming the stage and the workers' memory, and leaves nothing behind. (The
+    workers are paused by hand, with their own memory monitor told not to resume them.)"""
+    import dask
+    from distributed.core import Status
+
+    from flows.embed import embed
+
+    uri, _ = data
+    with dask.config.set({"distributed.worker.memory.pause": False}):
+        cluster = fresh_cluster(memory_limit="2GiB")
+
+    def pause(dask_worker):
+        dask_worker.status = Status.paused
+
+    monkeypatch.setenv("DIMRED_PAUSED_TIMEOUT", "3")
+    with Client(cluster) as c:
+        c.run(pause)
+        with pytest.raises(
+            StageError, match=r"(?s)all 2 workers have been paused for memory.*2,048"
+        ):
+            embed(
+                uri,
+                str(tmp_path / "out"),
+                params={"n_components": 2},
+                scheduler=cluster.scheduler_address,
+            )
+    assert _last_flow_run_state().is_failed()
+    assert not (tmp_path / "out").exists()
+
+
 def test_workers_that_keep_dying_fail_the_run_with_the_stage(
     fresh_cluster, prefect_api, data, tmp_path
 ):
