@@ -72,9 +72,19 @@ def read_errors(where, damaged, *, doing: str = "Reading", decoder_module: str |
 
 
 def exists(loc: Location) -> bool:
+    return _ask(loc, "exists")
+
+
+def is_folder(loc: Location) -> bool:
+    return _ask(loc, "isdir")
+
+
+def _ask(loc: Location, question: str) -> bool:
+    """``fs.<question>(path)`` of the location's filesystem; a storage failure is a
+    `StoreError`."""
     fs, path = fs_of(loc)
     try:
-        return fs.exists(path)
+        return getattr(fs, question)(path)
     except Exception as exc:
         if is_storage_error(exc):
             raise storage_error(exc, f"Opening {loc.url}") from None

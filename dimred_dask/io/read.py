@@ -31,6 +31,7 @@ from .base import (
     OpenOptions,
     exists as _exists,
     fs_of as _fs,
+    is_folder as _is_folder,
     plan_row_chunk,
     read_errors,
     row_range,
@@ -223,16 +224,6 @@ def open_input(
         arr = arr.astype(target)  # chunkwise, CSR chunks included
         meta.update(stored_dtype=meta["dtype"], dtype=str(arr.dtype))
     return InputArray(arr, loc, fmt, meta)
-
-
-def _is_folder(loc: Location) -> bool:
-    fs, path = _fs(loc)
-    try:
-        return fs.isdir(path)
-    except Exception as exc:
-        if is_storage_error(exc):
-            raise storage_error(exc, f"Opening {loc.url}") from None
-        raise
 
 
 OPENERS = {}  # format -> opener(loc, opts) -> (dask array, meta); filled below
