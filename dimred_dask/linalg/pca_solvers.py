@@ -284,7 +284,13 @@ def randomized_eigh(
     rng = check_random_state(random_state)
     width = min(d, n_components + n_oversamples)
     q, _ = np.linalg.qr(rng.standard_normal((d, width)))
-    block = sparse_gram_products if is_sparse_input(X) else _block_products
+    block = (
+        sparse_gram_products
+        if is_sparse_input(X)
+        else _centred_block_products
+        if _offset_costs_precision(stats, X.dtype)
+        else _block_products
+    )
     steps = int(n_iter) + 1
     krylov = _Krylov(d, min(d, width * steps), q)
     for it in range(steps):
@@ -373,6 +379,30 @@ def _block_products(block, mean, q):
     x = np.asarray(block)
     y = (x @ q.astype(x.dtype, copy=False)).astype(np.float64) - (mean @ q)
     return (x.T @ y.astype(x.dtype, copy=False)).astype(np.float64) - np.outer(mean, y.sum(axis=0))
+
+
+# Implicit centring, X q - 1 (mean^T q) in X's dtype, loses about eps * |mean| / std of each
+# column's spread to cancellation; above this loss the rows are centred explicitly (a copy of
+# each block): float32 columns whose mean is a few hundred of their standard deviations.
+CANCELLATION_LIMIT = 1e-5
+
+
+def _offset_costs_precision(stats, dtype) -> bool:
+    """Whether implicit centring would lose more than ``CANCELLATION_LIMIT`` of some column's
+    spread to cancellation (a mean large against its standard deviation)."""
+    std = np.sqrt(np.asarray(stats.sumsq, np.float64) / max(stats.n - 1, 1))
+    ratio = np.abs(stats.mean) / np.maximum(std, np.finfo(np.float64).tiny)
+    ratio = ratio[std > 0]  # constant columns have no spread to lose
+    return bool(ratio.size) and float(np.finfo(dtype).eps * ratio.max()) > CANCELLATION_LIMIT
+
+
+def _centred_block_products(block, mean, q):
+    """`_block_products` with the block centred first (by its dtype's rounding of the mean,
+    which the subtraction of nearby values leaves exact; the rest of the mean in float64)."""
+    x = np.asarray(block)
+    m = mean.astype(x.dtype)
+    xc = x - m
+    return _block_products(xc, mean - m.astype(np.float64), q)
 
 
 def _add(a, b):
