@@ -82,6 +82,20 @@ def test_randomized_keeps_its_precision_on_float32_data_far_from_the_origin(rng,
     np.testing.assert_allclose(got, exact, rtol=2e-6)
 
 
+@pytest.mark.parametrize("solver", ["covariance", "tsqr", "single-pass"])
+def test_transform_of_float32_rows_far_from_the_origin_is_exact(rng, solver):
+    """The mean of float32 rows 1e5 from the origin does not fit in float32 (rounding 4e-3):
+    the model keeps it in float64 and the embedding is (X - mean) W to float32's precision,
+    not shifted by the mean's rounding (6e-4 of the embedding's range before)."""
+    Z = rng.standard_normal((20000, 20)) * np.linspace(1.0, 0.01, 20)
+    X = (Z + 1e5).astype(np.float32)
+    est = PCA(5, solver=solver, random_state=0).fit(X)
+    Y = est.transform(X)
+    exact = (X - X.mean(axis=0, dtype=np.float64)) @ est.components_.T.astype(np.float64)
+    assert Y.dtype == np.float32 and est.mean_.dtype == np.float32  # as scikit-learn's
+    assert np.abs(Y - exact).max() <= 1e-6 * np.abs(exact).max()
+
+
 def test_dask_in_lazy_dask_out(rng):
     X = da.from_array(low_rank(rng), chunks=(200, 20))
     model = PCA(3).fit(X)

@@ -113,10 +113,12 @@ class PCAModel(HasConvergence):
             w = w / scale
         if is_sparse_input(X):  # X W - 1 (mean^T W): X is never centred
             return sparse_affine(X, w, self.mean, dtype)
-        w, mu = w.astype(dtype), self.mean.astype(dtype)
+        mu = self.mean.astype(dtype)  # an exact subtraction of nearby values; the rest of
+        shift = ((mu - self.mean) @ w).astype(dtype)  # the mean is added after the product
+        w = w.astype(dtype)
 
         def encode(block):
-            return (block.astype(dtype, copy=False) - mu) @ w
+            return (block.astype(dtype, copy=False) - mu) @ w + shift
 
         return rowwise(X, encode, self.n_components, dtype)
 
@@ -564,7 +566,7 @@ def pca(
     }
     model = PCAModel(
         comps.astype(X.dtype),
-        sp.mean.astype(X.dtype),
+        np.asarray(sp.mean, np.float64),  # float64: X's dtype may not hold it (transform)
         kept.astype(X.dtype),
         ratio_all[:k].astype(X.dtype),
         np.sqrt(kept * (n - 1)).astype(X.dtype),
@@ -747,7 +749,7 @@ class PCA(DimredEstimator):
         )
         self._model = model
         self.components_ = model.components
-        self.mean_ = model.mean
+        self.mean_ = model.mean.astype(model.components.dtype)
         self.explained_variance_ = model.explained_variance
         self.explained_variance_ratio_ = model.explained_variance_ratio
         self.singular_values_ = model.singular_values
