@@ -121,12 +121,6 @@ def _pca_fit_quietly(X, p: dict, run):
     return model
 
 
-def _pca_save(model: PCAModel, store) -> None:
-    for name, value in model.arrays().items():
-        store.write_array(f"model/{name}", value)
-    store.write_attrs("model", model.scalars())
-
-
 def _pca_load(store) -> PCAModel:
     model = PCAModel.from_arrays(store.read_group("model"), store.read_attrs("model"))
     if model.info.get("row_sketch"):  # a handle on the stored row sketch, not its data
@@ -285,7 +279,6 @@ METHODS = {
         defaults=PCA_DEFAULTS,
         check=_pca_check,
         fit=_pca_fit,
-        save=_pca_save,
         load=_pca_load,
         transform=_pca_transform,
         summary=_pca_summary,

@@ -218,8 +218,8 @@ def open_input(
         **meta,
         **(check() if check else {}),
     }
-    # the machine's byte order first: big-endian float32 stays float32
-    target = float_dtype(np.dtype(arr.dtype).newbyteorder("=")) if as_float else arr.dtype
+    # in the machine's byte order (float_dtype's): big-endian float32 stays float32
+    target = float_dtype(arr.dtype) if as_float else arr.dtype
     if target != arr.dtype:
         arr = arr.astype(target)  # chunkwise, CSR chunks included
         meta.update(stored_dtype=meta["dtype"], dtype=str(arr.dtype))
