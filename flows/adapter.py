@@ -1,5 +1,6 @@
-"""The contract between the embedding flow and a method: `MethodAdapter`, and the helpers every
-method family's adapters share. A family registers its adapters in its own module
+"""The contract between the embedding flow and a method: `MethodAdapter`, the adapter derived
+from a method's spec (`adapter_from_spec`), and the helpers the hand-written adapters share. A
+family whose methods need more than their specs say registers its adapters in its own module
 (``flows/methods_<family>.py``, a dict ``METHODS``) and ``flows/methods.py`` merges them."""
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ def training_embedding(Y, X):
 @dataclass(frozen=True, kw_only=True)
 class MethodAdapter:
     """How the flow drives a method. Most methods' adapters come from their specs
-    (`adapter_from_spec`); a method family that needs more (the kNN graph, the kernel stage,
-    checkpoints) writes its own in ``flows/methods_<family>.py``."""
+    (`adapter_from_spec`); a method family that needs more (the kernel stage, checkpoints)
+    writes its own in ``flows/methods_<family>.py``."""
 
     name: str
     defaults: dict
@@ -148,7 +149,9 @@ def no_metrics(model, X_sample, Y_sample) -> dict:
 def adapter_from_spec(spec) -> MethodAdapter:
     """The flow's adapter of a method whose spec names its ``model`` and its ``check``: the
     spec's flow defaults, the method's own parameter checks (before anything is written),
-    its function as the fit, and its model saved and loaded through the run store.
+    the kNN graph it needs (``knn_graph``: the kNN stage builds it and the fit gets it as
+    ``graph=``), its function (or ``flow_function``) as the fit, and its model saved and
+    loaded through the run store.
 
     Parameters
     ----------
@@ -166,17 +169,20 @@ def adapter_from_spec(spec) -> MethodAdapter:
         )
     defaults = spec.flow_defaults()
     labels = spec.second_input == "labels"
+    function = spec.flow_function or spec.function
 
     def check(params: dict, shape: tuple) -> dict:
         p = check_known(spec.name, params, defaults)
         spec.check(p, shape)
         return p
 
-    def fit(X, p: dict, labels=None, **_):
+    def fit(X, p: dict, labels=None, graph=None, **_):
+        if spec.knn_graph:
+            p = {**p, "graph": graph}
         if spec.second_input == "labels":  # a column of labels as a vector
             y = labels[:, 0] if labels.ndim == 2 and labels.shape[1] == 1 else labels
-            return spec.function(X, y, **p)
-        return spec.function(X, **p)
+            return function(X, y, **p)
+        return function(X, **p)
 
     return MethodAdapter(
         name=spec.name,
@@ -185,4 +191,24 @@ def adapter_from_spec(spec) -> MethodAdapter:
         fit=fit,
         load=model_loader(spec.model),
         needs_labels=labels,
+        graph=_graph_request(spec.knn_graph) if spec.knn_graph else None,
     )
+
+
+def _graph_request(need):
+    """The adapter's ``graph``: the kNN stage's request from the method's parameters."""
+
+    def graph(params: dict, shape: tuple) -> dict | None:
+        kind = need(params) if callable(need) else need
+        if not kind:
+            return None
+        return {
+            "n_neighbors": params["n_neighbors"],
+            "metric": params["metric"],
+            "backend": params["knn_backend"],
+            "join_components": params["join_components"],
+            "random_state": params["random_state"],
+            "connected": kind == "connected",
+        }
+
+    return graph

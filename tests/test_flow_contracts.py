@@ -75,17 +75,18 @@ def test_every_method_runs_through_the_flow(name, client, prefect_api, tmp_path)
 
 
 def test_a_method_whose_spec_has_model_and_check_needs_no_flow_code():
-    """Landmark MDS and (kernel) supervised PCA have no code in ``flows/``: their adapters are
-    derived from their specs (defaults, the function's own parameter checks before anything
-    is written, the labels where the function takes them, the model through the run store);
-    the runs above commit them like every other method's."""
+    """Landmark MDS, (kernel) supervised PCA and the graph methods have no code in
+    ``flows/``: their adapters are derived from their specs (defaults, the function's own
+    parameter checks before anything is written, the labels where the function takes them,
+    the kNN graph it needs, the model through the run store); the runs above commit them
+    like every other method's."""
     import pathlib
 
     from flows.adapter import adapter_from_spec, model_summary, save_model
     from flows.methods import METHODS
 
     derived = [n for n, s in SPECS.items() if s.model is not None and s.check is not None]
-    assert {"landmark-mds", "spca", "kspca"} <= set(derived)
+    assert {"landmark-mds", "spca", "kspca", "isomap", "lle", "spectral"} <= set(derived)
     source = "".join(
         p.read_text() for p in (pathlib.Path(__file__).parents[1] / "flows").glob("*.py")
     )
@@ -104,3 +105,76 @@ def test_a_method_whose_spec_has_model_and_check_needs_no_flow_code():
         METHODS["spca"].check({"n_components": 7}, (100, 5))
     with pytest.raises(ValueError, match="model= and check="):
         adapter_from_spec(SPECS["tsne"])
+    # the graph methods: the kNN stage's request from the parameters, the functions' checks
+    spectral = METHODS["spectral"]
+    p = spectral.check({}, (100, 5))
+    assert spectral.graph(p, (100, 5))["connected"] is False  # cut along its components
+    assert spectral.graph({**p, "affinity": "gaussian"}, (100, 5)) is None  # Nyström: none
+    lle = METHODS["lle"]
+    request = lle.graph(lle.check({"n_neighbors": 7}, (100, 5)), (100, 5))
+    assert request["connected"] is True and request["n_neighbors"] == 7
+    with pytest.raises(InputError, match="n_neighbors > n_components"):
+        lle.check({"n_neighbors": 3, "n_components": 3}, (100, 5))
+    with pytest.raises(InputError, match="geodesic matrix"):
+        METHODS["isomap"].check({}, (20_001, 5))
+    with pytest.raises(InputError, match="n_landmarks"):
+        METHODS["landmark-isomap"].check({"n_landmarks": 2}, (100, 5))
+
+
+def _names_in_code(path) -> set[str]:
+    """The identifiers a module's code uses (names, attributes, imports) and its string
+    constants, docstrings and comments left out."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, ast.alias):
+            out.add(node.name.rsplit(".", 1)[-1])
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module.rsplit(".", 1)[-1])
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) not in docstrings:
+                out.add(node.value)
+    return out
+
+
+def test_a_method_of_the_spec_route_is_named_by_its_own_module_only():
+    """Adding a method that needs no flow stage touches its module, its tests and its README
+    row: no other code of the package or the flow names it, by its flow name, its module,
+    its estimator, its function or its model (landmark MDS, `methods/landmark_mds.py`, and
+    the supervised PCAs, `methods/spca.py`)."""
+    import inspect
+    import pathlib
+
+    root = pathlib.Path(__file__).parents[1]
+    files = [*root.joinpath("dimred_dask").rglob("*.py"), *root.joinpath("flows").glob("*.py")]
+    code = {path.resolve(): _names_in_code(path) for path in files}
+    derived = [
+        s for s in SPECS.values() if s.model is not None and s.check is not None and not s.knn_graph
+    ]
+    assert {"landmark-mds", "spca", "kspca"} <= {s.name for s in derived}
+    for spec in derived:
+        own = {
+            pathlib.Path(inspect.getsourcefile(obj)).resolve()
+            for obj in (spec.estimator, spec.function, spec.model)
+        }
+        module = pathlib.Path(inspect.getsourcefile(spec.estimator)).stem
+        names = {spec.name, module, spec.estimator.__name__, spec.function.__name__}
+        names.add(spec.model.__name__)
+        named = sorted(str(p.relative_to(root)) for p, used in code.items() if names & used)
+        assert [p for p in named if root / p not in own] == [], spec.name
+    # the other kind names its module elsewhere (its adapter in flows/), which the check sees
+    assert "mds" in code[root.joinpath("flows", "methods.py").resolve()]

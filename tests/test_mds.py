@@ -15,15 +15,8 @@ from sklearn.decomposition import PCA as SkPCA
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dimred_dask.errors import InputError
-from dimred_dask.methods.mds import (
-    MDS,
-    LandmarkMDS,
-    LandmarkMDSModel,
-    MDSModel,
-    check_distance_matrix,
-    classical_mds,
-    landmark_mds,
-)
+from dimred_dask.methods.landmark_mds import LandmarkMDS, LandmarkMDSModel, landmark_mds
+from dimred_dask.methods.mds import MDS, MDSModel, check_distance_matrix, classical_mds
 from tests.data import low_rank
 
 # Dense eigh of B and scikit-learn's SVD of Xc are both backward stable: they agree to

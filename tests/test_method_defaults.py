@@ -151,8 +151,7 @@ def _readme_rows() -> list[str]:
     rows, previous = [], None
     for spec in SPECS.values():
         functions = ", ".join(f"`{f.__name__}`" for f in (spec.function, *spec.more_functions))
-        text, target = spec.docs
-        details = "same" if spec.docs == previous else f"[{text}]({target})"
+        details = "same" if spec.docs == previous else f"[{spec.docs.title}]({spec.docs.target})"
         previous = spec.docs
         rows.append(
             f"| `{spec.name}` | `{spec.estimator.__name__}` | {functions} | {spec.takes} | "

@@ -243,7 +243,7 @@ def test_every_landmark_method_chooses_with_the_one_chooser():
     `choose_landmarks` (the same rows for the same seed); the ones that need rows refuse
     k-means centres before any work; non-finite sample rows name the method."""
     from dimred_dask.methods import LandmarkIsomap, LandmarkMDS, landmark_mvu
-    from dimred_dask.methods.mds import LANDMARK_CHOICES
+    from dimred_dask.methods.landmark_mds import LANDMARK_CHOICES
 
     X = np.random.default_rng(3).standard_normal((240, 3))
     for how in ("maxmin", "uniform"):

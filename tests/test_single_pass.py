@@ -334,11 +334,12 @@ def test_auto_takes_single_pass_out_of_core_when_max_error_allows(
     from flows.methods import get_method
 
     pca_module = importlib.import_module("dimred_dask.methods.pca")
+    plan_module = importlib.import_module("dimred_dask.methods._pca_plan")
     X = _decaying(rng, n=6000, d=50, power=2.0, dtype=np.float32)
     Xd = da.from_array(X, chunks=(1500, 50))
-    plan = pca_module.plan_solver
+    plan = plan_module.plan_solver
     assert plan(Xd, "auto", 3, max_error=0.02)[1]["why"].startswith("exact: the data")
-    monkeypatch.setattr(pca_module, "OUT_OF_CORE_SHARE", 1e-9)  # the plan runs here
+    monkeypatch.setattr(plan_module, "OUT_OF_CORE_SHARE", 1e-9)  # the plan runs here
     assert plan(Xd, "auto", 3)[0] == "covariance"
     assert plan(X, "auto", 3, max_error=0.02)[0] == "covariance"
     wide, why = plan(Xd, "auto", 20, max_error=0.02)  # a sketch of 40 of the 50 columns

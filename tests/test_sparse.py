@@ -265,14 +265,14 @@ def test_pca_fraction_of_variance_and_auto(data, monkeypatch):
     model = PCA(0.9).fit(X)
     oracle = SkPCA(0.9, svd_solver="full").fit(X.toarray())
     assert model.solver_ == "covariance" and model.n_components_ == oracle.n_components_
-    pca_module = importlib.import_module("dimred_dask.methods.pca")
+    pca_module = importlib.import_module("dimred_dask.methods._pca_plan")
     monkeypatch.setattr(pca_module, "COVARIANCE_MAX_FEATURES", 100)
     assert PCA(K, random_state=0).fit(X).solver_ == "randomized"  # d = 400 > 100
     assert PCA(K, random_state=0).fit(X.toarray()).solver_ == "dual"  # dense: n <= 4096
 
 
 def test_pca_covariance_refused_when_d_x_d_does_not_fit(data, monkeypatch):
-    pca_module = importlib.import_module("dimred_dask.methods.pca")
+    pca_module = importlib.import_module("dimred_dask.methods._pca_plan")
     X, _ = data
     monkeypatch.setattr(pca_module, "SPARSE_COVARIANCE_SHARE", 1e-6)
     with pytest.raises(InputError, match="d x d float64") as err:

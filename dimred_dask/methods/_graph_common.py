@@ -58,6 +58,19 @@ class ArrayModel(HasConvergence):
         }
         return {**out, **{k: _plain(v) for k, v in getattr(self, "info", {}).items()}}
 
+    def summary(self) -> dict:
+        """What a run's manifest records of the fit: the model's scalars, its eigenvalues
+        and the records of its iterative solves."""
+        out = {
+            k: v
+            for k, v in self.scalars().items()
+            if isinstance(v, (int, float, str, bool, dict)) or v is None
+        }
+        values = getattr(self, "eigenvalues", None)
+        if values is not None:
+            out["eigenvalues"] = np.asarray(values, dtype=float).tolist()
+        return {**out, "convergence": self.convergence}
+
     @classmethod
     def from_arrays(cls, arrays: dict, scalars: dict):
         names = {f.name for f in fields(cls)}

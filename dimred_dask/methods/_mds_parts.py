@@ -1,22 +1,33 @@
-"""The parts classical MDS, landmark MDS and Isomap's MDS share (`methods.mds`): their
-parameter checks, squared distances, the eigensolve of B = -1/2 J D2 J with its negative
-part, and Kruskal's stress-1."""
+"""The parts classical MDS, landmark MDS and Isomap's MDS share (`methods.mds`,
+`methods.landmark_mds`): their parameter checks, squared distances, the eigensolve of
+B = -1/2 J D2 J with its negative part, Kruskal's stress-1, the models' triangulation of new
+points and the estimators' common attributes."""
 
 from __future__ import annotations
 
 import numbers
 import warnings
+from dataclasses import fields
 
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from .._validation import is_dask
+from .._validation import check_is_fitted, is_dask
 from ..blocks.kernels import METRICS, distance_block
 from ..errors import DimredWarning, InputError
 from ..linalg import take_rows, top_eigh
 from ..linalg.convergence import diagnostic, require_converged
 from ..pairwise import check_metric, pairwise_distances
-from ._base import sign_fix
+from ._base import (
+    DimredEstimator,
+    HasConvergence,
+    ModelTransform,
+    kept,
+    row_blocks,
+    row_range,
+    rowwise,
+    sign_fix,
+)
 
 MDS_SOLVERS = ("auto", "dense", "randomized", "lanczos")
 STRESS_MAX_ROWS = 2000  # stress is exact up to this many points, sampled above
@@ -212,3 +223,126 @@ def _kruskal_stress(d: np.ndarray, y: np.ndarray) -> float:
     d = d[iu]
     den = float((d * d).sum())
     return float(np.sqrt(((d - dy) ** 2).sum() / den)) if den > 0 else 0.0
+
+
+# --------------------------------------------------------------------------- models
+
+
+class _Triangulating(HasConvergence):
+    """``transform`` and save/load shared by the two models.
+
+    A point x maps to (delta_x - sq_means) @ proj + offset, delta_x its squared distances to
+    the reference points (training rows or landmarks); for a precomputed model the rows given
+    to ``transform`` are the distances from the new points to the n training points.
+    """
+
+    _ARRAYS: tuple = ()
+
+    @property
+    def n_components(self) -> int:
+        return int(self.proj.shape[1])
+
+    @property
+    def explained_variance_ratio(self) -> np.ndarray:
+        """lambda / trace(B): PCA's explained variance ratio for Euclidean distances."""
+        return self.eigenvalues / self.trace if self.trace > 0 else np.zeros_like(self.eigenvalues)
+
+    def summary(self) -> dict:
+        """What a run's manifest records of the fit: eigenvalues, the first negative ones,
+        stress, the metric, and the solver's scalars and convergence."""
+        return {
+            "n_components": int(self.n_components),
+            "eigenvalues": np.asarray(self.eigenvalues, dtype=float).tolist(),
+            "explained_variance_ratio": np.asarray(self.explained_variance_ratio, float).tolist(),
+            "negative_eigenvalues": np.asarray(self.negative_eigenvalues, float)[:10].tolist(),
+            "negative_ratio": self.negative_ratio,
+            "negative_mass": self.negative_mass,
+            "stress": float(self.stress),
+            "metric": dict(self.metric),
+            **{k: v for k, v in self.info.items() if isinstance(v, (int, float, str, bool))},
+            "convergence": self.convergence,
+        }
+
+    def transform(self, X):
+        """Embed rows of X (NumPy, or lazily row block by row block for dask). The sum over
+        the training rows (or landmarks) is taken one block at a time: all of them in
+        memory, or the stored chunks of a model loaded from a run store (`_base.row_blocks`).
+        """
+        dtype, k = X.dtype, self.n_components
+        offset = np.zeros(k) if self.offset is None else np.asarray(self.offset)
+        metric, shift, ref = dict(self.metric), self.shift, self._reference()
+        proj, mean_sq = self.proj, np.asarray(self.sq_means, np.float64)
+
+        def encode(block):
+            block = np.asarray(block)
+            if ref is not None and shift is not None:
+                block = block - shift.astype(block.dtype)
+            out = np.zeros((block.shape[0], k))
+            for lo, part in row_blocks(proj if ref is None else ref):
+                hi = lo + part.shape[0]
+                if ref is None:  # precomputed: the block holds distances to the training points
+                    delta, p = np.asarray(block[:, lo:hi], np.float64) ** 2, part
+                else:
+                    if shift is not None:
+                        part = part - shift.astype(part.dtype)
+                    delta = _sq_block(block, part.astype(block.dtype, copy=False), metric)
+                    p = row_range(proj, lo, hi)
+                out += (delta - mean_sq[lo:hi]) @ np.asarray(p, np.float64)
+            return (out + offset).astype(dtype)
+
+        return rowwise(X, encode, k, dtype)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays that make up the model, for a store's ``model/`` group."""
+        return {
+            f"{n}_": np.asarray(getattr(self, n))
+            for n in self._ARRAYS
+            if getattr(self, n) is not None
+        }
+
+    def scalars(self) -> dict:
+        """Everything else (JSON-able), for the manifest."""
+        out = {
+            f.name: _plain(getattr(self, f.name))
+            for f in fields(self)
+            if f.name not in self._ARRAYS and f.name != "info"
+        }
+        return {**out, **{k: _plain(v) for k, v in self.info.items()}}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, scalars: dict):
+        names = {f.name for f in fields(cls)}
+        kw = {n: kept(arrays[f"{n}_"]) for n in cls._ARRAYS if f"{n}_" in arrays}
+        kw.update({k: v for k, v in scalars.items() if k in names and k not in cls._ARRAYS})
+        kw["metric"] = dict(kw["metric"])
+        kw["info"] = {k: v for k, v in scalars.items() if k not in names}
+        return cls(**kw)
+
+
+def _plain(v):
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v.item() if isinstance(v, np.generic) else v
+
+
+class _MDSBase(ModelTransform, DimredEstimator):
+    _method = "MDS"
+
+    def _set_common(self, model):
+        self._model = model
+        self.eigenvalues_ = model.eigenvalues
+        self.explained_variance_ratio_ = model.explained_variance_ratio
+        self.negative_eigenvalues_ = model.negative_eigenvalues
+        self.negative_mass_ = model.negative_mass
+        self.negative_ratio_ = model.negative_ratio
+        self.stress_ = model.stress
+        self.n_components_ = model.n_components
+        self.convergence_ = model.convergence
+
+    def fit_transform(self, X, y=None):
+        return self.fit(X).embedding_
+
+    def get_feature_names_out(self, input_features=None):
+        check_is_fitted(self, "embedding_")
+        prefix = type(self).__name__.lower()
+        return np.array([f"{prefix}{i}" for i in range(self.n_components_)], dtype=object)

@@ -1,5 +1,6 @@
 """`MethodSpec`: what the flow, the CLI, the README's method table and the contract tests know
-about a method, declared once per method in `dimred_dask.methods.specs`.
+about a method, declared once per method in its own module (``METHOD_SPECS``), where
+`dimred_dask.methods.specs` finds it.
 
 A method's parameters and their defaults are its estimator's ``__init__`` keywords (the
 scikit-learn convention, which ``get_params`` reads); their types and one-line descriptions
@@ -17,7 +18,59 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-__all__ = ["MethodSpec", "Param", "document_parameters", "numpydoc_parameters"]
+__all__ = [
+    "MethodSpec",
+    "Family",
+    "Param",
+    "document_parameters",
+    "numpydoc_parameters",
+    "DOCS_PCA",
+    "DOCS_LINEAR",
+    "DOCS_GRAPH",
+    "DOCS_NEIGHBOUR",
+    "DOCS_SDP",
+]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family of methods: its section of ``docs/methods.md`` (the README table's link) and
+    its place in the table (families in ``rank`` order, methods by name within one)."""
+
+    rank: int
+    title: str
+    target: str
+
+
+DOCS_PCA = Family(0, "PCA", "docs/methods.md#pca-solvers-sparse-input-float32")
+DOCS_LINEAR = Family(
+    1, "kernel, distance and supervised", "docs/methods.md#kernel-distance-and-supervised-methods"
+)
+DOCS_GRAPH = Family(
+    2,
+    "graph methods",
+    "docs/methods.md#graph-methods-isomap-lle-laplacian-eigenmaps-spectral-clustering",
+)
+DOCS_NEIGHBOUR = Family(
+    3, "neighbour embeddings", "docs/methods.md#t-sne-umap-and-sne-neighbour-embeddings"
+)
+DOCS_SDP = Family(
+    4,
+    "semidefinite embeddings",
+    "docs/methods.md#semidefinite-embeddings-mvu-action-respecting-embedding-landmark-mvu",
+)
+
+# what several specs say alike
+KNN_STAGE = "the kNN stage"
+NEIGHBOUR_ADDS = "the kNN stage, checkpoints; one fit over all workers (`optimizer=distributed`)"
+# the flow writes its own checkpoints into the run store, relays progress to Prefect and
+# chooses the threads of each embedding task
+OPTIMISER_SUPPLIED = {
+    "checkpoint": "the flow checkpoints into the run store",
+    "callback": "the flow relays progress to Prefect",
+    "n_jobs": "the flow chooses each embedding task's threads",
+}
+SDP_FUNCTION_ONLY = {"verbose": "prints the SDP solver's own log (a debugging aid)"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +100,13 @@ class MethodSpec:
     written.
     ``second_input``: "labels" when the function takes the labels as its second argument
     (the flow's ``--labels``).
+    ``knn_graph``: the kNN graph the flow builds first (its kNN stage) and passes to the
+    function as ``graph=``: "connected" (a disconnected graph is joined with
+    ``join_components`` or refused), "components" (kept as it is), or a function of the
+    parameters giving one of these or "" (no graph). The graph's options are the method's
+    ``n_neighbors``, ``metric``, ``knn_backend``, ``join_components`` and ``random_state``.
+    ``flow_function``: what the flow calls instead of ``function`` (same parameters), e.g. a
+    route that leaves the fit's large arrays on the workers.
 
     A method with a ``model`` and a ``check`` needs no flow code: the flow's adapter is derived
     from its spec (``flows.adapter.adapter_from_spec``).
@@ -56,7 +116,7 @@ class MethodSpec:
     estimator: type
     function: Callable
     takes: str  # what X is, in the README's words
-    docs: tuple[str, str]  # (link text, docs/... target) of the method's detailed section
+    docs: Family  # the family whose section of docs/methods.md details the method
     flow_adds: str = ""  # the stages the flow adds before the fit
     more_functions: tuple[Callable, ...] = ()  # e.g. the parameter sweep
     follows_pca: bool = False  # may be the second step of a chain, pca+<name>
@@ -64,11 +124,15 @@ class MethodSpec:
     flow_overrides: Mapping[str, tuple[object, str]] = field(default_factory=dict)
     not_in_estimator: Mapping[str, str] = field(default_factory=dict)
     function_defaults: Mapping[str, object] | None = None
-    model: type | None = None
+    model: type | None = None  # the class of the function's result
     check: Callable[[dict, tuple], None] | None = None
     second_input: str = ""
+    knn_graph: str | Callable[[dict], str] = ""
+    flow_function: Callable | None = None
 
     def __post_init__(self):
+        if not callable(self.knn_graph) and self.knn_graph not in ("", "connected", "components"):
+            raise ValueError(f"knn_graph of {self.name!r}: {self.knn_graph!r}")
         document_parameters(self.estimator, self.function)
 
     @property
@@ -77,6 +141,12 @@ class MethodSpec:
         paragraph = (self.estimator.__doc__ or "").strip().split("\n\n")[0]
         text = " ".join(line.strip() for line in paragraph.splitlines()).replace("``", "")
         return _first_sentence(text)
+
+    def exports(self) -> dict:
+        """The names the package exports for the method: its estimator, its functions and
+        its model class."""
+        objects = (self.estimator, self.function, *self.more_functions, self.model)
+        return {obj.__name__: obj for obj in objects if obj is not None}
 
     def estimator_defaults(self) -> dict:
         sig = inspect.signature(self.estimator.__init__)

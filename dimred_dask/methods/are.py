@@ -27,6 +27,7 @@ from ..graphs import check_reg
 from ..graphs.sdp import edge_list
 from ._distance_sdp import distance_sdp, kernel_embedding
 from .mvu import EXACT_MAX, SDPEmbeddingModel, SDPEstimator, check_sdp_params, prepare_graph
+from ._spec import DOCS_SDP, KNN_STAGE, MethodSpec, SDP_FUNCTION_ONLY
 
 __all__ = [
     "ActionRespectingEmbedding",
@@ -411,3 +412,17 @@ class ActionRespectingEmbedding(SDPEstimator):
 
     def fit_transform(self, X, actions=None):
         return self.fit(X, actions).embedding_
+
+
+METHOD_SPECS = (
+    MethodSpec(
+        "are",
+        ActionRespectingEmbedding,
+        action_respecting_embedding,
+        takes="dense, with `--actions`",
+        docs=DOCS_SDP,
+        flow_adds=KNN_STAGE,
+        not_in_estimator={"keep_kernel": "the estimator keeps K", **SDP_FUNCTION_ONLY},
+        model=SDPEmbeddingModel,
+    ),
+)

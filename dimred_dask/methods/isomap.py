@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import inspect
 import numbers
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,14 +41,15 @@ from ..graphs import (
     geodesic_matrix,
     geodesic_rows,
     geodesic_rows_on_workers,
-    geodesics_through_neighbours,
 )
 from ..graphs.geodesic import SOURCES_PER_TASK
 from ..linalg import choose_landmarks
 from ..pairwise import check_metric
-from ._base import ModelTransform, DimredEstimator, column_signs, kept, like_input, rows_at, rowwise
-from ._graph_common import ArrayModel, fit_graph, new_neighbours, training_rows
-from .mds import MDS_SOLVERS, MDSModel, classical_mds
+from ._base import ModelTransform, DimredEstimator, column_signs, like_input
+from ._graph_common import fit_graph, training_rows
+from ._isomap_model import IsomapModel
+from .mds import MDS_SOLVERS, classical_mds
+from ._spec import DOCS_GRAPH, KNN_STAGE, MethodSpec
 
 __all__ = [
     "Isomap",
@@ -61,77 +61,10 @@ __all__ = [
 ]
 
 DEFAULT_N_LANDMARKS = 300  # n_landmarks=None: min(n_samples, this)
+ON_WORKERS_MAX = 20_000  # full Isomap in a run: n x n geodesics on the workers (3.2 GB here)
 LANDMARK_CHOICES = ("maxmin", "uniform")  # of linalg.LANDMARK_METHODS: rows, graph vertices
 GEODESIC_BLOCK_BYTES = 32 * 2**20  # exact Isomap on the workers: bytes per geodesic row block
 TRIANGULATE_ROWS = 65_536  # rows triangulated at once (a rows x m float64 temporary)
-
-
-@dataclass
-class IsomapModel(ArrayModel):
-    """A fitted (landmark) Isomap. ``reference`` holds the geodesics from every training row
-    to the reference points (all n training rows, or the m landmarks): (n, n) or (n, m)."""
-
-    embedding: np.ndarray  # (n, k)
-    mds: MDSModel  # classical MDS of the reference points' geodesics (precomputed)
-    reference: np.ndarray  # (n, r) geodesics training row -> reference point
-    X_fit: np.ndarray  # (n, d) the training rows (new points find their neighbours there)
-    rotation: np.ndarray  # (k, k) landmark alignment (identity for full Isomap)
-    offset: np.ndarray  # (k,) subtracted before the rotation (zero for full Isomap)
-    n_neighbors: int
-    metric: str
-    landmark_indices: np.ndarray | None = None  # (m,) landmark rows; None for full Isomap
-    info: dict = field(default_factory=dict)
-
-    _ARRAYS = ("embedding", "reference", "X_fit", "rotation", "offset", "landmark_indices")
-
-    @property
-    def n_components(self) -> int:
-        return int(self.embedding.shape[1])
-
-    @property
-    def eigenvalues(self) -> np.ndarray:
-        return self.mds.eigenvalues
-
-    def arrays(self) -> dict:
-        return {**super().arrays(), **{f"mds_{k}": v for k, v in self.mds.arrays().items()}}
-
-    def scalars(self) -> dict:
-        return {
-            "n_neighbors": int(self.n_neighbors),
-            "metric": self.metric,
-            "mds": self.mds.scalars(),
-            **self.info,
-        }
-
-    @classmethod
-    def from_arrays(cls, arrays: dict, scalars: dict):
-        mds = MDSModel.from_arrays(
-            {k[4:]: v for k, v in arrays.items() if k.startswith("mds_")}, scalars["mds"]
-        )
-        kw = {n: kept(arrays[f"{n}_"]) for n in cls._ARRAYS if f"{n}_" in arrays}
-        info = {k: v for k, v in scalars.items() if k not in ("n_neighbors", "metric", "mds")}
-        return cls(
-            mds=mds,
-            n_neighbors=int(scalars["n_neighbors"]),
-            metric=scalars["metric"],
-            info=info,
-            **kw,
-        )
-
-    def transform(self, X):
-        """Embed rows of X (NumPy, or lazily row block by row block for dask)."""
-        dtype = X.dtype
-        X_fit, ref, k = self.X_fit, self.reference, self.n_neighbors
-        mds, rot, off, metric = self.mds, self.rotation, self.offset, self.metric
-
-        def encode(block):
-            idx, dist = new_neighbours(block, X_fit, k, metric)
-            uniq, at = np.unique(idx, return_inverse=True)  # only these rows of ref are read
-            g = geodesics_through_neighbours(at.reshape(idx.shape), dist, rows_at(ref, uniq))
-            y = np.asarray(mds.transform(g), np.float64)
-            return ((y - off) @ rot).astype(dtype)
-
-        return rowwise(X, encode, self.n_components, dtype)
 
 
 # --------------------------------------------------------------------------- checks
@@ -139,7 +72,10 @@ class IsomapModel(ArrayModel):
 
 def _check_common(X, n_components, n_neighbors, metric, method: str, limit: int):
     X = check_array(X, method=method)
-    n = X.shape[0]
+    return X, _check_common_params(X.shape[0], n_components, n_neighbors, metric, method, limit)
+
+
+def _check_common_params(n: int, n_components, n_neighbors, metric, method: str, limit: int):
     check_n_neighbors(n_neighbors, n, method)
     if not isinstance(metric, str) or metric == "precomputed":
         raise InputError(
@@ -157,7 +93,87 @@ def _check_common(X, n_components, n_neighbors, metric, method: str, limit: int)
             f"(n_samples = {n}); found {n_components!r}.",
             f"pass n_components between 1 and {limit} (2 is usual).",
         )
-    return X, int(n_components)
+    return int(n_components)
+
+
+def _check_solver(solver) -> None:
+    if solver not in MDS_SOLVERS:
+        raise InputError(
+            f"Isomap solver must be one of {', '.join(MDS_SOLVERS)}; found {solver!r}.",
+            "pass solver='auto'.",
+        )
+
+
+def _check_landmarks(n: int, k: int, m, landmarks) -> int:
+    m = min(n, DEFAULT_N_LANDMARKS) if m is None else m
+    if not isinstance(m, numbers.Integral) or isinstance(m, bool) or not k < m <= n:
+        raise InputError(
+            f"LandmarkIsomap needs n_landmarks as an int in [{k + 1}, {n}] "
+            f"(more than n_components, at most n_samples); found {m!r}.",
+            f"pass n_landmarks between {k + 1} and {n} (a few hundred is usual).",
+        )
+    if landmarks not in LANDMARK_CHOICES:
+        raise InputError(
+            f"landmarks must be 'maxmin' or 'uniform'; found {landmarks!r}.",
+            "pass landmarks='maxmin'.",
+        )
+    return int(m)
+
+
+def check_isomap_on_workers_params(params: dict, shape: tuple) -> None:
+    """Refuse, before anything runs, `isomap_on_workers` parameters that cannot apply to an
+    input of ``shape``: `isomap`'s own checks and messages, and at most ``ON_WORKERS_MAX``
+    rows (the n x n geodesic matrix the workers hold).
+
+    Parameters
+    ----------
+    params : dict
+        `isomap`'s keywords but ``graph``.
+    shape : tuple of int
+        The input's ``(n_samples, n_features)``.
+
+    Raises
+    ------
+    InputError
+        ``n_components``, ``n_neighbors``, ``metric`` or ``solver`` out of range, or more
+        than ``ON_WORKERS_MAX`` rows.
+    """
+    n = shape[0]
+    _check_common_params(
+        n, params["n_components"], params["n_neighbors"], params["metric"], "Isomap", n - 1
+    )
+    _check_solver(params["solver"])
+    if n > ON_WORKERS_MAX:
+        raise InputError(
+            f"Isomap holds the n x n geodesic matrix (on the workers); n_samples = {n} is "
+            f"above {ON_WORKERS_MAX}.",
+            "use landmark Isomap (method landmark-isomap, `LandmarkIsomap`: Dijkstra from a "
+            "few hundred landmarks only).",
+        )
+
+
+def check_landmark_isomap_params(params: dict, shape: tuple) -> None:
+    """Refuse, before anything runs, `landmark_isomap` parameters that cannot apply to an
+    input of ``shape``: the function's own checks and messages.
+
+    Parameters
+    ----------
+    params : dict
+        `landmark_isomap`'s keywords but ``graph``.
+    shape : tuple of int
+        The input's ``(n_samples, n_features)``.
+
+    Raises
+    ------
+    InputError
+        ``n_components``, ``n_neighbors``, ``metric``, ``n_landmarks`` or ``landmarks`` out
+        of range.
+    """
+    n = shape[0]
+    k = _check_common_params(
+        n, params["n_components"], params["n_neighbors"], params["metric"], "LandmarkIsomap", n - 2
+    )
+    _check_landmarks(n, k, params["n_landmarks"], params["landmarks"])
 
 
 # --------------------------------------------------------------------------- full Isomap
@@ -286,11 +302,7 @@ def _isomap(
 ):
     X = check_array(X, method="Isomap")
     X, k = _check_common(X, n_components, n_neighbors, metric, "Isomap", X.shape[0] - 1)
-    if solver not in MDS_SOLVERS:
-        raise InputError(
-            f"Isomap solver must be one of {', '.join(MDS_SOLVERS)}; found {solver!r}.",
-            "pass solver='auto'.",
-        )
+    _check_solver(solver)
     g = fit_graph(
         X,
         graph,
@@ -464,19 +476,8 @@ def _landmark_isomap(
 ):
     X = check_array(X, method="LandmarkIsomap")
     n = X.shape[0]
-    m = min(n, DEFAULT_N_LANDMARKS) if n_landmarks is None else n_landmarks
     X, k = _check_common(X, n_components, n_neighbors, metric, "LandmarkIsomap", n - 2)
-    if not isinstance(m, numbers.Integral) or isinstance(m, bool) or not k < m <= n:
-        raise InputError(
-            f"LandmarkIsomap needs n_landmarks as an int in [{k + 1}, {n}] "
-            f"(more than n_components, at most n_samples); found {m!r}.",
-            f"pass n_landmarks between {k + 1} and {n} (a few hundred is usual).",
-        )
-    if landmarks not in LANDMARK_CHOICES:
-        raise InputError(
-            f"landmarks must be 'maxmin' or 'uniform'; found {landmarks!r}.",
-            "pass landmarks='maxmin'.",
-        )
+    m = _check_landmarks(n, k, n_landmarks, landmarks)
     rng = check_random_state(random_state)
     g = fit_graph(
         X,
@@ -708,3 +709,37 @@ class LandmarkIsomap(_IsomapBase):
         self.landmark_indices_ = model.landmark_indices
         self.n_landmarks_ = int(model.landmark_indices.size)
         return self
+
+
+METHOD_SPECS = (
+    MethodSpec(
+        "isomap",
+        Isomap,
+        isomap,
+        follows_pca=True,
+        takes="dense",
+        docs=DOCS_GRAPH,
+        flow_adds=KNN_STAGE,
+        model=IsomapModel,
+        check=check_isomap_on_workers_params,
+        knn_graph="connected",
+        # the n x n geodesics stay on the workers; the model's large arrays are written to
+        # the run store from there
+        flow_function=isomap_on_workers,
+    ),
+    MethodSpec(
+        "landmark-isomap",
+        LandmarkIsomap,
+        landmark_isomap,
+        follows_pca=True,
+        takes="dense",
+        docs=DOCS_GRAPH,
+        flow_adds=KNN_STAGE,
+        model=IsomapModel,
+        check=check_landmark_isomap_params,
+        knn_graph="connected",
+        # the m x n geodesics stay on the workers; the model's reference and training rows
+        # are written to the run store from there
+        flow_function=landmark_isomap_on_workers,
+    ),
+)

@@ -79,6 +79,7 @@ from ._base import (
     row_range,
     rowwise,
 )
+from ._spec import DOCS_LINEAR, MethodSpec
 
 __all__ = ["KernelPCA", "KernelPCAModel", "kernel_pca", "KPCA_SOLVERS"]
 
@@ -764,3 +765,18 @@ class KernelPCA(ModelTransform, DimredEstimator):
 
     def fit_transform(self, X, y=None):
         return self.fit(X).embedding_
+
+
+METHOD_SPECS = (
+    MethodSpec(
+        "kpca",
+        KernelPCA,
+        kernel_pca,
+        follows_pca=True,
+        takes="dense",
+        docs=DOCS_LINEAR,
+        flow_adds="the kernel stage (`solver=randomized` or `lanczos`)",
+        not_in_estimator={"kernel_matrix": "the flow's kernel stage's stored K"},
+        model=KernelPCAModel,
+    ),
+)

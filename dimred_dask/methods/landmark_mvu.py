@@ -46,6 +46,7 @@ from ..linalg.sdp import solver_options
 from ._base import column_signs
 from ._distance_sdp import check_solver_status
 from .mvu import DEFAULT_MAX_ITER, SDPEmbeddingModel, SDPEstimator, check_sdp_params, prepare_graph
+from ._spec import DOCS_SDP, KNN_STAGE, MethodSpec, SDP_FUNCTION_ONLY
 
 __all__ = [
     "LandmarkMVU",
@@ -504,3 +505,21 @@ class LandmarkMVU(SDPEstimator):
     def fit(self, X, y=None):
         X = check_array(X, method="Landmark MVU")
         return self._set(landmark_mvu(X, **self.get_params()), X)
+
+
+METHOD_SPECS = (
+    MethodSpec(
+        "landmark-mvu",
+        LandmarkMVU,
+        landmark_mvu,
+        follows_pca=True,
+        takes="dense",
+        docs=DOCS_SDP,
+        flow_adds=KNN_STAGE,
+        not_in_estimator={
+            "keep_training_rows": "the estimator keeps its training rows for transform",
+            **SDP_FUNCTION_ONLY,
+        },
+        model=SDPEmbeddingModel,
+    ),
+)

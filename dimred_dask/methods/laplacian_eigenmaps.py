@@ -35,6 +35,7 @@ from ._graph_common import (
     new_neighbours,
     training_rows,
 )
+from ._spec import DOCS_GRAPH, KNN_STAGE, MethodSpec
 
 __all__ = ["LaplacianEigenmaps", "LaplacianEigenmapsModel", "laplacian_eigenmaps", "check_weights"]
 
@@ -77,6 +78,32 @@ class LaplacianEigenmapsModel(ArrayModel):
             return (np.einsum("bk,bkc->bc", w, y) * scale).astype(dtype)
 
         return rowwise(X, encode, self.n_components, dtype)
+
+
+def check_laplacian_params(params: dict, shape: tuple) -> None:
+    """Refuse, before anything runs, `laplacian_eigenmaps` parameters that cannot apply to an
+    input of ``shape``: the function's own checks and messages.
+
+    Parameters
+    ----------
+    params : dict
+        `laplacian_eigenmaps`'s keywords but ``graph``.
+    shape : tuple of int
+        The input's ``(n_samples, n_features)``.
+
+    Raises
+    ------
+    InputError
+        ``n_components``, ``weights``, ``t`` or ``eigen_solver`` out of range.
+    """
+    check_n_components_graph(params["n_components"], shape[0], "LaplacianEigenmaps")
+    check_weights(params["weights"], params["t"])
+    if params["eigen_solver"] not in SPARSE_EIGEN_SOLVERS:
+        raise InputError(
+            f"eigen_solver must be one of {', '.join(SPARSE_EIGEN_SOLVERS)}; "
+            f"found {params['eigen_solver']!r}.",
+            "pass eigen_solver='auto'.",
+        )
 
 
 def check_weights(weights, t):
@@ -183,15 +210,11 @@ def laplacian_eigenmaps(
         No eigensolver converged.
     """
     X = check_array(X, method="LaplacianEigenmaps")
-    n = X.shape[0]
-    k = check_n_components_graph(n_components, n, "LaplacianEigenmaps")
-    check_weights(weights, t)
-    if eigen_solver not in SPARSE_EIGEN_SOLVERS:
-        raise InputError(
-            f"eigen_solver must be one of {', '.join(SPARSE_EIGEN_SOLVERS)}; "
-            f"found {eigen_solver!r}.",
-            "pass eigen_solver='auto'.",
-        )
+    check_laplacian_params(
+        {"n_components": n_components, "weights": weights, "t": t, "eigen_solver": eigen_solver},
+        X.shape,
+    )
+    k = int(n_components)
     g = fit_graph(
         X,
         graph,
@@ -314,3 +337,19 @@ class LaplacianEigenmaps(ModelTransform, DimredEstimator):
 
     def fit_transform(self, X, y=None):
         return self.fit(X).embedding_
+
+
+METHOD_SPECS = (
+    MethodSpec(
+        "laplacian",
+        LaplacianEigenmaps,
+        laplacian_eigenmaps,
+        follows_pca=True,
+        takes="dense",
+        docs=DOCS_GRAPH,
+        flow_adds=KNN_STAGE,
+        model=LaplacianEigenmapsModel,
+        check=check_laplacian_params,
+        knn_graph="connected",
+    ),
+)

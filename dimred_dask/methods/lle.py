@@ -43,7 +43,7 @@ import scipy.sparse as sp
 
 from .._validation import check_array
 from ..blocks.neighbors import reconstruction_weights_block
-from ..graphs import check_reg, reconstruction_weights
+from ..graphs import check_n_neighbors, check_reg, reconstruction_weights
 from ..linalg import (
     ARPACK_MAX,
     DENSE_MAX_SPARSE,
@@ -64,6 +64,7 @@ from ._graph_common import (
     new_neighbours,
     training_rows,
 )
+from ._spec import DOCS_GRAPH, KNN_STAGE, MethodSpec
 
 __all__ = ["LocallyLinearEmbedding", "LLEModel", "lle", "lle_matrix", "LLE_EIGEN_SOLVERS"]
 
@@ -309,11 +310,7 @@ def lle(
     n = X.shape[0]
     k = check_n_components_graph(n_components, n, "LLE")
     reg = check_reg(reg)
-    if eigen_solver not in LLE_EIGEN_SOLVERS:
-        raise InputError(
-            f"eigen_solver must be one of {', '.join(LLE_EIGEN_SOLVERS)}; found {eigen_solver!r}.",
-            "pass eigen_solver='auto'.",
-        )
+    _check_eigen_solver(eigen_solver)
     g = fit_graph(
         X,
         graph,
@@ -324,12 +321,7 @@ def lle(
         join_components_=join_components,
         random_state=random_state,
     )
-    if g.n_neighbors <= k:
-        raise InputError(
-            f"LLE needs n_neighbors > n_components; found n_neighbors="
-            f"{g.n_neighbors}, n_components={k}.",
-            f"pass n_neighbors of at least {k + 1} (10 or more is usual).",
-        )
+    _check_more_neighbours(g.n_neighbors, k)
     w = reconstruction_weights(X, g, reg)
     solver = choose_lle_solver(eigen_solver, n, int(X.shape[1]))
     vals, vec, first, solver, info, records = _bottom_checked(
@@ -361,6 +353,47 @@ def lle(
         solver,
         info,
     )
+
+
+def _check_eigen_solver(eigen_solver) -> None:
+    if eigen_solver not in LLE_EIGEN_SOLVERS:
+        raise InputError(
+            f"eigen_solver must be one of {', '.join(LLE_EIGEN_SOLVERS)}; found {eigen_solver!r}.",
+            "pass eigen_solver='auto'.",
+        )
+
+
+def _check_more_neighbours(n_neighbors: int, k: int) -> None:
+    if n_neighbors <= k:
+        raise InputError(
+            f"LLE needs n_neighbors > n_components; found n_neighbors="
+            f"{n_neighbors}, n_components={k}.",
+            f"pass n_neighbors of at least {k + 1} (10 or more is usual).",
+        )
+
+
+def check_lle_params(params: dict, shape: tuple) -> None:
+    """Refuse, before anything runs, `lle` parameters that cannot apply to an input of
+    ``shape``: the function's own checks and messages.
+
+    Parameters
+    ----------
+    params : dict
+        `lle`'s keywords but ``graph``.
+    shape : tuple of int
+        The input's ``(n_samples, n_features)``.
+
+    Raises
+    ------
+    InputError
+        ``n_components``, ``reg``, ``eigen_solver`` or ``n_neighbors`` out of range, or
+        ``n_neighbors`` not above ``n_components``.
+    """
+    n = shape[0]
+    k = check_n_components_graph(params["n_components"], n, "LLE")
+    check_reg(params["reg"])
+    _check_eigen_solver(params["eigen_solver"])
+    _check_more_neighbours(check_n_neighbors(params["n_neighbors"], n, "LLE"), k)
 
 
 class LocallyLinearEmbedding(ModelTransform, DimredEstimator):
@@ -438,3 +471,19 @@ class LocallyLinearEmbedding(ModelTransform, DimredEstimator):
 
     def fit_transform(self, X, y=None):
         return self.fit(X).embedding_
+
+
+METHOD_SPECS = (
+    MethodSpec(
+        "lle",
+        LocallyLinearEmbedding,
+        lle,
+        follows_pca=True,
+        takes="dense",
+        docs=DOCS_GRAPH,
+        flow_adds=KNN_STAGE,
+        model=LLEModel,
+        check=check_lle_params,
+        knn_graph="connected",
+    ),
+)

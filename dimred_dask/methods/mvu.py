@@ -45,6 +45,7 @@ from ..linalg.sdp import SDP_FORMULATIONS, solver_options
 from ._distance_sdp import distance_sdp, kernel_embedding
 from ._base import ModelTransform, DimredEstimator, HasConvergence, like_input, rowwise
 from ._graph_common import built_graph
+from ._spec import DOCS_SDP, KNN_STAGE, MethodSpec, SDP_FUNCTION_ONLY
 
 __all__ = [
     "MaximumVarianceUnfolding",
@@ -507,3 +508,18 @@ class MaximumVarianceUnfolding(SDPEstimator):
         X = check_array(X, method="MVU")
         model = mvu(X, **self.get_params())
         return self._set(model, X)
+
+
+METHOD_SPECS = (
+    MethodSpec(
+        "mvu",
+        MaximumVarianceUnfolding,
+        mvu,
+        follows_pca=True,
+        takes="dense",
+        docs=DOCS_SDP,
+        flow_adds=KNN_STAGE,
+        not_in_estimator={"keep_kernel": "the estimator keeps K", **SDP_FUNCTION_ONLY},
+        model=SDPEmbeddingModel,
+    ),
+)

@@ -34,6 +34,7 @@ from ._neighbor_runs import (
     threads,
 )
 from .tsne import INIT_STD, TSNEModel
+from ._spec import DOCS_NEIGHBOUR, KNN_STAGE, MethodSpec, OPTIMISER_SUPPLIED
 
 __all__ = [
     "SNE",
@@ -407,3 +408,20 @@ class SNE(DimredEstimator):
     def fit_transform(self, X, y=None, *, graph=None):
         X = check_array(X, method="SNE", min_samples=4)
         return like_input(self.fit(X, graph=graph).embedding_, X, cast=True)
+
+
+METHOD_SPECS = (
+    MethodSpec(
+        "sne",
+        SNE,
+        sne,
+        follows_pca=True,
+        takes="dense",
+        docs=DOCS_NEIGHBOUR,
+        flow_adds=KNN_STAGE,
+        more_functions=(sne_sweep,),
+        flow_supplied=OPTIMISER_SUPPLIED,
+        function_defaults=SNE_DEFAULTS,
+        model=TSNEModel,
+    ),
+)

@@ -82,7 +82,7 @@ def check_sparse_input(method: str, X, params: dict | None = None, where: str = 
     if not accepts_sparse(first):
         raise sparse_refusal(first.upper() if first in SPARSE_METHODS else first, where, X)
     if first == "pca":
-        from .pca import choose_solver, choose_sparse_solver
+        from ._pca_plan import choose_solver, choose_sparse_solver
 
         params = dict(params or {})
         solver = params.get("solver", "auto")

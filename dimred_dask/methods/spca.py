@@ -69,6 +69,7 @@ from ._spca_models import KernelSupervisedPCAModel, SupervisedPCAModel
 from ._labels import LABEL_KERNELS, align_labels, check_choice, label_factor, prepare_labels
 from .hsic import DENSE_MAX_SAMPLES, nystrom_factor
 from .pca import pca
+from ._spec import DOCS_LINEAR, MethodSpec
 
 __all__ = [
     "SupervisedPCA",
@@ -667,3 +668,29 @@ class KernelSupervisedPCA(_SupervisedBase):
 
     def fit_transform(self, X, y=None):
         return self.fit(X, y).embedding_
+
+
+METHOD_SPECS = (
+    MethodSpec(
+        "spca",
+        SupervisedPCA,
+        supervised_pca,
+        takes="dense or sparse, with `--labels`",
+        docs=DOCS_LINEAR,
+        not_in_estimator={"y": "the estimator takes the labels in fit(X, y)"},
+        model=SupervisedPCAModel,
+        check=check_supervised_pca_params,
+        second_input="labels",
+    ),
+    MethodSpec(
+        "kspca",
+        KernelSupervisedPCA,
+        kernel_supervised_pca,
+        takes="dense, with `--labels`",
+        docs=DOCS_LINEAR,
+        not_in_estimator={"y": "the estimator takes the labels in fit(X, y)"},
+        model=KernelSupervisedPCAModel,
+        check=check_kernel_supervised_pca_params,
+        second_input="labels",
+    ),
+)

@@ -47,6 +47,7 @@ from ..pairwise import check_kernel
 from ._base import PortableFn, like_input
 from ._graph_common import ArrayModel, fit_graph
 from .laplacian_eigenmaps import check_weights
+from ._spec import DOCS_GRAPH, MethodSpec
 
 __all__ = [
     "SpectralClustering",
@@ -80,6 +81,45 @@ class SpectralClusteringModel(ArrayModel):
     @property
     def n_clusters(self) -> int:
         return int(self.centres.shape[0])
+
+    def summary(self) -> dict:
+        """`ArrayModel.summary` and the size of each cluster."""
+        return {**super().summary(), "cluster_sizes": np.bincount(np.asarray(self.labels)).tolist()}
+
+
+def check_spectral_params(params: dict, shape: tuple) -> None:
+    """Refuse, before anything runs, `spectral_clustering` parameters that cannot apply to an
+    input of ``shape``: the function's own checks and messages.
+
+    Parameters
+    ----------
+    params : dict
+        `spectral_clustering`'s keywords but ``graph``.
+    shape : tuple of int
+        The input's ``(n_samples, n_features)``.
+
+    Raises
+    ------
+    InputError
+        ``n_clusters``, ``affinity``, ``cut``, ``n_init``, ``eigen_solver``, ``weights`` or
+        ``t`` out of range.
+    """
+    _check(
+        shape[0],
+        params["n_clusters"],
+        params["affinity"],
+        params["cut"],
+        params["n_init"],
+        params["eigen_solver"],
+    )
+    if params["affinity"] == "knn":
+        check_weights(params["weights"], params["t"])
+
+
+def _graph_needed(params: dict) -> str:
+    """The kNN graph a run builds first: with ``affinity="knn"``, cut along its components
+    (a disconnected graph is not refused); none for the Nyström affinity."""
+    return "components" if params["affinity"] == "knn" else ""
 
 
 def _check(n, n_clusters, affinity, cut, n_init, eigen_solver):
@@ -473,3 +513,18 @@ class SpectralClustering(ClusterMixin, BaseEstimator):
 
     def fit_predict(self, X, y=None):
         return self.fit(X).labels_
+
+
+METHOD_SPECS = (
+    MethodSpec(
+        "spectral",
+        SpectralClustering,
+        spectral_clustering,
+        takes="dense",
+        docs=DOCS_GRAPH,
+        flow_adds="the kNN stage (`affinity=knn`, the default)",
+        model=SpectralClusteringModel,
+        check=check_spectral_params,
+        knn_graph=_graph_needed,
+    ),
+)

@@ -61,6 +61,7 @@ from ._neighbor_runs import (
     threads,
     threads_per_task,
 )
+from ._spec import DOCS_NEIGHBOUR, MethodSpec, NEIGHBOUR_ADDS, OPTIMISER_SUPPLIED
 
 __all__ = [
     "TSNE",
@@ -708,3 +709,20 @@ class TSNE(DimredEstimator):
                 )
             },
         )
+
+
+METHOD_SPECS = (
+    MethodSpec(
+        "tsne",
+        TSNE,
+        tsne,
+        follows_pca=True,
+        takes="dense",
+        docs=DOCS_NEIGHBOUR,
+        flow_adds=NEIGHBOUR_ADDS,
+        more_functions=(tsne_sweep,),
+        flow_supplied=OPTIMISER_SUPPLIED,
+        function_defaults=TSNE_DEFAULTS,
+        model=TSNEModel,
+    ),
+)

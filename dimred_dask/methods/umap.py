@@ -56,6 +56,7 @@ from ._neighbor_runs import (
     threads_per_task,
 )
 from ._umap_init import scale_layout, spectral_layout
+from ._spec import DOCS_NEIGHBOUR, MethodSpec, NEIGHBOUR_ADDS, OPTIMISER_SUPPLIED
 
 __all__ = [
     "UMAP",
@@ -766,3 +767,20 @@ class UMAP(DimredEstimator):
     def transform(self, X):
         X = self._new_rows(X, "UMAP transform")
         return _place(self._fit_X, self._fit_Y, X, self.params_)
+
+
+METHOD_SPECS = (
+    MethodSpec(
+        "umap",
+        UMAP,
+        umap,
+        follows_pca=True,
+        takes="dense",
+        docs=DOCS_NEIGHBOUR,
+        flow_adds=NEIGHBOUR_ADDS,
+        more_functions=(umap_sweep,),
+        flow_supplied=OPTIMISER_SUPPLIED,
+        function_defaults=UMAP_DEFAULTS,
+        model=UMAPModel,
+    ),
+)
