@@ -397,6 +397,16 @@ def check_random_state(seed) -> np.random.Generator:
     )
 
 
+def check_flags(params: dict, names, method: str) -> None:
+    """`InputError` unless each of ``params[name]`` is True or False (NumPy's bools too)."""
+    for name in names:
+        if not isinstance(params[name], (bool, np.bool_)):
+            raise InputError(
+                f"{method} needs {name} as True or False; found {params[name]!r}.",
+                f"pass {name}=True or {name}=False.",
+            )
+
+
 def check_n_features(estimator, X, n_features: int):
     if X.shape[1] != n_features:
         raise InputError(
@@ -415,6 +425,7 @@ def check_is_fitted(estimator, attribute: str):
 
 
 __all__ += [
+    "check_flags",
     "nonfinite_error",
     "InputTypeError",
     "check_is_fitted",

@@ -168,7 +168,6 @@ def adapter_from_spec(spec) -> MethodAdapter:
             "or write one in flows/methods_<family>.py"
         )
     defaults = spec.flow_defaults()
-    labels = spec.second_input == "labels"
     function = spec.flow_function or spec.function
 
     def check(params: dict, shape: tuple) -> dict:
@@ -176,12 +175,14 @@ def adapter_from_spec(spec) -> MethodAdapter:
         spec.check(p, shape)
         return p
 
-    def fit(X, p: dict, labels=None, graph=None, **_):
+    def fit(X, p: dict, labels=None, actions=None, graph=None, **_):
         if spec.knn_graph:
             p = {**p, "graph": graph}
         if spec.second_input == "labels":  # a column of labels as a vector
             y = labels[:, 0] if labels.ndim == 2 and labels.shape[1] == 1 else labels
             return function(X, y, **p)
+        if spec.second_input == "actions":
+            return function(X, actions, **p)
         return function(X, **p)
 
     return MethodAdapter(
@@ -190,7 +191,8 @@ def adapter_from_spec(spec) -> MethodAdapter:
         check=check,
         fit=fit,
         load=model_loader(spec.model),
-        needs_labels=labels,
+        needs_labels=spec.second_input == "labels",
+        needs_actions=spec.second_input == "actions",
         graph=_graph_request(spec.knn_graph) if spec.knn_graph else None,
     )
 

@@ -2,11 +2,11 @@
 and the method's own metrics (the contract is `flows.adapter.MethodAdapter`).
 
 Each method's parameters and defaults come from its spec (`dimred_dask.methods.specs`).
-``METHODS`` holds PCA, kernel PCA and MDS, defined here; the neighbour embeddings and the
-semidefinite methods keep their adapters in their family's module
-(``flows/methods_<family>.py``, a dict ``METHODS``) that is merged below; every other method
-(supervised PCA, kernel supervised PCA, landmark MDS and the graph methods) gets its adapter
-from its spec (`flows.adapter.adapter_from_spec`)."""
+``METHODS`` holds PCA, kernel PCA and MDS, defined here; the neighbour embeddings keep their
+adapters in their family's module (``flows/methods_neighbor.py``, a dict ``METHODS``) that is
+merged below; every other method (supervised PCA, kernel supervised PCA, landmark MDS, the
+graph methods and the semidefinite methods) gets its adapter from its spec
+(`flows.adapter.adapter_from_spec`)."""
 
 from __future__ import annotations
 
@@ -307,12 +307,11 @@ METHODS = {
     ),
 }
 
-# Other method families: one module each, merged here.
+# the neighbour embeddings' adapters (the kNN graph in the run store, checkpoints, the
+# distributed optimiser)
 from .methods_neighbor import METHODS as _NEIGHBOR  # noqa: E402
-from .methods_sdp import METHODS as _SDP  # noqa: E402
 
-for _family in (_NEIGHBOR, _SDP):
-    METHODS.update(_family)
+METHODS.update(_NEIGHBOR)
 # every other method: its adapter from its spec (its model and its parameter checks)
 for _name, _spec in SPECS.items():
     if _name not in METHODS:

@@ -75,18 +75,20 @@ def test_every_method_runs_through_the_flow(name, client, prefect_api, tmp_path)
 
 
 def test_a_method_whose_spec_has_model_and_check_needs_no_flow_code():
-    """Landmark MDS, (kernel) supervised PCA and the graph methods have no code in
-    ``flows/``: their adapters are derived from their specs (defaults, the function's own
-    parameter checks before anything is written, the labels where the function takes them,
-    the kNN graph it needs, the model through the run store); the runs above commit them
-    like every other method's."""
+    """Landmark MDS, (kernel) supervised PCA, the graph methods and the semidefinite methods
+    have no code in ``flows/``: their adapters are derived from their specs (defaults, the
+    function's own parameter checks before anything is written, the labels or actions where
+    the function takes them, the kNN graph it needs, the model through the run store); the
+    runs above commit them like every other method's."""
     import pathlib
 
     from flows.adapter import adapter_from_spec, model_summary, save_model
     from flows.methods import METHODS
 
     derived = [n for n, s in SPECS.items() if s.model is not None and s.check is not None]
-    assert {"landmark-mds", "spca", "kspca", "isomap", "lle", "spectral"} <= set(derived)
+    assert {"landmark-mds", "spca", "kspca", "isomap", "lle", "spectral", "mvu", "are"} <= set(
+        derived
+    )
     source = "".join(
         p.read_text() for p in (pathlib.Path(__file__).parents[1] / "flows").glob("*.py")
     )
@@ -119,6 +121,14 @@ def test_a_method_whose_spec_has_model_and_check_needs_no_flow_code():
         METHODS["isomap"].check({}, (20_001, 5))
     with pytest.raises(InputError, match="n_landmarks"):
         METHODS["landmark-isomap"].check({"n_landmarks": 2}, (100, 5))
+    # the semidefinite methods: the actions as the second input, the exact SDP's size limit
+    assert METHODS["are"].needs_actions and not METHODS["mvu"].needs_actions
+    with pytest.raises(InputError, match="n x n SDP"):
+        METHODS["mvu"].check({}, (5000, 3))
+    with pytest.raises(InputError, match="face_reduction as True or False"):
+        METHODS["are"].check({"face_reduction": "yes"}, (100, 3))
+    with pytest.raises(InputError, match="n_landmarks"):
+        METHODS["landmark-mvu"].check({"n_landmarks": 500}, (100, 3))
 
 
 def _names_in_code(path) -> set[str]:

@@ -98,8 +98,9 @@ class MethodSpec:
     ``check``: ``(params, shape) -> None``, the function's own checks of its parameters
     against the input's shape, raising `InputError`; the flow runs it before anything is
     written.
-    ``second_input``: "labels" when the function takes the labels as its second argument
-    (the flow's ``--labels``).
+    ``second_input``: "labels" or "actions" when the function takes the labels (the flow's
+    ``--labels``) or the actions between consecutive rows (``--actions``) as its second
+    argument.
     ``knn_graph``: the kNN graph the flow builds first (its kNN stage) and passes to the
     function as ``graph=``: "connected" (a disconnected graph is joined with
     ``join_components`` or refused), "components" (kept as it is), or a function of the

@@ -26,7 +26,7 @@ from ..errors import InputError
 from ..graphs import check_reg
 from ..graphs.sdp import edge_list
 from ._distance_sdp import distance_sdp, kernel_embedding
-from .mvu import EXACT_MAX, SDPEmbeddingModel, SDPEstimator, check_sdp_params, prepare_graph
+from .mvu import EXACT_MAX, SDPEmbeddingModel, SDPEstimator, check_exact_sdp_params, prepare_graph
 from ._spec import DOCS_SDP, KNN_STAGE, MethodSpec, SDP_FUNCTION_ONLY
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "action_constraints",
     "ACTION_PAIRS",
     "MAX_ACTION_PAIRS",
+    "check_are_params",
 ]
 
 ACTION_PAIRS = ("all", "neighbors")
@@ -176,6 +177,38 @@ def action_steps(Y: np.ndarray, codes: np.ndarray) -> dict:
     return out
 
 
+def check_are_params(params: dict, shape: tuple) -> dict:
+    """Refuse, before anything runs, `action_respecting_embedding` parameters that cannot
+    apply to an input of ``shape``: the function's own checks and messages (the actions are
+    checked against the rows by `check_actions`).
+
+    Parameters
+    ----------
+    params : dict
+        The function's keywords (those `mvu.check_exact_sdp_params` reads).
+    shape : tuple of int
+        The input's ``(n_samples, n_features)``.
+
+    Returns
+    -------
+    dict
+        ``n_neighbors``, ``tol`` and ``max_iter`` with their defaults resolved.
+
+    Raises
+    ------
+    InputError
+        A parameter out of range, or more than ``EXACT_MAX`` rows.
+    """
+    method = "Action respecting embedding"
+    p = check_exact_sdp_params(params, shape, method)
+    if shape[0] > EXACT_MAX:
+        raise InputError(
+            f"{method} solves an n x n SDP; n = {shape[0]} is above {EXACT_MAX}.",
+            "embed a shorter (or subsampled) sequence.",
+        )
+    return p
+
+
 def action_respecting_embedding(
     X,
     actions,
@@ -280,24 +313,22 @@ def action_respecting_embedding(
     X = check_array(X, method="Action respecting embedding", where=where)
     n = X.shape[0]
     codes = check_actions(actions, n)
-    p = check_sdp_params(
-        n,
-        n_components=n_components,
-        n_neighbors=n_neighbors,
-        constraints=constraints,
-        slack_penalty=slack_penalty,
-        formulation=formulation,
-        solver=solver,
-        tol=tol,
-        max_iter=max_iter,
-        method="Action respecting embedding",
-    )
+    params = {
+        "n_components": n_components,
+        "n_neighbors": n_neighbors,
+        "constraints": constraints,
+        "slack_penalty": slack_penalty,
+        "face_reduction": face_reduction,
+        "formulation": formulation,
+        "solver": solver,
+        "tol": tol,
+        "max_iter": max_iter,
+        "allow_inaccurate": allow_inaccurate,
+        "join_components": join_components,
+        "reg": reg,
+    }
+    p = check_are_params(params, X.shape)
     reg = check_reg(reg)
-    if n > EXACT_MAX:
-        raise InputError(
-            f"Action respecting embedding solves an n x n SDP; n = {n} is above {EXACT_MAX}.",
-            "embed a shorter (or subsampled) sequence.",
-        )
     graph = prepare_graph(
         X,
         graph,
@@ -424,5 +455,8 @@ METHOD_SPECS = (
         flow_adds=KNN_STAGE,
         not_in_estimator={"keep_kernel": "the estimator keeps K", **SDP_FUNCTION_ONLY},
         model=SDPEmbeddingModel,
+        check=check_are_params,
+        knn_graph="connected",
+        second_input="actions",
     ),
 )

@@ -58,6 +58,9 @@ __all__ = [
     "isomap",
     "landmark_isomap",
     "DEFAULT_N_LANDMARKS",
+    "check_isomap_on_workers_params",
+    "check_landmark_isomap_params",
+    "ON_WORKERS_MAX",
 ]
 
 DEFAULT_N_LANDMARKS = 300  # n_landmarks=None: min(n_samples, this)

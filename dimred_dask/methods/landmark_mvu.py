@@ -29,7 +29,7 @@ import time
 import numpy as np
 import scipy.linalg
 
-from .._validation import check_array, is_dask
+from .._validation import check_array, check_flags, is_dask
 from ..errors import InputError
 from ..graphs import check_reg
 from ..graphs.landmark import (
@@ -54,6 +54,7 @@ __all__ = [
     "LANDMARK_BASES",
     "LANDMARK_CHOICES",
     "check_landmark_params",
+    "check_landmark_mvu_params",
 ]
 
 LANDMARK_BASES = ("reconstruction", "laplacian")
@@ -64,6 +65,61 @@ LANDMARK_CHOICES = ("maxmin", "uniform")  # of linalg.LANDMARK_METHODS
 # objective is far below what the landmark approximation itself costs (its relative edge
 # error, docs/methods.md).
 DEFAULT_TOL = 1e-6
+
+
+def check_landmark_mvu_params(params: dict, shape: tuple) -> dict:
+    """Refuse, before anything runs, `landmark_mvu` parameters that cannot apply to an input
+    of ``shape``: the function's own checks and messages.
+
+    Parameters
+    ----------
+    params : dict
+        `landmark_mvu`'s keywords (``n_components``, ``n_neighbors``, ``n_landmarks``,
+        ``basis``, ``landmarks``, ``penalty``, ``reg``, ``solver``, ``tol``, ``max_iter``,
+        ``allow_inaccurate``, ``join_components``; others are not read).
+    shape : tuple of int
+        The input's ``(n_samples, n_features)``.
+
+    Returns
+    -------
+    dict
+        ``n_neighbors``, ``tol`` and ``max_iter`` with their defaults resolved.
+
+    Raises
+    ------
+    InputError
+        A parameter out of range.
+    """
+    n, method = shape[0], "Landmark MVU"
+    check_flags(params, ("allow_inaccurate", "join_components"), method)
+    p = check_sdp_params(
+        n,
+        n_components=params["n_components"],
+        n_neighbors=params["n_neighbors"],
+        constraints="slack",
+        slack_penalty=1.0,
+        formulation="dual",
+        solver=params["solver"],
+        tol=DEFAULT_TOL if params["tol"] is None else params["tol"],
+        max_iter=params["max_iter"],
+        method=method,
+    )
+    check_landmark_params(
+        n,
+        n_components=params["n_components"],
+        n_landmarks=params["n_landmarks"],
+        basis=params["basis"],
+        landmarks=params["landmarks"],
+        penalty=params["penalty"],
+    )
+    check_reg(params["reg"])
+    return p
+
+
+def _landmark_mvu_in_a_run(X, **params) -> "SDPEmbeddingModel":
+    """`landmark_mvu` as a run calls it: the training rows are not gathered into the model
+    (the run's embedding of them is its result)."""
+    return landmark_mvu(X, keep_training_rows=False, **params)
 
 
 def check_landmark_params(n: int, *, n_components, n_landmarks, basis, landmarks, penalty):
@@ -342,26 +398,21 @@ def landmark_mvu(
     t0 = time.perf_counter()
     X = check_array(X, method="Landmark MVU", where=where)
     n = X.shape[0]
-    p = check_sdp_params(
-        n,
-        n_components=n_components,
-        n_neighbors=n_neighbors,
-        constraints="slack",
-        slack_penalty=1.0,
-        formulation="dual",
-        solver=solver,
-        tol=DEFAULT_TOL if tol is None else tol,
-        max_iter=max_iter,
-        method="Landmark MVU",
-    )
-    check_landmark_params(
-        n,
-        n_components=n_components,
-        n_landmarks=n_landmarks,
-        basis=basis,
-        landmarks=landmarks,
-        penalty=penalty,
-    )
+    params = {
+        "n_components": n_components,
+        "n_neighbors": n_neighbors,
+        "n_landmarks": n_landmarks,
+        "basis": basis,
+        "landmarks": landmarks,
+        "penalty": penalty,
+        "reg": reg,
+        "solver": solver,
+        "tol": tol,
+        "max_iter": max_iter,
+        "allow_inaccurate": allow_inaccurate,
+        "join_components": join_components,
+    }
+    p = check_landmark_mvu_params(params, X.shape)
     reg = check_reg(reg)
     graph = prepare_graph(
         X,
@@ -521,5 +572,8 @@ METHOD_SPECS = (
             **SDP_FUNCTION_ONLY,
         },
         model=SDPEmbeddingModel,
+        check=check_landmark_mvu_params,
+        knn_graph="connected",
+        flow_function=_landmark_mvu_in_a_run,
     ),
 )

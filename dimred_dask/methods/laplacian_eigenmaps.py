@@ -37,7 +37,13 @@ from ._graph_common import (
 )
 from ._spec import DOCS_GRAPH, KNN_STAGE, MethodSpec
 
-__all__ = ["LaplacianEigenmaps", "LaplacianEigenmapsModel", "laplacian_eigenmaps", "check_weights"]
+__all__ = [
+    "LaplacianEigenmaps",
+    "LaplacianEigenmapsModel",
+    "laplacian_eigenmaps",
+    "check_weights",
+    "check_laplacian_params",
+]
 
 
 @dataclass

@@ -66,7 +66,14 @@ from ._graph_common import (
 )
 from ._spec import DOCS_GRAPH, KNN_STAGE, MethodSpec
 
-__all__ = ["LocallyLinearEmbedding", "LLEModel", "lle", "lle_matrix", "LLE_EIGEN_SOLVERS"]
+__all__ = [
+    "LocallyLinearEmbedding",
+    "LLEModel",
+    "lle",
+    "lle_matrix",
+    "LLE_EIGEN_SOLVERS",
+    "check_lle_params",
+]
 
 LLE_EIGEN_SOLVERS = SPARSE_EIGEN_SOLVERS + ("factored", "amg")
 # "auto" factorises (shift-invert ARPACK on M, or the factored solver) only for data of at

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import check_array, is_dask
+from .._validation import check_array, check_flags, is_dask
 from ..blocks.neighbors import block_topk, reconstruction_weights_block
 from ..errors import InputError
 from ..graphs import (
@@ -55,6 +55,8 @@ __all__ = [
     "MVU_CONSTRAINTS",
     "kernel_embedding",
     "check_sdp_params",
+    "check_mvu_params",
+    "check_exact_sdp_params",
 ]
 
 MVU_CONSTRAINTS = ("equality", "slack")
@@ -105,6 +107,19 @@ class SDPEmbeddingModel(HasConvergence):
             "n_neighbors": int(self.n_neighbors),
             "reg": float(self.reg),
             **self.info,
+        }
+
+    def summary(self) -> dict:
+        """What a run's manifest records of the fit: the eigenvalues of K, the solver's
+        report (status, objective, the largest relative distance violation) and
+        ``convergence`` (every solve's record), the landmark rows left out."""
+        values = np.asarray(self.eigenvalues, dtype=np.float64)
+        info = {k: v for k, v in self.scalars().items() if k != "landmarks"}
+        return {
+            "n_components": int(values.size),
+            "eigenvalues": values.tolist(),
+            **info,
+            "convergence": self.convergence,
         }
 
     @classmethod
@@ -233,6 +248,80 @@ def check_sdp_params(
     max_iter = DEFAULT_MAX_ITER.get(solver, 200) if max_iter is None else max_iter
     solver_options(solver, tol, max_iter)  # raises InputError on a bad solver / tol / max_iter
     return {"n_neighbors": k, "tol": float(tol), "max_iter": int(max_iter)}
+
+
+def check_mvu_params(params: dict, shape: tuple) -> dict:
+    """Refuse, before anything runs, `mvu` parameters that cannot apply to an input of
+    ``shape``: the function's own checks and messages.
+
+    Parameters
+    ----------
+    params : dict
+        `mvu`'s keywords (those `check_exact_sdp_params` reads; others are not read).
+    shape : tuple of int
+        The input's ``(n_samples, n_features)``.
+
+    Returns
+    -------
+    dict
+        `check_sdp_params`'s: ``n_neighbors``, ``tol`` and ``max_iter`` with their defaults
+        resolved.
+
+    Raises
+    ------
+    InputError
+        A parameter out of range, or more than ``EXACT_MAX`` rows.
+    """
+    p = check_exact_sdp_params(params, shape, "MVU")
+    if shape[0] > EXACT_MAX:
+        raise InputError(
+            f"Exact MVU solves an n x n SDP; n = {shape[0]} is above {EXACT_MAX}.",
+            "use landmark MVU (landmark_mvu, method landmark-mvu) for large n.",
+        )
+    return p
+
+
+def check_exact_sdp_params(params: dict, shape: tuple, method: str) -> dict:
+    """The parameter checks of the exact SDP methods (`mvu`, `action_respecting_embedding`).
+
+    Parameters
+    ----------
+    params : dict
+        The function's keywords (``n_components``, ``n_neighbors``, ``constraints``,
+        ``slack_penalty``, ``face_reduction``, ``formulation``, ``solver``, ``tol``,
+        ``max_iter``, ``allow_inaccurate``, ``join_components``, ``reg``; others are not read).
+    shape : tuple of int
+        The input's ``(n_samples, n_features)``.
+    method : str
+        The method named in error messages.
+
+    Returns
+    -------
+    dict
+        `check_sdp_params`'s: ``n_neighbors``, ``tol`` and ``max_iter`` with their defaults
+        resolved.
+
+    Raises
+    ------
+    InputError
+        A parameter out of range.
+    """
+    check_flags(params, ("allow_inaccurate", "join_components", "face_reduction"), method)
+    p = check_sdp_params(shape[0], **{k: params[k] for k in _SDP_KEYS}, method=method)
+    check_reg(params["reg"])
+    return p
+
+
+_SDP_KEYS = (
+    "n_components",
+    "n_neighbors",
+    "constraints",
+    "slack_penalty",
+    "formulation",
+    "solver",
+    "tol",
+    "max_iter",
+)
 
 
 def prepare_graph(
@@ -371,24 +460,22 @@ def mvu(
     """
     X = check_array(X, method="MVU", where=where)
     n = X.shape[0]
-    p = check_sdp_params(
-        n,
-        n_components=n_components,
-        n_neighbors=n_neighbors,
-        constraints=constraints,
-        slack_penalty=slack_penalty,
-        formulation=formulation,
-        solver=solver,
-        tol=tol,
-        max_iter=max_iter,
-        method="MVU",
-    )
+    params = {
+        "n_components": n_components,
+        "n_neighbors": n_neighbors,
+        "constraints": constraints,
+        "slack_penalty": slack_penalty,
+        "face_reduction": face_reduction,
+        "formulation": formulation,
+        "solver": solver,
+        "tol": tol,
+        "max_iter": max_iter,
+        "allow_inaccurate": allow_inaccurate,
+        "join_components": join_components,
+        "reg": reg,
+    }
+    p = check_mvu_params(params, X.shape)
     reg = check_reg(reg)
-    if n > EXACT_MAX:
-        raise InputError(
-            f"Exact MVU solves an n x n SDP; n = {n} is above {EXACT_MAX}.",
-            "use landmark MVU (landmark_mvu / --method landmark-mvu) for large n.",
-        )
     graph = prepare_graph(
         X,
         graph,
@@ -521,5 +608,7 @@ METHOD_SPECS = (
         flow_adds=KNN_STAGE,
         not_in_estimator={"keep_kernel": "the estimator keeps K", **SDP_FUNCTION_ONLY},
         model=SDPEmbeddingModel,
+        check=check_mvu_params,
+        knn_graph="connected",
     ),
 )

@@ -55,6 +55,7 @@ __all__ = [
     "spectral_clustering",
     "AFFINITIES",
     "CUTS",
+    "check_spectral_params",
 ]
 
 AFFINITIES = ("knn", "gaussian")
