@@ -14,7 +14,7 @@ import dask
 
 from ._progress import has_reporter, report
 
-__all__ = ["compute", "active_client"]
+__all__ = ["compute", "active_client", "PausedWatch"]
 
 # A worker over its memory's pause fraction runs no task until its memory falls; when every
 # worker stays paused, the graph waits for ever. An unattended run fails instead, after this
@@ -47,10 +47,10 @@ def compute(*collections, stage: str = "compute"):
 
 
 def _wait(client, futures, stage: str, poll: float = 0.5) -> None:
-    """Wait for ``futures``, failing if every worker stays paused (`_PausedWatch`)."""
+    """Wait for ``futures``, failing if every worker stays paused (`PausedWatch`)."""
     from distributed import wait
 
-    watch = _PausedWatch(client, stage)
+    watch = PausedWatch(client, stage)
     while True:
         try:
             wait(futures, timeout=poll)
@@ -106,7 +106,7 @@ def _follow(client, futures, stage: str, poll: float = 0.25) -> None:
                 pass
 
         threading.Thread(target=listen, daemon=True, name="dimred-progress").start()
-    watch = _PausedWatch(client, stage)
+    watch = PausedWatch(client, stage)
     try:
         while True:
             try:
@@ -128,9 +128,10 @@ def _follow(client, futures, stage: str, poll: float = 0.25) -> None:
                 pass
 
 
-class _PausedWatch:
+class PausedWatch:
     """Fails the wait (`StageError`) once every worker has been paused for memory for
-    ``DIMRED_PAUSED_TIMEOUT`` seconds, naming their memory: the graph cannot progress."""
+    ``DIMRED_PAUSED_TIMEOUT`` seconds, naming their memory: the graph cannot progress. A
+    wait on futures calls ``check()`` between its polls."""
 
     def __init__(self, client, stage: str):
         self.client, self.stage = client, stage

@@ -357,3 +357,28 @@ def test_observer_hook_is_called_and_a_bad_one_is_refused(monkeypatch, tmp_path)
         with pytest.raises(InputError, match="DIMRED_HOOK") as err:
             check_observer()
         assert "package.module:function" in str(err.value)
+
+
+def test_a_neighbour_embedding_on_paused_workers_fails_instead_of_waiting_for_ever(
+    fresh_cluster, monkeypatch
+):
+    """t-SNE, UMAP and SNE run their optimisations as tasks on the workers and wait for them
+    apart from `compute`: with every worker paused for memory that wait, too, fails after
+    DIMRED_PAUSED_TIMEOUT seconds with the stage's name (it waited for ever before)."""
+    import dask
+    from distributed.core import Status
+
+    from dimred_dask.methods import tsne
+
+    with dask.config.set({"distributed.worker.memory.pause": False}):
+        cluster = fresh_cluster(memory_limit="2GiB")
+
+    def pause(dask_worker):
+        dask_worker.status = Status.paused
+
+    X = np.random.default_rng(0).standard_normal((300, 5)).astype(np.float32)
+    monkeypatch.setenv("DIMRED_PAUSED_TIMEOUT", "3")
+    with Client(cluster) as c:
+        c.run(pause)
+        with pytest.raises(StageError, match="t-SNE optimisation.*paused for memory"):
+            tsne(X, perplexity=10.0, n_iter=250, random_state=0)

@@ -422,3 +422,19 @@ def test_error_messages_say_what_was_found():
 )
 def test_sklearn_contract(estimator, check):
     check(estimator)
+
+
+def test_transform_of_float32_rows_far_from_the_origin_is_exact(rng):
+    """As PCA's: the model keeps the mean in float64, so float32 rows 1e5 from the origin
+    are embedded as (X - mean) U to float32's precision, not shifted by the float32 mean's
+    rounding (6e-4 of the embedding's range before). The estimator's ``mean_`` stays in X's
+    dtype, as scikit-learn's."""
+    Z = rng.standard_normal((20000, 20)) * np.linspace(1.0, 0.01, 20)
+    y = np.digitize(Z[:, 3], [-0.5, 0.5])  # three classes: two directions of dependence
+    X = (Z + 1e5).astype(np.float32)
+    for Xi in (X, da.from_array(X, chunks=5000)):
+        est = SupervisedPCA(2).fit(Xi, y)
+        Y = np.asarray(est.transform(Xi))
+        exact = (X - X.mean(axis=0, dtype=np.float64)) @ est.components_.T.astype(np.float64)
+        assert Y.dtype == np.float32 and est.mean_.dtype == np.float32
+        assert np.abs(Y - exact).max() <= 1e-6 * np.abs(exact).max()

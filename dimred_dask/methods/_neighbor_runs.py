@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._compute import active_client, compute
+from .._compute import PausedWatch, active_client, compute
 from .._validation import check_random_state, is_dask
 from ..errors import DimredWarning, InputError
 from ._base import like_input
@@ -361,14 +361,16 @@ def run_tasks(
     ]
     try:
         futures = client.compute(tasks)
-        _wait_relaying(futures, events, callback)
+        _wait_relaying(futures, events, callback, PausedWatch(client, stage))
         return client.gather(futures)
     finally:
         if callback is not None:
             client.unsubscribe_topic(topic)
 
 
-def _wait_relaying(futures, events: queue.Queue, callback, poll: float = 0.5) -> None:
+def _wait_relaying(futures, events: queue.Queue, callback, watch, poll: float = 0.5) -> None:
+    """Wait for ``futures``, relaying their progress events to ``callback``; fails (the
+    `PausedWatch`) when every worker stays paused for memory."""
     from distributed import wait
 
     def drain():
@@ -386,6 +388,7 @@ def _wait_relaying(futures, events: queue.Queue, callback, poll: float = 0.5) ->
             break
         except TimeoutError:
             drain()
+            watch.check()
     drain()
 
 

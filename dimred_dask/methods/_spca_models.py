@@ -45,12 +45,16 @@ class SupervisedPCAModel(_Summary, HasConvergence):
 
     def transform(self, X):
         """Encode: Y = (X - mean) U (lazy rowwise for dask input; X U - 1 (mean^T U) for
-        sparse X, never centred)."""
+        sparse X, never centred). The mean is kept in float64: float32 rows far from the
+        origin are centred on its float32 rounding and the rest is added after the product."""
         dtype = X.dtype
+        w = self.components.T.astype(np.float64)
         if is_sparse_input(X):
-            return sparse_affine(X, self.components.T, self.mean, dtype)
-        w, mu = self.components.T.astype(dtype), self.mean.astype(dtype)
-        return rowwise(X, lambda b: (b - mu) @ w, self.n_components, dtype)
+            return sparse_affine(X, w, self.mean, dtype)
+        mu = self.mean.astype(dtype)
+        shift = ((mu - self.mean) @ w).astype(dtype)
+        w = w.astype(dtype)
+        return rowwise(X, lambda b: (b - mu) @ w + shift, self.n_components, dtype)
 
     def inverse_transform(self, Y):
         """Reconstruct: X^ = Y U^T + mean."""

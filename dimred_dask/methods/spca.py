@@ -199,7 +199,7 @@ def _bair(X, st: CrossStats, k: int, rule, label_kernel, where, method):
     n = st.n
     return SupervisedPCAModel(
         comps,
-        st.mean_x.astype(X.dtype),
+        np.asarray(st.mean_x, np.float64),  # float64: X's dtype may not hold it (transform)
         (sub.explained_variance * (n - 1)).astype(X.dtype),
         n,
         label_kernel,
@@ -344,7 +344,7 @@ def supervised_pca(
     u, vals, rank = _top_directions(st.cross, k, method)
     return SupervisedPCAModel(
         sign_fix(u.T).astype(X.dtype),
-        st.mean_x.astype(X.dtype),
+        np.asarray(st.mean_x, np.float64),  # float64: X's dtype may not hold it (transform)
         vals.astype(X.dtype),
         n,
         label_kernel,
@@ -603,7 +603,8 @@ class SupervisedPCA(_SupervisedBase):
 
     def fit(self, X, y=None):
         self._model = m = supervised_pca(X, y, **self.get_params(deep=False))
-        self.components_, self.mean_, self.eigenvalues_ = m.components, m.mean, m.eigenvalues
+        self.components_, self.eigenvalues_ = m.components, m.eigenvalues
+        self.mean_ = m.mean.astype(m.components.dtype)  # in X's dtype, as scikit-learn's
         self.selected_features_, self.feature_scores_ = m.selected_features, m.feature_scores
         self.n_components_, self.n_features_in_ = m.n_components, m.mean.shape[0]
         self.n_samples_, self.convergence_ = m.n_samples, m.convergence
