@@ -64,6 +64,15 @@ __all__ = [
 SDP_SOLVERS = ("clarabel", "scs")
 SDP_FORMULATIONS = ("dual", "primal")
 PRUNE_TOL = 1e-9  # a pivot of the rank-revealing QR below this (relative) is a redundancy
+# Clarabel (interior point) factors one dense system over a PSD cone's side(side+1)/2
+# unknowns when the cone does not split into small cliques: always in the primal form, and in
+# the dual when the constraints tie most pairs of rows together (over DENSE_PATTERN of the
+# cone's entries; action respecting embedding's action_pairs="all" does). It then holds about
+# DENSE_CONE_BYTES per squared unknown (1.5 GB measured at side 99: 64 x 4950^2 = 1.57 GB),
+# and a problem that needs more than MEMORY_SHARE of the memory available is refused.
+DENSE_PATTERN = 0.5
+DENSE_CONE_BYTES = 64
+MEMORY_SHARE = 0.8
 
 
 @dataclass
@@ -353,11 +362,17 @@ def max_trace_sdp(
     bs = b / scale
     slack_rows = np.arange(m) if slack_rows is None else np.asarray(slack_rows)
     opts = solver_options(solver, tol, max_iter)
+
+    def check_cone(side: int, dense: bool) -> None:
+        if solver == "clarabel" and dense:
+            _check_dense_cone(side, formulation, label)
+
     if formulation == "primal":
+        check_cone(n, True)
         problem, get_K, get_y, kept = _primal(cp, n, m, ci, I, J, s, bs, slack_rows, slack)
     elif formulation == "dual":
         problem, get_K, get_y, kept = _dual(
-            cp, n, m, ci, I, J, s, bs, slack_rows, slack, face, prune_groups
+            cp, n, m, ci, I, J, s, bs, slack_rows, slack, face, prune_groups, check_cone
         )
     else:
         raise InputError(
@@ -428,7 +443,40 @@ def _primal(cp, n, m, ci, I, J, s, bs, slack_rows, slack):
     return problem, get_K, get_y, np.arange(m)
 
 
-def _dual(cp, n, m, ci, I, J, s, bs, slack_rows, slack, face, prune_groups):
+def _check_dense_cone(side: int, formulation: str, label: str) -> None:
+    """`InputError` when Clarabel's dense system over a PSD cone of this side would not fit
+    in the memory available (see ``DENSE_CONE_BYTES``)."""
+    unknowns = side * (side + 1) // 2
+    need = DENSE_CONE_BYTES * unknowns**2
+    try:
+        import psutil
+
+        available = int(psutil.virtual_memory().available)
+    except ImportError:
+        return
+    if need <= MEMORY_SHARE * available:
+        return
+    raise InputError(
+        f"{label}: a dense {side} x {side} semidefinite constraint ("
+        + (
+            "the primal form"
+            if formulation == "primal"
+            else "its constraints tie most pairs of rows together"
+        )
+        + f"), so Clarabel (interior point) would factor a dense system of {unknowns:,} "
+        f"unknowns: about {need / 2**30:,.0f} GiB, more than {MEMORY_SHARE:.0%} of the "
+        f"{available / 2**30:,.1f} GiB of memory available.",
+        "pass solver='scs' (first order: memory grows like n^2), embed fewer rows, or "
+        + (
+            "use formulation='dual'."
+            if formulation == "primal"
+            else "for action respecting embedding pass action_pairs='neighbors' (only pairs "
+            "of steps that are graph neighbours, which keeps the constraint sparse)."
+        ),
+    )
+
+
+def _dual(cp, n, m, ci, I, J, s, bs, slack_rows, slack, face, prune_groups, check_cone):
     T = sp.identity(n, format="csc") if face is None else sp.csc_matrix(face)
     H = haar_basis(np.asarray(T.sum(axis=0)).ravel())
     M = (T @ H).tocsc()  # n x nn, K = M W M^T
@@ -437,6 +485,7 @@ def _dual(cp, n, m, ci, I, J, s, bs, slack_rows, slack, face, prune_groups):
     dy = (Mt[:, I] - Mt[:, J]).tocsc()  # c_t = M^T (e_i - e_j) for every dyad
     S = sp.csc_matrix((s.astype(np.float64), (np.arange(ci.size), ci)), shape=(ci.size, m))
     G = (kr_columns(dy) @ S).tocsc()  # column c: vec(M^T A_c M)
+    check_cone(nn, np.unique(G.indices).size > DENSE_PATTERN * nn * nn)
     kept = independent_columns(G, prune_groups) if prune_groups else np.arange(m)
     G = G[:, kept]
     obj = (M.T @ M).toarray()
