@@ -279,3 +279,25 @@ def test_same_seed_same_result(roll):
     c = LandmarkIsomap(2, n_landmarks=50, random_state=3).fit(X)
     d = LandmarkIsomap(2, n_landmarks=50, random_state=3).fit(X)
     np.testing.assert_array_equal(c.embedding_, d.embedding_)
+
+
+def test_isomap_in_memory_refuses_what_would_not_fit(monkeypatch):
+    """Full Isomap in this process holds about four n x n float64 matrices; above 80 % of
+    the memory available it is refused before the graph is built, with the estimate and the
+    routes that fit (40 000 rows: 48 GiB, where it would be killed for memory on a machine of
+    24 GiB). Landmark Isomap, which holds nothing n x n, still runs."""
+    import importlib
+
+    from dimred_dask.errors import InputError
+
+    iso = importlib.import_module(
+        "dimred_dask.methods.isomap"
+    )  # the package's isomap is the function
+
+    X, _ = make_swiss_roll(300, random_state=0)
+    assert Isomap(n_neighbors=10).fit(X).embedding_.shape == (300, 2)
+    monkeypatch.setattr(iso, "IN_MEMORY_COPIES", 10**9)  # 300 x 300 made to need 671 TiB
+    with pytest.raises(InputError, match=r"300 x 300 geodesic matrix .* GiB") as err:
+        Isomap(n_neighbors=10).fit(X)
+    assert "LandmarkIsomap" in str(err.value)
+    assert LandmarkIsomap(n_neighbors=10, n_landmarks=50).fit(X).embedding_.shape == (300, 2)
