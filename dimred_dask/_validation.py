@@ -397,6 +397,28 @@ def check_random_state(seed) -> np.random.Generator:
     )
 
 
+# an in-memory fit whose estimated peak is over this share of the memory available is refused
+MEMORY_SHARE = 0.8
+
+
+def check_fits_in_memory(need: int, what: str, fix: str) -> None:
+    """`InputError` when ``need`` bytes are over ``MEMORY_SHARE`` of the memory available
+    (psutil's ``available``; no check without psutil). ``what`` says what would hold them,
+    ``fix`` how to do without."""
+    try:
+        import psutil
+
+        available = int(psutil.virtual_memory().available)
+    except ImportError:
+        return
+    if need > MEMORY_SHARE * available:
+        raise InputError(
+            f"{what}: about {need / 2**30:,.1f} GiB, more than {MEMORY_SHARE:.0%} of the "
+            f"{available / 2**30:,.1f} GiB of memory available.",
+            fix,
+        )
+
+
 def check_flags(params: dict, names, method: str) -> None:
     """`InputError` unless each of ``params[name]`` is True or False (NumPy's bools too)."""
     for name in names:
@@ -425,6 +447,7 @@ def check_is_fitted(estimator, attribute: str):
 
 
 __all__ += [
+    "check_fits_in_memory",
     "check_flags",
     "nonfinite_error",
     "InputTypeError",

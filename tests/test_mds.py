@@ -402,3 +402,21 @@ def test_rank_deficient_components_are_zeroed_with_a_warning():
 )
 def test_sklearn_contract(estimator, check):
     check(estimator)
+
+
+def test_mds_in_memory_refuses_what_would_not_fit(monkeypatch, rng):
+    """MDS of rows in memory holds their n x n squared distances and B (60 000 float32 rows:
+    about 47 GiB, where the allocation failed after a minute before). Over 80 % of the memory
+    available it is refused at once with the two ways out; dask rows with an iterative solver
+    hold nothing n x n and are not refused."""
+    import dask.array as da
+
+    import dimred_dask._validation as validation
+
+    X = rng.standard_normal((300, 4))
+    monkeypatch.setattr(validation, "MEMORY_SHARE", 1e-9)  # nothing n x n fits
+    with pytest.raises(InputError, match=r"300 x 300 squared distances") as err:
+        MDS(2).fit(X)
+    assert "dask array" in str(err.value) and "LandmarkMDS" in str(err.value)
+    model = MDS(2, solver="randomized").fit(da.from_array(X, chunks=100))
+    assert model.embedding_.shape == (300, 2)

@@ -233,17 +233,18 @@ def test_an_sdp_whose_dense_system_would_not_fit_is_refused_before_the_solver(mo
     was killed for memory before). It is refused with the estimate and the ways out; the
     sparse choice (action_pairs="neighbors") is not, and neither is a dense system that
     fits."""
+    import dimred_dask._validation as validation
     import dimred_dask.linalg.sdp as sdp
 
     t = np.arange(300)
     noise = 0.01 * np.random.default_rng(0).standard_normal(300)
     X = np.c_[np.cos(t / 20), np.sin(t / 20), noise]
     actions = t[:-1] % 2
-    with pytest.raises(InputError, match=r"dense 299 x 299 .* about 120 GiB") as err:
+    with pytest.raises(InputError, match=r"dense 299 x 299 .* about 119.9 GiB") as err:
         action_respecting_embedding(X, actions)
     assert "action_pairs='neighbors'" in str(err.value) and "solver='scs'" in str(err.value)
     sdp._check_dense_cone(99, "dual", "side 99")  # 1.5 GiB: passes where that is available
-    monkeypatch.setattr(sdp, "MEMORY_SHARE", 1e-9)  # nothing fits: only the dense ones fail
+    monkeypatch.setattr(validation, "MEMORY_SHARE", 1e-9)  # nothing fits: only the dense ones fail
     with pytest.raises(InputError, match="formulation='dual'"):
         sdp._check_dense_cone(10, "primal", "primal")
     model = action_respecting_embedding(X[:120], actions[:119], action_pairs="neighbors")

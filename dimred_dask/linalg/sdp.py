@@ -44,6 +44,7 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 
+from .._validation import check_fits_in_memory
 from ..errors import InputError
 from .._progress import report
 from .conic import solve_problem
@@ -69,10 +70,9 @@ PRUNE_TOL = 1e-9  # a pivot of the rank-revealing QR below this (relative) is a 
 # the dual when the constraints tie most pairs of rows together (over DENSE_PATTERN of the
 # cone's entries; action respecting embedding's action_pairs="all" does). It then holds about
 # DENSE_CONE_BYTES per squared unknown (1.5 GB measured at side 99: 64 x 4950^2 = 1.57 GB),
-# and a problem that needs more than MEMORY_SHARE of the memory available is refused.
+# and a problem that would not fit is refused (check_fits_in_memory).
 DENSE_PATTERN = 0.5
 DENSE_CONE_BYTES = 64
-MEMORY_SHARE = 0.8
 
 
 @dataclass
@@ -447,16 +447,8 @@ def _check_dense_cone(side: int, formulation: str, label: str) -> None:
     """`InputError` when Clarabel's dense system over a PSD cone of this side would not fit
     in the memory available (see ``DENSE_CONE_BYTES``)."""
     unknowns = side * (side + 1) // 2
-    need = DENSE_CONE_BYTES * unknowns**2
-    try:
-        import psutil
-
-        available = int(psutil.virtual_memory().available)
-    except ImportError:
-        return
-    if need <= MEMORY_SHARE * available:
-        return
-    raise InputError(
+    check_fits_in_memory(
+        DENSE_CONE_BYTES * unknowns**2,
         f"{label}: a dense {side} x {side} semidefinite constraint ("
         + (
             "the primal form"
@@ -464,8 +456,7 @@ def _check_dense_cone(side: int, formulation: str, label: str) -> None:
             else "its constraints tie most pairs of rows together"
         )
         + f"), so Clarabel (interior point) would factor a dense system of {unknowns:,} "
-        f"unknowns: about {need / 2**30:,.0f} GiB, more than {MEMORY_SHARE:.0%} of the "
-        f"{available / 2**30:,.1f} GiB of memory available.",
+        "unknowns",
         "pass solver='scs' (first order: memory grows like n^2), embed fewer rows, or "
         + (
             "use formulation='dual'."

@@ -34,7 +34,7 @@ import numbers
 
 import numpy as np
 
-from .._validation import check_array, check_random_state
+from .._validation import check_array, check_fits_in_memory, check_random_state
 from ..errors import InputError
 from ..graphs import (
     check_n_neighbors,
@@ -67,9 +67,8 @@ DEFAULT_N_LANDMARKS = 300  # n_landmarks=None: min(n_samples, this)
 ON_WORKERS_MAX = 20_000  # full Isomap in a run: n x n geodesics on the workers (3.2 GB here)
 # full Isomap in memory holds about this many float64 n x n matrices at its peak (the
 # geodesics, their squares, B; 4.2 measured at 3000 rows with the dense solver, 2.4 at 8000
-# with the randomized one), and is refused above MEMORY_SHARE of the memory available
+# with the randomized one), and is refused when they would not fit (check_fits_in_memory)
 IN_MEMORY_COPIES = 4
-MEMORY_SHARE = 0.8
 LANDMARK_CHOICES = ("maxmin", "uniform")  # of linalg.LANDMARK_METHODS: rows, graph vertices
 GEODESIC_BLOCK_BYTES = 32 * 2**20  # exact Isomap on the workers: bytes per geodesic row block
 TRIANGULATE_ROWS = 65_536  # rows triangulated at once (a rows x m float64 temporary)
@@ -129,24 +128,16 @@ def _check_landmarks(n: int, k: int, m, landmarks) -> int:
 
 
 def _check_in_memory(n: int) -> None:
-    """`InputError` when the in-memory route's n x n matrices would not fit in the memory
-    available (``IN_MEMORY_COPIES`` of them, ``MEMORY_SHARE`` of the memory)."""
-    need = IN_MEMORY_COPIES * 8 * n * n
-    try:
-        import psutil
-
-        available = int(psutil.virtual_memory().available)
-    except ImportError:
-        return
-    if need > MEMORY_SHARE * available:
-        raise InputError(
-            f"Isomap holds the {n} x {n} geodesic matrix and the matrices of its classical "
-            f"MDS in this process: about {need / 2**30:,.1f} GiB, more than "
-            f"{MEMORY_SHARE:.0%} of the {available / 2**30:,.1f} GiB of memory available.",
-            "use LandmarkIsomap (Dijkstra from a few hundred landmarks, nothing n x n), or "
-            "run method isomap through the flow on a Dask cluster (the geodesics stay on the "
-            f"workers, up to {ON_WORKERS_MAX} rows).",
-        )
+    """`InputError` when the in-memory route's ``IN_MEMORY_COPIES`` n x n matrices would
+    not fit in the memory available."""
+    check_fits_in_memory(
+        IN_MEMORY_COPIES * 8 * n * n,
+        f"Isomap holds the {n} x {n} geodesic matrix and the matrices of its classical MDS "
+        "in this process",
+        "use LandmarkIsomap (Dijkstra from a few hundred landmarks, nothing n x n), or run "
+        "method isomap through the flow on a Dask cluster (the geodesics stay on the "
+        f"workers, up to {ON_WORKERS_MAX} rows).",
+    )
 
 
 def check_isomap_on_workers_params(params: dict, shape: tuple) -> None:

@@ -33,6 +33,7 @@ import numpy as np
 
 from .._validation import (
     check_array,
+    check_fits_in_memory,
     check_random_state,
     is_dask,
 )
@@ -202,6 +203,8 @@ def classical_mds(
         X = check_array(X, method="MDS", where=where)
         k = _check_n_components(n_components, X.shape[0], "MDS")
         solver = choose_eigen_solver(solver, X.shape[0])
+        if solver == "dense" or not is_dask(X):
+            _check_in_memory(X.shape[0], X.dtype.itemsize, solver == "dense")
         shift = _shift(X, params)
         X_fit, D2, r, g = _data_input(X, params, shift, solver == "dense")
         X_fit, dtype = check_array(X_fit, method="MDS", where=where), X.dtype
@@ -250,6 +253,20 @@ def classical_mds(
         shift=shift,
         offset=np.zeros(k),
         info=info,
+    )
+
+
+def _check_in_memory(n: int, itemsize: int, dense: bool) -> None:
+    """`InputError` when the n x n matrices of an in-memory fit would not fit in the memory
+    available: the squared distances in X's dtype and B in float64, and with the dense solver
+    LAPACK's copy (23 bytes per entry measured at 3000 float64 rows, dense; 12 at 8000
+    float32 rows, randomized)."""
+    per_entry = 8 + itemsize + (8 if dense else 1)
+    check_fits_in_memory(
+        per_entry * n * n,
+        f"MDS of {n} rows in memory holds their {n} x {n} squared distances and B",
+        "pass the rows as a dask array (the randomized and Lanczos solvers then recompute "
+        "distance blocks and hold nothing n x n), or use LandmarkMDS (O(n m)).",
     )
 
 
