@@ -354,15 +354,16 @@ def load_model(output, *, storage_options: dict | None = None):
         Not a run store, or its run did not finish.
     InputError
         The method's model places no new rows (t-SNE, SNE, UMAP and spectral clustering runs
-        keep their embeddings only; a landmark MVU run keeps no training rows).
+        keep their embeddings only; a landmark MVU run from before its training rows were kept
+        in the run store).
     """
     from dimred_dask.io import open_output
 
     store = open_output(output, storage_options=storage_options)
     method = store.read_json("manifest.json")["method"]
     model = get_method(method).load(store)
-    # a model without transform, or whose training rows the flow did not keep (landmark MVU:
-    # its n may be large, and its rows are gathered to keep them)
+    # a model without transform, or without its training rows (a landmark MVU run store
+    # written before they were kept there)
     if not hasattr(model, "transform") or getattr(model, "X_fit", True) is None:
         estimator = SPECS[method].estimator.__name__ if method in SPECS else None
         raise InputError(

@@ -58,14 +58,12 @@ def test_every_method_runs_through_the_flow(name, client, prefect_api, tmp_path)
 
     # the committed model places new rows, or refuses with a typed error that says why and
     # what to do instead (the neighbour embeddings and spectral clustering keep their
-    # embeddings only; the flow's landmark MVU keeps no training rows)
+    # embeddings only)
     new = X[::7] + 0.01
     try:
         placed = np.asarray(load_model(out).transform(new), dtype=np.float64)
     except InputError as exc:
-        assert "Fix:" in str(exc) and name in ("tsne", "umap", "sne", "spectral", "landmark-mvu"), (
-            exc
-        )
+        assert "Fix:" in str(exc) and name in ("tsne", "umap", "sne", "spectral"), exc
         assert "dimred_dask." + spec.estimator.__name__ in str(exc) or name in (
             "spectral",
             "sne",

@@ -67,6 +67,22 @@ def test_mvu_and_landmark_mvu_runs_report_the_solver(client, prefect_api, roll, 
 
     Y = open_output(str(tmp_path / "lmvu.zarr")).read_array("embedding")
     assert abs(spearmanr(Y[:, 0], t)[0]) >= 0.99
+    # the run's model places new rows from its training rows left in the run store, as the
+    # same model with them in memory does; a training row lands on its own embedding
+    from dimred_dask.methods._base import is_stored
+    from dimred_dask.methods.mvu import reconstruct
+    from flows.methods import load_model
+
+    loaded = load_model(str(tmp_path / "lmvu.zarr"))
+    assert is_stored(loaded.model.X_fit)
+    new = X[::10] + 0.01
+    np.testing.assert_allclose(
+        np.asarray(loaded.transform(new)),
+        reconstruct(new, X, np.asarray(Y), 5, loaded.model.reg),
+        rtol=1e-6,
+        atol=1e-6 * np.abs(Y).max(),
+    )
+    np.testing.assert_allclose(np.asarray(loaded.transform(X[:10])), Y[:10])
 
 
 def test_are_run_takes_actions_from_a_uri(client, prefect_api, walk, tmp_path):

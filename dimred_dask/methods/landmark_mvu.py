@@ -117,9 +117,12 @@ def check_landmark_mvu_params(params: dict, shape: tuple) -> dict:
 
 
 def _landmark_mvu_in_a_run(X, **params) -> "SDPEmbeddingModel":
-    """`landmark_mvu` as a run calls it: the training rows are not gathered into the model
-    (the run's embedding of them is its result)."""
-    return landmark_mvu(X, keep_training_rows=False, **params)
+    """`landmark_mvu` as a run calls it: the training rows are not gathered into the model;
+    its ``X_fit`` is ``X`` itself, which the run store writes from the workers and a loaded
+    model reads a chunk at a time to place new rows."""
+    from dataclasses import replace
+
+    return replace(landmark_mvu(X, keep_training_rows=False, **params), X_fit=X)
 
 
 def check_landmark_params(n: int, *, n_components, n_landmarks, basis, landmarks, penalty):

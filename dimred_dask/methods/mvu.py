@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._validation import check_array, check_flags, is_dask
-from ..blocks.neighbors import block_topk, reconstruction_weights_block
+from ..blocks.neighbors import reconstruction_weights_block
 from ..errors import InputError
 from ..graphs import (
     KNNGraph,
@@ -43,8 +43,16 @@ from ..graphs import (
 from ..graphs.sdp import edge_list
 from ..linalg.sdp import SDP_FORMULATIONS, solver_options
 from ._distance_sdp import distance_sdp, kernel_embedding
-from ._base import ModelTransform, DimredEstimator, HasConvergence, like_input, rowwise
-from ._graph_common import built_graph
+from ._base import (
+    ModelTransform,
+    DimredEstimator,
+    HasConvergence,
+    kept,
+    like_input,
+    rows_at,
+    rowwise,
+)
+from ._graph_common import built_graph, new_neighbours
 from ._spec import DOCS_SDP, KNN_STAGE, MethodSpec, SDP_FUNCTION_ONLY
 
 __all__ = [
@@ -126,8 +134,8 @@ class SDPEmbeddingModel(HasConvergence):
     def from_arrays(cls, arrays: dict, scalars: dict) -> "SDPEmbeddingModel":
         info = {k: v for k, v in scalars.items() if k not in ("method", "n_neighbors", "reg")}
 
-        def get(k):
-            return np.asarray(arrays[k]) if k in arrays else None
+        def get(k):  # the rows' arrays may stay in their run store (`_base.kept`)
+            return kept(arrays[k]) if k in arrays else None
 
         return cls(
             scalars["method"],
@@ -144,18 +152,24 @@ class SDPEmbeddingModel(HasConvergence):
 def reconstruct(X, X_fit: np.ndarray, Y_fit: np.ndarray, k: int, reg: float):
     """sum_j w_j y_j over the k nearest training rows of each row of X (LLE weights); a row
     equal to a training row takes that row's embedding (the regularised weights would not
-    put all their mass on it), so transform(X_train) gives the training embedding."""
+    put all their mass on it), so transform(X_train) gives the training embedding. The
+    training rows and embedding may be left in a run store (`_base.is_stored`): the
+    neighbour search then reads its chunks one at a time, and only the neighbours' rows are
+    read after it."""
     k = min(int(k), X_fit.shape[0])
     dtype = X.dtype
 
     def encode(block):
         block = np.asarray(block, dtype=np.float64)
-        idx, _ = block_topk(block, X_fit, k)
-        Xf = np.asarray(X_fit, np.float64)
-        w = reconstruction_weights_block(block, Xf[idx], reg)
-        out = np.einsum("bk,bkc->bc", w, np.asarray(Y_fit, np.float64)[idx])
-        same = np.all(block == Xf[idx[:, 0]], axis=1)
-        out[same] = np.asarray(Y_fit, np.float64)[idx[same, 0]]
+        idx, _ = new_neighbours(block, X_fit, k)
+        uniq, at = np.unique(idx, return_inverse=True)
+        at = at.reshape(idx.shape)
+        Xf = np.asarray(rows_at(X_fit, uniq), np.float64)
+        Yf = np.asarray(rows_at(Y_fit, uniq), np.float64)
+        w = reconstruction_weights_block(block, Xf[at], reg)
+        out = np.einsum("bk,bkc->bc", w, Yf[at])
+        same = np.all(block == Xf[at[:, 0]], axis=1)
+        out[same] = Yf[at[same, 0]]
         return out.astype(dtype)
 
     return rowwise(X, encode, Y_fit.shape[1], dtype)
