@@ -23,7 +23,6 @@ import numpy as np
 
 from .._validation import check_array, is_dask
 from ..errors import InputError
-from ..graphs import check_reg
 from ..graphs.sdp import edge_list
 from ._distance_sdp import distance_sdp, kernel_embedding
 from .mvu import EXACT_MAX, SDPEmbeddingModel, SDPEstimator, check_exact_sdp_params, prepare_graph
@@ -192,7 +191,7 @@ def check_are_params(params: dict, shape: tuple) -> dict:
     Returns
     -------
     dict
-        ``n_neighbors``, ``tol`` and ``max_iter`` with their defaults resolved.
+        ``n_neighbors``, ``tol``, ``max_iter`` and ``reg`` with their defaults resolved.
 
     Raises
     ------
@@ -328,7 +327,7 @@ def action_respecting_embedding(
         "reg": reg,
     }
     p = check_are_params(params, X.shape)
-    reg = check_reg(reg)
+    reg = p["reg"]
     graph = prepare_graph(
         X,
         graph,

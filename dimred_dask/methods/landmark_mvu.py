@@ -83,7 +83,7 @@ def check_landmark_mvu_params(params: dict, shape: tuple) -> dict:
     Returns
     -------
     dict
-        ``n_neighbors``, ``tol`` and ``max_iter`` with their defaults resolved.
+        ``n_neighbors``, ``tol``, ``max_iter`` and ``reg`` with their defaults resolved.
 
     Raises
     ------
@@ -112,8 +112,7 @@ def check_landmark_mvu_params(params: dict, shape: tuple) -> dict:
         landmarks=params["landmarks"],
         penalty=params["penalty"],
     )
-    check_reg(params["reg"])
-    return p
+    return {**p, "reg": check_reg(params["reg"])}
 
 
 def _landmark_mvu_in_a_run(X, **params) -> "SDPEmbeddingModel":
@@ -416,7 +415,7 @@ def landmark_mvu(
         "join_components": join_components,
     }
     p = check_landmark_mvu_params(params, X.shape)
-    reg = check_reg(reg)
+    reg = p["reg"]
     graph = prepare_graph(
         X,
         graph,

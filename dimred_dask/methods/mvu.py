@@ -278,8 +278,8 @@ def check_mvu_params(params: dict, shape: tuple) -> dict:
     Returns
     -------
     dict
-        `check_sdp_params`'s: ``n_neighbors``, ``tol`` and ``max_iter`` with their defaults
-        resolved.
+        ``n_neighbors``, ``tol``, ``max_iter`` and ``reg`` with their
+        defaults resolved.
 
     Raises
     ------
@@ -312,8 +312,8 @@ def check_exact_sdp_params(params: dict, shape: tuple, method: str) -> dict:
     Returns
     -------
     dict
-        `check_sdp_params`'s: ``n_neighbors``, ``tol`` and ``max_iter`` with their defaults
-        resolved.
+        ``n_neighbors``, ``tol``, ``max_iter`` and ``reg`` with their
+        defaults resolved.
 
     Raises
     ------
@@ -322,8 +322,7 @@ def check_exact_sdp_params(params: dict, shape: tuple, method: str) -> dict:
     """
     check_flags(params, ("allow_inaccurate", "join_components", "face_reduction"), method)
     p = check_sdp_params(shape[0], **{k: params[k] for k in _SDP_KEYS}, method=method)
-    check_reg(params["reg"])
-    return p
+    return {**p, "reg": check_reg(params["reg"])}
 
 
 _SDP_KEYS = (
@@ -489,7 +488,7 @@ def mvu(
         "reg": reg,
     }
     p = check_mvu_params(params, X.shape)
-    reg = check_reg(reg)
+    reg = p["reg"]
     graph = prepare_graph(
         X,
         graph,
