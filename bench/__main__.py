@@ -29,6 +29,7 @@ def main(argv=None) -> int:
             "shards",
             "models",
             "numba-cache",
+            "flow-peak",
         ],
         help="which benchmark",
     )
@@ -191,7 +192,17 @@ def main(argv=None) -> int:
         help="sparse --big: memory_limit of each worker (default 5GiB); lle, "
         "spectral: of each worker (default: the machine's share)",
     )
+    p.add_argument(
+        "--methods",
+        default=None,
+        help="flow-peak: the methods run through the flow, comma-separated, each "
+        "optionally with parameters (laplacian:eigen_solver=lobpcg;tol=1e-6)",
+    )
     args = p.parse_args(argv)
+    if args.name == "flow-peak":
+        from . import flow_peak
+
+        return flow_peak.main(args)
     if args.name == "sparse":
         from . import sparse
 

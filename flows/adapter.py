@@ -194,6 +194,7 @@ def adapter_from_spec(spec) -> MethodAdapter:
         needs_labels=spec.second_input == "labels",
         needs_actions=spec.second_input == "actions",
         graph=_graph_request(spec.knn_graph) if spec.knn_graph else None,
+        graph_in_store=spec.graph_in_store,
     )
 
 

@@ -141,13 +141,26 @@ class StoreGraph:
     process that opens it reads only the arrays' shapes (an n x k graph at n = 3 000 000 is
     0.7 GB in memory)."""
 
-    def __init__(self, output: str, n_samples: int, n_neighbors: int):
+    def __init__(
+        self,
+        output: str,
+        n_samples: int,
+        n_neighbors: int,
+        metric: str = "euclidean",
+        backend: str = "exact",
+        info: dict | None = None,
+    ):
         self.output, self.n_samples, self.n_neighbors = output, int(n_samples), int(n_neighbors)
+        self.metric, self.backend, self.info = metric, backend, dict(info or {})
 
     @classmethod
     def open(cls, output: str) -> "StoreGraph":
-        n, k = RunStore(output).open_array("graph/indices").shape
-        return cls(output, n, k)
+        """The store's graph: its shape, metric, backend and ``info`` (the joining edges,
+        the recall), not its rows."""
+        store = RunStore(output)
+        n, k = store.open_array("graph/indices").shape
+        attrs = store.read_attrs("graph")
+        return cls(output, n, k, attrs["metric"], attrs["backend"], attrs.get("info"))
 
     def rows(self, start: int, stop: int, k: int):
         store = RunStore(self.output)

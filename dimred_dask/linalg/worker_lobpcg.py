@@ -34,6 +34,11 @@ taken in block order in the caller, so a solve with the same blocks gives the sa
 The start vectors are drawn per ``START_ROWS`` rows from the seed, so they do not depend on
 the block count either.
 
+The operator may also come as `WorkerRows`: its row blocks already made by tasks on the
+workers (e.g. a graph Laplacian built from a kNN graph in a run's store), so that no process
+outside the cluster ever holds it. Each block then renumbers its columns on its own worker,
+and the caller receives only the sizes of the halos.
+
 A worker lost during the solve takes its blocks with it (they live in its memory and are
 updated in place, so no task can make them again). The solve then starts again on the
 workers that are left, with the same blocks and seed, so its answer is the undisturbed one; at
@@ -57,7 +62,7 @@ from .convergence import record
 from .eigen import Eigen
 from .gram_lobpcg import MAXITER, REFRESH, _orth_coef, _rcm
 
-__all__ = ["bottom_eigsh_lobpcg_workers", "WORKER_KINDS", "MAX_RESTARTS"]
+__all__ = ["bottom_eigsh_lobpcg_workers", "WorkerRows", "WORKER_KINDS", "MAX_RESTARTS"]
 
 log = logging.getLogger("dimred_dask")
 
@@ -190,6 +195,32 @@ def _create(key, ops, dinv, q, a, b, p, seed):
     _BLOCKS[key] = _Block(ops, dinv, q, a, b, p, seed)
 
 
+def _create_from_rows(key, rows, bounds, i, q, qnorm, p, seed):
+    """Block i made on its worker from its rows of a symmetric operator (global columns):
+    the columns renumbered, the Jacobi scaling from its diagonal, the constraint vector's
+    rows scaled by its norm. Returns the row count each block must send it (its halo)."""
+    a, b = bounds[i]
+    local, sels = _localise(rows, bounds)
+    diag = sp.csr_matrix(rows).diagonal(k=a)
+    dinv = 1.0 / np.where(diag > 0, diag, 1.0)
+    q = None if q is None else np.asarray(q, np.float64).reshape(-1, 1) / qnorm
+    _BLOCKS[key] = _Block({"A": local}, dinv, q, a, b, p, seed)
+    _BLOCKS[key].sels = sels
+    return [len(s) for s in sels]
+
+
+def _halo(key, j):
+    """The rows of block j that block ``key`` reads (block-local numbers)."""
+    return _BLOCKS[key].sels[j]
+
+
+def _rows_summary(rows, a, q):
+    """(diagonal sum, rows, q^T q) of one block of a `WorkerRows` operator."""
+    rows = sp.csr_matrix(rows)
+    qq = 0.0 if q is None else float(np.dot(np.ravel(q), np.ravel(q)))
+    return float(rows.diagonal(k=a).sum()), rows.shape[0], qq
+
+
 def _call(key, method, after, *args):
     """Block ``key``'s ``method``; ``after``: the tasks it must follow (not used)."""
     return getattr(_BLOCKS[key], method)(*args)
@@ -207,6 +238,35 @@ def _drop(prefix) -> int:
 
 
 # ----------------------------------------------------------------- in the caller
+
+
+class WorkerRows:
+    """A symmetric n x n operator held on the workers as row blocks.
+
+    Parameters
+    ----------
+    n : int
+        The operator's order.
+    bounds : list of (int, int)
+        The blocks' row ranges, contiguous from 0 to n.
+    rows : list of distributed.Future
+        Per block, its rows as a scipy sparse matrix of shape (b - a, n), global columns.
+    null : list of distributed.Future or None, default None
+        Per block, its rows of a constraint vector in the operator's null space.
+    """
+
+    def __init__(self, n: int, bounds, rows, null=None):
+        self.n, self.bounds, self.rows, self.null = int(n), list(bounds), list(rows), null
+        if len(self.rows) != len(self.bounds) or self.bounds[-1][1] != self.n:
+            raise ValueError("WorkerRows: one row block per bound, the bounds covering n rows")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.n)
+
+    def gather(self, client):
+        """The operator in this process (CSR), for the in-process solvers."""
+        return sp.vstack(client.gather(self.rows), format="csr")
 
 
 def _localise(rows, bounds):
@@ -276,6 +336,9 @@ class _Solve:
         self.where = [workers[i % len(workers)] for i in range(nb)]
         self.keys = [(self.id, i) for i in range(nb)]
         self.cuts = {"A": [], "At": []}
+        if isinstance(A, WorkerRows):
+            self._from_rows(A, q, p, seed)
+            return
         made = []
         for i, (a, b) in enumerate(bounds):
             ops = {"A": self._put(self._local(A, i, "A"), i)}
@@ -297,6 +360,37 @@ class _Solve:
             )
         self.gather(made)
         self.kinds = ["A"] if At is None else ["A", "At"]
+
+    def _from_rows(self, op, qnorm, p, seed):
+        """Blocks made on their workers from `WorkerRows` (``qnorm``: the constraint
+        vector's norm); the halos' row numbers stay on the worker that computed them and
+        go from there to the block that cuts them."""
+        nb = len(self.bounds)
+        sizes = self.gather(
+            [
+                self.submit(
+                    i,
+                    _create_from_rows,
+                    self.keys[i],
+                    op.rows[i],
+                    self.bounds,
+                    i,
+                    None if op.null is None else op.null[i],
+                    qnorm,
+                    p,
+                    seed,
+                )
+                for i in range(nb)
+            ]
+        )
+        for i in range(nb):
+            cuts = []
+            for j, size in enumerate(sizes[i]):
+                whole = size == self.bounds[j][1] - self.bounds[j][0]
+                halo = None if size == 0 or whole else self.submit(i, _halo, self.keys[i], j)
+                cuts.append("all" if size and whole else halo)
+            self.cuts["A"].append(cuts)
+        self.kinds = ["A"]
 
     def _put(self, value, i):
         return self.client.scatter(value, workers=[self.where[i]], hash=False)
@@ -458,8 +552,10 @@ def bottom_eigsh_lobpcg_workers(
 
     Parameters
     ----------
-    A : scipy.sparse matrix of shape (n, n)
-        The operator's rows (see ``kind``); cut into row blocks and sent to the workers.
+    A : scipy.sparse matrix of shape (n, n) or WorkerRows
+        The operator's rows (see ``kind``); cut into row blocks and sent to the workers. A
+        `WorkerRows` (``kind="symmetric"`` only) is solved in its own blocks and order, its
+        ``null`` as the constraint (``null``, ``blocks`` and ``reorder`` are then unused).
     k : int
         The number of eigenpairs, 1 <= k < n - 1.
     kind : {"gram", "symmetric"}, default "gram"
@@ -504,6 +600,12 @@ def bottom_eigsh_lobpcg_workers(
             "pass kind='gram' (M = A^T A) or 'symmetric' (M = A).",
         )
     n = A.shape[0]
+    if isinstance(A, WorkerRows) and kind != "symmetric":
+        raise InputError(
+            f"an operator held on the workers (WorkerRows) is solved as M = A only; found "
+            f"kind={kind!r}.",
+            "pass kind='symmetric', or give A as a scipy sparse matrix.",
+        )
     if A.shape != (n, n) or not 1 <= k < n - 1:
         raise InputError(
             f"the worker-side LOBPCG needs a square A and 1 <= k < n - 1; found "
@@ -520,27 +622,40 @@ def bottom_eigsh_lobpcg_workers(
             "start a Client (dimred_dask.cluster), or "
             "solve in this process (eigen_solver='lobpcg').",
         )
-    A = sp.csr_matrix(A, dtype=np.float64)
-    reorder = kind == "gram" if reorder is None else bool(reorder)
-    perm = _rcm(A) if reorder else np.arange(n)
-    A = A[perm][:, perm].tocsr()
-    At = A.T.tocsr() if kind == "gram" else None
-    diag = np.asarray(A.multiply(A).sum(axis=0)).ravel() if kind == "gram" else A.diagonal()
-    dinv = 1.0 / np.where(diag > 0, diag, 1.0)
-    q = None if null is None else np.asarray(null, np.float64).reshape(n, 1)[perm]
-    q = None if q is None else q / np.linalg.norm(q)
-    nb = int(blocks or max(1, len(client.scheduler_info()["workers"])))
-    bounds = [
-        (int(a), int(b))
-        for a, b in zip(
-            np.linspace(0, n, nb + 1).astype(np.int64)[:-1],
-            np.linspace(0, n, nb + 1).astype(np.int64)[1:],
+    if isinstance(A, WorkerRows):  # rows made on the workers: solved in their order
+        reorder, perm, At, dinv, bounds = False, None, None, None, A.bounds
+        sums = client.gather(
+            [
+                client.submit(_rows_summary, r, a, None if A.null is None else A.null[i])
+                for i, (r, (a, _)) in enumerate(zip(A.rows, bounds))
+            ]
         )
-    ]
+        diag_mean = sum(s[0] for s in sums) / n
+        q = None if A.null is None else float(np.sqrt(sum(s[2] for s in sums)))  # its norm
+        nb = len(bounds)
+    else:
+        A = sp.csr_matrix(A, dtype=np.float64)
+        reorder = kind == "gram" if reorder is None else bool(reorder)
+        perm = _rcm(A) if reorder else np.arange(n)
+        A = A[perm][:, perm].tocsr()
+        At = A.T.tocsr() if kind == "gram" else None
+        diag = np.asarray(A.multiply(A).sum(axis=0)).ravel() if kind == "gram" else A.diagonal()
+        dinv = 1.0 / np.where(diag > 0, diag, 1.0)
+        diag_mean = float(diag.mean())
+        q = None if null is None else np.asarray(null, np.float64).reshape(n, 1)[perm]
+        q = None if q is None else q / np.linalg.norm(q)
+        nb = int(blocks or max(1, len(client.scheduler_info()["workers"])))
+        bounds = [
+            (int(a), int(b))
+            for a, b in zip(
+                np.linspace(0, n, nb + 1).astype(np.int64)[:-1],
+                np.linspace(0, n, nb + 1).astype(np.int64)[1:],
+            )
+        ]
     p = min(n - 2, max(k + 6, 2 * k) if block is None else max(block, k))
     seed = int(check_random_state(random_state).integers(2**63))
     limit = maxiter or MAXITER
-    tol_abs = tol * float(diag.mean())
+    tol_abs = tol * diag_mean
     t0, restarts = time.perf_counter(), 0
     while True:
         solve = None
@@ -598,7 +713,7 @@ def bottom_eigsh_lobpcg_workers(
         "mean diagonal of M)",
     )
     vectors = np.empty((n, k))
-    vectors[perm] = v[:, :k]
+    vectors[np.arange(n) if perm is None else perm] = v[:, :k]
     return Eigen(np.asarray(w[:k]), vectors, "lobpcg-workers", 0, info=info, convergence=rec)
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "check_n_components_graph",
     "fit_graph",
     "is_graph_source",
+    "graph_in_memory",
     "new_neighbours",
     "training_rows",
 ]
@@ -110,6 +111,20 @@ def is_graph_source(graph) -> bool:
     """A graph source (``graphs.affinities.graph_rows``): tasks read its rows one block at a
     time, the whole graph is never in one place."""
     return all(hasattr(graph, a) for a in ("n_samples", "n_neighbors", "rows"))
+
+
+def graph_in_memory(graph) -> KNNGraph:
+    """A `KNNGraph` of a graph source's rows (a `KNNGraph` as it is)."""
+    if isinstance(graph, KNNGraph):
+        return graph
+    idx, dist = graph.rows(0, graph.n_samples, graph.n_neighbors)
+    return KNNGraph(
+        np.asarray(idx, np.int64),
+        np.asarray(dist, np.float64),
+        getattr(graph, "metric", "euclidean"),
+        getattr(graph, "backend", "exact"),
+        dict(getattr(graph, "info", None) or {}),
+    )
 
 
 def check_graph(graph, n: int, k_needed: int, method: str, *, sources: bool = True):

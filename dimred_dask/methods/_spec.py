@@ -108,6 +108,8 @@ class MethodSpec:
     ``n_neighbors``, ``metric``, ``knn_backend``, ``join_components`` and ``random_state``.
     ``flow_function``: what the flow calls instead of ``function`` (same parameters), e.g. a
     route that leaves the fit's large arrays on the workers.
+    ``graph_in_store``: the flow passes the kNN graph unread, as a graph source over the run
+    store (``graphs.affinities.graph_rows``), for a fit that reads it where it is used.
 
     A method with a ``model`` and a ``check`` needs no flow code: the flow's adapter is derived
     from its spec (``flows.adapter.adapter_from_spec``).
@@ -130,6 +132,7 @@ class MethodSpec:
     second_input: str = ""
     knn_graph: str | Callable[[dict], str] = ""
     flow_function: Callable | None = None
+    graph_in_store: bool = False
 
     def __post_init__(self):
         if not callable(self.knn_graph) and self.knn_graph not in ("", "connected", "components"):

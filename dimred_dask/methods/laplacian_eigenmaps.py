@@ -25,13 +25,25 @@ import numpy as np
 
 from .._validation import check_array
 from ..errors import InputError
-from ..graphs import WEIGHTS, graph_csr, graph_weights, spectral_embedding
+from ..graphs import (
+    WEIGHTS,
+    KNNGraph,
+    check_n_neighbors,
+    graph_csr,
+    graph_weights,
+    spectral_embedding,
+)
+from ..graphs.worker_laplacian import spectral_embedding_workers
 from ..linalg import SPARSE_EIGEN_SOLVERS
+from ..linalg.sparse_eigen import choose_sparse_solver
 from ._base import ModelTransform, DimredEstimator, like_input, rows_at, rowwise
 from ._graph_common import (
     ArrayModel,
+    check_graph,
     check_n_components_graph,
     fit_graph,
+    graph_in_memory,
+    is_graph_source,
     new_neighbours,
     training_rows,
 )
@@ -215,42 +227,69 @@ def laplacian_eigenmaps(
     SolverError
         No eigensolver converged.
     """
-    X = check_array(X, method="LaplacianEigenmaps")
-    check_laplacian_params(
-        {"n_components": n_components, "weights": weights, "t": t, "eigen_solver": eigen_solver},
-        X.shape,
-    )
-    k = int(n_components)
-    g = fit_graph(
+    return _laplacian_eigenmaps(
         X,
-        graph,
-        n_neighbors,
-        method="LaplacianEigenmaps",
-        metric=metric,
-        backend=knn_backend,
-        join_components_=join_components,
-        random_state=random_state,
-    )
-    W, t_used = graph_weights(graph_csr(g), weights, t)
-    res = spectral_embedding(
-        W,
-        k,
-        normed=True,
-        drop_first=True,
-        solver=eigen_solver,
+        n_components=n_components,
+        n_neighbors=n_neighbors,
+        weights=weights,
+        t=t,
+        eigen_solver=eigen_solver,
         tol=tol,
-        maxiter=max_iter,
+        max_iter=max_iter,
+        metric=metric,
+        knn_backend=knn_backend,
+        join_components=join_components,
         random_state=random_state,
-        method="LaplacianEigenmaps",
-        fix="raise max_iter (laplacian_eigenmaps, --param max_iter) or "
-        "loosen tol; or pass eigen_solver='arpack' (shift-invert) or "
-        "'dense' (small n).",
+        graph=graph,
     )
+
+
+FIX = (
+    "raise max_iter (laplacian_eigenmaps, --param max_iter) or loosen tol; or pass "
+    "eigen_solver='arpack' (shift-invert) or 'dense' (small n)."
+)
+
+
+def _laplacian_eigenmaps(X, *, keep_rows=True, graph=None, **p) -> LaplacianEigenmapsModel:
+    """`laplacian_eigenmaps`; ``keep_rows=False`` leaves ``X_fit`` as ``X`` itself (a run's
+    store writes dask rows from the workers). A graph source (the run store's graph) is
+    read on the workers when the solve is there too (`graphs.spectral_embedding_workers`:
+    its connectivity is the kNN stage's to check), else read into memory."""
+    X = check_array(X, method="LaplacianEigenmaps")
+    check_laplacian_params(p, X.shape)
+    k, n = int(p["n_components"]), X.shape[0]
+    kn = check_n_neighbors(p["n_neighbors"], n, "LaplacianEigenmaps")
+    solve = dict(tol=p["tol"], maxiter=p["max_iter"], random_state=p["random_state"])
+    if is_graph_source(graph) and not isinstance(graph, KNNGraph):
+        g = check_graph(graph, n, kn, "LaplacianEigenmaps")
+        if choose_sparse_solver(p["eigen_solver"], n) == "lobpcg-workers":
+            res, t_used = spectral_embedding_workers(
+                g, k, n_neighbors=kn, weights=p["weights"], t=p["t"],
+                method="LaplacianEigenmaps", fix=FIX, **solve,
+            )  # fmt: skip
+        else:
+            graph = graph_in_memory(g)
+    if graph is None or isinstance(graph, KNNGraph):
+        g = fit_graph(
+            X,
+            graph,
+            p["n_neighbors"],
+            method="LaplacianEigenmaps",
+            metric=p["metric"],
+            backend=p["knn_backend"],
+            join_components_=p["join_components"],
+            random_state=p["random_state"],
+        )
+        W, t_used = graph_weights(graph_csr(g), p["weights"], p["t"])
+        res = spectral_embedding(
+            W, k, normed=True, drop_first=True, solver=p["eigen_solver"],
+            method="LaplacianEigenmaps", fix=FIX, **solve,
+        )  # fmt: skip
     info = {
         "first_eigenvalue": res.first_eigenvalue,
         "convergence": res.convergence,
         "graph": {
-            "n_neighbors": g.n_neighbors,
+            "n_neighbors": kn,
             "backend": g.backend,
             "extra_edges": len(g.info.get("extra_edges", [])),
         },
@@ -258,14 +297,20 @@ def laplacian_eigenmaps(
     return LaplacianEigenmapsModel(
         res.embedding.astype(X.dtype),
         res.eigenvalues,
-        training_rows(X, "LaplacianEigenmaps"),
-        int(g.n_neighbors),
-        weights,
+        training_rows(X, "LaplacianEigenmaps") if keep_rows else X,
+        kn,
+        p["weights"],
         t_used,
-        metric,
+        p["metric"],
         res.solver,
         info,
     )
+
+
+def _laplacian_in_a_run(X, **params) -> LaplacianEigenmapsModel:
+    """`laplacian_eigenmaps` as a run calls it: the training rows stay where they are (the
+    run store writes them from the workers; a loaded model reads them a chunk at a time)."""
+    return _laplacian_eigenmaps(X, keep_rows=False, **params)
 
 
 class LaplacianEigenmaps(ModelTransform, DimredEstimator):
@@ -357,5 +402,7 @@ METHOD_SPECS = (
         model=LaplacianEigenmapsModel,
         check=check_laplacian_params,
         knn_graph="connected",
+        flow_function=_laplacian_in_a_run,
+        graph_in_store=True,
     ),
 )

@@ -33,7 +33,8 @@ from .._validation import check_array, check_random_state, is_dask
 from ..blocks.kmeans import assign, kmeans_best_of, minibatch_update
 from ..blocks.landmarks import kmeans_plusplus
 from ..errors import ConvergenceWarning, InputError
-from ..graphs import graph_csr, graph_weights, spectral_embedding
+from ..graphs import KNNGraph, check_n_neighbors, graph_csr, graph_weights, spectral_embedding
+from ..graphs.worker_laplacian import spectral_embedding_workers
 from ..linalg import (
     LANDMARK_METHODS,
     SPARSE_EIGEN_SOLVERS,
@@ -43,9 +44,10 @@ from ..linalg import (
     take_rows,
 )
 from ..linalg.convergence import completed, record
+from ..linalg.sparse_eigen import choose_sparse_solver
 from ..pairwise import check_kernel
 from ._base import PortableFn, like_input
-from ._graph_common import ArrayModel, fit_graph
+from ._graph_common import ArrayModel, check_graph, fit_graph, graph_in_memory, is_graph_source
 from .laplacian_eigenmaps import check_weights
 from ._spec import DOCS_GRAPH, MethodSpec
 
@@ -264,36 +266,43 @@ def spectral_clustering(
     k = int(n_clusters)
     if affinity == "knn":
         check_weights(weights, t)
-        g = fit_graph(
-            X,
-            graph,
-            n_neighbors,
-            method="SpectralClustering",
-            metric=metric,
-            backend=knn_backend,
-            join_components_=join_components,
-            connected=False,
-            random_state=random_state,
-        )
-        W, t_used = graph_weights(graph_csr(g), weights, t)
-        res = spectral_embedding(
-            W,
-            k,
-            normed=cut == "normalized",
-            drop_first=False,
-            solver=eigen_solver,
-            tol=tol,
-            random_state=random_state,
-            method="SpectralClustering",
-            fix="pass eigen_solver='arpack' (shift-invert) or 'dense' (small n), or loosen tol.",
-        )
+        kn = check_n_neighbors(n_neighbors, n, "SpectralClustering")
+        fix = "pass eigen_solver='arpack' (shift-invert) or 'dense' (small n), or loosen tol."
+        solve = dict(tol=tol, random_state=random_state, method="SpectralClustering", fix=fix)
+        g = graph
+        if is_graph_source(graph) and not isinstance(graph, KNNGraph):
+            # the run store's graph: read on the workers when the solve is there too
+            g = check_graph(graph, n, kn, "SpectralClustering")
+            if choose_sparse_solver(eigen_solver, n) != "lobpcg-workers":
+                g = graph_in_memory(g)
+        if g is not None and not isinstance(g, KNNGraph):  # a source, solved on the workers
+            res, t_used = spectral_embedding_workers(
+                g, k, n_neighbors=kn, weights=weights, t=t, normed=cut == "normalized",
+                drop_first=False, **solve,
+            )  # fmt: skip
+        else:
+            g = fit_graph(
+                X,
+                g,
+                n_neighbors,
+                method="SpectralClustering",
+                metric=metric,
+                backend=knn_backend,
+                join_components_=join_components,
+                connected=False,
+                random_state=random_state,
+            )
+            W, t_used = graph_weights(graph_csr(g), weights, t)
+            res = spectral_embedding(
+                W, k, normed=cut == "normalized", drop_first=False, solver=eigen_solver, **solve
+            )
         Y, vals, solver = like_input(res.embedding, X), res.eigenvalues, res.solver
         info = {
             "t": t_used,
             "weights": weights,
             "convergence": res.convergence,
             "graph": {
-                "n_neighbors": g.n_neighbors,
+                "n_neighbors": kn,
                 "backend": g.backend,
                 "extra_edges": len(g.info.get("extra_edges", [])),
             },
@@ -526,6 +535,7 @@ METHOD_SPECS = (
         flow_adds="the kNN stage (`affinity=knn`, the default)",
         model=SpectralClusteringModel,
         check=check_spectral_params,
+        graph_in_store=True,
         knn_graph=_graph_needed,
     ),
 )

@@ -1,0 +1,159 @@
+"""The flow process's memory: each method run through the flow, its peak RSS sampled.
+
+``python -m bench flow-peak --methods laplacian,spectral [--rows 1000000]``
+
+In a deployment the flow runs in a small process (a Prefect worker's pod) while the Dask
+cluster holds the data. Here each run's flow is a process of its own (spawned: it imports the
+flow and calls ``embed``, nothing else), the cluster another (its scheduler and 2 worker
+processes, `sparse._ClusterProcess`), and this process samples both every 0.2 s. The input is
+the 50-D Gaussian mixture of the graph benchmarks (`graph.mixture`), float32, written once as
+Zarr under ``--dir`` (default ``bench/_data``). Runs share one kNN graph cache, so the first
+graph method computes the graph and the others read it; each run is a new output (written
+fresh), deleted afterwards unless ``--keep``.
+
+A method may be given with parameters: ``laplacian:eigen_solver=lobpcg`` (values read as
+JSON where they parse, else as strings), e.g. to compare a solve in the flow's process with
+the one on the workers on the same graph.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+from ._measure import PeakRSS, machine
+
+DEFAULT_PARAMS = {
+    "laplacian": {"n_neighbors": 10},
+    "spectral": {"n_clusters": 10, "n_neighbors": 10},
+    "lle": {"n_neighbors": 10},
+    "isomap": {"n_neighbors": 10},
+    "landmark-isomap": {"n_neighbors": 10},
+    "umap": {"n_neighbors": 15},
+    "tsne": {},
+    "pca": {},
+    "kpca": {"n_landmarks": 1000},
+    "landmark-mds": {"n_landmarks": 1000},
+}
+
+
+def _parse(item: str) -> tuple[str, str, dict]:
+    """'method:key=value,key=value' -> (label, method, params)."""
+    name, _, rest = item.partition(":")
+    params = dict(DEFAULT_PARAMS.get(name, {}))
+    for pair in filter(None, rest.split(";")):
+        k, _, v = pair.partition("=")
+        try:
+            params[k] = json.loads(v)
+        except ValueError:
+            params[k] = v
+    return item, name, params
+
+
+def _flow(conn, path: str, out: str, method: str, params: dict, address: str, cache: str):
+    """The flow's process: one ``embed`` call."""
+    import traceback
+
+    try:
+        from flows.embed import embed
+
+        conn.send(("ready", os.getpid()))
+        t0 = time.perf_counter()
+        m = embed(path, out, method=method, params=params, scheduler=address, graph_cache=cache)
+        conn.send(("done", time.perf_counter() - t0, m.get("timings"), m.get("model")))
+    except BaseException as exc:  # reported to the parent, which prints it
+        conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()[-3000:]))
+
+
+def _write_input(path: str, n: int) -> None:
+    from dimred_dask.io import save_array
+
+    from .graph import mixture
+
+    X, _ = mixture(n)
+    save_array(X, path + ".partial", chunks=(min(n, 125_000), X.shape[1]))
+    os.rename(path + ".partial", path)
+
+
+def main(args) -> int:
+    import multiprocessing
+
+    from distributed import Client
+
+    from .sparse import _ClusterProcess
+
+    n = args.rows or 1_000_000
+    folder = args.dir or os.path.join(os.path.dirname(__file__), "_data")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"mixture-{n}x50.zarr")
+    items = [_parse(s) for s in (args.methods or "laplacian,spectral").split(",")]
+    print(
+        f"# bench flow-peak: {n:,} x 50 float32 (50-D mixture), each method's flow in a "
+        f"process of its own, 2 worker processes x 1 thread; {machine()}; "
+        f"load {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    if not os.path.exists(path):
+        ctx = multiprocessing.get_context("spawn")
+        writer = ctx.Process(target=_write_input, args=(path, n))
+        writer.start()
+        writer.join()
+        if writer.exitcode:
+            raise SystemExit(f"writing {path} failed (exit code {writer.exitcode})")
+    cache = os.path.join(folder, f"flow-peak-cache-{os.getpid()}")
+    rows = []
+    limit = args.worker_memory or "8GiB"
+    with _ClusterProcess(2, limit) as address, Client(address) as client:
+        workers = sorted(client.run(os.getpid).values())
+        for label, method, params in items:
+            out = os.path.join(folder, f"flow-peak-{method}-{os.getpid()}")
+            ctx = multiprocessing.get_context("spawn")
+            conn, child = ctx.Pipe()
+            proc = ctx.Process(
+                target=_flow, args=(child, path, out, method, params, address, cache)
+            )
+            proc.start()
+            first = conn.recv()
+            if first[0] != "ready":
+                print(f"  {label}: {first[1]}\n{first[2]}", flush=True)
+                continue
+            with PeakRSS([first[1], *workers], interval=0.2) as mem:
+                while not conn.poll(0.5):
+                    if not proc.is_alive():
+                        break
+                msg = conn.recv() if conn.poll(1) else ("error", "the flow process died", "")
+            proc.join(60)
+            flow_peak = mem.per_process_peak[first[1]]
+            w = [mem.per_process_peak[p] for p in workers]
+            if msg[0] != "done":
+                print(f"  {label}: FAILED {msg[1]}\n{msg[2]}", flush=True)
+                rows.append((label, None, flow_peak, w, {}, {}))
+                continue
+            _, seconds, timings, model = msg
+            rows.append((label, seconds, flow_peak, w, timings or {}, model or {}))
+            print(
+                f"  {label}: {seconds:.1f} s; flow process peak {flow_peak / 2**20:,.0f} MiB; "
+                f"workers {', '.join(f'{p / 2**20:,.0f}' for p in w)} MiB; solver "
+                f"{model.get('solver')}; stages "
+                + ", ".join(
+                    f"{k} {v:.1f}" for k, v in (timings or {}).items() if isinstance(v, float)
+                ),
+                flush=True,
+            )
+            if not args.keep:
+                shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(cache, ignore_errors=True)
+    print(
+        "\n| method (parameters) | time (s) | flow process peak RSS (MiB) | worker peaks "
+        "(MiB) | solver |\n|---|---|---|---|---|"
+    )
+    for label, seconds, fp, w, _, model in rows:
+        print(
+            f"| `{label}` | {'failed' if seconds is None else f'{seconds:.1f}'} | "
+            f"{fp / 2**20:,.0f} | {', '.join(f'{p / 2**20:,.0f}' for p in w)} | "
+            f"{model.get('solver', '')} |"
+        )
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    return 0

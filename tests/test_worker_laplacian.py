@@ -1,0 +1,179 @@
+"""The graph Laplacian built on the Dask workers from a kNN graph in a run's store
+(dimred_dask.graphs.worker_laplacian): the in-process operator entry for entry, LAPACK's
+eigenpairs, Laplacian eigenmaps and spectral clustering through the flow with the graph left
+in the store, and a worker killed during the solve."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.linalg
+from sklearn.datasets import make_swiss_roll
+
+from dimred_dask import LaplacianEigenmaps, laplacian_eigenmaps
+from dimred_dask.errors import InputError
+from dimred_dask.graphs import graph_csr, graph_weights, join_components, knn_graph
+from dimred_dask.graphs.laplacian import laplacian
+from dimred_dask.graphs.worker_laplacian import laplacian_on_workers, spectral_embedding_workers
+from dimred_dask.io import RunStore, StoredRows, open_output, save_array
+from flows.knn import StoreGraph, save_graph
+from flows.methods import load_model
+
+
+def _stored(graph, path) -> StoreGraph:
+    """The graph written to a run store as the kNN stage writes it, opened as the fit gets it
+    (rows read by the tasks that need them)."""
+    store = RunStore(str(path))
+    store.prepare("new", {"method": "test"})
+    save_graph(store, graph, rows_per_chunk=97)
+    return StoreGraph.open(str(path))
+
+
+@pytest.fixture(scope="module")
+def roll_graph():
+    X = make_swiss_roll(1500, random_state=4)[0]
+    X[7] = X[3]  # an exact duplicate: its edge is kept as a tiny positive distance
+    return X, knn_graph(X, 8, backend="exact")
+
+
+@pytest.mark.parametrize("weights", ["heat", "binary"])
+@pytest.mark.parametrize("normed", [True, False])
+def test_the_operator_is_the_in_process_one(client, roll_graph, tmp_path, weights, normed):
+    X, g = roll_graph
+    W, t = graph_weights(graph_csr(g), weights, None)
+    L, deg = laplacian(W, normed=normed)
+    source = _stored(g, tmp_path / "run")
+    Lw, deg_w, t_w = laplacian_on_workers(source, weights=weights, normed=normed, blocks=3)
+    assert Lw.bounds == [(0, 500), (500, 1000), (1000, 1500)]
+    G = Lw.gather(client)
+    assert G.nnz == L.nnz
+    assert abs(G - L).max() <= 1e-15 * abs(L).max()
+    np.testing.assert_allclose(deg_w, deg, rtol=1e-14)
+    assert (t_w is None) == (t is None) and (t is None or abs(t_w - t) <= 1e-14 * t)
+
+
+def test_joining_edges_and_fewer_neighbours_than_stored(client, tmp_path):
+    X = np.vstack([make_swiss_roll(300, random_state=1)[0], 60.0 + np.zeros((40, 3))])
+    X[300:] += np.random.default_rng(0).standard_normal((40, 3))
+    g = knn_graph(X, 9, backend="exact")
+    joined, _ = join_components(g, X)
+    assert joined.info["extra_edges"]
+    want = joined.subset(6)
+    W, _ = graph_weights(graph_csr(want))
+    L, _ = laplacian(W, normed=True)
+    Lw, _, _ = laplacian_on_workers(_stored(joined, tmp_path / "run"), n_neighbors=6)
+    G = Lw.gather(client)
+    assert G.nnz == L.nnz and abs(G - L).max() <= 1e-15
+
+
+def test_eigenpairs_are_lapacks(client, roll_graph, tmp_path):
+    X, g = roll_graph
+    W, _ = graph_weights(graph_csr(g))
+    L, deg = laplacian(W, normed=True)
+    vals, vecs = scipy.linalg.eigh(L.toarray(), subset_by_index=[0, 2])
+    res, _ = spectral_embedding_workers(_stored(g, tmp_path / "run"), 2, tol=1e-10)
+    assert res.solver == "lobpcg-workers" and res.convergence[-1]["converged"]
+    np.testing.assert_allclose(res.eigenvalues, vals[1:], rtol=1e-6)
+    want = vecs[:, 1:] / np.sqrt(deg)[:, None]
+    cos = np.abs(np.sum(res.embedding * want, axis=0)) / (
+        np.linalg.norm(res.embedding, axis=0) * np.linalg.norm(want, axis=0)
+    )
+    np.testing.assert_allclose(cos, 1.0, atol=1e-8)
+    np.testing.assert_allclose(res.degrees, deg, rtol=1e-14)
+
+
+def test_the_function_reads_a_stored_graph_where_the_solve_is(client, roll_graph, tmp_path):
+    X, g = roll_graph
+    ref = laplacian_eigenmaps(X, n_neighbors=8, graph=g, eigen_solver="dense")
+    source = _stored(g, tmp_path / "run")
+    on_workers = laplacian_eigenmaps(
+        X, n_neighbors=8, graph=source, eigen_solver="lobpcg-workers", tol=1e-10
+    )
+    in_memory = laplacian_eigenmaps(X, n_neighbors=8, graph=source, eigen_solver="dense")
+    assert on_workers.solver == "lobpcg-workers" and in_memory.solver == "dense"
+    np.testing.assert_allclose(on_workers.eigenvalues, ref.eigenvalues, rtol=1e-6)
+    np.testing.assert_allclose(on_workers.embedding, ref.embedding, atol=1e-6)
+    np.testing.assert_array_equal(in_memory.embedding, ref.embedding)
+    assert on_workers.t == pytest.approx(ref.t, rel=1e-14)
+
+
+def test_a_point_without_weight_is_refused_before_the_solve(client, tmp_path):
+    from dimred_dask.graphs import KNNGraph
+
+    n, k = 30, 3
+    idx = (np.arange(n)[:, None] + np.arange(1, k + 1)) % n
+    dist = np.ones((n, k))
+    dist[5] = 40.0  # exp(-1600 / t) underflows to 0: row 5 has no weight to anyone
+    idx[(idx == 5)] = 6
+    g = KNNGraph(idx, dist)
+    with pytest.raises(InputError, match="point 5 .*has weight 0 to all"):
+        laplacian_on_workers(_stored(g, tmp_path / "run"), t=1.0)
+
+
+def test_laplacian_through_the_flow_leaves_graph_and_rows_in_the_store(
+    client, prefect_api, tmp_path
+):
+    from flows.embed import embed
+
+    X = make_swiss_roll(1200, random_state=5)[0].astype(np.float32)
+    uri = str(tmp_path / "roll.zarr")
+    save_array(X, uri, chunks=(300, 3))
+    params = {"n_neighbors": 10, "eigen_solver": "lobpcg-workers", "tol": 1e-10}
+    m = embed(uri, str(tmp_path / "le"), method="laplacian", params=params)
+    assert m["model"]["solver"] == "lobpcg-workers"
+    Y = open_output(str(tmp_path / "le")).read_array("embedding").astype(np.float64)
+    ref = LaplacianEigenmaps(2, n_neighbors=10, eigen_solver="dense").fit(X)
+    want = ref.embedding_.astype(np.float64)
+    signs = np.sign(np.sum(Y * want, axis=0))
+    np.testing.assert_allclose(Y * signs, want, atol=1e-4 * np.abs(want).max())
+    loaded = load_model(str(tmp_path / "le"))
+    assert isinstance(loaded.X_fit, StoredRows)  # the training rows stayed in the store
+    new = X[:50] + np.float32(0.2)
+    placed = loaded.transform(new).astype(np.float64) * signs
+    np.testing.assert_allclose(
+        placed, ref.transform(new).astype(np.float64), atol=1e-4 * np.abs(want).max()
+    )
+
+
+def test_spectral_clustering_through_the_flow_on_the_workers(client, prefect_api, tmp_path):
+    from sklearn.datasets import make_blobs
+    from sklearn.metrics import adjusted_rand_score
+
+    from flows.embed import embed
+
+    X, y = make_blobs(900, 4, centers=3, cluster_std=0.6, random_state=2)
+    uri = str(tmp_path / "blobs.zarr")
+    save_array(X.astype(np.float32), uri, chunks=(300, 4))
+    params = {"n_clusters": 3, "n_neighbors": 10, "eigen_solver": "lobpcg-workers"}
+    m = embed(uri, str(tmp_path / "sc"), method="spectral", params=params)
+    assert m["model"]["solver"] == "lobpcg-workers"
+    labels = open_output(str(tmp_path / "sc")).read_array("model/labels_")
+    assert adjusted_rand_score(labels, y) == 1.0
+
+
+def test_a_worker_killed_during_the_solve_gives_the_undisturbed_answer(roll_graph, tmp_path):
+    from distributed import Client, LocalCluster
+
+    from dimred_dask.errors import ConvergenceWarning
+    from dimred_dask.linalg.worker_lobpcg import bottom_eigsh_lobpcg_workers
+
+    from .test_worker_lobpcg import _kill_one_worker_at
+
+    source = _stored(roll_graph[1], tmp_path / "run")
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        L, _, _ = laplacian_on_workers(source, client=c)
+        kw = dict(kind="symmetric", tol=1e-14, maxiter=15, client=c)
+        with pytest.warns(ConvergenceWarning):  # 15 iterations: not converged, enough
+            calm = bottom_eigsh_lobpcg_workers(L, 3, **kw)
+            stormy = bottom_eigsh_lobpcg_workers(L, 3, progress=_kill_one_worker_at(c, 4), **kw)
+    assert stormy.info["restarts"] == 1 and calm.info["restarts"] == 0
+    np.testing.assert_array_equal(stormy.vectors, calm.vectors)
