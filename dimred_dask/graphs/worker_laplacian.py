@@ -36,7 +36,7 @@ from ..linalg.convergence import solve_with_fallbacks
 from ..linalg.worker_lobpcg import WorkerRows, bottom_eigsh_lobpcg_workers
 from .affinities import graph_rows
 from .laplacian import WEIGHTS
-from .spectral import SpectralResult, _signs
+from .spectral import SpectralResult
 
 __all__ = ["laplacian_on_workers", "spectral_embedding_workers"]
 
@@ -319,11 +319,15 @@ def spectral_embedding_workers(
         method=method,
         fix=fix or "raise maxiter or loosen tol.",
     )
-    vec = np.asarray(eig.vectors, np.float64)
-    if normed:
-        vec = vec / np.sqrt(deg)[:, None]
+    # in place: the n x k columns are the largest arrays this process holds
     vals = np.asarray(eig.values, np.float64)
     first = float(vals[0]) if drop_first else None
-    if drop_first:
-        vec, vals = vec[:, 1:], vals[1:]
-    return SpectralResult(_signs(vec), vals, deg, first, eig.solver, records), t_used
+    vec = np.asarray(eig.vectors, np.float64)[:, 1:] if drop_first else eig.vectors
+    vec, solver = np.array(vec, dtype=np.float64, order="C"), eig.solver
+    del eig
+    if normed:
+        vec /= np.sqrt(deg)[:, None]
+    s = np.sign(vec[np.argmax(np.abs(vec), axis=0), np.arange(vec.shape[1])])
+    vec *= np.where(s == 0, 1.0, s)
+    vals = vals[1:] if drop_first else vals
+    return SpectralResult(vec, vals, deg, first, solver, records), t_used

@@ -195,30 +195,42 @@ def _create(key, ops, dinv, q, a, b, p, seed):
     _BLOCKS[key] = _Block(ops, dinv, q, a, b, p, seed)
 
 
-def _create_from_rows(key, rows, bounds, i, q, qnorm, p, seed):
-    """Block i made on its worker from its rows of a symmetric operator (global columns):
-    the columns renumbered, the Jacobi scaling from its diagonal, the constraint vector's
-    rows scaled by its norm. Returns the row count each block must send it (its halo)."""
+def _diagonal(rows, a, rows_t=None):
+    """The block's rows of M's diagonal: A's own (M = A), or the squared norms of A's
+    columns, i.e. of A^T's rows (M = A^T A)."""
+    if rows_t is None:
+        return sp.csr_matrix(rows).diagonal(k=a)
+    At = sp.csr_matrix(rows_t)
+    return np.asarray(At.multiply(At).sum(axis=1)).ravel()
+
+
+def _create_from_rows(key, rows, rows_t, bounds, i, q, qnorm, p, seed):
+    """Block i made on its worker from its rows of A (and of A^T for M = A^T A; global
+    columns): the columns renumbered, the Jacobi scaling from M's diagonal, the constraint
+    vector's rows scaled by its norm. Returns, per operator, the row count each block must
+    send it (its halo)."""
     a, b = bounds[i]
-    local, sels = _localise(rows, bounds)
-    diag = sp.csr_matrix(rows).diagonal(k=a)
+    diag = _diagonal(rows, a, rows_t)
     dinv = 1.0 / np.where(diag > 0, diag, 1.0)
     q = None if q is None else np.asarray(q, np.float64).reshape(-1, 1) / qnorm
-    _BLOCKS[key] = _Block({"A": local}, dinv, q, a, b, p, seed)
+    ops, sels = {}, {}
+    for which, r in (("A", rows), ("At", rows_t)):
+        if r is not None:
+            ops[which], sels[which] = _localise(r, bounds)
+    _BLOCKS[key] = _Block(ops, dinv, q, a, b, p, seed)
     _BLOCKS[key].sels = sels
-    return [len(s) for s in sels]
+    return {which: [len(s) for s in sel] for which, sel in sels.items()}
 
 
-def _halo(key, j):
-    """The rows of block j that block ``key`` reads (block-local numbers)."""
-    return _BLOCKS[key].sels[j]
+def _halo(key, which, j):
+    """The rows of block j that block ``key``'s rows of ``which`` read (block-local)."""
+    return _BLOCKS[key].sels[which][j]
 
 
-def _rows_summary(rows, a, q):
-    """(diagonal sum, rows, q^T q) of one block of a `WorkerRows` operator."""
-    rows = sp.csr_matrix(rows)
+def _rows_summary(rows, a, q, rows_t=None):
+    """(sum of M's diagonal, rows, q^T q) of one block of a `WorkerRows` operator."""
     qq = 0.0 if q is None else float(np.dot(np.ravel(q), np.ravel(q)))
-    return float(rows.diagonal(k=a).sum()), rows.shape[0], qq
+    return float(_diagonal(rows, a, rows_t).sum()), sp.csr_matrix(rows).shape[0], qq
 
 
 def _call(key, method, after, *args):
@@ -241,7 +253,8 @@ def _drop(prefix) -> int:
 
 
 class WorkerRows:
-    """A symmetric n x n operator held on the workers as row blocks.
+    """An n x n operator held on the workers as row blocks: a symmetric A (M = A), or A
+    with the rows of its transpose (M = A^T A).
 
     Parameters
     ----------
@@ -250,13 +263,17 @@ class WorkerRows:
     bounds : list of (int, int)
         The blocks' row ranges, contiguous from 0 to n.
     rows : list of distributed.Future
-        Per block, its rows as a scipy sparse matrix of shape (b - a, n), global columns.
+        Per block, its rows of A as a scipy sparse matrix of shape (b - a, n), global
+        columns.
     null : list of distributed.Future or None, default None
-        Per block, its rows of a constraint vector in the operator's null space.
+        Per block, its rows of a constraint vector in M's null space.
+    rows_t : list of distributed.Future or None, default None
+        Per block, its rows of A^T (the same shape): M = A^T A is solved (``kind="gram"``).
     """
 
-    def __init__(self, n: int, bounds, rows, null=None):
+    def __init__(self, n: int, bounds, rows, null=None, rows_t=None):
         self.n, self.bounds, self.rows, self.null = int(n), list(bounds), list(rows), null
+        self.rows_t = None if rows_t is None else list(rows_t)
         if len(self.rows) != len(self.bounds) or self.bounds[-1][1] != self.n:
             raise ValueError("WorkerRows: one row block per bound, the bounds covering n rows")
 
@@ -264,8 +281,12 @@ class WorkerRows:
     def shape(self) -> tuple[int, int]:
         return (self.n, self.n)
 
+    @property
+    def kind(self) -> str:
+        return "symmetric" if self.rows_t is None else "gram"
+
     def gather(self, client):
-        """The operator in this process (CSR), for the in-process solvers."""
+        """A in this process (CSR), for the in-process solvers."""
         return sp.vstack(client.gather(self.rows), format="csr")
 
 
@@ -373,6 +394,7 @@ class _Solve:
                     _create_from_rows,
                     self.keys[i],
                     op.rows[i],
+                    None if op.rows_t is None else op.rows_t[i],
                     self.bounds,
                     i,
                     None if op.null is None else op.null[i],
@@ -383,14 +405,19 @@ class _Solve:
                 for i in range(nb)
             ]
         )
-        for i in range(nb):
-            cuts = []
-            for j, size in enumerate(sizes[i]):
-                whole = size == self.bounds[j][1] - self.bounds[j][0]
-                halo = None if size == 0 or whole else self.submit(i, _halo, self.keys[i], j)
-                cuts.append("all" if size and whole else halo)
-            self.cuts["A"].append(cuts)
-        self.kinds = ["A"]
+        self.kinds = ["A"] if op.rows_t is None else ["A", "At"]
+        for which in self.kinds:
+            for i in range(nb):
+                cuts = []
+                for j, size in enumerate(sizes[i][which]):
+                    whole = size == self.bounds[j][1] - self.bounds[j][0]
+                    cut = (
+                        None
+                        if size == 0 or whole
+                        else self.submit(i, _halo, self.keys[i], which, j)
+                    )
+                    cuts.append("all" if size and whole else cut)
+                self.cuts[which].append(cuts)
 
     def _put(self, value, i):
         return self.client.scatter(value, workers=[self.where[i]], hash=False)
@@ -554,7 +581,7 @@ def bottom_eigsh_lobpcg_workers(
     ----------
     A : scipy.sparse matrix of shape (n, n) or WorkerRows
         The operator's rows (see ``kind``); cut into row blocks and sent to the workers. A
-        `WorkerRows` (``kind="symmetric"`` only) is solved in its own blocks and order, its
+        `WorkerRows` (its ``kind`` given) is solved in its own blocks and order, its
         ``null`` as the constraint (``null``, ``blocks`` and ``reorder`` are then unused).
     k : int
         The number of eigenpairs, 1 <= k < n - 1.
@@ -600,11 +627,12 @@ def bottom_eigsh_lobpcg_workers(
             "pass kind='gram' (M = A^T A) or 'symmetric' (M = A).",
         )
     n = A.shape[0]
-    if isinstance(A, WorkerRows) and kind != "symmetric":
+    if isinstance(A, WorkerRows) and kind != A.kind:
         raise InputError(
-            f"an operator held on the workers (WorkerRows) is solved as M = A only; found "
-            f"kind={kind!r}.",
-            "pass kind='symmetric', or give A as a scipy sparse matrix.",
+            f"this operator held on the workers (WorkerRows) is solved with kind={A.kind!r}; "
+            f"found kind={kind!r}.",
+            f"pass kind={A.kind!r} (rows of A^T given: 'gram'), or give A as a scipy "
+            "sparse matrix.",
         )
     if A.shape != (n, n) or not 1 <= k < n - 1:
         raise InputError(
@@ -626,7 +654,13 @@ def bottom_eigsh_lobpcg_workers(
         reorder, perm, At, dinv, bounds = False, None, None, None, A.bounds
         sums = client.gather(
             [
-                client.submit(_rows_summary, r, a, None if A.null is None else A.null[i])
+                client.submit(
+                    _rows_summary,
+                    r,
+                    a,
+                    None if A.null is None else A.null[i],
+                    None if A.rows_t is None else A.rows_t[i],
+                )
                 for i, (r, (a, _)) in enumerate(zip(A.rows, bounds))
             ]
         )

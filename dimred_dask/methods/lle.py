@@ -43,7 +43,8 @@ import scipy.sparse as sp
 
 from .._validation import check_array
 from ..blocks.neighbors import reconstruction_weights_block
-from ..graphs import check_n_neighbors, check_reg, reconstruction_weights
+from ..graphs import KNNGraph, check_n_neighbors, check_reg, reconstruction_weights
+from ..graphs.worker_lle import lle_operator_on_workers
 from ..linalg import (
     ARPACK_MAX,
     DENSE_MAX_SPARSE,
@@ -55,12 +56,15 @@ from ..linalg import (
 from ..errors import InputError
 from ..linalg.convergence import solve_with_fallbacks
 from ..linalg.sparse_eigen import workers_at_hand
-from ..linalg.worker_lobpcg import bottom_eigsh_lobpcg_workers
+from ..linalg.worker_lobpcg import WorkerRows, bottom_eigsh_lobpcg_workers
 from ._base import ModelTransform, DimredEstimator, like_input, rows_at, rowwise
 from ._graph_common import (
     ArrayModel,
+    check_graph,
     check_n_components_graph,
     fit_graph,
+    graph_in_memory,
+    is_graph_source,
     new_neighbours,
     training_rows,
 )
@@ -179,10 +183,21 @@ def lle_fallbacks(solver: str, n: int) -> list[str]:
     return ["arpack"] if n <= ARPACK_MAX else [] if solver == "factored" else ["factored"]
 
 
-def _bottom(A, k, solver, tol, max_iter, random_state):
+def _bottom(A, k, solver, tol, max_iter, random_state, first=None):
     """The k bottom eigenpairs of M = A^T A after the constant one: (values, vectors, the
-    dropped eigenvalue, solver, info, convergence record)."""
+    dropped eigenvalue, solver, info, convergence record). ``A`` may be held on the
+    workers (`WorkerRows`, ``first``: the constant's quotient): gathered here for a solver
+    other than ``lobpcg-workers``."""
     n = A.shape[0]
+    if isinstance(A, WorkerRows):
+        if solver == "lobpcg-workers":
+            eig = bottom_eigsh_lobpcg_workers(
+                A, k, kind="gram", tol=tol, maxiter=max_iter, random_state=random_state
+            )
+            return eig.values, eig.vectors, first, solver, dict(eig.info), eig.convergence
+        from .._compute import active_client
+
+        A = A.gather(active_client())
     deflated = {  # solvers that keep the constant out of their block
         "lobpcg-workers": lambda: bottom_eigsh_lobpcg_workers(
             A, k, kind="gram", null=np.ones(n), tol=tol, maxiter=max_iter, random_state=random_state
@@ -221,13 +236,13 @@ def _bottom(A, k, solver, tol, max_iter, random_state):
     )
 
 
-def _bottom_checked(A, k, solver, tol, max_iter, random_state):
+def _bottom_checked(A, k, solver, tol, max_iter, random_state, first=None):
     """`_bottom` with `lle_fallbacks` (``max_iter`` is the first solver's; the others run
     with their defaults): (values, vectors, dropped eigenvalue, solver, info, records)."""
     n = A.shape[0]
 
     def attempt(s):
-        out = _bottom(A, k, s, tol, max_iter if s == solver else None, random_state)
+        out = _bottom(A, k, s, tol, max_iter if s == solver else None, random_state, first)
         return out[:5], out[5]
 
     (vals, vec, first, used, info), records = solve_with_fallbacks(
@@ -313,27 +328,60 @@ def lle(
     SolverError
         No eigensolver (the one asked for and its fallbacks) converged.
     """
+    return _lle(
+        X,
+        n_components=n_components,
+        n_neighbors=n_neighbors,
+        reg=reg,
+        eigen_solver=eigen_solver,
+        tol=tol,
+        max_iter=max_iter,
+        metric=metric,
+        knn_backend=knn_backend,
+        join_components=join_components,
+        random_state=random_state,
+        graph=graph,
+    )
+
+
+def _lle(X, *, keep_rows=True, graph=None, **p) -> LLEModel:
+    """`lle`; ``keep_rows=False`` leaves ``X_fit`` as ``X`` itself (a run's store writes dask
+    rows from the workers). A graph source (the run store's graph) is read on the workers
+    when the solve is there too (`graphs.lle_operator_on_workers`: the weights and I - W
+    made there; its connectivity is the kNN stage's to check), else read into memory."""
     X = check_array(X, method="LLE")
     n = X.shape[0]
-    k = check_n_components_graph(n_components, n, "LLE")
-    reg = check_reg(reg)
-    _check_eigen_solver(eigen_solver)
-    g = fit_graph(
-        X,
-        graph,
-        n_neighbors,
-        method="LLE",
-        metric=metric,
-        backend=knn_backend,
-        join_components_=join_components,
-        random_state=random_state,
-    )
-    _check_more_neighbours(g.n_neighbors, k)
-    w = reconstruction_weights(X, g, reg)
-    solver = choose_lle_solver(eigen_solver, n, int(X.shape[1]))
-    vals, vec, first, solver, info, records = _bottom_checked(
-        lle_operator(w, g.indices), k, solver, tol, max_iter, random_state
-    )
+    k = check_n_components_graph(p["n_components"], n, "LLE")
+    reg = check_reg(p["reg"])
+    _check_eigen_solver(p["eigen_solver"])
+    solve = (p["tol"], p["max_iter"], p["random_state"])
+    solver = choose_lle_solver(p["eigen_solver"], n, int(X.shape[1]))
+    if is_graph_source(graph) and not isinstance(graph, KNNGraph):
+        kn = check_n_neighbors(p["n_neighbors"], n, "LLE")
+        g = check_graph(graph, n, kn, "LLE")
+        _check_more_neighbours(kn, k)
+        if solver == "lobpcg-workers":
+            A, first = lle_operator_on_workers(g, X, n_neighbors=kn, reg=reg)
+            vals, vec, first, solver, info, records = _bottom_checked(A, k, solver, *solve, first)
+        else:
+            graph = graph_in_memory(g)
+    if graph is None or isinstance(graph, KNNGraph):
+        g = fit_graph(
+            X,
+            graph,
+            p["n_neighbors"],
+            method="LLE",
+            metric=p["metric"],
+            backend=p["knn_backend"],
+            join_components_=p["join_components"],
+            random_state=p["random_state"],
+        )
+        _check_more_neighbours(g.n_neighbors, k)
+        kn = int(g.n_neighbors)
+        w = reconstruction_weights(X, g, reg)
+        vals, vec, first, solver, info, records = _bottom_checked(
+            lle_operator(w, g.indices), k, solver, *solve
+        )
     vec = np.asarray(vec, np.float64)
     s = np.sign(vec[np.argmax(np.abs(vec), axis=0), np.arange(k)])
     vec = vec * np.where(s == 0, 1.0, s)
@@ -343,7 +391,7 @@ def lle(
             "first_eigenvalue": first,
             "convergence": records,
             "graph": {
-                "n_neighbors": g.n_neighbors,
+                "n_neighbors": kn,
                 "backend": g.backend,
                 "extra_edges": len(g.info.get("extra_edges", [])),
             },
@@ -352,14 +400,20 @@ def lle(
     return LLEModel(
         (np.sqrt(n) * vec).astype(X.dtype),
         vals,
-        training_rows(X, "LLE"),
-        int(g.n_neighbors),
+        training_rows(X, "LLE") if keep_rows else X,
+        kn,
         reg,
-        metric,
+        p["metric"],
         float(vals.sum()),
         solver,
         info,
     )
+
+
+def _lle_in_a_run(X, **params) -> LLEModel:
+    """`lle` as a run calls it: the training rows stay where they are (the run store writes
+    them from the workers; a loaded model reads them a chunk at a time)."""
+    return _lle(X, keep_rows=False, **params)
 
 
 def _check_eigen_solver(eigen_solver) -> None:
@@ -492,5 +546,7 @@ METHOD_SPECS = (
         model=LLEModel,
         check=check_lle_params,
         knn_graph="connected",
+        flow_function=_lle_in_a_run,
+        graph_in_store=True,
     ),
 )

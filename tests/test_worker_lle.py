@@ -1,0 +1,86 @@
+"""LLE's operator I - W built on the Dask workers from a kNN graph in a run's store
+(dimred_dask.graphs.worker_lle): the in-process A and A^T entry for entry, the same eigenpairs
+as LAPACK through the worker-side LOBPCG, and LLE through the flow with the graph and the
+training rows left in the store."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dimred_dask import LocallyLinearEmbedding, lle
+from dimred_dask.graphs import knn_graph, reconstruction_weights
+from dimred_dask.graphs.worker_lle import lle_operator_on_workers
+from dimred_dask.io import StoredRows, open_output, save_array
+from dimred_dask.methods.lle import lle_operator
+from flows.methods import load_model
+
+from .test_worker_laplacian import _stored
+
+
+def _wide(n=2400, d=20, seed=0):
+    """Wide data of 5 overlapping groups: LOBPCG's kind of LLE problem (not a manifold)."""
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, d)) + 0.5 * rng.integers(0, 5, n)[:, None]).astype(
+        np.float32
+    )
+
+
+@pytest.fixture(scope="module")
+def wide_graph():
+    X = _wide()
+    return X, knn_graph(X, 10, backend="exact")
+
+
+def test_the_operator_and_its_transpose_are_the_in_process_ones(client, wide_graph, tmp_path):
+    X, g = wide_graph
+    A0 = lle_operator(reconstruction_weights(X, g, 1e-3), g.indices)
+    source = _stored(g, tmp_path / "run")
+    A, first = lle_operator_on_workers(
+        source, da.from_array(X, chunks=(700, X.shape[1])), n_neighbors=10
+    )
+    assert A.kind == "gram" and len(A.bounds) == 2
+    assert abs(A.gather(client) - A0).max() == 0.0
+    At = sp.vstack(client.gather(A.rows_t)).tocsr()
+    assert abs(At - A0.T).max() == 0.0
+    assert first == pytest.approx(np.sum((A0 @ np.ones(X.shape[0])) ** 2) / X.shape[0], abs=1e-25)
+
+
+def test_lle_on_a_stored_graph_solves_on_the_workers(client, wide_graph, tmp_path):
+    X, g = wide_graph
+    ref = lle(X, graph=g, eigen_solver="dense")
+    source = _stored(g, tmp_path / "run")
+    Xd = da.from_array(X, chunks=(500, X.shape[1]))
+    ours = lle(Xd, graph=source, eigen_solver="lobpcg-workers", tol=1e-10)
+    assert ours.solver == "lobpcg-workers"
+    np.testing.assert_allclose(ours.eigenvalues, ref.eigenvalues, rtol=1e-6)
+    signs = np.sign(np.sum(ours.embedding * ref.embedding, axis=0))
+    np.testing.assert_allclose(ours.embedding * signs, ref.embedding, atol=1e-5)
+    in_memory = lle(X, graph=source, eigen_solver="dense")  # another solver: read whole
+    np.testing.assert_array_equal(in_memory.embedding, ref.embedding)
+
+
+def test_lle_through_the_flow_on_the_workers(client, prefect_api, tmp_path):
+    from flows.embed import embed
+
+    X = _wide(1500, seed=3)
+    uri = str(tmp_path / "wide.zarr")
+    save_array(X, uri, chunks=(400, X.shape[1]))
+    params = {"n_neighbors": 10, "eigen_solver": "lobpcg-workers", "tol": 1e-10}
+    m = embed(uri, str(tmp_path / "lle"), method="lle", params=params)
+    assert m["model"]["solver"] == "lobpcg-workers"
+    Y = open_output(str(tmp_path / "lle")).read_array("embedding").astype(np.float64)
+    ref = LocallyLinearEmbedding(2, n_neighbors=10, eigen_solver="dense").fit(X)
+    want = ref.embedding_.astype(np.float64)
+    signs = np.sign(np.sum(Y * want, axis=0))
+    np.testing.assert_allclose(Y * signs, want, atol=1e-4 * np.abs(want).max())
+    loaded = load_model(str(tmp_path / "lle"))
+    assert isinstance(loaded.X_fit, StoredRows)  # the training rows stayed in the store
+    new = X[:30] + np.float32(0.1)
+    np.testing.assert_allclose(
+        loaded.transform(new).astype(np.float64) * signs,
+        ref.transform(new).astype(np.float64),
+        atol=1e-4 * np.abs(want).max(),
+    )
