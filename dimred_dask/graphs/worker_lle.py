@@ -27,6 +27,8 @@ from .weights import check_reg
 
 __all__ = ["lle_operator_on_workers"]
 
+WEIGHT_ROWS = 32_768  # rows whose local problems are solved at once (~130 MB at k = 10, d = 50)
+
 
 def _neighbours(source, k: int, a: int, b: int) -> np.ndarray:
     idx = np.asarray(graph_rows(source, a, b, k)[0], np.int64)
@@ -46,10 +48,17 @@ def _pick(idx: np.ndarray, rows: np.ndarray, a: int, b: int):
 
 
 def _weights(idx, own, reg, *picks):
-    """Block rows' reconstruction weights from the rows of X their neighbours are."""
+    """Block rows' reconstruction weights from the rows of X their neighbours are, in runs
+    of ``WEIGHT_ROWS`` rows (a run's local problems hold rows x k x d float64 numbers)."""
     rows_x = np.concatenate([p[1] for p in picks])
     uniq, pos = np.unique(idx, return_inverse=True)
-    return reconstruction_weights_block(np.asarray(own), rows_x[pos.reshape(idx.shape)], reg)
+    pos = pos.reshape(idx.shape)
+    own = np.asarray(own)
+    out = np.empty(idx.shape)
+    for s in range(0, idx.shape[0], WEIGHT_ROWS):
+        e = min(idx.shape[0], s + WEIGHT_ROWS)
+        out[s:e] = reconstruction_weights_block(own[s:e], rows_x[pos[s:e]], reg)
+    return out
 
 
 def _a_rows(idx, w, a: int, b: int, n: int, bounds):
