@@ -177,3 +177,56 @@ def test_a_worker_killed_during_the_solve_gives_the_undisturbed_answer(roll_grap
             stormy = bottom_eigsh_lobpcg_workers(L, 3, progress=_kill_one_worker_at(c, 4), **kw)
     assert stormy.info["restarts"] == 1 and calm.info["restarts"] == 0
     np.testing.assert_array_equal(stormy.vectors, calm.vectors)
+
+
+def test_the_caller_never_holds_the_graph_or_the_laplacian(client, tmp_path):
+    """A regression guard on the flow's process: building the Laplacian from a stored graph
+    on the workers allocates less than a quarter of the graph's own size in the caller
+    (the degrees come back: n floats), where building it in the caller holds several times
+    that. The solve's own memory is guarded in tests/test_worker_lobpcg.py."""
+    import gc
+    import tracemalloc
+
+    from dimred_dask.graphs import KNNGraph
+    from dimred_dask.methods._graph_common import graph_in_memory
+
+    n, k = 60_000, 10
+    rng = np.random.default_rng(1)
+    # a ring lattice plus random edges: connected, every row k neighbours
+    idx = np.empty((n, k), np.int64)
+    idx[:, :4] = (np.arange(n)[:, None] + np.array([1, -1, 2, -2])) % n
+    idx[:, 4:] = rng.integers(0, n, (n, k - 4))
+    own = idx == np.arange(n)[:, None]
+    idx[own] = np.broadcast_to(np.arange(n)[:, None] + 3, idx.shape)[own] % n
+    g = KNNGraph(idx, np.sort(rng.uniform(0.5, 1.5, (n, k)), axis=1))
+    source = _stored(g, tmp_path / "run")
+    graph_bytes = g.indices.nbytes + g.distances.nbytes
+    del g, idx, own
+    peaks = {}
+    for name, build in (
+        ("workers", lambda: laplacian_on_workers(source)),
+        ("in memory", lambda: laplacian(graph_weights(graph_csr(graph_in_memory(source)))[0])),
+    ):
+        gc.collect()
+        tracemalloc.start()
+        build()
+        peaks[name] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert peaks["in memory"] > 2 * graph_bytes, peaks  # the measure sees such arrays
+    assert peaks["workers"] < graph_bytes / 4, peaks
+
+
+def test_landmark_geodesics_from_a_stored_graph_are_the_in_memory_ones(client, tmp_path):
+    """Landmark Isomap's Dijkstra rows with the graph read and symmetrised by a task on a
+    worker (a graph source), against the same rows from the graph in memory; the joining
+    edges of a disconnected graph are read with it."""
+    from dimred_dask.graphs import geodesic_rows_on_workers, join_components
+
+    X = np.vstack([make_swiss_roll(400, random_state=6)[0], 80.0 + np.zeros((50, 3))])
+    X[400:] += np.random.default_rng(2).standard_normal((50, 3))
+    joined, _ = join_components(knn_graph(X, 8, backend="exact"), X)
+    sources = np.array([0, 5, 401, 449, 200])
+    want = geodesic_rows_on_workers(joined, sources).compute()
+    got = geodesic_rows_on_workers(_stored(joined, tmp_path / "run"), sources).compute()
+    np.testing.assert_array_equal(got, want)
+    assert np.isfinite(got).all()  # the joining edge is there: every vertex reached

@@ -81,6 +81,21 @@ def _adjacency(graph) -> sp.csr_matrix:
     return A
 
 
+def _is_source(graph) -> bool:
+    """A graph source (``graphs.affinities.graph_rows``) rather than a graph in memory."""
+    return not isinstance(graph, KNNGraph) and all(
+        hasattr(graph, a) for a in ("n_samples", "n_neighbors", "rows")
+    )
+
+
+def _source_adjacency(source) -> sp.csr_matrix:
+    """`graph_csr` of a graph source's rows, with its extra edges (on a worker)."""
+    idx, dist = source.rows(0, source.n_samples, source.n_neighbors)
+    info = dict(getattr(source, "info", None) or {})
+    g = KNNGraph(np.asarray(idx, np.int64), np.asarray(dist, np.float64), info=info)
+    return graph_csr(g)
+
+
 def _shared(csr):
     """The graph as one object every task refers to: scattered to all workers when there is
     a client (sent once per worker, never through the scheduler), else one delayed key.
@@ -172,9 +187,10 @@ def geodesic_rows(
 
     Parameters
     ----------
-    graph : KNNGraph or sparse matrix of shape (n, n)
-        A `KNNGraph` (symmetrised with its extra edges, `graph_csr`) or a symmetric matrix
-        of distances.
+    graph : KNNGraph, graph source or sparse matrix of shape (n, n)
+        A `KNNGraph` (symmetrised with its extra edges, `graph_csr`), a graph source (read
+        and symmetrised by a task on a worker: this process never holds it) or a symmetric
+        matrix of distances.
     sources : array-like of int
         The source vertices (row numbers), flattened.
     dtype : numpy dtype, default numpy.float64
@@ -277,12 +293,17 @@ def geodesic_rows_on_workers(
             "call it inside a distributed Client (dimred_dask.cluster.cluster_client), or call "
             "geodesic_rows for the rows in this process.",
         )
-    csr = _adjacency(graph)
-    n = csr.shape[0]
+    if _is_source(graph):  # the graph stays where it is: one task reads it and builds
+        n = int(graph.n_samples)  # the adjacency on a worker, the others fetch it from there
+        shared = client.submit(_source_adjacency, graph, pure=False)
+    else:
+        csr = _adjacency(graph)
+        n = csr.shape[0]
+        shared = None
     sources = np.asarray(sources, dtype=np.int64).ravel()
     if sources.size == 0:
         return da.empty((0, n), dtype=dtype, chunks=(0, n))
-    shared = _shared(csr)
+    shared = _shared(csr) if shared is None else shared
     task = delayed(dijkstra_block, pure=True)
     rows = da.concatenate(
         [

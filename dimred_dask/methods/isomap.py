@@ -37,6 +37,7 @@ import numpy as np
 from .._validation import check_array, check_fits_in_memory, check_random_state
 from ..errors import InputError
 from ..graphs import (
+    KNNGraph,
     check_n_neighbors,
     geodesic_matrix,
     geodesic_rows,
@@ -46,7 +47,13 @@ from ..graphs.geodesic import SOURCES_PER_TASK
 from ..linalg import choose_landmarks
 from ..pairwise import check_metric
 from ._base import ModelTransform, DimredEstimator, column_signs, like_input
-from ._graph_common import fit_graph, training_rows
+from ._graph_common import (
+    check_graph,
+    fit_graph,
+    graph_in_memory,
+    is_graph_source,
+    training_rows,
+)
 from ._isomap_model import IsomapModel
 from .mds import MDS_SOLVERS, classical_mds
 from ._spec import DOCS_GRAPH, KNN_STAGE, MethodSpec
@@ -501,16 +508,24 @@ def _landmark_isomap(
     X, k = _check_common(X, n_components, n_neighbors, metric, "LandmarkIsomap", n - 2)
     m = _check_landmarks(n, k, n_landmarks, landmarks)
     rng = check_random_state(random_state)
-    g = fit_graph(
-        X,
-        graph,
-        n_neighbors,
-        method="LandmarkIsomap",
-        metric=metric,
-        backend=knn_backend,
-        join_components_=join_components,
-        random_state=random_state,
-    )
+    if is_graph_source(graph) and not isinstance(graph, KNNGraph):
+        kn = check_n_neighbors(n_neighbors, n, "LandmarkIsomap")
+        graph = check_graph(graph, n, kn, "LandmarkIsomap")
+        if not on_workers or graph.n_neighbors != kn:
+            graph = graph_in_memory(graph)
+    if is_graph_source(graph) and not isinstance(graph, KNNGraph):
+        g = graph  # the run store's: read by the task that builds the adjacency
+    else:
+        g = fit_graph(
+            X,
+            graph,
+            n_neighbors,
+            method="LandmarkIsomap",
+            metric=metric,
+            backend=knn_backend,
+            join_components_=join_components,
+            random_state=random_state,
+        )
     _, idx = choose_landmarks(
         X,
         int(m),
@@ -761,7 +776,8 @@ METHOD_SPECS = (
         check=check_landmark_isomap_params,
         knn_graph="connected",
         # the m x n geodesics stay on the workers; the model's reference and training rows
-        # are written to the run store from there
+        # are written to the run store from there, and the graph is read there from the store
         flow_function=landmark_isomap_on_workers,
+        graph_in_store=True,
     ),
 )
