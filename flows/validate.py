@@ -9,6 +9,7 @@ Dask cluster, so that the CLI refuses bad input in about a second.
 from __future__ import annotations
 
 import numbers
+import os
 import time
 
 from prefect import get_run_logger, task
@@ -137,6 +138,8 @@ def check_run(spec: dict) -> dict:
     if spec.get("default_components"):  # a chain's PCA step: 50 components, or fewer if need be
         params["n_components"] = min(PCA_DEFAULT_COMPONENTS, *inp.shape)
     params = adapter.check(params, inp.shape)
+    if adapter.matrix and (need := adapter.matrix(params, inp.shape)) is not None:
+        _check_room_for_matrix(spec, need["kind"], inp.shape[0], inp.array.dtype.itemsize)
     request = adapter.graph(params, inp.shape) if adapter.graph else None
     graph_request = (
         normalize_request({**request, **_recall_request(spec)}, inp.shape, spec["method"])
@@ -156,6 +159,30 @@ def check_run(spec: dict) -> dict:
         "labels_fingerprint": labels_fp,
         "actions_fingerprint": actions_fp,
     }
+
+
+def _check_room_for_matrix(spec: dict, kind: str, n: int, itemsize: int) -> None:
+    """Refuse a kernel stage whose n x n matrix would not fit on the output's local disk
+    (its free space now; an object store's room is not known, so not checked there)."""
+    import shutil
+
+    out = parse_uri(spec["output"], role="output")
+    if not out.is_local:
+        return
+    need = n * n * itemsize
+    folder = os.path.abspath(out.url)
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        raise InputError(
+            f"{spec['method']} writes the {n} x {n} {kind} matrix to the run store: "
+            f"{need / 2**30:,.1f} GiB, more than the {free / 2**30:,.1f} GiB free on the "
+            f"disk of {out.url}.",
+            "use the method's landmark route (kpca --param solver=nystrom, --method "
+            "landmark-mds), which never forms the matrix; or fewer rows; or an output "
+            "with room for it.",
+        )
 
 
 def preflight(spec: dict) -> None:

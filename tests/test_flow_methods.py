@@ -176,3 +176,26 @@ def test_kernel_matrix_of_an_earlier_run_is_reused_by_a_later_one(
     np.testing.assert_allclose(
         third["model"]["eigenvalues"], second["model"]["eigenvalues"], rtol=1e-12
     )
+
+
+def test_a_kernel_matrix_larger_than_the_free_disk_is_refused_before_anything(
+    tmp_path, capsys
+):
+    """Exact MDS of more rows than the output's disk can hold the n x n matrix of: refused
+    in the CLI's checks, naming the size and the free space, with nothing written."""
+    import math
+    import shutil
+
+    from flows.cli import main
+
+    free = shutil.disk_usage(tmp_path).free
+    n = math.isqrt(free // 4) + 2000  # float32: n^2 x 4 bytes just over the free space
+    uri = str(tmp_path / "many.zarr")
+    save_array(np.random.default_rng(0).standard_normal((n, 2)).astype(np.float32), uri)
+    out = tmp_path / "mds"
+    argv = ["run", "--input", uri, "--output", str(out), "--method", "mds"]
+    assert main(argv + ["--param", "solver=randomized"]) == 2
+    err = capsys.readouterr().err
+    assert "InputError" in err and "distance matrix to the run store" in err, err
+    assert "GiB free on the disk" in err and "landmark-mds" in err, err
+    assert not out.exists()
