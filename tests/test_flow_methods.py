@@ -178,9 +178,7 @@ def test_kernel_matrix_of_an_earlier_run_is_reused_by_a_later_one(
     )
 
 
-def test_a_kernel_matrix_larger_than_the_free_disk_is_refused_before_anything(
-    tmp_path, capsys
-):
+def test_a_kernel_matrix_larger_than_the_free_disk_is_refused_before_anything(tmp_path, capsys):
     """Exact MDS of more rows than the output's disk can hold the n x n matrix of: refused
     in the CLI's checks, naming the size and the free space, with nothing written."""
     import math

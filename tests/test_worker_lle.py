@@ -23,9 +23,7 @@ from .test_worker_laplacian import _stored
 def _wide(n=2400, d=20, seed=0):
     """Wide data of 5 overlapping groups: LOBPCG's kind of LLE problem (not a manifold)."""
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((n, d)) + 0.5 * rng.integers(0, 5, n)[:, None]).astype(
-        np.float32
-    )
+    return (rng.standard_normal((n, d)) + 0.5 * rng.integers(0, 5, n)[:, None]).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
