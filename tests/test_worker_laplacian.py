@@ -155,7 +155,7 @@ def test_a_worker_killed_during_the_solve_gives_the_undisturbed_answer(roll_grap
     from distributed import Client, LocalCluster
 
     from dimred_dask.errors import ConvergenceWarning
-    from dimred_dask.linalg.worker_lobpcg import bottom_eigsh_lobpcg_workers
+    from dimred_dask.linalg.worker_lobpcg import MAX_RESTARTS, bottom_eigsh_lobpcg_workers
 
     from .test_worker_lobpcg import _kill_one_worker_at
 
@@ -175,7 +175,10 @@ def test_a_worker_killed_during_the_solve_gives_the_undisturbed_answer(roll_grap
         with pytest.warns(ConvergenceWarning):  # 15 iterations: not converged, enough
             calm = bottom_eigsh_lobpcg_workers(L, 3, **kw)
             stormy = bottom_eigsh_lobpcg_workers(L, 3, progress=_kill_one_worker_at(c, 4), **kw)
-    assert stormy.info["restarts"] == 1 and calm.info["restarts"] == 0
+    # the loss was seen and survived: the operator's blocks on the lost worker are made again
+    # by their tasks, and a restart that meets them still being made counts once more
+    assert 1 <= stormy.info["restarts"] <= MAX_RESTARTS, stormy.info
+    assert calm.info["restarts"] == 0
     np.testing.assert_array_equal(stormy.vectors, calm.vectors)
 
 

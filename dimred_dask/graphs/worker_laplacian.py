@@ -322,8 +322,8 @@ def spectral_embedding_workers(
     # in place: the n x k columns are the largest arrays this process holds
     vals = np.asarray(eig.values, np.float64)
     first = float(vals[0]) if drop_first else None
-    vec = np.asarray(eig.vectors, np.float64)[:, 1:] if drop_first else eig.vectors
-    vec, solver = np.array(vec, dtype=np.float64, order="C"), eig.solver
+    vec = np.asarray(eig.vectors, np.float64)  # n x (k + drop_first): scaled in place
+    vec, solver = (vec[:, 1:] if drop_first else vec), eig.solver
     del eig
     if normed:
         vec /= np.sqrt(deg)[:, None]

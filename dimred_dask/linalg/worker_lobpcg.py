@@ -549,7 +549,10 @@ class _Solve:
                 after = self.product("X", "MX", [after] * nb)
                 after = self.product("P", "MP", [after] * nb)
                 resid = self.each("residual", [after] * nb, w)
-        vectors = np.concatenate(self.gather(self.each("columns", None, k)))
+        # the k columns, one block at a time into their place: no second n x k copy
+        vectors = np.empty((self.bounds[-1][1], k))
+        for (a, b), part in zip(self.bounds, self.each("columns", None, k)):
+            vectors[a:b] = self.gather([part])[0]
         return w, vectors, it, res
 
     def close(self):
@@ -746,8 +749,11 @@ def bottom_eigsh_lobpcg_workers(
         measure="max ||M x - lambda x|| of the wanted pairs (absolute: tol times the "
         "mean diagonal of M)",
     )
-    vectors = np.empty((n, k))
-    vectors[np.arange(n) if perm is None else perm] = v[:, :k]
+    if perm is None:
+        vectors = v  # the blocks' own order: n x k already
+    else:
+        vectors = np.empty((n, k))
+        vectors[perm] = v[:, :k]
     return Eigen(np.asarray(w[:k]), vectors, "lobpcg-workers", 0, info=info, convergence=rec)
 
 
