@@ -233,3 +233,21 @@ def test_landmark_geodesics_from_a_stored_graph_are_the_in_memory_ones(client, t
     got = geodesic_rows_on_workers(_stored(joined, tmp_path / "run"), sources).compute()
     np.testing.assert_array_equal(got, want)
     assert np.isfinite(got).all()  # the joining edge is there: every vertex reached
+
+
+@pytest.mark.parametrize(
+    "fit",
+    [
+        lambda X, g: laplacian_eigenmaps(X, graph=g),
+        lambda X, g: __import__("dimred_dask").lle(X, graph=g),
+        lambda X, g: __import__("dimred_dask").spectral_clustering(X, n_clusters=2, graph=g),
+        lambda X, g: __import__("dimred_dask").landmark_isomap(X, graph=g),
+    ],
+    ids=["laplacian", "lle", "spectral", "landmark-isomap"],
+)
+def test_a_graph_of_another_kind_is_refused(fit):
+    """The functions that accept the run store's graph still refuse what is neither a
+    `KNNGraph` nor a graph source, with the message they gave before."""
+    X = np.random.default_rng(0).standard_normal((100, 3))
+    with pytest.raises(InputError, match=r"needs graph=<KNNGraph>; found str"):
+        fit(X, "not a graph")

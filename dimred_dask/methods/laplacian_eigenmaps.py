@@ -260,6 +260,7 @@ def _laplacian_eigenmaps(X, *, keep_rows=True, graph=None, **p) -> LaplacianEige
     k, n = int(p["n_components"]), X.shape[0]
     kn = check_n_neighbors(p["n_neighbors"], n, "LaplacianEigenmaps")
     solve = dict(tol=p["tol"], maxiter=p["max_iter"], random_state=p["random_state"])
+    res = None
     if is_graph_source(graph) and not isinstance(graph, KNNGraph):
         g = check_graph(graph, n, kn, "LaplacianEigenmaps")
         if choose_sparse_solver(p["eigen_solver"], n) == "lobpcg-workers":
@@ -269,7 +270,7 @@ def _laplacian_eigenmaps(X, *, keep_rows=True, graph=None, **p) -> LaplacianEige
             )  # fmt: skip
         else:
             graph = graph_in_memory(g)
-    if graph is None or isinstance(graph, KNNGraph):
+    if res is None:  # fit_graph refuses a graph of another kind
         g = fit_graph(
             X,
             graph,

@@ -356,6 +356,7 @@ def _lle(X, *, keep_rows=True, graph=None, **p) -> LLEModel:
     _check_eigen_solver(p["eigen_solver"])
     solve = (p["tol"], p["max_iter"], p["random_state"])
     solver = choose_lle_solver(p["eigen_solver"], n, int(X.shape[1]))
+    vals = None
     if is_graph_source(graph) and not isinstance(graph, KNNGraph):
         kn = check_n_neighbors(p["n_neighbors"], n, "LLE")
         g = check_graph(graph, n, kn, "LLE")
@@ -365,7 +366,7 @@ def _lle(X, *, keep_rows=True, graph=None, **p) -> LLEModel:
             vals, vec, first, solver, info, records = _bottom_checked(A, k, solver, *solve, first)
         else:
             graph = graph_in_memory(g)
-    if graph is None or isinstance(graph, KNNGraph):
+    if vals is None:  # fit_graph refuses a graph of another kind
         g = fit_graph(
             X,
             graph,

@@ -275,7 +275,7 @@ def spectral_clustering(
             g = check_graph(graph, n, kn, "SpectralClustering")
             if choose_sparse_solver(eigen_solver, n) != "lobpcg-workers":
                 g = graph_in_memory(g)
-        if g is not None and not isinstance(g, KNNGraph):  # a source, solved on the workers
+        if is_graph_source(g) and not isinstance(g, KNNGraph):  # solved on the workers
             res, t_used = spectral_embedding_workers(
                 g, k, n_neighbors=kn, weights=weights, t=t, normed=cut == "normalized",
                 drop_first=False, **solve,
