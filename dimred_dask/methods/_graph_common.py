@@ -31,6 +31,7 @@ __all__ = [
     "fit_graph",
     "is_graph_source",
     "graph_in_memory",
+    "graph_for_fit",
     "new_neighbours",
     "training_rows",
 ]
@@ -220,6 +221,56 @@ def fit_graph(
     if connected and not graph.info.get("extra_edges"):
         check_connected(graph, method=method)
     return graph
+
+
+def graph_for_fit(X, graph, p: dict, method: str, *, stored: bool, connected: bool = True):
+    """The graph a graph method fits on, and whether it is a graph source left where it is.
+
+    A graph source (the run store's graph) is kept as it is when ``stored`` (the fit reads
+    it on the workers; its connectivity is the kNN stage's to check), after its rows and
+    neighbours are checked against ``X``; otherwise it is read into memory. Anything else
+    goes to `fit_graph` (built, checked, joined, refused when of another kind).
+
+    Parameters
+    ----------
+    X : array-like or dask array of shape (n_samples, n_features)
+        The rows.
+    graph : KNNGraph, graph source or None
+        The given graph.
+    p : dict
+        The method's parameters: ``n_neighbors``, ``metric``, ``knn_backend``,
+        ``join_components``, ``random_state``.
+    method : str
+        The method's name, for messages.
+    stored : bool
+        Whether the fit reads a graph source where it is (its solve on the workers).
+    connected : bool, default True
+        Refuse a graph of more than one component (`fit_graph`).
+
+    Returns
+    -------
+    tuple of (KNNGraph or graph source, bool)
+        The graph, and True when it is a graph source to read where it is.
+    """
+    if is_graph_source(graph) and not isinstance(graph, KNNGraph):
+        n = X.shape[0]
+        k = check_n_neighbors(p["n_neighbors"], n, method)
+        graph = check_graph(graph, n, k, method)
+        if stored and graph.n_neighbors == k:
+            return graph, True
+        graph = graph_in_memory(graph)
+    g = fit_graph(
+        X,
+        graph,
+        p["n_neighbors"],
+        method=method,
+        metric=p["metric"],
+        backend=p["knn_backend"],
+        join_components_=p["join_components"],
+        random_state=p["random_state"],
+        connected=connected,
+    )
+    return g, False
 
 
 def built_graph(X, k: int, method: str, **kw) -> KNNGraph:

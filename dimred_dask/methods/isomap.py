@@ -37,7 +37,6 @@ import numpy as np
 from .._validation import check_array, check_fits_in_memory, check_random_state
 from ..errors import InputError
 from ..graphs import (
-    KNNGraph,
     check_n_neighbors,
     geodesic_matrix,
     geodesic_rows,
@@ -47,13 +46,7 @@ from ..graphs.geodesic import SOURCES_PER_TASK
 from ..linalg import choose_landmarks
 from ..pairwise import check_metric
 from ._base import ModelTransform, DimredEstimator, column_signs, like_input
-from ._graph_common import (
-    check_graph,
-    fit_graph,
-    graph_in_memory,
-    is_graph_source,
-    training_rows,
-)
+from ._graph_common import fit_graph, graph_for_fit, training_rows
 from ._isomap_model import IsomapModel
 from .mds import MDS_SOLVERS, classical_mds
 from ._spec import DOCS_GRAPH, KNN_STAGE, MethodSpec
@@ -508,24 +501,14 @@ def _landmark_isomap(
     X, k = _check_common(X, n_components, n_neighbors, metric, "LandmarkIsomap", n - 2)
     m = _check_landmarks(n, k, n_landmarks, landmarks)
     rng = check_random_state(random_state)
-    if is_graph_source(graph) and not isinstance(graph, KNNGraph):
-        kn = check_n_neighbors(n_neighbors, n, "LandmarkIsomap")
-        graph = check_graph(graph, n, kn, "LandmarkIsomap")
-        if not on_workers or graph.n_neighbors != kn:
-            graph = graph_in_memory(graph)
-    if is_graph_source(graph) and not isinstance(graph, KNNGraph):
-        g = graph  # the run store's: read by the task that builds the adjacency
-    else:
-        g = fit_graph(
-            X,
-            graph,
-            n_neighbors,
-            method="LandmarkIsomap",
-            metric=metric,
-            backend=knn_backend,
-            join_components_=join_components,
-            random_state=random_state,
-        )
+    params = {
+        "n_neighbors": n_neighbors,
+        "metric": metric,
+        "knn_backend": knn_backend,
+        "join_components": join_components,
+        "random_state": random_state,
+    }  # a stored graph is read by the task that builds the adjacency (on the workers)
+    g, _ = graph_for_fit(X, graph, params, "LandmarkIsomap", stored=on_workers)
     _, idx = choose_landmarks(
         X,
         int(m),

@@ -27,7 +27,6 @@ from .._validation import check_array
 from ..errors import InputError
 from ..graphs import (
     WEIGHTS,
-    KNNGraph,
     check_n_neighbors,
     graph_csr,
     graph_weights,
@@ -39,11 +38,8 @@ from ..linalg.sparse_eigen import choose_sparse_solver
 from ._base import ModelTransform, DimredEstimator, like_input, rows_at, rowwise
 from ._graph_common import (
     ArrayModel,
-    check_graph,
     check_n_components_graph,
-    fit_graph,
-    graph_in_memory,
-    is_graph_source,
+    graph_for_fit,
     new_neighbours,
     training_rows,
 )
@@ -260,27 +256,14 @@ def _laplacian_eigenmaps(X, *, keep_rows=True, graph=None, **p) -> LaplacianEige
     k, n = int(p["n_components"]), X.shape[0]
     kn = check_n_neighbors(p["n_neighbors"], n, "LaplacianEigenmaps")
     solve = dict(tol=p["tol"], maxiter=p["max_iter"], random_state=p["random_state"])
-    res = None
-    if is_graph_source(graph) and not isinstance(graph, KNNGraph):
-        g = check_graph(graph, n, kn, "LaplacianEigenmaps")
-        if choose_sparse_solver(p["eigen_solver"], n) == "lobpcg-workers":
-            res, t_used = spectral_embedding_workers(
-                g, k, n_neighbors=kn, weights=p["weights"], t=p["t"],
-                method="LaplacianEigenmaps", fix=FIX, **solve,
-            )  # fmt: skip
-        else:
-            graph = graph_in_memory(g)
-    if res is None:  # fit_graph refuses a graph of another kind
-        g = fit_graph(
-            X,
-            graph,
-            p["n_neighbors"],
-            method="LaplacianEigenmaps",
-            metric=p["metric"],
-            backend=p["knn_backend"],
-            join_components_=p["join_components"],
-            random_state=p["random_state"],
-        )
+    on_workers = choose_sparse_solver(p["eigen_solver"], n) == "lobpcg-workers"
+    g, stored = graph_for_fit(X, graph, p, "LaplacianEigenmaps", stored=on_workers)
+    if stored:
+        res, t_used = spectral_embedding_workers(
+            g, k, n_neighbors=kn, weights=p["weights"], t=p["t"],
+            method="LaplacianEigenmaps", fix=FIX, **solve,
+        )  # fmt: skip
+    else:
         W, t_used = graph_weights(graph_csr(g), p["weights"], p["t"])
         res = spectral_embedding(
             W, k, normed=True, drop_first=True, solver=p["eigen_solver"],

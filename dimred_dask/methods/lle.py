@@ -43,7 +43,7 @@ import scipy.sparse as sp
 
 from .._validation import check_array
 from ..blocks.neighbors import reconstruction_weights_block
-from ..graphs import KNNGraph, check_n_neighbors, check_reg, reconstruction_weights
+from ..graphs import check_n_neighbors, check_reg, reconstruction_weights
 from ..graphs.worker_lle import lle_operator_on_workers
 from ..linalg import (
     ARPACK_MAX,
@@ -60,11 +60,8 @@ from ..linalg.worker_lobpcg import WorkerRows, bottom_eigsh_lobpcg_workers
 from ._base import ModelTransform, DimredEstimator, like_input, rows_at, rowwise
 from ._graph_common import (
     ArrayModel,
-    check_graph,
     check_n_components_graph,
-    fit_graph,
-    graph_in_memory,
-    is_graph_source,
+    graph_for_fit,
     new_neighbours,
     training_rows,
 )
@@ -356,29 +353,13 @@ def _lle(X, *, keep_rows=True, graph=None, **p) -> LLEModel:
     _check_eigen_solver(p["eigen_solver"])
     solve = (p["tol"], p["max_iter"], p["random_state"])
     solver = choose_lle_solver(p["eigen_solver"], n, int(X.shape[1]))
-    vals = None
-    if is_graph_source(graph) and not isinstance(graph, KNNGraph):
-        kn = check_n_neighbors(p["n_neighbors"], n, "LLE")
-        g = check_graph(graph, n, kn, "LLE")
-        _check_more_neighbours(kn, k)
-        if solver == "lobpcg-workers":
-            A, first = lle_operator_on_workers(g, X, n_neighbors=kn, reg=reg)
-            vals, vec, first, solver, info, records = _bottom_checked(A, k, solver, *solve, first)
-        else:
-            graph = graph_in_memory(g)
-    if vals is None:  # fit_graph refuses a graph of another kind
-        g = fit_graph(
-            X,
-            graph,
-            p["n_neighbors"],
-            method="LLE",
-            metric=p["metric"],
-            backend=p["knn_backend"],
-            join_components_=p["join_components"],
-            random_state=p["random_state"],
-        )
-        _check_more_neighbours(g.n_neighbors, k)
-        kn = int(g.n_neighbors)
+    g, stored = graph_for_fit(X, graph, p, "LLE", stored=solver == "lobpcg-workers")
+    kn = int(g.n_neighbors)
+    _check_more_neighbours(kn, k)
+    if stored:
+        A, first = lle_operator_on_workers(g, X, n_neighbors=kn, reg=reg)
+        vals, vec, first, solver, info, records = _bottom_checked(A, k, solver, *solve, first)
+    else:
         w = reconstruction_weights(X, g, reg)
         vals, vec, first, solver, info, records = _bottom_checked(
             lle_operator(w, g.indices), k, solver, *solve

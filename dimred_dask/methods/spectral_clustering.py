@@ -33,7 +33,7 @@ from .._validation import check_array, check_random_state, is_dask
 from ..blocks.kmeans import assign, kmeans_best_of, minibatch_update
 from ..blocks.landmarks import kmeans_plusplus
 from ..errors import ConvergenceWarning, InputError
-from ..graphs import KNNGraph, check_n_neighbors, graph_csr, graph_weights, spectral_embedding
+from ..graphs import check_n_neighbors, graph_csr, graph_weights, spectral_embedding
 from ..graphs.worker_laplacian import spectral_embedding_workers
 from ..linalg import (
     LANDMARK_METHODS,
@@ -47,7 +47,7 @@ from ..linalg.convergence import completed, record
 from ..linalg.sparse_eigen import choose_sparse_solver
 from ..pairwise import check_kernel
 from ._base import PortableFn, like_input
-from ._graph_common import ArrayModel, check_graph, fit_graph, graph_in_memory, is_graph_source
+from ._graph_common import ArrayModel, graph_for_fit
 from .laplacian_eigenmaps import check_weights
 from ._spec import DOCS_GRAPH, MethodSpec
 
@@ -269,29 +269,23 @@ def spectral_clustering(
         kn = check_n_neighbors(n_neighbors, n, "SpectralClustering")
         fix = "pass eigen_solver='arpack' (shift-invert) or 'dense' (small n), or loosen tol."
         solve = dict(tol=tol, random_state=random_state, method="SpectralClustering", fix=fix)
-        g = graph
-        if is_graph_source(graph) and not isinstance(graph, KNNGraph):
-            # the run store's graph: read on the workers when the solve is there too
-            g = check_graph(graph, n, kn, "SpectralClustering")
-            if choose_sparse_solver(eigen_solver, n) != "lobpcg-workers":
-                g = graph_in_memory(g)
-        if is_graph_source(g) and not isinstance(g, KNNGraph):  # solved on the workers
+        on_workers = choose_sparse_solver(eigen_solver, n) == "lobpcg-workers"
+        params = {
+            "n_neighbors": n_neighbors,
+            "metric": metric,
+            "knn_backend": knn_backend,
+            "join_components": join_components,
+            "random_state": random_state,
+        }
+        g, stored = graph_for_fit(
+            X, graph, params, "SpectralClustering", stored=on_workers, connected=False
+        )
+        if stored:
             res, t_used = spectral_embedding_workers(
                 g, k, n_neighbors=kn, weights=weights, t=t, normed=cut == "normalized",
                 drop_first=False, **solve,
             )  # fmt: skip
         else:
-            g = fit_graph(
-                X,
-                g,
-                n_neighbors,
-                method="SpectralClustering",
-                metric=metric,
-                backend=knn_backend,
-                join_components_=join_components,
-                connected=False,
-                random_state=random_state,
-            )
             W, t_used = graph_weights(graph_csr(g), weights, t)
             res = spectral_embedding(
                 W, k, normed=cut == "normalized", drop_first=False, solver=eigen_solver, **solve
