@@ -187,10 +187,9 @@ def geodesic_rows(
 
     Parameters
     ----------
-    graph : KNNGraph, graph source or sparse matrix of shape (n, n)
-        A `KNNGraph` (symmetrised with its extra edges, `graph_csr`), a graph source (read
-        and symmetrised by a task on a worker: this process never holds it) or a symmetric
-        matrix of distances.
+    graph : KNNGraph or sparse matrix of shape (n, n)
+        A `KNNGraph` (symmetrised with its extra edges, `graph_csr`) or a symmetric matrix
+        of distances.
     sources : array-like of int
         The source vertices (row numbers), flattened.
     dtype : numpy dtype, default numpy.float64
@@ -255,9 +254,10 @@ def geodesic_rows_on_workers(
 
     Parameters
     ----------
-    graph : KNNGraph or sparse matrix of shape (n, n)
-        A `KNNGraph` (symmetrised with its extra edges, `graph_csr`) or a symmetric matrix
-        of distances.
+    graph : KNNGraph, graph source or sparse matrix of shape (n, n)
+        A `KNNGraph` (symmetrised with its extra edges, `graph_csr`), a graph source (read
+        and symmetrised by a task on a worker: this process never holds it) or a symmetric
+        matrix of distances.
     sources : array-like of int
         The source vertices (row numbers), flattened.
     dtype : numpy dtype, default numpy.float64
