@@ -84,11 +84,13 @@ def interruptible(notice: str):
     runs one on every collection): a first interrupt lost there is raised again at once."""
     import threading
 
-    state = {"count": 0, "lost": False}
+    state = {"count": 0, "lost": False, "hooking": False}
     lock = threading.RLock()  # the handler may run in the main thread while it holds it
 
     def handler(signum, frame):
         with lock:
+            if state["lost"] and state["hooking"]:
+                return  # inside the hook arranging its redelivery: that comes next
             lost, state["lost"] = state["lost"], False
         if lost:  # the first interrupt, delivered again
             raise KeyboardInterrupt
@@ -118,9 +120,12 @@ def interruptible(notice: str):
     def unraisable(info):
         if state["count"] == 1 and isinstance(info.exc_value, KeyboardInterrupt):
             with lock:
-                start, state["lost"] = not state["lost"], True
-            if start:
-                threading.Thread(target=redeliver, daemon=True, name="dimred-sigint").start()
+                start, state["lost"], state["hooking"] = not state["lost"], True, True
+            try:  # an interrupt redelivered meanwhile must not be raised (and lost) in here
+                if start:
+                    threading.Thread(target=redeliver, daemon=True, name="dimred-sigint").start()
+            finally:
+                state["hooking"] = False
             return
         previous_hook(info)
 
