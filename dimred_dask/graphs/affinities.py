@@ -262,6 +262,14 @@ def check_affinity(kind: str, n: int, k: int, params: dict) -> dict:
     }
 
 
+def is_graph_source(graph) -> bool:
+    """A graph source (`graph_rows`): tasks read its rows one block at a time, the whole
+    graph is never in one place (a `KNNGraph` has rows too, but is in memory)."""
+    return not isinstance(graph, KNNGraph) and all(
+        hasattr(graph, a) for a in ("n_samples", "n_neighbors", "rows")
+    )
+
+
 def graph_rows(graph, start: int, stop: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(indices, distances) of rows [start, stop), first k neighbours, of a `KNNGraph` or of
     a graph source: any object with ``n_samples``, ``n_neighbors`` and

@@ -29,6 +29,7 @@ from scipy.sparse.csgraph import dijkstra
 from .._compute import active_client, compute
 from ..blocks.geodesic_kernels import all_pairs_shortest_paths
 from ..errors import DisconnectedGraphError, InputError
+from .affinities import is_graph_source
 from .connectivity import graph_csr
 from .knn import KNNGraph
 
@@ -79,13 +80,6 @@ def _adjacency(graph) -> sp.csr_matrix:
             "pass the n x n symmetric distance graph or a KNNGraph.",
         )
     return A
-
-
-def _is_source(graph) -> bool:
-    """A graph source (``graphs.affinities.graph_rows``) rather than a graph in memory."""
-    return not isinstance(graph, KNNGraph) and all(
-        hasattr(graph, a) for a in ("n_samples", "n_neighbors", "rows")
-    )
 
 
 def _source_adjacency(source) -> sp.csr_matrix:
@@ -293,7 +287,7 @@ def geodesic_rows_on_workers(
             "call it inside a distributed Client (dimred_dask.cluster.cluster_client), or call "
             "geodesic_rows for the rows in this process.",
         )
-    if _is_source(graph):  # the graph stays where it is: one task reads it and builds
+    if is_graph_source(graph):  # the graph stays where it is: one task reads it and builds
         n = int(graph.n_samples)  # the adjacency on a worker, the others fetch it from there
         shared = client.submit(_source_adjacency, graph, pure=False)
     else:

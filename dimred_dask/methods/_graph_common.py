@@ -14,6 +14,7 @@ from .._compute import compute
 from .._validation import check_array, is_dask, nonfinite_error
 from ..blocks.neighbors import block_topk, streamed_topk
 from ..errors import InputError
+from ..graphs.affinities import is_graph_source
 from ..graphs import (
     KNNGraph,
     check_connected,
@@ -106,12 +107,6 @@ def check_n_components_graph(n_components, n: int, method: str, *, limit: int | 
             f"pass n_components between 1 and {max(limit, 1)} (2 or 3 is usual).",
         )
     return int(n_components)
-
-
-def is_graph_source(graph) -> bool:
-    """A graph source (``graphs.affinities.graph_rows``): tasks read its rows one block at a
-    time, the whole graph is never in one place."""
-    return all(hasattr(graph, a) for a in ("n_samples", "n_neighbors", "rows"))
 
 
 def graph_in_memory(graph) -> KNNGraph:
@@ -252,7 +247,7 @@ def graph_for_fit(X, graph, p: dict, method: str, *, stored: bool, connected: bo
     tuple of (KNNGraph or graph source, bool)
         The graph, and True when it is a graph source to read where it is.
     """
-    if is_graph_source(graph) and not isinstance(graph, KNNGraph):
+    if is_graph_source(graph):
         n = X.shape[0]
         k = check_n_neighbors(p["n_neighbors"], n, method)
         graph = check_graph(graph, n, k, method)
