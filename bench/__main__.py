@@ -54,7 +54,7 @@ def main(argv=None) -> int:
         help="--big: where to write the array (pca: kept; "
         "kpca, mds: default bench/_data, deleted unless --keep)",
     )
-    p.add_argument("--workers", type=int, default=None, help="--big: worker processes")
+    p.add_argument("--workers", type=int, default=None, help="--big, flow-peak: worker processes")
     p.add_argument("--threads", type=int, default=2, help="--big: threads per worker")
     p.add_argument(
         "--landmarks",
@@ -190,7 +190,8 @@ def main(argv=None) -> int:
         "--worker-memory",
         default=None,
         help="sparse --big: memory_limit of each worker (default 5GiB); lle, "
-        "spectral: of each worker (default: the machine's share)",
+        "spectral: of each worker (default: the machine's share); flow-peak: of each "
+        "worker (default 8GiB)",
     )
     p.add_argument(
         "--methods",

@@ -5,9 +5,10 @@
 In a deployment the flow runs in a small process (a Prefect worker's pod) while the Dask
 cluster holds the data. Here each run's flow is a process of its own (spawned: it imports the
 flow and calls ``embed``, nothing else), the cluster another (its scheduler and 2 worker
-processes, `sparse._ClusterProcess`), and this process samples both every 0.2 s. The input is
-the 50-D Gaussian mixture of the graph benchmarks (`graph.mixture`), float32, written once as
-Zarr under ``--dir`` (default ``bench/_data``). Runs share one kNN graph cache, so the first
+processes by default, ``--workers``; `sparse._ClusterProcess`), and this process samples both
+every 0.2 s. The input is the 50-D Gaussian mixture of the graph benchmarks (`graph.mixture`),
+float32, written once as Zarr under ``--dir`` (default ``bench/_data``), its component of
+each row beside it as ``.npy``: the labels of the supervised methods (spca, kspca). Runs share one kNN graph cache, so the first
 graph method computes the graph and the others read it; each run is a new output (written
 fresh), deleted afterwards unless ``--keep``.
 
@@ -57,22 +58,40 @@ def _flow(conn, path: str, out: str, method: str, params: dict, address: str, ca
     import traceback
 
     try:
+        from dimred_dask.methods.specs import SPECS
         from flows.embed import embed
 
+        labels = _labels_path(path) if SPECS[method].second_input == "labels" else None
         conn.send(("ready", os.getpid()))
         t0 = time.perf_counter()
-        m = embed(path, out, method=method, params=params, scheduler=address, graph_cache=cache)
+        m = embed(
+            path,
+            out,
+            method=method,
+            params=params,
+            scheduler=address,
+            graph_cache=cache,
+            labels=labels,
+        )
         conn.send(("done", time.perf_counter() - t0, m.get("timings"), m.get("model")))
     except BaseException as exc:  # reported to the parent, which prints it
         conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()[-3000:]))
 
 
+def _labels_path(path: str) -> str:
+    return path[: -len(".zarr")] + "-labels.npy"
+
+
 def _write_input(path: str, n: int) -> None:
+    import numpy as np
+
     from dimred_dask.io import save_array
 
     from .graph import mixture
 
-    X, _ = mixture(n)
+    X, lab = mixture(n)
+    np.save(_labels_path(path) + ".partial.npy", lab.astype(np.int32))
+    os.rename(_labels_path(path) + ".partial.npy", _labels_path(path))
     save_array(X, path + ".partial", chunks=(min(n, 125_000), X.shape[1]))
     os.rename(path + ".partial", path)
 
@@ -89,13 +108,16 @@ def main(args) -> int:
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"mixture-{n}x50.zarr")
     items = [_parse(s) for s in (args.methods or "laplacian,spectral").split(",")]
+    n_workers = args.workers or 2
+    limit = args.worker_memory or "8GiB"
     print(
         f"# bench flow-peak: {n:,} x 50 float32 (50-D mixture), each method's flow in a "
-        f"process of its own, 2 worker processes x 1 thread; {machine()}; "
+        f"process of its own, {n_workers} worker processes x 1 thread at {limit}; {machine()}; "
         f"load {os.getloadavg()[0]:.2f}",
         flush=True,
     )
-    if not os.path.exists(path):
+    if not (os.path.exists(path) and os.path.exists(_labels_path(path))):
+        shutil.rmtree(path, ignore_errors=True)
         ctx = multiprocessing.get_context("spawn")
         writer = ctx.Process(target=_write_input, args=(path, n))
         writer.start()
@@ -104,8 +126,7 @@ def main(args) -> int:
             raise SystemExit(f"writing {path} failed (exit code {writer.exitcode})")
     cache = os.path.join(folder, f"flow-peak-cache-{os.getpid()}")
     rows = []
-    limit = args.worker_memory or "8GiB"
-    with _ClusterProcess(2, limit) as address, Client(address) as client:
+    with _ClusterProcess(n_workers, limit) as address, Client(address) as client:
         workers = sorted(client.run(os.getpid).values())
         for label, method, params in items:
             out = os.path.join(folder, f"flow-peak-{method}-{os.getpid()}")
