@@ -8,9 +8,9 @@ flow and calls ``embed``, nothing else), the cluster another (its scheduler and 
 processes by default, ``--workers``; `sparse._ClusterProcess`), and this process samples both
 every 0.2 s. The input is the 50-D Gaussian mixture of the graph benchmarks (`graph.mixture`),
 float32, written once as Zarr under ``--dir`` (default ``bench/_data``), its component of
-each row beside it as ``.npy``: the labels of the supervised methods (spca, kspca). Runs share one kNN graph cache, so the first
-graph method computes the graph and the others read it; each run is a new output (written
-fresh), deleted afterwards unless ``--keep``.
+each row beside it as ``.npy``: the labels of the supervised methods (spca, kspca). Runs
+share one kNN graph cache, so the first graph method computes the graph and the others read
+it; each run is a new output (written fresh), deleted afterwards unless ``--keep``.
 
 A method may be given with parameters: ``laplacian:eigen_solver=lobpcg`` (values read as
 JSON where they parse, else as strings), e.g. to compare a solve in the flow's process with

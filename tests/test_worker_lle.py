@@ -26,23 +26,39 @@ def _wide(n=2400, d=20, seed=0):
     return (rng.standard_normal((n, d)) + 0.5 * rng.integers(0, 5, n)[:, None]).astype(np.float32)
 
 
+def _bandwidth(M) -> int:
+    coo = sp.coo_matrix(M)
+    return int(np.abs(coo.row - coo.col).max())
+
+
 @pytest.fixture(scope="module")
 def wide_graph():
     X = _wide()
     return X, knn_graph(X, 10, backend="exact")
 
 
-def test_the_operator_and_its_transpose_are_the_in_process_ones(client, wide_graph, tmp_path):
+@pytest.mark.parametrize("reorder", [True, False])
+def test_the_operator_and_its_transpose_are_the_in_process_ones(
+    client, wide_graph, tmp_path, reorder
+):
     X, g = wide_graph
     A0 = lle_operator(reconstruction_weights(X, g, 1e-3), g.indices)
     source = _stored(g, tmp_path / "run")
     A, first = lle_operator_on_workers(
-        source, da.from_array(X, chunks=(700, X.shape[1])), n_neighbors=10
+        source, da.from_array(X, chunks=(700, X.shape[1])), n_neighbors=10, reorder=reorder
     )
     assert A.kind == "gram" and len(A.bounds) == 2
-    assert abs(A.gather(client) - A0).max() == 0.0
+    assert abs(A.gather(client) - A0).max() == 0.0  # in X's numbering either way
+    perm = np.arange(X.shape[0])
+    if reorder:  # the blocks hold A in reverse Cuthill-McKee order, their rows numbered
+        perm = np.concatenate(client.gather(A.order))
+        assert sorted(perm) == list(range(X.shape[0])) and (perm != np.arange(len(perm))).any()
+        held = sp.vstack(client.gather(A.rows)).tocsr()
+        assert abs(held - A0[perm][:, perm]).max() == 0.0
+        ordered, plain = (_bandwidth(M) for M in (held, A0))
+        assert ordered < plain / 2, (ordered, plain)
     At = sp.vstack(client.gather(A.rows_t)).tocsr()
-    assert abs(At - A0.T).max() == 0.0
+    assert abs(At - A0.T[perm][:, perm]).max() == 0.0
     assert first == pytest.approx(np.sum((A0 @ np.ones(X.shape[0])) ** 2) / X.shape[0], abs=1e-25)
 
 

@@ -37,7 +37,9 @@ the block count either.
 The operator may also come as `WorkerRows`: its row blocks already made by tasks on the
 workers (e.g. a graph Laplacian built from a kNN graph in a run's store), so that no process
 outside the cluster ever holds it. Each block then renumbers its columns on its own worker,
-and the caller receives only the sizes of the halos.
+and the caller receives only the sizes of the halos. Rows made in a permuted order (LLE's
+blocks in reverse Cuthill-McKee order) carry their original numbers (``order``), and the
+answer's rows are placed back by them.
 
 A worker lost during the solve takes its blocks with it (they live in its memory and are
 updated in place, so no task can make them again). The solve then starts again on the
@@ -269,11 +271,17 @@ class WorkerRows:
         Per block, its rows of a constraint vector in M's null space.
     rows_t : list of distributed.Future or None, default None
         Per block, its rows of A^T (the same shape): M = A^T A is solved (``kind="gram"``).
+    order : list of distributed.Future or None, default None
+        Per block, the original numbers of its rows (int64, b - a of them) when the operator
+        is held permuted (row and column i of the blocks are the original order[i]); the
+        solver's vectors and `gather` come back in the original numbering. None: no
+        permutation.
     """
 
-    def __init__(self, n: int, bounds, rows, null=None, rows_t=None):
+    def __init__(self, n: int, bounds, rows, null=None, rows_t=None, order=None):
         self.n, self.bounds, self.rows, self.null = int(n), list(bounds), list(rows), null
         self.rows_t = None if rows_t is None else list(rows_t)
+        self.order = None if order is None else list(order)
         if len(self.rows) != len(self.bounds) or self.bounds[-1][1] != self.n:
             raise ValueError("WorkerRows: one row block per bound, the bounds covering n rows")
 
@@ -286,8 +294,13 @@ class WorkerRows:
         return "symmetric" if self.rows_t is None else "gram"
 
     def gather(self, client):
-        """A in this process (CSR), for the in-process solvers."""
-        return sp.vstack(client.gather(self.rows), format="csr")
+        """A in this process (CSR, the original numbering), for the in-process solvers."""
+        A = sp.vstack(client.gather(self.rows), format="csr")
+        if self.order is None:
+            return A
+        inv = np.empty(self.n, np.int64)
+        inv[np.concatenate(client.gather(self.order))] = np.arange(self.n)
+        return A[inv][:, inv].tocsr()
 
 
 def _localise(rows, bounds):
@@ -357,6 +370,7 @@ class _Solve:
         self.where = [workers[i % len(workers)] for i in range(nb)]
         self.keys = [(self.id, i) for i in range(nb)]
         self.cuts = {"A": [], "At": []}
+        self.order = A.order if isinstance(A, WorkerRows) else None
         if isinstance(A, WorkerRows):
             self._from_rows(A, q, p, seed)
             return
@@ -551,8 +565,12 @@ class _Solve:
                 resid = self.each("residual", [after] * nb, w)
         # the k columns, one block at a time into their place: no second n x k copy
         vectors = np.empty((self.bounds[-1][1], k))
-        for (a, b), part in zip(self.bounds, self.each("columns", None, k)):
-            vectors[a:b] = self.gather([part])[0]
+        for i, ((a, b), part) in enumerate(zip(self.bounds, self.each("columns", None, k))):
+            if self.order is None:
+                vectors[a:b] = self.gather([part])[0]
+            else:  # rows held permuted: into their original places
+                at, values = self.gather([self.order[i], part])
+                vectors[at] = values
         return w, vectors, it, res
 
     def close(self):
@@ -654,7 +672,7 @@ def bottom_eigsh_lobpcg_workers(
             "solve in this process (eigen_solver='lobpcg').",
         )
     if isinstance(A, WorkerRows):  # rows made on the workers: solved in their order
-        reorder, perm, At, dinv, bounds = False, None, None, None, A.bounds
+        reorder, perm, At, dinv, bounds = A.order is not None, None, None, None, A.bounds
         sums = client.gather(
             [
                 client.submit(
