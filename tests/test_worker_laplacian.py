@@ -152,24 +152,15 @@ def test_spectral_clustering_through_the_flow_on_the_workers(client, prefect_api
 
 
 def test_a_worker_killed_during_the_solve_gives_the_undisturbed_answer(roll_graph, tmp_path):
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     from dimred_dask.errors import ConvergenceWarning
     from dimred_dask.linalg.worker_lobpcg import MAX_RESTARTS, bottom_eigsh_lobpcg_workers
 
-    from .test_worker_lobpcg import _kill_one_worker_at
+    from .test_worker_lobpcg import _kill_one_worker_at, cluster_to_kill
 
     source = _stored(roll_graph[1], tmp_path / "run")
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",
-        ) as cluster,
-        Client(cluster) as c,
-    ):
+    with cluster_to_kill() as cluster, Client(cluster) as c:
         L, _, _ = laplacian_on_workers(source, client=c)
         kw = dict(kind="symmetric", tol=1e-14, maxiter=15, client=c)
         with pytest.warns(ConvergenceWarning):  # 15 iterations: not converged, enough

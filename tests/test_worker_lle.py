@@ -76,6 +76,34 @@ def test_lle_on_a_stored_graph_solves_on_the_workers(client, wide_graph, tmp_pat
     np.testing.assert_array_equal(in_memory.embedding, ref.embedding)
 
 
+def test_a_worker_killed_during_the_solve_of_the_ordered_blocks(wide_graph, tmp_path):
+    """The blocks in reverse Cuthill-McKee order (and the order itself) lost with a worker
+    are made again by their tasks: the answer is the undisturbed one, in X's numbering."""
+    from distributed import Client
+
+    from dimred_dask.errors import ConvergenceWarning
+    from dimred_dask.linalg.worker_lobpcg import MAX_RESTARTS, bottom_eigsh_lobpcg_workers
+
+    from .test_worker_lobpcg import _kill_one_worker_at, cluster_to_kill
+
+    X, g = wide_graph
+    source = _stored(g, tmp_path / "run")
+    with cluster_to_kill() as cluster, Client(cluster) as c:
+        A, _ = lle_operator_on_workers(source, X, n_neighbors=10, client=c)
+        kw = dict(kind="gram", tol=1e-14, maxiter=15, client=c)
+        with pytest.warns(ConvergenceWarning):  # 15 iterations: not converged, enough
+            calm = bottom_eigsh_lobpcg_workers(A, 2, **kw)
+            stormy = bottom_eigsh_lobpcg_workers(A, 2, progress=_kill_one_worker_at(c, 4), **kw)
+        A0 = A.gather(c)
+    assert 1 <= stormy.info["restarts"] <= MAX_RESTARTS, stormy.info
+    assert calm.info["reordered"] and calm.info["restarts"] == 0
+    np.testing.assert_array_equal(stormy.vectors, calm.vectors)
+    # the vectors are in X's numbering: their Rayleigh quotients on the unpermuted M
+    v = calm.vectors
+    quotients = np.sum((A0 @ v) ** 2, axis=0) / np.sum(v**2, axis=0)
+    np.testing.assert_allclose(quotients, calm.values, rtol=1e-8)
+
+
 def test_lle_through_the_flow_on_the_workers(client, prefect_api, tmp_path):
     from flows.embed import embed
 

@@ -146,21 +146,25 @@ def _kill_one_worker_at(client, iteration):
     return progress
 
 
+def cluster_to_kill():
+    """A cluster of its own (2 worker processes) for a test that kills one of them."""
+    from distributed import LocalCluster
+
+    return LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+    )
+
+
 def test_a_worker_killed_mid_solve_gives_the_undisturbed_answer(lle_problem):
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     A = lle_problem[1]
     n = A.shape[0]
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",
-        ) as cluster,
-        Client(cluster) as c,
-    ):
+    with cluster_to_kill() as cluster, Client(cluster) as c:
         kw = dict(null=np.ones(n), tol=1e-12, maxiter=20, client=c)  # 20 iterations, not
         with pytest.warns(ConvergenceWarning):  # converged: enough
             calm = bottom_eigsh_lobpcg_workers(A, 2, **kw)
