@@ -247,6 +247,40 @@ def test_merge_candidates_equals_the_global_sort(n, m, k):
         assert (got[0] == -1).any() and np.isinf(got[1][got[0] == -1]).all()
 
 
+def test_merge_of_a_range_of_points_is_those_rows_of_the_whole_merge():
+    """A range [lo, hi) merged on its own (points numbered from 0, neighbours by row
+    number, the point itself neighbour point + lo): the rows lo..hi of the whole merge."""
+    from dimred_dask.blocks.neighbors import merge_candidates
+
+    rng = np.random.default_rng(7)
+    n, m, k, lo, hi = 400, 12_000, 6, 120, 290
+    point, nbr = rng.integers(0, n, m), rng.integers(0, n, m)
+    nbr[:50] = point[:50]  # self pairs, dropped
+    dist = rng.integers(0, 20, m).astype(np.float32)
+    whole = merge_candidates(point, nbr, dist, n, k)
+    inside = (point >= lo) & (point < hi)
+    part = merge_candidates(point[inside] - lo, nbr[inside], dist[inside], hi - lo, k, offset=lo)
+    np.testing.assert_array_equal(part[0], whole[0][lo:hi])
+    np.testing.assert_array_equal(part[1], whole[1][lo:hi])
+
+
+def test_partitioned_on_the_workers_is_the_in_memory_graph(client, blobs, monkeypatch):
+    """The cells' candidates merged by row range on the workers (4 ranges here) give the
+    graph of the merge of all of them in one process."""
+    import dask.array as da
+
+    import dimred_dask.graphs.knn as knn
+
+    monkeypatch.setattr(knn, "MERGE_ROWS", 800)
+    X = da.from_array(blobs, chunks=(750, 10))
+    ours = knn_graph(X, 10, backend="partitioned", random_state=0, n_partitions=4)
+    ref = knn_graph(blobs, 10, backend="partitioned", random_state=0, n_partitions=4)
+    np.testing.assert_array_equal(ours.indices, ref.indices)
+    # the cells' distances come from BLAS in the workers' processes and in this one, whose
+    # threads sum in another order: equal to the last bits or so
+    np.testing.assert_allclose(ours.distances, ref.distances, rtol=1e-14)
+
+
 def test_sample_recall_detects_a_bad_graph(blobs):
     g = knn_graph(blobs, 10, backend="exact")
     rng = np.random.default_rng(0)

@@ -155,14 +155,18 @@ def drop_self(indices: np.ndarray, distances: np.ndarray, row_ids: np.ndarray, k
     return (indices[keep].reshape(n, -1)[:, :k], distances[keep].reshape(n, -1)[:, :k])
 
 
-def merge_candidates(point: np.ndarray, nbr: np.ndarray, dist: np.ndarray, n: int, k: int):
+def merge_candidates(
+    point: np.ndarray, nbr: np.ndarray, dist: np.ndarray, n: int, k: int, offset: int = 0
+):
     """Best ``k`` distinct neighbours per point from (point, neighbour, distance) triples
     (the partitioned backend: a point's candidates from the cells it belongs to): nearest
     first, ties by the smaller neighbour index, a neighbour listed twice kept at its smaller
     distance, the point itself dropped. Points with fewer than k distinct candidates get
     -1 / inf padding. The triples are grouped by point in one counting pass and each point's
     few candidates sorted on their own, on all threads (a global sort of the 10^8 triples of a
-    10^6-row graph held one core for minutes)."""
+    10^6-row graph held one core for minutes). ``point`` counts from 0 to n - 1 for the rows
+    ``offset`` to ``offset + n - 1`` (a range of the rows merged on its own): the neighbours
+    are row numbers, the point itself is neighbour ``point + offset``."""
     point = np.ascontiguousarray(point)
     starts, order = _group_by_point(point, int(n))
     out_i = np.full((n, k), -1, dtype=np.int64)
@@ -174,6 +178,7 @@ def merge_candidates(point: np.ndarray, nbr: np.ndarray, dist: np.ndarray, n: in
         np.ascontiguousarray(nbr),
         np.ascontiguousarray(dist),
         int(k),
+        int(offset),
         out_i,
         out_d,
         chunks,
@@ -200,10 +205,9 @@ def _group_by_point(point, n):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _merge_rows(starts, order, nbr, dist, k, out_i, out_d, chunks):
+def _merge_rows(starts, order, nbr, dist, k, offset, out_i, out_d, chunks):
     n = out_i.shape[0]
     for c in prange(chunks):
-        seen = np.full(n, -1, np.int64)  # seen[j] == i: j already taken for point i
         for i in range(c * n // chunks, (c + 1) * n // chunks):
             s, e = starts[i], starts[i + 1]
             d = np.empty(e - s)
@@ -211,25 +215,24 @@ def _merge_rows(starts, order, nbr, dist, k, out_i, out_d, chunks):
             m = 0
             for t in range(s, e):
                 q = order[t]
-                if nbr[q] != i:
+                if nbr[q] != i + offset:
                     d[m] = dist[q]
                     j[m] = nbr[q]
                     m += 1
             d, j = d[:m], j[:m]
             by_j = np.argsort(j, kind="mergesort")
             d, j = d[by_j], j[by_j]
-            by_d = np.argsort(d, kind="mergesort")  # stable: ties stay in index order
-            r = 0
+            u = 0  # each neighbour once, at its smallest distance
             for t in range(m):
-                jj = j[by_d[t]]
-                if seen[jj] == i:
-                    continue
-                seen[jj] = i
-                out_i[i, r] = jj
-                out_d[i, r] = d[by_d[t]]
-                r += 1
-                if r == k:
-                    break
+                if u > 0 and j[t] == j[u - 1]:
+                    d[u - 1] = min(d[u - 1], d[t])
+                else:
+                    j[u], d[u] = j[t], d[t]
+                    u += 1
+            by_d = np.argsort(d[:u], kind="mergesort")  # stable: ties stay in index order
+            for r in range(min(k, u)):
+                out_i[i, r] = j[by_d[r]]
+                out_d[i, r] = d[by_d[r]]
 
 
 def reconstruction_weights_block(x: np.ndarray, neighbours: np.ndarray, reg: float = 1e-3):

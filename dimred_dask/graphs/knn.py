@@ -454,6 +454,7 @@ def _exact(X, k: int, metric: str, kw: dict):
 # out unequal (the largest well above the mean), so cells are kept small enough that the
 # largest still fits a worker.
 CELL_ROWS = 100_000
+MERGE_ROWS = 250_000  # partitioned on a cluster: rows whose candidates are merged in one task
 
 
 def _nearest_cells(block: np.ndarray, centres: np.ndarray, overlap: int) -> np.ndarray:
@@ -490,6 +491,49 @@ def _cell_knn(
     return point, members[idx[valid]], dist[valid]
 
 
+def _split_by_rows(part, cuts: np.ndarray) -> list:
+    """A cell's (point, neighbour, distance) triples cut by the row ranges ``cuts`` of their
+    point (the points come in order: the cell's sorted members, k each)."""
+    at = np.searchsorted(part[0], cuts)
+    return [tuple(q[at[b] : at[b + 1]] for q in part) for b in range(len(cuts) - 1)]
+
+
+def _merge_range(lo: int, hi: int, k: int, *pieces):
+    """The best k neighbours of rows [lo, hi) from the cells' triples of those rows."""
+    if not pieces:
+        return np.full((hi - lo, k), -1, np.int64), np.full((hi - lo, k), np.inf)
+    return merge_candidates(
+        np.concatenate([q[0] for q in pieces]).astype(np.int64) - lo,
+        np.concatenate([q[1] for q in pieces]),
+        np.concatenate([q[2] for q in pieces]),
+        hi - lo,
+        k,
+        offset=lo,
+    )
+
+
+def _cells_merged_on_workers(X, members, k, metric, metric_kwds, kw):
+    """The cells' kNN and their merge, both as tasks: each cell's triples are cut by row
+    ranges of MERGE_ROWS on its worker and each range merged there, so that the caller
+    receives the n x k graph only (not the overlap x n x k triples)."""
+    from dask import delayed
+
+    n = X.shape[0]
+    nb = max(1, math.ceil(n / MERGE_ROWS))
+    cuts = np.linspace(0, n, nb + 1).astype(np.int64)
+    cell = delayed(_cell_knn, pure=True)
+    split = delayed(_split_by_rows, pure=True, nout=nb)
+    pieces = [split(cell(X[m], m, k, metric, metric_kwds, kw), cuts) for m in members if m.size]
+    merge = delayed(_merge_range, pure=True)
+    merged = [merge(int(cuts[b]), int(cuts[b + 1]), k, *[p[b] for p in pieces]) for b in range(nb)]
+    done = list(compute(*merged, stage="partition: kNN inside each cell, merged by row range"))
+    idx, dist = np.empty((n, k), np.int64), np.empty((n, k))
+    for b in range(nb):  # each range dropped once copied: ~one graph's worth held at a time
+        idx[cuts[b] : cuts[b + 1]], dist[cuts[b] : cuts[b + 1]] = done[b]
+        done[b] = None
+    return idx, dist
+
+
 def _partitioned(X, k, metric, metric_kwds, random_state, n_partitions, overlap, extra):
     n = X.shape[0]
     rng = check_random_state(random_state)
@@ -524,22 +568,16 @@ def _partitioned(X, k, metric, metric_kwds, random_state, n_partitions, overlap,
     kw = _nndescent_kw(n, random_state, extra)
     members = [np.sort(np.nonzero((cells == c).any(axis=1))[0]) for c in range(n_partitions)]
     if is_dask(X):
-        from dask import delayed
-
-        task = delayed(_cell_knn, pure=True)
-        parts = compute(
-            *[task(X[m], m, k, metric, metric_kwds, kw) for m in members if m.size],
-            stage="partition: kNN inside each cell",
-        )
+        idx, dist = _cells_merged_on_workers(X, members, k, metric, metric_kwds, kw)
     else:
         parts = [_cell_knn(X[m], m, k, metric, metric_kwds, kw) for m in members if m.size]
-    idx, dist = merge_candidates(
-        np.concatenate([q[0] for q in parts]),
-        np.concatenate([q[1] for q in parts]),
-        np.concatenate([q[2] for q in parts]),
-        n,
-        k,
-    )
+        idx, dist = merge_candidates(
+            np.concatenate([q[0] for q in parts]),
+            np.concatenate([q[1] for q in parts]),
+            np.concatenate([q[2] for q in parts]),
+            n,
+            k,
+        )
     sizes = [int(m.size) for m in members]
     return (
         idx,
