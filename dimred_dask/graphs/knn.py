@@ -571,13 +571,7 @@ def _partitioned(X, k, metric, metric_kwds, random_state, n_partitions, overlap,
         idx, dist = _cells_merged_on_workers(X, members, k, metric, metric_kwds, kw)
     else:
         parts = [_cell_knn(X[m], m, k, metric, metric_kwds, kw) for m in members if m.size]
-        idx, dist = merge_candidates(
-            np.concatenate([q[0] for q in parts]),
-            np.concatenate([q[1] for q in parts]),
-            np.concatenate([q[2] for q in parts]),
-            n,
-            k,
-        )
+        idx, dist = _merge_range(0, n, k, *parts)
     sizes = [int(m.size) for m in members]
     return (
         idx,
