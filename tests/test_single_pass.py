@@ -56,19 +56,34 @@ def test_block_sketches_merge_to_the_centred_products(rng):
 
 
 def test_float32_products_that_overflow_are_redone_in_float64(rng):
-    """Values of 1e18: their float32 products overflow, their variances (1e37) do not; the
-    block is redone in float64 and the fit equals the one on the data scaled down."""
+    """Values near 1e18: their float32 products overflow, their variances (1e37) do not; the
+    block is redone in float64 and the fit equals the float64 fit of the data scaled down (the
+    scale is a power of two, so the scaled values are exact)."""
     from dimred_dask.blocks.sketch import _dense_sums
 
     w = rng.standard_normal((3, 10))
     small = (rng.standard_normal((800, 3)) @ w).astype(np.float32)
+    scale = np.float32(2.0**60)
     kw = dict(n_components=2, solver="single-pass", n_oversamples=4, random_state=0)
-    assert _dense_sums(small * np.float32(1e18), np.ones((10, 6)), np.float32) is None
-    big, ref = pca(small * np.float32(1e18), **kw), pca(small, **kw)
-    np.testing.assert_allclose(big.components, ref.components, rtol=1e-4, atol=1e-5)
+    assert _dense_sums(small * scale, np.ones((10, 6)), np.float32) is None
+    big, ref = pca(small * scale, **kw), pca(small.astype(np.float64), **kw)
+    np.testing.assert_allclose(big.components, ref.components, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(
-        big.explained_variance / np.float32(1e36), ref.explained_variance, rtol=1e-4
+        big.explained_variance / np.float64(scale) ** 2, ref.explained_variance, rtol=1e-6
     )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_float32_fit_of_rank_deficient_data_is_as_good_as_float32_allows(seed):
+    """Rank-3 float32 data and a sketch of 6 columns: the float32 products leave rounding
+    eigenvalues (of either sign, ~1e-8 of the largest) in G = Y^T Y; they are dropped, not
+    inverted, so the components agree with the float64 fit to float32 accuracy."""
+    rng = np.random.default_rng(12345 + seed)
+    small = (rng.standard_normal((800, 3)) @ rng.standard_normal((3, 10))).astype(np.float32)
+    kw = dict(n_components=2, solver="single-pass", n_oversamples=4, random_state=0)
+    f32, f64 = pca(small, **kw), pca(small.astype(np.float64), **kw)
+    np.testing.assert_allclose(f32.components, f64.components, rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(f32.explained_variance, f64.explained_variance, rtol=1e-5)
 
 
 def test_exact_when_the_sketch_spans_the_data(rng):

@@ -45,6 +45,9 @@ class Sketch:
     # Omega^T r_b of each block's own reference, in row order: the stored row sketch of block b
     # is (X_b - r_b) Omega, so its centred rows are that plus Omega^T (r_b - mean)
     block_refs: tuple = ()
+    # the unit roundoff of the dtype the products were taken in (the largest over the merged
+    # blocks): G and Z carry errors of this order relative to their largest entries
+    eps: float = float(np.finfo(np.float64).eps)
 
     @property
     def bad(self) -> bool:
@@ -109,7 +112,7 @@ def _dense_sums(x: np.ndarray, omega: np.ndarray, work):
     ref = ref.astype(np.float64)
     delta = s1 / n
     stats = BlockStats(n, ref + delta, None, s2 - n * delta**2)
-    return Sketch(stats, ref, ys, Z, G, (omega.T @ ref,)), Y
+    return Sketch(stats, ref, ys, Z, G, (omega.T @ ref,), float(np.finfo(work).eps)), Y
 
 
 def sparse_block_sketch(block, omega: np.ndarray, offset: int = 0):
@@ -136,7 +139,8 @@ def rereference(sk: Sketch, ref: np.ndarray, omega: np.ndarray) -> Sketch:
     xs = n * (sk.stats.mean - sk.ref)
     Z = sk.Z + np.outer(xs, w) + np.outer(t, sk.ys) + n * np.outer(t, w)
     G = sk.G + np.outer(sk.ys, w) + np.outer(w, sk.ys) + n * np.outer(w, w)
-    return Sketch(sk.stats, np.array(ref, dtype=np.float64), sk.ys + n * w, Z, G, sk.block_refs)
+    ref = np.array(ref, dtype=np.float64)
+    return Sketch(sk.stats, ref, sk.ys + n * w, Z, G, sk.block_refs, sk.eps)
 
 
 def merge_sketches(a: Sketch, b: Sketch, omega: np.ndarray) -> Sketch:
@@ -145,9 +149,9 @@ def merge_sketches(a: Sketch, b: Sketch, omega: np.ndarray) -> Sketch:
     if a.bad or b.bad:
         return Sketch(stats)
     if a.stats.n == 0:
-        return Sketch(b.stats, b.ref, b.ys, b.Z, b.G, a.block_refs + b.block_refs)
+        return Sketch(b.stats, b.ref, b.ys, b.Z, b.G, a.block_refs + b.block_refs, b.eps)
     if b.stats.n == 0:
-        return Sketch(a.stats, a.ref, a.ys, a.Z, a.G, a.block_refs + b.block_refs)
+        return Sketch(a.stats, a.ref, a.ys, a.Z, a.G, a.block_refs + b.block_refs, a.eps)
     ra, rb = rereference(a, stats.mean, omega), rereference(b, stats.mean, omega)
     return Sketch(
         stats,
@@ -156,4 +160,5 @@ def merge_sketches(a: Sketch, b: Sketch, omega: np.ndarray) -> Sketch:
         ra.Z + rb.Z,
         ra.G + rb.G,
         a.block_refs + b.block_refs,
+        max(a.eps, b.eps),
     )

@@ -114,7 +114,7 @@ def single_pass_eigh(
     check_stats(sk.stats, method, where)
     mean = sk.stats.mean
     sk = rereference(sk, mean, omega)
-    comps, sv, embed_map, in_sketch = _factor(sk.G, sk.Z, n_components)
+    comps, sv, embed_map, in_sketch = _factor(sk.G, sk.Z, n_components, sk.eps)
     total_ss = float(sk.stats.sumsq.sum())
     captured = in_sketch / total_ss if total_ss > 0 else 1.0
     err, per = _estimate(sk, comps, embed_map, n_components, s)
@@ -157,14 +157,19 @@ def _dask_pass(X, omega, target, sparse):
     return sk, list(chunks)
 
 
-def _factor(G: np.ndarray, Z: np.ndarray, k: int):
+def _factor(G: np.ndarray, Z: np.ndarray, k: int, eps: float):
     """Components (k x d), singular values (k,), the embedding map (s x k) and ||Xc^||_F^2
     (the variance in the sketch's range, all s directions) from the sketch's Gram
-    G = Yc^T Yc and Z = Xc^T Yc (module docstring); directions of Y below rounding are dropped,
-    and missing components completed with zero variance."""
+    G = Yc^T Yc and Z = Xc^T Yc (module docstring), whose products were taken with unit
+    roundoff ``eps``; missing components are completed with zero variance.
+
+    Directions of Y whose variance is below s * eps of the largest are dropped: G's entries
+    carry rounding errors of order eps relative to its largest, so its eigenvalues below that
+    are rounding (float32 products of rank-deficient data give such eigenvalues, of either
+    sign), and G^(-1/2) would magnify Z's rounding along them into the components."""
     g, E = scipy.linalg.eigh((G + G.T) / 2)
     g, E = g[::-1], E[:, ::-1]
-    floor = max(g[0], 0.0) * G.shape[0] * np.finfo(np.float32).eps ** 2
+    floor = max(g[0], 0.0) * G.shape[0] * eps
     keep = g > floor if g[0] > 0 else np.zeros(g.shape, dtype=bool)
     gih = E[:, keep] / np.sqrt(g[keep])  # Q = Yc gih has orthonormal columns
     d = Z.shape[0]
@@ -190,7 +195,7 @@ def _estimate(sk: Sketch, comps, emap, k: int, s: int):
     s2 = k + (s - k) // 2
     if s2 <= k or s2 >= s:
         return float("nan"), []
-    c2, _, m2, _ = _factor(sk.G[:s2, :s2], sk.Z[:, :s2], k)
+    c2, _, m2, _ = _factor(sk.G[:s2, :s2], sk.Z[:, :s2], k, sk.eps)
     signs = np.sign(np.sum(comps * c2, axis=1))
     signs[signs == 0] = 1.0
     D = emap.copy()
