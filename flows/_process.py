@@ -48,6 +48,9 @@ class _Subprocess:
         return self._real.Popen(args, start_new_session=True, **kwargs)
 
 
+SERVER_STARTUP_SECONDS = 180
+
+
 def start_temporary_server() -> object | None:
     """Start Prefect's temporary API server our way, unless a Prefect API is configured; later
     calls to Prefect's ``SubprocessASGIServer()`` get this instance. Returns it (or None)."""
@@ -72,7 +75,10 @@ def start_temporary_server() -> object | None:
         return existing
     SubprocessASGIServer._instances.pop(None, None)
     server = _OwnSessionServer()  # registered under the key None, like Prefect's own
-    server.start()
+    # Prefect waits 20 s for it by default; a fresh database's migrations on a busy machine
+    # take longer, and a run should not fail for that (the setting, when given, is obeyed)
+    given = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in os.environ
+    server.start(timeout=None if given else SERVER_STARTUP_SECONDS)
     return server
 
 
