@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,s3,bench]"
+	$(BIN)/python -m dimred_dask.warmup  # numba's kernels compiled once, into its disk cache
 	@touch $(STAMP)
 
 # Debian's chromium, for the test that screenshots a run in the Prefect UI.
