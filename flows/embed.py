@@ -38,6 +38,8 @@ from .knn import (
     load_graph,
     resolve_cache,
     save_graph,
+    write_graph_attrs,
+    writes_from_workers,
 )
 from .methods import SCRATCH, get_method
 from .publish import TASK_OPTS, flow_run_id, publish
@@ -92,21 +94,33 @@ def knn_stage(spec: dict, v: dict) -> dict:
     cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location.url)
     graph = cache.load(fp) if cache is not None else None
     source = "cache" if graph is not None else None
+    attrs = {"method": spec["method"], "version": dimred_dask.__version__}
     with stage_errors("knn", **_mem(v)):
+        prepared = graph is None and writes_from_workers(inp.array, request)
         if graph is None:
+            sink = None
+            if prepared:  # the partitioned backend writes the graph; it never comes here
+                store.prepare(v["mode"], attrs)
+                sink = StoreGraph.create(store, inp.array.shape[0], request["n_neighbors"])
             with stage_progress(f"kNN graph ({request['n_neighbors']} neighbours)"):
-                graph, quality = build_graph(inp.array, request)
+                graph, quality = build_graph(inp.array, request, sink=sink)
             if quality.get("warning"):
                 get_run_logger().warning("%s", quality["warning"])
-        graph = connect(graph, inp.array, request, spec["method"])  # may refuse: nothing written
-        store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
-        chunks = save_graph(store, graph)
+        if isinstance(graph, StoreGraph):  # written from the workers; no rule to apply
+            write_graph_attrs(store, graph)
+            chunks = store.chunk_count("graph/indices") + store.chunk_count("graph/distances")
+        else:
+            graph = connect(graph, inp.array, request, spec["method"])  # may refuse
+            if not prepared:  # nothing was written before a refusal
+                store.prepare(v["mode"], attrs)
+            chunks = save_graph(store, graph)
         info = {
             "needed": True,
             "fingerprint": fp,
             "stored_chunks": chunks,
             "source": source or "computed",
             "cache": cache.url if cache else None,
+            "written_from_workers": isinstance(graph, StoreGraph),
             **graph_summary(graph),
         }
         store.mark_stage("knn", fp, {"info": info})

@@ -34,6 +34,9 @@ import warnings
 import numpy as np
 
 import dimred_dask
+from dimred_dask._compute import compute
+from dimred_dask._validation import is_dask
+from dimred_dask.blocks.union_find import component_labels
 from dimred_dask.errors import DimredWarning, InputError
 from dimred_dask.graphs import (
     KNN_BACKENDS,
@@ -45,7 +48,7 @@ from dimred_dask.graphs import (
     knn_graph,
     sample_recall,
 )
-from dimred_dask.graphs.knn import TARGET_RECALL, check_target_recall
+from dimred_dask.graphs.knn import TARGET_RECALL, check_target_recall, choose_backend
 from dimred_dask.io import Lease, LeaseHeldError, RunStore, digest_of, parse_uri
 
 __all__ = [
@@ -110,18 +113,31 @@ def graph_fingerprint(input_digest: str, request: dict) -> str:
 # --------------------------------------------------------------------------- store
 
 
-def save_graph(store: RunStore, graph: KNNGraph, rows_per_chunk: int = GRAPH_ROWS_PER_CHUNK) -> int:
-    """Write the graph to ``graph/`` of a store; returns the number of chunk objects written."""
-    n, k = graph.indices.shape
+def save_graph(store: RunStore, graph, rows_per_chunk: int = GRAPH_ROWS_PER_CHUNK) -> int:
+    """Write the graph (a `KNNGraph`, or a `StoreGraph` read a chunk at a time) to ``graph/``
+    of a store; returns the number of chunk objects written."""
+    n, k = graph.n_samples, graph.n_neighbors
     rows = int(max(1, min(n, rows_per_chunk)))
-    for name, value in (("indices", graph.indices), ("distances", graph.distances)):
-        arr = store.create_array(f"graph/{name}", (n, k), (rows, k), value.dtype)
-        for start in range(0, n, rows):  # a chunk at a time: no encoded copy of the whole
-            arr[start : start + rows] = value[start : start + rows]
+    ia = store.create_array("graph/indices", (n, k), (rows, k), np.int64)
+    da_ = store.create_array("graph/distances", (n, k), (rows, k), np.float64)
+    for start in range(0, n, rows):  # a chunk at a time: no encoded copy of the whole
+        if isinstance(graph, KNNGraph):
+            idx, dist = graph.indices[start : start + rows], graph.distances[start : start + rows]
+        else:
+            idx, dist = graph.rows(start, min(n, start + rows), k)
+        ia[start : start + rows], da_[start : start + rows] = idx, dist
+    write_graph_attrs(store, graph)
+    return _stored_chunks(store)
+
+
+def _save_to(url: str, graph) -> int:
+    return save_graph(RunStore(url), graph)
+
+
+def write_graph_attrs(store: RunStore, graph) -> None:
     store.write_attrs(
         "graph", {"metric": graph.metric, "backend": graph.backend, "info": graph.info}
     )
-    return store.chunk_count("graph/indices") + store.chunk_count("graph/distances")
 
 
 def load_graph(store: RunStore) -> KNNGraph:
@@ -139,7 +155,10 @@ class StoreGraph:
     """The graph in a run's store as a graph source (``graphs.affinities.graph_rows``): each
     task that needs rows reads them on its worker, the task graph carries a URL, and the
     process that opens it reads only the arrays' shapes (an n x k graph at n = 3 000 000 is
-    0.7 GB in memory)."""
+    0.7 GB in memory). Made with `create`, it is also the sink the partitioned kNN backend
+    writes the graph to from its tasks (`dimred_dask.graphs.knn_graph`, ``sink=``)."""
+
+    rows_per_chunk = GRAPH_ROWS_PER_CHUNK
 
     def __init__(
         self,
@@ -162,11 +181,40 @@ class StoreGraph:
         attrs = store.read_attrs("graph")
         return cls(output, n, k, attrs["metric"], attrs["backend"], attrs.get("info"))
 
+    @classmethod
+    def create(
+        cls, store: RunStore, n_samples: int, n_neighbors: int, rows_per_chunk: int | None = None
+    ) -> "StoreGraph":
+        """Empty ``graph/`` arrays in a (prepared) store, to be written by `write` a chunk of
+        ``rows_per_chunk`` rows (default GRAPH_ROWS_PER_CHUNK) or more at a time."""
+        rows = int(rows_per_chunk or cls.rows_per_chunk)
+        shape, chunks = (n_samples, n_neighbors), (rows, n_neighbors)
+        store.create_array("graph/indices", shape, chunks, np.int64)
+        store.create_array("graph/distances", shape, chunks, np.float64)
+        graph = cls(store.url, n_samples, n_neighbors)
+        graph.rows_per_chunk = rows
+        return graph
+
     def rows(self, start: int, stop: int, k: int):
         store = RunStore(self.output)
         return (
             np.asarray(store.open_array("graph/indices")[start:stop, :k], dtype=np.int64),
             np.asarray(store.open_array("graph/distances")[start:stop, :k], dtype=np.float64),
+        )
+
+    def write(self, start: int, stop: int, indices, distances) -> None:
+        """Rows [start, stop) (whole chunks, or the last rows): called from the tasks."""
+        store = RunStore(self.output)
+        store.open_array("graph/indices", writable=True)[start:stop] = indices
+        store.open_array("graph/distances", writable=True)[start:stop] = distances
+
+    def take(self, rows: np.ndarray):
+        """Indices and distances of the listed rows (sorted), read chunk by chunk."""
+        store = RunStore(self.output)
+        rows = np.asarray(rows, dtype=np.int64)
+        return (
+            np.asarray(store.open_array("graph/indices").oindex[rows, :], dtype=np.int64),
+            np.asarray(store.open_array("graph/distances").oindex[rows, :], dtype=np.float64),
         )
 
 
@@ -237,7 +285,7 @@ class GraphCache:
         except OSError:
             return False  # a cache is an optimisation
 
-    def save(self, fp: str, graph: KNNGraph) -> bool:
+    def save(self, fp: str, graph) -> bool:
         """Store the graph unless another run is writing the same entry (then skip)."""
         entry = self._entry(fp)
         try:
@@ -249,7 +297,14 @@ class GraphCache:
                 "overwrite" if entry.exists() else "new",
                 {"kind": "knn-graph-cache", "version": dimred_dask.__version__},
             )
-            chunks = save_graph(entry, graph)
+            if isinstance(graph, StoreGraph):  # copied where it is, a chunk at a time, in a task
+                from dask import delayed
+
+                (chunks,) = compute(
+                    delayed(_save_to)(entry.url, graph), stage="kNN graph: copy to the cache"
+                )
+            else:
+                chunks = save_graph(entry, graph)
             entry.commit(
                 {
                     "fingerprint": fp,
@@ -288,8 +343,9 @@ def resolve_cache(graph_cache: str | None, output: str, input_url: str) -> Graph
 # --------------------------------------------------------------------------- compute
 
 
-def build_graph(X, request: dict) -> tuple[KNNGraph, dict]:
-    """Compute the graph of ``X`` for a normalised request; (graph, {"recall": ...})."""
+def build_graph(X, request: dict, sink: StoreGraph | None = None) -> tuple:
+    """Compute the graph of ``X`` for a normalised request; (graph, {"recall": ...}). With a
+    ``sink`` the partitioned backend writes it there from the workers and returns the sink."""
     graph = knn_graph(
         X,
         request["n_neighbors"],
@@ -301,6 +357,7 @@ def build_graph(X, request: dict) -> tuple[KNNGraph, dict]:
         nndescent_kwds=request["nndescent_kwds"] or None,
         target_recall=request["target_recall"],
         recall_budget=request["recall_budget"],
+        sink=sink,
     )
     quality = {}
     if graph.backend != "exact" and request["recall_sample"]:
@@ -354,8 +411,29 @@ def connect(graph: KNNGraph, X, request: dict, method: str) -> KNNGraph:
     return graph
 
 
-def graph_summary(graph: KNNGraph) -> dict:
-    count, _ = graph_components(graph)
+def writes_from_workers(X, request: dict) -> bool:
+    """Whether the graph is written from the tasks that make it: the partitioned backend on
+    dask input, and no connectivity rule to apply to the whole graph before it is written."""
+    if not is_dask(X) or request["connected"] or request["join_components"]:
+        return False
+    chosen = choose_backend(
+        request["backend"], X.shape[0], X, request["n_neighbors"], request["metric"]
+    )
+    return chosen == "partitioned"
+
+
+def _stored_components(graph: StoreGraph) -> int:
+    idx, _ = graph.rows(0, graph.n_samples, graph.n_neighbors)
+    return int(component_labels(idx, np.empty(0, np.int64), np.empty(0, np.int64)).max()) + 1
+
+
+def graph_summary(graph) -> dict:
+    if isinstance(graph, KNNGraph):
+        count, _ = graph_components(graph)
+    else:  # counted where the graph is, in a task (one worker reads its indices)
+        from dask import delayed
+
+        (count,) = compute(delayed(_stored_components)(graph), stage="kNN graph: components")
     return {
         "n_samples": graph.n_samples,
         "n_neighbors": graph.n_neighbors,

@@ -296,7 +296,8 @@ def knn_graph(
     target_recall=TARGET_RECALL,
     recall_budget=None,
     where: str = "X",
-) -> KNNGraph:
+    sink=None,
+):
     """The k-nearest-neighbour graph of the rows of ``X``; see the module docstring.
 
     Each row's ``n_neighbors`` nearest other rows, nearest first. In-memory input is
@@ -338,13 +339,21 @@ def knn_graph(
         Seconds the rebuilds may take; None: four times the first build.
     where : str, default "X"
         The name of the input in error messages.
+    sink : object or None, default None
+        Where the partitioned backend on dask input writes the graph from the tasks that
+        merge it, so that no n x k array reaches this process: an object (picklable) with
+        ``n_samples``, ``n_neighbors``, ``rows_per_chunk``, ``info`` (a dict),
+        ``write(start, stop, indices, distances)``, called in the tasks on row ranges that
+        start on a multiple of ``rows_per_chunk``, and ``take(rows)``, the listed rows'
+        indices and distances. Other backends and in-memory input ignore it.
 
     Returns
     -------
-    KNNGraph
+    KNNGraph or the sink
         n x k int64 indices and float64 distances; ``info`` holds the seconds, the rows with
         an exact duplicate, the recall rounds (``info["recall_search"]``) and, for the
-        partitioned backend, its cells and rows left short of k (index -1).
+        partitioned backend, its cells and rows left short of k (index -1). When the graph
+        was written to ``sink``, the sink itself, with that ``info``.
 
     Raises
     ------
@@ -374,10 +383,19 @@ def knn_graph(
             X, k, metric, metric_kwds, random_state, nndescent_kwds, target_recall, recall_budget
         )
     else:
+        if sink is not None and not is_dask(X):
+            sink = None
         idx, dist, info = _partitioned(
-            X, k, metric, metric_kwds, random_state, n_partitions, overlap, nndescent_kwds
+            X, k, metric, metric_kwds, random_state, n_partitions, overlap, nndescent_kwds, sink
         )
-    _refuse_all_duplicates(dist, n, where)
+    if dist is None:  # written to the sink: the ranges' summaries stand for the arrays
+        ranges = info.pop("ranges")
+        zero = all(r["finite"] for r in ranges) and max(r["max"] for r in ranges) == 0
+        _refuse_all_duplicates(zero, n, k, where)
+        duplicates = sum(r["duplicates"] for r in ranges)
+    else:
+        _refuse_all_duplicates(bool(np.isfinite(dist).all() and dist.max() == 0), n, k, where)
+        duplicates = int((dist[:, 0] == 0).sum())
     if asked == "auto" and backend == "partitioned":
         need = nndescent_task_bytes(n, X.shape[1], X.dtype.itemsize, k) / 2**30
         info["why_partitioned"] = (
@@ -388,17 +406,22 @@ def knn_graph(
         {
             "n_neighbors": k,
             "seconds": round(time.perf_counter() - t0, 3),
-            "n_rows_with_duplicates": int((dist[:, 0] == 0).sum()),
+            "n_rows_with_duplicates": duplicates,
             **({"metric_kwds": metric_kwds} if metric_kwds else {}),
         }
     )
+    if dist is None:
+        sink.metric, sink.backend = metric, backend
+        sink.info.update(info)
+        return sink
     return KNNGraph(idx, dist, metric, backend, info)
 
 
-def _refuse_all_duplicates(dist: np.ndarray, n: int, where: str) -> None:
-    if np.isfinite(dist).all() and dist.max() == 0:
+def _refuse_all_duplicates(all_zero: bool, n: int, k: int, where: str) -> None:
+    """Refuse a graph whose every distance is 0 (``all_zero``)."""
+    if all_zero:
         raise InputError(
-            f"Every row of {where} has at least {dist.shape[1]} exact duplicates "
+            f"Every row of {where} has at least {k} exact duplicates "
             f"(all {n} rows may be identical): a neighbour graph of them has no "
             "structure to embed.",
             "remove duplicate rows (np.unique(X, axis=0)) "
@@ -512,29 +535,59 @@ def _merge_range(lo: int, hi: int, k: int, *pieces):
     )
 
 
-def _cells_merged_on_workers(X, members, k, metric, metric_kwds, kw):
+def _merge_range_to(sink, lo: int, hi: int, k: int, *pieces) -> dict:
+    """`_merge_range`, written to ``sink``; what the caller needs of those rows."""
+    idx, dist = _merge_range(lo, hi, k, *pieces)
+    sink.write(lo, hi, idx, dist)
+    return {
+        "short": int((idx < 0).any(axis=1).sum()),
+        "duplicates": int((dist[:, 0] == 0).sum()) if dist.size else 0,
+        "finite": bool(np.isfinite(dist).all()),
+        "max": float(dist.max()) if dist.size else 0.0,
+    }
+
+
+def _range_cuts(n: int, sink) -> np.ndarray:
+    """Row ranges of about MERGE_ROWS; on the sink's chunk rows when there is one (a range's
+    writes then touch chunks of its own only)."""
+    if sink is None:
+        return np.linspace(0, n, max(1, math.ceil(n / MERGE_ROWS)) + 1).astype(np.int64)
+    step = max(1, round(MERGE_ROWS / sink.rows_per_chunk)) * int(sink.rows_per_chunk)
+    return np.append(np.arange(0, n, step), n).astype(np.int64)
+
+
+def _cells_merged_on_workers(X, members, k, metric, metric_kwds, kw, sink=None):
     """The cells' kNN and their merge, both as tasks: each cell's triples are cut by row
     ranges of MERGE_ROWS on its worker and each range merged there, so that the caller
-    receives the n x k graph only (not the overlap x n x k triples)."""
+    receives the n x k graph only (not the overlap x n x k triples); with a ``sink``, each
+    range is written from its task and the caller receives the ranges' summaries."""
     from dask import delayed
 
     n = X.shape[0]
-    nb = max(1, math.ceil(n / MERGE_ROWS))
-    cuts = np.linspace(0, n, nb + 1).astype(np.int64)
+    cuts = _range_cuts(n, sink)
+    nb = len(cuts) - 1
     cell = delayed(_cell_knn, pure=True)
     split = delayed(_split_by_rows, pure=True, nout=nb)
     pieces = [split(cell(X[m], m, k, metric, metric_kwds, kw), cuts) for m in members if m.size]
+    bounds = [(int(cuts[b]), int(cuts[b + 1])) for b in range(nb)]
+    stage = "partition: kNN inside each cell, merged by row range"
+    if sink is not None:
+        merge = delayed(_merge_range_to, pure=False)
+        merged = [
+            merge(sink, lo, hi, k, *[p[b] for p in pieces]) for b, (lo, hi) in enumerate(bounds)
+        ]
+        return None, None, list(compute(*merged, stage=stage + ", written"))
     merge = delayed(_merge_range, pure=True)
-    merged = [merge(int(cuts[b]), int(cuts[b + 1]), k, *[p[b] for p in pieces]) for b in range(nb)]
-    done = list(compute(*merged, stage="partition: kNN inside each cell, merged by row range"))
+    merged = [merge(lo, hi, k, *[p[b] for p in pieces]) for b, (lo, hi) in enumerate(bounds)]
+    done = list(compute(*merged, stage=stage))
     idx, dist = np.empty((n, k), np.int64), np.empty((n, k))
     for b in range(nb):  # each range dropped once copied: ~one graph's worth held at a time
         idx[cuts[b] : cuts[b + 1]], dist[cuts[b] : cuts[b + 1]] = done[b]
         done[b] = None
-    return idx, dist
+    return idx, dist, None
 
 
-def _partitioned(X, k, metric, metric_kwds, random_state, n_partitions, overlap, extra):
+def _partitioned(X, k, metric, metric_kwds, random_state, n_partitions, overlap, extra, sink):
     n = X.shape[0]
     rng = check_random_state(random_state)
     if n_partitions is None:
@@ -567,22 +620,24 @@ def _partitioned(X, k, metric, metric_kwds, random_state, n_partitions, overlap,
         cells = _nearest_cells(X, centres, overlap)
     kw = _nndescent_kw(n, random_state, extra)
     members = [np.sort(np.nonzero((cells == c).any(axis=1))[0]) for c in range(n_partitions)]
+    ranges = None
     if is_dask(X):
-        idx, dist = _cells_merged_on_workers(X, members, k, metric, metric_kwds, kw)
+        idx, dist, ranges = _cells_merged_on_workers(X, members, k, metric, metric_kwds, kw, sink)
     else:
         parts = [_cell_knn(X[m], m, k, metric, metric_kwds, kw) for m in members if m.size]
         idx, dist = _merge_range(0, n, k, *parts)
     sizes = [int(m.size) for m in members]
-    return (
-        idx,
-        dist,
-        {
-            "n_partitions": int(n_partitions),
-            "overlap": int(overlap),
-            "cell_rows": {"min": min(sizes), "max": max(sizes)},
-            "rows_short_of_k": int((idx < 0).any(axis=1).sum()),
-        },
-    )
+    info = {
+        "n_partitions": int(n_partitions),
+        "overlap": int(overlap),
+        "cell_rows": {"min": min(sizes), "max": max(sizes)},
+    }
+    if ranges is None:
+        info["rows_short_of_k"] = int((idx < 0).any(axis=1).sum())
+    else:
+        info["rows_short_of_k"] = sum(r["short"] for r in ranges)
+        info["ranges"] = ranges
+    return idx, dist, info
 
 
 # --------------------------------------------------------------------------- recall
@@ -612,8 +667,8 @@ def sample_recall(X, graph: KNNGraph, n_samples: int = 1000, random_state=0) -> 
     ----------
     X : array-like, dask array or sparse matrix of shape (n_samples, n_features)
         The rows the graph was built from.
-    graph : KNNGraph
-        The graph to measure.
+    graph : KNNGraph or a graph written to a sink (see `knn_graph`)
+        The graph to measure; of a sink only the sampled rows are read.
     n_samples : int, default 1000
         Rows sampled (all rows when there are fewer).
     random_state : int, numpy Generator or None, default 0
@@ -653,10 +708,15 @@ def sample_recall(X, graph: KNNGraph, n_samples: int = 1000, random_state=0) -> 
     else:
         ex_i, ex_d = block_topk(sample, X, k + 1, metric=graph.metric, p=p)
     ex_i, ex_d = drop_self(ex_i, ex_d, rows, k)
+    got_i, got_d = (
+        (graph.indices[rows], graph.distances[rows])
+        if isinstance(graph, KNNGraph)
+        else graph.take(rows)
+    )
     return {
-        "recall": recall_at(graph.distances[rows], ex_d[:, -1]),
+        "recall": recall_at(got_d, ex_d[:, -1]),
         "sample_rows": int(rows.size),
         "exact_recall_by_index": float(
-            np.mean([len(set(a) & set(b)) / k for a, b in zip(graph.indices[rows], ex_i)])
+            np.mean([len(set(a) & set(b)) / k for a, b in zip(got_i, ex_i)])
         ),
     }

@@ -340,8 +340,10 @@ class RunStore:
             compressors=compressors,
         )
 
-    def open_array(self, name: str):
-        return self._group("r")[name]
+    def open_array(self, name: str, *, writable: bool = False):
+        """The stored array ``name``, read-only unless ``writable`` (a task writing its part of
+        an array the stage created)."""
+        return self._group("a" if writable else "r")[name]
 
     def read_array(self, name: str) -> np.ndarray:
         return self.open_array(name)[...]
