@@ -209,7 +209,8 @@ class StoreGraph:
         store.open_array("graph/distances", writable=True)[start:stop] = distances
 
     def take(self, rows: np.ndarray):
-        """Indices and distances of the listed rows (sorted), read chunk by chunk."""
+        """Indices and distances of the listed rows (sorted). Every stored chunk holding one
+        of them is read and decoded whole: call it in a task, not in the flow's process."""
         store = RunStore(self.output)
         rows = np.asarray(rows, dtype=np.int64)
         return (
@@ -423,7 +424,7 @@ def writes_from_workers(X, request: dict) -> bool:
 
 
 def _stored_components(graph: StoreGraph) -> int:
-    idx, _ = graph.rows(0, graph.n_samples, graph.n_neighbors)
+    idx = np.asarray(RunStore(graph.output).open_array("graph/indices")[:], dtype=np.int64)
     return int(component_labels(idx, np.empty(0, np.int64), np.empty(0, np.int64)).max()) + 1
 
 

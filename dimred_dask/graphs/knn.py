@@ -708,11 +708,14 @@ def sample_recall(X, graph: KNNGraph, n_samples: int = 1000, random_state=0) -> 
     else:
         ex_i, ex_d = block_topk(sample, X, k + 1, metric=graph.metric, p=p)
     ex_i, ex_d = drop_self(ex_i, ex_d, rows, k)
-    got_i, got_d = (
-        (graph.indices[rows], graph.distances[rows])
-        if isinstance(graph, KNNGraph)
-        else graph.take(rows)
-    )
+    if isinstance(graph, KNNGraph):
+        got_i, got_d = graph.indices[rows], graph.distances[rows]
+    else:  # read where the graph is: scattered rows decode every stored chunk they touch
+        from dask import delayed
+
+        ((got_i, got_d),) = compute(
+            delayed(graph.take)(rows), stage="recall: the sample's listed neighbours"
+        )
     return {
         "recall": recall_at(got_d, ex_d[:, -1]),
         "sample_rows": int(rows.size),
