@@ -38,6 +38,7 @@ from .knn import (
     load_graph,
     resolve_cache,
     save_graph,
+    stored_chunks,
     write_graph_attrs,
     writes_from_workers,
 )
@@ -84,9 +85,7 @@ def knn_stage(spec: dict, v: dict) -> dict:
     fp = graph_fingerprint(v["input_fingerprint"]["digest"], request)
     marker = stage_reusable(store, v["mode"], "knn", fp)
     if (
-        marker is not None
-        and store.chunk_count("graph/indices") + store.chunk_count("graph/distances")
-        == marker["info"]["stored_chunks"]
+        marker is not None and stored_chunks(store) == marker["info"]["stored_chunks"]
     ):  # this run's own copy, wherever the stage first had it from
         info = {**marker["info"], "source": "run store"}
         return {**info, "reused": True, "seconds": time.perf_counter() - t0}
@@ -108,7 +107,7 @@ def knn_stage(spec: dict, v: dict) -> dict:
                 get_run_logger().warning("%s", quality["warning"])
         if isinstance(graph, StoreGraph):  # written from the workers; no rule to apply
             write_graph_attrs(store, graph)
-            chunks = store.chunk_count("graph/indices") + store.chunk_count("graph/distances")
+            chunks = stored_chunks(store)
         else:
             graph = connect(graph, inp.array, request, spec["method"])  # may refuse
             if not prepared:  # nothing was written before a refusal

@@ -55,6 +55,7 @@ __all__ = [
     "normalize_request",
     "graph_fingerprint",
     "save_graph",
+    "stored_chunks",
     "load_graph",
     "StoreGraph",
     "GraphCache",
@@ -127,7 +128,7 @@ def save_graph(store: RunStore, graph, rows_per_chunk: int = GRAPH_ROWS_PER_CHUN
             idx, dist = graph.rows(start, min(n, start + rows), k)
         ia[start : start + rows], da_[start : start + rows] = idx, dist
     write_graph_attrs(store, graph)
-    return _stored_chunks(store)
+    return stored_chunks(store)
 
 
 def _save_to(url: str, graph) -> int:
@@ -219,7 +220,8 @@ class StoreGraph:
         )
 
 
-def _stored_chunks(store: RunStore) -> int:
+def stored_chunks(store: RunStore) -> int:
+    """The chunk objects of the store's graph arrays (a stage marker's proof of a whole write)."""
     return store.chunk_count("graph/indices") + store.chunk_count("graph/distances")
 
 
@@ -238,7 +240,7 @@ class GraphCache:
             if not entry.committed():
                 return None
             meta = entry.read_json("manifest.json")
-            if meta.get("fingerprint") != fp or _stored_chunks(entry) != meta.get("chunks"):
+            if meta.get("fingerprint") != fp or stored_chunks(entry) != meta.get("chunks"):
                 return None
             return load_graph(entry)
         except (OSError, KeyError, ValueError):
