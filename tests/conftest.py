@@ -8,8 +8,10 @@ started on it when a test asks for it), Prefect telemetry off.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
+import threading
 
 import numpy as np
 import pytest
@@ -68,10 +70,39 @@ def prefect_api():
         yield PREFECT_API_URL.value()
 
 
+def _serialise_moto_writes() -> None:
+    """Make the moto server's object writes atomic, as S3's are.
+
+    moto checks a conditional PUT's ``If-None-Match: *`` and stores the object in two steps
+    without a lock, and its threaded server runs requests concurrently: two racing exclusive
+    creates of one key can both succeed (and an overwrite can close the buffer a concurrent
+    response is reading). S3 decides a conditional write atomically, and the product's lease
+    relies on that, so the test server takes one lock around every write to a key.
+    """
+    from moto.s3.responses import S3Response
+
+    if getattr(S3Response, "_dimred_serialised", False):
+        return
+    lock = threading.Lock()
+
+    def locked(method):
+        @functools.wraps(method)
+        def run(self, *args, **kwargs):
+            with lock:
+                return method(self, *args, **kwargs)
+
+        return run
+
+    for name in ("_key_response_put", "_key_response_post", "_key_response_delete"):
+        setattr(S3Response, name, locked(getattr(S3Response, name)))
+    S3Response._dimred_serialised = True
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     from moto.server import ThreadedMotoServer
 
+    _serialise_moto_writes()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=S3_PORT, verbose=False)
     server.start()
     yield S3_ENDPOINT
