@@ -13,13 +13,15 @@ import psutil
 
 class PeakRSS:
     """Samples the summed RSS of this process and the given pids (e.g. Dask workers) every
-    ``interval`` seconds; ``peak`` is the largest sum minus the sum at the start."""
+    ``interval`` seconds; ``peak`` is the largest sum minus the sum at the start. The pids in
+    ``record`` also keep their samples, ``series[pid]``: a list of (time.time(), rss)."""
 
-    def __init__(self, pids=(), interval: float = 0.02):
+    def __init__(self, pids=(), interval: float = 0.02, record=()):
         self.procs = [psutil.Process()] + [psutil.Process(p) for p in pids if p != os.getpid()]
         self.interval = interval
         self.peak = 0
         self.per_process_peak = {p.pid: 0 for p in self.procs}
+        self.series = {p: [] for p in record}
 
     def _sample(self):
         total = 0
@@ -29,6 +31,8 @@ class PeakRSS:
             except psutil.Error:
                 continue
             self.per_process_peak[p.pid] = max(self.per_process_peak[p.pid], rss)
+            if p.pid in self.series:
+                self.series[p.pid].append((time.time(), rss))
             total += rss
         return total
 
@@ -47,6 +51,17 @@ class PeakRSS:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+
+
+def peak_by_span(series, spans: dict) -> dict:
+    """The largest sample of ``series`` ((time, rss) pairs) within each named (start, end)
+    span of ``spans``; spans without a sample are left out."""
+    out = {}
+    for name, (start, end) in spans.items():
+        inside = [rss for t, rss in series if start <= t <= end]
+        if inside:
+            out[name] = max(inside)
+    return out
 
 
 def timed(fn, repeat: int, pids=()):

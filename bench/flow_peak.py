@@ -6,11 +6,13 @@ In a deployment the flow runs in a small process (a Prefect worker's pod) while 
 cluster holds the data. Here each run's flow is a process of its own (spawned: it imports the
 flow and calls ``embed``, nothing else), the cluster another (its scheduler and 2 worker
 processes by default, ``--workers``; `sparse._ClusterProcess`), and this process samples both
-every 0.2 s. The input is the 50-D Gaussian mixture of the graph benchmarks (`graph.mixture`),
-float32, written once as Zarr under ``--dir`` (default ``bench/_data``), its component of
-each row beside it as ``.npy``: the labels of the supervised methods (spca, kspca). Runs
-share one kNN graph cache, so the first graph method computes the graph and the others read
-it; each run is a new output (written fresh), deleted afterwards unless ``--keep``.
+every 0.2 s; the flow process's peak is also given stage by stage (a stage's span ends at its
+commit marker's time and lasts its recorded seconds; "outside" is the rest: Prefect's start,
+validation, the gaps). The input is the 50-D Gaussian mixture of the graph benchmarks
+(`graph.mixture`), float32, written once as Zarr under ``--dir`` (default ``bench/_data``),
+its component of each row beside it as ``.npy``: the labels of the supervised methods (spca,
+kspca). Runs share one kNN graph cache, so the first graph method computes the graph and
+the others read it; each run is a new output (written fresh), deleted afterwards unless ``--keep``.
 
 A method may be given with parameters: ``laplacian:eigen_solver=lobpcg`` (values read as
 JSON where they parse, else as strings), e.g. to compare a solve in the flow's process with
@@ -24,7 +26,7 @@ import os
 import shutil
 import time
 
-from ._measure import PeakRSS, machine
+from ._measure import PeakRSS, machine, peak_by_span
 
 DEFAULT_PARAMS = {
     "laplacian": {"n_neighbors": 10},
@@ -76,6 +78,24 @@ def _flow(conn, path: str, out: str, method: str, params: dict, address: str, ca
         conn.send(("done", time.perf_counter() - t0, m.get("timings"), m.get("model")))
     except BaseException as exc:  # reported to the parent, which prints it
         conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()[-3000:]))
+
+
+def _peak_by_stage(series, out: str, timings: dict) -> dict:
+    """The flow process's peak RSS within each stage's span (from the run's commit markers)
+    and outside them."""
+    spans = {}
+    for stage, seconds in timings.items():
+        try:
+            with open(os.path.join(out, "_stages", f"{stage}.json")) as f:
+                end = json.load(f)["time"]
+        except (OSError, ValueError, KeyError):
+            continue  # a stage without a marker (publish): in "outside"
+        spans[stage] = (end - seconds, end)
+    peaks = peak_by_span(series, spans)
+    rest = [(t, rss) for t, rss in series if not any(a <= t <= b for a, b in spans.values())]
+    if rest:
+        peaks["outside"] = max(rss for _, rss in rest)
+    return peaks
 
 
 def _labels_path(path: str) -> str:
@@ -140,7 +160,7 @@ def main(args) -> int:
             if first[0] != "ready":
                 print(f"  {label}: {first[1]}\n{first[2]}", flush=True)
                 continue
-            with PeakRSS([first[1], *workers], interval=0.2) as mem:
+            with PeakRSS([first[1], *workers], interval=0.2, record=[first[1]]) as mem:
                 while not conn.poll(0.5):
                     if not proc.is_alive():
                         break
@@ -154,13 +174,16 @@ def main(args) -> int:
                 continue
             _, seconds, timings, model = msg
             rows.append((label, seconds, flow_peak, w, timings or {}, model or {}))
+            by_stage = _peak_by_stage(mem.series[first[1]], out, timings or {})
             print(
                 f"  {label}: {seconds:.1f} s; flow process peak {flow_peak / 2**20:,.0f} MiB; "
                 f"workers {', '.join(f'{p / 2**20:,.0f}' for p in w)} MiB; solver "
                 f"{model.get('solver')}; stages "
                 + ", ".join(
                     f"{k} {v:.1f}" for k, v in (timings or {}).items() if isinstance(v, float)
-                ),
+                )
+                + "; flow process peak by stage (MiB) "
+                + ", ".join(f"{k} {v / 2**20:,.0f}" for k, v in by_stage.items()),
                 flush=True,
             )
             if not args.keep:
