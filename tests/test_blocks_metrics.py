@@ -63,6 +63,65 @@ def test_trustworthiness_matches_sklearn(rng, k):
     )
 
 
+def _full_orders(X, Y):
+    """Each row's other rows in order of squared distance, ties by row number, from the two
+    whole n x n matrices (the direct definitions below)."""
+    from scipy.spatial.distance import cdist
+
+    orders = []
+    for Z in (X, Y):
+        d = cdist(Z, Z, "sqeuclidean")
+        np.fill_diagonal(d, np.inf)
+        orders.append(np.argsort(d, axis=1, kind="stable"))
+    return orders
+
+
+def _full_trustworthiness(X, Y, k):
+    ox, oy = _full_orders(X, Y)
+    n = len(X)
+    ranks = np.empty_like(ox)
+    ranks[np.arange(n)[:, None], ox] = np.arange(1, n + 1)
+    r = ranks[np.arange(n)[:, None], oy[:, :k]]
+    return 1 - 2 / (n * k * (2 * n - 3 * k - 1)) * np.clip(r - k, 0, None).sum()
+
+
+def _full_knn_recall(X, Y, k):
+    ox, oy = _full_orders(X, Y)
+    return np.mean([len(np.intersect1d(a, b)) for a, b in zip(ox[:, :k], oy[:, :k])]) / k
+
+
+@pytest.mark.parametrize("block_elements", [1, 37 * 300, 1 << 18])
+def test_metrics_made_block_by_block_equal_the_whole_matrices(rng, monkeypatch, block_elements):
+    """Row blocks of one row, of 37 rows (a ragged last block) and one block: the same
+    trustworthiness and recall as from the whole matrices, on data with tied distances
+    (rounded) where the order of ties decides (scikit-learn breaks ties otherwise; it is
+    compared on untied data above)."""
+    import dimred_dask.metrics.quality as quality
+
+    monkeypatch.setattr(quality, "BLOCK_ELEMENTS", block_elements)
+    X = np.round(rng.standard_normal((300, 6)), 1)
+    Y = np.round(X[:, :2] + 0.3 * rng.standard_normal((300, 2)), 0)
+    for k in (1, 7):
+        assert trustworthiness(X, Y, k) == pytest.approx(_full_trustworthiness(X, Y, k), abs=1e-12)
+        assert knn_recall(X, Y, k) == pytest.approx(_full_knn_recall(X, Y, k), abs=1e-12)
+
+
+def test_metrics_hold_a_block_of_rows_not_the_sample_squared(rng):
+    """2000 sampled rows (the evaluate stage's sample): the whole distance matrices and their
+    orders would be 4 x 32 MB; the blocks stay under 16 MiB."""
+    import tracemalloc
+
+    X, Y = rng.standard_normal((2000, 50)), rng.standard_normal((2000, 2))
+    tracemalloc.start()
+    try:
+        trustworthiness(X, Y, 10)
+        knn_recall(X, Y, 10)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, peak / 2**20
+
+
 @pytest.mark.parametrize("k", [0, -1, 10, 11, 2.5, True])
 def test_trustworthiness_refuses_n_neighbors_out_of_range(rng, k):
     X = rng.standard_normal((20, 3))

@@ -69,9 +69,22 @@ def _check_n_neighbors(k, n: int, what: str, top: int, bound: str) -> int:
     return int(k)
 
 
-def _neighbour_order(X) -> np.ndarray:
-    d = sqeuclidean_block(X, X) if sp.issparse(X) else cdist(X, X, "sqeuclidean")
-    np.fill_diagonal(d, np.inf)
+# rows of a block of the sample's distances: BLOCK_ELEMENTS float64 (2 MiB) per array
+BLOCK_ELEMENTS = 1 << 18
+
+
+def _row_blocks(n: int):
+    step = max(1, BLOCK_ELEMENTS // max(n, 1))
+    for a in range(0, n, step):
+        yield a, min(n, a + step)
+
+
+def _neighbour_order(X, a: int, b: int) -> np.ndarray:
+    """Rows a..b-1 of the stable order of every row of X by its squared distance from X's
+    rows a..b-1, a row never its own neighbour (it comes last)."""
+    rows = X[a:b]
+    d = sqeuclidean_block(rows, X) if sp.issparse(X) else cdist(rows, X, "sqeuclidean")
+    d[np.arange(b - a), np.arange(a, b)] = np.inf
     return np.argsort(d, axis=1, kind="stable")
 
 
@@ -80,9 +93,9 @@ def trustworthiness(X, Y, n_neighbors: int = 5) -> float:
 
     T = 1 - 2/(n k (2n - 3k - 1)) sum_i sum_{j in U_i} (r(i, j) - k), where U_i are the
     embedding's k nearest neighbours of i that are not among its k nearest in X, and r(i, j)
-    is the rank of j by distance from i in X. Exact: both n x n squared Euclidean distance
-    matrices are made in memory (float64; from sparse products for sparse ``X``), ties broken
-    by row order.
+    is the rank of j by distance from i in X. Exact: the squared Euclidean distances in both
+    spaces (float64; from sparse products for sparse ``X``), ties broken by row order, made a
+    block of rows at a time (about 2 MiB per array, not n x n).
 
     Parameters
     ----------
@@ -108,20 +121,23 @@ def trustworthiness(X, Y, n_neighbors: int = 5) -> float:
     k = _check_n_neighbors(
         n_neighbors, n, "trustworthiness", (n - 1) // 2, f"< n_samples / 2 = {n / 2}"
     )
-    order_x = _neighbour_order(X)
-    ranks = np.empty_like(order_x)
-    ranks[np.arange(n)[:, None], order_x] = np.arange(1, n + 1)[None, :]
-    nn_y = _neighbour_order(Y)[:, :k]
-    r = ranks[np.arange(n)[:, None], nn_y]
-    penalty = np.clip(r - k, 0, None).sum()
+    penalty = 0
+    for a, b in _row_blocks(n):  # rows are independent: one block's n-wide arrays at a time
+        order_x = _neighbour_order(X, a, b)
+        ranks = np.empty_like(order_x)
+        ranks[np.arange(b - a)[:, None], order_x] = np.arange(1, n + 1)[None, :]
+        del order_x
+        nn_y = _neighbour_order(Y, a, b)[:, :k]
+        r = ranks[np.arange(b - a)[:, None], nn_y]
+        penalty += int(np.clip(r - k, 0, None).sum())
     return float(1.0 - 2.0 / (n * k * (2.0 * n - 3.0 * k - 1.0)) * penalty)
 
 
 def knn_recall(X, Y, n_neighbors: int = 10) -> float:
     """Mean fraction of each point's k nearest neighbours in X that are also its k nearest in Y.
 
-    Exact: both n x n squared Euclidean distance matrices are made in memory (float64; from
-    sparse products for sparse ``X``); a point is not its own neighbour.
+    Exact: the squared Euclidean distances in both spaces (float64; from sparse products for
+    sparse ``X``), a block of rows at a time; a point is not its own neighbour.
 
     Parameters
     ----------
@@ -145,10 +161,11 @@ def knn_recall(X, Y, n_neighbors: int = 10) -> float:
     X, Y = _rows(X), np.asarray(Y, dtype=np.float64)
     n = X.shape[0]
     k = _check_n_neighbors(n_neighbors, n, "knn_recall", n - 1, "< n_samples")
-    a = _neighbour_order(X)[:, :k]
-    b = _neighbour_order(Y)[:, :k]
-    hits = [len(np.intersect1d(a[i], b[i], assume_unique=True)) for i in range(len(a))]
-    return float(np.mean(hits) / k)
+    hits = 0
+    for a, b in _row_blocks(n):
+        nx, ny = _neighbour_order(X, a, b)[:, :k], _neighbour_order(Y, a, b)[:, :k]
+        hits += sum(len(np.intersect1d(p, q, assume_unique=True)) for p, q in zip(nx, ny))
+    return float(hits / n / k)
 
 
 def reconstruction_error(X, X_hat, mean) -> float:
