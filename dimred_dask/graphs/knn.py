@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._compute import compute
+from .._compute import active_client, compute
 from .._validation import check_array, check_random_state, is_dask, is_sparse_input
 from ..blocks.kernels import METRICS, SPARSE_METRICS
 from ..blocks.landmarks import kmeans
@@ -251,8 +251,6 @@ def nndescent_task_bytes(n: int, d: int, itemsize: int, k: int) -> int:
 
 
 def _smallest_worker_memory() -> int | None:
-    from .._compute import active_client
-
     client = active_client()
     if client is None:
         return None
@@ -556,19 +554,52 @@ def _range_cuts(n: int, sink) -> np.ndarray:
     return np.append(np.arange(0, n, step), n).astype(np.int64)
 
 
-def _cells_merged_on_workers(X, members, k, metric, metric_kwds, kw, sink=None):
-    """The cells' kNN and their merge, both as tasks: each cell's triples are cut by row
-    ranges of MERGE_ROWS on its worker and each range merged there, so that the caller
-    receives the n x k graph only (not the overlap x n x k triples); with a ``sink``, each
-    range is written from its task and the caller receives the ranges' summaries."""
+def _cell_counts(cells: np.ndarray, n_partitions: int) -> np.ndarray:
+    """How many rows of a block of ``cells`` (each row's nearest cells) each cell has."""
+    out = np.zeros(n_partitions, np.int64)
+    for j in range(cells.shape[1]):  # a row's cells are distinct: no row counted twice
+        out += np.bincount(cells[:, j], minlength=n_partitions)
+    return out[None, :]
+
+
+def _cell_rows(block, cells: np.ndarray, c: int, start: int):
+    """The rows of one block of X in cell ``c``, with their global row numbers."""
+    sel = np.nonzero((cells == c).any(axis=1))[0]
+    return np.asarray(block)[sel], sel + start
+
+
+def _cell_knn_of_pieces(k, metric, metric_kwds, kwds, *pieces):
+    """`_cell_knn` of a cell whose rows come from several blocks of X, in row order."""
+    rows = np.concatenate([p[0] for p in pieces])
+    members = np.concatenate([p[1] for p in pieces])
+    return _cell_knn(rows, members, k, metric, metric_kwds, kwds)
+
+
+def _cells_merged_on_workers(Xc, cells, counts, k, metric, metric_kwds, kw, sink=None):
+    """The cells' kNN and their merge, all as tasks: each cell gathers its rows from the
+    blocks of X that hold some (``cells``, each row's nearest cells, stays on the workers;
+    ``counts`` says which blocks), its triples are cut by row ranges of MERGE_ROWS on its
+    worker and each range merged there, so that the caller receives the n x k graph only
+    (not the overlap x n x k triples, nor the cells' member lists in the task graph); with a
+    ``sink``, each range is written from its task and the caller receives the ranges'
+    summaries."""
     from dask import delayed
 
-    n = X.shape[0]
+    n = Xc.shape[0]
     cuts = _range_cuts(n, sink)
     nb = len(cuts) - 1
-    cell = delayed(_cell_knn, pure=True)
+    x_blocks = Xc.to_delayed().ravel()
+    c_blocks = cells.to_delayed().ravel()
+    starts = np.concatenate([[0], np.cumsum(Xc.chunks[0])[:-1]]).astype(int)
+    take = delayed(_cell_rows, pure=True)
+    cell = delayed(_cell_knn_of_pieces, pure=True)
     split = delayed(_split_by_rows, pure=True, nout=nb)
-    pieces = [split(cell(X[m], m, k, metric, metric_kwds, kw), cuts) for m in members if m.size]
+    pieces = []
+    for c in range(counts.shape[1]):
+        holding = np.nonzero(counts[:, c])[0]
+        if holding.size:
+            rows = [take(x_blocks[b], c_blocks[b], c, int(starts[b])) for b in holding]
+            pieces.append(split(cell(k, metric, metric_kwds, kw, *rows), cuts))
     bounds = [(int(cuts[b]), int(cuts[b + 1])) for b in range(nb)]
     stage = "partition: kNN inside each cell, merged by row range"
     if sink is not None:
@@ -610,23 +641,34 @@ def _partitioned(X, k, metric, metric_kwds, random_state, n_partitions, overlap,
     centres = kmeans(
         take_rows(X, sample_idx, "partition sample").astype(np.float64), int(n_partitions), rng
     ).astype(np.float64)
+    kw = _nndescent_kw(n, random_state, extra)
+    ranges = None
     if is_dask(X):
         Xc = X if X.numblocks[1] == 1 else X.rechunk({1: -1})
         cells = Xc.map_blocks(
             _nearest_cells, centres, overlap, chunks=(Xc.chunks[0], (overlap,)), dtype=np.int32
         )
-        (cells,) = compute(cells, stage="partition: nearest cells")
+        client = active_client()
+        if client is not None:  # computed once, kept where it is for the cells' tasks
+            cells = client.persist(cells)
+        counts = cells.map_blocks(
+            _cell_counts,
+            n_partitions,
+            chunks=((1,) * Xc.numblocks[0], (n_partitions,)),
+            dtype=np.int64,
+        )
+        (counts,) = compute(counts, stage="partition: nearest cells")
+        idx, dist, ranges = _cells_merged_on_workers(
+            Xc, cells, counts, k, metric, metric_kwds, kw, sink
+        )
+        sizes = [int(s) for s in counts.sum(axis=0)]
+        del cells
     else:
         cells = _nearest_cells(X, centres, overlap)
-    kw = _nndescent_kw(n, random_state, extra)
-    members = [np.sort(np.nonzero((cells == c).any(axis=1))[0]) for c in range(n_partitions)]
-    ranges = None
-    if is_dask(X):
-        idx, dist, ranges = _cells_merged_on_workers(X, members, k, metric, metric_kwds, kw, sink)
-    else:
+        members = [np.sort(np.nonzero((cells == c).any(axis=1))[0]) for c in range(n_partitions)]
         parts = [_cell_knn(X[m], m, k, metric, metric_kwds, kw) for m in members if m.size]
         idx, dist = _merge_range(0, n, k, *parts)
-    sizes = [int(m.size) for m in members]
+        sizes = [int(m.size) for m in members]
     info = {
         "n_partitions": int(n_partitions),
         "overlap": int(overlap),
