@@ -391,14 +391,29 @@ def recall_shortfall(graph: KNNGraph, quality: dict, target) -> str | None:
         if rounds and search.get("stopped")
         else ""
     )
+    if graph.backend == "partitioned":  # no recall search: its cells decide the recall
+        why = graph.info.get("why_partitioned")
+        fix = (
+            "The partitioned backend searches each point's neighbours only in its "
+            f"{graph.info.get('overlap', 2)} nearest of {graph.info.get('n_partitions')} "
+            "cells, which splits true neighbours apart on data of high intrinsic dimension"
+            + (f" (chosen because {why})" if why else "")
+            + ". Fix: give the workers the memory for NN-descent in one task (auto then "
+            "picks it, with its recall search) or pass --param knn_backend=nndescent, or "
+            "reduce the data's dimension first (--method pca+<method>); "
+            "--knn-target-recall sets the target."
+        )
+    else:
+        fix = (
+            "Fix: pass a larger --knn-recall-budget (seconds), or --param knn_backend=exact "
+            "(O(n^2) distances), or reduce the data's dimension first "
+            "(--method pca+<method>); --knn-target-recall sets the target."
+        )
     return (
         f"The kNN graph's recall is {recall:.3f} on {quality.get('sample_rows')} sampled "
         f"rows, below the target {target:g}{tried}: about {100 * (1 - recall):.0f} % of "
         f"the listed neighbours are not among the true {graph.n_neighbors} nearest "
-        f"({graph.backend} backend, {graph.n_samples} rows). Fix: pass a larger "
-        "--knn-recall-budget (seconds), or --param knn_backend=exact (O(n^2) distances), "
-        "or reduce the data's dimension first (--method pca+<method>); "
-        "--knn-target-recall sets the target."
+        f"({graph.backend} backend, {graph.n_samples} rows). {fix}"
     )
 
 

@@ -247,3 +247,26 @@ def test_knn_graph_short_of_its_target_recall_is_kept_with_a_warning(
     assert graph["recall"] < 1.0 and graph["recall_search"]["met"] is False
     assert "below the target" in graph["recall_warning"]
     assert open_output(out).read_array("embedding").shape == (3000, 2)
+
+
+def test_a_partitioned_graph_short_of_its_recall_is_told_what_applies_to_it():
+    """The partitioned backend has no recall search: its warning does not offer a larger
+    budget, but says why the backend was chosen and how to get NN-descent instead."""
+    from dimred_dask.graphs import KNNGraph
+    from flows.knn import recall_shortfall
+
+    idx = np.zeros((50, 3), np.int64)
+    info = {
+        "n_partitions": 80,
+        "overlap": 2,
+        "why_partitioned": "NN-descent in one task would need about 4.9 GiB, over 0.5 of "
+        "the smallest worker's memory",
+    }
+    g = KNNGraph(idx, np.ones((50, 3)), "euclidean", "partitioned", info)
+    text = recall_shortfall(g, {"recall": 0.171, "sample_rows": 50}, 0.9)
+    assert "recall is 0.171" in text and "2 nearest of 80 cells" in text
+    assert "about 4.9 GiB" in text and "knn_backend=nndescent" in text
+    assert "--knn-recall-budget" not in text
+    g = KNNGraph(idx, np.ones((50, 3)), "euclidean", "nndescent", {})
+    assert "--knn-recall-budget" in recall_shortfall(g, {"recall": 0.5, "sample_rows": 50}, 0.9)
+    assert recall_shortfall(g, {"recall": 0.95, "sample_rows": 50}, 0.9) is None
