@@ -32,6 +32,7 @@ from dimred_dask.graphs.knn import TARGET_RECALL
 from .knn import (
     StoreGraph,
     build_graph,
+    check_stored,
     connect,
     graph_fingerprint,
     graph_summary,
@@ -105,7 +106,9 @@ def knn_stage(spec: dict, v: dict) -> dict:
                 graph, quality = build_graph(inp.array, request, sink=sink)
             if quality.get("warning"):
                 get_run_logger().warning("%s", quality["warning"])
-        if isinstance(graph, StoreGraph):  # written from the workers; no rule to apply
+        components = None
+        if isinstance(graph, StoreGraph):  # written from the workers, checked there
+            components = check_stored(graph, store, request, spec["method"])  # may refuse
             write_graph_attrs(store, graph)
             chunks = stored_chunks(store)
         else:
@@ -120,7 +123,7 @@ def knn_stage(spec: dict, v: dict) -> dict:
             "source": source or "computed",
             "cache": cache.url if cache else None,
             "written_from_workers": isinstance(graph, StoreGraph),
-            **graph_summary(graph),
+            **graph_summary(graph, components),
         }
         store.mark_stage("knn", fp, {"info": info})
     if cache is not None and source is None:

@@ -431,8 +431,9 @@ def connect(graph: KNNGraph, X, request: dict, method: str) -> KNNGraph:
 
 def writes_from_workers(X, request: dict) -> bool:
     """Whether the graph is written from the tasks that make it: the partitioned backend on
-    dask input, and no connectivity rule to apply to the whole graph before it is written."""
-    if not is_dask(X) or request["connected"] or request["join_components"]:
+    dask input, unless components are to be joined (that changes the graph before it is
+    written). A connectivity check is made where the stored graph is (`check_stored`)."""
+    if not is_dask(X) or request["join_components"]:
         return False
     chosen = choose_backend(
         request["backend"], X.shape[0], X, request["n_neighbors"], request["metric"]
@@ -440,18 +441,43 @@ def writes_from_workers(X, request: dict) -> bool:
     return chosen == "partitioned"
 
 
-def _stored_components(graph: StoreGraph) -> int:
+def _stored_components(graph: StoreGraph) -> tuple[int, str]:
+    """(components, their sizes as `check_connected` states them) of a stored graph."""
+    from dimred_dask.graphs.connectivity import _sizes_text
+
     idx = np.asarray(RunStore(graph.output).open_array("graph/indices")[:], dtype=np.int64)
-    return int(component_labels(idx, np.empty(0, np.int64), np.empty(0, np.int64)).max()) + 1
+    labels = component_labels(idx, np.empty(0, np.int64), np.empty(0, np.int64))
+    return int(labels.max()) + 1, _sizes_text(labels)
 
 
-def graph_summary(graph) -> dict:
-    if isinstance(graph, KNNGraph):
+def stored_components(graph: StoreGraph) -> tuple[int, str]:
+    """`_stored_components` in a task: one worker reads the indices, not this process."""
+    from dask import delayed
+
+    (out,) = compute(delayed(_stored_components)(graph), stage="kNN graph: components")
+    return out
+
+
+def check_stored(graph: StoreGraph, store: RunStore, request: dict, method: str) -> int:
+    """The connectivity rule for a graph written from the workers: its components counted in
+    a task; a disconnected graph, when the method needs one component, is removed from the
+    store (this run wrote it) and refused with `DisconnectedGraphError`. Returns the count."""
+    from dimred_dask.graphs.connectivity import disconnected_error
+
+    count, sizes = stored_components(graph)
+    if count > 1 and request["connected"]:
+        store.remove("graph")
+        raise disconnected_error(method, graph.n_neighbors, graph.n_samples, sizes)
+    return count
+
+
+def graph_summary(graph, components: int | None = None) -> dict:
+    if components is not None:
+        count = components
+    elif isinstance(graph, KNNGraph):
         count, _ = graph_components(graph)
     else:  # counted where the graph is, in a task (one worker reads its indices)
-        from dask import delayed
-
-        (count,) = compute(delayed(_stored_components)(graph), stage="kNN graph: components")
+        count, _ = stored_components(graph)
     return {
         "n_samples": graph.n_samples,
         "n_neighbors": graph.n_neighbors,

@@ -79,3 +79,37 @@ def test_the_flow_writes_a_partitioned_graph_from_the_workers(client, prefect_ap
     again = load_graph(open_output(str(tmp_path / "out" / "b")))
     np.testing.assert_array_equal(again.indices, stored.indices)
     np.testing.assert_array_equal(again.distances, stored.distances)
+
+
+def test_a_method_that_needs_one_component_checks_the_stored_graph_on_a_worker(
+    client, prefect_api, tmp_path
+):
+    """Laplacian eigenmaps (one component needed) with the partitioned backend: the graph is
+    written from the workers and its components counted there; a connected graph runs, a
+    disconnected one is refused with the sizes of its components and its arrays removed."""
+    from sklearn.datasets import make_blobs
+
+    from dimred_dask.errors import DisconnectedGraphError
+    from flows.embed import embed
+    from flows.knn import load_graph
+
+    X, _ = make_blobs(2000, 8, centers=3, cluster_std=3.0, random_state=1)
+    X = X.astype(np.float32)
+    uri = str(tmp_path / "x.zarr")
+    save_array(X, uri, chunks=(500, 8))
+    params = {"knn_backend": "partitioned", "n_neighbors": 10}
+    out = str(tmp_path / "lap")
+    m = embed(uri, out, method="laplacian", params=params, graph_cache="none")
+    assert m["graph"]["written_from_workers"] is True and m["graph"]["components"] == 1
+    ref = knn_graph(X, 10, backend="partitioned", random_state=0)
+    np.testing.assert_array_equal(load_graph(open_output(out)).indices, ref.indices)
+    assert np.isfinite(open_output(out).read_array("embedding")).all()
+
+    far = np.concatenate([X[:1000], X[1000:] + 1000.0])  # two groups far apart
+    uri2 = str(tmp_path / "far.zarr")
+    save_array(far, uri2, chunks=(500, 8))
+    out2 = tmp_path / "far"
+    with pytest.raises(DisconnectedGraphError, match=r"2 components of sizes 1000, 1000"):
+        embed(uri2, str(out2), method="laplacian", params=params, graph_cache="none")
+    assert not (out2 / "graph").exists()  # the refused graph's arrays went with it
+    assert not RunStore(str(out2)).committed()

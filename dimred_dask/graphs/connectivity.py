@@ -156,13 +156,18 @@ def check_connected(graph: KNNGraph, *, method: str = "this method") -> None:
     """
     count, labels = connected_components(graph)
     if count > 1:
-        raise DisconnectedGraphError(
-            f"{method} needs a connected neighbour graph; the {graph.n_neighbors}-NN graph of "
-            f"the {graph.n_samples} rows has {_sizes_text(labels)}.",
-            f"raise n_neighbors (now {graph.n_neighbors}), or pass join_components=True to join "
-            "each component to its nearest one by its shortest edge, or embed the components "
-            "separately.",
-        )
+        raise disconnected_error(method, graph.n_neighbors, graph.n_samples, _sizes_text(labels))
+
+
+def disconnected_error(method: str, k: int, n: int, sizes: str) -> DisconnectedGraphError:
+    """The `DisconnectedGraphError` of `check_connected`, for components counted elsewhere
+    (``sizes``: `_sizes_text` of their labels)."""
+    return DisconnectedGraphError(
+        f"{method} needs a connected neighbour graph; the {k}-NN graph of the {n} rows has "
+        f"{sizes}.",
+        f"raise n_neighbors (now {k}), or pass join_components=True to join each component "
+        "to its nearest one by its shortest edge, or embed the components separately.",
+    )
 
 
 def _nearest_outside(X, members: np.ndarray, outside: np.ndarray, metric: str, p: float):
