@@ -59,10 +59,11 @@ import scipy.linalg
 import scipy.sparse as sp
 
 from .._validation import check_random_state
-from ..errors import ConvergenceWarning, InputError, StageError
+from ..errors import ConvergenceWarning, DimredWarning, InputError, StageError
 from .convergence import record
 from .eigen import Eigen
 from .gram_lobpcg import MAXITER, REFRESH, _orth_coef, _rcm
+from .worker_memory import memory_note, smallest_limit
 
 __all__ = ["bottom_eigsh_lobpcg_workers", "WorkerRows", "WORKER_KINDS", "MAX_RESTARTS"]
 
@@ -711,6 +712,15 @@ def bottom_eigsh_lobpcg_workers(
     seed = int(check_random_state(random_state).integers(2**63))
     limit = maxiter or MAXITER
     tol_abs = tol * diag_mean
+    note, tight = memory_note(bounds, p, smallest_limit(client))
+    if tight:
+        warnings.warn(
+            f"The worker-side LOBPCG may not fit: {note}, and the operator's rows and the "
+            "worker's own memory come on top. Fix: more workers (smaller blocks), workers "
+            "with more memory, or fewer components.",
+            DimredWarning,
+            stacklevel=2,
+        )
     t0, restarts = time.perf_counter(), 0
     while True:
         solve = None
@@ -722,8 +732,9 @@ def bottom_eigsh_lobpcg_workers(
             restarts += 1
             if restarts > MAX_RESTARTS:
                 raise StageError(
-                    f"The worker-side LOBPCG lost a worker {restarts} times ({exc}).",
-                    "check the workers' memory limits and logs, or solve in this process "
+                    f"The worker-side LOBPCG lost a worker {restarts} times ({exc}); {note}.",
+                    "check the workers' memory limits and logs: more workers (smaller "
+                    "blocks) or more memory per worker, or solve in this process "
                     "(eigen_solver='lobpcg').",
                 ) from exc
             log.warning("worker-side LOBPCG: a worker was lost (%s); starting again", exc)
