@@ -115,7 +115,7 @@ def test_a_worker_killed_during_the_solve_of_the_ordered_blocks(wide_graph, tmp_
 def test_lle_through_the_flow_on_the_workers(client, prefect_api, tmp_path):
     from flows.embed import embed
 
-    X = _wide(1500, seed=3)
+    X = _wide(800, seed=3)
     uri = str(tmp_path / "wide.zarr")
     save_array(X, uri, chunks=(400, X.shape[1]))
     params = {"n_neighbors": 10, "eigen_solver": "lobpcg-workers", "tol": 1e-10}
