@@ -14,7 +14,7 @@ import dask
 
 from ._progress import has_reporter, report
 
-__all__ = ["compute", "active_client", "PausedWatch"]
+__all__ = ["compute", "active_client", "smallest_worker_memory", "PausedWatch"]
 
 # A worker over its memory's pause fraction runs no task until its memory falls; when every
 # worker stays paused, the graph waits for ever. An unattended run fails instead, after this
@@ -31,6 +31,17 @@ def active_client():
         return get_client()
     except (ImportError, ValueError):
         return None
+
+
+def smallest_worker_memory(client=None) -> int | None:
+    """The smallest memory limit (bytes) among the workers that have one; None without a
+    client (``client`` or the current one) or when no worker has a limit."""
+    client = client or active_client()
+    if client is None:
+        return None
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    limits = [int(m) for m in limits if m > 0]
+    return min(limits) if limits else None
 
 
 def compute(*collections, stage: str = "compute"):

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._compute import active_client, compute
+from .._compute import active_client, compute, smallest_worker_memory
 from .._validation import check_array, check_random_state, is_dask, is_sparse_input
 from ..blocks.kernels import METRICS, SPARSE_METRICS
 from ..blocks.landmarks import kmeans
@@ -250,15 +250,6 @@ def nndescent_task_bytes(n: int, d: int, itemsize: int, k: int) -> int:
     return int(n * d * itemsize + 4 * n * d + 75 * n * (k + 1))
 
 
-def _smallest_worker_memory() -> int | None:
-    client = active_client()
-    if client is None:
-        return None
-    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
-    limits = [m for m in limits if m > 0]
-    return min(limits) if limits else None
-
-
 def choose_backend(backend: str, n: int, X=None, k: int = 15, metric: str = "euclidean") -> str:
     """The backend for ``backend`` (``auto``: exact up to EXACT_MAX rows; NN-descent above,
     unless dense dask X would take more than GATHER_SHARE of a worker's memory in its one
@@ -273,7 +264,7 @@ def choose_backend(backend: str, n: int, X=None, k: int = 15, metric: str = "euc
     if n <= EXACT_MAX:
         return "exact"
     if X is not None and is_dask(X) and not is_sparse_input(X) and metric in METRICS:
-        limit = _smallest_worker_memory()
+        limit = smallest_worker_memory()
         need = nndescent_task_bytes(n, X.shape[1], X.dtype.itemsize, k)
         if limit and need > GATHER_SHARE * limit:
             return "partitioned"

@@ -58,12 +58,13 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 
+from .._compute import smallest_worker_memory
 from .._validation import check_random_state
 from ..errors import ConvergenceWarning, DimredWarning, InputError, StageError
 from .convergence import record
 from .eigen import Eigen
 from .gram_lobpcg import MAXITER, REFRESH, _orth_coef, _rcm
-from .worker_memory import memory_note, smallest_limit
+from .worker_memory import memory_note
 
 __all__ = ["bottom_eigsh_lobpcg_workers", "WorkerRows", "WORKER_KINDS", "MAX_RESTARTS"]
 
@@ -712,7 +713,7 @@ def bottom_eigsh_lobpcg_workers(
     seed = int(check_random_state(random_state).integers(2**63))
     limit = maxiter or MAXITER
     tol_abs = tol * diag_mean
-    note, tight = memory_note(bounds, p, smallest_limit(client))
+    note, tight = memory_note(bounds, p, smallest_worker_memory(client))
     if tight:
         warnings.warn(
             f"The worker-side LOBPCG may not fit: {note}, and the operator's rows and the "

@@ -3,7 +3,7 @@ before the solve when it looks tight, and in the error when a worker is lost."""
 
 from __future__ import annotations
 
-__all__ = ["memory_note", "smallest_limit", "BLOCK_ARRAYS", "MEMORY_SHARE"]
+__all__ = ["memory_note", "BLOCK_ARRAYS", "MEMORY_SHARE"]
 
 # n_i x p float64 arrays a block holds at its busiest: S and M S (3p columns each), Y, the
 # update's new X and M X, and the update's temporaries and a product's gathered halo rows
@@ -11,9 +11,9 @@ BLOCK_ARRAYS = 12
 MEMORY_SHARE = 0.5  # a block's arrays above this share of its worker's memory limit: warn
 
 
-def memory_note(bounds, p: int, limit: int) -> tuple[str, bool]:
+def memory_note(bounds, p: int, limit: int | None) -> tuple[str, bool]:
     """What the largest block's iteration arrays take (``BLOCK_ARRAYS`` x rows x p float64)
-    against the smallest worker memory ``limit`` (bytes; 0: none), and whether that is over
+    against the smallest worker memory ``limit`` (bytes; None or 0: none), and whether that is over
     ``MEMORY_SHARE`` of it (the operator's rows and the process come on top)."""
     rows = max(b - a for a, b in bounds)
     need = 8 * BLOCK_ARRAYS * rows * p
@@ -24,9 +24,3 @@ def memory_note(bounds, p: int, limit: int) -> tuple[str, bool]:
     if limit:
         text += f", its memory limit is {limit / 2**30:.2f} GiB"
     return text, bool(limit) and need > MEMORY_SHARE * limit
-
-
-def smallest_limit(client) -> int:
-    """The smallest memory limit of the cluster's workers in bytes (0: none set)."""
-    limits = [int(w.get("memory_limit") or 0) for w in client.scheduler_info()["workers"].values()]
-    return min(limits) if limits and min(limits) > 0 else 0
