@@ -450,21 +450,17 @@ def _stored_components(graph: StoreGraph) -> tuple[int, str]:
     return int(labels.max()) + 1, _sizes_text(labels)
 
 
-def stored_components(graph: StoreGraph) -> tuple[int, str]:
-    """`_stored_components` in a task: one worker reads the indices, not this process."""
-    from dask import delayed
-
-    (out,) = compute(delayed(_stored_components)(graph), stage="kNN graph: components")
-    return out
-
-
 def check_stored(graph: StoreGraph, store: RunStore, request: dict, method: str) -> int:
     """The connectivity rule for a graph written from the workers: its components counted in
-    a task; a disconnected graph, when the method needs one component, is removed from the
-    store (this run wrote it) and refused with `DisconnectedGraphError`. Returns the count."""
+    a task (one worker reads the indices, not this process); a disconnected graph, when the
+    method needs one component, is removed from the store (this run wrote it) and refused
+    with `DisconnectedGraphError`. Returns the count."""
+    from dask import delayed
+
     from dimred_dask.graphs.connectivity import disconnected_error
 
-    count, sizes = stored_components(graph)
+    (out,) = compute(delayed(_stored_components)(graph), stage="kNN graph: components")
+    count, sizes = out
     if count > 1 and request["connected"]:
         store.remove("graph")
         raise disconnected_error(method, graph.n_neighbors, graph.n_samples, sizes)
@@ -472,12 +468,9 @@ def check_stored(graph: StoreGraph, store: RunStore, request: dict, method: str)
 
 
 def graph_summary(graph, components: int | None = None) -> dict:
-    if components is not None:
-        count = components
-    elif isinstance(graph, KNNGraph):
-        count, _ = graph_components(graph)
-    else:  # counted where the graph is, in a task (one worker reads its indices)
-        count, _ = stored_components(graph)
+    """The manifest's ``graph`` section; ``components``: the count `check_stored` made where
+    a stored graph is (counted here for a `KNNGraph` when None)."""
+    count = components if components is not None else graph_components(graph)[0]
     return {
         "n_samples": graph.n_samples,
         "n_neighbors": graph.n_neighbors,

@@ -13,8 +13,8 @@ MEMORY_SHARE = 0.5  # a block's arrays above this share of its worker's memory l
 
 def memory_note(bounds, p: int, limit: int | None) -> tuple[str, bool]:
     """What the largest block's iteration arrays take (``BLOCK_ARRAYS`` x rows x p float64)
-    against the smallest worker memory ``limit`` (bytes; None or 0: none), and whether that is over
-    ``MEMORY_SHARE`` of it (the operator's rows and the process come on top)."""
+    against the smallest worker memory ``limit`` (bytes; None: none), and whether that is
+    over ``MEMORY_SHARE`` of it (the operator's rows and the process come on top)."""
     rows = max(b - a for a, b in bounds)
     need = 8 * BLOCK_ARRAYS * rows * p
     text = (
