@@ -6,11 +6,12 @@ A method's adapter asks for a graph with ``adapter.graph(params, shape)`` -> Non
      "join_components": False, "connected": True, "nndescent_kwds": {}, "n_partitions": None,
      "recall_sample": 1000, "target_recall": 0.9, "recall_budget": None}
 
-``target_recall`` / ``recall_budget``: NN-descent measures its recall on a sample and builds
-again with a denser search while short of the target, within the budget (seconds; default
-four times its first build; `graphs.knn`). The stage then measures the recall once more on
-its own sample (``recall_sample`` rows); a graph that ends short of the target is kept, and
-the stage warns and records the shortfall in the manifest.
+``target_recall`` / ``recall_budget``: NN-descent and the partitioned backend measure their
+recall on a sample and build again while short of the target (NN-descent with a denser
+search, the partitioned backend with each row in twice as many cells), within the budget
+(seconds; default four times the first build; `graphs.knn`). The stage then measures the
+recall once more on its own sample (``recall_sample`` rows); a graph that ends short of the
+target is kept, and the stage warns and records the shortfall in the manifest.
 
 ``connected``: the method needs one component (Isomap, LLE, MVU ...): a disconnected graph is
 refused with `DisconnectedGraphError` (sizes and fix), or joined when ``join_components``.
@@ -385,23 +386,27 @@ def recall_shortfall(graph: KNNGraph, quality: dict, target) -> str | None:
         return None
     search = graph.info.get("recall_search") or {}
     rounds = search.get("rounds") or []
-    tried = (
-        f" after {len(rounds)} NN-descent build(s) up to {rounds[-1]['search_neighbors']}"
-        f" search neighbours ({search['stopped']})"
-        if rounds and search.get("stopped")
-        else ""
-    )
-    if graph.backend == "partitioned":  # no recall search: its cells decide the recall
+    tried = ""
+    if rounds and search.get("stopped"):
+        what = (
+            f"up to {rounds[-1]['overlap']} cells a row"
+            if graph.backend == "partitioned"
+            else f"up to {rounds[-1]['search_neighbors']} search neighbours"
+        )
+        name = "partitioned" if graph.backend == "partitioned" else "NN-descent"
+        tried = f" after {len(rounds)} {name} build(s) {what} ({search['stopped']})"
+    if graph.backend == "partitioned":  # its cells decide the recall
         why = graph.info.get("why_partitioned")
         fix = (
             "The partitioned backend searches each point's neighbours only in its "
             f"{graph.info.get('overlap', 2)} nearest of {graph.info.get('n_partitions')} "
             "cells, which splits true neighbours apart on data of high intrinsic dimension"
             + (f" (chosen because {why})" if why else "")
-            + ". Fix: give the workers the memory for NN-descent in one task (auto then "
-            "picks it, with its recall search) or pass --param knn_backend=nndescent, or "
-            "reduce the data's dimension first (--method pca+<method>); "
-            "--knn-target-recall sets the target."
+            + ". Fix: pass a larger --knn-recall-budget (seconds; each doubling of the cells "
+            "a row is searched in about doubles the time), give the workers the memory for "
+            "NN-descent in one task (auto then picks it) or pass --param "
+            "knn_backend=nndescent, or reduce the data's dimension first "
+            "(--method pca+<method>); --knn-target-recall sets the target."
         )
     else:
         fix = (

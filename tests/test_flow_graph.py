@@ -250,23 +250,28 @@ def test_knn_graph_short_of_its_target_recall_is_kept_with_a_warning(
 
 
 def test_a_partitioned_graph_short_of_its_recall_is_told_what_applies_to_it():
-    """The partitioned backend has no recall search: its warning does not offer a larger
-    budget, but says why the backend was chosen and how to get NN-descent instead."""
+    """A partitioned graph short of its target: the warning says how far its search went
+    (cells a row, why it stopped), why the backend was chosen and what to do."""
     from dimred_dask.graphs import KNNGraph
     from flows.knn import recall_shortfall
 
     idx = np.zeros((50, 3), np.int64)
     info = {
-        "n_partitions": 80,
-        "overlap": 2,
+        "n_partitions": 160,
+        "overlap": 4,
         "why_partitioned": "NN-descent in one task would need about 4.9 GiB, over 0.5 of "
         "the smallest worker's memory",
+        "recall_search": {
+            "rounds": [{"overlap": 2, "recall": 0.17}, {"overlap": 4, "recall": 0.29}],
+            "stopped": "time budget: the next round (about 2000 s) would exceed 1900 s",
+        },
     }
     g = KNNGraph(idx, np.ones((50, 3)), "euclidean", "partitioned", info)
-    text = recall_shortfall(g, {"recall": 0.171, "sample_rows": 50}, 0.9)
-    assert "recall is 0.171" in text and "2 nearest of 80 cells" in text
+    text = recall_shortfall(g, {"recall": 0.291, "sample_rows": 50}, 0.9)
+    assert "recall is 0.291" in text and "4 nearest of 160 cells" in text
+    assert "after 2 partitioned build(s) up to 4 cells a row (time budget" in text
     assert "about 4.9 GiB" in text and "knn_backend=nndescent" in text
-    assert "--knn-recall-budget" not in text
+    assert "--knn-recall-budget" in text
     g = KNNGraph(idx, np.ones((50, 3)), "euclidean", "nndescent", {})
     assert "--knn-recall-budget" in recall_shortfall(g, {"recall": 0.5, "sample_rows": 50}, 0.9)
     assert recall_shortfall(g, {"recall": 0.95, "sample_rows": 50}, 0.9) is None

@@ -269,7 +269,7 @@ def test_partitioned_on_the_workers_is_the_in_memory_graph(client, blobs, monkey
     graph of the merge of all of them in one process."""
     import dask.array as da
 
-    import dimred_dask.graphs.knn as knn
+    import dimred_dask.graphs.partitioned as knn
 
     monkeypatch.setattr(knn, "MERGE_ROWS", 800)
     X = da.from_array(blobs, chunks=(750, 10))
@@ -279,6 +279,42 @@ def test_partitioned_on_the_workers_is_the_in_memory_graph(client, blobs, monkey
     # the cells' distances come from BLAS in the workers' processes and in this one, whose
     # threads sum in another order: equal to the last bits or so
     np.testing.assert_allclose(ours.distances, ref.distances, rtol=1e-14)
+
+
+@pytest.fixture(scope="module")
+def gaussian30():
+    """Rows of high intrinsic dimension: cells split true neighbours apart."""
+    return np.random.default_rng(0).standard_normal((6000, 30))
+
+
+def test_partitioned_searches_more_cells_until_the_target(gaussian30):
+    """Short of the target recall, the partitioned backend builds again with each row in
+    twice as many cells; the graph kept is the better one, measured on another sample too."""
+    kw = dict(backend="partitioned", random_state=0, n_partitions=24, recall_budget=100)
+    once = knn_graph(gaussian30, 10, target_recall=None, **kw)
+    assert "recall_search" not in once.info and once.info["overlap"] == 2
+    g = knn_graph(gaussian30, 10, target_recall=0.9, **kw)
+    search = g.info["recall_search"]
+    assert [r["overlap"] for r in search["rounds"]] == [2, 4]
+    assert search["rounds"][0]["recall"] < 0.9 <= search["estimate"] and search["met"]
+    assert g.info["overlap"] == 4 and g.info["n_partitions"] == 24
+    first = sample_recall(gaussian30, once, 1000, random_state=5)["recall"]
+    kept = sample_recall(gaussian30, g, 1000, random_state=5)["recall"]
+    assert first < 0.7 and kept > 0.85
+
+
+@pytest.mark.parametrize(
+    "kw, why",
+    [
+        (dict(n_partitions=24, recall_budget=0), "time budget: the next round"),
+        (dict(n_partitions=4, recall_budget=100), "overlap at its maximum (2 cells a row, of 4)"),
+    ],
+)
+def test_partitioned_search_says_why_it_stopped(gaussian30, kw, why):
+    g = knn_graph(gaussian30, 10, backend="partitioned", target_recall=0.999, **kw)
+    search = g.info["recall_search"]
+    assert len(search["rounds"]) == 1 and not search["met"]
+    assert search["stopped"].startswith(why)
 
 
 def test_sample_recall_detects_a_bad_graph(blobs):

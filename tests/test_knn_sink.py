@@ -26,7 +26,7 @@ def test_graph_written_from_the_workers_is_the_in_memory_graph(
 ):
     """Three row ranges of 1000 (two chunks of 500 each) written by their merge tasks: the
     stored arrays, the counts in ``info`` and the sampled recall equal the in-memory graph's."""
-    import dimred_dask.graphs.knn as knn
+    import dimred_dask.graphs.partitioned as knn
     from flows.knn import StoreGraph
 
     monkeypatch.setattr(knn, "MERGE_ROWS", 800)  # ranges of whole chunks: 2 x 500 rows
@@ -51,6 +51,26 @@ def test_graph_written_from_the_workers_is_the_in_memory_graph(
         sink.take(np.array([0, 499, 500, 2999]))[0], ref.indices[[0, 499, 500, 2999]]
     )
     assert sample_recall(X, sink, 300) == sample_recall(blobs, ref, 300)
+
+
+def test_the_recall_search_rewrites_the_graph_where_it_is(client, tmp_path):
+    """Rows of high intrinsic dimension, short of the target with 2 cells a row: the second
+    build (4 cells a row) replaces the graph in the sink; its recall is measured there, and
+    the rounds and the stored graph are the in-memory search's."""
+    from flows.knn import StoreGraph
+
+    rows = np.random.default_rng(0).standard_normal((6000, 30))
+    store = RunStore(str(tmp_path / "run"))
+    store.prepare("new", {"method": "test"})
+    sink = StoreGraph.create(store, 6000, 10, rows_per_chunk=1500)
+    kw = dict(backend="partitioned", random_state=0, n_partitions=24, recall_budget=100)
+    out = knn_graph(da.from_array(rows, chunks=(1500, 30)), 10, sink=sink, **kw)
+    ref = knn_graph(rows, 10, **kw)
+    got, want = out.info["recall_search"], ref.info["recall_search"]
+    assert [r["overlap"] for r in got["rounds"]] == [2, 4] and got["met"]
+    assert [r["recall"] for r in got["rounds"]] == [r["recall"] for r in want["rounds"]]
+    assert out.info["overlap"] == 4
+    np.testing.assert_array_equal(sink.rows(0, 6000, 10)[0], ref.indices)
 
 
 def test_the_flow_writes_a_partitioned_graph_from_the_workers(client, prefect_api, tmp_path):

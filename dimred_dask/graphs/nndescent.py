@@ -47,6 +47,35 @@ LOCALITY_MIN_BYTES = 32 * 2**20
 LOCALITY_LEAF = 256  # rows per leaf of the ordering tree
 _GATHER_ROWS = 65_536  # rows per block when the ordered float32 copy is gathered from other input
 _ANGULAR = ("cosine", "correlation", "dot", "inner_product", "hellinger", "true_angular")
+# pynndescent's metrics (the partitioned cells and NN-descent take these)
+NNDESCENT_METRICS = (
+    "euclidean",
+    "sqeuclidean",
+    "cosine",
+    "manhattan",
+    "chebyshev",
+    "minkowski",
+    "correlation",
+    "hamming",
+    "jaccard",
+    "canberra",
+    "braycurtis",
+    "haversine",
+    "hellinger",
+    "l1",
+    "l2",
+    "taxicab",
+    "linf",
+    "dot",
+    "inner_product",
+    "seuclidean",
+    "mahalanobis",
+    "wminkowski",
+    "spearmanr",
+    "true_angular",
+    "jensen_shannon",
+    "symmetric_kl",
+)
 
 
 def pynndescent_cached():
