@@ -440,7 +440,10 @@ def _partitioned_to_target(X, k, metric, metric_kwds, random_state, cells, extra
                 f"overlap at its maximum ({last['overlap']} cells a row, of {last['n_partitions']})"
             )
             break
-        predicted = first * nxt / overlap
+        # the last build's time, times the growth of the rows searched (the first build's
+        # includes the start: numba's compile, the sample's k-means)
+        last = rounds[-1]
+        predicted = last["seconds"] * nxt / last["overlap"]
         if spent + predicted > budget:
             stop = (
                 f"time budget: the next round (about {predicted:.0f} s) would exceed {budget:.0f} s"
