@@ -217,14 +217,16 @@ def test_auto_with_b_takes_the_in_process_lobpcg_above_the_arpack_limit(client, 
 
 
 def test_memory_note_tells_a_tight_solve_from_a_roomy_one():
-    """The block arrays' estimate against the cases measured at 4 000 000 rows on 4 workers
-    of 3 GiB (bench/RESULTS.md): spectral clustering's 22 columns went over the limit and
-    is warned of; Laplacian eigenmaps' 9 ran in 2.35 GiB and is not."""
+    """The block arrays' estimate (8 n_i x p arrays, 9 for a Gram operator): spectral
+    clustering's 22 columns on blocks of 10^6 rows take 1.31 GiB, over half of a 2 GiB
+    worker and under half of a 3 GiB one (the layout before, 12 arrays, took 1.97 GiB and
+    went over 3 GiB at 4 000 000 rows on 4 workers: bench/RESULTS.md)."""
     from dimred_dask.linalg.worker_memory import memory_note
 
     bounds = [(i * 1_000_000, (i + 1) * 1_000_000) for i in range(4)]
-    text, tight = memory_note(bounds, 22, 3 * 2**30)
-    assert tight and "1.97 GiB" in text and "1000000 rows x 22 columns" in text
-    assert "3.00 GiB" in text
-    assert not memory_note(bounds, 9, 3 * 2**30)[1]
+    text, tight = memory_note(bounds, 22, 2 * 2**30)
+    assert tight and "1.31 GiB" in text and "1000000 rows x 22 columns" in text
+    assert "2.00 GiB" in text and "8 float64 arrays" in text
+    assert not memory_note(bounds, 22, 3 * 2**30)[1]
+    assert "9 float64 arrays" in memory_note(bounds, 22, 3 * 2**30, gram=True)[0]
     assert not memory_note(bounds, 22, 0)[1]  # no limit set: nothing to compare with

@@ -101,15 +101,16 @@ def _start(a: int, b: int, p: int, seed: int) -> np.ndarray:
 class _Block:
     """One row block's operator rows and LOBPCG buffers: S = [X, W, P] and M S side by
     side in two n_i x 3p arrays (W's slot holds W0 = T R until the search directions are
-    made), Y for A W0 on its way to A^T (A W0)."""
+    made), Y for A W0 on its way to A^T (A W0) (a Gram operator's only). Products with the
+    small coefficient matrices go a run of rows at a time into S and M S themselves, so
+    that no other n_i x p array is held between tasks."""
 
     def __init__(self, ops, dinv, q, a, b, p, seed):
         self.ops, self.dinv, self.q, self.p = ops, dinv, q, p
         n = b - a
         self.S, self.MS = np.empty((n, 3 * p)), np.empty((n, 3 * p))
         self.S[:, :p] = _start(a, b, p, seed)
-        self.Y = np.empty((n, p))
-        self.new, self.newM = np.empty((n, p)), np.empty((n, p))
+        self.Y = np.empty((n, p)) if len(ops) > 1 else None
         self.m = 2 * p  # columns of S in use: no P before the first update
 
     def view(self, name):
@@ -151,9 +152,9 @@ class _Block:
 
     def start_ritz(self, c, w):
         p = self.p
-        np.matmul(self.S[:, :p], c, out=self.new)
-        np.matmul(self.MS[:, :p], c, out=self.newM)
-        self.S[:, :p], self.MS[:, :p] = self.new, self.newM
+        for A in (self.S, self.MS):
+            for r in _runs(A.shape[0]):
+                A[r, :p] = A[r, :p] @ c
         return self.residual(w)
 
     def residual(self, w):
@@ -171,28 +172,34 @@ class _Block:
         """W = W0 - q (q^T W0) - X C and M W = M W0 - M X C (M q = 0) in their slots; returns
         S^T S and S^T M S over the columns in use."""
         X, MX, W, MW = self.view("X"), self.view("MX"), self.view("W"), self.view("MW")
-        W -= X @ C
-        if self.q is not None:
-            W -= self.q @ qW
-        MW -= MX @ C
+        for r in _runs(W.shape[0]):
+            W[r] -= X[r] @ C
+            if self.q is not None:
+                W[r] -= self.q[r] @ qW
+            MW[r] -= MX[r] @ C
         S = self.S[:, : self.m]
         return S.T @ S, S.T @ self.MS[:, : self.m]
 
     def update(self, c, pnorm, w):
         """X, M X, P, M P from the Rayleigh-Ritz coefficients c (m x p over [X, W, P]) and
-        the new P's column norms, then the next `residual` (values w)."""
+        the new P's column norms, then the next `residual` (values w): new P = [W, P] c_WP,
+        new X = X c_X + new P, a run of rows at a time."""
         p, m = self.p, self.m
-        np.matmul(self.S[:, :m], c, out=self.new)
-        np.matmul(self.MS[:, :m], c, out=self.newM)
-        newP, newMP = self.S[:, p:m] @ c[p:], self.MS[:, p:m] @ c[p:]
-        self.S[:, 2 * p :] = newP / pnorm
-        self.MS[:, 2 * p :] = newMP / pnorm
-        self.S[:, :p], self.MS[:, :p] = self.new, self.newM
+        for A in (self.S, self.MS):
+            for r in _runs(A.shape[0]):
+                newP = A[r, p:m] @ c[p:]
+                A[r, :p] = A[r, :p] @ c[:p] + newP
+                A[r, 2 * p :] = newP / pnorm
         self.m = 3 * p
         return self.residual(w)
 
     def columns(self, k):
         return np.array(self.S[:, :k])
+
+
+def _runs(n: int, step: int = 16384):
+    """Row slices of ``step`` rows covering n rows: the runs the small products go by."""
+    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
 def _create(key, ops, dinv, q, a, b, p, seed):
@@ -381,20 +388,8 @@ class _Solve:
             ops = {"A": self._put(self._local(A, i, "A"), i)}
             if At is not None:
                 ops["At"] = self._put(self._local(At, i, "At"), i)
-            made.append(
-                self.submit(
-                    i,
-                    _create,
-                    self.keys[i],
-                    ops,
-                    self._put(dinv[a:b], i),
-                    None if q is None else self._put(q[a:b], i),
-                    a,
-                    b,
-                    p,
-                    seed,
-                )
-            )
+            args = (ops, self._put(dinv[a:b], i), None if q is None else self._put(q[a:b], i))
+            made.append(self.submit(i, _create, self.keys[i], *args, a, b, p, seed))
         self.gather(made)
         self.kinds = ["A"] if At is None else ["A", "At"]
 
@@ -713,7 +708,7 @@ def bottom_eigsh_lobpcg_workers(
     seed = int(check_random_state(random_state).integers(2**63))
     limit = maxiter or MAXITER
     tol_abs = tol * diag_mean
-    note, tight = memory_note(bounds, p, smallest_worker_memory(client))
+    note, tight = memory_note(bounds, p, smallest_worker_memory(client), kind == "gram")
     if tight:
         warnings.warn(
             f"The worker-side LOBPCG may not fit: {note}, and the operator's rows and the "

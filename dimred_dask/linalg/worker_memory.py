@@ -5,21 +5,24 @@ from __future__ import annotations
 
 __all__ = ["memory_note", "BLOCK_ARRAYS", "MEMORY_SHARE"]
 
-# n_i x p float64 arrays a block holds at its busiest: S and M S (3p columns each), Y, the
-# update's new X and M X, and the update's temporaries and a product's gathered halo rows
-BLOCK_ARRAYS = 12
+# n_i x p float64 arrays a block holds at its busiest: S and M S (3p columns each) and, in a
+# product, the rows it reads gathered and their product; a Gram operator's block also holds Y
+# (A W0 on its way to A^T). The small products go into S and M S a run of rows at a time.
+BLOCK_ARRAYS = 8
 MEMORY_SHARE = 0.5  # a block's arrays above this share of its worker's memory limit: warn
 
 
-def memory_note(bounds, p: int, limit: int | None) -> tuple[str, bool]:
-    """What the largest block's iteration arrays take (``BLOCK_ARRAYS`` x rows x p float64)
-    against the smallest worker memory ``limit`` (bytes; None: none), and whether that is
-    over ``MEMORY_SHARE`` of it (the operator's rows and the process come on top)."""
+def memory_note(bounds, p: int, limit: int | None, gram: bool = False) -> tuple[str, bool]:
+    """What the largest block's iteration arrays take (``BLOCK_ARRAYS`` x rows x p float64,
+    one more for a Gram operator) against the smallest worker memory ``limit`` (bytes; None:
+    none), and whether that is over ``MEMORY_SHARE`` of it (the operator's rows and the
+    process come on top)."""
     rows = max(b - a for a, b in bounds)
-    need = 8 * BLOCK_ARRAYS * rows * p
+    arrays = BLOCK_ARRAYS + int(gram)
+    need = 8 * arrays * rows * p
     text = (
         f"a row block (one a worker) holds about {need / 2**30:.2f} GiB of LOBPCG's arrays "
-        f"({rows} rows x {p} columns, {BLOCK_ARRAYS} float64 arrays)"
+        f"({rows} rows x {p} columns, {arrays} float64 arrays)"
     )
     if limit:
         text += f", its memory limit is {limit / 2**30:.2f} GiB"
