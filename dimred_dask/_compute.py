@@ -14,7 +14,7 @@ import dask
 
 from ._progress import has_reporter, report
 
-__all__ = ["compute", "active_client", "smallest_worker_memory", "PausedWatch"]
+__all__ = ["compute", "active_client", "smallest_worker_memory", "wait_done", "PausedWatch"]
 
 # A worker over its memory's pause fraction runs no task until its memory falls; when every
 # worker stays paused, the graph waits for ever. An unattended run fails instead, after this
@@ -44,6 +44,22 @@ def smallest_worker_memory(client=None) -> int | None:
     return min(limits) if limits else None
 
 
+def wait_done(futures, timeout: float) -> bool:
+    """Whether ``futures`` all finished within ``timeout`` seconds: `distributed.wait` that
+    returns False instead of raising. The TimeoutError's traceback is dropped here: it holds
+    the waiting frames, and through them the futures and their callers' locals, in a
+    reference cycle that only the garbage collector breaks, so tasks whose results had been
+    used stayed wanted on the cluster (and were computed again when a worker was lost)."""
+    from distributed import wait
+
+    try:
+        wait(futures, timeout=timeout)
+        return True
+    except TimeoutError as exc:
+        exc.__traceback__ = None
+        return False
+
+
 def compute(*collections, stage: str = "compute"):
     """``dask.compute`` with progress reported under ``stage``; returns a tuple."""
     client = active_client()
@@ -59,15 +75,9 @@ def compute(*collections, stage: str = "compute"):
 
 def _wait(client, futures, stage: str, poll: float = 0.5) -> None:
     """Wait for ``futures``, failing if every worker stays paused (`PausedWatch`)."""
-    from distributed import wait
-
     watch = PausedWatch(client, stage)
-    while True:
-        try:
-            wait(futures, timeout=poll)
-            return
-        except TimeoutError:
-            watch.check()
+    while not wait_done(futures, poll):
+        watch.check()
 
 
 def _follow(client, futures, stage: str, poll: float = 0.25) -> None:
@@ -84,15 +94,11 @@ def _follow(client, futures, stage: str, poll: float = 0.25) -> None:
     """
     import threading
 
-    from distributed import wait
     from distributed.diagnostics.progressbar import TextProgressBar
 
-    try:
-        wait(futures, timeout=poll)
+    if wait_done(futures, poll):
         report(stage, 1, 1)
         return
-    except TimeoutError:
-        pass
     latest = {"done": 0, "total": 0}
     seen = threading.Event()
 
@@ -119,14 +125,10 @@ def _follow(client, futures, stage: str, poll: float = 0.25) -> None:
         threading.Thread(target=listen, daemon=True, name="dimred-progress").start()
     watch = PausedWatch(client, stage)
     try:
-        while True:
-            try:
-                wait(futures, timeout=poll)
-                break
-            except TimeoutError:
-                if latest["total"]:
-                    report(stage, latest["done"], latest["total"])
-                watch.check()
+        while not wait_done(futures, poll):
+            if latest["total"]:
+                report(stage, latest["done"], latest["total"])
+            watch.check()
         report(stage, max(latest["total"], 1), max(latest["total"], 1))
     finally:
         if feed is not None:

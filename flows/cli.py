@@ -156,14 +156,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="0.9",
         help="the recall the kNN graph of the graph methods should reach, checked "
         "on a sample against exact neighbours; short of it NN-descent builds "
-        "again with a denser search (default 0.9; 'none': no check)",
+        "again with a denser search, the partitioned backend with each row in twice "
+        "as many cells (default 0.9; 'none': no check)",
     )
     run.add_argument(
         "--knn-recall-budget",
         metavar="SECONDS",
         type=float,
-        help="the time NN-descent may spend improving a graph short of the target "
-        "recall (default: four times its first build)",
+        help="the time the kNN backend may spend improving a graph short of the "
+        "target recall (default: four times its first build)",
     )
     run.add_argument("--overwrite", action="store_true", help="replace an existing output")
     run.add_argument(

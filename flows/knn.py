@@ -448,11 +448,11 @@ def writes_from_workers(X, request: dict) -> bool:
 
 def _stored_components(graph: StoreGraph) -> tuple[int, str]:
     """(components, their sizes as `check_connected` states them) of a stored graph."""
-    from dimred_dask.graphs.connectivity import _sizes_text
+    from dimred_dask.graphs.connectivity import sizes_text
 
     idx = np.asarray(RunStore(graph.output).open_array("graph/indices")[:], dtype=np.int64)
     labels = component_labels(idx, np.empty(0, np.int64), np.empty(0, np.int64))
-    return int(labels.max()) + 1, _sizes_text(labels)
+    return int(labels.max()) + 1, sizes_text(labels)
 
 
 def check_stored(graph: StoreGraph, store: RunStore, request: dict, method: str) -> int:

@@ -14,7 +14,7 @@ import time
 
 from prefect import get_run_logger, task
 
-from dimred_dask._compute import active_client, compute
+from dimred_dask._compute import compute, smallest_worker_memory
 from dimred_dask._validation import check_array
 from dimred_dask.errors import InputError, StageError
 from dimred_dask.graphs.knn import TARGET_RECALL
@@ -50,15 +50,6 @@ def open_run_input(spec: dict, v: dict | None = None, *, check_chunks: bool = Fa
     )
 
 
-def _worker_memory() -> int | None:
-    """The smallest memory limit among the cluster's workers (None if unlimited/unknown)."""
-    client = active_client()
-    if client is None:
-        return None
-    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
-    return min(limits) if limits and min(limits) > 0 else None
-
-
 # A chunk may use at most this share of a worker's memory: the kernels hold the chunk, a
 # panel buffer and their output, and the worker may run two tasks at once.
 CHUNK_MEMORY_SHARE = 0.25
@@ -71,7 +62,7 @@ def _plan_chunks(spec: dict, inp) -> tuple[int, int | None]:
     if inp.meta.get("sparse"):  # a stored value costs its value and its column index
         d = max(1, int(round(inp.meta.get("density", 1.0) * d)))
         itemsize += 4
-    memory = _worker_memory()
+    memory = smallest_worker_memory()
     if spec.get("chunk_rows"):
         rows = int(spec["chunk_rows"])
         largest = min(rows, n) * d * itemsize  # a chunk holds at most the input's rows

@@ -4,6 +4,8 @@ sparse bottom eigensolver."""
 
 from __future__ import annotations
 
+import time
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -279,6 +281,30 @@ def test_partitioned_on_the_workers_is_the_in_memory_graph(client, blobs, monkey
     # the cells' distances come from BLAS in the workers' processes and in this one, whose
     # threads sum in another order: equal to the last bits or so
     np.testing.assert_allclose(ours.distances, ref.distances, rtol=1e-14)
+
+
+def _slow(block):
+    time.sleep(0.6)  # longer than the stage's poll: the waits time out
+    return block
+
+
+def test_a_graph_built_leaves_no_task_wanted_on_the_cluster(client, blobs):
+    """Once the graph is back, none of its tasks stays wanted (the cells kept on the workers,
+    a merged range): without the garbage collector, a timed-out wait's traceback held them,
+    and a worker lost later in the run had them all computed again."""
+    import gc
+
+    X = da.from_array(blobs, chunks=(750, 10)).map_blocks(_slow, dtype=blobs.dtype)
+    before = set(client.futures)
+    gc.disable()
+    try:
+        knn_graph(X, 10, backend="partitioned", random_state=0, n_partitions=4)
+        deadline = time.monotonic() + 10
+        while set(client.futures) - before and time.monotonic() < deadline:
+            time.sleep(0.1)  # releases reach the client's table through its event loop
+        assert set(client.futures) - before == set()
+    finally:
+        gc.enable()
 
 
 @pytest.fixture(scope="module")

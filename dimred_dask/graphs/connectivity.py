@@ -129,7 +129,8 @@ def graph_components(graph: KNNGraph, extra=None) -> tuple[int, np.ndarray]:
     return (int(labels.max()) + 1 if labels.size else 0), labels
 
 
-def _sizes_text(labels: np.ndarray, limit: int = 8) -> str:
+def sizes_text(labels: np.ndarray, limit: int = 8) -> str:
+    """The components' count and largest sizes, for messages ("3 components of sizes ...")."""
     sizes = np.sort(np.bincount(labels))[::-1]
     shown = ", ".join(str(int(s)) for s in sizes[:limit])
     more = f" and {sizes.size - limit} more" if sizes.size > limit else ""
@@ -156,12 +157,12 @@ def check_connected(graph: KNNGraph, *, method: str = "this method") -> None:
     """
     count, labels = connected_components(graph)
     if count > 1:
-        raise disconnected_error(method, graph.n_neighbors, graph.n_samples, _sizes_text(labels))
+        raise disconnected_error(method, graph.n_neighbors, graph.n_samples, sizes_text(labels))
 
 
 def disconnected_error(method: str, k: int, n: int, sizes: str) -> DisconnectedGraphError:
     """The `DisconnectedGraphError` of `check_connected`, for components counted elsewhere
-    (``sizes``: `_sizes_text` of their labels)."""
+    (``sizes``: `sizes_text` of their labels)."""
     return DisconnectedGraphError(
         f"{method} needs a connected neighbour graph; the {k}-NN graph of the {n} rows has "
         f"{sizes}.",
@@ -249,7 +250,7 @@ def join_components(graph: KNNGraph, X, *, max_rounds: int = 64) -> tuple[KNNGra
         if count > 1:
             raise DisconnectedGraphError(
                 f"Joining the components did not finish in {max_rounds} rounds; "
-                f"{_sizes_text(labels)} are left.",
+                f"{sizes_text(labels)} are left.",
                 "raise n_neighbors, or max_rounds.",
             )
     info = {

@@ -156,7 +156,7 @@ def _cells_merged_on_workers(Xc, cells, counts, k, metric, metric_kwds, kw, sink
             rows = [take(x_blocks[b], c_blocks[b], c, int(starts[b])) for b in holding]
             pieces.append(split(cell(k, metric, metric_kwds, kw, *rows), cuts))
     bounds = [(int(cuts[b]), int(cuts[b + 1])) for b in range(nb)]
-    stage = "partition: kNN inside each cell, merged by row range"
+    stage = f"partition ({cells.shape[1]} cells a row): kNN inside each cell, merged by row range"
     if sink is not None:
         merge = delayed(_merge_range_to, pure=False)
         merged = [
@@ -212,7 +212,7 @@ def _partitioned(X, k, metric, metric_kwds, random_state, n_partitions, overlap,
             chunks=((1,) * Xc.numblocks[0], (n_partitions,)),
             dtype=np.int64,
         )
-        (counts,) = compute(counts, stage="partition: nearest cells")
+        (counts,) = compute(counts, stage=f"partition ({overlap} cells a row): nearest cells")
         idx, dist, ranges = _cells_merged_on_workers(
             Xc, cells, counts, k, metric, metric_kwds, kw, sink
         )

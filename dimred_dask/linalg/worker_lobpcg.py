@@ -58,7 +58,7 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 
-from .._compute import smallest_worker_memory
+from .._compute import smallest_worker_memory, wait_done
 from .._validation import check_random_state
 from ..errors import ConvergenceWarning, DimredWarning, InputError, StageError
 from .convergence import record
@@ -462,22 +462,16 @@ class _Solve:
     def gather(self, futures):
         """The futures' results; a worker of ours gone (its pinned tasks would wait for it
         forever) or a lost-data error is a `_Lost`."""
-        from distributed import wait
-
         losses = _losses()
         start = time.monotonic()
         try:
-            while True:
-                try:
-                    wait(futures, timeout=1.0)
-                    break
-                except TimeoutError:
-                    alive = set(self.client.scheduler_info()["workers"])
-                    gone = [w for w in set(self.where) if w not in alive]
-                    if gone:
-                        raise _Lost(f"worker {gone[0]} left") from None
-                    if time.monotonic() - start > GATHER_TIMEOUT:
-                        raise _Lost(f"no answer in {GATHER_TIMEOUT:.0f} s") from None
+            while not wait_done(futures, 1.0):
+                alive = set(self.client.scheduler_info()["workers"])
+                gone = [w for w in set(self.where) if w not in alive]
+                if gone:
+                    raise _Lost(f"worker {gone[0]} left")
+                if time.monotonic() - start > GATHER_TIMEOUT:
+                    raise _Lost(f"no answer in {GATHER_TIMEOUT:.0f} s")
             return self.client.gather(futures)
         except losses as exc:
             raise _Lost(f"{type(exc).__name__}: {exc}") from exc

@@ -39,6 +39,7 @@ import time
 
 import numpy as np
 
+from .._compute import smallest_worker_memory
 from ..blocks.tsne_gradient import GridSpec, Interpolation
 from ..blocks.tsne_kernels import fused_step, kl_attractive_part
 from ..blocks.umap_kernels import sgd_epoch
@@ -78,13 +79,6 @@ class _Lost(Exception):
 # --------------------------------------------------------------------------- plan
 
 
-def _worker_memory(client) -> tuple[int, int]:
-    """(number of workers, the smallest worker memory limit in bytes; 0 if unlimited)."""
-    workers = client.scheduler_info().get("workers", {})
-    limits = [int(w.get("memory_limit") or 0) for w in workers.values()]
-    return len(workers), min(limits) if limits else 0
-
-
 def state_bytes(n: int, nnz: int, d: int) -> int:
     """What one worker holds for a single-worker fit: P (float64 + float32 values, int32
     columns) and the n x d positions, update, gains and the step's output (float64)."""
@@ -102,7 +96,8 @@ def plan_optimizer(choice: str, n: int, nnz: int, d: int, client) -> dict:
                 "run through the flow), or pass optimizer='single'.",
             )
         return {"optimizer": "single", "blocks": 1, "reason": "no Dask client"}
-    workers, memory = _worker_memory(client)
+    workers = len(client.scheduler_info().get("workers", {}))
+    memory = smallest_worker_memory(client) or 0
     need = state_bytes(n, nnz, d)
     if choice == "distributed":
         return {

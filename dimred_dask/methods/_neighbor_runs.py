@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._compute import PausedWatch, active_client, compute
+from .._compute import PausedWatch, active_client, compute, wait_done
 from .._validation import check_random_state, is_dask
 from ..errors import DimredWarning, InputError
 from ._base import like_input
@@ -371,7 +371,6 @@ def run_tasks(
 def _wait_relaying(futures, events: queue.Queue, callback, watch, poll: float = 0.5) -> None:
     """Wait for ``futures``, relaying their progress events to ``callback``; fails (the
     `PausedWatch`) when every worker stays paused for memory."""
-    from distributed import wait
 
     def drain():
         while True:
@@ -382,13 +381,9 @@ def _wait_relaying(futures, events: queue.Queue, callback, watch, poll: float = 
             if callback is not None:
                 callback(*msg)
 
-    while True:
-        try:
-            wait(futures, timeout=poll)
-            break
-        except TimeoutError:
-            drain()
-            watch.check()
+    while not wait_done(futures, poll):
+        drain()
+        watch.check()
     drain()
 
 
