@@ -409,7 +409,7 @@ def _partitioned_to_target(X, k, metric, metric_kwds, random_state, cells, extra
         return idx, dist, info
     n, seed = X.shape[0], random_state if isinstance(random_state, numbers.Integral) else 0
 
-    def measured(idx, dist, info):
+    def measured(idx, dist):
         if dist is None:  # read where it was written
             graph = sink
             sink.metric, sink.backend = metric, "partitioned"
@@ -420,7 +420,7 @@ def _partitioned_to_target(X, k, metric, metric_kwds, random_state, cells, extra
         return got["recall"], got["sample_rows"]
 
     t1 = time.perf_counter()
-    recall, rows = measured(idx, dist, info)
+    recall, rows = measured(idx, dist)
     rounds = [
         {
             "overlap": int(overlap),
@@ -432,17 +432,16 @@ def _partitioned_to_target(X, k, metric, metric_kwds, random_state, cells, extra
     budget = BUDGET_FACTOR * first if budget is None else float(budget)
     spent, stop = time.perf_counter() - t1, None
     while recall < target:
-        nxt = 2 * rounds[-1]["overlap"]
+        last = rounds[-1]
+        nxt = 2 * last["overlap"]
         count = n_partitions or max(2, math.ceil(nxt * n / CELL_ROWS))
         if nxt > MAX_OVERLAP or nxt >= count or count > n // 2:
-            last = rounds[-1]
             stop = (
                 f"overlap at its maximum ({last['overlap']} cells a row, of {last['n_partitions']})"
             )
             break
         # the last build's time, times the growth of the rows searched (the first build's
         # includes the start: numba's compile, the sample's k-means)
-        last = rounds[-1]
         predicted = last["seconds"] * nxt / last["overlap"]
         if spent + predicted > budget:
             stop = (
@@ -453,7 +452,7 @@ def _partitioned_to_target(X, k, metric, metric_kwds, random_state, cells, extra
         i2, d2, info2 = _partitioned(
             X, k, metric, metric_kwds, random_state, n_partitions, nxt, extra, sink
         )
-        r2, _ = measured(i2, d2, info2)
+        r2, _ = measured(i2, d2)
         took = time.perf_counter() - t2
         spent += took
         rounds.append(
