@@ -388,13 +388,11 @@ def recall_shortfall(graph: KNNGraph, quality: dict, target) -> str | None:
     rounds = search.get("rounds") or []
     tried = ""
     if rounds and search.get("stopped"):
-        what = (
-            f"up to {rounds[-1]['overlap']} cells a row"
-            if graph.backend == "partitioned"
-            else f"up to {rounds[-1]['search_neighbors']} search neighbours"
-        )
-        name = "partitioned" if graph.backend == "partitioned" else "NN-descent"
-        tried = f" after {len(rounds)} {name} build(s) {what} ({search['stopped']})"
+        if graph.backend == "partitioned":
+            what = f"partitioned build(s) up to {rounds[-1]['overlap']} cells a row"
+        else:
+            what = f"NN-descent build(s) up to {rounds[-1]['search_neighbors']} search neighbours"
+        tried = f" after {len(rounds)} {what} ({search['stopped']})"
     if graph.backend == "partitioned":  # its cells decide the recall
         why = graph.info.get("why_partitioned")
         fix = (
