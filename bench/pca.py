@@ -19,6 +19,8 @@ import warnings
 
 import numpy as np
 
+from dimred_dask._compute import workers
+
 from ._measure import PeakRSS, machine, timed
 
 K = 32
@@ -204,12 +206,12 @@ def main_big(args) -> int:
         reads = [_read_pass(path) for _ in range(2)]
         print(f"  two sequential reads: {reads[0]:.1f} + {reads[1]:.1f} s", flush=True)
         pids = list(client.run(os.getpid).values())
-        workers_before = set(client.scheduler_info()["workers"])
+        workers_before = set(workers(client))
         with PeakRSS(pids, interval=0.25) as rss:
             t0 = time.perf_counter()
             m = embed(path, out, method="pca", params={"n_components": K}, overwrite=True)
             total = time.perf_counter() - t0
-        workers_after = set(client.scheduler_info()["workers"])
+        workers_after = set(workers(client))
     worker_peaks = [rss.per_process_peak[p] for p in pids]
     restarted = workers_before != workers_after
     budget = 1.3 * sum(reads)

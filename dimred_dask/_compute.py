@@ -14,7 +14,14 @@ import dask
 
 from ._progress import has_reporter, report
 
-__all__ = ["compute", "active_client", "smallest_worker_memory", "wait_done", "PausedWatch"]
+__all__ = [
+    "compute",
+    "active_client",
+    "workers",
+    "smallest_worker_memory",
+    "wait_done",
+    "PausedWatch",
+]
 
 # A worker over its memory's pause fraction runs no task until its memory falls; when every
 # worker stays paused, the graph waits for ever. An unattended run fails instead, after this
@@ -33,13 +40,24 @@ def active_client():
         return None
 
 
+def workers(client) -> dict:
+    """The cluster's workers now, {address: identity} (``memory_limit``, ``nthreads``, ...),
+    asked of the scheduler. Not ``client.scheduler_info()["workers"]``: that returns the
+    client's shared cache, which its periodic refresh (every 2 s) rewrites with no worker
+    listed, so a call that lands between its own update and its read sees no workers (in
+    ~1 of 3 calls with a 1 ms refresh; a worker-side solve took that for a lost worker)."""
+    if client.asynchronous:  # an async client fetches nothing here: its cached totals
+        return dict(client.scheduler_info().get("workers", {}))
+    return dict(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+
+
 def smallest_worker_memory(client=None) -> int | None:
     """The smallest memory limit (bytes) among the workers that have one; None without a
     client (``client`` or the current one) or when no worker has a limit."""
     client = client or active_client()
     if client is None:
         return None
-    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    limits = [w.get("memory_limit") or 0 for w in workers(client).values()]
     limits = [int(m) for m in limits if m > 0]
     return min(limits) if limits else None
 
@@ -162,10 +180,10 @@ class PausedWatch:
             return
         self.next_look = now + min(PAUSED_CHECK_EVERY, self.timeout)
         try:
-            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+            listed = workers(self.client)
         except Exception:  # the scheduler is busy or gone: the wait reports that itself
             return
-        paused = bool(workers) and all(w.get("status") == "paused" for w in workers.values())
+        paused = bool(listed) and all(w.get("status") == "paused" for w in listed.values())
         if not paused:
             self.since = None
             return
@@ -173,11 +191,11 @@ class PausedWatch:
         if now - self.since >= self.timeout:
             from .errors import StageError
 
-            limits = sorted({int(w.get("memory_limit") or 0) for w in workers.values()})
-            used = max(int((w.get("metrics") or {}).get("memory") or 0) for w in workers.values())
+            limits = sorted({int(w.get("memory_limit") or 0) for w in listed.values()})
+            used = max(int((w.get("metrics") or {}).get("memory") or 0) for w in listed.values())
             limit = ", ".join(f"{m / 2**20:,.0f} MiB" for m in limits if m) or "none"
             raise StageError(
-                f"Stage '{self.stage}': all {len(workers)} workers have been paused for memory "
+                f"Stage '{self.stage}': all {len(listed)} workers have been paused for memory "
                 f"for {now - self.since:.0f} s, so no task can run (memory limit {limit}; the "
                 f"fullest worker holds {used / 2**20:,.0f} MiB).",
                 "give the workers more memory (the cluster's memory_limit), or fewer threads "

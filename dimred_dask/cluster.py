@@ -147,8 +147,10 @@ def describe_cluster(client) -> dict:
         no dashboard), ``n_workers``, ``threads`` (summed over the workers) and
         ``memory_limit_per_worker`` (a list of bytes, one per worker).
     """
+    from ._compute import workers as listed
+
     info = client.scheduler_info()
-    workers = info.get("workers", {})
+    workers = listed(client)
     try:
         dashboard = client.dashboard_link if info.get("services", {}).get("dashboard") else None
     except Exception:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 
+from dimred_dask._compute import workers
 from dimred_dask.cluster import cluster_client
 from dimred_dask.datasets import low_rank_plus_noise, sparse_counts
 from dimred_dask.errors import OutputExistsError
@@ -38,7 +39,7 @@ def run_demo(
             print(f"  written in {time.perf_counter() - t0:.1f} s")
         print(
             f"embedding with PCA (k = {n_components}) on "
-            f"{len(client.scheduler_info()['workers'])}"
+            f"{len(workers(client))}"
             f" Dask workers -> {out}"
         )
         return embed(

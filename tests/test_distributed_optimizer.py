@@ -14,6 +14,7 @@ import pytest
 from distributed import Client, LocalCluster
 from sklearn.datasets import make_blobs
 
+from dimred_dask._compute import workers
 from dimred_dask.blocks.tsne_gradient import GridSpec, Interpolation, potentials
 from dimred_dask.errors import InputError, StageError
 from dimred_dask.graphs import knn_graph
@@ -136,7 +137,7 @@ class _KillAWorker(MemoryCheckpoint):
     def save(self, state):
         super().save(state)
         if len(self.states) == self.at:
-            victim = sorted(self.client.scheduler_info()["workers"])[0]
+            victim = sorted(workers(self.client))[0]
             pid = self.client.run(os.getpid, workers=[victim])[victim]
             os.kill(pid, signal.SIGKILL)
 
@@ -166,9 +167,9 @@ def test_worker_killed_mid_fit_resumes_on_the_workers_left(blobs, method):
         Client(cluster) as c,
     ):
         calm = fit(blobs, optimizer="distributed", **kw)
-        before = set(c.scheduler_info()["workers"])
+        before = set(workers(c))
         stormy = fit(blobs, optimizer="distributed", checkpoint=_KillAWorker(c, 2), **kw)
-        after = set(c.scheduler_info()["workers"])
+        after = set(workers(c))
     assert before != after  # a worker process died and was replaced
     assert stormy.info["recoveries"] == 1
     np.testing.assert_array_equal(stormy.embedding, calm.embedding)
@@ -216,10 +217,10 @@ def test_exact_gradient_is_refused_on_the_blocks(client, blobs):
 
 
 def test_auto_plan_spreads_what_would_crowd_one_worker(client):
-    workers = len(client.scheduler_info()["workers"])
+    n_workers = len(workers(client))
     small = plan_optimizer("auto", 10_000, 10_000 * 90, 2, client)
     assert small["optimizer"] == "single" and "fit in" in small["reason"]
     huge = plan_optimizer("auto", 10**9, 10**9 * 90, 2, client)
-    assert huge["optimizer"] == "distributed" and huge["blocks"] == workers
+    assert huge["optimizer"] == "distributed" and huge["blocks"] == n_workers
     assert "exceed" in huge["reason"]
     assert block_bounds(10, 3) == [(0, 3), (3, 7), (7, 10)]

@@ -16,6 +16,7 @@ from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from dimred_dask import StageError, StoreError
+from dimred_dask._compute import workers
 from dimred_dask.io import open_output, save_array
 from tests import hooks
 from tests.data import low_rank, zarr_input
@@ -109,7 +110,7 @@ def test_worker_sigkilled_mid_stage_changes_nothing(fresh_cluster, prefect_api, 
     flag = str(tmp_path / "killed")
     with Client(cluster) as c:
         c.register_plugin(KillWorker("block_stats", after=3, flag=flag))
-        before = set(c.scheduler_info()["workers"])
+        before = set(workers(c))
         embed(
             uri,
             str(tmp_path / "stormy"),
@@ -117,7 +118,7 @@ def test_worker_sigkilled_mid_stage_changes_nothing(fresh_cluster, prefect_api, 
             scheduler=cluster.scheduler_address,
             chunk_rows=1500,
         )
-        after = set(c.scheduler_info()["workers"])
+        after = set(workers(c))
     assert os.path.exists(flag), "the fault was not injected"
     assert before != after, "a worker process should have been replaced"
     _chunks_equal(str(tmp_path / "calm"), str(tmp_path / "stormy"))

@@ -12,6 +12,7 @@ import pytest
 from sklearn.datasets import load_digits
 
 from dimred_dask.errors import InputError
+from dimred_dask._compute import workers
 from dimred_dask.io import open_output, save_array
 from tests import hooks
 
@@ -146,7 +147,7 @@ def test_worker_killed_mid_optimisation_resumes_from_checkpoint(
         ) as cluster,
         Client(cluster) as c,
     ):
-        before = set(c.scheduler_info()["workers"])
+        before = set(workers(c))
         stormy = embed(
             uri,
             str(tmp_path / "stormy"),
@@ -154,7 +155,7 @@ def test_worker_killed_mid_optimisation_resumes_from_checkpoint(
             params=params,
             scheduler=cluster.scheduler_address,
         )
-        after = set(c.scheduler_info()["workers"])
+        after = set(workers(c))
         calm = embed(
             uri,
             str(tmp_path / "calm"),

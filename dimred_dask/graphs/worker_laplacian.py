@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .._compute import active_client
+from .._compute import active_client, workers
 from ..errors import InputError
 from ..linalg.sparse_eigen import bottom_eigsh, fallback_solvers
 from ..linalg.convergence import solve_with_fallbacks
@@ -182,7 +182,7 @@ def laplacian_on_workers(
             "start a Client (dimred_dask.cluster), or build the graph in this process.",
         )
     n = int(source.n_samples)
-    nb = max(1, min(n // 2, int(blocks or len(client.scheduler_info()["workers"]))))
+    nb = max(1, min(n // 2, int(blocks or len(workers(client)))))
     cuts = np.linspace(0, n, nb + 1).astype(np.int64)
     bounds = [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
     extra = list((getattr(source, "info", None) or {}).get("extra_edges", []))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .._compute import active_client
+from .._compute import active_client, workers
 from .._validation import is_dask
 from ..blocks.neighbors import reconstruction_weights_block
 from ..errors import InputError
@@ -203,7 +203,7 @@ def lle_operator_on_workers(source, X, *, n_neighbors=None, reg=1e-3, reorder=Tr
         )
     n = int(source.n_samples)
     k = int(source.n_neighbors if n_neighbors is None else n_neighbors)
-    nb = max(1, min(n // 2, len(client.scheduler_info()["workers"])))
+    nb = max(1, min(n // 2, len(workers(client))))
     cuts = np.linspace(0, n, nb + 1).astype(np.int64)
     bounds = [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
     Xd = X if is_dask(X) else da.from_array(np.asarray(X), chunks=(max(1, n // nb), -1))

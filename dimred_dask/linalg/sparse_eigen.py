@@ -83,10 +83,10 @@ def choose_sparse_solver(solver: str, n: int, *, generalised: bool = False) -> s
 def workers_at_hand(least: int = 2) -> bool:
     """An active Dask client with at least ``least`` workers (the worker-side solvers pay
     their way only when the rows are split over several workers)."""
-    from .._compute import active_client
+    from .._compute import active_client, workers
 
     client = active_client()
-    return client is not None and len(client.scheduler_info().get("workers", {})) >= least
+    return client is not None and len(workers(client)) >= least
 
 
 def fallback_solvers(solver: str, n: int) -> list[str]:

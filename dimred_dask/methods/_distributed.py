@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from .._compute import smallest_worker_memory
+from .._compute import smallest_worker_memory, workers
 from ..blocks.tsne_gradient import GridSpec, Interpolation
 from ..blocks.tsne_kernels import fused_step, kl_attractive_part
 from ..blocks.umap_kernels import sgd_epoch
@@ -96,21 +96,21 @@ def plan_optimizer(choice: str, n: int, nnz: int, d: int, client) -> dict:
                 "run through the flow), or pass optimizer='single'.",
             )
         return {"optimizer": "single", "blocks": 1, "reason": "no Dask client"}
-    workers = len(client.scheduler_info().get("workers", {}))
+    n_workers = len(workers(client))
     memory = smallest_worker_memory(client) or 0
     need = state_bytes(n, nnz, d)
     if choice == "distributed":
         return {
             "optimizer": "distributed",
-            "blocks": max(1, workers),
+            "blocks": max(1, n_workers),
             "reason": "optimizer='distributed'",
         }
     if choice == "single":
         return {"optimizer": "single", "blocks": 1, "reason": "optimizer='single'"}
-    if workers >= 2 and memory and need > STATE_SHARE * memory:
+    if n_workers >= 2 and memory and need > STATE_SHARE * memory:
         return {
             "optimizer": "distributed",
-            "blocks": workers,
+            "blocks": n_workers,
             "reason": f"P and the optimiser's state ({need / 2**30:.2f} GiB) exceed "
             f"{STATE_SHARE:g} of a worker's memory ({memory / 2**30:.2f} GiB)",
         }
@@ -120,8 +120,8 @@ def plan_optimizer(choice: str, n: int, nnz: int, d: int, client) -> dict:
         "reason": (
             f"P and the optimiser's state ({need / 2**30:.2f} GiB) fit in "
             f"{STATE_SHARE:g} of a worker's memory"
-            if memory and workers >= 2
-            else f"{workers} worker(s)"
+            if memory and n_workers >= 2
+            else f"{n_workers} worker(s)"
         ),
     }
 
@@ -306,14 +306,14 @@ class _Blocks:
             ) from exc
         futures = client.compute(self.P_blocks)
         wait(futures, timeout=CALL_TIMEOUT)
-        workers = sorted(client.scheduler_info()["workers"])
         holders = client.who_has(futures)
-        load = {w: 0 for w in workers}
+        listed = sorted(workers(client))
+        load = {w: 0 for w in listed}
         actors = []
         for b, fut in enumerate(futures):
             own = [w for w in holders.get(fut.key, ()) if w in load]
             free = [w for w in own if load[w] == min(load.values())]
-            w = free[0] if free else min(workers, key=lambda x: (load[x], x))
+            w = free[0] if free else min(listed, key=lambda x: (load[x], x))
             load[w] += 1
             actors.append(
                 client.submit(
@@ -329,7 +329,7 @@ class _Blocks:
             )
         self.actors = [a.result(timeout=CALL_TIMEOUT) for a in actors]
         self._futures = actors  # keeps the actors alive
-        self.placement = [load[w] for w in workers]
+        self.placement = [load[w] for w in listed]
 
     def call(self, method: str, *args, per_block=None):
         """``method(*args, *per_block[b])`` on every block at once; the results in block

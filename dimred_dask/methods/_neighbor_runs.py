@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._compute import PausedWatch, active_client, compute, wait_done
+from .._compute import PausedWatch, active_client, compute, wait_done, workers
 from .._validation import check_random_state, is_dask
 from ..errors import DimredWarning, InputError
 from ._base import like_input
@@ -298,9 +298,8 @@ def threads(n: int | None):
 
 def threads_per_task(n_tasks: int, client) -> int | None:
     """Split a host's cores between the tasks that will run on it at once."""
-    workers = client.scheduler_info().get("workers", {}).values()
     hosts: dict = {}
-    for w in workers:
+    for w in workers(client).values():
         hosts[w.get("host")] = hosts.get(w.get("host"), 0) + 1
     per_host = max(hosts.values()) if hosts else 1
     cores = os.cpu_count() or 1

@@ -4,7 +4,7 @@ sparse input from the memory its accumulators need, and `plan_solver` (``solver=
 
 from __future__ import annotations
 
-from .._compute import active_client
+from .._compute import active_client, workers
 from .._validation import is_dask, is_sparse_input
 from ..errors import InputError, InputTypeError
 
@@ -134,7 +134,7 @@ def _workers(X) -> list[dict]:
     """The workers of the distributed client that computes the dask array ``X`` (none for
     NumPy input or without a client)."""
     client = active_client() if is_dask(X) else None
-    return list(client.scheduler_info()["workers"].values()) if client is not None else []
+    return list(workers(client).values()) if client is not None else []
 
 
 def _machine_memory() -> int | None:

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg
 
-from .._compute import active_client, compute
+from .._compute import active_client, compute, workers
 from .._validation import (
     check_array,
     check_n_components,
@@ -401,7 +401,7 @@ def _maybe_persist(K):
     client = active_client()
     if client is None:
         return K
-    memory = sum(w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values())
+    memory = sum(w.get("memory_limit") or 0 for w in workers(client).values())
     if memory and K.nbytes <= PERSIST_SHARE * memory:
         return client.persist(K)
     return K
@@ -610,7 +610,7 @@ def _fits_one_task(X, columns: int) -> bool:
         import psutil
 
         return need <= ONE_TASK_SHARE * psutil.virtual_memory().total
-    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    limits = [w.get("memory_limit") or 0 for w in workers(client).values()]
     return bool(limits) and min(limits) > 0 and need <= ONE_TASK_SHARE * min(limits)
 
 
