@@ -171,6 +171,8 @@ def main(args) -> int:
             if msg[0] != "done":
                 print(f"  {label}: FAILED {msg[1]}\n{msg[2]}", flush=True)
                 rows.append((label, None, flow_peak, w, {}, {}))
+                if not args.keep:  # a failed run's store too (kept with --keep, to resume)
+                    shutil.rmtree(out, ignore_errors=True)
                 continue
             _, seconds, timings, model = msg
             rows.append((label, seconds, flow_peak, w, timings or {}, model or {}))

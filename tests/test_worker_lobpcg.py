@@ -15,6 +15,7 @@ import scipy.linalg
 import scipy.sparse as sp
 
 from dimred_dask import LocallyLinearEmbedding
+from dimred_dask._compute import workers
 from dimred_dask.errors import ConvergenceWarning, InputError
 from dimred_dask.graphs import knn_graph, reconstruction_weights
 from dimred_dask.linalg import bottom_eigsh_lobpcg
@@ -79,6 +80,79 @@ def test_the_same_blocks_give_the_same_bits(client, lle_problem):
     np.testing.assert_array_equal(runs[0].vectors, runs[1].vectors)
 
 
+def _band_laplacian(n, reach, seed=0):
+    """The normalised Laplacian of a ring whose rows link to random rows within ``reach``:
+    row blocks read only the edges of their neighbours."""
+    rng = np.random.default_rng(seed)
+    rows = np.repeat(np.arange(n), 4)
+    W = sp.csr_matrix(
+        (np.ones(rows.size), (rows, (rows + rng.integers(1, reach, rows.size)) % n)), (n, n)
+    )
+    return sp.csgraph.laplacian((W + W.T).tocsr(), normed=True).tocsr()
+
+
+def test_a_block_holds_its_rows_cut_by_the_blocks_of_their_columns():
+    """`_split`: the parts give the rows' product with any V; a part reaching few of the
+    block's rows holds only those; the halos are the columns touched."""
+    from dimred_dask.linalg.worker_lobpcg import _split
+
+    n, bounds = 1200, [(0, 300), (300, 600), (600, 900), (900, 1200)]
+    L = _band_laplacian(n, 20)
+    V = np.random.default_rng(1).standard_normal((n, 5))
+    rows = L[300:600]
+    parts, sels = _split(rows, bounds)
+    assert sorted(parts) == [0, 1, 2]  # the ring's block 1 does not reach block 3
+    assert parts[1][0] is None and len(parts[0][0]) < 30 and len(parts[2][0]) < 30
+    out = np.zeros((300, 5))
+    for j, (reached, part) in parts.items():
+        a = bounds[j][0]
+        z = part @ V[a + sels[j]]
+        if reached is None:
+            out += z
+        else:
+            out[reached] += z
+    np.testing.assert_allclose(out, rows @ V, rtol=1e-13, atol=1e-15)
+    assert len(sels[3]) == 0 and len(sels[0]) < 30
+    # rows reading most of a block read it whole (one copy of it serves every reader)
+    rng = np.random.default_rng(2)
+    R = sp.random(300, n, density=0.01, random_state=rng, format="csr")
+    parts, sels = _split(R, bounds)
+    assert [len(s) for s in sels] == [300] * 4 and all(r is None for r, _ in parts.values())
+    np.testing.assert_allclose(sum(parts[j][1] @ V[a:b] for j, (a, b) in enumerate(bounds)), R @ V)
+
+
+def test_other_blocks_rows_taken_one_part_a_task_give_the_same_bits(
+    client, lle_problem, monkeypatch
+):
+    """A block adds what it reads from other blocks one part a task when the parts are large
+    (`PART_BYTES`): the same sums in the same order, so the same bits as one task; the
+    values are LAPACK's. On a graph in random order each block reads others whole; on a
+    band, their edges."""
+    from dimred_dask.linalg import worker_lobpcg as wl
+
+    S = abs(lle_problem[1]) + abs(lle_problem[1]).T
+    shuffled = sp.csgraph.laplacian(S.tocsr(), normed=True).tocsr()
+    for L, parted in ((shuffled, True), (_band_laplacian(1200, 20), False)):
+        vals = scipy.linalg.eigh(L.toarray(), eigvals_only=True, subset_by_index=[0, 2])
+        kw = dict(kind="symmetric", tol=TOL, blocks=4, client=client)
+        whole = bottom_eigsh_lobpcg_workers(L, 3, **kw)
+        methods = []
+        call = wl._Solve.call
+
+        def spy(self, i, method, after, *args):
+            methods.append(method)
+            return call(self, i, method, after, *args)
+
+        with monkeypatch.context() as m:
+            m.setattr(wl, "PART_BYTES", 0)
+            m.setattr(wl._Solve, "call", spy)
+            parts = bottom_eigsh_lobpcg_workers(L, 3, **kw)
+        assert ("add" in methods) == parted
+        assert whole.convergence["converged"]
+        np.testing.assert_array_equal(parts.vectors, whole.vectors)
+        np.testing.assert_allclose(whole.values[1:], vals[1:], rtol=VALUE_RTOL)
+
+
 def test_symmetric_kind_on_a_normalised_laplacian(client, lle_problem):
     X, A = lle_problem[:2]
     S = abs(A) + abs(A).T
@@ -139,7 +213,7 @@ def _kill_one_worker_at(client, iteration):
     def progress(it, res):
         if it == iteration and not killed:  # once: the restarted solve passes here again
             killed.append(it)
-            victim = sorted(client.scheduler_info()["workers"])[0]
+            victim = sorted(workers(client))[0]
             pid = client.run(os.getpid, workers=[victim])[victim]
             os.kill(pid, signal.SIGKILL)
 

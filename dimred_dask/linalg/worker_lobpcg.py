@@ -19,14 +19,17 @@ Operators (``kind=``):
 - ``"symmetric"``: M = A, A symmetric (a normalised graph Laplacian): one product.
 
 A product needs, for block i, the rows of X at the columns its rows of A touch: each block
-keeps its rows of A with the columns renumbered to the ones it touches, and for every other
-block the list of that block's rows it needs; a small task on the owning worker cuts those
-rows out and the scheduler moves them worker to worker (the halo). Rows given in a locality
-order (reverse Cuthill-McKee, as in `gram_lobpcg`) keep the halos small. ``reorder``
-defaults to it for the Gram kind only (LLE, as the in-process solver does): on the kNN graph
-of wide data it did not make a product faster, and for the Laplacian it cost the caller
-memory without changing the solve's time (bench/RESULTS.md, "Sparse eigensolvers on the
-workers").
+keeps its rows of A cut by the block their columns belong to (each part's columns renumbered
+to the ones it touches), and for every other block the list of that block's rows it needs; a
+small task on the owning worker cuts those rows out (once for all blocks that read a block
+whole) and the scheduler moves them worker to worker (the halo). The block adds each part's
+product into its rows of M X as the rows arrive, taking in at most its own rows' worth (or
+``PART_BYTES``) a task, so it never stacks what it reads: in random row order every block
+reads every other whole. Rows given in a locality order (reverse Cuthill-McKee, as in
+`gram_lobpcg`) keep the halos small. ``reorder`` defaults to it for the Gram kind only (LLE,
+as the in-process solver does): on the kNN graph of wide data it did not make a product
+faster, and for the Laplacian it cost the caller memory without changing the solve's time
+(bench/RESULTS.md, "Sparse eigensolvers on the workers").
 
 Arithmetic: every step is the in-process solver's (the same tolerance, refresh of the
 recurrences every ``REFRESH`` iterations, the same Gram cut-off); the sums over blocks are
@@ -36,10 +39,10 @@ the block count either.
 
 The operator may also come as `WorkerRows`: its row blocks already made by tasks on the
 workers (e.g. a graph Laplacian built from a kNN graph in a run's store), so that no process
-outside the cluster ever holds it. Each block then renumbers its columns on its own worker,
-and the caller receives only the sizes of the halos. Rows made in a permuted order (LLE's
-blocks in reverse Cuthill-McKee order) carry their original numbers (``order``), and the
-answer's rows are placed back by them.
+outside the cluster ever holds it (rows given in the caller are sent to the blocks so). The
+caller receives only the sizes of the halos. Rows made in a permuted order (LLE's blocks in
+reverse Cuthill-McKee order) carry their original numbers (``order``), and the answer's rows
+are placed back by them.
 
 A worker lost during the solve takes its blocks with it (they live in its memory and are
 updated in place, so no task can make them again). The solve then starts again on the
@@ -58,7 +61,7 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 
-from .._compute import smallest_worker_memory, wait_done
+from .._compute import smallest_worker_memory, wait_done, workers
 from .._validation import check_random_state
 from ..errors import ConvergenceWarning, DimredWarning, InputError, StageError
 from .convergence import record
@@ -74,6 +77,11 @@ WORKER_KINDS = ("gram", "symmetric")
 START_ROWS = 65536  # the start vectors are drawn in runs of this many rows, one seed a run
 MAX_RESTARTS = 2  # worker losses survived by one solve
 GATHER_TIMEOUT = 900.0  # seconds for one round of small results; longer counts as a loss
+SPARSE_ROWS = 0.5  # a part of a block's rows reaching fewer of them holds those rows only
+WHOLE_SHARE = 0.5  # a block read at this share of its rows or more is sent whole
+# a product's task takes in the rows cut from other blocks up to the larger of this and its
+# own block's rows; past that, further tasks add the rest (one part at a time)
+PART_BYTES = 64 * 2**20
 
 
 # ----------------------------------------------------------------- on the workers
@@ -103,10 +111,12 @@ class _Block:
     side in two n_i x 3p arrays (W's slot holds W0 = T R until the search directions are
     made), Y for A W0 on its way to A^T (A W0) (a Gram operator's only). Products with the
     small coefficient matrices go a run of rows at a time into S and M S themselves, so
-    that no other n_i x p array is held between tasks."""
+    that no other n_i x p array is held between tasks. The operator's rows are held cut by
+    the block their columns belong to (`_split`), so that a product adds each block's part
+    as it arrives instead of stacking the rows it reads."""
 
-    def __init__(self, ops, dinv, q, a, b, p, seed):
-        self.ops, self.dinv, self.q, self.p = ops, dinv, q, p
+    def __init__(self, ops, dinv, q, i, a, b, p, seed):
+        self.ops, self.dinv, self.q, self.i, self.p = ops, dinv, q, i, p
         n = b - a
         self.S, self.MS = np.empty((n, 3 * p)), np.empty((n, 3 * p))
         self.S[:, :p] = _start(a, b, p, seed)
@@ -129,14 +139,28 @@ class _Block:
         V = self.view(name)
         return np.array(V) if sel is None else V[sel]
 
-    def apply(self, which, name, out, at, own_sel, *parts):
-        """out = (A V)_i or (A^T V)_i (``which``): this block's rows of V (``name``, its
-        rows ``own_sel``) put at position ``at`` among the rows cut from the others."""
-        parts = list(parts)
-        V = self.view(name)
-        parts.insert(at, V if own_sel is None else V[own_sel])
-        op = self.ops[which]
-        self.view(out)[:] = op @ (parts[0] if len(parts) == 1 else np.concatenate(parts))
+    def apply(self, which, name, out, own_sel, js, *parts):
+        """out = (A V)_i or (A^T V)_i (``which``) begun: this block's own part (its rows of V,
+        ``name``, the rows ``own_sel``) and the parts of blocks ``js`` (the rows cut from
+        them); `add` brings the rest."""
+        V, O = self.view(name), self.view(out)
+        rows, _ = self.ops[which][self.i]
+        if rows is not None:  # the own part does not reach every row
+            O[:] = 0.0
+        self._add(which, self.i, V if own_sel is None else V[own_sel], O, rows is None)
+        self.add(which, out, js, *parts)
+
+    def add(self, which, out, js, *parts):
+        """out += the parts of blocks ``js``: the rows of V cut from them."""
+        O = self.view(out)
+        for j, part in zip(js, parts):
+            self._add(which, j, part, O, False)
+
+    def _add(self, which, j, V, O, first):
+        rows, M = self.ops[which][j]
+        for r in _runs(M.shape[0]):
+            at = r if rows is None else rows[r]  # a part reaching few rows: those
+            O[at] = M[r] @ V if first else O[at] + M[r] @ V
 
     def moments(self):
         X = self.view("X")
@@ -202,10 +226,6 @@ def _runs(n: int, step: int = 16384):
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
-def _create(key, ops, dinv, q, a, b, p, seed):
-    _BLOCKS[key] = _Block(ops, dinv, q, a, b, p, seed)
-
-
 def _diagonal(rows, a, rows_t=None):
     """The block's rows of M's diagonal: A's own (M = A), or the squared norms of A's
     columns, i.e. of A^T's rows (M = A^T A)."""
@@ -217,9 +237,9 @@ def _diagonal(rows, a, rows_t=None):
 
 def _create_from_rows(key, rows, rows_t, bounds, i, q, qnorm, p, seed):
     """Block i made on its worker from its rows of A (and of A^T for M = A^T A; global
-    columns): the columns renumbered, the Jacobi scaling from M's diagonal, the constraint
-    vector's rows scaled by its norm. Returns, per operator, the row count each block must
-    send it (its halo)."""
+    columns): the rows cut by the block of their columns, the Jacobi scaling from M's
+    diagonal, the constraint vector's rows scaled by its norm. Returns, per operator, the
+    row count each block must send it (its halo)."""
     a, b = bounds[i]
     diag = _diagonal(rows, a, rows_t)
     dinv = 1.0 / np.where(diag > 0, diag, 1.0)
@@ -227,8 +247,8 @@ def _create_from_rows(key, rows, rows_t, bounds, i, q, qnorm, p, seed):
     ops, sels = {}, {}
     for which, r in (("A", rows), ("At", rows_t)):
         if r is not None:
-            ops[which], sels[which] = _localise(r, bounds)
-    _BLOCKS[key] = _Block(ops, dinv, q, a, b, p, seed)
+            ops[which], sels[which] = _split(r, bounds)
+    _BLOCKS[key] = _Block(ops, dinv, q, i, a, b, p, seed)
     _BLOCKS[key].sels = sels
     return {which: [len(s) for s in sel] for which, sel in sels.items()}
 
@@ -312,17 +332,31 @@ class WorkerRows:
         return A[inv][:, inv].tocsr()
 
 
-def _localise(rows, bounds):
-    """Rows of A with their columns renumbered to the ones they touch, and per block the
-    (sorted, block-local) rows of it those columns are."""
+def _split(rows, bounds):
+    """Rows of A cut by the block their columns belong to: {j: (rows, part)} for the blocks
+    touched, a part's columns renumbered to the ones it touches (to all of block j's when
+    that is `WHOLE_SHARE` of them or more), ``rows`` the rows it reaches when under
+    `SPARSE_ROWS` of them (the part holding those only; else None); and per block the
+    sorted, block-local rows of it read."""
     rows = sp.csr_matrix(rows)
-    cols = np.unique(rows.indices)
-    local = sp.csr_matrix(
-        (rows.data, np.searchsorted(cols, rows.indices), rows.indptr),
-        shape=(rows.shape[0], len(cols)),
-    )
-    sels = [cols[(cols >= a) & (cols < b)] - a for a, b in bounds]
-    return local, sels
+    parts, sels = {}, []
+    for j, (a, b) in enumerate(bounds):
+        part = rows[:, a:b]
+        cols = np.unique(part.indices)
+        if len(cols) >= WHOLE_SHARE * (b - a):  # read whole: one copy serves all readers
+            cols = np.arange(b - a)
+        sels.append(cols)
+        if len(cols) == 0:
+            continue
+        if len(cols) < b - a:
+            part = sp.csr_matrix(
+                (part.data, np.searchsorted(cols, part.indices), part.indptr),
+                shape=(part.shape[0], len(cols)),
+            )
+        reached = np.flatnonzero(np.diff(part.indptr))
+        few = len(reached) < SPARSE_ROWS * part.shape[0]
+        parts[j] = (reached, part[reached]) if few else (None, part)
+    return parts, sels
 
 
 def _rayleigh_ritz(G, H, p):
@@ -364,86 +398,59 @@ def _losses() -> tuple:
 class _Solve:
     """One attempt: the blocks made on the workers, the iteration driven from here."""
 
-    def __init__(self, client, A, At, bounds, q, dinv, p, seed):
+    def __init__(self, client, A, At, bounds, q, p, seed):
         import uuid
 
         self.client, self.bounds, self.p = client, bounds, p
         self.id = uuid.uuid4().hex
-        listed = sorted(client.scheduler_info()["workers"])
+        listed = sorted(workers(client))
         # a worker that just died may still be listed: place blocks only on those that answer
         answers = client.run(_alive, workers=listed, on_error="return") if listed else {}
-        workers = [w for w in listed if answers.get(w) is True]
-        if not workers:
+        up = [w for w in listed if answers.get(w) is True]
+        if not up:
             raise _Lost("no worker answers")
         nb = len(bounds)
-        self.where = [workers[i % len(workers)] for i in range(nb)]
+        self.where = [up[i % len(up)] for i in range(nb)]
         self.keys = [(self.id, i) for i in range(nb)]
-        self.cuts = {"A": [], "At": []}
+        self.cuts, self.sizes = {"A": [], "At": []}, {"A": [], "At": []}
         self.order = A.order if isinstance(A, WorkerRows) else None
-        if isinstance(A, WorkerRows):
-            self._from_rows(A, q, p, seed)
-            return
-        made = []
-        for i, (a, b) in enumerate(bounds):
-            ops = {"A": self._put(self._local(A, i, "A"), i)}
-            if At is not None:
-                ops["At"] = self._put(self._local(At, i, "At"), i)
-            args = (ops, self._put(dinv[a:b], i), None if q is None else self._put(q[a:b], i))
-            made.append(self.submit(i, _create, self.keys[i], *args, a, b, p, seed))
-        self.gather(made)
-        self.kinds = ["A"] if At is None else ["A", "At"]
+        if not isinstance(A, WorkerRows):  # rows in this process (q unit): sent to their blocks
+            A = WorkerRows(
+                A.shape[0],
+                bounds,
+                [self._put(A[a:b], i) for i, (a, b) in enumerate(bounds)],
+                None if q is None else [self._put(q[a:b], i) for i, (a, b) in enumerate(bounds)],
+                None if At is None else [self._put(At[a:b], i) for i, (a, b) in enumerate(bounds)],
+            )
+            q = None if q is None else 1.0
+        self._from_rows(A, q, p, seed)
 
     def _from_rows(self, op, qnorm, p, seed):
         """Blocks made on their workers from `WorkerRows` (``qnorm``: the constraint
         vector's norm); the halos' row numbers stay on the worker that computed them and
         go from there to the block that cuts them."""
         nb = len(self.bounds)
+        rows_t, null = op.rows_t or [None] * nb, op.null or [None] * nb
+        args = [(self.keys[i], op.rows[i], rows_t[i], self.bounds, i, null[i]) for i in range(nb)]
         sizes = self.gather(
-            [
-                self.submit(
-                    i,
-                    _create_from_rows,
-                    self.keys[i],
-                    op.rows[i],
-                    None if op.rows_t is None else op.rows_t[i],
-                    self.bounds,
-                    i,
-                    None if op.null is None else op.null[i],
-                    qnorm,
-                    p,
-                    seed,
-                )
-                for i in range(nb)
-            ]
+            [self.submit(i, _create_from_rows, *args[i], qnorm, p, seed) for i in range(nb)]
         )
         self.kinds = ["A"] if op.rows_t is None else ["A", "At"]
         for which in self.kinds:
             for i in range(nb):
-                cuts = []
-                for j, size in enumerate(sizes[i][which]):
-                    whole = size == self.bounds[j][1] - self.bounds[j][0]
-                    cut = (
-                        None
-                        if size == 0 or whole
-                        else self.submit(i, _halo, self.keys[i], which, j)
-                    )
-                    cuts.append("all" if size and whole else cut)
-                self.cuts[which].append(cuts)
+                own = sizes[i][which]
+                self.cuts[which].append([self._cut(i, which, j, s) for j, s in enumerate(own)])
+                self.sizes[which].append(own)
+
+    def _cut(self, i, which, j, size):
+        """How block i reads block j's rows: None (not), "all", or a future of the rows."""
+        a, b = self.bounds[j]
+        if size in (0, b - a):
+            return "all" if size else None
+        return self.submit(i, _halo, self.keys[i], which, j)
 
     def _put(self, value, i):
         return self.client.scatter(value, workers=[self.where[i]], hash=False)
-
-    def _local(self, A, i, which):
-        """Block i's rows of A (columns renumbered, sent with the block) and, per block j,
-        the rows of j they touch: a future of the row numbers, None for none, or "all"."""
-        a, b = self.bounds[i]
-        local, sels = _localise(A[a:b], self.bounds)
-        cuts = []
-        for j, s in enumerate(sels):
-            whole = len(s) == self.bounds[j][1] - self.bounds[j][0]
-            cuts.append(None if len(s) == 0 else "all" if whole else self._put(s, j))
-        self.cuts[which].append(cuts)
-        return local
 
     def submit(self, i, fn, *args):
         return self.client.submit(
@@ -466,7 +473,7 @@ class _Solve:
         start = time.monotonic()
         try:
             while not wait_done(futures, 1.0):
-                alive = set(self.client.scheduler_info()["workers"])
+                alive = set(workers(self.client))
                 gone = [w for w in set(self.where) if w not in alive]
                 if gone:
                     raise _Lost(f"worker {gone[0]} left")
@@ -479,34 +486,41 @@ class _Solve:
     def product(self, name, out, after):
         """M V into slot ``out`` (V in slot ``name``): A's rows, then A^T's for a Gram
         operator, each block's halo cut on its own worker and sent to the blocks that
-        need it. Returns the last tasks (one a block)."""
+        need it (a whole block's rows cut once for all that read them all). A block takes
+        in up to `PART_BYTES` (at least its own rows' worth) of other blocks' rows a task;
+        further tasks add the rest. Returns the last tasks (one a block)."""
         src = name
         for step, which in enumerate(self.kinds):
             dst = out if step == len(self.kinds) - 1 else "Y"
-            done = []
+            whole, done = {}, []
             for i, cuts in enumerate(self.cuts[which]):
-                parts = [
-                    self.call(j, "rows", after[j], src, None if c == "all" else c)
-                    for j, c in enumerate(cuts)
-                    if c is not None and j != i
-                ]
-                at = sum(1 for c in cuts[:i] if c is not None)
-                own = cuts[i]
-                if own is None:
+                if cuts[i] is None:
                     raise AssertionError("a row block touches none of its own columns")
-                done.append(
-                    self.call(
-                        i,
-                        "apply",
-                        after[i],
-                        which,
-                        src,
-                        dst,
-                        at,
-                        None if own == "all" else own,
-                        *parts,
-                    )
-                )
+                a, b = self.bounds[i]
+                room = max(PART_BYTES // (8 * self.p), b - a)
+                groups, held = [[]], 0
+                for j, c in enumerate(cuts):
+                    if c is None or j == i:
+                        continue
+                    if c == "all":
+                        if j not in whole:
+                            whole[j] = self.call(j, "rows", after[j], src, None)
+                        part = whole[j]
+                    else:
+                        part = self.call(j, "rows", after[j], src, c)
+                    size = self.sizes[which][i][j]
+                    if groups[-1] and held + size > room:
+                        groups.append([])
+                        held = 0
+                    groups[-1].append((j, part))
+                    held += size
+                own = None if cuts[i] == "all" else cuts[i]
+                js, parts = [j for j, _ in groups[0]], [f for _, f in groups[0]]
+                task = self.call(i, "apply", after[i], which, src, dst, own, js, *parts)
+                for g in groups[1:]:
+                    js, parts = [j for j, _ in g], [f for _, f in g]
+                    task = self.call(i, "add", task, which, dst, js, *parts)
+                done.append(task)
             after, src = [done] * len(done), dst  # the next step reads what all wrote
         return done
 
@@ -663,7 +677,7 @@ def bottom_eigsh_lobpcg_workers(
             "solve in this process (eigen_solver='lobpcg').",
         )
     if isinstance(A, WorkerRows):  # rows made on the workers: solved in their order
-        reorder, perm, At, dinv, bounds = A.order is not None, None, None, None, A.bounds
+        reorder, perm, At, bounds = A.order is not None, None, None, A.bounds
         sums = client.gather(
             [
                 client.submit(
@@ -686,11 +700,10 @@ def bottom_eigsh_lobpcg_workers(
         A = A[perm][:, perm].tocsr()
         At = A.T.tocsr() if kind == "gram" else None
         diag = np.asarray(A.multiply(A).sum(axis=0)).ravel() if kind == "gram" else A.diagonal()
-        dinv = 1.0 / np.where(diag > 0, diag, 1.0)
         diag_mean = float(diag.mean())
         q = None if null is None else np.asarray(null, np.float64).reshape(n, 1)[perm]
         q = None if q is None else q / np.linalg.norm(q)
-        nb = int(blocks or max(1, len(client.scheduler_info()["workers"])))
+        nb = int(blocks or max(1, len(workers(client))))
         bounds = [
             (int(a), int(b))
             for a, b in zip(
@@ -715,7 +728,7 @@ def bottom_eigsh_lobpcg_workers(
     while True:
         solve = None
         try:
-            solve = _Solve(client, A, At, bounds, q, dinv, p, seed)
+            solve = _Solve(client, A, At, bounds, q, p, seed)
             w, v, it, res = solve.run(k, tol_abs, limit, progress)
             break
         except _Lost as exc:
@@ -778,7 +791,7 @@ def bottom_eigsh_lobpcg_workers(
 
 def _wait_for_workers(client, timeout: float = 60.0) -> None:
     t = time.monotonic()
-    while not client.scheduler_info()["workers"]:
+    while not workers(client):
         if time.monotonic() - t > timeout:
             raise StageError(
                 "The worker-side LOBPCG has no workers left.",
