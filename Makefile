@@ -33,9 +33,8 @@ demo: $(STAMP)
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist, whole files to a process): each has
 # its own LocalCluster, Prefect API and S3 server, and most tests wait on those more than they
-# compute, so one process more than the 2 cores keeps both busy. TEST_WORKERS=0 runs it in
-# this process.
-TEST_WORKERS ?= 3
+# compute. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
 
 test: $(STAMP) $(SYSTEM_STAMP) lint docs
 	$(BIN)/python -m pytest tests -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
