@@ -18,6 +18,7 @@ __all__ = [
     "compute",
     "active_client",
     "workers",
+    "persisted",
     "smallest_worker_memory",
     "wait_done",
     "PausedWatch",
@@ -49,6 +50,15 @@ def workers(client) -> dict:
     if client.asynchronous:  # an async client fetches nothing here: its cached totals
         return dict(client.scheduler_info().get("workers", {}))
     return dict(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+
+
+def persisted(arr):
+    """A dask array made from arrays in this process (``da.from_array``) persisted on the
+    active client (as is without one), so that the graphs that use it afterwards refer to
+    its chunks instead of carrying them again; the scheduler keeps the literals, so a chunk
+    lost with a worker is made again. NumPy comes back as is."""
+    client = active_client() if hasattr(arr, "dask") else None
+    return arr if client is None else client.persist(arr)
 
 
 def smallest_worker_memory(client=None) -> int | None:

@@ -69,12 +69,15 @@ def model_loader(cls):
 
 def training_embedding(Y, X):
     """The fit's embedding of the training rows as the transform stage's result: a lazy read
-    of the stored array in X's row chunks (or the array in memory, as one dask literal)."""
+    of the stored array in X's row chunks, or the array in memory in X's row chunks, persisted
+    on a cluster (sent once: its write and the evaluation refer to its chunks)."""
     import dask.array as da
+
+    from dimred_dask._compute import persisted
 
     if hasattr(Y, "to_dask"):
         return Y.to_dask().rechunk((X.chunks[0], Y.shape[1])).astype(X.dtype)
-    return da.from_array(np.asarray(Y, dtype=X.dtype), chunks=(X.chunks[0], Y.shape[1]))
+    return persisted(da.from_array(np.asarray(Y, dtype=X.dtype), chunks=(X.chunks[0], Y.shape[1])))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -271,6 +271,30 @@ def test_dask_input_on_workers(client):
     assert adjusted_rand_score(y, sc.labels_.compute()) >= ARI_FLOOR
 
 
+def test_the_spectral_embedding_goes_to_the_cluster_once(client):
+    """Dask input: the embedding the solve returns to this process is persisted once, and
+    k-means' sample, the labels and the model's embedding refer to its chunks (as literals
+    in each graph it was sent again every time: "Sending large graph", here over 200 kB)."""
+    import warnings
+
+    import dask
+    import dask.array as da
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(6000, n_features=2, centers=6, cluster_std=0.4, random_state=0)
+    Xd = da.from_array(X, chunks=(1500, 2))  # 96 kB in all; the embedding 6 columns, 288 kB
+    with (
+        dask.config.set({"distributed.admin.large-graph-warning-threshold": "200kB"}),
+        warnings.catch_warnings(record=True) as seen,
+    ):
+        warnings.simplefilter("always")
+        sc = SpectralClustering(6, n_neighbors=10, join_components=True, random_state=0).fit(Xd)
+        labels, Y = sc.labels_.compute(), np.asarray(sc.embedding_)
+    large = [str(w.message).splitlines()[0] for w in seen if "large graph" in str(w.message)]
+    assert len(large) == 1, large
+    assert Y.shape == (6000, 6) and adjusted_rand_score(y, labels) >= ARI_FLOOR
+
+
 def test_same_seed_same_result(roll):
     X, _ = roll
     a = SpectralClustering(3, random_state=5).fit(X)

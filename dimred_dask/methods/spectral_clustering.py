@@ -28,7 +28,7 @@ import numpy as np
 
 from sklearn.base import BaseEstimator, ClusterMixin
 
-from .._compute import compute
+from .._compute import compute, persisted
 from .._validation import check_array, check_random_state, is_dask
 from ..blocks.kmeans import assign, kmeans_best_of, minibatch_update
 from ..blocks.landmarks import kmeans_plusplus
@@ -290,7 +290,9 @@ def spectral_clustering(
             res = spectral_embedding(
                 W, k, normed=cut == "normalized", drop_first=False, solver=eigen_solver, **solve
             )
-        Y, vals, solver = like_input(res.embedding, X), res.eigenvalues, res.solver
+        # persisted: k-means' sample, its labels and the model's embedding refer to it (as a
+        # literal in each graph, 4 000 000 x 10 went to the scheduler three times, 306 MiB each)
+        Y, vals, solver = persisted(like_input(res.embedding, X)), res.eigenvalues, res.solver
         info = {
             "t": t_used,
             "weights": weights,
