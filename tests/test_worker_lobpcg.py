@@ -125,17 +125,15 @@ def test_other_blocks_rows_taken_one_part_a_task_give_the_same_bits(
     client, lle_problem, monkeypatch
 ):
     """A block adds what it reads from other blocks one part a task when the parts are large
-    (`PART_BYTES`): the same sums in the same order, so the same bits as one task; the
-    values are LAPACK's. On a graph in random order each block reads others whole; on a
-    band, their edges."""
+    (`PART_BYTES`): the same sums in the same order, so the same bits as one task (whose
+    eigenpairs the other tests check against LAPACK). On a graph in random order each
+    block reads others whole; on a band, their edges only, all in one task."""
     from dimred_dask.linalg import worker_lobpcg as wl
 
     S = abs(lle_problem[1]) + abs(lle_problem[1]).T
     shuffled = sp.csgraph.laplacian(S.tocsr(), normed=True).tocsr()
     for L, parted in ((shuffled, True), (_band_laplacian(1200, 20), False)):
-        vals = scipy.linalg.eigh(L.toarray(), eigvals_only=True, subset_by_index=[0, 2])
-        kw = dict(kind="symmetric", tol=TOL, blocks=4, client=client)
-        whole = bottom_eigsh_lobpcg_workers(L, 3, **kw)
+        kw = dict(kind="symmetric", tol=1e-14, maxiter=12, blocks=4, client=client)
         methods = []
         call = wl._Solve.call
 
@@ -143,14 +141,16 @@ def test_other_blocks_rows_taken_one_part_a_task_give_the_same_bits(
             methods.append(method)
             return call(self, i, method, after, *args)
 
-        with monkeypatch.context() as m:
-            m.setattr(wl, "PART_BYTES", 0)
-            m.setattr(wl._Solve, "call", spy)
-            parts = bottom_eigsh_lobpcg_workers(L, 3, **kw)
-        assert ("add" in methods) == parted
-        assert whole.convergence["converged"]
+        with pytest.warns(ConvergenceWarning):  # 12 iterations: not converged, enough
+            whole = bottom_eigsh_lobpcg_workers(L, 3, **kw)
+            with monkeypatch.context() as m:
+                m.setattr(wl, "PART_BYTES", 0)
+                m.setattr(wl._Solve, "call", spy)
+                parts = bottom_eigsh_lobpcg_workers(L, 3, **kw)
+        assert ("add" in methods) == parted and "apply" in methods
+        assert whole.info["iterations"] == 12
         np.testing.assert_array_equal(parts.vectors, whole.vectors)
-        np.testing.assert_allclose(whole.values[1:], vals[1:], rtol=VALUE_RTOL)
+        np.testing.assert_array_equal(parts.values, whole.values)
 
 
 def test_symmetric_kind_on_a_normalised_laplacian(client, lle_problem):
