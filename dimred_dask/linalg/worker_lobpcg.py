@@ -415,13 +415,12 @@ class _Solve:
         self.cuts, self.sizes = {"A": [], "At": []}, {"A": [], "At": []}
         self.order = A.order if isinstance(A, WorkerRows) else None
         if not isinstance(A, WorkerRows):  # rows in this process (q unit): sent to their blocks
-            A = WorkerRows(
-                A.shape[0],
-                bounds,
-                [self._put(A[a:b], i) for i, (a, b) in enumerate(bounds)],
-                None if q is None else [self._put(q[a:b], i) for i, (a, b) in enumerate(bounds)],
-                None if At is None else [self._put(At[a:b], i) for i, (a, b) in enumerate(bounds)],
-            )
+
+            def send(M):
+                blocks = enumerate(bounds)
+                return None if M is None else [self._put(M[a:b], i) for i, (a, b) in blocks]
+
+            A = WorkerRows(A.shape[0], bounds, send(A), send(q), send(At))
             q = None if q is None else 1.0
         self._from_rows(A, q, p, seed)
 
