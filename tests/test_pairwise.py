@@ -135,6 +135,34 @@ def test_dask_results_declare_the_dtype_their_blocks_have(data, dtype):
         assert (name, arr.dtype, arr.compute().dtype) == (name, want, want)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("chunks", [(70, 200), (33, 200), (50, 80)])
+def test_centred_operator_products_are_b_times_q(dtype, chunks, monkeypatch):
+    """B Q made a run of rows at a time (runs of 7 rows here, and blocks split by column
+    too) is the product with B = -1/2 H (D * D) H formed; the lazy B is the same B."""
+    import dimred_dask.blocks.centring as centring
+    from dimred_dask.pairwise import CentredOperator, center_stats
+
+    monkeypatch.setattr(centring, "RUN_BYTES", 7 * 8 * 200)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 5))
+    D = sk_distances(X).astype(dtype)
+    S = D.astype(np.float64) ** 2
+    r = S.mean(axis=1)
+    B = -0.5 * (S - r[:, None] - r[None, :] + r.mean())
+    Q = rng.standard_normal((200, 4))
+    Dd = da.from_array(D, chunks=chunks)
+    rd, gd = (np.asarray(v) for v in da.compute(*center_stats(Dd.astype(np.float64) ** 2)))
+    for op in (
+        CentredOperator(Dd, rd, gd, square=True),
+        CentredOperator(Dd.astype(np.float64) ** 2, rd, gd, square=False),
+    ):
+        got = op.product(Q).compute()
+        assert got.shape == (200, 4) and got.dtype == np.float64
+        np.testing.assert_allclose(got, B @ Q, rtol=1e-10, atol=1e-10 * np.abs(B @ Q).max())
+        np.testing.assert_allclose(op.lazy().compute(), B, rtol=1e-6, atol=1e-6 * np.abs(B).max())
+
+
 def test_double_centering_of_integers_is_not_truncated():
     M = np.array([[0, 1], [1, 0]])
     H = np.eye(2) - 0.5

@@ -1,12 +1,19 @@
 """Classical MDS's B = -1/2 J M J of a symmetric matrix in memory (numba, threads): two passes
-over M, no n x n temporary besides B itself (NumPy's expression makes three)."""
+over M, no n x n temporary besides B itself (NumPy's expression makes three).
+
+`centred_block_product`: a row block's rows of B times Q without the block's rows of B ever
+held: made a run of rows at a time in a buffer of a few MiB (the square, the centring, then
+BLAS), where the lazy expression of B makes four block-sized temporaries before its product.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["double_centred"]
+__all__ = ["double_centred", "centred_block_product"]
+
+RUN_BYTES = 4 * 2**20  # a run of rows of B: small enough to stay in cache while it is used
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -43,6 +50,52 @@ def double_centred(M, *, square: bool, out=None):
     B = np.empty((n, n), np.float64) if out is None else out
     _centre(M, bool(square), r, g, B)
     return B, r, g
+
+
+def centred_block_product(blocks, r_rows, r_cols, g, Qs, *, square: bool):
+    """Rows of B Q for one row block of a symmetric M: B = -1/2 (S - r 1^T - 1 r^T + g),
+    S = M * M when ``square`` else M, the product summed over the column blocks.
+
+    Parameters
+    ----------
+    blocks : list of ndarray
+        The row block's blocks of M, one per column block (each m x n_j).
+    r_rows : ndarray of shape (m,)
+        The row means of S at the block's rows.
+    r_cols : list of ndarray
+        The row means of S at each column block's columns (S is symmetric).
+    g : float
+        The mean of ``r``.
+    Qs : list of ndarray
+        Q's rows at each column block (n_j x p).
+    square : bool
+        Whether S is M squared.
+
+    Returns
+    -------
+    ndarray of float64, shape (m, p)
+        The block's rows of B Q. Halving is exact, so these are the bits of (B's rows) @ Q
+        for the same BLAS call on each run.
+    """
+    m = blocks[0].shape[0]
+    out = np.zeros((m, Qs[0].shape[1]))
+    for M, rc, Q in zip(blocks, r_cols, Qs):
+        M = np.asarray(M)
+        Q = np.asarray(Q, np.float64)
+        rc = np.asarray(rc, np.float64) - g
+        step = max(1, RUN_BYTES // (8 * max(M.shape[1], 1)))
+        buf = np.empty((min(step, m), M.shape[1]))
+        for a in range(0, m, step):
+            b = min(a + step, m)
+            t = buf[: b - a]
+            t[:] = M[a:b]
+            if square:
+                np.multiply(t, t, out=t)
+            t -= np.asarray(r_rows[a:b], np.float64)[:, None]
+            t -= rc[None, :]
+            out[a:b] += t @ Q
+    out *= -0.5
+    return out
 
 
 def _warm_up():

@@ -96,6 +96,9 @@ def choose_eigen_solver(solver: str, n: int) -> str:
 
 
 def _matmul(A, Q, stage: str) -> np.ndarray:
+    if hasattr(A, "product"):  # an operator that makes its own lazy products
+        (out,) = compute(A.product(Q), stage=stage)
+        return np.asarray(out, dtype=np.float64)
     if is_dask(A):
         (out,) = compute(A @ Q, stage=stage)
         return np.asarray(out, dtype=np.float64)
@@ -123,8 +126,10 @@ def top_eigh(
 
     Parameters
     ----------
-    A : ndarray or dask array of shape (n, n)
-        The symmetric matrix.
+    A : ndarray, dask array or operator of shape (n, n)
+        The symmetric matrix. An operator (e.g. `pairwise.CentredOperator`) has ``shape``,
+        ``ndim``, ``product(Q)`` giving A Q as a dask array, and ``lazy()`` giving A as one
+        (for the dense solver).
     k : int
         The number of eigenpairs, in [1, n] (k < n - 1 for Lanczos).
     solver : {"auto", "dense", "randomized", "lanczos"}, default "auto"
@@ -239,6 +244,8 @@ def _randomized_record(step, w, v, av, passes, n_iter, scale=None) -> dict:
 
 def _dense(A, k, which, stage) -> Eigen:
     passes = 0
+    if hasattr(A, "lazy"):  # an operator: its matrix as a lazy expression
+        A = A.lazy()
     if is_dask(A):
         (A,) = compute(A, stage=f"{stage}: matrix")
         passes = 1

@@ -40,7 +40,7 @@ from .._validation import (
 from ..blocks.centring import double_centred
 from ..blocks.kernels import distance_block
 from ..linalg import choose_eigen_solver
-from ..pairwise import center_stats, double_center
+from ..pairwise import CentredOperator, center_stats
 from ._base import (
     like_input,
 )
@@ -208,9 +208,9 @@ def classical_mds(
         shift = _shift(X, params)
         X_fit, D2, r, g = _data_input(X, params, shift, solver == "dense")
         X_fit, dtype = check_array(X_fit, method="MDS", where=where), X.dtype
-    if is_dask(D2):
-        r, g = np.asarray(r, np.float64), float(g)
-        B = -0.5 * double_center(D2, (r, g))
+    if is_dask(D2):  # never formed: each product makes its rows a run at a time
+        precomputed = params["metric"] == "precomputed"
+        B = CentredOperator(D if precomputed else D2, r, g, square=precomputed)
     else:  # in memory: B from D (its squares never held apart), or in place of D2 made here
         B, r, g = (
             double_centred(D, square=True)

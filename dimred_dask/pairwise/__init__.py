@@ -2,13 +2,21 @@
 
 from ..blocks.kernels import KERNELS, METRICS
 from .params import check_kernel, check_metric
-from .matrix import blockwise, center_stats, double_center, pairwise_distances, pairwise_kernels
+from .matrix import (
+    CentredOperator,
+    blockwise,
+    center_stats,
+    double_center,
+    pairwise_distances,
+    pairwise_kernels,
+)
 
 __all__ = [
     "KERNELS",
     "METRICS",
     "check_kernel",
     "check_metric",
+    "CentredOperator",
     "blockwise",
     "center_stats",
     "double_center",

@@ -9,6 +9,9 @@ input the result is a NumPy array.
 ``double_center(M)`` returns H M H (H = I - 11^T/n) without forming H: the row means, the
 column means and the grand mean are dask reductions, and the centred matrix is the lazy
 expression M - r 1^T - 1 c^T + g. ``-0.5 * double_center(D**2)`` is classical MDS's B.
+`CentredOperator` is that B for the iterative eigensolvers: each product B Q is one task per
+row block of M that makes its rows of B a run at a time and multiplies them by Q
+(`blocks.centring.centred_block_product`), never holding a block of B.
 
 Sparse X or Y (``scipy.sparse``, or dask arrays of CSR row blocks) give the same dense matrix
 for the kernels and distances made of inner products (``blocks.kernels.SPARSE_KERNELS`` /
@@ -22,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import is_dask, is_sparse_input
+from ..blocks.centring import centred_block_product
 from ..blocks.kernels import (
     SPARSE_KERNELS,
     SPARSE_METRICS,
@@ -32,7 +36,14 @@ from ..blocks.kernels import (
 from ..errors import InputTypeError
 from .params import check_kernel, check_metric
 
-__all__ = ["pairwise_kernels", "pairwise_distances", "double_center", "center_stats", "blockwise"]
+__all__ = [
+    "pairwise_kernels",
+    "pairwise_distances",
+    "double_center",
+    "center_stats",
+    "blockwise",
+    "CentredOperator",
+]
 
 
 def _full_columns(X):
@@ -354,3 +365,65 @@ def double_center(M, stats=None):
         return (M - r[:, None] - r[None, :] + g).astype(dtype)
     r = np.asarray(r, dtype=np.float64)
     return (M - r[:, None] - r[None, :] + g).astype(dtype)
+
+
+class CentredOperator:
+    """Classical MDS's B = -1/2 H S H (S = M * M when ``square`` else M, H = I - 11^T/n) of a
+    symmetric dask M, for the eigensolvers of `linalg.top_eigh`: never formed.
+
+    Each product B Q (`product`) is one task per row block of M, which makes its rows of B a
+    run at a time in a small buffer and multiplies them by Q
+    (`blocks.centring.centred_block_product`); the lazy expression
+    ``-0.5 * double_center(S, (r, g))`` (`lazy`, for the dense solver) makes four
+    block-sized temporaries in every task of every pass.
+
+    Parameters
+    ----------
+    M : dask array of shape (n, n)
+        The symmetric matrix (distances when ``square``).
+    r : ndarray of shape (n,)
+        The row means of S (float64), as `center_stats` gives them.
+    g : float
+        Their mean.
+    square : bool
+        Whether S is M squared.
+    """
+
+    ndim = 2
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, M, r, g, *, square: bool):
+        self.M, self.r, self.g, self.square = M, np.asarray(r, np.float64), float(g), square
+        self.shape = M.shape
+
+    def lazy(self):
+        """B as a lazy dask expression."""
+        S = self.M.astype(np.float64) ** 2 if self.square else self.M
+        return -0.5 * double_center(S, (self.r, self.g))
+
+    def product(self, Q):
+        """B Q as a dask array (n x p, float64): one task per row block of M."""
+        import dask.array as da
+
+        M, Q = self.M, np.asarray(Q, np.float64)
+        rows, cols = M.chunks
+        r_rows = da.from_array(self.r, chunks=(rows,))
+        r_cols = da.from_array(self.r, chunks=(cols,))
+        Qd = da.from_array(Q, chunks=(cols, Q.shape[1]))
+        return da.blockwise(
+            centred_block_product,
+            "ik",
+            M,
+            "ij",
+            r_rows,
+            "i",
+            r_cols,
+            "j",
+            self.g,
+            None,
+            Qd,
+            "jk",
+            square=self.square,
+            concatenate=False,
+            dtype=np.float64,
+        )
