@@ -611,6 +611,41 @@ def test_geodesic_matrix_on_a_worker_equals_in_process(client):
     np.testing.assert_array_equal(geodesic_matrix(g), on_worker)
 
 
+@pytest.mark.parametrize("levels", [None, 1, 5])
+def test_geodesic_matrix_left_on_the_workers_is_the_in_process_one(client, levels):
+    """Groups of sources one after another, each cut into a task a worker, given the
+    finished rows' columns at its sources: SciPy's distances to rounding, a row chunk a
+    task, persisted; the rows and columns of two sources of different groups exactly
+    transposed (copied), the others to rounding."""
+    from scipy.sparse.csgraph import dijkstra
+    from sklearn.datasets import make_swiss_roll
+
+    from dimred_dask._compute import workers
+    from dimred_dask.graphs import geodesic_matrix_on_workers
+
+    g = knn_graph(make_swiss_roll(2500, random_state=0)[0], 8)
+    G = geodesic_matrix_on_workers(g, levels=levels)
+    groups = {None: 2, 1: 1, 5: 5}[levels]  # None: one a 1024 rows at least
+    assert G.numblocks == (groups * len(workers(client)), 1)
+    D = G.compute()
+    ref = dijkstra(graph_csr(g), directed=False)
+    np.testing.assert_allclose(D, ref, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(D, D.T, rtol=1e-13, atol=0)
+    cut = 2500 // groups
+    np.testing.assert_array_equal(D[cut:, :cut], D[:cut, cut:].T)
+    assert (np.diag(D) == 0).all()
+
+
+def test_geodesic_matrix_on_the_workers_refuses_a_disconnected_graph(client):
+    from dimred_dask.graphs import geodesic_matrix_on_workers
+
+    g = knn_graph(_two_clusters(), 5)
+    with pytest.raises(
+        DisconnectedGraphError, match="40 of the 100 points cannot be reached from point 0"
+    ):
+        geodesic_matrix_on_workers(g, method="Isomap", levels=3)
+
+
 def test_geodesic_matrix_refuses_a_disconnected_graph():
     from dimred_dask.graphs import geodesic_matrix
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-__all__ = ["all_pairs_shortest_paths", "LEVELS"]
+__all__ = ["all_pairs_shortest_paths", "rows_after_level", "LEVELS"]
 
 LEVELS = 16  # groups of sources; more save less each (the first group has nothing known)
 _TILE = 64  # rows and columns per tile when finished rows are copied into columns
@@ -102,12 +102,12 @@ def _crossing(indptr, indices, data, lo):
 
 
 @njit(cache=True, nogil=True)
-def _from_source(indptr, indices, data, cross_ptr, cross_to, cross_w, lo, s, out, key, vertex, pos):
-    """Row s of the distances, given the final columns of rows < lo (already copied into
-    out[s, :lo]) and the edges from vertices >= lo into them. pos[v]: -2 settled, -1 not
-    queued, else v's place in the heap. Returns the number of vertices s cannot reach."""
+def _from_source(indptr, indices, data, cross_ptr, cross_to, cross_w, lo, s, row, key, vertex, pos):
+    """Row s of the distances into ``row``, given the final columns of rows < lo (already
+    copied into row[:lo]) and the edges from vertices >= lo into them. pos[v]: -2 settled,
+    -1 not queued, else v's place in the heap. Returns the number of vertices s cannot
+    reach."""
     n = indptr.size - 1
-    row = out[s]
     for u in range(lo):
         pos[u] = -2
     for v in range(lo, n):
@@ -175,7 +175,7 @@ def _levels(indptr, indices, data, bounds, threads, out, unreached):
                     cross_w,
                     lo,
                     s,
-                    out,
+                    out[s],
                     key,
                     vertex,
                     pos,
@@ -187,6 +187,43 @@ def _levels(indptr, indices, data, bounds, threads, out, unreached):
                     m = min(out[r, c], out[c, r])
                     out[r, c] = m
                     out[c, r] = m
+
+
+@njit(cache=True, nogil=True)
+def _rows_after(indptr, indices, data, lo, a, b, out, unreached):
+    n = indptr.size - 1
+    cross_ptr, cross_to, cross_w = _crossing(indptr, indices, data, lo)
+    key = np.empty(n, np.float64)
+    vertex = np.empty(n, indices.dtype)
+    pos = np.empty(n, indices.dtype)
+    for s in range(a, b):
+        unreached[s - a] = _from_source(
+            indptr, indices, data, cross_ptr, cross_to, cross_w, lo, s, out[s - a], key, vertex, pos
+        )
+
+
+def rows_after_level(csr, lo: int, a: int, b: int, known: np.ndarray):
+    """(rows, unreached): the shortest-path rows of sources a..b-1 (lo <= a), one thread,
+    given ``known`` = their distances to the vertices < lo (the columns a..b of the finished
+    rows of every source < lo, transposed): Dijkstra settles only the vertices >= lo, as a
+    group of `all_pairs_shortest_paths` does. ``rows`` is (b - a) x n float64 (``known`` in
+    its first lo columns); ``unreached`` counts the vertices each source cannot reach."""
+    n = csr.shape[0]
+    out = np.empty((b - a, n), np.float64)
+    out[:, :lo] = known
+    unreached = np.zeros(b - a, np.int64)
+    index = np.int32 if n < 2**31 - 1 else np.int64
+    _rows_after(
+        np.asarray(csr.indptr, np.int64),
+        np.asarray(csr.indices, index),
+        np.asarray(csr.data, np.float64),
+        int(lo),
+        int(a),
+        int(b),
+        out,
+        unreached,
+    )
+    return out, unreached
 
 
 def all_pairs_shortest_paths(csr, levels: int = LEVELS, threads: int | None = None):
@@ -218,7 +255,9 @@ def _warm_up():
     first numba compilation then never runs in a worker thread."""
     from scipy.sparse import csr_matrix
 
-    all_pairs_shortest_paths(csr_matrix(np.array([[0.0, 1.0], [1.0, 0.0]])), levels=2, threads=1)
+    csr = csr_matrix(np.array([[0.0, 1.0], [1.0, 0.0]]))
+    all_pairs_shortest_paths(csr, levels=2, threads=1)
+    rows_after_level(csr, 1, 1, 2, np.ones((1, 1)))
 
 
 _warm_up()

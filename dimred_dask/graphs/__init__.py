@@ -15,6 +15,7 @@ from .geodesic import (
     dijkstra_block,
     geodesic_matrix,
     geodesic_rows,
+    geodesic_matrix_on_workers,
     geodesic_rows_on_workers,
     geodesics_through_neighbours,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "dijkstra_block",
     "geodesic_matrix",
     "geodesic_rows",
+    "geodesic_matrix_on_workers",
     "geodesic_rows_on_workers",
     "geodesics_through_neighbours",
     "spectral_embedding",

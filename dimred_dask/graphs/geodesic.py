@@ -6,6 +6,14 @@
 threads, each run settling only the vertices whose rows are not finished yet) in this process
 (or in one task on a worker). Exactly symmetric, zero diagonal.
 
+``geodesic_matrix_on_workers(graph)``: the same matrix left on the workers, by the same
+levels: the sources run in ``levels`` groups one after another, each group cut into one part
+per worker, and a part's task (`blocks.geodesic_kernels.rows_after_level`) receives the
+columns of the finished rows at its sources (cut by small tasks where those rows are), so
+that its Dijkstra runs settle only the vertices of the group and after: about half the work
+of n independent runs. Symmetric to rounding (D[s, t] and D[t, s] of two sources in one
+group come from two runs; every other pair is copied).
+
 ``geodesic_rows(graph, sources)``: the (len(sources), n) matrix of shortest-path distances
 from each source to every vertex, by Dijkstra (``scipy.sparse.csgraph.dijkstra``) from blocks
 of sources. With a ``dask.distributed`` client the CSR graph is scattered to every worker
@@ -27,7 +35,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
 from .._compute import active_client, compute
-from ..blocks.geodesic_kernels import all_pairs_shortest_paths
+from ..blocks.geodesic_kernels import LEVELS, all_pairs_shortest_paths, rows_after_level
 from ..errors import DisconnectedGraphError, InputError
 from .affinities import is_graph_source
 from .connectivity import graph_csr
@@ -38,6 +46,7 @@ __all__ = [
     "geodesic_matrix",
     "geodesic_rows",
     "geodesic_rows_on_workers",
+    "geodesic_matrix_on_workers",
     "geodesics_through_neighbours",
     "SOURCES_PER_TASK",
 ]
@@ -45,6 +54,8 @@ __all__ = [
 # Dijkstra sources per task: one source on a large graph is already a long computation, so a
 # few dozen make a task that outweighs its scheduling and still leave tasks for every worker
 SOURCES_PER_TASK = 32
+# exact geodesics on the workers: at least this many sources a group by default
+LEVEL_ROWS = 1024
 
 
 def dijkstra_block(csr, sources: np.ndarray, dtype=np.float64) -> np.ndarray:
@@ -311,6 +322,118 @@ def geodesic_rows_on_workers(
         i = int(np.nonzero(unreached)[0][0])
         _disconnected(method, int(unreached[i]), n, int(sources[i]))
     return rows
+
+
+def _columns(rows, a: int, b: int) -> np.ndarray:
+    return np.array(rows[:, a:b])
+
+
+def _part(csr, lo: int, a: int, b: int, *finished) -> np.ndarray:
+    """Rows a..b-1 of the geodesic matrix, given the finished rows' columns a..b (in row
+    order: together the rows 0..lo-1)."""
+    known = np.concatenate(finished, axis=0).T if finished else np.empty((b - a, 0))
+    rows, _ = rows_after_level(csr, lo, a, b, known)
+    return rows
+
+
+def _unreached(rows) -> np.ndarray:
+    return np.isinf(rows).sum(axis=1)
+
+
+def geodesic_matrix_on_workers(
+    graph,
+    *,
+    levels: int | None = None,
+    method: str = "Isomap",
+    stage: str = "geodesics (all pairs)",
+):
+    """All n x n geodesic distances over a graph, for exact Isomap, left on the workers.
+
+    Dijkstra from every vertex in ``levels`` groups of sources, each group cut into one task
+    per worker; a task settles only the vertices from its group on, given the columns of
+    the rows of the earlier groups at its sources (the module docstring).
+
+    Parameters
+    ----------
+    graph : KNNGraph, graph source or sparse matrix of shape (n, n)
+        As `geodesic_rows_on_workers` takes it (a graph source is read on a worker).
+    levels : int or None, default None
+        The groups of sources; each group waits for the ones before it. None: `LEVELS` (16),
+        fewer below ``LEVEL_ROWS`` sources a group (every group adds a wait and tasks that
+        grow with the square of the count, which at a few thousand rows outweigh what the
+        group saves).
+    method : str, default "Isomap"
+        The method named in error messages.
+    stage : str, default "geodesics (all pairs)"
+        The progress label of the count of unreachable vertices.
+
+    Returns
+    -------
+    dask.array.Array of float64, shape (n, n)
+        The distances, persisted on the workers, a row chunk per task.
+
+    Raises
+    ------
+    InputError
+        There is no distributed client, or ``graph`` is a matrix that is not square.
+    DisconnectedGraphError
+        Some point cannot be reached from another.
+    """
+    import dask.array as da
+
+    from .._compute import workers
+
+    client = active_client()
+    if client is None:
+        raise InputError(
+            "geodesic_matrix_on_workers leaves its result on the workers of a "
+            "dask.distributed client; found no active distributed client.",
+            "call it inside a distributed Client (dimred_dask.cluster.cluster_client), or call "
+            "geodesic_matrix for the matrix in this process.",
+        )
+    if is_graph_source(graph):
+        n = int(graph.n_samples)
+        shared = client.submit(_source_adjacency, graph, pure=False)
+    else:
+        csr = _adjacency(graph)
+        n = csr.shape[0]
+        shared = _shared(csr)
+    if n == 0:
+        return da.empty((0, 0), dtype=np.float64, chunks=(0, 0))
+    names = sorted(workers(client)) or [None]
+    levels = min(LEVELS, max(1, n // LEVEL_ROWS)) if levels is None else int(levels)
+    bounds = np.unique(np.linspace(0, n, max(1, min(levels, n)) + 1).astype(np.int64))
+    done = []  # (a, b, future) of the finished parts, in row order
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        cuts = np.unique(np.linspace(lo, hi, min(len(names), hi - lo) + 1).astype(np.int64))
+        level = []
+        for p, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+            cols = [client.submit(_columns, f, int(a), int(b), pure=False) for _, _, f in done]
+            where = None if names[0] is None else [names[p % len(names)]]
+            part = client.submit(
+                _part,
+                shared,
+                int(lo),
+                int(a),
+                int(b),
+                *cols,
+                workers=where,
+                allow_other_workers=True,
+                pure=False,
+            )
+            level.append((int(a), int(b), part))
+        done += level
+    counts = [client.submit(_unreached, f, pure=False) for _, _, f in done]
+    parts = [
+        da.from_delayed(c, shape=(b - a,), dtype=np.int64) for (a, b, _), c in zip(done, counts)
+    ]
+    (unreached,) = compute(da.concatenate(parts), stage=stage)
+    if unreached.any():
+        i = int(np.nonzero(unreached)[0][0])
+        _disconnected(method, int(unreached[i]), n, i)
+    return da.concatenate(
+        [da.from_delayed(f, shape=(b - a, n), dtype=np.float64) for a, b, f in done]
+    )
 
 
 def geodesics_through_neighbours(

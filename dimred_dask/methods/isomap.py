@@ -12,7 +12,9 @@ warning), and the negative part is reported (``negative_mass`` = sum |lambda < 0
 |lambda| with the dense solver, ``negative_ratio`` = |lambda_min| / lambda_max otherwise),
 as classical MDS reports it. Geodesics: `graphs.geodesic_matrix` (Dijkstra from every
 point on numba's threads in this process, where the matrix is used; each run settles only the
-points whose rows are not finished yet). The MDS is
+points whose rows are not finished yet), or on the workers for dask input with a cluster
+(`isomap_on_workers`, `graphs.geodesic_matrix_on_workers`: the same groups of sources, a
+task a worker in each). The MDS is
 `methods.mds.classical_mds` of the precomputed geodesic matrix (dense, randomized or Lanczos).
 
 Landmark Isomap (``LandmarkIsomap``, for large n): Dijkstra from m landmarks only (an m x n
@@ -39,10 +41,10 @@ from ..errors import InputError
 from ..graphs import (
     check_n_neighbors,
     geodesic_matrix,
+    geodesic_matrix_on_workers,
     geodesic_rows,
     geodesic_rows_on_workers,
 )
-from ..graphs.geodesic import SOURCES_PER_TASK
 from ..linalg import choose_landmarks
 from ..pairwise import check_metric
 from ._base import ModelTransform, DimredEstimator, column_signs, like_input
@@ -70,7 +72,6 @@ ON_WORKERS_MAX = 20_000  # full Isomap in a run: n x n geodesics on the workers 
 # with the randomized one), and is refused when they would not fit (check_fits_in_memory)
 IN_MEMORY_COPIES = 4
 LANDMARK_CHOICES = ("maxmin", "uniform")  # of linalg.LANDMARK_METHODS: rows, graph vertices
-GEODESIC_BLOCK_BYTES = 32 * 2**20  # exact Isomap on the workers: bytes per geodesic row block
 TRIANGULATE_ROWS = 65_536  # rows triangulated at once (a rows x m float64 temporary)
 
 
@@ -279,7 +280,8 @@ def isomap(
 
 def isomap_on_workers(X, **params) -> IsomapModel:
     """`isomap` (same parameters) for dask ``X`` with a distributed client, the n x n
-    geodesic matrix left on the workers: Dijkstra's rows are persisted there, classical MDS
+    geodesic matrix left on the workers: its rows are made and persisted there
+    (`graphs.geodesic_matrix_on_workers`), classical MDS
     reads them there (only n x k blocks come back), and the model's ``reference`` is that
     dask array and its ``X_fit`` is ``X`` itself, so that the flow writes both to the run
     store from the workers (NumPy input, or no client: `isomap`)."""
@@ -336,11 +338,7 @@ def _isomap(
         random_state=random_state,
     )
     if on_workers:  # the geodesic rows stay persisted on the workers (n x n)
-        n = X.shape[0]
-        # row blocks of about GEODESIC_BLOCK_BYTES: each pass of the MDS solver is a task per
-        # block, so small blocks would cost more in scheduling than in arithmetic
-        per_task = max(SOURCES_PER_TASK, GEODESIC_BLOCK_BYTES // (8 * n))
-        G = geodesic_rows_on_workers(g, np.arange(n), per_task=per_task, method="Isomap")
+        G = geodesic_matrix_on_workers(g, method="Isomap")
     else:
         G = geodesic_matrix(g, method="Isomap")
     mds = classical_mds(
