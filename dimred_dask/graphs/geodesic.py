@@ -30,6 +30,8 @@ g(x, l) = min_t (d_t + G[j_t, l]) from every reference point l (scikit-learn's I
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
@@ -328,16 +330,11 @@ def _columns(rows, a: int, b: int) -> np.ndarray:
     return np.array(rows[:, a:b])
 
 
-def _part(csr, lo: int, a: int, b: int, *finished) -> np.ndarray:
-    """Rows a..b-1 of the geodesic matrix, given the finished rows' columns a..b (in row
-    order: together the rows 0..lo-1)."""
+def _part(csr, lo: int, a: int, b: int, *finished) -> tuple:
+    """(rows, unreached) of the sources a..b-1, given the finished rows' columns a..b (in
+    row order: together the rows 0..lo-1)."""
     known = np.concatenate(finished, axis=0).T if finished else np.empty((b - a, 0))
-    rows, _ = rows_after_level(csr, lo, a, b, known)
-    return rows
-
-
-def _unreached(rows) -> np.ndarray:
-    return np.isinf(rows).sum(axis=1)
+    return rows_after_level(csr, lo, a, b, known)
 
 
 def geodesic_matrix_on_workers(
@@ -403,14 +400,14 @@ def geodesic_matrix_on_workers(
     names = sorted(workers(client)) or [None]
     levels = min(LEVELS, max(1, n // LEVEL_ROWS)) if levels is None else int(levels)
     bounds = np.unique(np.linspace(0, n, max(1, min(levels, n)) + 1).astype(np.int64))
-    done = []  # (a, b, future) of the finished parts, in row order
+    done, counts = [], []  # (a, b, future) of the finished parts in row order; their counts
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         cuts = np.unique(np.linspace(lo, hi, min(len(names), hi - lo) + 1).astype(np.int64))
         level = []
         for p, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
             cols = [client.submit(_columns, f, int(a), int(b), pure=False) for _, _, f in done]
             where = None if names[0] is None else [names[p % len(names)]]
-            part = client.submit(
+            pair = client.submit(
                 _part,
                 shared,
                 int(lo),
@@ -421,9 +418,10 @@ def geodesic_matrix_on_workers(
                 allow_other_workers=True,
                 pure=False,
             )
+            part = client.submit(operator.getitem, pair, 0, pure=False)
             level.append((int(a), int(b), part))
+            counts.append(client.submit(operator.getitem, pair, 1, pure=False))
         done += level
-    counts = [client.submit(_unreached, f, pure=False) for _, _, f in done]
     parts = [
         da.from_delayed(c, shape=(b - a,), dtype=np.int64) for (a, b, _), c in zip(done, counts)
     ]
