@@ -74,8 +74,8 @@ def centred_block_product(blocks, r_rows, r_cols, g, Qs, *, square: bool):
     Returns
     -------
     ndarray of float64, shape (m, p)
-        The block's rows of B Q. Halving is exact, so these are the bits of (B's rows) @ Q
-        for the same BLAS call on each run.
+        The block's rows of B Q (S's rows centred as (S - r_i) - (r_j - g), to rounding the
+        lazy expression's order; the halving, after the product, is exact).
     """
     m = blocks[0].shape[0]
     out = np.zeros((m, Qs[0].shape[1]))
