@@ -18,6 +18,7 @@ from dimred_dask.linalg import (
     nystrom_kernel,
     nystrom_map,
     nystrom_top_eigh,
+    top_and_bottom_eigh,
     top_eigh,
 )
 from dimred_dask.pairwise import (
@@ -251,6 +252,45 @@ def test_smallest_eigenvalues_of_an_indefinite_matrix(data, solver):
 def test_randomized_smallest_needs_a_shift(data):
     with pytest.raises(InputError, match="shift"):
         top_eigh(np.eye(20), 2, solver="randomized", which="SA")
+
+
+class _CountingOperator:
+    """A symmetric matrix as an operator whose lazy products are counted (passes over it)."""
+
+    def __init__(self, A):
+        self.A, self.shape, self.ndim, self.products = A, A.shape, 2, 0
+
+    def product(self, Q):
+        self.products += 1
+        return da.from_array(self.A @ Q, chunks=(50, -1))
+
+
+@pytest.mark.parametrize("n_iter", [0, 1, 4, 40])
+def test_top_and_bottom_eigh_share_their_passes(data, n_iter):
+    """Both ends of an indefinite B in n_iter + 2 passes (1 when n_iter is 0): the top pairs
+    are `top_eigh`'s from the same start block; the bottom Ritz values bound the smallest
+    eigenvalues from above and reach them when the iteration is long enough."""
+    X, _ = data
+    B = -0.5 * double_center(pairwise_distances(X, metric="chebyshev") ** 2)
+    w = np.linalg.eigvalsh(B)
+    assert w[0] < 0  # chebyshev distances are not Euclidean: B has a negative part
+    op = _CountingOperator(B)
+    top, bottom = top_and_bottom_eigh(op, 3, n_iter=n_iter, random_state=0)
+    assert op.products == (1 if n_iter == 0 else n_iter + 2)
+    assert top.passes + bottom.passes == op.products
+    assert bottom.info["shared_passes"] == n_iter + 1 - bottom.passes
+    alone = top_eigh(B, 3, solver="randomized", n_iter=n_iter, random_state=0)
+    np.testing.assert_allclose(top.values, alone.values, rtol=1e-12)
+    np.testing.assert_allclose(np.abs(top.vectors.T @ alone.vectors).diagonal(), 1.0, atol=1e-9)
+    np.testing.assert_allclose(top.product, B @ top.vectors, atol=1e-9 * abs(w[-1]))
+    assert np.all(np.diff(bottom.values) >= 0)
+    assert np.all(bottom.values >= w[:3] - 1e-9 * abs(w[-1]))  # Ritz values: upper bounds
+    np.testing.assert_allclose(bottom.vectors.T @ bottom.vectors, np.eye(3), atol=1e-12)
+    if n_iter == 40:
+        np.testing.assert_allclose(bottom.values, w[:3], rtol=1e-3)
+        np.testing.assert_allclose(bottom.info["shift"], w[-1], rtol=1e-12)
+        sequential = top_eigh(B, 3, solver="randomized", which="SA", shift=w[-1], n_iter=40)
+        np.testing.assert_allclose(bottom.values, sequential.values, rtol=1e-3)
 
 
 @pytest.mark.parametrize("method", ["uniform", "maxmin", "kmeans++", "kmeans"])

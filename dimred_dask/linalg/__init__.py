@@ -2,7 +2,14 @@
 eigensolvers, Nyström, SDPs. Every iterative solve leaves a convergence record
 (``linalg.convergence``)."""
 
-from .eigen import DENSE_MAX, EIGEN_SOLVERS, Eigen, choose_eigen_solver, top_eigh
+from .eigen import (
+    DENSE_MAX,
+    EIGEN_SOLVERS,
+    Eigen,
+    choose_eigen_solver,
+    top_and_bottom_eigh,
+    top_eigh,
+)
 from .moments import column_stats, row_blocks
 from .landmarks import (
     LANDMARK_METHODS,
@@ -46,6 +53,7 @@ __all__ = [
     "Eigen",
     "choose_eigen_solver",
     "top_eigh",
+    "top_and_bottom_eigh",
     "LANDMARK_METHODS",
     "LANDMARK_ROWS",
     "NystromMap",

@@ -19,7 +19,9 @@ top ``k`` algebraic ones are picked among ``k + n_oversamples`` Ritz values, whi
 when the negative part is smaller in magnitude (the case for kernel and MDS matrices of data).
 ``which="SA"`` returns the smallest (most negative) eigenpairs instead: Lanczos asks ARPACK for
 them directly; subspace iteration runs on the positive semidefinite sigma I - A, with sigma
->= the largest eigenvalue (``shift``, e.g. from a "LA" call first).
+>= the largest eigenvalue (``shift``, e.g. from a "LA" call first). `top_and_bottom_eigh`
+runs the two subspace iterations in the same passes over A, the bottom one shifted by the
+top one's current largest Ritz value.
 
 Every result carries its convergence record (``Eigen.convergence``, see
 ``linalg.convergence``): dense is exact; subspace iteration runs its passes by design and
@@ -41,7 +43,7 @@ from .._validation import check_random_state, is_dask
 from ..errors import ConvergenceWarning, InputError
 from .convergence import completed, record
 
-__all__ = ["Eigen", "top_eigh", "EIGEN_SOLVERS", "DENSE_MAX"]
+__all__ = ["Eigen", "top_eigh", "top_and_bottom_eigh", "EIGEN_SOLVERS", "DENSE_MAX"]
 
 EIGEN_SOLVERS = ("auto", "dense", "randomized", "lanczos")
 DENSE_MAX = 4000
@@ -224,6 +226,133 @@ def top_eigh(
         info={"shift": float(shift)},
         convergence=_randomized_record(step, w, v, av, passes, n_iter, scale=float(shift)),
     )
+
+
+def top_and_bottom_eigh(
+    A,
+    k: int,
+    *,
+    n_oversamples: int = 10,
+    n_iter: int = 4,
+    random_state=0,
+    stage: str = "eigensolver",
+) -> tuple[Eigen, Eigen]:
+    """The ``k`` largest and the ``k`` smallest eigenpairs of symmetric ``A`` by randomized
+    subspace iteration, the two iterations sharing their passes over ``A``.
+
+    The top iteration is `top_eigh`'s randomized ``"LA"`` solve, start block and all. The
+    bottom one runs on sigma I - A (`top_eigh`'s ``"SA"``), its start block drawn next from
+    the same ``random_state``; its shift sigma is the top iteration's current largest Ritz
+    value, a lower bound on the largest eigenvalue that converges to it. Its first step
+    waits one pass for a shift from a block that has had a power step (a random block's
+    Ritz value is far too low), so the two solves take ``n_iter + 2`` passes instead of
+    ``2 (n_iter + 1)``; each pass multiplies A by both blocks side by side.
+
+    Parameters
+    ----------
+    A : ndarray, dask array or operator of shape (n, n)
+        As `top_eigh` takes it.
+    k : int
+        The number of eigenpairs at each end, in [1, n].
+    n_oversamples, n_iter, random_state, stage
+        As `top_eigh`'s.
+
+    Returns
+    -------
+    (Eigen, Eigen)
+        The top pairs (values descending, ``product`` = A @ vectors, ``passes`` = n_iter +
+        1) and the bottom pairs (values ascending, ``passes`` = the one pass they added,
+        ``info["shift"]`` the last shift, ``info["shared_passes"]`` the passes shared with
+        the top solve); each with its convergence record.
+
+    Raises
+    ------
+    InputError
+        ``A`` is not square, or ``k`` is out of range.
+    """
+    n = A.shape[0]
+    if A.ndim != 2 or A.shape[1] != n:
+        raise InputError(
+            f"An eigensolver needs a square matrix; found shape {A.shape}.",
+            "pass the n x n kernel or distance matrix.",
+        )
+    if not 1 <= k <= n:
+        raise InputError(
+            f"Asked for {k} eigenpairs of a {n} x {n} matrix.", f"ask for between 1 and {n}."
+        )
+    n_iter = int(n_iter)
+    rng = check_random_state(random_state)
+    width = min(n, k + max(int(n_oversamples), 0))
+    qt, _ = np.linalg.qr(rng.standard_normal((n, width)))
+    qb, _ = np.linalg.qr(rng.standard_normal((n, width)))
+    top = bottom = pending = shift = None
+    t_steps = b_steps = passes = 0
+    shift_good = False
+    while top is None or bottom is None:
+        want_t, want_b = top is None, bottom is None and pending is None
+        passes += 1
+        what = [f"top {_step(t_steps, n_iter)}"] if want_t else []
+        what += [f"bottom {_step(b_steps, n_iter)}"] if want_b else []
+        aq = _matmul(
+            A,
+            np.hstack(([qt] if want_t else []) + ([qb] if want_b else [])),
+            f"{stage}: {', '.join(what)}",
+        )
+        if want_t:
+            aqt = aq[:, :width]
+            w, v = scipy.linalg.eigh(_symmetric(qt.T @ aqt))
+            shift, shift_good = float(w[-1]), t_steps >= 1
+            if t_steps < n_iter:
+                qt, _ = np.linalg.qr(aqt)
+                t_steps += 1
+            else:
+                top = _ritz(w, v, qt, aqt, k, descending=True)
+        if want_b:
+            pending = aq[:, aq.shape[1] - width :]
+        if pending is not None and b_steps == n_iter:
+            bottom = _ritz(*scipy.linalg.eigh(_symmetric(qb.T @ pending)), qb, pending, k, False)
+            pending = None
+        elif pending is not None and (shift_good or top is not None):
+            qb, _ = np.linalg.qr(shift * qb - pending)
+            b_steps += 1
+            pending = None
+    tw, tv, tav = top
+    bw, bv, bav = bottom
+    step = f"{k} eigenpairs"
+    return (
+        Eigen(
+            tw,
+            tv,
+            "randomized",
+            n_iter + 1,
+            product=tav,
+            convergence=_randomized_record(f"top {step}", tw, tv, tav, n_iter + 1, n_iter),
+        ),
+        Eigen(
+            bw,
+            bv,
+            "randomized",
+            passes - (n_iter + 1),
+            info={"shift": shift, "shared_passes": 2 * (n_iter + 1) - passes},
+            convergence=_randomized_record(
+                f"bottom {step}", bw, bv, bav, n_iter + 1, n_iter, scale=shift
+            ),
+        ),
+    )
+
+
+def _step(done: int, n_iter: int) -> str:
+    return f"power iteration {done + 1}/{n_iter}" if done < n_iter else "Rayleigh-Ritz"
+
+
+def _symmetric(small: np.ndarray) -> np.ndarray:
+    return (small + small.T) / 2
+
+
+def _ritz(w, v, q, aq, k: int, descending: bool):
+    """(values, vectors, A @ vectors) of the k largest (or smallest) Ritz pairs."""
+    order = (np.argsort(w)[::-1] if descending else np.argsort(w))[:k]
+    return w[order], q @ v[:, order], aq @ v[:, order]
 
 
 def _randomized_record(step, w, v, av, passes, n_iter, scale=None) -> dict:

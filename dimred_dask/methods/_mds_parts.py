@@ -15,7 +15,7 @@ from scipy.spatial.distance import cdist
 from .._validation import check_is_fitted, is_dask
 from ..blocks.kernels import METRICS, distance_block
 from ..errors import DimredWarning, InputError
-from ..linalg import take_rows, top_eigh
+from ..linalg import choose_eigen_solver, take_rows, top_and_bottom_eigh, top_eigh
 from ..linalg.convergence import diagnostic, require_converged
 from ..pairwise import check_metric, pairwise_distances
 from ._base import (
@@ -141,11 +141,16 @@ def _kept_scale(lam: np.ndarray, tol: float, method: str):
     return np.where(ok, root, 0.0), np.where(ok, 1.0 / root, 0.0)
 
 
-def _negative_part(B, eig, k: int, tol: float, measure: bool, eig_kw: dict):
+def _negative_part(B, eig, k: int, tol: float, measure: bool, eig_kw: dict, low=None):
     """(negative eigenvalues ascending, negative_mass or None, negative_ratio or None, passes,
-    the solves' convergence records)."""
+    the solves' convergence records). ``low``: the bottom pairs when solved already (with
+    the top ones, `linalg.top_and_bottom_eigh`)."""
     lam_max = float(eig.values[0])
-    if eig.spectrum is not None:
+    if low is not None:
+        low_values = np.asarray(low.values)
+        neg, mass, lowest = low_values[low_values < -tol], None, float(low_values[0])
+        passes, recs = int(low.passes), [diagnostic(low.convergence)]
+    elif eig.spectrum is not None:
         sp = eig.spectrum
         neg = np.sort(sp[sp < -tol])
         total = float(np.abs(sp).sum())
@@ -161,15 +166,11 @@ def _negative_part(B, eig, k: int, tol: float, measure: bool, eig_kw: dict):
 
 
 def _lowest(B, eig, k: int, tol: float, eig_kw: dict):
-    """The k smallest eigenvalues (ascending), the passes and records. Lanczos asks for the
-    smallest one first: B of Euclidean distances has an (n - rank)-fold eigenvalue 0, where
-    ARPACK cannot converge to k > 1 copies; only a negative lambda_min calls for k more."""
+    """The k smallest eigenvalues (ascending) by Lanczos, the passes and records (subspace
+    iteration solves them with the top ones). Lanczos asks for the smallest one first: B of
+    Euclidean distances has an (n - rank)-fold eigenvalue 0, where ARPACK cannot converge
+    to k > 1 copies; only a negative lambda_min calls for k more."""
     stage = "MDS: negative eigenvalues"
-    if eig.solver != "lanczos":
-        low = top_eigh(
-            B, k, solver=eig.solver, which="SA", shift=float(eig.values[0]), stage=stage, **eig_kw
-        )
-        return np.asarray(low.values), int(low.passes), [diagnostic(low.convergence)]
     low = top_eigh(B, 1, solver="lanczos", which="SA", stage=stage, **eig_kw)
     if k == 1 or low.values[0] >= -tol:
         return np.asarray(low.values), int(low.passes), [diagnostic(low.convergence)]
@@ -183,7 +184,11 @@ def _lowest(B, eig, k: int, tol: float, eig_kw: dict):
 
 def _eigen(B, k: int, n: int, dtype, solver: str, eig_kw: dict, measure: bool, method: str):
     """Top-k eigenpairs of B (sign-fixed), the scales, and the negative part."""
-    eig = top_eigh(B, k, solver=solver, stage=f"{method} eigensolver", **eig_kw)
+    solver, low = choose_eigen_solver(solver, n), None
+    if solver == "randomized" and measure:  # the two ends in the same passes over B
+        eig, low = top_and_bottom_eigh(B, k, stage=f"{method} eigensolver", **eig_kw)
+    else:
+        eig = top_eigh(B, k, solver=solver, stage=f"{method} eigensolver", **eig_kw)
     require_converged(
         eig.convergence,
         method,
@@ -193,7 +198,7 @@ def _eigen(B, k: int, n: int, dtype, solver: str, eig_kw: dict, measure: bool, m
     tol = _rounding_tol(lam[0], n, dtype)
     vectors = sign_fix(np.asarray(eig.vectors).T).T
     root, inv = _kept_scale(lam, tol, method)
-    neg, mass, ratio, passes, recs = _negative_part(B, eig, k, tol, measure, eig_kw)
+    neg, mass, ratio, passes, recs = _negative_part(B, eig, k, tol, measure, eig_kw, low)
     info = {
         "passes": int(eig.passes) + passes,
         "rounding_tol": tol,

@@ -17,9 +17,10 @@ column means of D2. A training point gets back V_k Lambda_k^1/2 (V is orthogonal
 A non-Euclidean dissimilarity (manhattan, chebyshev, a precomputed matrix) makes B
 indefinite. Reported: the negative eigenvalues (all with the dense solver, the k most
 negative otherwise), ``negative_mass`` = sum |lambda < 0| / sum |lambda| (dense only) and
-``negative_ratio`` = |lambda_min| / lambda_max (subspace iteration on lambda_max I - B gives
-a lower bound; dense and Lanczos are exact). Eigenvalues above -n eps lambda_max are
-rounding, not negative; kept components not above +n eps lambda_max are zeroed, with a warning.
+``negative_ratio`` = |lambda_min| / lambda_max (subspace iteration on lambda_max I - B, in
+the same passes over B as the top solve, gives a lower bound; dense and Lanczos are exact).
+Eigenvalues above -n eps lambda_max are rounding, not negative; kept components not above
++n eps lambda_max are zeroed, with a warning.
 
 Stress: Kruskal's stress-1, sqrt(sum (d_ij - ||y_i - y_j||)^2 / sum d_ij^2) over pairs, exact
 up to ``STRESS_MAX_ROWS`` points, else on a random sample of that many rows (see ``info``).
