@@ -420,3 +420,16 @@ def test_mds_in_memory_refuses_what_would_not_fit(monkeypatch, rng):
     assert "dask array" in str(err.value) and "LandmarkMDS" in str(err.value)
     model = MDS(2, solver="randomized").fit(da.from_array(X, chunks=100))
     assert model.embedding_.shape == (300, 2)
+
+
+@pytest.mark.parametrize("chunks", [(37, 200), (64, 41), (200, 200)])
+def test_principal_submatrix_of_a_chunked_matrix(chunks):
+    """The stress sample of a dask D: the entries at the sampled rows and columns, in order,
+    from any blocking (rows and columns cut apart, blocks holding none of the rows)."""
+    from dimred_dask.methods._precomputed import principal_submatrix
+
+    D = np.random.default_rng(3).random((200, 200))
+    for idx in (np.array([0, 5, 36, 37, 38, 150, 199]), np.arange(200), np.array([64])):
+        got = principal_submatrix(da.from_array(D, chunks=chunks), idx)
+        np.testing.assert_array_equal(got.compute(), D[np.ix_(idx, idx)])
+    np.testing.assert_array_equal(principal_submatrix(D, idx), D[np.ix_(idx, idx)])

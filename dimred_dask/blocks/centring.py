@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["double_centred", "centred_block_product"]
+__all__ = ["double_centred", "centred_block_product", "sample_block"]
 
 RUN_BYTES = 4 * 2**20  # a run of rows of B: small enough to stay in cache while it is used
 
@@ -106,3 +106,8 @@ def _warm_up():
 
 
 _warm_up()
+
+
+def sample_block(block, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """block[rows][:, cols] in one copy: a block's part of MDS's stress sample of D."""
+    return np.asarray(block)[np.ix_(rows, cols)]

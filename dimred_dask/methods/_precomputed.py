@@ -8,6 +8,7 @@ import numpy as np
 
 from .._compute import compute
 from .._validation import check_array, describe_nonfinite, is_dask
+from ..blocks.centring import sample_block
 from ..errors import InputError
 from ..pairwise import center_stats
 
@@ -18,6 +19,7 @@ __all__ = [
     "checked_distances",
     "distance_stats",
     "evaluate",
+    "principal_submatrix",
 ]
 
 # A precomputed D counts as symmetric with a zero diagonal when max|D - D^T| and max|d_ii|
@@ -35,6 +37,37 @@ def evaluate(*objs, stage: str):
         for i, v in zip(lazy, compute(*[objs[i] for i in lazy], stage=stage)):
             out[i] = v
     return tuple(out)
+
+
+def principal_submatrix(D, idx: np.ndarray):
+    """D[idx][:, idx] for ascending row numbers ``idx``: for dask ``D`` one task per block
+    that holds some of them, taking its entries in place (dask's fancy indexing of rows then
+    columns makes an intermediate of len(idx) whole rows and several tasks a block)."""
+    if not is_dask(D):
+        return D[np.ix_(idx, idx)]
+    import dask.array as da
+    from dask import delayed
+
+    idx = np.asarray(idx, np.int64)
+    take = delayed(sample_block, pure=True)
+    blocks = D.to_delayed()
+    row_parts, col_parts = _local(idx, D.chunks[0]), _local(idx, D.chunks[1])
+    return da.block(
+        [
+            [
+                da.from_delayed(take(blocks[i, j], r, c), shape=(r.size, c.size), dtype=D.dtype)
+                for j, c in col_parts
+            ]
+            for i, r in row_parts
+        ]
+    )
+
+
+def _local(idx: np.ndarray, chunks) -> list:
+    """(block number, row numbers within it) of the blocks that hold some of ``idx``."""
+    starts = np.cumsum((0,) + tuple(chunks))
+    where = np.searchsorted(starts, idx, side="right") - 1
+    return [(int(b), idx[where == b] - starts[b]) for b in np.unique(where)]
 
 
 # --------------------------------------------------------------------------- precomputed D

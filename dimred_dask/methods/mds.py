@@ -64,6 +64,7 @@ from ._precomputed import (
     checked_distances,
     distance_stats,
     evaluate,
+    principal_submatrix,
 )
 from ._spec import DOCS_LINEAR, MethodSpec
 
@@ -226,7 +227,7 @@ def classical_mds(
     embedding = (vectors * root).astype(dtype)
     idx, exact = _stress_rows(n, rng)
     if X_fit is None:
-        (d_s,) = evaluate(D[idx][:, idx], stage="MDS: stress sample")
+        (d_s,) = evaluate(principal_submatrix(D, idx), stage="MDS: stress sample")
     else:
         xs = X_fit[idx] if shift is None else X_fit[idx] - shift.astype(dtype)
         d_s = distance_block(xs, xs, **params)
