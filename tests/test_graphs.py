@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from dimred_dask.blocks.neighbors import kdtree_topk
 from dimred_dask.errors import DisconnectedGraphError, InputError
 from dimred_dask.graphs import (
     KNNGraph,
@@ -545,25 +546,56 @@ def test_bottom_eigsh_gram_widens_a_narrow_block_and_refuses_a_negative_maxiter(
         assert err.value.fix
 
 
+@pytest.mark.parametrize("lazy", [False, True])
 @pytest.mark.parametrize("X", ["ties", "blobs"])
-def test_kdtree_exact_graph_equals_the_distance_panels(X, blobs, monkeypatch):
-    """Low-dimensional euclidean input on the k-d tree gives the panels' graph: the same
-    neighbours (ties broken by index) and distances to rounding."""
+def test_kdtree_exact_graph_equals_the_distance_panels(X, lazy, blobs, monkeypatch):
+    """Low-dimensional euclidean input on the k-d tree (NumPy, or dask in one task) gives the
+    panels' graph: the same neighbours (ties broken by index) and distances to rounding."""
     import dimred_dask.graphs.knn as knn_mod
 
     if X == "ties":  # a grid with many equal distances: integer coordinates are exact
         X = np.random.default_rng(1).integers(0, 12, size=(1500, 2)).astype(np.float64)
     else:
         X = blobs
-    monkeypatch.setattr(knn_mod, "KDTREE_MAX_DIM", 16)
-    tree = knn_graph(X, 12, backend="exact")
+    Xin = da.from_array(X, chunks=(400, -1)) if lazy else X
+    calls = []
+    monkeypatch.setattr(knn_mod, "kdtree_topk", lambda *a: calls.append(1) or kdtree_topk(*a))
+    monkeypatch.setattr(knn_mod, "KDTREE_MIN_ROWS", 0)
+    tree = knn_graph(Xin, 12, backend="exact")
+    if lazy:  # its task may run on a worker, where the spy counts apart: the NumPy tree's
+        in_memory = knn_graph(X, 12, backend="exact")
+        np.testing.assert_array_equal(tree.indices, in_memory.indices)
+        np.testing.assert_array_equal(tree.distances, in_memory.distances)
+    calls.clear()
     monkeypatch.setattr(knn_mod, "KDTREE_MAX_DIM", 0)
-    panels = knn_graph(X, 12, backend="exact")
+    panels = knn_graph(Xin, 12, backend="exact")
+    assert not calls
+    monkeypatch.setattr(knn_mod, "KDTREE_MAX_DIM", 16)
+    knn_graph(X, 12, backend="exact")
+    assert len(calls) == 1
     np.testing.assert_array_equal(tree.indices, panels.indices)
     np.testing.assert_allclose(tree.distances, panels.distances, rtol=0, atol=1e-6)
     x = np.asarray(X, np.float64)  # the tree's distances are the exact differences'
     exact = np.linalg.norm(x[:, None, :] - x[tree.indices], axis=2)
     np.testing.assert_allclose(tree.distances, exact, rtol=1e-15, atol=0)
+
+
+def test_small_inputs_keep_the_panels_distances(blobs, monkeypatch):
+    """Below KDTREE_MIN_ROWS rows the exact graph is the panels' to the bit (the small exact
+    solves downstream see the same values as before the tree); from it, the tree's."""
+    import dimred_dask.graphs.knn as knn_mod
+
+    X = np.asarray(blobs, np.float64)[:, :3]
+    calls = []
+    monkeypatch.setattr(knn_mod, "kdtree_topk", lambda *a: calls.append(1) or kdtree_topk(*a))
+    default = knn_graph(X, 8, backend="exact")
+    assert not calls
+    monkeypatch.setattr(knn_mod, "KDTREE_MAX_DIM", 0)
+    panels = knn_graph(X, 8, backend="exact")
+    np.testing.assert_array_equal(default.distances, panels.distances)
+    monkeypatch.setattr(knn_mod, "KDTREE_MAX_DIM", 16)
+    monkeypatch.setattr(knn_mod, "KDTREE_MIN_ROWS", X.shape[0])
+    assert knn_graph(X, 8, backend="exact").indices.shape == (X.shape[0], 8) and calls
 
 
 def _random_symmetric(n, density, seed):

@@ -28,11 +28,17 @@ PANEL_ROWS = 1024  # rows of ``a`` per distance panel
 PANEL_ENTRIES = 1 << 23
 # exact euclidean kNN of dense rows with up to this many columns by a k-d tree (scipy's
 # cKDTree, on all cores) instead of distance panels: O(n log n) against O(n^2 d) when d is
-# small. Off (0) by default: the tree's distances are the exact differences', which differ
-# from the panels' (||a||^2 + ||b||^2 - 2 a.b) in the 13th digit, and the exact MVU solve of a
-# perturbed graph in the test suite flips between "optimal" and "optimal_inaccurate" on such
-# differences; 16 suits low-dimensional data once that solve is made robust.
-KDTREE_MAX_DIM = 0
+# small (in high dimensions the tree visits most leaves and the panels are faster).
+KDTREE_MAX_DIM = 16
+# ... and from this many rows: below, the panels cost little, and the graph keeps the
+# panels' distances (||a||^2 + ||b||^2 - 2 a.b), which differ from the tree's exact
+# differences in the 13th digit. The exact MVU solve (at most 3000 rows) of a perturbed
+# graph flips between "optimal" and "optimal_inaccurate" on 1e-13 relative changes of its
+# distances, so small inputs keep the panels' values.
+KDTREE_MIN_ROWS = 4096
+# ... and for dask input only while the one task that queries the tree holds at most this
+# much (the rows, and indices and distances of k + 4 neighbours a row)
+KDTREE_TASK_BYTES = 512 * 2**20
 
 
 def _ordered_topk(d: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -52,6 +52,8 @@ from .._validation import check_array, check_random_state, is_dask, is_sparse_in
 from ..blocks.kernels import METRICS, SPARSE_METRICS
 from ..blocks.neighbors import (
     KDTREE_MAX_DIM,
+    KDTREE_MIN_ROWS,
+    KDTREE_TASK_BYTES,
     block_topk,
     drop_self,
     kdtree_topk,
@@ -496,7 +498,14 @@ def _refuse_all_duplicates(all_zero: bool, n: int, k: int, where: str) -> None:
 
 def _exact(X, k: int, metric: str, kw: dict):
     p = float(kw.get("p", 2.0))
-    if metric == "euclidean" and not is_sparse_input(X) and X.shape[1] <= KDTREE_MAX_DIM:
+    n, d = X.shape
+    if (
+        metric == "euclidean"
+        and not is_sparse_input(X)
+        and d <= KDTREE_MAX_DIM
+        and n >= KDTREE_MIN_ROWS
+        and (not is_dask(X) or 8 * n * (d + 2 * (k + 5)) <= KDTREE_TASK_BYTES)
+    ):
         from dask import delayed
 
         ids = np.arange(X.shape[0])
