@@ -405,7 +405,10 @@ def geodesic_matrix_on_workers(
         cuts = np.unique(np.linspace(lo, hi, min(len(names), hi - lo) + 1).astype(np.int64))
         level = []
         for p, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
-            cols = [client.submit(_columns, f, int(a), int(b), pure=False) for _, _, f in done]
+            cols = [  # ahead of the parts queued on the worker that holds the rows
+                client.submit(_columns, f, int(a), int(b), priority=1, pure=False)
+                for _, _, f in done
+            ]
             where = None if names[0] is None else [names[p % len(names)]]
             pair = client.submit(
                 _part,
