@@ -2,8 +2,9 @@
 over M, no n x n temporary besides B itself (NumPy's expression makes three).
 
 `centred_block_product`: a row block's rows of B times Q without the block's rows of B ever
-held: made a run of rows at a time in a buffer of a few MiB (the square, the centring, then
-BLAS), where the lazy expression of B makes four block-sized temporaries before its product.
+held: S Q made a run of rows of S at a time in a buffer of a few MiB (the square, then
+BLAS), then centred with two p-vectors, where the lazy expression of B makes four
+block-sized temporaries before its product.
 """
 
 from __future__ import annotations
@@ -52,9 +53,13 @@ def double_centred(M, *, square: bool, out=None):
     return B, r, g
 
 
-def centred_block_product(blocks, r_rows, r_cols, g, Qs, *, square: bool):
+def centred_block_product(blocks, r_rows, c, w, Qs, *, square: bool):
     """Rows of B Q for one row block of a symmetric M: B = -1/2 (S - r 1^T - 1 r^T + g),
     S = M * M when ``square`` else M, the product summed over the column blocks.
+
+    B is centred after the product, not before it: B Q = -1/2 (S Q - r c^T - 1 w^T) with
+    c = 1^T Q and w = Q^T r - g c, which the caller computes once for all blocks. Only S is
+    made, a run of rows at a time, each run's product by BLAS.
 
     Parameters
     ----------
@@ -62,10 +67,10 @@ def centred_block_product(blocks, r_rows, r_cols, g, Qs, *, square: bool):
         The row block's blocks of M, one per column block (each m x n_j).
     r_rows : ndarray of shape (m,)
         The row means of S at the block's rows.
-    r_cols : list of ndarray
-        The row means of S at each column block's columns (S is symmetric).
-    g : float
-        The mean of ``r``.
+    c : ndarray of shape (p,)
+        The column sums of Q.
+    w : ndarray of shape (p,)
+        Q^T r - g c, r the row means of S and g their mean.
     Qs : list of ndarray
         Q's rows at each column block (n_j x p).
     square : bool
@@ -74,26 +79,28 @@ def centred_block_product(blocks, r_rows, r_cols, g, Qs, *, square: bool):
     Returns
     -------
     ndarray of float64, shape (m, p)
-        The block's rows of B Q (S's rows centred as (S - r_i) - (r_j - g), to rounding the
-        lazy expression's order; the halving, after the product, is exact).
+        The block's rows of B Q (the lazy B's product to rounding: the centring terms are
+        subtracted from S Q, of the size of S's entries times Q's, not from each entry).
     """
     m = blocks[0].shape[0]
     out = np.zeros((m, Qs[0].shape[1]))
-    for M, rc, Q in zip(blocks, r_cols, Qs):
+    for M, Q in zip(blocks, Qs):
         M = np.asarray(M)
         Q = np.asarray(Q, np.float64)
-        rc = np.asarray(rc, np.float64) - g
         step = max(1, RUN_BYTES // (8 * max(M.shape[1], 1)))
         buf = np.empty((min(step, m), M.shape[1]))
         for a in range(0, m, step):
             b = min(a + step, m)
-            t = buf[: b - a]
-            t[:] = M[a:b]
-            if square:
-                np.multiply(t, t, out=t)
-            t -= np.asarray(r_rows[a:b], np.float64)[:, None]
-            t -= rc[None, :]
+            if M.dtype == np.float64:
+                t = np.multiply(M[a:b], M[a:b], out=buf[: b - a]) if square else M[a:b]
+            else:  # float32 rows squared and multiplied in float64
+                t = buf[: b - a]
+                t[:] = M[a:b]
+                if square:
+                    np.multiply(t, t, out=t)
             out[a:b] += t @ Q
+    out -= np.asarray(r_rows, np.float64)[:, None] * np.asarray(c, np.float64)[None, :]
+    out -= np.asarray(w, np.float64)[None, :]
     out *= -0.5
     return out
 

@@ -10,7 +10,7 @@ input the result is a NumPy array.
 column means and the grand mean are dask reductions, and the centred matrix is the lazy
 expression M - r 1^T - 1 c^T + g. ``-0.5 * double_center(D**2)`` is classical MDS's B.
 `CentredOperator` is that B for the iterative eigensolvers: each product B Q is one task per
-row block of M that makes its rows of B a run at a time and multiplies them by Q
+row block of M that multiplies its rows of S by Q a run at a time and centres the product
 (`blocks.centring.centred_block_product`), never holding a block of B.
 
 Sparse X or Y (``scipy.sparse``, or dask arrays of CSR row blocks) give the same dense matrix
@@ -371,9 +371,10 @@ class CentredOperator:
     """Classical MDS's B = -1/2 H S H (S = M * M when ``square`` else M, H = I - 11^T/n) of a
     symmetric dask M, for the eigensolvers of `linalg.top_eigh`: never formed.
 
-    Each product B Q (`product`) is one task per row block of M, which makes its rows of B a
-    run at a time in a small buffer and multiplies them by Q
-    (`blocks.centring.centred_block_product`); the lazy expression
+    Each product B Q (`product`) is one task per row block of M, which makes its rows of S a
+    run at a time in a small buffer, multiplies them by Q and centres the product
+    (B Q = -1/2 (S Q - r c^T - 1 w^T), c = 1^T Q, w = Q^T r - g c;
+    `blocks.centring.centred_block_product`); the lazy expression
     ``-0.5 * double_center(S, (r, g))`` (`lazy`, for the dense solver) makes four
     block-sized temporaries in every task of every pass.
 
@@ -407,8 +408,9 @@ class CentredOperator:
 
         M, Q = self.M, np.asarray(Q, np.float64)
         rows, cols = M.chunks
+        c = Q.sum(axis=0)  # B Q = -1/2 (S Q - r c^T - 1 w^T)
+        w = Q.T @ self.r - self.g * c
         r_rows = da.from_array(self.r, chunks=(rows,))
-        r_cols = da.from_array(self.r, chunks=(cols,))
         Qd = da.from_array(Q, chunks=(cols, Q.shape[1]))
         return da.blockwise(
             centred_block_product,
@@ -417,9 +419,9 @@ class CentredOperator:
             "ij",
             r_rows,
             "i",
-            r_cols,
-            "j",
-            self.g,
+            c,
+            None,
+            w,
             None,
             Qd,
             "jk",
