@@ -656,10 +656,12 @@ def test_geodesic_matrix_left_on_the_workers_is_the_in_process_one(client, level
     from dimred_dask.graphs import geodesic_matrix_on_workers
 
     g = knn_graph(make_swiss_roll(2500, random_state=0)[0], 8)
-    G = geodesic_matrix_on_workers(g, levels=levels)
+    G, r, grand = geodesic_matrix_on_workers(g, levels=levels, with_stats=True)
     groups = {None: 2, 1: 1, 5: 5}[levels]  # None: one a 1024 rows at least
     assert G.numblocks == (groups * len(workers(client)), 1)
     D = G.compute()
+    np.testing.assert_allclose(r, (D**2).mean(axis=1), rtol=1e-13)  # MDS's centring
+    assert grand == pytest.approx((D**2).mean(), rel=1e-13)
     ref = dijkstra(graph_csr(g), directed=False)
     np.testing.assert_allclose(D, ref, rtol=1e-13, atol=0)
     np.testing.assert_allclose(D, D.T, rtol=1e-13, atol=0)

@@ -331,10 +331,11 @@ def _columns(rows, a: int, b: int) -> np.ndarray:
 
 
 def _part(csr, lo: int, a: int, b: int, *finished) -> tuple:
-    """(rows, unreached) of the sources a..b-1, given the finished rows' columns a..b (in
-    row order: together the rows 0..lo-1)."""
+    """(rows, [unreached, sums of squares]) of the sources a..b-1, given the finished rows'
+    columns a..b (in row order: together the rows 0..lo-1)."""
     known = np.concatenate(finished, axis=0).T if finished else np.empty((b - a, 0))
-    return rows_after_level(csr, lo, a, b, known)
+    rows, unreached = rows_after_level(csr, lo, a, b, known)
+    return rows, np.stack([unreached.astype(np.float64), np.einsum("ij,ij->i", rows, rows)])
 
 
 def geodesic_matrix_on_workers(
@@ -343,6 +344,7 @@ def geodesic_matrix_on_workers(
     levels: int | None = None,
     method: str = "Isomap",
     stage: str = "geodesics (all pairs)",
+    with_stats: bool = False,
 ):
     """All n x n geodesic distances over a graph, for exact Isomap, left on the workers.
 
@@ -363,11 +365,16 @@ def geodesic_matrix_on_workers(
         The method named in error messages.
     stage : str, default "geodesics (all pairs)"
         The progress label of the count of unreachable vertices.
+    with_stats : bool, default False
+        Also return the row means of the squared distances and their mean (classical MDS's
+        centring of them), summed by the tasks that make the rows.
 
     Returns
     -------
     dask.array.Array of float64, shape (n, n)
         The distances, persisted on the workers, a row chunk per task.
+    (ndarray of shape (n,), float)
+        With ``with_stats``: the row means of the squares and their mean, after the matrix.
 
     Raises
     ------
@@ -396,7 +403,8 @@ def geodesic_matrix_on_workers(
         n = csr.shape[0]
         shared = _shared(csr)
     if n == 0:
-        return da.empty((0, 0), dtype=np.float64, chunks=(0, 0))
+        empty = da.empty((0, 0), dtype=np.float64, chunks=(0, 0))
+        return (empty, np.zeros(0), 0.0) if with_stats else empty
     names = sorted(workers(client)) or [None]
     levels = min(LEVELS, max(1, n // LEVEL_ROWS)) if levels is None else int(levels)
     bounds = np.unique(np.linspace(0, n, max(1, min(levels, n)) + 1).astype(np.int64))
@@ -426,15 +434,17 @@ def geodesic_matrix_on_workers(
             counts.append(client.submit(operator.getitem, pair, 1, pure=False))
         done += level
     parts = [
-        da.from_delayed(c, shape=(b - a,), dtype=np.int64) for (a, b, _), c in zip(done, counts)
+        da.from_delayed(c, shape=(2, b - a), dtype=np.float64) for (a, b, _), c in zip(done, counts)
     ]
-    (unreached,) = compute(da.concatenate(parts), stage=stage)
+    ((unreached, sumsq),) = compute(da.concatenate(parts, axis=1), stage=stage)
     if unreached.any():
         i = int(np.nonzero(unreached)[0][0])
         _disconnected(method, int(unreached[i]), n, i)
-    return da.concatenate(
-        [da.from_delayed(f, shape=(b - a, n), dtype=np.float64) for a, b, f in done]
-    )
+    G = da.concatenate([da.from_delayed(f, shape=(b - a, n), dtype=np.float64) for a, b, f in done])
+    if not with_stats:
+        return G
+    r = sumsq / n
+    return G, r, float(r.mean())
 
 
 def geodesics_through_neighbours(

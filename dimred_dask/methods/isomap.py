@@ -337,8 +337,9 @@ def _isomap(
         join_components_=join_components,
         random_state=random_state,
     )
+    stats = None
     if on_workers:  # the geodesic rows stay persisted on the workers (n x n)
-        G = geodesic_matrix_on_workers(g, method="Isomap")
+        G, *stats = geodesic_matrix_on_workers(g, method="Isomap", with_stats=True)
     else:
         G = geodesic_matrix(g, method="Isomap")
     mds = classical_mds(
@@ -351,6 +352,7 @@ def _isomap(
         random_state=random_state,
         where="the geodesic distance matrix",
         check_input=False,
+        stats=stats,
     )
     X_fit = X if on_workers else training_rows(X, "Isomap")
     info = {

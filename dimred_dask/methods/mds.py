@@ -137,6 +137,7 @@ def classical_mds(
     measure_negative=True,
     where=None,
     check_input=True,
+    stats=None,
 ) -> MDSModel:
     """Classical MDS of ``X`` (data rows, or an n x n distance matrix with
     ``metric="precomputed"``), NumPy or dask; returns the `MDSModel`.
@@ -158,22 +159,25 @@ def classical_mds(
         The minkowski metric's order (>= 1); minkowski only.
     solver : {"auto", "dense", "randomized", "lanczos"}, default "auto"
         ``dense`` (whole spectrum in memory), ``randomized`` (subspace iteration over the lazy
-        B: ``n_iter + 1`` passes), ``lanczos``, or ``auto`` (dense up to ``linalg.DENSE_MAX``
-        points, randomized above).
+        B: ``n_iter + 1`` passes, ``n_iter + 2`` with the negative part), ``lanczos``, or
+        ``auto`` (dense up to ``linalg.DENSE_MAX`` points, randomized above).
     n_oversamples : int, default 10
         Randomized solver only: extra vectors beyond n_components.
     n_iter : int, default 4
-        Randomized solver only: ``n_iter + 1`` passes.
+        Randomized solver only: the power steps.
     random_state : int, numpy Generator or None, default 0
         Seeds the randomized solver and the stress sample.
     measure_negative : bool, default True
-        False skips the extra solve for the most negative eigenvalues with the iterative
-        solvers.
+        False skips the most negative eigenvalues with the iterative solvers (randomized:
+        one pass, and the second block in each product; Lanczos: its own solve).
     where : str or None, default None
         Names the input in errors (None: "D" for a precomputed matrix, "X" for data).
     check_input : bool, default True
         False: a precomputed NumPy D known to be valid and exactly symmetric is not checked
         again.
+    stats : (ndarray, float) or None, default None
+        With ``check_input=False`` and a precomputed dask D: the row means of D squared and
+        their mean, computed by the caller where it made D (their pass is skipped).
 
     Returns
     -------
@@ -199,7 +203,9 @@ def classical_mds(
     _check_solver(solver, "MDS")
     rng = check_random_state(random_state)
     if params["metric"] == "precomputed":
-        D, k, solver, D2, r, g = _precomputed_input(X, n_components, solver, where, check_input)
+        D, k, solver, D2, r, g = _precomputed_input(
+            X, n_components, solver, where, check_input, stats
+        )
         X_fit, shift, dtype = None, None, D.dtype
     else:
         X = check_array(X, method="MDS", where=where)
@@ -272,7 +278,9 @@ def _check_in_memory(n: int, itemsize: int, dense: bool) -> None:
     )
 
 
-def _precomputed_input(D, n_components, solver: str, where: str, check_input: bool = True):
+def _precomputed_input(
+    D, n_components, solver: str, where: str, check_input: bool = True, stats=None
+):
     """Validate D (dask: with the row means of D2 in the same pass). Returns (D, k, solver,
     D2, row means, grand mean); the last three None for D in memory (B is made from D)."""
     D = as_square(D, where, "MDS")
@@ -287,7 +295,9 @@ def _precomputed_input(D, n_components, solver: str, where: str, check_input: bo
             None,
             None,
         )
-    if not check_input:  # a matrix the caller made (Isomap's geodesics): the stats only
+    if not check_input and stats is not None and solver != "dense":  # the caller's stats
+        r, g = np.asarray(stats[0], np.float64), float(stats[1])
+    elif not check_input:  # a matrix the caller made (Isomap's geodesics): the stats only
         M = D if solver == "dense" else None  # dense: D gathered in the same pass
         M, r, g = evaluate(M, *distance_stats(D), stage="MDS: distance row means")
         D = D if M is None else M
@@ -377,6 +387,7 @@ METHOD_SPECS = (
         not_in_estimator={
             "check_input": "an inner caller's (Isomap's) checked distance matrix",
             "measure_negative": "an inner caller's skip of the negative-eigenvalue solve",
+            "stats": "an inner caller's (Isomap's) row means of the squared distances",
         },
         model=MDSModel,
     ),
