@@ -106,9 +106,13 @@ def test_geodesic_rows_on_workers_without_a_client_is_refused(roll, monkeypatch)
     from dimred_dask.graphs import geodesic, geodesic_rows_on_workers
 
     monkeypatch.setattr(geodesic, "active_client", lambda: None)
-    with pytest.raises(InputError, match="distributed client") as e:
-        geodesic_rows_on_workers(knn_graph(roll[0][:100], 10), np.arange(5))
-    assert "geodesic_rows" in e.value.fix
+    g = knn_graph(roll[0][:100], 10)
+    with pytest.raises(InputError, match="geodesic_rows_on_workers .*distributed client") as e:
+        geodesic_rows_on_workers(g, np.arange(5))
+    assert "call geodesic_rows for the rows" in e.value.fix
+    with pytest.raises(InputError, match="geodesic_matrix_on_workers .*distributed client") as e:
+        geodesic.geodesic_matrix_on_workers(g)
+    assert "call geodesic_matrix for the matrix" in e.value.fix
 
 
 def test_lle_equals_scikit_learn(roll):

@@ -103,6 +103,26 @@ def _source_adjacency(source) -> sp.csr_matrix:
     return graph_csr(g)
 
 
+def _graph_on_workers(graph, caller: str, in_process: str):
+    """(client, n, graph) for a function that leaves its result on the workers: the active
+    client (`InputError` without one: there are no workers to hold the result), the vertex
+    count, and the adjacency (a CSR matrix) or, for a graph source, a future of it: the
+    graph stays where it is, one task reads it and builds the adjacency on a worker, the
+    others fetch it from there."""
+    client = active_client()
+    if client is None:
+        raise InputError(
+            f"{caller} leaves its result on the workers of a dask.distributed client; found "
+            "no active distributed client.",
+            "call it inside a distributed Client (dimred_dask.cluster.cluster_client), or call "
+            f"{in_process} in this process.",
+        )
+    if is_graph_source(graph):
+        return client, int(graph.n_samples), client.submit(_source_adjacency, graph, pure=False)
+    csr = _adjacency(graph)
+    return client, csr.shape[0], csr
+
+
 def _shared(csr):
     """The graph as one object every task refers to: scattered to all workers when there is
     a client (sent once per worker, never through the scheduler), else one delayed key.
@@ -292,25 +312,13 @@ def geodesic_rows_on_workers(
     import dask.array as da
     from dask import delayed
 
-    client = active_client()
-    if client is None:  # the caller wants the rows on the workers: there are none to hold them
-        raise InputError(
-            "geodesic_rows_on_workers leaves its result on the workers of a dask.distributed "
-            "client; found no active distributed client.",
-            "call it inside a distributed Client (dimred_dask.cluster.cluster_client), or call "
-            "geodesic_rows for the rows in this process.",
-        )
-    if is_graph_source(graph):  # the graph stays where it is: one task reads it and builds
-        n = int(graph.n_samples)  # the adjacency on a worker, the others fetch it from there
-        shared = client.submit(_source_adjacency, graph, pure=False)
-    else:
-        csr = _adjacency(graph)
-        n = csr.shape[0]
-        shared = None
+    client, n, shared = _graph_on_workers(
+        graph, "geodesic_rows_on_workers", "geodesic_rows for the rows"
+    )
     sources = np.asarray(sources, dtype=np.int64).ravel()
     if sources.size == 0:
         return da.empty((0, n), dtype=dtype, chunks=(0, n))
-    shared = _shared(csr) if shared is None else shared
+    shared = _shared(shared) if sp.issparse(shared) else shared
     task = delayed(dijkstra_block, pure=True)
     rows = da.concatenate(
         [
@@ -387,21 +395,10 @@ def geodesic_matrix_on_workers(
 
     from .._compute import workers
 
-    client = active_client()
-    if client is None:
-        raise InputError(
-            "geodesic_matrix_on_workers leaves its result on the workers of a "
-            "dask.distributed client; found no active distributed client.",
-            "call it inside a distributed Client (dimred_dask.cluster.cluster_client), or call "
-            "geodesic_matrix for the matrix in this process.",
-        )
-    if is_graph_source(graph):
-        n = int(graph.n_samples)
-        shared = client.submit(_source_adjacency, graph, pure=False)
-    else:
-        csr = _adjacency(graph)
-        n = csr.shape[0]
-        shared = _shared(csr)
+    client, n, shared = _graph_on_workers(
+        graph, "geodesic_matrix_on_workers", "geodesic_matrix for the matrix"
+    )
+    shared = _shared(shared) if sp.issparse(shared) else shared
     if n == 0:
         empty = da.empty((0, 0), dtype=np.float64, chunks=(0, 0))
         return (empty, np.zeros(0), 0.0) if with_stats else empty
