@@ -182,16 +182,7 @@ def top_eigh(
     ConvergenceWarning
         Lanczos stopped before every pair converged.
     """
-    n = A.shape[0]
-    if A.ndim != 2 or A.shape[1] != n:
-        raise InputError(
-            f"An eigensolver needs a square matrix; found shape {A.shape}.",
-            "pass the n x n kernel or distance matrix.",
-        )
-    if not 1 <= k <= n:
-        raise InputError(
-            f"Asked for {k} eigenpairs of a {n} x {n} matrix.", f"ask for between 1 and {n}."
-        )
+    n = _check_square(A, k)
     solver = choose_eigen_solver(solver, n)
     if which not in ("LA", "SA"):
         raise InputError(f"which must be 'LA' or 'SA'; found {which!r}.", "pass which='LA'.")
@@ -270,16 +261,7 @@ def top_and_bottom_eigh(
     InputError
         ``A`` is not square, or ``k`` is out of range.
     """
-    n = A.shape[0]
-    if A.ndim != 2 or A.shape[1] != n:
-        raise InputError(
-            f"An eigensolver needs a square matrix; found shape {A.shape}.",
-            "pass the n x n kernel or distance matrix.",
-        )
-    if not 1 <= k <= n:
-        raise InputError(
-            f"Asked for {k} eigenpairs of a {n} x {n} matrix.", f"ask for between 1 and {n}."
-        )
+    n = _check_square(A, k)
     n_iter = int(n_iter)
     rng = check_random_state(random_state)
     width = min(n, k + max(int(n_oversamples), 0))
@@ -339,6 +321,21 @@ def top_and_bottom_eigh(
             ),
         ),
     )
+
+
+def _check_square(A, k: int) -> int:
+    """n for a square n x n ``A`` and 1 <= k <= n, else `InputError`."""
+    n = A.shape[0]
+    if A.ndim != 2 or A.shape[1] != n:
+        raise InputError(
+            f"An eigensolver needs a square matrix; found shape {A.shape}.",
+            "pass the n x n kernel or distance matrix.",
+        )
+    if not 1 <= k <= n:
+        raise InputError(
+            f"Asked for {k} eigenpairs of a {n} x {n} matrix.", f"ask for between 1 and {n}."
+        )
+    return n
 
 
 def _step(done: int, n_iter: int) -> str:
@@ -415,10 +412,8 @@ def _randomized(A, k, n_oversamples, n_iter, random_state, stage, shift):
     for it in range(int(n_iter)):
         q, _ = np.linalg.qr(product(q, f"{stage}: power iteration {it + 1}/{n_iter}"))
     aq = product(q, f"{stage}: Rayleigh-Ritz")
-    small = q.T @ aq
-    w, v = scipy.linalg.eigh((small + small.T) / 2)
-    order = np.argsort(w)[::-1][:k]
-    return w[order], q @ v[:, order], int(n_iter) + 1, aq @ v[:, order]
+    w, v, av = _ritz(*scipy.linalg.eigh(_symmetric(q.T @ aq)), q, aq, k, descending=True)
+    return w, v, int(n_iter) + 1, av
 
 
 def _lanczos(A, k, which, tol, random_state, stage):
