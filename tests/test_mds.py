@@ -433,3 +433,24 @@ def test_principal_submatrix_of_a_chunked_matrix(chunks):
         got = principal_submatrix(da.from_array(D, chunks=chunks), idx)
         np.testing.assert_array_equal(got.compute(), D[np.ix_(idx, idx)])
     np.testing.assert_array_equal(principal_submatrix(D, idx), D[np.ix_(idx, idx)])
+
+
+def test_passes_over_a_dask_d_and_the_callers_row_means():
+    """Randomized MDS of a dask D: a pass that checks D and takes its row means, then
+    n_iter + 2 for both ends of the spectrum (n_iter + 1 without the negative part); an inner
+    caller's row means of D squared skip the first pass and give the same model."""
+    from scipy.spatial.distance import cdist
+
+    X = np.random.default_rng(2).standard_normal((300, 3))
+    D = cdist(X, X, "cityblock")  # not Euclidean: B has a negative part
+    Dd = da.from_array(D, chunks=(100, 300))
+    kw = {"metric": "precomputed", "solver": "randomized", "n_components": 2}
+    full = classical_mds(Dd, **kw)
+    assert full.info["passes"] == 1 + 6
+    assert classical_mds(Dd, measure_negative=False, **kw).info["passes"] == 1 + 5
+    r = (D**2).mean(axis=1)
+    given = classical_mds(Dd, check_input=False, stats=(r, r.mean()), **kw)
+    assert given.info["passes"] == 6
+    np.testing.assert_allclose(given.eigenvalues, full.eigenvalues, rtol=1e-12)
+    np.testing.assert_allclose(given.negative_eigenvalues, full.negative_eigenvalues, rtol=1e-9)
+    _same_up_to_sign(given.embedding, full.embedding, 1e-9)

@@ -207,6 +207,9 @@ def classical_mds(
             X, n_components, solver, where, check_input, stats
         )
         X_fit, shift, dtype = None, None, D.dtype
+        # the first pass over a dask D checks it or takes its row means, unless the caller
+        # gave them (the dense solver gathers D in that pass)
+        first = is_dask(X) and (check_input or stats is None or solver == "dense")
     else:
         X = check_array(X, method="MDS", where=where)
         k = _check_n_components(n_components, X.shape[0], "MDS")
@@ -216,6 +219,7 @@ def classical_mds(
         shift = _shift(X, params)
         X_fit, D2, r, g = _data_input(X, params, shift, solver == "dense")
         X_fit, dtype = check_array(X_fit, method="MDS", where=where), X.dtype
+        first = is_dask(X)
     if is_dask(D2):  # never formed: each product makes its rows a run at a time
         precomputed = params["metric"] == "precomputed"
         B = CentredOperator(D if precomputed else D2, r, g, square=precomputed)
@@ -241,7 +245,7 @@ def classical_mds(
         {
             "stress_rows": int(idx.size),
             "stress_exact": exact,
-            "passes": info["passes"] + int(is_dask(X)),
+            "passes": info["passes"] + int(first),
         }
     )  # + the first pass
     return MDSModel(
