@@ -14,7 +14,7 @@ from numba import njit, prange
 
 __all__ = ["double_centred", "centred_block_product", "sample_block"]
 
-RUN_BYTES = 4 * 2**20  # a run of rows of B: small enough to stay in cache while it is used
+RUN_BYTES = 4 * 2**20  # a run of rows of S: small enough to stay in cache while it is used
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -105,6 +105,11 @@ def centred_block_product(blocks, r_rows, c, w, Qs, *, square: bool):
     return out
 
 
+def sample_block(block, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """block[rows][:, cols] in one copy: a block's part of MDS's stress sample of D."""
+    return np.asarray(block)[np.ix_(rows, cols)]
+
+
 def _warm_up():
     """Compile (or load from numba's cache) on import, in the importing thread."""
     for dtype in (np.float32, np.float64):
@@ -113,8 +118,3 @@ def _warm_up():
 
 
 _warm_up()
-
-
-def sample_block(block, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """block[rows][:, cols] in one copy: a block's part of MDS's stress sample of D."""
-    return np.asarray(block)[np.ix_(rows, cols)]
