@@ -207,9 +207,9 @@ def classical_mds(
             X, n_components, solver, where, check_input, stats
         )
         X_fit, shift, dtype = None, None, D.dtype
-        # the first pass over a dask D checks it or takes its row means, unless the caller
-        # gave them (the dense solver gathers D in that pass)
-        first = is_dask(X) and (check_input or stats is None or solver == "dense")
+        # the first pass over a dask D checks it or takes its row means (the dense solver
+        # gathers D in it), unless the caller gave them
+        first = is_dask(X) and not _callers_stats(check_input, stats, solver)
     else:
         X = check_array(X, method="MDS", where=where)
         k = _check_n_components(n_components, X.shape[0], "MDS")
@@ -282,6 +282,11 @@ def _check_in_memory(n: int, itemsize: int, dense: bool) -> None:
     )
 
 
+def _callers_stats(check_input: bool, stats, solver: str) -> bool:
+    """Whether a precomputed dask D's row means come from the caller (no pass for them)."""
+    return not check_input and stats is not None and solver != "dense"
+
+
 def _precomputed_input(
     D, n_components, solver: str, where: str, check_input: bool = True, stats=None
 ):
@@ -299,7 +304,7 @@ def _precomputed_input(
             None,
             None,
         )
-    if not check_input and stats is not None and solver != "dense":  # the caller's stats
+    if _callers_stats(check_input, stats, solver):
         r, g = np.asarray(stats[0], np.float64), float(stats[1])
     elif not check_input:  # a matrix the caller made (Isomap's geodesics): the stats only
         M = D if solver == "dense" else None  # dense: D gathered in the same pass
