@@ -94,7 +94,7 @@ def _band_laplacian(n, reach, seed=0):
 def test_a_block_holds_its_rows_cut_by_the_blocks_of_their_columns():
     """`_split`: the parts give the rows' product with any V; a part reaching few of the
     block's rows holds only those; the halos are the columns touched."""
-    from dimred_dask.linalg.worker_lobpcg import _split
+    from dimred_dask.linalg.worker_blocks import _split
 
     n, bounds = 1200, [(0, 300), (300, 600), (600, 900), (900, 1200)]
     L = _band_laplacian(n, 20)
