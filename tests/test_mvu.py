@@ -4,6 +4,7 @@ centred and PSD, the formulations agreeing, bad input refused with a typed error
 
 from __future__ import annotations
 
+import importlib
 import warnings
 
 import numpy as np
@@ -225,6 +226,30 @@ def test_landmark_mvu_on_workers_matches_numpy(client):
     np.testing.assert_allclose(
         Y.compute(), ref.embedding_, atol=DASK_AGREEMENT * np.abs(ref.embedding_).max()
     )
+
+
+def test_landmark_mvu_above_the_reconstruction_limit_solves_its_basis_on_the_workers(
+    client, monkeypatch
+):
+    """basis="auto" past `RECONSTRUCTION_MAX` rows: the Laplacian basis, built and solved on
+    the workers (past ARPACK_MAX), the edge sums made there from Q's blocks: the embedding
+    of the same basis solved in this process (LAPACK)."""
+    from dimred_dask.linalg import sparse_eigen
+    lm_module = importlib.import_module("dimred_dask.methods.landmark_mvu")
+
+    X, t = swiss_roll(2000, height=21.0, seed=1)
+    ref = landmark_mvu(X, n_landmarks=12, basis="laplacian")
+    assert ref.info["convergence"][0]["solver"] == "dense"
+    monkeypatch.setattr(lm_module, "RECONSTRUCTION_MAX", 1000)
+    monkeypatch.setattr(sparse_eigen, "DENSE_MAX_SPARSE", 500)
+    monkeypatch.setattr(sparse_eigen, "ARPACK_MAX", 1000)
+    got = landmark_mvu(X, n_landmarks=12)
+    assert got.info["basis"] == "laplacian"
+    assert got.info["convergence"][0]["solver"] == "lobpcg-workers"
+    assert got.info["status"] == ref.info["status"] == "optimal"
+    assert procrustes(ref.embedding, got.embedding)[2] <= DASK_AGREEMENT
+    for key in ("max_relative_violation", "mean_relative_violation"):
+        assert got.info[key] == pytest.approx(ref.info[key], rel=1e-3)
 
 
 def test_an_sdp_whose_dense_system_would_not_fit_is_refused_before_the_solver(monkeypatch):

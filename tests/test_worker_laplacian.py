@@ -242,3 +242,28 @@ def test_a_graph_of_another_kind_is_refused(fit):
     X = np.random.default_rng(0).standard_normal((100, 3))
     with pytest.raises(InputError, match=r"needs graph=<KNNGraph>; found str"):
         fit(X, "not a graph")
+
+
+def test_landmark_mvus_laplacian_basis_is_solved_and_left_on_the_workers(client, roll_graph):
+    """The basis of landmark MVU from the worker-side LOBPCG: the in-process Laplacian's
+    bottom eigenvectors (LAPACK), held as one dask chunk a row block, never gathered."""
+    import dask.array as da
+
+    from dimred_dask.graphs.landmark import laplacian_basis
+
+    _, g = roll_graph
+    ref, ref_info = laplacian_basis(g, 6, solver="dense")
+    Q, info = laplacian_basis(g, 6, solver="lobpcg-workers")
+    assert isinstance(Q, da.Array) and Q.shape == ref.shape
+    assert Q.numblocks == (len(client.scheduler_info()["workers"]), 1)
+    assert not any(
+        isinstance(v, np.ndarray) and v.size >= Q.shape[0] for v in dict(Q.dask).values()
+    )
+    assert info["convergence"][-1]["solver"] == "lobpcg-workers"
+    np.testing.assert_allclose(
+        info["laplacian_eigenvalues"], ref_info["laplacian_eigenvalues"], rtol=1e-6
+    )
+    Qw = Q.compute()
+    np.testing.assert_allclose(Qw.T @ Qw, np.eye(6), atol=1e-8)
+    # the same subspace: each column of Q within the reference's span
+    assert np.abs(Qw - ref @ (ref.T @ Qw)).max() <= 1e-6

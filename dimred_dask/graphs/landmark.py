@@ -22,6 +22,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
 from .._compute import active_client, compute
+from .._validation import is_dask
 from ..errors import InputError
 from .knn import KNNGraph
 from .laplacian import graph_weights, laplacian
@@ -34,6 +35,7 @@ __all__ = [
     "edge_normals",
     "row_gram",
     "svec_index",
+    "edge_chunks",
     "EDGE_CHUNK",
 ]
 
@@ -131,8 +133,12 @@ def laplacian_basis(graph: KNNGraph, m: int, *, solver: str = "auto", random_sta
 
     Returns
     -------
-    Q : numpy.ndarray of float64, shape (n, m)
-        Orthonormal columns, orthogonal to 1 for a connected graph.
+    Q : numpy.ndarray or dask array of float64, shape (n, m)
+        Orthonormal columns, orthogonal to 1 for a connected graph. When the solver is
+        ``lobpcg-workers`` (``auto`` above ``linalg.ARPACK_MAX`` rows with a cluster of two
+        workers or more), the Laplacian is built on the workers (`laplacian_on_workers`,
+        each block sent its rows of the graph) and Q stays there: a dask array of one
+        chunk a row block.
     info : dict
         ``laplacian_eigenvalues`` (the m kept, ascending) and ``convergence`` (the records
         of every solve).
@@ -150,8 +156,10 @@ def laplacian_basis(graph: KNNGraph, m: int, *, solver: str = "auto", random_sta
     ConvergenceWarning
         The first solver stopped short and another one converged.
     """
-    from ..linalg.sparse_eigen import bottom_eigsh_checked
+    from ..linalg.sparse_eigen import bottom_eigsh_checked, choose_sparse_solver
 
+    if choose_sparse_solver(solver, graph.n_samples) == "lobpcg-workers":
+        return _laplacian_basis_on_workers(graph, m, random_state)
     W, t = graph_weights(graph_csr(graph), "heat")
     L, _ = laplacian(W, normed=False)
     eig, records = bottom_eigsh_checked(
@@ -171,6 +179,40 @@ def laplacian_basis(graph: KNNGraph, m: int, *, solver: str = "auto", random_sta
     }
 
 
+def _laplacian_basis_on_workers(graph: KNNGraph, m: int, random_state):
+    """`laplacian_basis` with the Laplacian built and solved on the workers, Q left there (a
+    dask array); a solve that stops short is retried in this process while n allows."""
+    from ..linalg.convergence import solve_with_fallbacks
+    from ..linalg.sparse_eigen import bottom_eigsh, fallback_solvers
+    from ..linalg.worker_lobpcg import bottom_eigsh_lobpcg_workers
+    from .worker_laplacian import laplacian_on_workers
+
+    client = active_client()
+    L, _, _ = laplacian_on_workers(graph, weights="heat", normed=False, client=client)
+
+    def attempt(s):
+        if s == "lobpcg-workers":
+            eig = bottom_eigsh_lobpcg_workers(
+                L, m + 1, kind="symmetric", random_state=random_state, client=client, keep=True
+            )
+        else:  # small enough for a robust solver in this process
+            eig = bottom_eigsh(L.gather(client), m + 1, solver=s, random_state=random_state)
+        return eig, eig.convergence
+
+    eig, records = solve_with_fallbacks(
+        attempt,
+        ["lobpcg-workers"] + fallback_solvers("lobpcg-workers", graph.n_samples),
+        step=f"bottom {m + 1} eigenpairs of the graph Laplacian (basis)",
+        method="Landmark MVU",
+        fix="use basis='reconstruction' (no eigensolver), or fewer n_landmarks.",
+    )
+    order = np.argsort(eig.values)
+    return eig.vectors[:, order[1:]], {
+        "laplacian_eigenvalues": np.asarray(eig.values)[order][1:].tolist(),
+        "convergence": records,
+    }
+
+
 def _normals_block(Qi: np.ndarray, Qj: np.ndarray, d2: np.ndarray):
     m = Qi.shape[1]
     r, c, sc = svec_index(m)
@@ -185,12 +227,12 @@ def edge_normals(
     """The normal equations of the edge-length penalty over L; see the module docstring.
 
     Row e of A is svec(v_e v_e^T) with v_e = Q[I[e]] - Q[J[e]], so that A svec(L) holds the
-    squared edge lengths of Q L Q^T. With a distributed client and more than ``chunk``
-    edges: one task per chunk of edges, Q sent to the workers once; else in this process.
+    squared edge lengths of Q L Q^T. One sum a chunk of edges (`edge_chunks`: on the
+    workers with a distributed client and more than ``chunk`` edges or a dask Q).
 
     Parameters
     ----------
-    Q : numpy.ndarray of shape (n, m)
+    Q : numpy.ndarray or dask array of shape (n, m)
         The basis.
     I, J : numpy.ndarray of int, shape (e,)
         The edges' two ends (row numbers of ``Q``).
@@ -208,30 +250,72 @@ def edge_normals(
     c0 : float
         d2 . d2.
     """
-    chunk = int(chunk or EDGE_CHUNK)
-    starts = range(0, I.size, chunk)
-    client = active_client()
-    if client is None or I.size <= chunk:
-        parts = [
-            _normals_block(Q[I[s : s + chunk]], Q[J[s : s + chunk]], d2[s : s + chunk])
-            for s in starts
-        ]
-    else:
-        from dask import delayed
-
-        Qd = delayed(Q, traverse=False)  # one key: sent to the workers once, not per task
-        task = delayed(_chunk_normals, pure=True)
-        parts = compute(
-            *[task(Qd, I[s : s + chunk], J[s : s + chunk], d2[s : s + chunk]) for s in starts],
-            stage="landmark MVU: edge constraint normals",
-        )
+    parts = edge_chunks(
+        _normals_block, Q, I, J, d2, chunk=chunk, stage="landmark MVU: edge constraint normals"
+    )
     G = sum(p[0] for p in parts)
     h = sum(p[1] for p in parts)
     return G, h, float(sum(p[2] for p in parts))
 
 
-def _chunk_normals(Q, I, J, d2):
-    return _normals_block(Q[I], Q[J], d2)
+def edge_chunks(fn, Q, I, J, d2, *args, chunk: int | None = None, stage: str = "edges"):
+    """[fn(Q[I_c], Q[J_c], d2_c, *args) for every chunk c of ``chunk`` edges], in order.
+
+    With a distributed client, and more than one chunk or a dask ``Q``: one task a chunk,
+    ``Q`` sent to the workers once (a dask ``Q`` is assembled there, never here); else in
+    this process.
+
+    Parameters
+    ----------
+    fn : callable
+        fn(Qi, Qj, d2, *args) for the rows of Q at the chunk's two ends.
+    Q : numpy.ndarray or dask array of shape (n, m)
+        The rows the edges join.
+    I, J : numpy.ndarray of int, shape (e,)
+        The edges' two ends.
+    d2 : numpy.ndarray of shape (e,)
+        A value per edge (its squared length).
+    *args
+        Passed to ``fn``.
+    chunk : int or None, default None
+        Edges per chunk; None: `EDGE_CHUNK`.
+    stage : str, default "edges"
+        The stage named in the progress and in errors.
+
+    Returns
+    -------
+    list
+        ``fn``'s results, one a chunk.
+    """
+    chunk = int(chunk or EDGE_CHUNK)
+    starts = range(0, I.size, chunk)
+    client = active_client()
+    if is_dask(Q) and client is None:
+        Q = np.asarray(Q.compute())
+    if not is_dask(Q) and (client is None or I.size <= chunk):
+        return [
+            fn(Q[I[s : s + chunk]], Q[J[s : s + chunk]], d2[s : s + chunk], *args) for s in starts
+        ]
+    from dask import delayed
+
+    if is_dask(Q):  # one key made on a worker from Q's blocks
+        Qd = Q.rechunk(Q.shape).to_delayed().ravel()[0]
+    else:
+        Qd = delayed(Q, traverse=False)  # one key: sent to the workers once, not per task
+    task = delayed(_on_chunk, pure=True)
+    return list(
+        compute(
+            *[
+                task(fn, Qd, I[s : s + chunk], J[s : s + chunk], d2[s : s + chunk], *args)
+                for s in starts
+            ],
+            stage=stage,
+        )
+    )
+
+
+def _on_chunk(fn, Q, I, J, d2, *args):
+    return fn(Q[I], Q[J], d2, *args)
 
 
 def row_gram(Q) -> tuple[np.ndarray, np.ndarray]:

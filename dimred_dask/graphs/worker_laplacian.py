@@ -34,7 +34,8 @@ from ..errors import InputError
 from ..linalg.sparse_eigen import bottom_eigsh, fallback_solvers
 from ..linalg.convergence import solve_with_fallbacks
 from ..linalg.worker_lobpcg import WorkerRows, bottom_eigsh_lobpcg_workers
-from .affinities import graph_rows
+from .affinities import GraphRows, graph_rows
+from .knn import KNNGraph
 from .laplacian import WEIGHTS
 from .spectral import SpectralResult
 
@@ -140,9 +141,10 @@ def laplacian_on_workers(
 
     Parameters
     ----------
-    source : graph source
+    source : KNNGraph or graph source
         ``n_samples``, ``n_neighbors``, ``rows(start, stop, k)`` (read in the tasks) and
-        ``info`` (its ``extra_edges`` are added).
+        ``info`` (its ``extra_edges`` are added). A `KNNGraph` in this process sends each
+        block its own rows.
     n_neighbors : int or None, default None
         The neighbours of each row taken (the first ones); None: all the source's.
     weights : {"heat", "binary"}, default "heat"
@@ -187,7 +189,14 @@ def laplacian_on_workers(
     bounds = [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
     extra = list((getattr(source, "info", None) or {}).get("extra_edges", []))
     k = int(source.n_neighbors if n_neighbors is None else n_neighbors)
-    directed = [client.submit(_directed, source, k, a, b, bounds, pure=False) for a, b in bounds]
+    if isinstance(source, KNNGraph):  # in this process: each block is sent its rows only
+        per = [client.scatter(GraphRows.of(source, a, b), hash=False) for a, b in bounds]
+    else:  # read in the tasks (e.g. from a run's store)
+        per = [source] * nb
+    directed = [
+        client.submit(_directed, s, k, a, b, bounds, pure=False) for s, (a, b) in zip(per, bounds)
+    ]
+    del per
     sym = []
     for j, (a, b) in enumerate(bounds):
         pieces = [client.submit(_piece, d, j, pure=False) for d in directed]

@@ -2,7 +2,9 @@
 
     1. the kNN graph (shared stage) and an n x m basis Q (``graphs.landmark``): LLE
        reconstruction onto m landmarks (``basis="reconstruction"``), or the bottom m
-       eigenvectors of the graph Laplacian (``basis="laplacian"``)
+       eigenvectors of the graph Laplacian (``basis="laplacian"``; Weinberger, Sha, Zhu &
+       Saul 2006); ``"auto"``: the first up to ``RECONSTRUCTION_MAX`` rows, the second above
+       (built and solved on the workers when there is a cluster)
     2. K = Q L Q^T with L an m x m PSD matrix; centring sum_ij K_ij = 0 is L (Q^T 1) = 0, built
        in by writing L = B Z B^T with B an orthonormal basis of (Q^T 1)^perp
     3. the SDP over Z (cvxpy, Clarabel), the kNN distance constraints as a penalty:
@@ -33,6 +35,7 @@ from .._validation import check_array, check_flags, is_dask
 from ..errors import InputError
 from ..graphs import check_reg
 from ..graphs.landmark import (
+    edge_chunks,
     edge_normals,
     laplacian_basis,
     reconstruction_basis,
@@ -53,11 +56,16 @@ __all__ = [
     "landmark_mvu",
     "LANDMARK_BASES",
     "LANDMARK_CHOICES",
+    "RECONSTRUCTION_MAX",
     "check_landmark_params",
     "check_landmark_mvu_params",
 ]
 
-LANDMARK_BASES = ("reconstruction", "laplacian")
+LANDMARK_BASES = ("auto", "reconstruction", "laplacian")
+# basis="auto" reconstructs from the landmarks up to this many rows: above it the sparse LU
+# of the reconstruction system (in one process) fills in, on data of high intrinsic dimension
+# far beyond memory, while the Laplacian basis is built and solved on the workers
+RECONSTRUCTION_MAX = 200_000
 LANDMARK_CHOICES = ("maxmin", "uniform")  # of linalg.LANDMARK_METHODS
 # Clarabel's gap / feasibility tolerance for the m x m problem. Not 1e-7 as for exact MVU:
 # the penalised objective is a difference of two O(1) ratios and Clarabel's relative gap can
@@ -135,7 +143,7 @@ def check_landmark_params(n: int, *, n_components, n_landmarks, basis, landmarks
         The embedding's dimension (checked by `check_sdp_params`).
     n_landmarks : int
         m, an int with n_components < m < n.
-    basis : {"reconstruction", "laplacian"}
+    basis : {"auto", "reconstruction", "laplacian"}
         The n x m basis Q.
     landmarks : {"maxmin", "uniform"}
         How the landmarks are chosen.
@@ -150,7 +158,8 @@ def check_landmark_params(n: int, *, n_components, n_landmarks, basis, landmarks
     if basis not in LANDMARK_BASES:
         raise InputError(
             f"basis must be one of {', '.join(LANDMARK_BASES)}; found {basis!r}.",
-            "pass basis='reconstruction' (LLE weights onto the landmarks).",
+            "pass basis='auto' (LLE weights onto the landmarks up to "
+            f"{RECONSTRUCTION_MAX} rows, the graph Laplacian's eigenvectors above).",
         )
     if landmarks not in LANDMARK_CHOICES:
         raise InputError(
@@ -178,6 +187,11 @@ def check_landmark_params(n: int, *, n_components, n_landmarks, basis, landmarks
             f"penalty must be a positive number; found {penalty!r}.",
             "pass penalty=100 (the default).",
         )
+
+
+def _auto_basis(n: int) -> str:
+    """``basis="auto"``: see `RECONSTRUCTION_MAX`."""
+    return "reconstruction" if n <= RECONSTRUCTION_MAX else "laplacian"
 
 
 def _variance(X) -> float:
@@ -287,18 +301,32 @@ def _embedding(Q, C, L, k: int):
     )
 
 
-def _edge_violations(Q, L, I, J, d2, chunk: int = 200_000) -> dict:
-    errs = []
-    for s in range(0, I.size, chunk):
-        V = Q[I[s : s + chunk]] - Q[J[s : s + chunk]]
-        errs.append(np.einsum("ei,ij,ej->e", V, L, V) - d2[s : s + chunk])
-    err = np.abs(np.concatenate(errs))
+def _violation_sums(Qi, Qj, d2, L):
+    """(largest relative violation, sum of relative violations, edges of positive length,
+    largest violation) of one chunk of edges."""
+    V = Qi - Qj
+    err = np.abs(np.einsum("ei,ij,ej->e", V, L, V) - d2)
     pos = d2 > 0
     rel = err[pos] / d2[pos]
+    return (
+        float(rel.max()) if rel.size else 0.0,
+        float(rel.sum()),
+        int(rel.size),
+        float(err.max()),
+    )
+
+
+def _edge_violations(Q, L, I, J, d2, chunk: int = 200_000) -> dict:
+    """How far the edges of Q L Q^T are from their lengths, a chunk of edges at a time (on
+    the workers when Q is there: `graphs.landmark.edge_chunks`)."""
+    parts = edge_chunks(
+        _violation_sums, Q, I, J, d2, L, chunk=chunk, stage="landmark MVU: edge violations"
+    )
+    count = sum(p[2] for p in parts)
     return {
-        "max_relative_violation": float(rel.max()) if rel.size else 0.0,
-        "mean_relative_violation": float(rel.mean()) if rel.size else 0.0,
-        "max_violation_over_mean": float(err.max() / d2.mean()),
+        "max_relative_violation": max(p[0] for p in parts) if count else 0.0,
+        "mean_relative_violation": sum(p[1] for p in parts) / count if count else 0.0,
+        "max_violation_over_mean": max(p[3] for p in parts) / float(d2.mean()),
     }
 
 
@@ -308,7 +336,7 @@ def landmark_mvu(
     n_components=2,
     n_neighbors=6,
     n_landmarks=40,
-    basis="reconstruction",
+    basis="auto",
     landmarks="maxmin",
     penalty=100.0,
     reg=1e-3,
@@ -342,9 +370,13 @@ def landmark_mvu(
     n_landmarks : int, default 40
         m, an int with n_components < m < n_samples (20 to 60 is usual: the SDP is over an
         m x m matrix).
-    basis : {"reconstruction", "laplacian"}, default "reconstruction"
+    basis : {"auto", "reconstruction", "laplacian"}, default "auto"
         LLE reconstruction onto m landmarks, or the bottom m eigenvectors of the graph
-        Laplacian.
+        Laplacian (Weinberger, Sha, Zhu & Saul 2006; built and solved on the workers above
+        ``linalg.ARPACK_MAX`` rows when a cluster of two or more workers is active, and the
+        basis left there). ``"auto"``: reconstruction up to ``RECONSTRUCTION_MAX``
+        (200 000) rows, where its sparse LU in this process stays affordable, laplacian
+        above; ``info["basis"]`` says which.
     landmarks : {"maxmin", "uniform"}, default "maxmin"
         How the landmarks of the reconstruction basis are chosen (`linalg.choose_landmarks`):
         max-min on a uniform sample of 10 m rows, or uniform rows.
@@ -431,6 +463,7 @@ def landmark_mvu(
     scale = float(d2.mean())
     timings = {}
     t = time.perf_counter()
+    basis = basis if basis != "auto" else _auto_basis(n)
     if basis == "reconstruction":
         lm = choose_landmarks(
             X, int(n_landmarks), landmarks, random_state, allowed=LANDMARK_CHOICES
@@ -526,7 +559,7 @@ class LandmarkMVU(SDPEstimator):
         *,
         n_neighbors=6,
         n_landmarks=40,
-        basis="reconstruction",
+        basis="auto",
         landmarks="maxmin",
         penalty=100.0,
         reg=1e-3,
