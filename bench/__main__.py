@@ -55,6 +55,12 @@ def main(argv=None) -> int:
         "kpca, mds: default bench/_data, deleted unless --keep)",
     )
     p.add_argument("--workers", type=int, default=None, help="--big, flow-peak: worker processes")
+    p.add_argument(
+        "--graph-cache",
+        default=None,
+        help="flow-peak: the kNN graph cache's folder, kept afterwards so that a later "
+        "invocation on the same data reuses its graph (default: a folder of this run, removed)",
+    )
     p.add_argument("--threads", type=int, default=2, help="--big: threads per worker")
     p.add_argument(
         "--landmarks",

@@ -144,7 +144,7 @@ def main(args) -> int:
         writer.join()
         if writer.exitcode:
             raise SystemExit(f"writing {path} failed (exit code {writer.exitcode})")
-    cache = os.path.join(folder, f"flow-peak-cache-{os.getpid()}")
+    cache = args.graph_cache or os.path.join(folder, f"flow-peak-cache-{os.getpid()}")
     rows = []
     with _ClusterProcess(n_workers, limit) as address, Client(address) as client:
         workers = sorted(client.run(os.getpid).values())
@@ -190,7 +190,8 @@ def main(args) -> int:
             )
             if not args.keep:
                 shutil.rmtree(out, ignore_errors=True)
-    shutil.rmtree(cache, ignore_errors=True)
+    if not args.graph_cache:
+        shutil.rmtree(cache, ignore_errors=True)
     print(
         "\n| method (parameters) | time (s) | flow process peak RSS (MiB) | worker peaks "
         "(MiB) | solver |\n|---|---|---|---|---|"

@@ -235,6 +235,7 @@ def test_landmark_mvu_above_the_reconstruction_limit_solves_its_basis_on_the_wor
     the workers (past ARPACK_MAX), the edge sums made there from Q's blocks: the embedding
     of the same basis solved in this process (LAPACK)."""
     from dimred_dask.linalg import sparse_eigen
+
     lm_module = importlib.import_module("dimred_dask.methods.landmark_mvu")
 
     X, t = swiss_roll(2000, height=21.0, seed=1)

@@ -259,11 +259,18 @@ def test_landmark_mvus_laplacian_basis_is_solved_and_left_on_the_workers(client,
     assert not any(
         isinstance(v, np.ndarray) and v.size >= Q.shape[0] for v in dict(Q.dask).values()
     )
-    assert info["convergence"][-1]["solver"] == "lobpcg-workers"
+    rec = info["convergence"][-1]
+    assert rec["solver"] == "lobpcg-workers" and rec["converged"]
+    # to the solve's tolerance (BASIS_TOL): each Ritz value within the residual r of an
+    # eigenvalue; the subspace within r / gap of the reference's, the gap to the next one
+    r = rec["tol"]
+    gap = laplacian_basis(g, 7, solver="dense")[1]["laplacian_eigenvalues"][-1] - max(
+        ref_info["laplacian_eigenvalues"]
+    )
+    assert r / gap < 1e-2  # the bound below says something
     np.testing.assert_allclose(
-        info["laplacian_eigenvalues"], ref_info["laplacian_eigenvalues"], rtol=1e-6
+        info["laplacian_eigenvalues"], ref_info["laplacian_eigenvalues"], rtol=0, atol=r
     )
     Qw = Q.compute()
     np.testing.assert_allclose(Qw.T @ Qw, np.eye(6), atol=1e-8)
-    # the same subspace: each column of Q within the reference's span
-    assert np.abs(Qw - ref @ (ref.T @ Qw)).max() <= 1e-6
+    assert np.linalg.norm(Qw - ref @ (ref.T @ Qw), axis=0).max() <= r / gap

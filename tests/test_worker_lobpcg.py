@@ -80,6 +80,30 @@ def test_the_same_blocks_give_the_same_bits(client, lle_problem):
     np.testing.assert_array_equal(runs[0].vectors, runs[1].vectors)
 
 
+def test_vectors_kept_on_the_workers_are_the_gathered_ones(client, lle_problem):
+    """keep=True: the same bits as the gathered vectors, as a dask array of one chunk a
+    block; the iterations reported to the progress reporter; a permuted operator refused."""
+    import dask.array as da
+
+    from dimred_dask._progress import reporting
+
+    A = lle_problem[1]
+    n = A.shape[0]
+    kw = dict(null=np.ones(n), tol=TOL, maxiter=25, blocks=3, reorder=False, client=client)
+    seen = []
+    with pytest.warns(ConvergenceWarning, match="stopped after 25 iterations"):
+        with reporting(lambda stage, done, total: seen.append((stage, done, total))):
+            kept = bottom_eigsh_lobpcg_workers(A, 2, keep=True, **kw)
+        got = bottom_eigsh_lobpcg_workers(A, 2, **kw)
+    assert isinstance(kept.vectors, da.Array) and kept.vectors.numblocks == (3, 1)
+    np.testing.assert_array_equal(kept.vectors.compute(), got.vectors)
+    np.testing.assert_array_equal(kept.values, got.values)
+    assert [d for _, d, _ in seen] == list(range(26)) and {t for _, _, t in seen} == {25}
+    assert seen[0][0].startswith("LOBPCG on the workers: 2 eigenpairs, residual")
+    with pytest.raises(InputError, match="own row order"):
+        bottom_eigsh_lobpcg_workers(A, 2, keep=True, null=np.ones(n), client=client)
+
+
 def _band_laplacian(n, reach, seed=0):
     """The normalised Laplacian of a ring whose rows link to random rows within ``reach``:
     row blocks read only the edges of their neighbours."""

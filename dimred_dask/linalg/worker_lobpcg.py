@@ -63,6 +63,7 @@ import scipy.linalg
 import scipy.sparse as sp
 
 from .._compute import smallest_worker_memory, wait_done, workers
+from .._progress import report
 from .._validation import check_random_state
 from ..errors import ConvergenceWarning, DimredWarning, InputError, StageError
 from .convergence import record
@@ -422,7 +423,10 @@ def bottom_eigsh_lobpcg_workers(
     client : distributed.Client or None, default None
         The cluster (None: the current client).
     progress : callable or None, default None
-        Called as progress(iteration, wanted residuals) once an iteration.
+        Called as progress(iteration, wanted residuals) once an iteration; None: reported
+        to the caller's progress reporter (the CLI's bar, the flow's progress artifact) as
+        the iteration against ``maxiter`` and the largest wanted residual against the
+        tolerance.
     keep : bool, default False
         Leave the vectors on the workers: ``Eigen.vectors`` is then a dask array of one
         chunk a row block, each the result of a task held where the block was solved
@@ -531,7 +535,9 @@ def bottom_eigsh_lobpcg_workers(
         solve = None
         try:
             solve = _Solve(client, A, At, bounds, q, p, seed)
-            w, v, it, res = solve.run(k, tol_abs, limit, progress, keep)
+            w, v, it, res = solve.run(
+                k, tol_abs, limit, progress or _reporter(k, tol_abs, limit), keep
+            )
             break
         except _Lost as exc:
             restarts += 1
@@ -591,6 +597,21 @@ def bottom_eigsh_lobpcg_workers(
         vectors = np.empty((n, k))
         vectors[perm] = v[:, :k]
     return Eigen(np.asarray(w[:k]), vectors, "lobpcg-workers", 0, info=info, convergence=rec)
+
+
+def _reporter(k: int, tol_abs: float, limit: int):
+    """progress(iteration, residuals) for `report`: the iteration out of the limit."""
+
+    def progress(it, res):
+        worst = float(np.max(res)) if len(res) else 0.0
+        report(
+            f"LOBPCG on the workers: {k} eigenpairs, residual {worst:.1e} (to reach "
+            f"{tol_abs:.1e}), iterations",
+            it,
+            limit,
+        )
+
+    return progress
 
 
 def _kept(futures, bounds, k: int):
