@@ -213,14 +213,16 @@ def test_landmark_mvu_on_workers_matches_numpy(client):
     ref = LandmarkMVU(2, n_landmarks=20).fit(X)
     assert abs(spearmanr(ref.embedding_[:, 0], t)[0]) >= SPEARMAN_MIN
     Xd = da.from_array(X, chunks=(500, 3))
-    # small edge chunks: the normal matrices are summed over several tasks on the workers
+    # small edge chunks: the normal matrices are summed over several tasks on the workers,
+    # two at a time (a tree of combining tasks)
     from dimred_dask.graphs import landmark
 
-    old, landmark.EDGE_CHUNK = landmark.EDGE_CHUNK, 2000
+    old = landmark.EDGE_CHUNK, landmark.FAN_IN
+    landmark.EDGE_CHUNK, landmark.FAN_IN = 2000, 2
     try:
         est = LandmarkMVU(2, n_landmarks=20).fit(Xd)
     finally:
-        landmark.EDGE_CHUNK = old
+        landmark.EDGE_CHUNK, landmark.FAN_IN = old
     Y = est.embedding_
     assert isinstance(Y, da.Array)
     np.testing.assert_allclose(

@@ -17,6 +17,8 @@ Saul 2006): the n x m basis Q with K ~ Q L Q^T, and the m x m data of the SDP ov
 
 from __future__ import annotations
 
+from functools import reduce
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import splu
@@ -35,7 +37,7 @@ __all__ = [
     "edge_normals",
     "row_gram",
     "svec_index",
-    "edge_chunks",
+    "edge_sums",
     "EDGE_CHUNK",
 ]
 
@@ -44,6 +46,7 @@ __all__ = [
 # rows of a 50-D mixture, 41 eigenpairs in a block of 82: 1e-6 after ~60 iterations, 1e-8
 # after 76)
 BASIS_TOL = 1e-6
+FAN_IN = 8  # chunk results combined by one task of `edge_sums`
 EDGE_CHUNK = 20_000  # edges per task of ``edge_normals`` (20 000 x p float64 at once)
 
 
@@ -238,7 +241,7 @@ def edge_normals(
     """The normal equations of the edge-length penalty over L; see the module docstring.
 
     Row e of A is svec(v_e v_e^T) with v_e = Q[I[e]] - Q[J[e]], so that A svec(L) holds the
-    squared edge lengths of Q L Q^T. One sum a chunk of edges (`edge_chunks`: on the
+    squared edge lengths of Q L Q^T. One sum a chunk of edges (`edge_sums`: on the
     workers with a distributed client and more than ``chunk`` edges or a dask Q).
 
     Parameters
@@ -261,29 +264,37 @@ def edge_normals(
     c0 : float
         d2 . d2.
     """
-    parts = edge_chunks(
-        _normals_block, Q, I, J, d2, chunk=chunk, stage="landmark MVU: edge constraint normals"
+    G, h, c0 = edge_sums(
+        _normals_block,
+        _add_normals,
+        Q,
+        I,
+        J,
+        d2,
+        chunk=chunk,
+        stage="landmark MVU: edge constraint normals",
     )
-    G = sum(p[0] for p in parts)
-    h = sum(p[1] for p in parts)
-    return G, h, float(sum(p[2] for p in parts))
+    return G, h, float(c0)
 
 
-def edge_chunks(fn, Q, I, J, d2, *args, chunk: int | None = None, stage: str = "edges"):
-    """[fn(Q[I_c], Q[J_c], d2_c, *args) for every chunk c of ``chunk`` edges], in order.
+def edge_sums(fn, combine, Q, I, J, d2, *args, chunk: int | None = None, stage: str = "edges"):
+    """fn(Q[I_c], Q[J_c], d2_c, *args) for every chunk c of ``chunk`` edges, combined.
 
     With a distributed client, and more than one chunk or a dask ``Q``: one task a chunk,
-    ``Q`` sent to the workers once (a dask ``Q`` is assembled there, never here); else in
-    this process.
+    ``Q`` and the edges sent to the workers once (a dask ``Q`` is assembled there, never
+    here), the chunks' results combined on the workers ``FAN_IN`` at a time, so that only
+    the one combined result comes back; else in this process, combined as they come.
 
     Parameters
     ----------
     fn : callable
         fn(Qi, Qj, d2, *args) for the rows of Q at the chunk's two ends.
+    combine : callable
+        combine(a, b): two results (of ``fn`` or of ``combine``) as one.
     Q : numpy.ndarray or dask array of shape (n, m)
         The rows the edges join.
     I, J : numpy.ndarray of int, shape (e,)
-        The edges' two ends.
+        The edges' two ends, e >= 1.
     d2 : numpy.ndarray of shape (e,)
         A value per edge (its squared length).
     *args
@@ -295,8 +306,8 @@ def edge_chunks(fn, Q, I, J, d2, *args, chunk: int | None = None, stage: str = "
 
     Returns
     -------
-    list
-        ``fn``'s results, one a chunk.
+    object
+        The chunks' results combined, in edge order.
     """
     chunk = int(chunk or EDGE_CHUNK)
     starts = range(0, I.size, chunk)
@@ -304,29 +315,41 @@ def edge_chunks(fn, Q, I, J, d2, *args, chunk: int | None = None, stage: str = "
     if is_dask(Q) and client is None:
         Q = np.asarray(Q.compute())
     if not is_dask(Q) and (client is None or I.size <= chunk):
-        return [
-            fn(Q[I[s : s + chunk]], Q[J[s : s + chunk]], d2[s : s + chunk], *args) for s in starts
-        ]
+        return reduce(
+            combine,
+            (
+                fn(Q[I[s : s + chunk]], Q[J[s : s + chunk]], d2[s : s + chunk], *args)
+                for s in starts
+            ),
+        )
     from dask import delayed
 
     if is_dask(Q):  # one key made on a worker from Q's blocks
         Qd = Q.rechunk(Q.shape).to_delayed().ravel()[0]
     else:
-        Qd = delayed(Q, traverse=False)  # one key: sent to the workers once, not per task
-    task = delayed(_on_chunk, pure=True)
-    return list(
-        compute(
-            *[
-                task(fn, Qd, I[s : s + chunk], J[s : s + chunk], d2[s : s + chunk], *args)
-                for s in starts
-            ],
-            stage=stage,
-        )
-    )
+        Qd = client.scatter(Q, hash=False)
+    edges = client.scatter([(I, J, d2)], hash=False)[0]  # one copy, not one per task
+    parts = [delayed(_on_chunk, pure=True)(fn, Qd, edges, s, s + chunk, *args) for s in starts]
+    while len(parts) > 1:
+        parts = [
+            delayed(_combined, pure=True)(combine, *parts[i : i + FAN_IN])
+            for i in range(0, len(parts), FAN_IN)
+        ]
+    (out,) = compute(parts[0], stage=stage)
+    return out
 
 
-def _on_chunk(fn, Q, I, J, d2, *args):
+def _on_chunk(fn, Q, edges, a, b, *args):
+    I, J, d2 = (e[a:b] for e in edges)
     return fn(Q[I], Q[J], d2, *args)
+
+
+def _combined(combine, *parts):
+    return reduce(combine, parts)
+
+
+def _add_normals(x, y):
+    return x[0] + y[0], x[1] + y[1], x[2] + y[2]
 
 
 def row_gram(Q) -> tuple[np.ndarray, np.ndarray]:

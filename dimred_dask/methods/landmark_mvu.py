@@ -35,7 +35,7 @@ from .._validation import check_array, check_flags, is_dask
 from ..errors import InputError
 from ..graphs import check_reg
 from ..graphs.landmark import (
-    edge_chunks,
+    edge_sums,
     edge_normals,
     laplacian_basis,
     reconstruction_basis,
@@ -316,17 +316,28 @@ def _violation_sums(Qi, Qj, d2, L):
     )
 
 
+def _merge_violations(a, b):
+    return max(a[0], b[0]), a[1] + b[1], a[2] + b[2], max(a[3], b[3])
+
+
 def _edge_violations(Q, L, I, J, d2, chunk: int = 200_000) -> dict:
     """How far the edges of Q L Q^T are from their lengths, a chunk of edges at a time (on
-    the workers when Q is there: `graphs.landmark.edge_chunks`)."""
-    parts = edge_chunks(
-        _violation_sums, Q, I, J, d2, L, chunk=chunk, stage="landmark MVU: edge violations"
+    the workers when Q is there: `graphs.landmark.edge_sums`)."""
+    top, total, count, worst = edge_sums(
+        _violation_sums,
+        _merge_violations,
+        Q,
+        I,
+        J,
+        d2,
+        L,
+        chunk=chunk,
+        stage="landmark MVU: edge violations",
     )
-    count = sum(p[2] for p in parts)
     return {
-        "max_relative_violation": max(p[0] for p in parts) if count else 0.0,
-        "mean_relative_violation": sum(p[1] for p in parts) / count if count else 0.0,
-        "max_violation_over_mean": max(p[3] for p in parts) / float(d2.mean()),
+        "max_relative_violation": top if count else 0.0,
+        "mean_relative_violation": total / count if count else 0.0,
+        "max_violation_over_mean": worst / float(d2.mean()),
     }
 
 
@@ -458,9 +469,10 @@ def landmark_mvu(
         random_state=random_state,
         method="Landmark MVU",
     )
-    I, J, d = edge_list(graph)
-    d2 = d**2
+    I, J, d2 = edge_list(graph)
+    d2 **= 2  # in place: the edge arrays are the largest this process holds
     scale = float(d2.mean())
+    d2 /= scale  # the squared lengths in units of their mean from here on
     timings = {}
     t = time.perf_counter()
     basis = basis if basis != "auto" else _auto_basis(n)
@@ -476,7 +488,7 @@ def landmark_mvu(
     timings["basis_seconds"] = round(time.perf_counter() - t, 3)
     t = time.perf_counter()
     C, csum = row_gram(Q)
-    G, h, c0 = edge_normals(Q, I, J, d2 / scale)
+    G, h, c0 = edge_normals(Q, I, J, d2)
     timings["normals_seconds"] = round(time.perf_counter() - t, 3)
     T = _variance(X) / scale
     B = _centred_basis(np.asarray(csum), n)
@@ -524,7 +536,7 @@ def landmark_mvu(
         **qinfo,
         **timings,
         **kinfo,
-        **_edge_violations(Q, L / scale, I, J, d2 / scale),
+        **_edge_violations(Q, L / scale, I, J, d2),
         "seconds": round(time.perf_counter() - t0, 3),
         "convergence": records,
     }
