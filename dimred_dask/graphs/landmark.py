@@ -7,11 +7,13 @@ Saul 2006): the n x m basis Q with K ~ Q L Q^T, and the m x m data of the SDP ov
   y_u = -Phi_uu^-1 Phi_ul y_l, so Q = [I ; -Phi_uu^-1 Phi_ul] (one sparse factorisation of
   Phi_uu, m right-hand sides). Rows of Q sum to 1 (weights sum to 1).
 - ``laplacian_basis``: the bottom m non-constant eigenvectors of the graph Laplacian
-  (``bottom_eigsh``); orthonormal and orthogonal to 1.
+  (``bottom_eigsh``); orthonormal and orthogonal to 1. Past ``ARPACK_MAX`` rows with a
+  cluster, the Laplacian is built and solved on the workers and Q stays there (dask).
 - ``edge_normals``: with v_e = q_i - q_j, a squared edge length of Q L Q^T is
   svec(v_e v_e^T) . svec(L); the penalty sum_e (svec(v_e v_e^T) . svec(L) - d_e^2)^2 needs only
   G = A^T A (p x p, p = m(m+1)/2), h = A^T d^2 and d^2 . d^2. They are sums over edges:
-  one task per chunk of edges (on the workers when there is a client), summed at the end.
+  one task per chunk of edges (on the workers when there is a client), the chunks' sums
+  added there too (``edge_sums``), so one p x p matrix comes back.
   ``row_gram`` gives Q^T Q (the objective tr(Q L Q^T) = <Q^T Q, L>) and Q^T 1 the same way.
 """
 
@@ -282,8 +284,9 @@ def edge_sums(fn, combine, Q, I, J, d2, *args, chunk: int | None = None, stage: 
 
     With a distributed client, and more than one chunk or a dask ``Q``: one task a chunk,
     ``Q`` and the edges sent to the workers once (a dask ``Q`` is assembled there, never
-    here), the chunks' results combined on the workers ``FAN_IN`` at a time, so that only
-    the one combined result comes back; else in this process, combined as they come.
+    here; the edges ``FAN_IN`` chunks a piece), the chunks' results combined on the workers
+    ``FAN_IN`` at a time, so that only the one combined result comes back; else in this
+    process, combined as they come.
 
     Parameters
     ----------
@@ -328,8 +331,17 @@ def edge_sums(fn, combine, Q, I, J, d2, *args, chunk: int | None = None, stage: 
         Qd = Q.rechunk(Q.shape).to_delayed().ravel()[0]
     else:
         Qd = client.scatter(Q, hash=False)
-    edges = client.scatter([(I, J, d2)], hash=False)[0]  # one copy, not one per task
-    parts = [delayed(_on_chunk, pure=True)(fn, Qd, edges, s, s + chunk, *args) for s in starts]
+    # the edges sent once (not cut into every task), FAN_IN chunks a piece: a piece at a time
+    # is serialised here
+    step = chunk * FAN_IN
+    pieces = [
+        client.scatter([(I[a : a + step], J[a : a + step], d2[a : a + step])], hash=False)[0]
+        for a in range(0, I.size, step)
+    ]
+    parts = [
+        delayed(_on_chunk, pure=True)(fn, Qd, pieces[s // step], s % step, s % step + chunk, *args)
+        for s in starts
+    ]
     while len(parts) > 1:
         parts = [
             delayed(_combined, pure=True)(combine, *parts[i : i + FAN_IN])

@@ -469,8 +469,10 @@ def landmark_mvu(
         random_state=random_state,
         method="Landmark MVU",
     )
-    I, J, d2 = edge_list(graph)
-    d2 **= 2  # in place: the edge arrays are the largest this process holds
+    I, J, d2 = edge_list(graph)  # the largest arrays this process holds: kept small
+    rows = np.int32 if n < 2**31 else np.int64
+    I, J = I.astype(rows), J.astype(rows)
+    d2 **= 2
     scale = float(d2.mean())
     d2 /= scale  # the squared lengths in units of their mean from here on
     timings = {}
