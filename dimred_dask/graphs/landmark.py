@@ -192,35 +192,20 @@ def laplacian_basis(graph: KNNGraph, m: int, *, solver: str = "auto", random_sta
 def _laplacian_basis_on_workers(graph: KNNGraph, m: int, random_state):
     """`laplacian_basis` with the Laplacian built and solved on the workers, Q left there (a
     dask array); a solve that stops short is retried in this process while n allows."""
-    from ..linalg.convergence import solve_with_fallbacks
-    from ..linalg.sparse_eigen import bottom_eigsh, fallback_solvers
-    from ..linalg.worker_lobpcg import bottom_eigsh_lobpcg_workers
-    from .worker_laplacian import laplacian_on_workers
+    from .worker_laplacian import bottom_on_workers, laplacian_on_workers
 
     client = active_client()
     L, _, _ = laplacian_on_workers(graph, weights="heat", normed=False, client=client)
-
-    def attempt(s):
-        if s == "lobpcg-workers":
-            eig = bottom_eigsh_lobpcg_workers(
-                L,
-                m + 1,
-                kind="symmetric",
-                tol=BASIS_TOL,
-                random_state=random_state,
-                client=client,
-                keep=True,
-            )
-        else:  # small enough for a robust solver in this process
-            eig = bottom_eigsh(L.gather(client), m + 1, solver=s, random_state=random_state)
-        return eig, eig.convergence
-
-    eig, records = solve_with_fallbacks(
-        attempt,
-        ["lobpcg-workers"] + fallback_solvers("lobpcg-workers", graph.n_samples),
+    eig, records = bottom_on_workers(
+        L,
+        m + 1,
         step=f"bottom {m + 1} eigenpairs of the graph Laplacian (basis)",
         method="Landmark MVU",
         fix="use basis='reconstruction' (no eigensolver), or fewer n_landmarks.",
+        tol=BASIS_TOL,
+        random_state=random_state,
+        client=client,
+        keep=True,
     )
     order = np.argsort(eig.values)
     return eig.vectors[:, order[1:]], {

@@ -39,7 +39,7 @@ from .knn import KNNGraph
 from .laplacian import WEIGHTS
 from .spectral import SpectralResult
 
-__all__ = ["laplacian_on_workers", "spectral_embedding_workers"]
+__all__ = ["laplacian_on_workers", "bottom_on_workers", "spectral_embedding_workers"]
 
 TINY = np.finfo(np.float64).tiny
 
@@ -232,6 +232,81 @@ def laplacian_on_workers(
     return WorkerRows(n, bounds, rows), np.asarray(degrees, np.float64), t_used
 
 
+def bottom_on_workers(
+    L: WorkerRows,
+    want: int,
+    *,
+    step: str,
+    method: str,
+    fix: str,
+    tol: float = 1e-8,
+    maxiter: int | None = None,
+    random_state=0,
+    client=None,
+    keep: bool = False,
+):
+    """The ``want`` smallest eigenpairs of a symmetric operator held on the workers, by the
+    worker-side LOBPCG; a solve that stops short is retried by the in-process solvers on
+    the gathered operator while n is small enough for them (`fallback_solvers`), else
+    refused.
+
+    Parameters
+    ----------
+    L : WorkerRows
+        The operator (e.g. from `laplacian_on_workers`).
+    want : int
+        The number of eigenpairs.
+    step, method, fix : str
+        What was solved, the method, and the fix, for the records and the `SolverError`.
+    tol : float, default 1e-8
+        The tolerance (LOBPCG's relative to the mean diagonal).
+    maxiter : int or None, default None
+        LOBPCG's iteration limit (None: its default).
+    random_state : int, numpy Generator or None, default 0
+        Seeds the start vectors.
+    client : distributed.Client or None, default None
+        The cluster (None: the current client).
+    keep : bool, default False
+        Leave the worker-side solve's vectors on the workers (a dask array; see
+        `bottom_eigsh_lobpcg_workers`).
+
+    Returns
+    -------
+    tuple of (Eigen, list of dict)
+        The eigenpairs and every solve's convergence record.
+
+    Raises
+    ------
+    SolverError
+        No eigensolver reached ``tol``.
+    """
+    client = client or active_client()
+
+    def attempt(s):
+        if s == "lobpcg-workers":
+            eig = bottom_eigsh_lobpcg_workers(
+                L,
+                want,
+                kind="symmetric",
+                tol=tol,
+                maxiter=maxiter,
+                random_state=random_state,
+                client=client,
+                keep=keep,
+            )
+        else:  # small enough for a robust in-process solver
+            eig = bottom_eigsh(L.gather(client), want, solver=s, tol=tol, random_state=random_state)
+        return eig, eig.convergence
+
+    return solve_with_fallbacks(
+        attempt,
+        ["lobpcg-workers"] + fallback_solvers("lobpcg-workers", L.shape[0]),
+        step=step,
+        method=method,
+        fix=fix,
+    )
+
+
 def spectral_embedding_workers(
     source,
     n_components: int,
@@ -304,29 +379,16 @@ def spectral_embedding_workers(
         source, n_neighbors=n_neighbors, weights=weights, t=t, normed=normed, client=client
     )
     what = "L y = lambda D y" if normed else "L = D - W"
-    step = f"bottom {want} eigenpairs of {what}"
-
-    def attempt(s):
-        if s == "lobpcg-workers":
-            eig = bottom_eigsh_lobpcg_workers(
-                L,
-                want,
-                kind="symmetric",
-                tol=tol,
-                maxiter=maxiter,
-                random_state=random_state,
-                client=client,
-            )
-        else:  # small enough for a robust in-process solver
-            eig = bottom_eigsh(L.gather(client), want, solver=s, tol=tol, random_state=random_state)
-        return eig, eig.convergence
-
-    eig, records = solve_with_fallbacks(
-        attempt,
-        ["lobpcg-workers"] + fallback_solvers("lobpcg-workers", n),
-        step=step,
+    eig, records = bottom_on_workers(
+        L,
+        want,
+        step=f"bottom {want} eigenpairs of {what}",
         method=method,
         fix=fix or "raise maxiter or loosen tol.",
+        tol=tol,
+        maxiter=maxiter,
+        random_state=random_state,
+        client=client,
     )
     # in place: the n x k columns are the largest arrays this process holds
     vals = np.asarray(eig.values, np.float64)
