@@ -98,6 +98,12 @@ def _peak_by_stage(series, out: str, timings: dict) -> dict:
     return peaks
 
 
+def _iterations(model: dict) -> str:
+    """The iterations of the fit's iterative solves, from the manifest's records."""
+    recs = [r for r in model.get("convergence") or [] if isinstance(r, dict)]
+    return ", ".join(f"{r.get('step')} {r.get('iterations')}" for r in recs) or "-"
+
+
 def _labels_path(path: str) -> str:
     return path[: -len(".zarr")] + "-labels.npy"
 
@@ -180,7 +186,7 @@ def main(args) -> int:
             print(
                 f"  {label}: {seconds:.1f} s; flow process peak {flow_peak / 2**20:,.0f} MiB; "
                 f"workers {', '.join(f'{p / 2**20:,.0f}' for p in w)} MiB; solver "
-                f"{model.get('solver')}; stages "
+                f"{model.get('solver')}; iterations {_iterations(model)}; stages "
                 + ", ".join(
                     f"{k} {v:.1f}" for k, v in (timings or {}).items() if isinstance(v, float)
                 )
