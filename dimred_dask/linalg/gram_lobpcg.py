@@ -53,9 +53,25 @@ THREADS = 1
 # bench/RESULTS.md, "LLE at n = 1 000 000 on the 50-D mixture with LOBPCG on I - W").
 MAXITER = 1000
 REFRESH = 20
+START_ROWS = 65536  # the start block is drawn in runs of this many rows, one seed a run
 # Rayleigh-Ritz drops basis directions whose Gram eigenvalue is below this times the
 # largest (S = [X, W, P] becomes nearly dependent as the iteration converges)
 GRAM_RCOND = 1e-12
+
+
+def start_block(a: int, b: int, p: int, seed: int) -> np.ndarray:
+    """Rows a..b of the n x p start block of a solve seeded ``seed``: run r of START_ROWS
+    rows drawn from the seed sequence (seed, r), so that a row block of a solve held on
+    the workers draws its own rows, the same as this process's solve of the same operator."""
+    out = np.empty((b - a, p))
+    r = a // START_ROWS
+    while r * START_ROWS < b:
+        lo, hi = r * START_ROWS, (r + 1) * START_ROWS
+        run = np.random.default_rng([seed, r]).standard_normal((START_ROWS, p))
+        s, e = max(lo, a), min(hi, b)
+        out[s - a : e - a] = run[s - lo : e - lo]
+        r += 1
+    return out
 
 
 def _norms(X: np.ndarray) -> np.ndarray:
@@ -163,7 +179,7 @@ def bottom_eigsh_lobpcg(
     A = A[perm][:, perm].tocsr()
     rng = check_random_state(random_state)
     p = min(n - 2, max(k + 6, 2 * k) if block is None else max(block, k))
-    X = rng.standard_normal((n, p))
+    X = start_block(0, n, p, int(rng.integers(2**63)))  # as the worker-side solve's
     if X0 is not None:
         X0 = np.asarray(X0, np.float64).reshape(n, -1)[perm, :p]
         X[:, : X0.shape[1]] = X0

@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .gram_lobpcg import start_block
+
 __all__: list = []
 
-START_ROWS = 65536  # the start vectors are drawn in runs of this many rows, one seed a run
 SPARSE_ROWS = 0.5  # a part of a block's rows reaching fewer of them holds those rows only
 WHOLE_SHARE = 0.5  # a block read at this share of its rows or more is sent whole
 
@@ -24,25 +25,13 @@ WHOLE_SHARE = 0.5  # a block read at this share of its rows or more is sent whol
 _BLOCKS: dict = {}
 
 
-def _start(a: int, b: int, p: int, seed: int) -> np.ndarray:
-    """Rows a..b of the n x p start block: run r of START_ROWS rows from seed (seed, r)."""
-    out = np.empty((b - a, p))
-    r = a // START_ROWS
-    while r * START_ROWS < b:
-        lo, hi = r * START_ROWS, (r + 1) * START_ROWS
-        run = np.random.default_rng([seed, r]).standard_normal((START_ROWS, p))
-        s, e = max(lo, a), min(hi, b)
-        out[s - a : e - a] = run[s - lo : e - lo]
-        r += 1
-    return out
-
-
 class _Block:
     """One row block's operator rows and LOBPCG buffers: S = [X, W, P] and M S side by
     side in two n_i x 3p arrays (W's slot holds W0 = T R until the search directions are
     made), Y for A W0 on its way to A^T (A W0) (a Gram operator's only). Products with the
     small coefficient matrices go a run of rows at a time into S and M S themselves, so
-    that no other n_i x p array is held between tasks. The operator's rows are held cut by
+    that the only other n_i x p array is C, the contiguous copy of a slot of S that a
+    sparse product reads. The operator's rows are held cut by
     the block their columns belong to (`_split`), so that a product adds each block's part
     as it arrives instead of stacking the rows it reads."""
 
@@ -50,8 +39,11 @@ class _Block:
         self.ops, self.dinv, self.q, self.i, self.p = ops, dinv, q, i, p
         n = b - a
         self.S, self.MS = np.empty((n, 3 * p)), np.empty((n, 3 * p))
-        self.S[:, :p] = _start(a, b, p, seed)
+        self.S[:, :p] = start_block(a, b, p, seed)
         self.Y = np.empty((n, p)) if len(ops) > 1 else None
+        # a slot of S copied whole before a sparse product: SciPy copies a strided V whole
+        # for every product with it, i.e. for every run of the operator's rows
+        self.C = np.empty((n, p))
         self.m = 2 * p  # columns of S in use: no P before the first update
 
     def view(self, name):
@@ -78,7 +70,12 @@ class _Block:
         rows, _ = self.ops[which][self.i]
         if rows is not None:  # the own part does not reach every row
             O[:] = 0.0
-        self._add(which, self.i, V if own_sel is None else V[own_sel], O, rows is None)
+        if own_sel is not None:
+            V = V[own_sel]  # a copy, contiguous
+        elif not V.flags.c_contiguous:
+            np.copyto(self.C, V)
+            V = self.C
+        self._add(which, self.i, V, O, rows is None)
         self.add(which, out, js, *parts)
 
     def add(self, which, out, js, *parts):
@@ -89,9 +86,12 @@ class _Block:
 
     def _add(self, which, j, V, O, first):
         rows, M = self.ops[which][j]
-        for r in _runs(M.shape[0]):
+        for r, run in M.runs:
             at = r if rows is None else rows[r]  # a part reaching few rows: those
-            O[at] = M[r] @ V if first else O[at] + M[r] @ V
+            if first:
+                O[at] = run @ V
+            else:
+                O[at] += run @ V
 
     def moments(self):
         X = self.view("X")
@@ -234,5 +234,22 @@ def _split(rows, bounds):
             )
         reached = np.flatnonzero(np.diff(part.indptr))
         few = len(reached) < SPARSE_ROWS * part.shape[0]
-        parts[j] = (reached, part[reached]) if few else (None, part)
+        parts[j] = (reached, RowRuns(part[reached])) if few else (None, RowRuns(part))
     return parts, sels
+
+
+class RowRuns:
+    """A CSR matrix held as runs of rows (`_runs`), each a CSR matrix of its own, so that a
+    product goes a run at a time (no n_i x p temporary) without slicing, i.e. copying, the
+    matrix for every product."""
+
+    def __init__(self, M):
+        M = sp.csr_matrix(M)
+        self.shape = M.shape
+        self.runs = [(r, M[r]) for r in _runs(M.shape[0])]
+
+    def __matmul__(self, V):
+        V = np.ascontiguousarray(V)
+        if not self.runs:
+            return np.zeros((0, *V.shape[1:]))
+        return np.concatenate([run @ V for _, run in self.runs])

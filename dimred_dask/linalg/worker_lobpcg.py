@@ -34,7 +34,7 @@ faster, and for the Laplacian it cost the caller memory without changing the sol
 Arithmetic: every step is the in-process solver's (the same tolerance, refresh of the
 recurrences every ``REFRESH`` iterations, the same Gram cut-off); the sums over blocks are
 taken in block order in the caller, so a solve with the same blocks gives the same bits.
-The start vectors are drawn per ``worker_blocks.START_ROWS`` rows from the seed, so they do
+The start vectors are drawn per ``gram_lobpcg.START_ROWS`` rows from the seed, so they do
 not depend on the block count either. The blocks' own side (their buffers and tasks) is
 `worker_blocks`.
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 __all__ = ["memory_note", "BLOCK_ARRAYS", "MEMORY_SHARE"]
 
-# n_i x p float64 arrays a block holds at its busiest: S and M S (3p columns each) and, in a
-# product, its rows cut for the other blocks (one copy when they read it whole) and the rows
-# it takes in from them (at most its own rows' worth a task); a Gram operator's block also
-# holds Y (A W0 on its way to A^T). The small products go a run of rows at a time.
-BLOCK_ARRAYS = 8
+# n_i x p float64 arrays a block holds at its busiest: S and M S (3p columns each), the
+# contiguous copy of the slot a sparse product reads and, in a product, its rows cut for the
+# other blocks (one copy when they read it whole) and the rows it takes in from them (at most
+# its own rows' worth a task); a Gram operator's block also holds Y (A W0 on its way to A^T).
+# The small products go a run of rows at a time.
+BLOCK_ARRAYS = 9
 MEMORY_SHARE = 0.5  # a block's arrays above this share of its worker's memory limit: warn
 
 
