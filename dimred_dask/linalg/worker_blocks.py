@@ -31,9 +31,9 @@ class _Block:
     made), Y for A W0 on its way to A^T (A W0) (a Gram operator's only). Products with the
     small coefficient matrices go a run of rows at a time into S and M S themselves, so
     that the only other n_i x p array is C, the contiguous copy of a slot of S that a
-    sparse product reads. The operator's rows are held cut by
-    the block their columns belong to (`_split`), so that a product adds each block's part
-    as it arrives instead of stacking the rows it reads."""
+    sparse product reads. The operator's rows are held cut by the block their columns
+    belong to (`_split`), so that a product adds each block's part as it arrives instead of
+    stacking the rows it reads."""
 
     def __init__(self, ops, dinv, q, i, a, b, p, seed):
         self.ops, self.dinv, self.q, self.i, self.p = ops, dinv, q, i, p
