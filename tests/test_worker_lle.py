@@ -39,8 +39,9 @@ def wide_graph():
 
 @pytest.fixture(scope="module")
 def solve_graph():
-    """Half the rows for the solves: LOBPCG needs 346 iterations to tol 1e-10 here against
-    536 at 2400 rows, each a round of tasks."""
+    """Half the rows for the solves, each of LOBPCG's iterations a round of tasks: 311
+    iterations to tol 1e-8 here (441 to 1e-10), whose eigenvalues are within 1e-11 of
+    LAPACK's and vectors within 3e-6."""
     X = _wide(1200)
     return X, knn_graph(X, 10, backend="exact")
 
@@ -85,7 +86,7 @@ def test_lle_on_a_stored_graph_solves_on_the_workers(client, solve_graph, tmp_pa
     ref = lle(X, graph=g, eigen_solver="dense")
     source = _stored(g, tmp_path / "run")
     Xd = da.from_array(X, chunks=(250, X.shape[1]))
-    ours = lle(Xd, graph=source, eigen_solver="lobpcg-workers", tol=1e-10)
+    ours = lle(Xd, graph=source, eigen_solver="lobpcg-workers", tol=1e-8)
     assert ours.solver == "lobpcg-workers"
     np.testing.assert_allclose(ours.eigenvalues, ref.eigenvalues, rtol=1e-6)
     signs = np.sign(np.sum(ours.embedding * ref.embedding, axis=0))
@@ -128,7 +129,8 @@ def test_lle_through_the_flow_on_the_workers(client, prefect_api, tmp_path):
     X = _wide(800, seed=3)
     uri = str(tmp_path / "wide.zarr")
     save_array(X, uri, chunks=(400, X.shape[1]))
-    params = {"n_neighbors": 10, "eigen_solver": "lobpcg-workers", "tol": 1e-10}
+    # tol 1e-7: 221 iterations (347 to 1e-10), vectors within 1e-5 of LAPACK's
+    params = {"n_neighbors": 10, "eigen_solver": "lobpcg-workers", "tol": 1e-7}
     m = embed(uri, str(tmp_path / "lle"), method="lle", params=params)
     assert m["model"]["solver"] == "lobpcg-workers"
     Y = open_output(str(tmp_path / "lle")).read_array("embedding").astype(np.float64)
