@@ -82,6 +82,44 @@ def test_eigenpairs_are_lapacks(client, roll_graph, tmp_path):
     np.testing.assert_allclose(res.degrees, deg, rtol=1e-14)
 
 
+def test_the_vectors_can_stay_on_the_workers(client, roll_graph, tmp_path):
+    """keep=True: the embedding is a dask array left on the workers, scaled and signed as
+    the gathered one from the same solve; spectral clustering of dask input uses it, so no
+    n x k array is sent back to the cluster in a graph."""
+    import warnings
+
+    import dask
+    import dask.array as da
+
+    from dimred_dask import spectral_clustering
+
+    X, g = roll_graph
+    source = _stored(g, tmp_path / "run")
+    here, _ = spectral_embedding_workers(source, 2, tol=1e-8)
+    kept, _ = spectral_embedding_workers(source, 2, tol=1e-8, keep=True)
+    assert isinstance(kept.embedding, da.Array) and kept.solver == "lobpcg-workers"
+    np.testing.assert_array_equal(kept.eigenvalues, here.eigenvalues)
+    np.testing.assert_allclose(kept.embedding.compute(), here.embedding, rtol=1e-12, atol=0)
+    Xd = da.from_array(X, chunks=(500, 3))  # the embedding (1500 x 3 float64): 36 kB
+    with (
+        dask.config.set({"distributed.admin.large-graph-warning-threshold": "30kB"}),
+        warnings.catch_warnings(record=True) as seen,
+    ):
+        warnings.simplefilter("always")
+        sc = spectral_clustering(
+            Xd,
+            n_clusters=3,
+            n_neighbors=8,
+            graph=source,
+            eigen_solver="lobpcg-workers",
+            random_state=0,
+        )
+        Y, labels = sc.embedding.compute(), np.asarray(sc.labels)
+    assert not [str(w.message) for w in seen if "large graph" in str(w.message)]
+    assert sc.solver == "lobpcg-workers" and Y.shape == (1500, 3)
+    assert sc.embedding.chunks[0] == Xd.chunks[0] and sorted(set(labels)) == [0, 1, 2]
+
+
 def test_the_function_reads_a_stored_graph_where_the_solve_is(client, roll_graph, tmp_path):
     X, g = roll_graph
     ref = laplacian_eigenmaps(X, n_neighbors=8, graph=g, eigen_solver="dense")

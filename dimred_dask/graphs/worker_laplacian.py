@@ -322,6 +322,7 @@ def spectral_embedding_workers(
     method: str = "Spectral embedding",
     fix: str | None = None,
     client=None,
+    keep: bool = False,
 ):
     """`spectral.spectral_embedding` of a graph source's weighted kNN graph, its Laplacian
     built (`laplacian_on_workers`) and solved (worker-side LOBPCG) on the Dask workers.
@@ -353,6 +354,10 @@ def spectral_embedding_workers(
         The fix given in the `SolverError`.
     client : distributed.Client or None, default None
         The cluster (None: the current client).
+    keep : bool, default False
+        Leave the eigenvectors on the workers: the embedding is then a dask array of one
+        chunk a row block, scaled and sign-fixed there (an in-process fallback solve's
+        embedding is NumPy all the same).
 
     Returns
     -------
@@ -389,7 +394,10 @@ def spectral_embedding_workers(
         maxiter=maxiter,
         random_state=random_state,
         client=client,
+        keep=keep,
     )
+    if hasattr(eig.vectors, "dask"):  # left on the workers
+        return _kept_embedding(eig, deg, drop_first, normed, records), t_used
     # in place: the n x k columns are the largest arrays this process holds
     vals = np.asarray(eig.values, np.float64)
     first = float(vals[0]) if drop_first else None
@@ -402,3 +410,23 @@ def spectral_embedding_workers(
     vec *= np.where(s == 0, 1.0, s)
     vals = vals[1:] if drop_first else vals
     return SpectralResult(vec, vals, deg, first, solver, records), t_used
+
+
+def _kept_embedding(eig, deg, drop_first: bool, normed: bool, records) -> SpectralResult:
+    """`spectral_embedding_workers`' scaling and signs applied to vectors left on the
+    workers (a dask array): only each column's entry of largest magnitude comes here."""
+    import dask.array as da
+
+    from .._compute import compute
+
+    vals = np.asarray(eig.values, np.float64)
+    vec = eig.vectors[:, 1:] if drop_first else eig.vectors
+    if normed:
+        vec = vec / da.from_array(np.sqrt(deg), chunks=(vec.chunks[0],))[:, None]
+    (at,) = compute(da.argmax(abs(vec), axis=0), stage="spectral embedding: signs")
+    (top,) = compute(vec.vindex[at, np.arange(vec.shape[1])], stage="spectral embedding: signs")
+    s = np.sign(top)
+    vec = vec * np.where(s == 0, 1.0, s)
+    first = float(vals[0]) if drop_first else None
+    vals = vals[1:] if drop_first else vals
+    return SpectralResult(vec, vals, deg, first, eig.solver, records)

@@ -283,16 +283,18 @@ def spectral_clustering(
         if stored:
             res, t_used = spectral_embedding_workers(
                 g, k, n_neighbors=kn, weights=weights, t=t, normed=cut == "normalized",
-                drop_first=False, **solve,
+                drop_first=False, keep=is_dask(X), **solve,
             )  # fmt: skip
         else:
             W, t_used = graph_weights(graph_csr(g), weights, t)
             res = spectral_embedding(
                 W, k, normed=cut == "normalized", drop_first=False, solver=eigen_solver, **solve
             )
-        # persisted: k-means' sample, its labels and the model's embedding refer to it (as a
-        # literal in each graph, 4 000 000 x 10 went to the scheduler three times, 306 MiB each)
-        Y, vals, solver = persisted(like_input(res.embedding, X)), res.eigenvalues, res.solver
+        # persisted: k-means' sample, its labels and the model's embedding refer to it; for
+        # dask input the vectors stay on the workers, in X's row chunks
+        Y = res.embedding
+        Y = Y.rechunk((X.chunks[0], Y.shape[1])) if is_dask(Y) else like_input(Y, X)
+        Y, vals, solver = persisted(Y), res.eigenvalues, res.solver
         info = {
             "t": t_used,
             "weights": weights,
