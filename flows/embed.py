@@ -92,15 +92,19 @@ def knn_stage(spec: dict, v: dict) -> dict:
         return {**info, "reused": True, "seconds": time.perf_counter() - t0}
     inp = open_run_input(spec, v)
     cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location.url)
-    graph = cache.load(fp) if cache is not None else None
-    source = "cache" if graph is not None else None
+    from_workers = writes_from_workers(inp.array, request)
+    graph = None if cache is None or from_workers else cache.load(fp)
     attrs = {"method": spec["method"], "version": dimred_dask.__version__}
     with stage_errors("knn", **_mem(v)):
-        prepared = graph is None and writes_from_workers(inp.array, request)
+        prepared = from_workers
+        if prepared:
+            store.prepare(v["mode"], attrs)
+            if cache is not None:  # copied on a worker: the graph never comes here
+                graph = cache.copy_to(fp, store)
+        source = "cache" if graph is not None else None
         if graph is None:
             sink = None
             if prepared:  # the partitioned backend writes the graph; it never comes here
-                store.prepare(v["mode"], attrs)
                 sink = StoreGraph.create(store, inp.array.shape[0], request["n_neighbors"])
             with stage_progress(f"kNN graph ({request['n_neighbors']} neighbours)"):
                 graph, quality = build_graph(inp.array, request, sink=sink)

@@ -23,7 +23,9 @@ version. A content-addressed cache shares graphs between runs: ``<cache>/knn-<fi
 where ``<cache>`` is the flow's ``graph_cache`` argument, else ``DIMRED_GRAPH_CACHE``, else
 ``.dimred-cache`` next to the output (``runs/isomap`` -> ``runs/.dimred-cache``); ``none``
 turns it off. A second method run on the same data with the same graph parameters reads the
-graph from there (the manifest says "reused from cache") instead of computing it.
+graph from there (the manifest says "reused from cache") instead of computing it; where the
+workers would have written it (`writes_from_workers`), a task on a worker copies it into the
+run's store a chunk at a time, so the flow's process does not hold it then either.
 """
 
 from __future__ import annotations
@@ -235,7 +237,8 @@ class GraphCache:
     def _entry(self, fp: str) -> RunStore:
         return RunStore(f"{self.url}/knn-{fp[:32]}")
 
-    def load(self, fp: str) -> KNNGraph | None:
+    def find(self, fp: str) -> RunStore | None:
+        """The committed entry of this fingerprint with all its chunks (not read), or None."""
         entry = self._entry(fp)
         try:
             if not entry.committed():
@@ -243,9 +246,36 @@ class GraphCache:
             meta = entry.read_json("manifest.json")
             if meta.get("fingerprint") != fp or stored_chunks(entry) != meta.get("chunks"):
                 return None
-            return load_graph(entry)
+            return entry
         except (OSError, KeyError, ValueError):
             return None  # a cache is an optimisation: an unreadable entry is recomputed
+
+    def load(self, fp: str) -> KNNGraph | None:
+        """The entry's graph read into this process, or None."""
+        entry = self.find(fp)
+        try:
+            return None if entry is None else load_graph(entry)
+        except (OSError, KeyError, ValueError):
+            return None
+
+    def copy_to(self, fp: str, store: RunStore) -> "StoreGraph | None":
+        """The entry's graph copied into ``store`` (prepared) by a task on a worker, a chunk
+        at a time, and opened there; None (nothing left in ``store``) when there is no
+        readable entry."""
+        from dask import delayed
+
+        entry = self.find(fp)
+        if entry is None:
+            return None
+        try:
+            compute(
+                delayed(_save_to)(store.url, StoreGraph.open(entry.url)),
+                stage="kNN graph: copy from the cache",
+            )
+            return StoreGraph.open(store.url)
+        except (OSError, KeyError, ValueError):
+            store.remove("graph")
+            return None
 
     # ---- pointers to large arrays kept in the run store that made them (kernel matrices):
     # copying an n x n matrix into the cache would double its size on disk, so the cache

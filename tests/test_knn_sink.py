@@ -73,12 +73,15 @@ def test_the_recall_search_rewrites_the_graph_where_it_is(client, tmp_path):
     np.testing.assert_array_equal(sink.rows(0, 6000, 10)[0], ref.indices)
 
 
-def test_the_flow_writes_a_partitioned_graph_from_the_workers(client, prefect_api, tmp_path):
+def test_the_flow_writes_a_partitioned_graph_from_the_workers(
+    client, prefect_api, tmp_path, monkeypatch
+):
     """UMAP (no connectivity rule) with the partitioned backend through the flow: the graph
     is written by the workers, equals the in-memory graph, its components are counted where
-    it is; a second run finds it in the graph cache, copied there by a task."""
+    it is; a second run finds it in the graph cache, copied there by a task, and copied
+    from there into its own store by a task."""
     from flows.embed import embed
-    from flows.knn import load_graph
+    from flows.knn import GraphCache, load_graph
 
     X = load_digits().data.astype(np.float32)
     uri = str(tmp_path / "digits.zarr")
@@ -94,8 +97,14 @@ def test_the_flow_writes_a_partitioned_graph_from_the_workers(client, prefect_ap
     assert g["components"] == graph_components(ref)[0]
     assert g["cached"] is True
     assert np.isfinite(open_output(str(tmp_path / "out" / "a")).read_array("embedding")).all()
+
+    def read_here(self, fp):
+        raise AssertionError("the cached graph was read into the flow's process")
+
+    monkeypatch.setattr(GraphCache, "load", read_here)  # copied by a task on a worker instead
     m2 = embed(uri, str(tmp_path / "out" / "b"), method="umap", params=params)
-    assert m2["graph"]["source"] == "cache" and m2["graph"]["written_from_workers"] is False
+    assert m2["graph"]["source"] == "cache" and m2["graph"]["written_from_workers"] is True
+    assert m2["stages"]["knn"] == "reused from cache"
     again = load_graph(open_output(str(tmp_path / "out" / "b")))
     np.testing.assert_array_equal(again.indices, stored.indices)
     np.testing.assert_array_equal(again.distances, stored.distances)
