@@ -83,8 +83,8 @@ def test_eigenpairs_are_lapacks(client, roll_graph, tmp_path):
 
 
 def test_the_vectors_can_stay_on_the_workers(client, roll_graph, tmp_path):
-    """keep=True: the embedding is a dask array left on the workers, scaled and signed as
-    the gathered one from the same solve; spectral clustering of dask input uses it, so no
+    """Spectral clustering of dask input keeps the solve's vectors on the workers (keep=True):
+    its embedding is the gathered one of the same solve, scaled and signed alike, and no
     n x k array is sent back to the cluster in a graph."""
     import warnings
 
@@ -95,11 +95,7 @@ def test_the_vectors_can_stay_on_the_workers(client, roll_graph, tmp_path):
 
     X, g = roll_graph
     source = _stored(g, tmp_path / "run")
-    here, _ = spectral_embedding_workers(source, 2, tol=1e-8)
-    kept, _ = spectral_embedding_workers(source, 2, tol=1e-8, keep=True)
-    assert isinstance(kept.embedding, da.Array) and kept.solver == "lobpcg-workers"
-    np.testing.assert_array_equal(kept.eigenvalues, here.eigenvalues)
-    np.testing.assert_allclose(kept.embedding.compute(), here.embedding, rtol=1e-12, atol=0)
+    here, _ = spectral_embedding_workers(source, 3, weights="binary", drop_first=False)
     Xd = da.from_array(X, chunks=(500, 3))  # the embedding (1500 x 3 float64): 36 kB
     with (
         dask.config.set({"distributed.admin.large-graph-warning-threshold": "30kB"}),
@@ -107,17 +103,15 @@ def test_the_vectors_can_stay_on_the_workers(client, roll_graph, tmp_path):
     ):
         warnings.simplefilter("always")
         sc = spectral_clustering(
-            Xd,
-            n_clusters=3,
-            n_neighbors=8,
-            graph=source,
-            eigen_solver="lobpcg-workers",
+            Xd, n_clusters=3, n_neighbors=8, graph=source, eigen_solver="lobpcg-workers",
             random_state=0,
-        )
+        )  # fmt: skip
         Y, labels = sc.embedding.compute(), np.asarray(sc.labels)
     assert not [str(w.message) for w in seen if "large graph" in str(w.message)]
-    assert sc.solver == "lobpcg-workers" and Y.shape == (1500, 3)
-    assert sc.embedding.chunks[0] == Xd.chunks[0] and sorted(set(labels)) == [0, 1, 2]
+    assert isinstance(sc.embedding, da.Array) and sc.embedding.chunks[0] == Xd.chunks[0]
+    assert sc.solver == "lobpcg-workers" and sorted(set(labels)) == [0, 1, 2]
+    np.testing.assert_array_equal(sc.eigenvalues, here.eigenvalues)
+    np.testing.assert_allclose(Y, here.embedding, rtol=1e-12, atol=0)
 
 
 def test_the_function_reads_a_stored_graph_where_the_solve_is(client, roll_graph, tmp_path):
