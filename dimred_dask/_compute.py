@@ -53,9 +53,9 @@ def workers(client) -> dict:
 
 
 def persisted(arr):
-    """A dask array made from arrays in this process (``da.from_array``) persisted on the
-    active client (as is without one), so that the graphs that use it afterwards refer to
-    its chunks instead of carrying them again; the scheduler keeps the literals, so a chunk
+    """A dask array persisted on the active client (as is without one), so that the graphs
+    that use it afterwards refer to its chunks instead of carrying them again. For arrays
+    made in this process (``da.from_array``) the scheduler keeps the literals, so a chunk
     lost with a worker is made again. NumPy comes back as is."""
     client = active_client() if hasattr(arr, "dask") else None
     return arr if client is None else client.persist(arr)
