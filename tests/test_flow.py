@@ -45,6 +45,7 @@ def test_flow_completes_writes_store_and_artifacts(client, prefect_api, data_uri
     ref = PCA(3).fit(X)
     np.testing.assert_allclose(Y, ref.transform(X), rtol=1e-4, atol=1e-3)
     assert store.open_array("embedding").chunks[0] == 3000  # one dask chunk of the input
+    assert store.open_array("embedding").compressors == ()  # float coordinates stored raw
     model = store.read_group("model")
     np.testing.assert_allclose(model["components_"], ref.components_, rtol=1e-4, atol=1e-5)
     on_disk = store.read_json("manifest.json")

@@ -96,6 +96,29 @@ def test_transform_of_float32_rows_far_from_the_origin_is_exact(rng, solver):
     assert np.abs(Y - exact).max() <= 1e-6 * np.abs(exact).max()
 
 
+@pytest.mark.parametrize(
+    "n, dtype", [(9000, np.float32), (4096, np.float64), (3, np.float32), (0, np.float32)]
+)
+def test_centred_product_by_panels_is_the_expression(rng, n, dtype):
+    """The transform's panel-by-panel (X - mu) W + shift: every row (panel edges, a short
+    last panel, an empty block) as the whole-block expression, to the dtype's rounding."""
+    from dimred_dask.methods._base import centred_product
+
+    X = (rng.standard_normal((n, 30)) + 50.0).astype(dtype)
+    mu, w = np.full(30, 50.0, dtype), rng.standard_normal((30, 4)).astype(dtype)
+    shift = rng.standard_normal(4).astype(dtype)
+    got = centred_product(X, mu, w, shift, dtype)
+    want = (X - mu) @ w + shift
+    assert got.dtype == dtype and got.shape == (n, 4)
+    tol = 8 * np.finfo(dtype).eps * 30 * (np.abs(X - mu).max(initial=0) * np.abs(w).max() + 1)
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+    counts = rng.integers(0, 20, (5000, 30))  # integer rows: centred in the float dtype
+    got = centred_product(
+        counts, counts.mean(axis=0), w.astype(np.float64), np.zeros(4), np.float64
+    )
+    np.testing.assert_allclose(got, (counts - counts.mean(axis=0)) @ w, rtol=1e-12, atol=1e-10)
+
+
 def test_dask_in_lazy_dask_out(rng):
     X = da.from_array(low_rank(rng), chunks=(200, 20))
     model = PCA(3).fit(X)

@@ -192,6 +192,28 @@ def rowwise(X, fn, n_out: int, dtype):
     return X.map_blocks(PortableFn(fn), chunks=(X.chunks[0], (n_out,)), dtype=dtype)
 
 
+PANEL_ROWS = 4096  # rows centred at a time: a panel of a few MiB stays in cache for its product
+
+
+def centred_product(block, mu: np.ndarray, w: np.ndarray, shift: np.ndarray, dtype):
+    """(block - mu) @ w + shift in ``dtype``, a panel of rows at a time: the centred rows are
+    made in one reused buffer of a few MiB that the product reads while it is in cache,
+    where the expression makes a block-sized temporary (new pages from the system for each
+    block, and one more pass over memory). Equal to the expression up to rounding: BLAS may
+    order the sums of a panel's product differently from a whole block's."""
+    x = np.asarray(block)
+    n = x.shape[0]
+    out = np.empty((n, w.shape[1]), dtype=dtype)
+    buf = np.empty((min(PANEL_ROWS, n), x.shape[1]), dtype=dtype)
+    for start in range(0, n, PANEL_ROWS):
+        panel = x[start : start + PANEL_ROWS]
+        b = buf[: panel.shape[0]]
+        np.subtract(panel, mu, out=b, dtype=dtype, casting="unsafe")
+        np.matmul(b, w, out=out[start : start + panel.shape[0]])
+    out += shift
+    return out
+
+
 def sparse_affine(X, w: np.ndarray, mean: np.ndarray, dtype):
     """(X - 1 mean^T) w for sparse ``X`` (CSR, or dask of CSR row blocks) without centring X:
     X w - 1 (mean^T w), the product in X's float dtype (`blocks.sparse.sparse_matmul`), the

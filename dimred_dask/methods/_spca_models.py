@@ -4,13 +4,14 @@ small arrays, kept in a run store by ``arrays`` / ``scalars`` and read back by `
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from .._validation import is_sparse_input
 from ..blocks.kernels import kernel_block
-from ._base import HasConvergence, rowwise, sparse_affine
+from ._base import HasConvergence, centred_product, rowwise, sparse_affine
 
 
 class _Summary:
@@ -54,7 +55,12 @@ class SupervisedPCAModel(_Summary, HasConvergence):
         mu = self.mean.astype(dtype)
         shift = ((mu - self.mean) @ w).astype(dtype)
         w = w.astype(dtype)
-        return rowwise(X, lambda b: (b - mu) @ w + shift, self.n_components, dtype)
+        return rowwise(
+            X,
+            partial(centred_product, mu=mu, w=w, shift=shift, dtype=dtype),
+            self.n_components,
+            dtype,
+        )
 
     def inverse_transform(self, Y):
         """Reconstruct: X^ = Y U^T + mean."""

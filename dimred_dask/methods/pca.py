@@ -44,7 +44,14 @@ from .._validation import (
 from ..errors import DimredWarning, InputError
 from ..linalg import covariance_eigh, dual_eigh, randomized_eigh, tsqr_svd
 from ..linalg.single_pass import single_pass_eigh
-from ._base import DimredEstimator, HasConvergence, rowwise, sign_fix, sparse_affine
+from ._base import (
+    DimredEstimator,
+    HasConvergence,
+    centred_product,
+    rowwise,
+    sign_fix,
+    sparse_affine,
+)
 from ._pca_plan import SOLVERS, SPARSE_SOLVERS, plan_solver
 from ._spec import DOCS_PCA, MethodSpec
 
@@ -100,7 +107,7 @@ class PCAModel(HasConvergence):
         w = w.astype(dtype)
 
         def encode(block):
-            return (block.astype(dtype, copy=False) - mu) @ w + shift
+            return centred_product(block, mu, w, shift, dtype)
 
         return rowwise(X, encode, self.n_components, dtype)
 
