@@ -20,7 +20,10 @@ scatter matrices; Chan, Golub & LeVeque 1979), and a tree of merges gives Xc^T X
 Yc^T Yc of the centred data in one pass. Each block is first shifted by a reference row (its
 first panel's mean, rounded to the working dtype, so the shift is exact), so float32 blocks
 are multiplied in float32 without cancellation, panel by panel (4096 rows); the panels' sums
-are added in float64, as `blocks.stats` does for the covariance solver.
+are added in float64, as `blocks.stats` does for the covariance solver. G alone is summed in
+float64 from each panel's float32 row sketch (s x s, a small product): a float32 sum leaves
+errors of ~1e-6 of G's largest entry, which is the variance of components float32 data holds
+well (sigma_j ~ j^-2 puts the 32nd at 1e-6 of the first), and they would be lost as rounding.
 """
 
 from __future__ import annotations
@@ -45,8 +48,8 @@ class Sketch:
     # Omega^T r_b of each block's own reference, in row order: the stored row sketch of block b
     # is (X_b - r_b) Omega, so its centred rows are that plus Omega^T (r_b - mean)
     block_refs: tuple = ()
-    # the unit roundoff of the dtype the products were taken in (the largest over the merged
-    # blocks): G and Z carry errors of this order relative to their largest entries
+    # the rounding of G relative to its largest entry (`_gram_rounding`; the largest over the
+    # merged blocks): directions of Y below about this much of the largest are rounding
     eps: float = float(np.finfo(np.float64).eps)
 
     @property
@@ -96,6 +99,7 @@ def _dense_sums(x: np.ndarray, omega: np.ndarray, work):
         s1, s2 = np.zeros(d), np.zeros(d)
         buf = np.empty((min(PANEL_ROWS, n), d), dtype=work)
         ones = np.ones(buf.shape[0], dtype=work)
+        y64buf = np.empty((buf.shape[0], s))
         for start in range(0, n, PANEL_ROWS):
             panel = x[start : start + PANEL_ROWS]
             b = buf[: panel.shape[0]]
@@ -105,14 +109,25 @@ def _dense_sums(x: np.ndarray, omega: np.ndarray, work):
             y = Y[start : start + panel.shape[0]]
             np.matmul(b, om, out=y)
             Z += b.T @ y
-            G += y.T @ y
-            ys += y.sum(axis=0, dtype=np.float64)
+            y64 = y64buf[: y.shape[0]]
+            y64[...] = y
+            G += y64.T @ y64
+            ys += y64.sum(axis=0)
     if not all(np.isfinite(a).all() for a in (s1, s2, Z, G)):
         return None
     ref = ref.astype(np.float64)
     delta = s1 / n
     stats = BlockStats(n, ref + delta, None, s2 - n * delta**2)
-    return Sketch(stats, ref, ys, Z, G, (omega.T @ ref,), float(np.finfo(work).eps)), Y
+    return Sketch(stats, ref, ys, Z, G, (omega.T @ ref,), _gram_rounding(work, d)), Y
+
+
+def _gram_rounding(work, d: int) -> float:
+    """The rounding of G = Y^T Y relative to its largest entry, for a row sketch Y made in
+    ``work`` from rows of ``d`` values and G summed in float64: each entry of Y carries an error
+    of order sqrt(d) eps(work) of the row's size, so G's directions below about d eps(work)^2 of
+    the largest hold rounding (float32 rows of rank-deficient data leave such directions)."""
+    e = float(np.finfo(work).eps)
+    return max(float(np.finfo(np.float64).eps), d * e * e)
 
 
 def sparse_block_sketch(block, omega: np.ndarray, offset: int = 0):

@@ -160,13 +160,13 @@ def _dask_pass(X, omega, target, sparse):
 def _factor(G: np.ndarray, Z: np.ndarray, k: int, eps: float):
     """Components (k x d), singular values (k,), the embedding map (s x k) and ||Xc^||_F^2
     (the variance in the sketch's range, all s directions) from the sketch's Gram
-    G = Yc^T Yc and Z = Xc^T Yc (module docstring), whose products were taken with unit
-    roundoff ``eps``; missing components are completed with zero variance.
+    G = Yc^T Yc and Z = Xc^T Yc (module docstring), G rounded to ``eps`` of its largest entry
+    (`blocks.sketch`); missing components are completed with zero variance.
 
-    Directions of Y whose variance is below s * eps of the largest are dropped: G's entries
-    carry rounding errors of order eps relative to its largest, so its eigenvalues below that
-    are rounding (float32 products of rank-deficient data give such eigenvalues, of either
-    sign), and G^(-1/2) would magnify Z's rounding along them into the components."""
+    Directions of Y whose variance is below s * eps of the largest are dropped: G's
+    eigenvalues below that are rounding (float32 rows of rank-deficient data give such
+    eigenvalues, of either sign), and G^(-1/2) would magnify Z's rounding along them into the
+    components."""
     g, E = scipy.linalg.eigh((G + G.T) / 2)
     g, E = g[::-1], E[:, ::-1]
     floor = max(g[0], 0.0) * G.shape[0] * eps
