@@ -6,9 +6,11 @@ with singular values proportional to j^-2 (j = 1..512) around a mean of 1: a spe
 decays. Each pass starts with the page cache dropped where the machine allows. Measured:
 
 - the floors of each pass: one plain read of the array, and the pass's compute on chunks
-  already in memory (the sketch, the covariance's scatter, the transform's projection), per
-  worker, scaled to the whole array; the single-pass transform's floor is a plain read of the
-  row sketch;
+  already in memory (the sketch, the covariance's scatter, the transform's projection),
+  measured two ways: a chunk's kernel alone in a worker, times the chunks over the cores; and
+  the pass itself (its tasks, merges and scheduling) over chunks held in the workers' memory,
+  the difference of 16 and 4 chunks scaled to the array; the single-pass transform's floor
+  is a plain read of the row sketch;
 - the flow with ``solver="single-pass"`` (fit: one read that also writes the row sketch;
   transform: the embedding from the row sketch): fit + transform (the passes; the ratios use
   these) and end to end (with validate's and evaluate's sampled chunks), workers' peak RSS;
@@ -25,6 +27,7 @@ decays. Each pass starts with the page cache dropped where the machine allows. M
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -138,9 +141,11 @@ def _scatter_kernel():
 
 
 def _projection_kernel():
+    from dimred_dask.methods._base import centred_product
+
     w = np.random.default_rng(0).standard_normal((D, K)).astype(np.float32)
-    mu = np.ones(D, dtype=np.float32)
-    return lambda block: (block - mu) @ w
+    mu, shift = np.ones(D, dtype=np.float32), np.zeros(K, dtype=np.float32)
+    return lambda block: centred_product(block, mu, w, shift, np.float32)
 
 
 def _compute_floor(client, path: str, n_chunks: int, kernel) -> float:
@@ -167,6 +172,61 @@ def _compute_floor(client, path: str, n_chunks: int, kernel) -> float:
 
     parallel = min(sum(client.nthreads().values()), psutil.cpu_count(logical=True))
     return float(per_chunk[0, 0]) * n_chunks / parallel
+
+
+IN_MEMORY_CHUNKS = (4, 16)  # chunks held in the workers' memory for the passes' floors
+
+
+def _same(block):
+    return block
+
+
+def _pass_floors(client, path: str, n_chunks: int, width: int) -> dict:
+    """Seconds each pass's own code would take over the whole array with its chunks already
+    in the workers' memory: the pass (the sketch, the covariance's scatter, the transform's
+    projection; dask's tasks, merges and scheduling included, no read) timed over the first
+    4 and the first 16 chunks held in memory (median of 3), the difference scaled to the
+    array's chunks, so the passes' fixed costs (graph, final merge) are not scaled with it."""
+    from distributed import wait
+
+    from dimred_dask.io import open_input
+    from dimred_dask.linalg.moments import column_stats
+    from dimred_dask.linalg.single_pass import single_pass_eigh
+    from dimred_dask.methods.pca import pca
+
+    small, large = IN_MEMORY_CHUNKS
+    X = open_input(path).array
+    held = client.persist(X[: large * CHUNK_ROWS])
+    wait(held)
+    model = pca(held, n_components=K, solver="covariance")
+
+    def project(Xm):
+        Y = model.transform(Xm)
+        firsts = Y.map_blocks(lambda b: b[:1, :1], chunks=((1,) * Y.numblocks[0], (1,)))
+        firsts.compute()
+
+    passes = {
+        "sketch": lambda Xm: single_pass_eigh(Xm, K, n_oversamples=width - K, random_state=0),
+        "scatter": lambda Xm: column_stats(Xm, gram=True),
+        "projection": project,
+    }
+    out = {}
+    for name, run in passes.items():
+        times = {}
+        for m in (small, large):
+            ts = []
+            for rep in range(4):  # the first builds what later ones reuse (numba, imports)
+                # a graph of its own each time: the cluster may still hold an earlier run's
+                # results under the same keys, and would hand them back
+                Xm = held[: m * CHUNK_ROWS].map_blocks(_same, name=f"held-{name}-{m}-{rep}")
+                gc.collect()
+                t0 = time.perf_counter()
+                run(Xm)
+                ts.append(time.perf_counter() - t0)
+            times[m] = float(np.median(ts[1:]))
+        out[name] = max(times[large] - times[small], 0.0) / (large - small) * n_chunks
+    del held
+    return out
 
 
 def _embedding_error(sp_out: str, ex_out: str) -> dict:
@@ -252,8 +312,14 @@ def main_single_pass(args) -> int:
             "projection": _compute_floor(client, path, chunks, _projection_kernel()),
         }
         print(
-            f"  floors: plain read {read:.1f} s; compute on in-memory chunks: "
+            f"  floors: plain read {read:.1f} s; a chunk's kernel alone, scaled: "
             + ", ".join(f"{k} {v:.1f} s" for k, v in floors.items()),
+            flush=True,
+        )
+        pass_floors = _pass_floors(client, path, chunks, width)
+        print(
+            "  the passes on chunks held in the workers' memory, scaled: "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in pass_floors.items()),
             flush=True,
         )
         pids = list(client.run(os.getpid).values())
@@ -315,6 +381,8 @@ def main_single_pass(args) -> int:
     ex = runs["covariance"]["fit_plus_transform_s"]
     sp_floor = max(read, floors["sketch"]) + sketch_read
     ex_floor = max(read, floors["scatter"]) + max(read, floors["projection"])
+    sp_pass_floor = max(read, pass_floors["sketch"]) + sketch_read
+    ex_pass_floor = max(read, pass_floors["scatter"]) + max(read, pass_floors["projection"])
     result = {
         **result,
         "rows": n,
@@ -326,6 +394,11 @@ def main_single_pass(args) -> int:
         "covariance_floors_s": round(ex_floor, 1),
         "single_pass_over_its_floors": round(sp / sp_floor, 3),
         "covariance_over_its_floors": round(ex / ex_floor, 3),
+        "pass_floors_in_memory_s": {k: round(v, 1) for k, v in pass_floors.items()},
+        "single_pass_floors_by_passes_s": round(sp_pass_floor, 1),
+        "covariance_floors_by_passes_s": round(ex_pass_floor, 1),
+        "single_pass_over_its_pass_floors": round(sp / sp_pass_floor, 3),
+        "covariance_over_its_pass_floors": round(ex / ex_pass_floor, 3),
         "page_cache_dropped": all(dropped),
         "runs": runs,
         "single_pass_over_read": round(sp / read, 3),
