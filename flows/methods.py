@@ -135,7 +135,7 @@ def _pca_transform(model: PCAModel, X):
     info = model.info.get("row_sketch")
     if not info or model.sketch is None or "store" not in (model.sketch or {}):
         return model.transform(X)
-    import dask.array as da
+    from dimred_dask.io import open_input
 
     store = model.sketch["store"]
     stored = store.chunk_count(info["array"])
@@ -146,7 +146,15 @@ def _pca_transform(model: PCAModel, X):
             "after the fit was committed.",
             "re-run with --overwrite to fit again.",
         )
-    rows = da.from_zarr(store.open_array(info["array"]), chunks=tuple(info["chunks"]))
+    # the input's read path: a local store's raw chunks from their files, else through zarr;
+    # an absent chunk refused either way
+    rows = open_input(
+        f"{store.url.rstrip('/')}/{info['array']}",
+        storage_options=store.location.storage_options,
+        row_chunk=int(info["chunks"][0]),
+        role="single-pass row sketch",
+        check_chunks=False,
+    ).array
     return model.embed_row_sketch(rows)
 
 

@@ -246,7 +246,18 @@ def test_flow_embeds_from_the_stored_row_sketch(client, prefect_api, tmp_path, r
         rtol=1e-6,
         atol=1e-6,
     )
-    os.remove(os.path.join(out2, "sketch", "rows", "c", "1", "0"))
+    # read as the input is: a local store's raw chunks from their files, a damaged one named
+    from dimred_dask.io.raw_chunks import RawRows
+
+    lazy = adapter.transform(adapter.load(RunStore(out2)), Xd)
+    graph = dict(lazy.__dask_graph__())
+    assert any(isinstance(v, RawRows) for v in graph.values())
+    chunk = os.path.join(out2, "sketch", "rows", "c", "1", "0")
+    with open(chunk, "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(InputError, match=r"(?s)chunk 'c/1/0'.*damaged or truncated"):
+        adapter.transform(adapter.load(RunStore(out2)), Xd).compute()
+    os.remove(chunk)
     with pytest.raises(StageError, match="row sketch"):
         adapter.transform(adapter.load(RunStore(out2)), Xd)
 
