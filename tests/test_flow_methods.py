@@ -37,6 +37,7 @@ def test_kpca_kernel_stage_is_written_and_reused(client, prefect_api, clustered,
     store = open_output(str(out))
     K = store.open_array("kernel/matrix")
     assert K.shape == (1200, 1200) and K.chunks[0] == K.chunks[1]  # square chunks
+    assert K.compressors == ()  # raw: the solver reads it on every pass
     ref = KernelPCA(2, width=6.0, solver="dense").fit(X.astype(np.float64))
     np.testing.assert_allclose(first["model"]["eigenvalues"], ref.eigenvalues_, rtol=1e-4)
     _same_up_to_sign(store.read_array("embedding").astype(np.float64), ref.embedding_, 2e-3)
