@@ -23,7 +23,7 @@ def bucket(s3_server):
     return name
 
 
-def test_s3_round_trip_through_the_flow(client, prefect_api, bucket, rng):
+def test_s3_round_trip_through_the_flow(client, prefect_api, bucket, rng, tmp_path):
     from flows.embed import embed
 
     X = low_rank(rng, n=2400, d=16, dtype=np.float32)
@@ -44,6 +44,23 @@ def test_s3_round_trip_through_the_flow(client, prefect_api, bucket, rng):
         f"{bucket}/runs/pca/manifest.json",
         f"{bucket}/runs/pca/embedding.png",
     } <= keys
+    # single-pass: the transform reads the row sketch back from the bucket (through
+    # open_input, as the input is read) and removes it once the embedding is committed
+    sp = embed(
+        f"s3://{bucket}/in.zarr",
+        f"s3://{bucket}/runs/sp",
+        params={"n_components": 2, "solver": "single-pass"},
+    )
+    assert sp["model"]["passes"] == 1 and sp["model"]["row_sketch"]["array"] == "sketch/rows"
+    got = open_output(f"s3://{bucket}/runs/sp").read_array("embedding")
+    local = embed(  # the same seeded fit into a local store: the same embedding
+        f"s3://{bucket}/in.zarr",
+        str(tmp_path / "sp"),
+        params={"n_components": 2, "solver": "single-pass"},
+    )
+    assert local["model"]["passes"] == 1
+    np.testing.assert_allclose(got, open_output(str(tmp_path / "sp")).read_array("embedding"))
+    assert not store.fs.exists(f"{bucket}/runs/sp/sketch")
     # the work really ran in the worker processes, not in this one
     pids = set(client.run(os.getpid).values())
     assert os.getpid() not in pids and len(pids) == 2
