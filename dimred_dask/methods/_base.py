@@ -14,6 +14,7 @@ from .._validation import (
     nonfinite_error,
 )
 from ..blocks.sparse import sparse_matmul
+from ..blocks.stats import PANEL_ROWS
 
 
 class DimredEstimator(TransformerMixin, BaseEstimator):
@@ -192,15 +193,13 @@ def rowwise(X, fn, n_out: int, dtype):
     return X.map_blocks(PortableFn(fn), chunks=(X.chunks[0], (n_out,)), dtype=dtype)
 
 
-PANEL_ROWS = 4096  # rows centred at a time: a panel of a few MiB stays in cache for its product
-
-
 def centred_product(block, mu: np.ndarray, w: np.ndarray, shift: np.ndarray, dtype):
-    """(block - mu) @ w + shift in ``dtype``, a panel of rows at a time: the centred rows are
-    made in one reused buffer of a few MiB that the product reads while it is in cache,
-    where the expression makes a block-sized temporary (new pages from the system for each
-    block, and one more pass over memory). Equal to the expression up to rounding: BLAS may
-    order the sums of a panel's product differently from a whole block's."""
+    """(block - mu) @ w + shift in ``dtype``, a panel of rows at a time (``PANEL_ROWS``, as the
+    first pass's kernels take them): the centred rows are made in one reused buffer of a few
+    MiB that the product reads while it is in cache, where the expression makes a block-sized
+    temporary (new pages from the system for each block, and one more pass over memory).
+    Equal to the expression up to rounding: BLAS may order the sums of a panel's product
+    differently from a whole block's."""
     x = np.asarray(block)
     n = x.shape[0]
     out = np.empty((n, w.shape[1]), dtype=dtype)
