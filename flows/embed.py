@@ -299,11 +299,10 @@ def transform_write(spec: dict, v: dict) -> dict:
         Y = adapter.transform(adapter.load(store), inp.array)
         if len(set(Y.chunks[0][:-1])) > 1 or Y.chunks[0][-1] > Y.chunks[0][0]:
             Y = Y.rechunk({0: max(Y.chunks[0])})  # one task per stored chunk: no shared writes
-        # float coordinates hardly compress (zstd keeps over 90 % of their bytes) and
-        # compressing them takes CPU the pass needs: stored raw; any other dtype compressed
-        raw = None if Y.dtype.kind == "f" else "auto"
+        # coordinates (every method's are floats) hardly compress (zstd keeps over 90 % of
+        # their bytes) and compressing them takes CPU the pass needs: stored raw
         target = store.create_array(
-            "embedding", Y.shape, (Y.chunks[0][0], Y.shape[1]), Y.dtype, compressors=raw
+            "embedding", Y.shape, (Y.chunks[0][0], Y.shape[1]), Y.dtype, compressors=None
         )
         with stage_progress("transform + write embedding"):
             compute(da.store(Y, target, lock=False, compute=False), stage="transform + write")
