@@ -23,6 +23,7 @@ from dimred_dask.io import (
     RunStore,
     digest_of,
     open_input,
+    open_matrix,
     run_storage_options,
 )
 
@@ -215,7 +216,6 @@ def kernel_stage(spec: dict, v: dict) -> dict:
 @task(name="fit", **TASK_OPTS)
 def fit(spec: dict, v: dict) -> dict:
     t0 = time.perf_counter()
-    import dask.array as da
 
     adapter, store = get_method(spec["method"]), RunStore(spec["output"])
     fp = _fingerprints(spec, v)["fit"]
@@ -227,7 +227,12 @@ def fit(spec: dict, v: dict) -> dict:
         extras["labels"] = open_labels(spec, v).array
     if (v.get("kernel") or {}).get("array"):
         owner = _kernel_store(store, v["kernel"])
-        extras["matrix"] = da.from_zarr(owner.open_array(v["kernel"]["array"]))
+        # square blocks, read as the input is: a local store's raw chunks from their files
+        extras["matrix"] = open_matrix(
+            f"{owner.url.rstrip('/')}/{v['kernel']['array']}",
+            storage_options=owner.location.storage_options,
+            role="kernel stage's matrix",
+        ).array
     if (v.get("knn") or {}).get("needed"):
         extras["graph"] = (
             StoreGraph.open(spec["output"]) if adapter.graph_in_store else load_graph(store)

@@ -53,6 +53,15 @@ def test_kpca_kernel_stage_is_written_and_reused(client, prefect_api, clustered,
     np.testing.assert_allclose(
         third["model"]["eigenvalues"], first["model"]["eigenvalues"], rtol=1e-12
     )
+    # the fit reads the matrix from its chunk files, strictly: a damaged chunk is named
+    chunk = out / "kernel" / "matrix" / "c" / "0" / "0"  # one chunk of 1200 x 1200
+    chunk.write_bytes(chunk.read_bytes()[:-8])
+    (out / "_COMMITTED").unlink()
+    (out / "_stages" / "fit.json").unlink()
+    with pytest.raises(
+        Exception, match=r"chunk 'c/0/0' of the Zarr array .*kernel/matrix: its file has 5759992"
+    ):
+        embed(uri, str(out), method="kpca", params=params)
 
 
 def test_kpca_nystrom_needs_no_kernel_matrix(client, prefect_api, clustered, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 import zarr
 
 from dimred_dask import InputError
-from dimred_dask.io import open_input
+from dimred_dask.io import open_input, open_matrix
 from dimred_dask.io import zarr_arrays
 
 
@@ -187,3 +187,97 @@ def test_read_buffers_reused_only_once_unreferenced(tmp_path, rng):
     other = rows[200:300]  # `again` is still held: another buffer
     assert other.ctypes.data != again.ctypes.data and _same_bytes(again, X[100:200])
     assert _same_bytes(other, X[200:300])
+
+
+# -- square-chunked matrices (a run's kernel or distance matrix): `open_matrix`, `RawTiles` --
+
+
+def _tiles(path):
+    from dimred_dask.io import raw_chunks
+
+    arr = open_matrix(str(path)).array
+    (tiles,) = [
+        v for v in dict(arr.__dask_graph__()).values() if isinstance(v, raw_chunks.RawTiles)
+    ]
+    return tiles
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])
+def test_square_chunks_read_byte_for_byte_as_zarr_reads(tmp_path, rng, case, dtype):
+    X = (rng.standard_normal((130, 110)) * 100).astype(dtype)  # 3 x 3 chunks, partial edges
+    path = tmp_path / "m.zarr"
+    _write(path, X, **{**CASES[case], "chunks": (50, 50)})
+    inp = open_matrix(str(path))
+    assert inp.meta["read_path"] == "chunk files" and inp.array.chunks[0] == (50, 50, 30)
+    assert _same_bytes(inp.array.compute(scheduler="sync"), zarr.open_array(str(path))[...])
+    tiles = _tiles(path)
+    # blocks that are not the stored chunks: across chunk edges, inside one, the edge column,
+    # whole rows, empty
+    for rows, cols in [
+        (slice(20, 120), slice(30, 101)),
+        (slice(55, 60), slice(51, 52)),
+        (slice(100, 130), slice(100, 110)),
+        (slice(0, 50), slice(None)),
+        (slice(None), slice(50, 100)),
+        (slice(7, 7), slice(0, 50)),
+    ]:
+        assert _same_bytes(tiles[rows, cols], X[rows, cols])
+    assert _same_bytes(tiles[[3, 1], 4:9], X[[3, 1], 4:9])  # fancy keys go to zarr
+
+
+@pytest.mark.parametrize(
+    "kind, why",
+    [("zstd", "compressed"), ("sharded", "sharded"), ("v2 blosc", "compressed")],
+)
+def test_other_matrix_layouts_are_read_by_zarr(tmp_path, rng, kind, why):
+    X = rng.standard_normal((120, 120)).astype(np.float32)
+    kw = {
+        "zstd": dict(chunks=(50, 50)),
+        "sharded": dict(chunks=(25, 25), shards=(50, 50), compressors=None),
+        "v2 blosc": dict(chunks=(50, 50), zarr_format=2),
+    }[kind]
+    _write(tmp_path / "m.zarr", X, **kw)
+    inp = open_matrix(str(tmp_path / "m.zarr"))
+    assert inp.meta["read_path"].startswith("zarr (") and why in inp.meta["read_path"]
+    assert _same_bytes(inp.array.compute(scheduler="sync"), X)
+
+
+def test_matrix_absent_or_truncated_chunk_refused_naming_it(tmp_path, rng, read_path):
+    X = rng.standard_normal((100, 100)).astype(np.float32)
+    path = tmp_path / "m.zarr"
+    _write(path, X, chunks=(50, 50), compressors=None)
+    os.remove(path / "c" / "1" / "0")
+    chunk = path / "c" / "0" / "1"
+    with open(chunk, "r+b") as f:
+        f.truncate(os.path.getsize(chunk) - 12)
+    arr = open_matrix(str(path)).array
+    assert open_matrix(str(path)).meta["read_path"].startswith(read_path)
+    with pytest.raises(InputError, match="c/1/0"):
+        arr.blocks[1, 0].compute(scheduler="sync")
+    with pytest.raises(InputError, match="c/0/1"):
+        arr.blocks[0, 1].compute(scheduler="sync")
+    assert _same_bytes(arr.blocks[0, 0].compute(scheduler="sync"), X[:50, :50])
+    with pytest.raises(InputError, match="does not exist"):
+        open_matrix(str(tmp_path / "nothing.zarr"))
+
+
+def test_matrix_whole_chunks_read_with_direct_io(tmp_path, rng, monkeypatch):
+    """A matrix 'larger than memory': whole rows of its chunks (64 x 64 float32, 16 KiB) are
+    read with O_DIRECT, straight into the block or, for the edge column, into a buffer the
+    block's columns are copied from; the edge row's 22 rows (5.5 KiB) through the page
+    cache."""
+    from dimred_dask.io import raw_chunks
+
+    monkeypatch.setattr(raw_chunks, "DIRECT_SHARE", 0.0)
+    opened = []
+    real = raw_chunks._open
+    monkeypatch.setattr(
+        raw_chunks, "_open", lambda p, direct: opened.append((p, direct)) or real(p, direct)
+    )
+    X = rng.standard_normal((150, 150)).astype(np.float32)
+    path = tmp_path / "m.zarr"
+    _write(path, X, chunks=(64, 64), compressors=None)
+    assert _same_bytes(open_matrix(str(path)).array.compute(scheduler="sync"), X)
+    direct = {os.path.relpath(p, path) for p, d in opened if d}
+    assert direct == {f"c/{i}/{j}" for i in range(2) for j in range(3)}

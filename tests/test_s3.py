@@ -9,8 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from dimred_dask import PCA, StoreError
-from dimred_dask.io import open_input, open_output, save_array
+from dimred_dask import PCA, InputError, StoreError
+from dimred_dask.io import open_input, open_matrix, open_output, save_array
 from tests.data import low_rank
 
 
@@ -106,3 +106,29 @@ def test_s3_overwrite_replaces_only_run_stores_and_missing_chunks_are_named(
     with pytest.raises(InputError, match=r"missing \(c/2/0\)"):
         embed(f"s3://{bucket}/in.zarr", f"s3://{bucket}/runs/x")
     assert not fs.exists(f"{bucket}/runs/x/_COMMITTED")
+
+
+def test_s3_matrix_in_square_chunks_read_through_zarr(client, bucket, rng):
+    """A run's kernel matrix kept in object storage is read by zarr in its square chunks; an
+    absent chunk is named."""
+    import fsspec
+    import zarr
+
+    X = rng.standard_normal((300, 300)).astype(np.float32)
+    url = f"s3://{bucket}/run.zarr/kernel/matrix"
+    opts = {"client_kwargs": {"endpoint_url": os.environ["AWS_ENDPOINT_URL"]}}
+    z = zarr.create_array(
+        zarr.storage.FsspecStore.from_url(url, storage_options=opts),
+        shape=X.shape,
+        chunks=(128, 128),
+        dtype=X.dtype,
+        compressors=None,
+    )
+    z[...] = X
+    inp = open_matrix(url)
+    assert inp.meta["read_path"] == "zarr (not a local path)"
+    assert inp.array.chunks == ((128, 128, 44),) * 2
+    np.testing.assert_array_equal(inp.array.compute(), X)
+    fsspec.filesystem("s3", **opts).rm(f"{bucket}/run.zarr/kernel/matrix/c/1/2")
+    with pytest.raises(InputError, match="c/1/2"):
+        open_matrix(url).array.compute()

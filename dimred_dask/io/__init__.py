@@ -3,7 +3,7 @@
 from .fingerprint import array_fingerprint, digest_of
 from .lease import Lease, LeaseHeldError
 from .plot import embedding_png
-from .read import InputArray, open_input, plan_row_chunk
+from .read import InputArray, open_input, open_matrix, plan_row_chunk
 from .store import RunStore, open_output, save_array
 from .stored_rows import StoredRows
 from .uris import Location, check_output_location, parse_uri, run_storage_options
@@ -19,6 +19,7 @@ __all__ = [
     "Lease",
     "LeaseHeldError",
     "open_input",
+    "open_matrix",
     "open_output",
     "parse_uri",
     "plan_row_chunk",

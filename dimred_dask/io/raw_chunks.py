@@ -9,7 +9,8 @@ the metadata), `RawRows` reads the wanted rows of each chunk file with one ``os.
 the output array: the bytes are copied once, by the kernel, or not at all (O_DIRECT, for
 arrays too large for the page cache). Every other array (compressed, filtered, sharded,
 chunked across columns or in chunks wider than the array, big-endian, object storage) is read
-by zarr, and `raw_layout` says why not in ``reason``.
+by zarr, and `raw_layout` says why not in ``reason``. `RawTiles` does the same for blocks of
+a matrix stored in square chunks (a run's kernel or distance matrix, `tile_layout`).
 
 Strict as the zarr path (``io.zarr_arrays``): an absent chunk file is an `InputError` naming
 it (fill values only with ``allow_missing``), a chunk file of the wrong size is named as
@@ -29,7 +30,7 @@ import numpy as np
 from ..errors import InputError
 from .base import read_errors, row_range
 
-__all__ = ["RawLayout", "RawRows", "raw_layout"]
+__all__ = ["RawLayout", "RawRows", "RawTiles", "TileLayout", "raw_layout", "tile_layout"]
 
 # Whole chunks of an array larger than DIRECT_SHARE of the machine's memory are read with
 # O_DIRECT: from the disk into the output without the page cache, which such an array cannot
@@ -110,25 +111,15 @@ def raw_layout(node, loc) -> tuple[RawLayout | None, str]:
     ), ""
 
 
-class RawRows:
-    """Row ranges of an array with a `RawLayout`, read with ``preadv`` into the output;
-    any other key is read by ``fallback`` (the zarr reader). Picklable."""
+class _ChunkFiles:
+    """What the readers of chunk files share: the O_DIRECT decision, and a byte range of one
+    chunk file read into a buffer, strictly. Picklable."""
 
-    def __init__(self, layout: RawLayout, fallback, where: str, allow_missing: bool = False):
+    def __init__(self, layout, fallback, where: str, allow_missing: bool = False):
         self.layout, self.fallback, self.where = layout, fallback, where
         self.allow_missing = allow_missing
         self.shape, self.dtype, self.ndim = layout.shape, layout.dtype, len(layout.shape)
         self._use_direct = None
-
-    def __getitem__(self, key):
-        d = self.shape[1] if self.ndim == 2 else None
-        start, stop, cols = row_range(key, self.shape[0], d)
-        rows = key[0] if isinstance(key, tuple) else key
-        if cols != slice(None) or not isinstance(rows, slice) or rows.step not in (None, 1):
-            return self.fallback[key]
-        out = _aligned_empty((max(stop - start, 0),) + tuple(self.shape[1:]), self.dtype)
-        self.read_into(out, start)
-        return out
 
     def _direct(self) -> bool:
         """Whether this process reads with O_DIRECT (see DIRECT_SHARE), decided once."""
@@ -151,27 +142,9 @@ class RawRows:
     def __getstate__(self):
         return {**self.__dict__, "_use_direct": None}  # decided again where it is read
 
-    def read_into(self, out: np.ndarray, start: int) -> None:
-        lay = self.layout
-        row_bytes = out.itemsize * (int(np.prod(lay.shape[1:])) if len(lay.shape) > 1 else 1)
-        view = memoryview(out.reshape(-1).view(np.uint8))
-        address = out.ctypes.data  # a local: the reader is shared by a worker's threads
-        stop, pos = start + out.shape[0], start
-        while pos < stop:
-            i = pos // lay.chunk_rows
-            lo = pos - i * lay.chunk_rows
-            hi = min(stop, (i + 1) * lay.chunk_rows) - i * lay.chunk_rows
-            dest = view[(pos - start) * row_bytes : (pos - start + hi - lo) * row_bytes]
-            self._read_chunk(
-                lay.keys[i],
-                dest,
-                lo * row_bytes,
-                lay.chunk_rows * row_bytes,
-                address + (pos - start) * row_bytes,
-            )
-            pos += hi - lo
-
     def _read_chunk(self, key: str, dest: memoryview, offset: int, size: int, address: int) -> None:
+        """Bytes ``offset:offset + len(dest)`` of the chunk file ``key`` (``size`` bytes in
+        all) into ``dest``, which starts at the memory address ``address``."""
         path = os.path.join(self.layout.root, key)
         direct = self._direct() and not (offset % ALIGN or len(dest) % ALIGN or address % ALIGN)
         with read_errors(self.where, lambda exc: _damaged(key, self.where, exc)):
@@ -214,6 +187,119 @@ class RawRows:
                     fd, direct = os.open(path, os.O_RDONLY), False
         finally:
             os.close(fd)
+
+
+class RawRows(_ChunkFiles):
+    """Row ranges of an array with a `RawLayout`, read with ``preadv`` into the output;
+    any other key is read by ``fallback`` (the zarr reader). Picklable."""
+
+    def __getitem__(self, key):
+        d = self.shape[1] if self.ndim == 2 else None
+        start, stop, cols = row_range(key, self.shape[0], d)
+        rows = key[0] if isinstance(key, tuple) else key
+        if cols != slice(None) or not isinstance(rows, slice) or rows.step not in (None, 1):
+            return self.fallback[key]
+        out = _aligned_empty((max(stop - start, 0),) + tuple(self.shape[1:]), self.dtype)
+        self.read_into(out, start)
+        return out
+
+    def read_into(self, out: np.ndarray, start: int) -> None:
+        lay = self.layout
+        row_bytes = out.itemsize * (int(np.prod(lay.shape[1:])) if len(lay.shape) > 1 else 1)
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        address = out.ctypes.data  # a local: the reader is shared by a worker's threads
+        stop, pos = start + out.shape[0], start
+        while pos < stop:
+            i = pos // lay.chunk_rows
+            lo = pos - i * lay.chunk_rows
+            hi = min(stop, (i + 1) * lay.chunk_rows) - i * lay.chunk_rows
+            dest = view[(pos - start) * row_bytes : (pos - start + hi - lo) * row_bytes]
+            self._read_chunk(
+                lay.keys[i],
+                dest,
+                lo * row_bytes,
+                lay.chunk_rows * row_bytes,
+                address + (pos - start) * row_bytes,
+            )
+            pos += hi - lo
+
+
+@dataclass(frozen=True)
+class TileLayout:
+    root: str  # the array's folder
+    shape: tuple  # (rows, columns)
+    dtype: np.dtype
+    chunks: tuple  # (rows, columns) of a stored chunk; edge chunks are stored whole
+    keys: tuple  # keys[i][j]: the key of chunk (i, j)
+    fill_value: object
+
+
+def tile_layout(node, loc) -> tuple[TileLayout | None, str]:
+    """(layout, '') when blocks of the 2-D Zarr array ``node`` at ``loc``, chunked along both
+    axes (a kernel or distance matrix in square chunks), can be read from its chunk files
+    directly, else (None, the reason)."""
+    if not loc.is_local:
+        return None, "not a local path"
+    if node.ndim != 2:
+        return None, f"{node.ndim} dimensions"
+    why = _plain_bytes(node)
+    if why:
+        return None, why
+    root = loc.url[len("file://") :] if loc.url.startswith("file://") else loc.url
+    if loc.fragment:
+        root = os.path.join(root, loc.fragment.strip("/"))
+    chunks = tuple(int(c) for c in node.chunks)
+    grid = [-(-int(s) // c) if s else 0 for s, c in zip(node.shape, chunks)]
+    encode = node.metadata.encode_chunk_key
+    keys = tuple(tuple(encode((i, j)) for j in range(grid[1])) for i in range(grid[0]))
+    return TileLayout(
+        os.path.abspath(root),
+        tuple(int(s) for s in node.shape),
+        np.dtype(node.dtype),
+        chunks,
+        keys,
+        node.fill_value,
+    ), ""
+
+
+class RawTiles(_ChunkFiles):
+    """Blocks ``[rows, columns]`` of an array with a `TileLayout`, read from the chunk files:
+    the rows of a chunk are contiguous in its file, so a block's part in one chunk is one
+    ``preadv`` straight into the output when it spans the chunk's full width and the output
+    is that wide (a block of dask's chunks that are the stored ones, edge column excepted),
+    else one ``preadv`` into a reused buffer and a copy of its columns. Any other key is read
+    by ``fallback`` (the zarr reader). Picklable."""
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        key = key + (slice(None),) * (2 - len(key))
+        if len(key) != 2 or not all(isinstance(k, slice) and k.step in (None, 1) for k in key):
+            return self.fallback[key]
+        (r0, r1, _), (c0, c1, _) = (k.indices(s) for k, s in zip(key, self.shape))
+        out = _aligned_empty((max(r1 - r0, 0), max(c1 - c0, 0)), self.dtype)
+        if out.size:
+            self._read_block(out, r0, c0)
+        return out
+
+    def _read_block(self, out: np.ndarray, r0: int, c0: int) -> None:
+        (R, C), item = self.layout.chunks, self.dtype.itemsize
+        r1, c1 = r0 + out.shape[0], c0 + out.shape[1]
+        size = R * C * item  # every chunk file, edge chunks included
+        for i in range(r0 // R, (r1 - 1) // R + 1):
+            lo, hi = max(r0, i * R), min(r1, (i + 1) * R)
+            for j in range(c0 // C, (c1 - 1) // C + 1):
+                a, b = max(c0, j * C), min(c1, (j + 1) * C)
+                whole = b - a == C and out.shape[1] == C  # its rows are contiguous in both
+                dest = out[lo - r0 : hi - r0] if whole else _aligned_empty((hi - lo, C), self.dtype)
+                self._read_chunk(
+                    self.layout.keys[i][j],
+                    memoryview(dest.reshape(-1).view(np.uint8)),
+                    (lo - i * R) * C * item,
+                    size,
+                    dest.ctypes.data,
+                )
+                if not whole:
+                    out[lo - r0 : hi - r0, a - c0 : b - c0] = dest[:, a - j * C : b - j * C]
 
 
 def _open(path: str, direct: bool) -> int:

@@ -406,3 +406,38 @@ OPENERS.update(
         "npy": _open_npy,
     }
 )
+
+
+def open_matrix(uri, *, storage_options=None, role: str = "matrix"):
+    """Open the 2-D Zarr array at ``uri`` (a kernel or distance matrix a run stored) as a lazy
+    dask array in its stored chunks, square blocks kept; reading no data.
+
+    Parameters
+    ----------
+    uri : str, os.PathLike or Location
+        A Zarr array (``#path`` for one inside a group), local or an allowed URL.
+    storage_options : dict or None, default None
+        fsspec options of the storage, over those of the environment.
+    role : str, default "matrix"
+        What the array is, named in error messages.
+
+    Returns
+    -------
+    InputArray
+        The dask array (one task per stored chunk; raw local chunks read from their files),
+        its `Location`, ``"zarr"`` and ``meta``: ``shape``, ``dtype``, ``read_path``.
+
+    Raises
+    ------
+    InputError
+        Nothing at ``uri``, not a 2-D Zarr array; when read, an absent or damaged chunk.
+    StoreError
+        The storage failed or could not be reached.
+    """
+    from .zarr_arrays import open_zarr_tiles
+
+    loc = parse_uri(uri, role=role, storage_options=storage_options)
+    if not _exists(loc):
+        raise InputError(f"The {role} {loc} does not exist.", "check the path or URL.")
+    arr, meta = open_zarr_tiles(loc)
+    return InputArray(arr, loc, "zarr", {"shape": list(arr.shape), "dtype": str(arr.dtype), **meta})

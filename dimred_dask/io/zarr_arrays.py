@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import InputError, InputTypeError, StoreError, is_storage_error, storage_error
 from .base import fs_of as _fs, plan_row_chunk, read_errors
-from .raw_chunks import RawRows, raw_layout
+from .raw_chunks import RawRows, RawTiles, raw_layout, tile_layout
 from .uris import Location
 
 # rows of uncompressed local arrays are read from their chunk files (``io.raw_chunks``)
@@ -271,3 +271,30 @@ def _check_inventory(node, loc: Location, allow_missing: bool) -> dict:
         "missing_chunks": len(missing),
         **({"missing_chunk_keys": missing[:20]} if missing else {}),
     }
+
+
+def open_zarr_tiles(loc: Location):
+    """(dask array, meta) of the 2-D Zarr array at ``loc`` in its stored chunks, both axes
+    (a kernel or distance matrix in square chunks): read from the chunk files when they hold
+    raw bytes on a local disk (`RawTiles`), else through zarr; strict either way (an absent
+    chunk is named, never read as fill values)."""
+    import dask.array as da
+
+    _refuse_pickle(None, loc)
+    node = _zarr_node(loc)
+    _refuse_pickle(node, loc)
+    if node.ndim != 2:
+        raise InputError(
+            f"The matrix {loc} is {node.ndim}-D with shape {tuple(node.shape)}; a 2-D array "
+            "was expected.",
+            "point at the stored n x n matrix.",
+        )
+    reader = _ZarrRows(node, str(loc))
+    layout, why = tile_layout(node, loc) if RAW_READS else (None, "disabled")
+    if layout is not None:
+        reader = RawTiles(layout, reader, str(loc))
+    # a fresh name on every open: the store's matrix is rewritten by a later run
+    arr = da.from_array(
+        reader, chunks=tuple(node.chunks), asarray=False, fancy=False, lock=False, name=False
+    )
+    return arr, {"read_path": "chunk files" if layout is not None else f"zarr ({why})"}
