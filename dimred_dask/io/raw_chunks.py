@@ -80,6 +80,14 @@ def _plain_bytes(node) -> str | None:
     return None
 
 
+def _array_folder(loc) -> str:
+    """The local folder of the array at ``loc`` (its ``#path`` in a group included)."""
+    root = loc.url[len("file://") :] if loc.url.startswith("file://") else loc.url
+    if loc.fragment:
+        root = os.path.join(root, loc.fragment.strip("/"))
+    return os.path.abspath(root)
+
+
 def raw_layout(node, loc) -> tuple[RawLayout | None, str]:
     """(layout, '') when rows of the Zarr array ``node`` at ``loc`` can be read from its chunk
     files directly, else (None, the reason)."""
@@ -94,15 +102,12 @@ def raw_layout(node, loc) -> tuple[RawLayout | None, str]:
     why = _plain_bytes(node)
     if why:
         return None, why
-    root = loc.url[len("file://") :] if loc.url.startswith("file://") else loc.url
-    if loc.fragment:
-        root = os.path.join(root, loc.fragment.strip("/"))
     rows = int(node.chunks[0])
     n_chunks = -(-int(node.shape[0]) // rows) if node.shape[0] else 0
     tail = (0,) * (node.ndim - 1)
     keys = tuple(node.metadata.encode_chunk_key((i,) + tail) for i in range(n_chunks))
     return RawLayout(
-        os.path.abspath(root),
+        _array_folder(loc),
         tuple(int(s) for s in node.shape),
         np.dtype(node.dtype),
         rows,
@@ -245,15 +250,12 @@ def tile_layout(node, loc) -> tuple[TileLayout | None, str]:
     why = _plain_bytes(node)
     if why:
         return None, why
-    root = loc.url[len("file://") :] if loc.url.startswith("file://") else loc.url
-    if loc.fragment:
-        root = os.path.join(root, loc.fragment.strip("/"))
     chunks = tuple(int(c) for c in node.chunks)
     grid = [-(-int(s) // c) if s else 0 for s, c in zip(node.shape, chunks)]
     encode = node.metadata.encode_chunk_key
     keys = tuple(tuple(encode((i, j)) for j in range(grid[1])) for i in range(grid[0]))
     return TileLayout(
-        os.path.abspath(root),
+        _array_folder(loc),
         tuple(int(s) for s in node.shape),
         np.dtype(node.dtype),
         chunks,
