@@ -46,6 +46,11 @@ ALIGN = 4096
 # order of the read itself when the read bypasses the page cache. At most POOL_BUFFERS are
 # kept, the least recently used dropped first; POOL_BUFFERS = 0 turns the reuse off.
 POOL_BUFFERS = 4
+# what to do about a chunk that cannot be read, on every read path
+DAMAGED_FIX = (
+    "the chunk is damaged or truncated: re-copy or re-write the array from its source (an "
+    "array a run wrote, e.g. its kernel matrix: re-run with --overwrite)."
+)
 
 
 @dataclass(frozen=True)
@@ -174,8 +179,7 @@ class _ChunkFiles:
                 raise InputError(
                     f"Could not decode chunk {key!r} of the Zarr array {self.where}: its file "
                     f"has {found} bytes, an uncompressed chunk of this array has {size}.",
-                    "the chunk is damaged or truncated: re-copy or re-write the array from "
-                    "its source.",
+                    DAMAGED_FIX,
                 )
             done = 0
             while done < len(dest):
@@ -363,5 +367,5 @@ def _aligned_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
 def _damaged(key: str, where: str, exc: BaseException) -> InputError:
     return InputError(
         f"Could not read chunk {key!r} of the Zarr array {where} ({type(exc).__name__}: {exc}).",
-        "the chunk is damaged: re-copy or re-write the array from its source.",
+        DAMAGED_FIX,
     )

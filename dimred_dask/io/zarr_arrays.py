@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import InputError, InputTypeError, StoreError, is_storage_error, storage_error
 from .base import fs_of as _fs, plan_row_chunk, read_errors
-from .raw_chunks import RawRows, RawTiles, raw_layout, tile_layout
+from .raw_chunks import DAMAGED_FIX, RawRows, RawTiles, raw_layout, tile_layout
 from .uris import Location
 
 # rows of uncompressed local arrays are read from their chunk files (``io.raw_chunks``)
@@ -187,7 +187,7 @@ class _ZarrRows:
         return InputError(
             f"Could not decode {what} of the Zarr array {self.where} "
             f"({type(exc).__name__}: {exc}).",
-            "the chunk is damaged or truncated: re-copy or re-write the array from its source.",
+            DAMAGED_FIX,
         )
 
 
