@@ -49,7 +49,8 @@ POOL_BUFFERS = 4
 # what to do about a chunk that cannot be read, on every read path
 DAMAGED_FIX = (
     "the chunk is damaged or truncated: re-copy or re-write the array from its source (an "
-    "array a run wrote, e.g. its kernel matrix: re-run with --overwrite)."
+    "array a run wrote, e.g. its kernel matrix: re-run the run that wrote that store with "
+    "--overwrite)."
 )
 
 
