@@ -229,7 +229,7 @@ def fit(spec: dict, v: dict) -> dict:
         owner = _kernel_store(store, v["kernel"])
         # square blocks, read as the input is: a local store's raw chunks from their files
         extras["matrix"] = open_matrix(
-            f"{owner.url.rstrip('/')}/{v['kernel']['array']}",
+            owner.array_url(v["kernel"]["array"]),
             storage_options=owner.location.storage_options,
             role="kernel stage's matrix",
         ).array

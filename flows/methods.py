@@ -149,7 +149,7 @@ def _pca_transform(model: PCAModel, X):
     # the input's read path: a local store's raw chunks from their files, else through zarr;
     # an absent chunk refused either way
     rows = open_input(
-        f"{store.url.rstrip('/')}/{info['array']}",
+        store.array_url(info["array"]),
         storage_options=store.location.storage_options,
         row_chunk=int(info["chunks"][0]),
         role="single-pass row sketch",

@@ -124,6 +124,11 @@ class RunStore:
     def url(self) -> str:
         return self.location.url
 
+    def array_url(self, name: str) -> str:
+        """The URL of the array ``name`` in this store, for the input readers (`open_input`,
+        `open_matrix`) with ``storage_options=self.location.storage_options``."""
+        return f"{self.url.rstrip('/')}/{name}"
+
     def _path(self, name: str) -> str:
         return f"{self.root.rstrip('/')}/{name}"
 

@@ -215,15 +215,22 @@ def _refuse_pickle(node, loc: Location) -> None:
         )
 
 
+def _safe_node(loc: Location, allow_missing: bool = False):
+    """The strict zarr array at ``loc``, refused if it holds Python objects or a pickle codec:
+    checked in the raw metadata before zarr would build any codec, then in zarr's."""
+    _refuse_pickle(None, loc)
+    node = _zarr_node(loc, allow_missing)
+    _refuse_pickle(node, loc)
+    return node
+
+
 def open_zarr(loc: Location, opts):
     """(dask array, meta) of the Zarr array at ``loc`` (``#path`` in a group)."""
     import dask.array as da
     from dask.base import tokenize
 
     row_chunk, allow_missing = opts.row_chunk, opts.allow_missing
-    _refuse_pickle(None, loc)  # from the raw metadata, before zarr would build any codec
-    node = _zarr_node(loc, allow_missing)
-    _refuse_pickle(node, loc)
+    node = _safe_node(loc, allow_missing)
     if node.ndim not in (1, 2):
         return da.empty(node.shape, dtype=node.dtype, chunks=-1), {}
     n, d = (tuple(node.shape) + (1,))[:2]
@@ -280,9 +287,7 @@ def open_zarr_tiles(loc: Location):
     chunk is named, never read as fill values)."""
     import dask.array as da
 
-    _refuse_pickle(None, loc)
-    node = _zarr_node(loc)
-    _refuse_pickle(node, loc)
+    node = _safe_node(loc)
     if node.ndim != 2:
         raise InputError(
             f"The matrix {loc} is {node.ndim}-D with shape {tuple(node.shape)}; a 2-D array "
