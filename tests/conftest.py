@@ -2,8 +2,8 @@
 (prefect_test_harness), a real S3-compatible server (moto) on 127.0.0.1.
 
 Environment set here, before any worker process starts, so that workers inherit it:
-dummy AWS credentials and the loopback S3 endpoint (a free port chosen now, the server
-started on it when a test asks for it), Prefect telemetry off, and Dask's monitoring made
+dummy AWS credentials and the loopback S3 endpoint (a port bound and listening from now on,
+the server started on it when a test asks for it), Prefect telemetry off, and Dask's monitoring made
 idle-cheap: no statistical profiler (a stack sample every 10 ms), the event-loop watchdog
 and the system monitor woken every 1 and 2 s instead of every 20 and 500 ms. An idle
 LocalCluster of two workers then costs ~2.5 s of CPU a minute instead of ~7.4 s, which on
@@ -22,14 +22,20 @@ import numpy as np
 import pytest
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _listening_socket() -> socket.socket:
+    """A socket bound to a free loopback port and listening, held for the whole session: the
+    S3 server serves from it (no other process can take the port between now, when the
+    workers' environment must name it, and the server's start)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(128)
+    return s
 
 
-S3_PORT = _free_port()
+S3_SOCKET = _listening_socket()
+S3_PORT = S3_SOCKET.getsockname()[1]
 S3_ENDPOINT = f"http://127.0.0.1:{S3_PORT}"
+SERVER_START_TIMEOUT = 60.0  # a server that has not started by then fails its fixture
 os.environ.update(
     {
         "AWS_ACCESS_KEY_ID": "testing",
@@ -108,13 +114,44 @@ def _serialise_moto_writes() -> None:
 
 @pytest.fixture(scope="session")
 def s3_server():
-    from moto.server import ThreadedMotoServer
+    """moto's S3 server on the session's listening socket (`S3_SOCKET`)."""
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
 
     _serialise_moto_writes()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=S3_PORT, verbose=False)
-    server.start()
+    app = DomainDispatcherApplication(create_backend_app)
+    started, failed = threading.Event(), []
+
+    def serve():
+        try:
+            server = make_server(
+                "127.0.0.1",
+                S3_PORT,
+                app,
+                threaded=True,
+                request_handler=MotoRequestHandler,
+                fd=S3_SOCKET.fileno(),
+            )
+        except BaseException as exc:  # reported to the fixture, not lost with the thread
+            failed.append(exc)
+            started.set()
+            return
+        holder.append(server)
+        started.set()
+        server.serve_forever()
+
+    holder: list = []
+    thread = threading.Thread(target=serve, daemon=True, name="moto-s3")
+    thread.start()
+    if not started.wait(SERVER_START_TIMEOUT) or failed:
+        pytest.fail(f"the S3 server did not start on {S3_ENDPOINT}: {failed or 'timed out'}")
     yield S3_ENDPOINT
-    server.stop()
+    holder[0].shutdown()
+    thread.join(10)
 
 
 @pytest.fixture

@@ -32,12 +32,16 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _wait(url: str, timeout: float = 180) -> None:
+def _wait(url: str, proc, timeout: float = 180) -> bool:
+    """Whether ``url`` answers 200 within ``timeout``; False at once if ``proc`` exited (its
+    port was taken by another process between the pick and the bind)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
+        if proc.poll() is not None:
+            return False
         try:
             if httpx.get(url, timeout=2).status_code == 200:
-                return
+                return True
         except httpx.HTTPError:
             pass
         time.sleep(0.5)
@@ -46,37 +50,51 @@ def _wait(url: str, timeout: float = 180) -> None:
 
 @pytest.fixture(scope="module")
 def prefect_server(tmp_path_factory):
+    """``prefect server start`` on a free loopback port: a server that exits before it
+    answers (its port taken meanwhile by another process) is started again on another."""
     home = tmp_path_factory.mktemp("prefect-home")
-    port = _port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(
-        {
-            "PREFECT_HOME": str(home),
-            "PREFECT_API_URL": api,
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "DO_NOT_TRACK": "1",
-            "PREFECT_SERVER_API_HOST": "127.0.0.1",
-            "PREFECT_SERVER_API_PORT": str(port),
-        }
-    )
-    log = open(home / "server.log", "w")
-    proc = subprocess.Popen(
-        [
-            os.path.join(BIN, "prefect"),
-            "server",
-            "start",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    for attempt in range(3):
+        port = _port()
+        api = f"http://127.0.0.1:{port}/api"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+        env.update(
+            {
+                "PREFECT_HOME": str(home),
+                "PREFECT_API_URL": api,
+                "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                "DO_NOT_TRACK": "1",
+                "PREFECT_SERVER_API_HOST": "127.0.0.1",
+                "PREFECT_SERVER_API_PORT": str(port),
+            }
+        )
+        log = open(home / f"server-{attempt}.log", "w")
+        proc = subprocess.Popen(
+            [
+                os.path.join(BIN, "prefect"),
+                "server",
+                "start",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            up = _wait(f"{api}/health", proc)
+        except BaseException:
+            proc.terminate()
+            proc.wait(timeout=60)
+            log.close()
+            raise
+        if up:
+            break
+        log.close()
+    else:
+        pytest.fail(f"prefect server start exited three times; see {home}/server-*.log")
     try:
-        _wait(f"{api}/health")
         yield {"api": api, "ui": f"http://127.0.0.1:{port}", "env": env, "home": home}
     finally:
         proc.terminate()
