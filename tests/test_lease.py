@@ -41,10 +41,15 @@ def _dead_pid() -> int:
     return int(out.stdout)
 
 
-def _stale_bodies(trial: int) -> tuple[str, bytes]:
-    """Four kinds of stale lease, in turn."""
-    kind = ("expired elsewhere", "dead pid here", "empty", "garbage")[trial % 4]
-    if kind == "expired elsewhere":
+def _stale_bodies(trial: int, local: bool = False) -> tuple[str, bytes]:
+    """Four kinds of stale lease, in turn (five on a local disk, where a lease's modification
+    time can be set back: a heartbeat from another host that stopped two hours ago)."""
+    kinds = ("expired elsewhere", "dead pid here", "empty", "garbage")
+    kinds += ("heartbeat stopped elsewhere",) if local else ()
+    kind = kinds[trial % len(kinds)]
+    if kind == "heartbeat stopped elsewhere":
+        body = _foreign(ttl=600.0)
+    elif kind == "expired elsewhere":  # written by an older version: no heartbeat fields
         body = json.dumps(
             {
                 "token": uuid.uuid4().hex,
@@ -71,10 +76,33 @@ def _stale_bodies(trial: int) -> tuple[str, bytes]:
     return kind, body
 
 
-def _plant(store: RunStore, name: str, body: bytes) -> None:
+def _plant(store: RunStore, name: str, body: bytes, age: float = 0.0) -> None:
+    """Write ``name`` into the store; locally, with its modification time ``age`` s ago."""
     if store.location.is_local:
         store.fs.makedirs(store.root, exist_ok=True)
     store.fs.pipe_file(store._path(name), body)
+    if age:
+        then = time.time() - age
+        os.utime(store._path(name), (then, then))
+
+
+def _foreign(ttl: float = 600.0, expires_in: float | None = None, **extra) -> bytes:
+    """A lease in this version's format written by a run on another host."""
+    now = time.time()
+    return json.dumps(
+        {
+            "token": uuid.uuid4().hex,
+            "host": "elsewhere.invalid",
+            "boot": "another-boot",
+            "pid": 4242,
+            "pid_start": 1,
+            "holder": "run elsewhere",
+            "ttl": ttl,
+            "written": now,
+            "expires": now + (ttl if expires_in is None else expires_in),
+            **extra,
+        }
+    ).encode()
 
 
 def _lease_token(store: RunStore) -> str | None:
@@ -127,9 +155,9 @@ def _race(url: str) -> dict:
     t0 = None
     try:
         for trial in range(TRIALS):
-            kind, body = _stale_bodies(trial)
+            kind, body = _stale_bodies(trial, local=store.location.is_local)
             kinds[kind] = kinds.get(kind, 0) + 1
-            _plant(store, LEASE, body)
+            _plant(store, LEASE, body, age=7200.0 if "heartbeat" in kind else 0.0)
             barrier.wait(FIRST_WAIT if trial == 0 else TRIAL_WAIT)  # go
             if t0 is None:
                 t0 = time.perf_counter()
@@ -286,17 +314,127 @@ def test_live_lease_of_this_process_is_refused_naming_the_holder(tmp_path):
         holder.release()
 
 
-def test_expired_lease_of_a_live_process_is_taken_over(tmp_path):
+def _clock(monkeypatch, step: float) -> None:
+    """This process's clock stepped by ``step`` seconds (the kernel's, which stamps files,
+    is not)."""
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + step)
+
+
+HOLDER = """
+import sys, time
+from dimred_dask.io.lease import Lease
+from dimred_dask.io.store import RunStore
+lease = Lease(RunStore(sys.argv[1]), holder="stalled run", ttl=0.05).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("step", [0.0, 86400.0, -86400.0], ids=["calm", "forward", "back"])
+def test_a_live_holder_keeps_its_lease_whatever_the_clock_says(tmp_path, monkeypatch, step):
+    """A run alive on this host holds its lease although its expiry is long past (its
+    heartbeat stalled, or the clock stepped either way): a second run is refused, naming it."""
     store = RunStore(str(tmp_path / "out"))
-    old = Lease(store, holder="stalled run", ttl=0.05).acquire()
-    time.sleep(0.1)
-    new = Lease(store, holder="re-run").acquire()
-    assert _lease_token(store) == new.token
-    # the stalled holder wakes up: it neither renews nor releases the new lease
-    assert old.renew() is False
-    old.release(remove_empty_root=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, store.url], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        time.sleep(0.2)  # its 0.05 s expiry has passed
+        _clock(monkeypatch, step)
+        with pytest.raises(
+            LeaseHeldError,
+            match=r"(?s)stalled run.*pid %d.*runs on this host.*"
+            r"dimred-dask unlock" % proc.pid,
+        ):
+            Lease(store, holder="second run").acquire()
+        assert json.loads(store.fs.cat_file(store._path(LEASE)))["pid"] == proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+    monkeypatch.undo()
+    new = Lease(store, holder="re-run").acquire()  # its process is gone: stale
     assert _lease_token(store) == new.token
     new.release()
+
+
+def test_a_recycled_pid_or_a_reboot_does_not_hold_a_lease(tmp_path):
+    store = RunStore(str(tmp_path / "out"))
+    me = Lease(store).info
+    for body in (
+        {**me, "token": "x", "pid_start": (me["pid_start"] or 0) + 1},  # another process's
+        {**me, "token": "y", "boot": "a-boot-before-the-last"},  # before this host restarted
+    ):
+        _plant(
+            store, LEASE, json.dumps({**body, "ttl": 600.0, "expires": time.time() + 600}).encode()
+        )
+        lease = Lease(store).acquire()
+        assert _lease_token(store) == lease.token
+        lease.release()
+
+
+@pytest.mark.parametrize("step", [0.0, 86400.0, -86400.0], ids=["calm", "forward", "back"])
+def test_another_hosts_lease_is_judged_by_its_heartbeats_age(tmp_path, monkeypatch, step):
+    """From another host, the heartbeat's age by the storage's clock decides, not an expiry
+    written by that host nor this host's clock: a fresh heartbeat holds whatever its expiry
+    says, one older than its ttl is stale whatever its expiry says."""
+    store = RunStore(str(tmp_path / "out"))
+    _clock(monkeypatch, step)
+    _plant(store, LEASE, _foreign(ttl=600.0, expires_in=-86400.0))  # written now
+    with pytest.raises(LeaseHeldError, match=r"last heartbeat was \d+ s ago"):
+        Lease(store).acquire()
+    _plant(store, LEASE, _foreign(ttl=600.0, expires_in=86400.0), age=601.0)
+    lease = Lease(store).acquire()
+    assert _lease_token(store) == lease.token
+    assert sorted(os.listdir(store.root)) == [LEASE]  # the clock probe is removed
+    lease.release()
+
+
+def test_a_lease_no_heartbeat_could_write_is_stale(tmp_path):
+    """A lease claiming ten years (forged, or written by hand) holds nothing."""
+    store = RunStore(str(tmp_path / "out"))
+    for body in (
+        _foreign(ttl=600.0, expires_in=10 * 365 * 86400.0),
+        _foreign(ttl=10 * 365 * 86400.0),
+        json.dumps(
+            {
+                "token": "t",
+                "host": "elsewhere.invalid",
+                "pid": 1,
+                "expires": time.time() + 10 * 365 * 86400.0,
+            }
+        ).encode(),
+    ):
+        _plant(store, LEASE, body)
+        lease = Lease(store).acquire()
+        assert _lease_token(store) == lease.token
+        lease.release()
+
+
+def test_a_run_whose_lease_was_taken_over_knows_it(tmp_path):
+    store = RunStore(str(tmp_path / "out"))
+    old = Lease(store, holder="stalled run").acquire()
+    assert old.holds()
+    _plant(store, LEASE, _foreign())  # another run took the store over meanwhile
+    assert not old.holds() and old.renew() is False and old.lost
+    old.release()
+    assert json.loads(store.fs.cat_file(store._path(LEASE)))["holder"] == "run elsewhere"
+
+
+def test_unlock_clears_a_gone_runs_lease_never_a_live_one(tmp_path):
+    store = RunStore(str(tmp_path / "out"))
+    mine = Lease(store, holder="live run").acquire()
+    with pytest.raises(
+        LeaseHeldError, match=r"(?s)process %d on this host.*kill %d" % (os.getpid(), os.getpid())
+    ):
+        Lease(store).clear()
+    assert _lease_token(store) == mine.token
+    mine.release()
+    _plant(store, LEASE, _foreign())
+    assert Lease(store).clear()["holder"] == "run elsewhere"
+    assert sorted(os.listdir(store.root)) == []
+    assert Lease(store).clear() is None
 
 
 # --------------------------------------------------------------------------- slow racers
@@ -440,7 +578,9 @@ def test_breaker_left_by_a_crashed_racer_does_not_block(tmp_path, breaker):
             }
         ).encode()
     )
-    _plant(store, name, body)
+    # a breaker from another host is judged by its age on the storage's clock
+    old = breaker is not None and breaker["created"] < 0
+    _plant(store, name, body, age=-breaker["created"] if old else 0.0)
     t0 = time.perf_counter()
     lease = Lease(store, holder="re-run").acquire()
     assert time.perf_counter() - t0 < 1.0
@@ -462,7 +602,7 @@ def test_chain_of_abandoned_breakers_uses_the_next_generation(tmp_path, monkeypa
         }
     ).encode()
     for name in (f"{LEASE}.break-{d}", f"{LEASE}.break-{d}.2"):
-        _plant(store, name, old)
+        _plant(store, name, old, age=BREAKER_TTL + 1)
     made = []
     real_create = Lease._create
 

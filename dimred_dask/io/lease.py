@@ -1,10 +1,22 @@
 """An exclusive lease on an output prefix, so two runs never write the same store at once.
 
-The lease is an object ``<output>/_LEASE`` naming its holder (a random token, host, pid,
-flow run) and an expiry; the holder renews it from a heartbeat. A lease is *stale*, and may
-be taken over, when it has expired, when its holder is a process on this host that no
-longer exists (a crashed run), or when it is empty or undecodable. A live lease is refused
-at once with its holder named (`LeaseHeldError`).
+The lease is an object ``<output>/_LEASE`` naming its holder (a random token, host, boot,
+pid and the pid's start time, flow run) and how long a heartbeat keeps it (``ttl``); the
+holder rewrites it from a heartbeat every ``ttl / 3`` seconds. Whether a lease is live is
+judged without trusting any clock that may have stepped:
+
+- on the holder's own host (same host name and boot), the lease is live exactly while its
+  process lives: a process of that pid with the same start time, whatever the clock says;
+- a lease from another host is live while its heartbeat is younger than its ``ttl``, the
+  heartbeat's age measured by the storage's own clock (the lease's modification time
+  against that of a probe this run writes next to it), never a wall-clock expiry written
+  by another host;
+- a lease that claims more than `MAX_TTL` seconds of validity is no heartbeat's and is
+  stale; so is one that is empty or undecodable (the debris of a crash). A lease written by
+  an older version (no heartbeat fields) from another host is judged by its expiry.
+
+A live lease is refused at once with its holder named (`LeaseHeldError`), and the refusal
+names `dimred-dask unlock` for a lease whose holder the operator knows to be gone.
 
 Creating. The lease appears with its whole content in one step, so an empty or partial
 lease can only be the debris of a crash (a machine that lost unflushed data) and is stale:
@@ -37,9 +49,10 @@ deleting and re-creating a name, which would let two racers hold it. Abandoned g
 are removed once ``_LEASE`` no longer holds D.
 
 What remains unguarded: a breaker stalled for more than `BREAKER_TTL` seconds between its
-re-read and its delete, and a holder whose lease expired while it still runs and renews or
-releases at the moment another run takes over (plain object stores have no conditional
-delete or replace). Both need a process stalled for tens of seconds to minutes.
+re-read and its delete, and a holder on another host whose heartbeat stalled past its ttl
+while it still runs (it finds the lease gone at its next heartbeat or commit, `Lease.holds`,
+and stops; what it wrote until then is redone by the run that took over). Both need a
+process stalled for minutes.
 """
 
 from __future__ import annotations
@@ -58,6 +71,9 @@ from ..errors import StoreError, storage_error
 
 LEASE = "_LEASE"
 DEFAULT_TTL = 600.0
+# The longest validity a heartbeat claims (a lease's ttl, or its expiry after it was
+# written); a lease claiming more was not written by a run and is stale.
+MAX_TTL = 3600.0
 # A breaker's owner needs a re-read, a delete and a create (milliseconds to a few seconds
 # with storage retries); one older than this was left by a crashed or stalled racer.
 BREAKER_TTL = 30.0
@@ -90,6 +106,29 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _pid_start(pid: int) -> int | None:
+    """The start time of process ``pid`` on this host (clock ticks after boot, from
+    ``/proc``), or None where it cannot be read: with the pid it names one process, not a
+    later one given the same number."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[19])  # field 22 of stat(5), counted after the command's ")"
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+BOOT_ID = _boot_id()
+
+
 def _digest(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
@@ -104,14 +143,44 @@ def _decode(raw: bytes | None) -> dict | None:
         return None
     if not isinstance(obj, dict):
         return None
-    for key, kind in (("expires", (int, float)), ("created", (int, float)), ("pid", int)):
+    numbers = ("expires", "created", "written", "ttl")
+    for key, kind in [(k, (int, float)) for k in numbers] + [("pid", int), ("pid_start", int)]:
         if key in obj and (not isinstance(obj[key], kind) or isinstance(obj[key], bool)):
             return None
     return obj
 
 
+def _here(info: dict) -> bool:
+    """Whether the lease or breaker was written on this host since its last boot."""
+    if info.get("host") != socket.gethostname():
+        return False
+    return not (info.get("boot") and BOOT_ID and info["boot"] != BOOT_ID)
+
+
+def _alive_here(info: dict) -> bool:
+    """Whether the process that wrote ``info`` (on this host) still runs: its pid exists and,
+    when recorded, has the same start time (the pid was not given to another process)."""
+    pid = int(info.get("pid", 0))
+    if not _pid_alive(pid):
+        return False
+    start = info.get("pid_start")
+    return start is None or pid <= 0 or _pid_start(pid) in (None, start)
+
+
 def _dead_here(info: dict) -> bool:
-    return info.get("host") == socket.gethostname() and not _pid_alive(int(info.get("pid", 0)))
+    return info.get("host") == socket.gethostname() and (not _here(info) or not _alive_here(info))
+
+
+def _overlong(info: dict) -> bool:
+    """A lease claiming a validity no heartbeat sets (a ttl, or an expiry after it was
+    written, beyond `MAX_TTL`; for an older lease, an expiry further from now)."""
+    if info.get("ttl", 0) > MAX_TTL:
+        return True
+    expires = info.get("expires")
+    if expires is None:
+        return False
+    since = info.get("written", time.time())
+    return expires - since > MAX_TTL
 
 
 class Lease:
@@ -153,9 +222,12 @@ class Lease:
         self.info = {
             "token": self.token,
             "host": socket.gethostname(),
+            "boot": BOOT_ID,
             "pid": os.getpid(),
+            "pid_start": _pid_start(os.getpid()),
             "holder": holder or "dimred-dask run",
         }
+        self.lost = False  # set by the heartbeat when the lease is no longer this run's
         self._local = isinstance(store.fs, LocalFileSystem)
         protocols = (
             store.fs.protocol
@@ -167,9 +239,19 @@ class Lease:
         # create the name first and fill it afterwards (memory://): serialise them here
         self._lock = contextlib.nullcontext() if self._local or self._s3 else _GENERIC_LOCK
 
+    @classmethod
+    def existing(cls, store, token: str) -> "Lease":
+        """The lease of ``store`` that ``token`` was given when it was acquired (elsewhere in
+        this run), to check that it `holds` or to `renew` or `release` it."""
+        lease = cls(store)
+        lease.token = lease.info["token"] = token
+        return lease
+
     # ---- storage primitives ------------------------------------------------------------
     def _body(self) -> bytes:
-        return json.dumps({**self.info, "expires": time.time() + self.ttl}).encode()
+        now = time.time()  # informative: liveness is judged by pid or by the storage's clock
+        ttl = min(float(self.ttl), MAX_TTL)
+        return json.dumps({**self.info, "ttl": ttl, "written": now, "expires": now + ttl}).encode()
 
     def _create(self, path: str, data: bytes) -> bool:
         """Create ``path`` holding ``data`` unless it exists; whether this call created it."""
@@ -183,7 +265,7 @@ class Lease:
         except FileExistsError:
             return False
         except OSError as e:
-            raise storage_error(e, f"Creating {path}") from e
+            raise storage_error(e, f"Creating {path}", location=self.store.location) from e
 
     def _read_raw(self, path: str | None = None) -> bytes | None:
         path = path or self.path
@@ -197,7 +279,7 @@ class Lease:
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
         except OSError as e:
-            raise storage_error(e, f"Reading {path}") from e
+            raise storage_error(e, f"Reading {path}", location=self.store.location) from e
 
     def _remove(self, path: str) -> None:
         try:
@@ -208,7 +290,7 @@ class Lease:
         except FileNotFoundError:
             pass
         except OSError as e:
-            raise storage_error(e, f"Deleting {path}") from e
+            raise storage_error(e, f"Deleting {path}", location=self.store.location) from e
 
     def _replace(self, path: str, data: bytes) -> None:
         try:
@@ -225,7 +307,7 @@ class Lease:
                 with self.store.fs.open(path, "wb") as f:
                     f.write(data)
         except OSError as e:
-            raise storage_error(e, f"Writing {path}") from e
+            raise storage_error(e, f"Writing {path}", location=self.store.location) from e
 
     # ---- state ---------------------------------------------------------------------------
     def _read(self) -> dict | None:
@@ -235,20 +317,71 @@ class Lease:
             return None
         return _decode(raw) or {}
 
-    @staticmethod
-    def _stale(other: dict | None) -> bool:
-        if not other:
-            return True  # empty or undecodable: debris of a crash, never a lease being written
-        if other.get("expires", 0) < time.time():
-            return True
-        return _dead_here(other)
+    def _mtime(self, path: str) -> float | None:
+        """The modification time of ``path`` by the storage's clock (None: unknown)."""
+        try:
+            if self._local:
+                return os.stat(path).st_mtime
+            info = self.store.fs.info(path, **({"refresh": True} if self._s3 else {}))
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise storage_error(e, f"Reading {path}", location=self.store.location) from e
+        stamp = info.get("LastModified") or info.get("mtime") or info.get("created")
+        if hasattr(stamp, "timestamp"):
+            return stamp.timestamp()
+        return float(stamp) if isinstance(stamp, (int, float)) else None
 
-    def _held(self, other: dict) -> LeaseHeldError:
+    def heartbeat_age(self, path: str | None = None) -> float | None:
+        """Seconds since the lease (or ``path``) was last written, by the storage's own
+        clock: its modification time against that of a probe object written now next to it
+        (neither this host's clock nor the holder's enters). None when the storage keeps no
+        times."""
+        written = self._mtime(path or self.path)
+        if written is None:
+            return None
+        probe = f"{self.path}.probe-{self.token}"
+        if not self._create(probe, b""):
+            return None
+        try:
+            now = self._mtime(probe)
+        finally:
+            self._remove(probe)
+        return None if now is None else max(0.0, now - written)
+
+    def _judge(self, other: dict | None) -> tuple[bool, str]:
+        """(stale, why) of the lease content ``other``."""
+        if not other:
+            return True, "empty or undecodable"  # debris of a crash, never a lease being written
+        if _overlong(other):
+            return True, f"it claims more than {MAX_TTL:.0f} s of validity, which no heartbeat sets"
+        if other.get("host") == socket.gethostname():
+            if not _here(other):
+                return True, "its host has restarted since"
+            if _alive_here(other):
+                return False, f"its process {other.get('pid')} runs on this host"
+            return True, f"its process {other.get('pid')} on this host has exited"
+        if "ttl" not in other:  # written by an older version: its expiry is all there is
+            left = other.get("expires", 0) - time.time()
+            if left < 0:
+                return True, "it expired"
+            return False, f"valid for {left:.0f} s more"
+        age = self.heartbeat_age()
+        ttl = min(float(other["ttl"]), MAX_TTL)
+        if age is None:  # no times kept: the expiry is the only evidence
+            left = other.get("expires", 0) - time.time()
+            return (left < 0), ("its expiry passed" if left < 0 else f"valid for {left:.0f} s")
+        if age > ttl:
+            return True, f"its last heartbeat was {age:.0f} s ago (its ttl is {ttl:.0f} s)"
+        return False, f"its last heartbeat was {age:.0f} s ago"
+
+    def _held(self, other: dict, why: str) -> LeaseHeldError:
         return LeaseHeldError(
             f"The output {self.store.url} is being written by another run: "
-            f"{other.get('holder')} (host {other.get('host')}, pid {other.get('pid')}), "
-            f"lease valid for {max(0.0, other.get('expires', 0) - time.time()):.0f} s more.",
-            "wait for that run to finish, or write to another output.",
+            f"{other.get('holder')} (host {other.get('host')}, pid {other.get('pid')}; {why}).",
+            "wait for that run to finish, or write to another output. If that run is gone "
+            "(its machine was lost), clear its lease with: dimred-dask unlock "
+            f"{self.store.url}",
             holder=other,
         )
 
@@ -272,8 +405,7 @@ class Lease:
                 if raw is None:
                     return "gone", name, None
             info = _decode(raw)
-            live = info and info.get("created", 0) >= time.time() - BREAKER_TTL
-            if live and not _dead_here(info):
+            if self._breaker_live(name, info):
                 return "busy", name, info
             abandoned.append(name)
         raise LeaseHeldError(
@@ -282,7 +414,19 @@ class Lease:
             f"delete the {LEASE}.break-* objects under {self.store.url}, then retry.",
         )
 
-    def _take_over(self, raw: bytes):
+    def _breaker_live(self, name: str, info: dict | None) -> bool:
+        """Whether a takeover marker's racer may still be at work: on this host, while its
+        process lives; from another host, for `BREAKER_TTL` seconds by the storage's clock."""
+        if not info:
+            return False
+        if info.get("host") == socket.gethostname():
+            return _here(info) and _alive_here(info)
+        age = self.heartbeat_age(name)
+        if age is None:
+            return info.get("created", 0) >= time.time() - BREAKER_TTL
+        return age <= BREAKER_TTL
+
+    def _take_over(self, raw: bytes, *, create: bool = True):
         """Replace the stale lease whose content was ``raw``. Returns True (the lease is now
         ours), False (the lease changed meanwhile: decide again) or ``("busy", name, info)``
         (another racer is replacing it)."""
@@ -298,7 +442,7 @@ class Lease:
             if now is not None and _digest(now) == digest:
                 self._remove(self.path)
             changed = True  # _LEASE no longer holds this digest
-            won = self._create(self.path, self._body())
+            won = self._create(self.path, self._body()) if create else True
         finally:
             for old in extra if changed else []:
                 with contextlib.suppress(OSError):
@@ -326,7 +470,9 @@ class Lease:
             try:
                 self.store.fs.makedirs(self.store.root, exist_ok=True)
             except OSError as e:
-                raise storage_error(e, f"Creating {self.store.url}") from e
+                raise storage_error(
+                    e, f"Creating {self.store.url}", location=self.store.location
+                ) from e
         until = time.monotonic() + self.wait
         attempts, raw, known = 0, None, False  # known: raw is the lease's content just read
         while True:
@@ -349,8 +495,9 @@ class Lease:
                         continue
             known = False
             other = _decode(raw)
-            if not self._stale(other):
-                raise self._held(other)
+            stale, why = self._judge(other)
+            if not stale:
+                raise self._held(other, why)
             outcome = self._take_over(raw)
             if outcome is True:
                 return self
@@ -370,12 +517,22 @@ class Lease:
             known = raw is not None  # a new lease: judge it; none: try to create
 
     def renew(self) -> bool:
-        """Push the expiry forward if the lease is still ours; whether it was."""
+        """Rewrite the lease (a heartbeat) if it is still ours; whether it was. A lease found
+        to be another run's, or gone, sets `lost`."""
         current = self._read()
         if not current or current.get("token") != self.token:
+            self.lost = True
             return False
         self._replace(self.path, self._body())
         return True
+
+    def holds(self) -> bool:
+        """Whether the lease is still this run's (read now); a stage checks it before it
+        commits, so that a run whose lease was taken over commits nothing."""
+        current = self._read()
+        if not current or current.get("token") != self.token:
+            self.lost = True
+        return not self.lost
 
     def keepalive(self):
         """A context manager renewing the lease every ttl / 3 seconds from a daemon thread."""
@@ -388,7 +545,7 @@ class Lease:
                 while not stop.wait(self.ttl / 3):
                     try:
                         self.renew()
-                    except Exception:  # a missed heartbeat only shortens the lease
+                    except Exception:  # a missed heartbeat only ages the lease
                         pass
 
             t = threading.Thread(target=beat, daemon=True, name="dimred-lease")
@@ -399,6 +556,41 @@ class Lease:
                 stop.set()
 
         return _cm()
+
+    def status(self) -> dict | None:
+        """The lease now: None when there is none; else its holder's fields with ``stale``
+        and ``why`` (how it is judged), for `dimred-dask inspect` and `unlock`."""
+        raw = self._read_raw()
+        if raw is None:
+            return None
+        other = _decode(raw) or {}
+        stale, why = self._judge(other)
+        return {**other, "stale": stale, "why": why, "digest": _digest(raw)}
+
+    def clear(self) -> dict | None:
+        """Remove the lease of a run the operator knows to be gone (`dimred-dask unlock`):
+        refused (`LeaseHeldError`) while its holder is a live process on this host; else
+        removed through the takeover protocol, so that a lease another run takes at the same
+        moment is never deleted. Returns what was removed (None: there was no lease)."""
+        raw = self._read_raw()
+        if raw is None:
+            return None
+        other = _decode(raw) or {}
+        if other.get("host") == socket.gethostname() and _here(other) and _alive_here(other):
+            raise LeaseHeldError(
+                f"The lease on {self.store.url} is held by process {other.get('pid')} on this "
+                f"host ({other.get('holder')}), which is running.",
+                f"stop that run first (Ctrl-C, or kill {other.get('pid')}); it releases its "
+                "lease itself.",
+                holder=other,
+            )
+        outcome = self._take_over(raw, create=False)
+        if outcome is not True:
+            raise LeaseHeldError(
+                f"The lease on {self.store.url} changed while it was being cleared.",
+                "run `dimred-dask inspect` to see who holds it now.",
+            )
+        return other
 
     def release(self, *, remove_empty_root: bool = False) -> None:
         """Delete the lease if it is still ours; then, if asked, the output folder when it
