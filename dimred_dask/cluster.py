@@ -13,9 +13,56 @@ from __future__ import annotations
 import contextlib
 import os
 
-from .errors import DimredError
+from .errors import ServiceError
 
-__all__ = ["local_cluster_size", "cluster_client", "describe_cluster"]
+__all__ = ["local_cluster_size", "cluster_client", "check_scheduler", "describe_cluster"]
+
+SCHEDULER_FIX = (
+    "start the scheduler (dask scheduler) or check the address (--scheduler or "
+    "DASK_SCHEDULER_ADDRESS); leave both out to run on a local cluster."
+)
+
+
+def check_scheduler(address: str | None = None, timeout: float = 5.0) -> None:
+    """Refuse (`ServiceError`) a ``tcp://host:port`` scheduler address (or
+    ``DASK_SCHEDULER_ADDRESS``) nothing answers on, within ``timeout`` seconds: a TCP connect,
+    made before a run starts anything else. Other protocols are left to the connection.
+
+    Parameters
+    ----------
+    address : str or None, default None
+        The scheduler's address; None: ``DASK_SCHEDULER_ADDRESS``, or nothing to check.
+    timeout : float, default 5.0
+        Seconds to wait for the connection.
+
+    Raises
+    ------
+    ServiceError
+        Nothing accepts a connection at that host and port.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    address = address or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    if not address or not address.startswith("tcp://"):
+        return
+    parts = urlsplit(address)
+    try:
+        port = parts.port or 8786
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None:
+        raise ServiceError(
+            f"The Dask scheduler address {address!r} is not tcp://host:port.",
+            "pass e.g. --scheduler tcp://10.0.0.5:8786.",
+        )
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+    except OSError as exc:
+        raise ServiceError(
+            f"The Dask scheduler at {address} does not answer ({type(exc).__name__}: {exc}).",
+            SCHEDULER_FIX,
+        ) from None
 
 
 def _cores() -> int:
@@ -85,7 +132,7 @@ def cluster_client(
 
     Raises
     ------
-    DimredError
+    ServiceError
         The scheduler at the address cannot be reached within ``timeout``.
     """
     from distributed import Client, LocalCluster, default_client
@@ -95,9 +142,8 @@ def cluster_client(
         try:
             client = Client(address, timeout=timeout)
         except (OSError, TimeoutError) as exc:
-            raise DimredError(
-                f"Could not connect to the Dask scheduler at {address} ({exc}). "
-                "Fix: start it (dask scheduler) or check the address."
+            raise ServiceError(
+                f"Could not connect to the Dask scheduler at {address} ({exc}).", SCHEDULER_FIX
             ) from None
         with client:  # entered, so it is the *current* client (get_client) in this context
             yield client

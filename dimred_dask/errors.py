@@ -15,6 +15,8 @@ __all__ = [
     "StageError",
     "OutputExistsError",
     "UncommittedOutputError",
+    "InputChangedError",
+    "ServiceError",
     "DisconnectedGraphError",
     "InfeasibleError",
     "SolverError",
@@ -73,10 +75,55 @@ def is_storage_error(exc: BaseException) -> bool:
     )
 
 
-def storage_error(exc: BaseException, where: str) -> "StoreError":
-    """The `StoreError` for a storage or network failure met while reading or writing ``where``."""
+def _is_local_failure(exc: BaseException, location) -> bool:
+    """Whether ``exc`` is a local filesystem's (a disk, a mount), not object storage's."""
+    if location is not None:
+        return bool(getattr(location, "is_local", False))
+    if type(exc).__module__.startswith(_NETWORK_MODULES) or "AccessDenied" in str(exc):
+        return False
+    return isinstance(exc, OSError) and getattr(exc, "errno", None) is not None
+
+
+def _local_storage_error(exc: BaseException, where: str) -> "StoreError":
+    import errno as _errno
+
+    code = getattr(exc, "errno", None)
+    name = _errno.errorcode.get(code, type(exc).__name__) if code else type(exc).__name__
+    if code in (_errno.ENOSPC, getattr(_errno, "EDQUOT", -1)):
+        return StoreError(
+            f"{where}: the disk is full ({name}: {exc}).",
+            "free space on that disk (df -h shows it) or choose an output on another disk, "
+            "then run the same command again (committed stages are reused).",
+        )
+    if code == _errno.EROFS:
+        return StoreError(
+            f"{where}: the filesystem is read-only ({exc}).",
+            "choose an output on a writable disk (or mount this one read-write).",
+        )
+    if isinstance(exc, PermissionError) or code in (_errno.EACCES, _errno.EPERM):
+        return StoreError(
+            f"{where}: permission denied ({exc}).",
+            "give this user write access to that folder (ls -ld shows who may write), or "
+            "choose another output.",
+        )
+    if isinstance(exc, FileNotFoundError):
+        return StoreError(f"{where}: not found ({exc}).", "check the path.")
+    return StoreError(
+        f"{where}: the local filesystem failed ({name}: {exc}).",
+        "check the disk (dmesg, df -h) and run the same command again.",
+    )
+
+
+def storage_error(exc: BaseException, where: str, *, location=None) -> "StoreError":
+    """The `StoreError` for a storage or network failure met while reading or writing
+    ``where``, its fix fitting the kind of location: a local disk (full, read-only,
+    permission denied) or object storage (unreachable, denied, missing bucket, no
+    credentials). ``location``: the `Location` concerned, when known (else the kind is
+    told from the exception)."""
     if isinstance(exc, StoreError):
         return exc
+    if _is_local_failure(exc, location):
+        return _local_storage_error(exc, where)
     name = type(exc).__name__
     if isinstance(exc, PermissionError) or "AccessDenied" in str(exc):
         return StoreError(
@@ -89,7 +136,7 @@ def storage_error(exc: BaseException, where: str) -> "StoreError":
             "set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or pass "
             "--credentials-block) in the flow's and the workers' environment.",
         )
-    if isinstance(exc, FileNotFoundError):
+    if isinstance(exc, FileNotFoundError) or "NoSuchBucket" in str(exc):
         return StoreError(
             f"{where}: not found in the storage ({exc}).",
             "check that the bucket and the path exist.",
@@ -125,6 +172,14 @@ class OutputExistsError(StoreError, FileExistsError):
 
 class UncommittedOutputError(StoreError):
     """An output was read that has no ``_COMMITTED`` marker (a run that did not finish)."""
+
+
+class InputChangedError(InputError):
+    """An input changed while a run read it: the stage that found it commits nothing."""
+
+
+class ServiceError(_Explained, DimredError, ConnectionError):
+    """A service a run needs (Prefect's API, the Dask scheduler) could not be reached."""
 
 
 class NotFittedError(DimredError, ValueError, AttributeError):

@@ -49,6 +49,57 @@ class _Subprocess:
 
 
 SERVER_STARTUP_SECONDS = 180
+PREFECT_API_FIX = (
+    "start that server (prefect server start) or point PREFECT_API_URL at a running one; "
+    "unset PREFECT_API_URL to run with Prefect's temporary local API instead."
+)
+
+
+def check_prefect_api(timeout: float = 10.0) -> None:
+    """Refuse (`ServiceError`) a ``PREFECT_API_URL`` that does not answer its health check
+    within ``timeout`` seconds, before a run starts anything; nothing to check without it
+    (the run starts Prefect's temporary API)."""
+    import httpx
+    from prefect.settings import PREFECT_API_URL
+
+    from dimred_dask.errors import ServiceError
+
+    url = PREFECT_API_URL.value()
+    if not url:
+        return
+    try:
+        response = httpx.get(url.rstrip("/") + "/health", timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise ServiceError(
+            f"Prefect's API at {url} (PREFECT_API_URL) does not answer "
+            f"({type(exc).__name__}: {exc}); runs report their state, logs and artifacts "
+            "there.",
+            PREFECT_API_FIX,
+        ) from None
+    if response.status_code != 200:
+        raise ServiceError(
+            f"Prefect's API at {url} (PREFECT_API_URL) answered its health check with HTTP "
+            f"{response.status_code}, not 200.",
+            PREFECT_API_FIX,
+        )
+
+
+def prefect_api_failure(exc: BaseException):
+    """The `ServiceError` for a failure to reach Prefect's API met during a run (Prefect
+    raises ``RuntimeError('Failed to reach API ...')`` or an httpx error), else None."""
+    from dimred_dask.errors import ServiceError
+
+    text = f"{type(exc).__name__}: {exc}"
+    module = type(exc).__module__
+    if "reach API" in text or module.startswith(("httpx", "httpcore")):
+        from prefect.settings import PREFECT_API_URL
+
+        return ServiceError(
+            f"Lost Prefect's API at {PREFECT_API_URL.value() or 'the temporary server'} "
+            f"during the run ({text}); the run stopped.",
+            PREFECT_API_FIX + " Then run the same command again (committed stages are reused).",
+        )
+    return None
 
 
 def start_temporary_server() -> object | None:

@@ -26,6 +26,7 @@ EPILOG = """examples:
   dimred-dask run --input cells.zarr --output map.zarr --method pca+umap \\
       --param pca.n_components=50 --param umap.n_neighbors=30
   dimred-dask inspect out.zarr
+  dimred-dask unlock out.zarr      # the lease of a run whose machine was lost
 
 environment:
   DASK_SCHEDULER_ADDRESS   use this Dask scheduler instead of a local cluster
@@ -36,18 +37,19 @@ environment:
 
 Ctrl-C stops a run within seconds and leaves its output resumable: run the same command again
 to finish it (completed stages are reused). Exit status: 0 done, 2 refused or failed (one
-"error:" block saying what to fix), 130 interrupted.
+"error:" block saying what to fix), 3 inspect of an unfinished run, 130 interrupted.
 """
 
 
-def _local(uri: str) -> str:
-    """Resolve local paths (so '..' typed at a shell is fine); URLs pass unchanged."""
-    return (
-        uri
-        if "://" in uri
-        else os.path.abspath(os.path.expanduser(uri.split("#")[0]))
-        + ("#" + uri.split("#", 1)[1] if "#" in uri else "")
-    )
+def _location(uri: str | None, role: str, *, store: bool = False) -> str | None:
+    """A location typed at the shell in canonical form (`dimred_dask.io.parse_uri`: a local
+    path resolved from this directory, a ``#`` in it part of the name unless it follows an
+    existing file or Zarr store); ``store``: a store of its own, never an element."""
+    from dimred_dask.io import parse_store, parse_uri
+
+    if uri is None:
+        return None
+    return str(parse_store(uri, role=role) if store else parse_uri(uri, role=role))
 
 
 def _params(args) -> dict:
@@ -69,6 +71,20 @@ def _params(args) -> dict:
     return params
 
 
+def _version_text() -> str:
+    from importlib import metadata
+
+    import dimred_dask
+
+    parts = []
+    for pkg in ("numpy", "dask", "distributed", "zarr", "prefect"):
+        try:
+            parts.append(f"{pkg} {metadata.version(pkg)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return f"dimred-dask {dimred_dask.__version__} ({', '.join(parts)})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dimred-dask",
@@ -88,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug",
         action="store_true",
         help="show Prefect's log lines and full tracebacks on the terminal",
+    )
+    p.add_argument(
+        "--version",
+        action="version",
+        version=_version_text(),
+        help="the version of dimred-dask and of the libraries a run records",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -212,9 +234,22 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--n-components", type=int, default=16)
     demo.add_argument("--scheduler", metavar="ADDR")
 
-    ins = sub.add_parser("inspect", help="print a run's manifest and metrics", parents=[common])
+    ins = sub.add_parser(
+        "inspect",
+        help="print a run's manifest and metrics; of an unfinished run, the stages it "
+        "committed and who holds its lease (exit status 3)",
+        parents=[common],
+    )
     ins.add_argument("uri", help="the run store")
     ins.add_argument("--json", action="store_true", help="the whole manifest as JSON")
+
+    unl = sub.add_parser(
+        "unlock",
+        help="remove the lease of a run that is gone (e.g. its machine was lost), so that "
+        "the same command can resume its store",
+        parents=[common],
+    )
+    unl.add_argument("uri", help="the run store")
 
     met = sub.add_parser(
         "methods", help="list the methods, or one method's parameters", parents=[common]
@@ -375,17 +410,18 @@ def _run_arguments(args) -> dict:
     columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
     cache = args.graph_cache
     return dict(
-        input=_local(args.input),
-        output=_local(args.output),
+        input=_location(args.input, "input"),
+        output=_location(args.output, "output", store=True),
         method=args.method,
         params=_params(args),
         overwrite=args.overwrite,
         columns=columns,
         sample_size=args.sample_size,
         chunk_rows=args.chunk_rows,
-        labels=args.labels and _local(args.labels),
-        graph_cache=cache and (cache if cache.lower() == "none" else _local(cache)),
-        actions=args.actions and _local(args.actions),
+        labels=_location(args.labels, "labels"),
+        graph_cache=cache
+        and (cache if cache.lower() == "none" else _location(cache, "graph cache", store=True)),
+        actions=_location(args.actions, "actions"),
         allow_missing_chunks=args.allow_missing_chunks,
         knn_target_recall=_target_recall(args.knn_target_recall),
         knn_recall_budget=args.knn_recall_budget,
@@ -393,9 +429,17 @@ def _run_arguments(args) -> dict:
 
 
 def preflight_run(args) -> None:
-    """Refuse a bad run before Prefect's server or a Dask cluster starts: the validate
-    stage's checks, in this process. Skipped with --credentials-block (the credentials
-    come from the Prefect API, inside the flow); the flow checks again in any case."""
+    """Refuse a bad run before Prefect's server or a Dask cluster starts: the services it
+    needs answer (a configured Prefect API, a scheduler address) and the validate stage's
+    checks pass, the output's location included, in this process. The validate checks are
+    skipped with --credentials-block (the credentials come from the Prefect API, inside the
+    flow); the flow checks again in any case."""
+    from dimred_dask.cluster import check_scheduler
+
+    from ._process import check_prefect_api
+
+    check_prefect_api()
+    check_scheduler(args.scheduler)
     if args.credentials_block:
         return
     from .validate import preflight, run_spec
@@ -448,14 +492,122 @@ def cmd_demo(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from dimred_dask.io import open_output
+    """A finished run's manifest summary (exit 0); an unfinished one's progress: the stages
+    it committed and who holds its lease (exit 3)."""
+    from dimred_dask.errors import StoreError
+    from dimred_dask.io import RunStore
 
-    store = open_output(_local(args.uri))
+    store = RunStore(_location(args.uri, "run store", store=True), role="run store")
+    if not store.exists():
+        raise StoreError(f"No run output at {store.url}.", "check the path.")
+    if not store.is_run_store():
+        raise StoreError(
+            f"{store.url} is not a dimred-dask run store (no zarr.json with the run "
+            "attribute); inspect reads the outputs of `dimred-dask run`.",
+            "give the --output of a run.",
+        )
+    if not store.committed():
+        report = unfinished_report(store)
+        if args.json:
+            print(json.dumps(report, indent=2, sort_keys=True, default=str))
+        else:
+            print_unfinished(report)
+        return 3
     manifest = store.read_json("manifest.json")
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
     else:
         print_summary(manifest)
+    return 0
+
+
+def unfinished_report(store) -> dict:
+    """Where an unfinished run stands: its committed stages (of its steps too, for a chain)
+    and its lease (holder, how it is judged), from the store alone."""
+    import time
+
+    from dimred_dask.io import Lease, RunStore
+
+    def stages(s):
+        return [
+            {"stage": m.get("stage"), "time": m.get("time"), "fingerprint": m.get("fingerprint")}
+            for m in s.stages_done()
+        ]
+
+    steps = {}
+    try:
+        names = store.fs.ls(store._path("steps"), detail=False)
+    except (FileNotFoundError, NotADirectoryError):
+        names = []
+    for entry in sorted(names):
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        steps[name] = stages(RunStore(store.location.child(f"steps/{name}")))
+    lease = Lease(store).status()
+    return {
+        "output": store.url,
+        "committed": False,
+        "stages": stages(store),
+        "steps": steps,
+        "lease": lease and {k: v for k, v in lease.items() if k not in ("token", "digest")},
+        "now": time.time(),
+    }
+
+
+def print_unfinished(report: dict, stream=None) -> None:
+    import time
+
+    w = (stream or sys.stdout).write
+
+    def listed(stages):
+        if not stages:
+            return "none"
+        return ", ".join(
+            f"{s['stage']} ({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(s['time']))})"
+            if s.get("time")
+            else str(s["stage"])
+            for s in stages
+        )
+
+    w(f"output      {report['output']}\n")
+    w("status      unfinished: no _COMMITTED marker (its contents may be partial)\n")
+    for name, stages in report["steps"].items():
+        w(f"step {name:<7}stages committed: {listed(stages)}\n")
+    w(f"stages      committed: {listed(report['stages'])}\n")
+    lease = report["lease"]
+    if lease is None:
+        w("lease       none: no run is writing it\n")
+        w("next        run the same command again to finish it (committed stages are reused)\n")
+        return
+    holder = (
+        f"{lease.get('holder')} (host {lease.get('host')}, pid {lease.get('pid')}; "
+        f"{lease.get('why')})"
+    )
+    if lease["stale"]:
+        w(f"lease       stale, left by {holder}\n")
+        w("next        run the same command again: it takes the stale lease over\n")
+    else:
+        w(f"lease       held by {holder}\n")
+        w(
+            "next        that run is still writing it; if it is gone (its machine was "
+            f"lost), dimred-dask unlock {report['output']}\n"
+        )
+
+
+def cmd_unlock(args) -> int:
+    """Remove the lease of a run that is gone (`Lease.clear`: refused while its holder is a
+    live process on this host)."""
+    from dimred_dask.io import Lease, RunStore
+
+    store = RunStore(_location(args.uri, "run store", store=True), role="run store")
+    removed = Lease(store).clear()
+    if removed is None:
+        print(f"no lease on {store.url}: nothing to remove")
+    else:
+        print(
+            f"removed the lease on {store.url} of {removed.get('holder')} (host "
+            f"{removed.get('host')}, pid {removed.get('pid')}); the same command now resumes "
+            "the run"
+        )
     return 0
 
 
@@ -526,12 +678,17 @@ def main(argv=None) -> int:
         ):
             if args.command == "run":
                 preflight_run(args)
+            elif args.command == "demo":
+                from ._process import check_prefect_api
+
+                check_prefect_api()
             server = start_temporary_server() if args.command in ("run", "demo") else None
             try:
                 return {
                     "run": cmd_run,
                     "demo": cmd_demo,
                     "inspect": cmd_inspect,
+                    "unlock": cmd_unlock,
                     "methods": cmd_methods,
                 }[args.command](args)
             finally:
@@ -546,6 +703,14 @@ def main(argv=None) -> int:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # not one of ours: a bug, or a failure nothing here recognises
+        from ._process import prefect_api_failure
+
+        typed = prefect_api_failure(exc)
+        if typed is not None:
+            if debug:
+                traceback.print_exc()
+            print(f"error: {type(typed).__name__}: {typed}", file=sys.stderr)
+            return 2
         if debug:
             raise
         print(

@@ -44,9 +44,11 @@ from .knn import (
     write_graph_attrs,
     writes_from_workers,
 )
+from .guard import stage_guard
 from .methods import SCRATCH, get_method
 from .publish import TASK_OPTS, flow_run_id, publish
-from .validate import open_actions, open_labels, open_run_input, run_spec, validate
+from .inputs import open_actions, open_labels, open_run_input
+from .validate import run_spec, validate
 from .stages import (
     check_observer,
     chunk_sample,
@@ -92,11 +94,11 @@ def knn_stage(spec: dict, v: dict) -> dict:
         info = {**marker["info"], "source": "run store"}
         return {**info, "reused": True, "seconds": time.perf_counter() - t0}
     inp = open_run_input(spec, v)
-    cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location.url)
+    cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location)
     from_workers = writes_from_workers(inp.array, request)
     graph = None if cache is None or from_workers else cache.load(fp)
     attrs = {"method": spec["method"], "version": dimred_dask.__version__}
-    with stage_errors("knn", **_mem(v)):
+    with stage_errors("knn", **_mem(spec, v)):
         prepared = from_workers
         if prepared:
             store.prepare(v["mode"], attrs)
@@ -120,17 +122,21 @@ def knn_stage(spec: dict, v: dict) -> dict:
             graph = connect(graph, inp.array, request, spec["method"])  # may refuse
             if not prepared:  # nothing was written before a refusal
                 store.prepare(v["mode"], attrs)
-            chunks = save_graph(store, graph)
+            chunks = save_graph(store, graph)["chunks"]
+        problems = cache.problems if cache is not None else []
+        for problem in problems:  # a bad cache entry: named, set aside, the graph rebuilt
+            get_run_logger().warning("%s", problem)
         info = {
             "needed": True,
             "fingerprint": fp,
             "stored_chunks": chunks,
             "source": source or "computed",
             "cache": cache.url if cache else None,
+            **({"cache_problems": problems} if problems else {}),
             "written_from_workers": isinstance(graph, StoreGraph),
             **graph_summary(graph, components),
         }
-        store.mark_stage("knn", fp, {"info": info})
+        store.mark_stage("knn", fp, {"info": info}, guard=stage_guard(spec, v, "knn"))
     if cache is not None and source is None:
         info["cached"] = cache.save(fp, graph)
     notify("stage", stage="knn", fingerprint=fp, output=spec["output"])
@@ -173,18 +179,18 @@ def kernel_stage(spec: dict, v: dict) -> dict:
     if marker is not None and _kernel_intact(store, marker["info"]):
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
     inp = open_run_input(spec, v)
-    cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location.url)
+    cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location)
     found = cache.find_array("kernel", fp) if cache is not None else None
     if found is not None and found["store"] != store.url:
         # the same matrix, committed by an earlier run in its own store: read it there
         store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
         info = {**found["info"], "store": found["store"], "source": "cache"}
-        store.mark_stage("kernel", fp, {"info": info})
+        store.mark_stage("kernel", fp, {"info": info}, guard=stage_guard(spec, v, "kernel"))
         return {**info, "reused": True, "seconds": time.perf_counter() - t0}
     itemsize = inp.array.dtype.itemsize
     side = int(max(256, min(v["shape"][0], (KERNEL_CHUNK_BYTES // itemsize) ** 0.5)))
     params = {k: val for k, val in need.items() if k != "kind"}
-    with stage_errors("kernel", **_mem(v)):
+    with stage_errors("kernel", **_mem(spec, v)):
         if need["kind"] == "kernel":
             M = pairwise_kernels(inp.array, square_chunks=side, **params)
         else:
@@ -206,7 +212,7 @@ def kernel_stage(spec: dict, v: dict) -> dict:
             "stored_chunks": int(target.nchunks),
             "fingerprint": fp,
         }
-        store.mark_stage("kernel", fp, {"info": info})
+        store.mark_stage("kernel", fp, {"info": info}, guard=stage_guard(spec, v, "kernel"))
     if cache is not None:
         info["cached"] = cache.point_to("kernel", fp, store.url, "kernel", KERNEL_ARRAY, info)
     notify("stage", stage="kernel", fingerprint=fp, output=spec["output"])
@@ -241,7 +247,7 @@ def fit(spec: dict, v: dict) -> dict:
         extras["run"] = {"output": spec["output"], "fingerprint": fp}
     if adapter.needs_actions:
         extras["actions"] = open_actions(spec).array
-    with stage_errors("fit", **_mem(v)), stage_progress(f"fit {spec['method']}"):
+    with stage_errors("fit", **_mem(spec, v)), stage_progress(f"fit {spec['method']}"):
         model = adapter.fit(inp.array, v["params"], **extras)  # first pass checks finiteness
     summary = adapter.summary(model)
     _refuse_unconverged(spec["method"], summary.get("convergence") or [])
@@ -255,7 +261,7 @@ def fit(spec: dict, v: dict) -> dict:
             choice["why"],
             f"; then {choice['fallback']}" if choice.get("fallback") else "",
         )
-    with stage_errors("fit", **_mem(v)):
+    with stage_errors("fit", **_mem(spec, v)):
         store.prepare(
             v["mode"],
             {"method": spec["method"], "version": dimred_dask.__version__},
@@ -263,7 +269,7 @@ def fit(spec: dict, v: dict) -> dict:
         )  # what this fit wrote for the transform stage
         adapter.save(model, store)
         info = {"model": summary}
-        store.mark_stage("fit", fp, {"info": info})
+        store.mark_stage("fit", fp, {"info": info}, guard=stage_guard(spec, v, "fit"))
     notify("stage", stage="fit", fingerprint=fp, output=spec["output"])
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
 
@@ -285,8 +291,13 @@ def _refuse_unconverged(method: str, records: list[dict]) -> None:
             )
 
 
-def _mem(v: dict) -> dict:
-    return {"worker_memory": v.get("worker_memory"), "chunk_bytes": v.get("chunk_bytes")}
+def _mem(spec: dict, v: dict) -> dict:
+    """`stage_errors`' context of a stage: the workers' memory, the chunks, the output."""
+    return {
+        "worker_memory": v.get("worker_memory"),
+        "chunk_bytes": v.get("chunk_bytes"),
+        "output": spec["output"],
+    }
 
 
 @task(name="transform-write", **TASK_OPTS)
@@ -300,7 +311,7 @@ def transform_write(spec: dict, v: dict) -> dict:
     import dask.array as da
 
     inp = open_run_input(spec, v)
-    with stage_errors("transform", **_mem(v)):
+    with stage_errors("transform", **_mem(spec, v)):
         Y = adapter.transform(adapter.load(store), inp.array)
         if len(set(Y.chunks[0][:-1])) > 1 or Y.chunks[0][-1] > Y.chunks[0][0]:
             Y = Y.rechunk({0: max(Y.chunks[0])})  # one task per stored chunk: no shared writes
@@ -323,7 +334,7 @@ def transform_write(spec: dict, v: dict) -> dict:
                 f"{info['stored_chunks']} embedding chunks are in the store.",
                 "re-run the same command; the stage will be redone.",
             )
-        store.mark_stage("transform", fp, {"info": info})
+        store.mark_stage("transform", fp, {"info": info}, guard=stage_guard(spec, v, "transform"))
         store.remove(SCRATCH)  # single-pass PCA's row sketch: the embedding is made from it
     notify("stage", stage="transform", fingerprint=fp, output=spec["output"])
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
@@ -336,11 +347,10 @@ def evaluate(spec: dict, v: dict) -> dict:
     fp = _fingerprints(spec, v)["evaluate"]
     if (marker := stage_reusable(store, "resume", "evaluate", fp)) is not None:
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
-    import dask.array as da
 
     inp = open_run_input(spec, v)
     idx, how = chunk_sample(inp.array.chunks[0], spec["sample_size"])
-    Y = da.from_zarr(store.open_array("embedding"))
+    Y = store.open_array("embedding").to_dask()
     original = inp
     if spec.get("evaluate_input"):  # a chain's final step: judged against the run's own input
         original = open_input(
@@ -350,7 +360,7 @@ def evaluate(spec: dict, v: dict) -> dict:
             check_chunks=False,
             allow_missing_chunks=True,
         )
-    with stage_errors("evaluate", **_mem(v)):
+    with stage_errors("evaluate", **_mem(spec, v)):
         Xs, Ys, Xo = compute(inp.array[idx], Y[idx], original.array[idx], stage="sample")
     k = int(min(10, max(1, len(idx) // 2 - 1)))
     result = {
@@ -361,7 +371,7 @@ def evaluate(spec: dict, v: dict) -> dict:
         "knn_recall": metrics.knn_recall(Xo, Ys, k),  # sparse products, not densified
         **adapter.sample_metrics(adapter.load(store), Xs, Ys),
     }
-    store.mark_stage("evaluate", fp, {"info": result})
+    store.mark_stage("evaluate", fp, {"info": result}, guard=stage_guard(spec, v, "evaluate"))
     notify("stage", stage="evaluate", fingerprint=fp, output=spec["output"])
     return {**result, "reused": False, "seconds": time.perf_counter() - t0}
 
@@ -468,7 +478,8 @@ def _embed(spec: dict, scheduler) -> dict:
         if len(steps) == 1:
             v = validate(spec)
             manifest = _leased(
-                spec["output"], lambda: _run_stages(spec, _mode_now(spec, v), client)
+                spec["output"],
+                lambda lease: _run_stages(spec, {**_mode_now(spec, v), "lease": lease}, client),
             )
         else:
             manifest = _run_chain(spec, steps, client)
@@ -485,15 +496,17 @@ def _mode_now(spec: dict, v: dict) -> dict:
 
 
 def _leased(output: str, body):
-    """Run ``body()`` holding the output's lease (renewed while it runs). A run that fails
-    removes the folder the lease made if it is left empty, never a folder that was there."""
+    """Run ``body(lease)`` holding the output's lease (renewed while it runs); ``lease`` is
+    ``{"store", "token"}``, which every stage's commit guard checks (`flows.guard`). A run
+    that fails removes the folder the lease made if it is left empty, never a folder that
+    was there."""
     store = RunStore(output)
     existed = store.location.is_local and os.path.lexists(store.root)
     lease = Lease(store, holder=f"flow run {flow_run_id()}").acquire()
     done = False
     try:
         with lease.keepalive():
-            result = body()
+            result = body({"store": store.url, "token": lease.token})
             done = True
             return result
     finally:
@@ -534,16 +547,18 @@ def _run_chain(spec: dict, steps: list[dict], client) -> dict:
     root.check_writable(spec["overwrite"])  # refused before the lease is taken
     attrs = {"method": spec["method"], "version": dimred_dask.__version__}
 
-    def body():
+    def body(lease):
         nonlocal v1
         now = root.check_writable(spec["overwrite"])  # again, now that the lease is held
         if now in ("new", "overwrite"):
             root.prepare(now, attrs)  # the chain's store first, its steps inside
-            v1 = {**v1, "mode": "new"}
+            v1 = {**v1, "mode": "new", "lease": lease}
         else:
-            v1 = _mode_now(first, v1)
+            v1 = {**_mode_now(first, v1), "lease": lease}
         m1 = _run_stages(first, v1, client)
         v2 = validate(last)
+        # the final step also checks the chain's own input (its evaluation reads it)
+        v2 = {**v2, "lease": lease, "sources": v2["sources"] + v1["sources"]}
         summary = {
             "method": m1["method"],
             "output": m1["output"],

@@ -30,6 +30,7 @@ run's store a chunk at a time, so the flow's process does not hold it then eithe
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 import warnings
@@ -52,7 +53,7 @@ from dimred_dask.graphs import (
     sample_recall,
 )
 from dimred_dask.graphs.knn import TARGET_RECALL, check_target_recall, choose_backend
-from dimred_dask.io import Lease, LeaseHeldError, RunStore, digest_of, parse_uri
+from dimred_dask.io import Lease, LeaseHeldError, RunStore, digest_of, parse_store, parse_uri
 
 __all__ = [
     "normalize_request",
@@ -117,24 +118,43 @@ def graph_fingerprint(input_digest: str, request: dict) -> str:
 # --------------------------------------------------------------------------- store
 
 
-def save_graph(store: RunStore, graph, rows_per_chunk: int = GRAPH_ROWS_PER_CHUNK) -> int:
+class GraphDigest:
+    """A digest of a graph's content (its indices as int64, its distances as float64, in row
+    order), the same whatever the blocks it is fed in: a graph-cache entry's proof that what
+    is read is what was written."""
+
+    def __init__(self):
+        self._idx = hashlib.blake2b(digest_size=16)
+        self._dist = hashlib.blake2b(digest_size=16)
+
+    def update(self, indices, distances) -> None:
+        self._idx.update(np.ascontiguousarray(indices, dtype=np.int64).tobytes())
+        self._dist.update(np.ascontiguousarray(distances, dtype=np.float64).tobytes())
+
+    def hexdigest(self) -> str:
+        return self._idx.hexdigest() + self._dist.hexdigest()
+
+
+def save_graph(store: RunStore, graph, rows_per_chunk: int = GRAPH_ROWS_PER_CHUNK) -> dict:
     """Write the graph (a `KNNGraph`, or a `StoreGraph` read a chunk at a time) to ``graph/``
-    of a store; returns the number of chunk objects written."""
+    of a store; returns ``{"chunks": chunk objects written, "digest": its GraphDigest}``."""
     n, k = graph.n_samples, graph.n_neighbors
     rows = int(max(1, min(n, rows_per_chunk)))
     ia = store.create_array("graph/indices", (n, k), (rows, k), np.int64)
     da_ = store.create_array("graph/distances", (n, k), (rows, k), np.float64)
+    digest = GraphDigest()
     for start in range(0, n, rows):  # a chunk at a time: no encoded copy of the whole
         if isinstance(graph, KNNGraph):
             idx, dist = graph.indices[start : start + rows], graph.distances[start : start + rows]
         else:
             idx, dist = graph.rows(start, min(n, start + rows), k)
+        digest.update(idx, dist)
         ia[start : start + rows], da_[start : start + rows] = idx, dist
     write_graph_attrs(store, graph)
-    return stored_chunks(store)
+    return {"chunks": stored_chunks(store), "digest": digest.hexdigest()}
 
 
-def _save_to(url: str, graph) -> int:
+def _save_to(url: str, graph) -> dict:
     return save_graph(RunStore(url), graph)
 
 
@@ -229,13 +249,21 @@ def stored_chunks(store: RunStore) -> int:
 
 
 class GraphCache:
-    """Graphs keyed by fingerprint under one prefix (a folder or s3:// prefix)."""
+    """Graphs keyed by fingerprint under one prefix (a folder or s3:// prefix).
+
+    An entry is a store of its own (``<cache>/knn-<fingerprint>``) with the graph, the digest
+    of its content and its chunk count in its manifest. An entry that does not match its
+    digest or does not decode is never used and never fatal: it is named in a warning (and
+    in `problems`), moved to ``<cache>/set-aside/`` and the graph is built again."""
+
+    SET_ASIDE = "set-aside"
 
     def __init__(self, url: str):
         self.url = url.rstrip("/")
+        self.problems: list[str] = []
 
     def _entry(self, fp: str) -> RunStore:
-        return RunStore(f"{self.url}/knn-{fp[:32]}")
+        return RunStore(f"{self.url}/knn-{fp[:32]}", role="graph cache")
 
     def find(self, fp: str) -> RunStore | None:
         """The committed entry of this fingerprint with all its chunks (not read), or None."""
@@ -250,32 +278,66 @@ class GraphCache:
         except (OSError, KeyError, ValueError):
             return None  # a cache is an optimisation: an unreadable entry is recomputed
 
-    def load(self, fp: str) -> KNNGraph | None:
-        """The entry's graph read into this process, or None."""
-        entry = self.find(fp)
+    def _expected(self, entry: RunStore) -> str | None:
+        return entry.read_json("manifest.json").get("digest")
+
+    def _reject(self, entry: RunStore, why: str) -> None:
+        """Name a bad entry in a warning and move it out of the way (never deleted)."""
+        aside = f"{self.url}/{self.SET_ASIDE}/{_name_of(entry.url)}-{int(time.time())}"
         try:
-            return None if entry is None else load_graph(entry)
-        except (OSError, KeyError, ValueError):
+            entry.fs.mv(entry.root, RunStore(aside).root, recursive=True)
+            where = f"moved to {aside}"
+        except OSError as exc:
+            where = f"left where it is ({type(exc).__name__}: {exc}); it is overwritten"
+        message = (
+            f"The kNN graph-cache entry {entry.url} {why}; it was not used ({where}) and the "
+            "graph is built again."
+        )
+        self.problems.append(message)
+        warnings.warn(DimredWarning(message), stacklevel=3)
+
+    def load(self, fp: str) -> KNNGraph | None:
+        """The entry's graph read into this process, checked against its digest; or None."""
+        entry = self.find(fp)
+        if entry is None:
             return None
+        try:
+            graph = load_graph(entry)
+            expected = self._expected(entry)
+        except (OSError, KeyError, ValueError) as exc:
+            self._reject(entry, f"could not be read ({type(exc).__name__}: {exc})")
+            return None
+        digest = GraphDigest()
+        digest.update(graph.indices, graph.distances)
+        if expected is None or digest.hexdigest() != expected:
+            self._reject(entry, _mismatch(expected))
+            return None
+        return graph
 
     def copy_to(self, fp: str, store: RunStore) -> "StoreGraph | None":
         """The entry's graph copied into ``store`` (prepared) by a task on a worker, a chunk
-        at a time, and opened there; None (nothing left in ``store``) when there is no
-        readable entry."""
+        at a time, checked against the entry's digest, and opened there; None (nothing left
+        in ``store``) when there is no readable, matching entry."""
         from dask import delayed
 
         entry = self.find(fp)
         if entry is None:
             return None
         try:
-            compute(
+            expected = self._expected(entry)
+            (copied,) = compute(
                 delayed(_save_to)(store.url, StoreGraph.open(entry.url)),
                 stage="kNN graph: copy from the cache",
             )
-            return StoreGraph.open(store.url)
-        except (OSError, KeyError, ValueError):
+        except (OSError, KeyError, ValueError) as exc:
             store.remove("graph")
+            self._reject(entry, f"could not be read ({type(exc).__name__}: {exc})")
             return None
+        if expected is None or copied["digest"] != expected:
+            store.remove("graph")
+            self._reject(entry, _mismatch(expected))
+            return None
+        return StoreGraph.open(store.url)
 
     # ---- pointers to large arrays kept in the run store that made them (kernel matrices):
     # copying an n x n matrix into the cache would double its size on disk, so the cache
@@ -334,21 +396,23 @@ class GraphCache:
             if isinstance(graph, StoreGraph):  # copied where it is, a chunk at a time, in a task
                 from dask import delayed
 
-                (chunks,) = compute(
+                (saved,) = compute(
                     delayed(_save_to)(entry.url, graph), stage="kNN graph: copy to the cache"
                 )
             else:
-                chunks = save_graph(entry, graph)
+                saved = save_graph(entry, graph)
             entry.commit(
-                {
+                guard=None,  # a cache entry, no run's store
+                manifest={
                     "fingerprint": fp,
-                    "chunks": chunks,
+                    "chunks": saved["chunks"],
+                    "digest": saved["digest"],
                     "n_samples": graph.n_samples,
                     "n_neighbors": graph.n_neighbors,
                     "metric": graph.metric,
                     "backend": graph.backend,
                     "created": time.time(),
-                }
+                },
             )
             return True
         except OSError:  # an entry we may not replace (foreign files, links): not cached
@@ -357,21 +421,34 @@ class GraphCache:
             lease.release()
 
 
-def resolve_cache(graph_cache: str | None, output: str, input_url: str) -> GraphCache | None:
-    """The cache to use, or None when turned off (``none``) or impossible (no parent)."""
+def _name_of(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _mismatch(expected: str | None) -> str:
+    if expected is None:
+        return "carries no digest of its content (written by an older version)"
+    return "does not match the digest of its content written with it (changed or damaged)"
+
+
+def resolve_cache(graph_cache: str | None, output: str, input_url) -> GraphCache | None:
+    """The cache to use, or None when turned off (``none``) or impossible (no parent).
+    ``input_url``: the run's input (a `Location` or its canonical form); a cache inside it
+    is never used."""
     value = graph_cache if graph_cache is not None else os.environ.get(CACHE_ENV)
     if value is not None and str(value).strip().lower() in ("", "none", "off", "false"):
         return None
     if value is None:
-        out = parse_uri(output, role="output").url.rstrip("/")
-        parent = out.rsplit("/", 1)[0]
-        if "/" not in out.split("://", 1)[-1]:
+        parent = parse_store(output).parent()
+        if parent is None:
             return None  # an output at a bucket's root has no parent folder
-        value = f"{parent}/.dimred-cache"
-    url = parse_uri(value, role="output").url
-    if url.rstrip("/").startswith(input_url.rstrip("/") + "/"):
+        cache = parent.child(".dimred-cache")
+    else:
+        cache = parse_store(value, role="graph cache")
+    source = parse_uri(input_url)
+    if cache.url.rstrip("/").startswith(source.url.rstrip("/") + "/"):
         return None  # never write into the input's own folder
-    return GraphCache(url)
+    return GraphCache(str(cache))
 
 
 # --------------------------------------------------------------------------- compute

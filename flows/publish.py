@@ -16,6 +16,7 @@ import dimred_dask
 from dimred_dask._compute import compute
 from dimred_dask.io import RunStore, embedding_png
 
+from .guard import stage_guard
 from .stages import chunk_sample, notify
 
 TASK_OPTS = {"cache_policy": NO_CACHE, "persist_result": False}
@@ -32,6 +33,12 @@ def _versions() -> dict:
     return out
 
 
+def _fingerprint_summary(fp: dict) -> dict:
+    """The input's fingerprint as the manifest states it: its digest and what was hashed
+    (each hashed chunk's digest stays with the run, for naming a change)."""
+    return {k: val for k, val in fp.items() if k != "chunks"}
+
+
 def flow_run_id() -> str | None:
     from prefect.runtime import flow_run
 
@@ -43,10 +50,9 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict, fingerprint: str) 
     """Writes the plot and the manifest, commits the run (``_COMMITTED``) and publishes the
     summary artifacts to the Prefect UI."""
     t0 = time.perf_counter()
-    import dask.array as da
 
     store = RunStore(spec["output"])
-    Y = da.from_zarr(store.open_array("embedding"))
+    Y = store.open_array("embedding").to_dask()
     idx, _ = chunk_sample(Y.chunks[0], PLOT_POINTS, max_chunks=64, seed=1)
     (Yp,) = compute(Y[idx], stage="plot sample")
     store.write_bytes(
@@ -66,7 +72,9 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict, fingerprint: str) 
         else v["params"],
         "input": chain["input"] if chain else spec["input"],
         "input_meta": first.get("input_meta", v["input_meta"]),
-        "input_fingerprint": first.get("input_fingerprint", v["input_fingerprint"]),
+        "input_fingerprint": _fingerprint_summary(
+            first.get("input_fingerprint", v["input_fingerprint"])
+        ),
         "chunking": {
             "row_chunk": v["row_chunk"],
             "n_chunks": v["n_chunks"],
@@ -114,7 +122,7 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict, fingerprint: str) 
             "final_step_input_meta": v["input_meta"],
             "earlier": stages.get("earlier_steps", []),
         }
-    store.commit(manifest)
+    store.commit(manifest, guard=stage_guard(spec, v, "publish", final=True))
     notify("stage", stage="publish", fingerprint=manifest["fingerprint"], output=spec["output"])
     _artifacts(manifest)
     return manifest

@@ -120,9 +120,11 @@ def _fmt_bytes(n) -> str:
 
 
 @contextlib.contextmanager
-def stage_errors(stage: str, *, worker_memory=None, chunk_bytes=None):
+def stage_errors(stage: str, *, output=None, worker_memory=None, chunk_bytes=None):
     """Turn infrastructure failures inside a stage into errors that name the stage, the
-    memory and the fix. Typed errors of our own pass through unchanged."""
+    memory and the fix. Typed errors of our own pass through unchanged. ``output``: the run
+    store's location, whose kind (a local disk, object storage) a storage failure's fix
+    fits (the readers type their own failures before they reach here)."""
     from distributed.scheduler import KilledWorker
 
     from dimred_dask.errors import (
@@ -132,6 +134,7 @@ def stage_errors(stage: str, *, worker_memory=None, chunk_bytes=None):
         is_storage_error,
         storage_error,
     )
+    from dimred_dask.io import parse_store
 
     try:
         yield
@@ -147,7 +150,9 @@ def stage_errors(stage: str, *, worker_memory=None, chunk_bytes=None):
         ) from exc
     except Exception as exc:
         if is_storage_error(exc) and not _decoder_error(exc):
-            raise storage_error(exc, f"Stage {stage!r}") from exc
+            where = f"Stage {stage!r} writing {output}" if output else f"Stage {stage!r}"
+            located = parse_store(output) if output else None
+            raise storage_error(exc, where, location=located) from exc
         if _decoder_error(exc):
             raise InputError(
                 f"Stage {stage!r} could not read the input ({type(exc).__name__}: {exc}).",

@@ -22,7 +22,7 @@ from dimred_dask.io import (
     RunStore,
     array_fingerprint,
     check_output_location,
-    open_input,
+    parse_store,
     parse_uri,
     plan_row_chunk,
 )
@@ -33,21 +33,9 @@ from .chain import PCA_DEFAULT_COMPONENTS, chain_steps, expand_output
 from .knn import normalize_request, resolve_cache
 from .methods import get_method
 from .publish import TASK_OPTS
+from .guard import sources_of
+from .inputs import open_actions, open_labels, open_run_input
 from .stages import check_observer
-
-
-def open_run_input(spec: dict, v: dict | None = None, *, check_chunks: bool = False):
-    """The run's input as the methods see it: floating point (integers and booleans converted
-    by one rule, `float_dtype`), in the planned row chunks. Absent Zarr chunks are refused on
-    every read; ``check_chunks`` also lists them all at once (the validate stage)."""
-    return open_input(
-        spec["input"],
-        columns=spec.get("columns"),
-        row_chunk=(v or {}).get("row_chunk") or spec.get("chunk_rows"),
-        as_float=True,
-        check_chunks=check_chunks,
-        allow_missing_chunks=bool(spec.get("allow_missing_chunks")),
-    )
 
 
 # A chunk may use at most this share of a worker's memory: the kernels hold the chunk, a
@@ -89,7 +77,16 @@ def run_spec(arguments: dict, when=None) -> dict:
     the scheduler and the credentials block, with ``{date}`` in the output replaced (``when``:
     the run's scheduled start; None: now)."""
     spec = dict(arguments)
-    spec["output"] = expand_output(spec["output"], when)
+    # every location in canonical form, parsed once here: what the stages use, print and
+    # write in the manifest is what was parsed (flows re-parse it to the same location)
+    spec["output"] = str(parse_store(expand_output(spec["output"], when)))
+    spec["input"] = str(parse_uri(spec["input"]))
+    for role in ("labels", "actions"):
+        if spec.get(role):
+            spec[role] = str(parse_uri(spec[role], role=role))
+    cache = spec.get("graph_cache")
+    if cache and str(cache).strip().lower() not in ("", "none", "off", "false"):
+        spec["graph_cache"] = str(parse_store(cache, role="graph cache"))
     spec["params"] = dict(spec.get("params") or {})
     spec["sample_size"] = int(spec["sample_size"])
     spec["allow_missing_chunks"] = bool(spec["allow_missing_chunks"])
@@ -129,8 +126,9 @@ def check_run(spec: dict) -> dict:
     if spec.get("default_components"):  # a chain's PCA step: 50 components, or fewer if need be
         params["n_components"] = min(PCA_DEFAULT_COMPONENTS, *inp.shape)
     params = adapter.check(params, inp.shape)
-    if adapter.matrix and (need := adapter.matrix(params, inp.shape)) is not None:
-        _check_room_for_matrix(spec, need["kind"], inp.shape[0], inp.array.dtype.itemsize)
+    matrix = adapter.matrix(params, inp.shape) if adapter.matrix else None
+    if matrix is not None:
+        _check_room_for_matrix(spec, matrix["kind"], inp.shape[0], inp.array.dtype.itemsize)
     request = adapter.graph(params, inp.shape) if adapter.graph else None
     graph_request = (
         normalize_request({**request, **_recall_request(spec)}, inp.shape, spec["method"])
@@ -142,6 +140,8 @@ def check_run(spec: dict) -> dict:
     mode = RunStore(spec["output"]).check_writable(
         spec["overwrite"], committed_ok=bool(spec.get("internal"))
     )
+    need, what = _output_bytes(params, inp, graph_request, matrix)
+    RunStore(spec.get("root") or spec["output"]).check_room(need, what=what)  # a chain: all
     return {
         "input": inp,
         "params": params,
@@ -152,12 +152,28 @@ def check_run(spec: dict) -> dict:
     }
 
 
+def _output_bytes(params: dict, inp, graph_request, matrix) -> tuple[int, str]:
+    """What the run will write that can be known before it runs, in bytes and in words: the
+    embedding (n x k at the input's float width), the kNN graph (n x k int64 and float64)
+    and the kernel or distance matrix (n x n); the model is not counted."""
+    n, d = inp.shape
+    itemsize = inp.array.dtype.itemsize
+    k = params.get("n_components")
+    k = k if isinstance(k, int) and not isinstance(k, bool) else d
+    parts = [(n * k * itemsize, f"the {n} x {k} embedding")]
+    if graph_request is not None:
+        parts.append((n * graph_request["n_neighbors"] * 16, "the kNN graph"))
+    if matrix is not None:
+        parts.append((n * n * itemsize, f"the {n} x {n} {matrix['kind']} matrix"))
+    return sum(b for b, _ in parts), " and ".join(w for _, w in parts)
+
+
 def _check_room_for_matrix(spec: dict, kind: str, n: int, itemsize: int) -> None:
     """Refuse a kernel stage whose n x n matrix would not fit on the output's local disk
     (its free space now; an object store's room is not known, so not checked there)."""
     import shutil
 
-    out = parse_uri(spec["output"], role="output")
+    out = parse_store(spec["output"])
     if not out.is_local:
         return
     need = n * n * itemsize
@@ -199,6 +215,7 @@ def validate(spec: dict) -> dict:
     """Check everything that can be checked without a full pass; plan the row chunks from
     the workers' memory; fingerprint the input. Writes nothing."""
     t0 = time.perf_counter()
+    sources = sources_of(spec)  # before anything is read: a later change shows against it
     found = check_run(spec)
     inp = found.pop("input")
     row_chunk, memory = _plan_chunks(spec, inp)
@@ -219,6 +236,8 @@ def validate(spec: dict) -> dict:
         **found,
         "input_meta": inp.meta,
         "input_fingerprint": fp,
+        "input_bytes": int(inp.array.nbytes),
+        "sources": sources,
         "shape": list(inp.shape),
         "row_chunk": row_chunk,
         "worker_memory": memory,
@@ -238,27 +257,15 @@ def _recall_request(spec: dict) -> dict:
 def _check_locations(spec: dict, inp) -> None:
     """The output is none of the run's inputs, lies in none and contains none (after symbolic
     links): the input, the labels, the actions and the shared graph cache."""
-    out = parse_uri(spec.get("root") or spec["output"], role="output")  # a chain: all of it
+    out = parse_store(spec.get("root") or spec["output"])  # a chain: all of it
     others = [("labels", spec.get("labels")), ("actions", spec.get("actions"))]
     inputs = [(role, parse_uri(uri, role=role)) for role, uri in others if uri]
     if not spec.get("internal_input"):  # a chain's later step reads its own earlier step
         inputs.insert(0, ("input", inp.location))
-    cache = resolve_cache(
-        spec.get("graph_cache"), spec.get("root") or spec["output"], inp.location.url
-    )
+    cache = resolve_cache(spec.get("graph_cache"), spec.get("root") or spec["output"], inp.location)
     if cache is not None:
-        inputs.append(("graph cache", parse_uri(cache.url, role="graph cache")))
+        inputs.append(("graph cache", parse_store(cache.url, role="graph cache")))
     check_output_location(out, *inputs)
-
-
-def open_labels(spec: dict, v: dict | None = None):
-    return open_input(
-        spec["labels"],
-        allow_1d=True,
-        role="labels",
-        row_chunk=(v or {}).get("row_chunk"),
-        allow_missing_chunks=bool(spec.get("allow_missing_chunks")),
-    )
 
 
 def _check_labels(spec: dict, adapter, inp) -> str | None:
@@ -282,15 +289,6 @@ def _check_labels(spec: dict, adapter, inp) -> str | None:
             "pass the labels of exactly these rows, in order.",
         )
     return array_fingerprint(lab.array, {"source": lab.meta})["digest"]
-
-
-def open_actions(spec: dict):
-    return open_input(
-        spec["actions"],
-        allow_1d=True,
-        role="actions",
-        allow_missing_chunks=bool(spec.get("allow_missing_chunks")),
-    )
 
 
 def _check_actions(spec: dict, adapter, inp) -> str | None:

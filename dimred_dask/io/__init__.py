@@ -6,7 +6,7 @@ from .plot import embedding_png
 from .read import InputArray, open_input, open_matrix, plan_row_chunk
 from .store import RunStore, open_output, save_array
 from .stored_rows import StoredRows
-from .uris import Location, check_output_location, parse_uri, run_storage_options
+from .uris import Location, check_output_location, parse_store, parse_uri, run_storage_options
 
 __all__ = [
     "InputArray",
@@ -21,6 +21,7 @@ __all__ = [
     "open_input",
     "open_matrix",
     "open_output",
+    "parse_store",
     "parse_uri",
     "plan_row_chunk",
     "run_storage_options",

@@ -59,22 +59,23 @@ def _resolve(root, loc: Location, kind: str):
             "write it with anndata, or read a plain array: a .h5 / .zarr path "
             "with #path naming the dataset.",
         )
-    element = (loc.fragment or "X").strip("/")
+    element = (loc.element or "X").strip("/")
     if element not in root:
         found = elements(root)
         if element == "X":
             raise InputError(
                 f"The AnnData {kind} {loc.url} has no X (written with X=None); "
                 f"its matrices: {found or 'none'}.",
-                f"name one with {loc.url}#<path>, e.g. #{found[0] if found else 'layers/counts'}.",
+                f"name one with {loc.with_element('<path>')}, e.g. "
+                f"#{found[0] if found else 'layers/counts'}.",
             )
         raise InputError(
             f"No element {element!r} in the AnnData {kind} {loc.url}; its "
             f"matrices: {found or 'none'}.",
-            f"fix the #path, e.g. {loc.url}#{found[0] if found else 'X'}.",
+            f"fix the #path, e.g. {loc.with_element(found[0] if found else 'X')}.",
         )
     node = root[element]
-    where = f"{loc.url}#{element}"
+    where = loc.with_element(element)
     if sparse_layout(node):
         return element, node
     if not is_array(node):
@@ -118,7 +119,7 @@ def _zarr_root(loc: Location, allow_missing: bool):
         raise
     except Exception as exc:
         if is_storage_error(exc) and not isinstance(exc, FileNotFoundError):
-            raise storage_error(exc, f"Opening {loc.url}") from None
+            raise storage_error(exc, f"Opening {loc.url}", location=loc) from None
         raise InputError(
             f"{loc.url} is not a readable AnnData-Zarr store ({type(exc).__name__}: {exc}).",
             "check that the path is a Zarr group written by anndata.",
@@ -135,7 +136,7 @@ def open_anndata_zarr(loc: Location, opts):
     if not sparse_layout(node):
         arr, zmeta = open_zarr(Location(loc.url, element, loc.storage_options), opts)
         return arr, {**zmeta, **meta, "sparse": False}
-    where = f"{loc.url}#{element}"
+    where = loc.with_element(element)
     names = ("indptr", "indices", "data")
     source = Ranges(where, [_ZarrRows(node[k], f"{where}/{k}") for k in names])
     arr, smeta = open_sparse_group(node, loc, element, source, opts, meta)
@@ -153,7 +154,7 @@ def _check_arrays(parts, where: str, allow_missing: bool) -> dict:
     for node, part in parts:
         inventory = chunk_inventory(node, part)
         total += inventory["chunk_objects"]
-        missing += [f"{part.fragment}/{key}" for key in inventory["missing"]]
+        missing += [f"{part.element}/{key}" for key in inventory["missing"]]
     if missing and not allow_missing:
         raise missing_chunks_error(where, missing, total)
     return {

@@ -67,7 +67,8 @@ def read_errors(where, damaged, *, doing: str = "Reading", decoder_module: str |
     except Exception as exc:
         foreign = decoder_module and type(exc).__module__.startswith(decoder_module)
         if is_storage_error(exc) and not foreign:
-            raise storage_error(exc, f"{doing} {where}") from None
+            located = where if isinstance(where, Location) else None
+            raise storage_error(exc, f"{doing} {where}", location=located) from None
         raise damaged(exc) from None
 
 
@@ -87,7 +88,7 @@ def _ask(loc: Location, question: str) -> bool:
         return getattr(fs, question)(path)
     except Exception as exc:
         if is_storage_error(exc):
-            raise storage_error(exc, f"Opening {loc.url}") from None
+            raise storage_error(exc, f"Opening {loc.url}", location=loc) from None
         raise
 
 

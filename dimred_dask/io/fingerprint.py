@@ -60,7 +60,8 @@ def array_fingerprint(arr, meta: dict | None = None) -> dict:
     Returns
     -------
     dict
-        ``digest`` (32 hexadecimal digits) and ``hashed`` (which chunks were hashed).
+        ``digest`` (32 hexadecimal digits), ``hashed`` (which chunks were hashed, in words)
+        and ``chunks`` (each hashed chunk's digest by its index, to name what changed).
     """
     from dask import delayed
 
@@ -85,7 +86,11 @@ def array_fingerprint(arr, meta: dict | None = None) -> dict:
     h.update(json.dumps(header, sort_keys=True, default=str).encode())
     for i, dg in zip(idx, digests):
         h.update(f"{i}:{dg};".encode())
-    return {"digest": h.hexdigest(), "hashed": how}
+    return {
+        "digest": h.hexdigest(),
+        "hashed": how,
+        "chunks": {int(i): dg for i, dg in zip(idx, digests)},
+    }
 
 
 def digest_of(*parts) -> str:

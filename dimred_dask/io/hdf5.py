@@ -136,7 +136,7 @@ class H5Rows:
 
     def __getitem__(self, key):
         start, stop, cols = row_range(key, self.shape[0])
-        where = f"{self.loc.url}#{self.name.lstrip('/')}"
+        where = self.loc.with_element(self.name.lstrip("/"))
         with h5_file(self.loc) as (f, recorder):
             block = H5Slices(f[self.name], where, recorder)[start:stop]
         return block if self.ndim == 1 else block[:, cols]
@@ -147,7 +147,7 @@ class H5Sparse:
 
     def __init__(self, loc: Location, name: str):
         self.loc, self.name = loc, name
-        self.where = f"{loc.url}#{name.lstrip('/')}"
+        self.where = loc.with_element(name.lstrip("/"))
 
     @contextlib.contextmanager
     def open(self):
@@ -268,7 +268,7 @@ def open_sparse_group(group, loc: Location, name: str, source, opts, fmt_meta: d
 def open_hdf5(loc: Location, opts):
     """(dask array, meta) of the HDF5 dataset or sparse group named by ``loc``'s #path."""
     with h5_file(loc) as (f, recorder):
-        name = (loc.fragment or "").strip("/")
+        name = (loc.element or "").strip("/")
         if not name or name not in f:
             found = list_datasets(f)
             what = (
@@ -278,7 +278,8 @@ def open_hdf5(loc: Location, opts):
             )
             raise InputError(
                 f"{what}; its numeric datasets: {found or 'none'}.",
-                f"name one with {loc.url}#<path>, e.g. #{found[0] if found else 'group/dataset'}.",
+                f"name one with {loc.with_element('<path>')}, e.g. "
+                f"#{found[0] if found else 'group/dataset'}.",
             )
         node = f[name]
         if sparse_layout(node):
@@ -287,7 +288,7 @@ def open_hdf5(loc: Location, opts):
             found = list_datasets(node)
             raise InputError(
                 f"{loc} is an HDF5 group, not a dataset; its numeric datasets: {found or 'none'}.",
-                f"name one with {loc.url}#{name}/<dataset>.",
+                f"name one with {loc.with_element(name + '/<dataset>')}.",
             )
         return dense_dataset(node, loc, name, opts, {})
 
@@ -297,7 +298,7 @@ def dense_dataset(node, loc: Location, name: str, opts, fmt_meta: dict):
     import dask.array as da
     from dask.base import tokenize
 
-    where = f"{loc.url}#{name}"
+    where = loc.with_element(name)
     refuse_non_numeric(node.dtype, where, "dataset")
     shape, dtype = tuple(node.shape), np.dtype(node.dtype)
     if len(shape) not in (1, 2):

@@ -224,7 +224,7 @@ def open_npz(loc: Location, opts):
         raise
     except Exception as exc:
         if is_storage_error(exc) and not isinstance(exc, zipfile.BadZipFile):
-            raise storage_error(exc, f"Opening {loc}") from None
+            raise storage_error(exc, f"Opening {loc}", location=loc) from None
         raise InputError(
             f"Could not read {loc} as a .npz file ({type(exc).__name__}: {exc}).",
             "write it with scipy.sparse.save_npz.",

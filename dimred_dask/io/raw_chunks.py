@@ -89,8 +89,8 @@ def _plain_bytes(node) -> str | None:
 def _array_folder(loc) -> str:
     """The local folder of the array at ``loc`` (its ``#path`` in a group included)."""
     root = loc.url[len("file://") :] if loc.url.startswith("file://") else loc.url
-    if loc.fragment:
-        root = os.path.join(root, loc.fragment.strip("/"))
+    if loc.element:
+        root = os.path.join(root, loc.element.strip("/"))
     return os.path.abspath(root)
 
 

@@ -90,7 +90,7 @@ def _root_attributes(loc: Location) -> dict | None:
             continue
         except Exception as exc:
             if is_storage_error(exc):
-                raise storage_error(exc, f"Opening {loc.url}") from None
+                raise storage_error(exc, f"Opening {loc.url}", location=loc) from None
             raise
         return attrs_of(doc) if isinstance(doc, dict) else {}
     return None
@@ -184,7 +184,13 @@ def open_input(
     loc = parse_uri(uri, role=role, storage_options=storage_options)
     if not is_glob(loc.url) and not _exists(loc):
         raise InputError(
-            f"The {role} {loc} does not exist.",
+            f"The {role} {loc} does not exist"
+            + (
+                " (a '#' in a local path is part of the name unless what precedes it is an "
+                "existing file or Zarr store, whose element it then names)."
+                if loc.is_local and "#" in loc.url
+                else "."
+            ),
             "check the path or URL (and AWS_ENDPOINT_URL for object storage).",
         )
     fmt = detect_format(loc)
@@ -341,7 +347,7 @@ def _open_npy(loc: Location, opts: OpenOptions):
         raise
     except Exception as exc:
         if is_storage_error(exc):
-            raise storage_error(exc, f"Opening {loc}") from None
+            raise storage_error(exc, f"Opening {loc}", location=loc) from None
         raise
     if dtype.hasobject:
         raise InputTypeError(

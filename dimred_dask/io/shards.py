@@ -45,7 +45,7 @@ def shard_paths(loc: Location) -> list[str]:
             found = [p for p in fs.ls(path, detail=False) if not _hidden(p)]
     except Exception as exc:
         if is_storage_error(exc) and not isinstance(exc, FileNotFoundError):
-            raise storage_error(exc, f"Listing {loc.url}") from None
+            raise storage_error(exc, f"Listing {loc.url}", location=loc) from None
         found = []
     return sorted(p.rstrip("/") for p in found)
 
@@ -53,7 +53,7 @@ def shard_paths(loc: Location) -> list[str]:
 def shard_location(loc: Location, path: str) -> Location:
     fs, _ = fs_of(loc)
     url = path if loc.is_local else fs.unstrip_protocol(path)
-    return Location(url, loc.fragment, loc.storage_options)
+    return Location(url, loc.element, loc.storage_options)
 
 
 def classify(loc: Location, suffix_format) -> tuple[str, list[str]]:
@@ -97,7 +97,7 @@ def _deep_parquet(loc: Location) -> list[str]:
         found = fs.find(path)
     except Exception as exc:
         if is_storage_error(exc) and not isinstance(exc, FileNotFoundError):
-            raise storage_error(exc, f"Listing {loc.url}") from None
+            raise storage_error(exc, f"Listing {loc.url}", location=loc) from None
         return []
     return sorted(
         p
@@ -254,7 +254,7 @@ def csv_headers_alike(loc: Location, locations: list[Location]) -> None:
             heads = list(pool.map(header, locations))
     except Exception as exc:
         if is_storage_error(exc):
-            raise storage_error(exc, f"Opening the shards of {loc}") from None
+            raise storage_error(exc, f"Opening the shards of {loc}", location=loc) from None
         raise
     for shard, head in zip(locations[1:], heads[1:]):
         if head != heads[0]:

@@ -20,9 +20,10 @@ import uuid
 import fsspec
 import numpy as np
 
-from ..errors import InputError, OutputExistsError, StoreError, UncommittedOutputError
+from ..errors import OutputExistsError, StoreError, UncommittedOutputError, storage_error
 from .stored_rows import StoredRows, model_chunks
-from .uris import parse_uri
+from .uris import parse_store
+from .zarr_arrays import open_stored
 
 COMMITTED = "_COMMITTED"
 MANIFEST = "manifest.json"
@@ -114,20 +115,22 @@ def nofollow_local_store(root: str, *, read_only: bool = False):
 class RunStore:
     """Reads and writes one run's output. Holds a URL and options only: cheap to pickle."""
 
-    def __init__(self, uri, *, storage_options: dict | None = None):
-        self.location = parse_uri(uri, role="output", storage_options=storage_options)
+    def __init__(self, uri, *, storage_options: dict | None = None, role: str = "output"):
+        self.location = parse_store(uri, role=role, storage_options=storage_options)
         self.fs, self.root = fsspec.core.url_to_fs(
             self.location.url, **self.location.storage_options
         )
 
     @property
     def url(self) -> str:
-        return self.location.url
+        """The store's location in canonical form (`Location`: parsed again, the same store;
+        a local path with ``#`` in its name is written ``file://...%23...``)."""
+        return str(self.location)
 
     def array_url(self, name: str) -> str:
         """The URL of the array ``name`` in this store, for the input readers (`open_input`,
         `open_matrix`) with ``storage_options=self.location.storage_options``."""
-        return f"{self.url.rstrip('/')}/{name}"
+        return str(self.location.child(name))
 
     def _path(self, name: str) -> str:
         return f"{self.root.rstrip('/')}/{name}"
@@ -243,6 +246,80 @@ class RunStore:
             )
         return "overwrite"
 
+    def check_room(self, need_bytes: int = 0, *, what: str = "the run's results") -> None:
+        """Refuse, before anything is written, an output the run could not write: on a local
+        disk a folder that is read-only, not writable for this user or without
+        ``need_bytes`` free; on object storage an endpoint that does not answer, a missing
+        bucket or a denied write (a probe object ``_LEASE.probe-*`` written and removed in
+        the output's own prefix). ``what``: what the bytes are, for the message."""
+        if self.location.is_local:
+            self._check_local_room(need_bytes, what)
+        elif self.location.scheme in ("s3", "s3a"):
+            self._check_remote_room()
+
+    def _check_local_room(self, need: int, what: str) -> None:
+        if os.path.lexists(self.root) and not os.path.isdir(self.root):
+            return  # something else is there: check_writable says what
+        folder = self.root
+        while not os.path.lexists(folder) and os.path.dirname(folder) != folder:
+            folder = os.path.dirname(folder)
+        where = f"The output {self.url}"
+        if not os.path.isdir(folder):
+            raise StoreError(
+                f"{where} cannot be made: {folder} is a file, not a folder.",
+                "choose an output whose parent is a folder.",
+            )
+        st = os.statvfs(folder)
+        if st.f_flag & getattr(os, "ST_RDONLY", 1):
+            raise StoreError(
+                f"{where} is on a read-only filesystem ({folder}).",
+                "choose an output on a writable disk (or mount this one read-write).",
+            )
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise StoreError(
+                f"{where} cannot be written: permission denied on {folder}.",
+                "give this user write access to that folder (ls -ld shows who may write), or "
+                "choose another output.",
+            )
+        free = st.f_bavail * st.f_frsize
+        if need > free:
+            raise StoreError(
+                f"{where} needs about {need / 2**20:,.1f} MiB for {what}; the disk of "
+                f"{folder} has {free / 2**20:,.1f} MiB free.",
+                "free space on that disk (df -h shows it) or choose an output on another disk.",
+            )
+
+    def _check_remote_room(self) -> None:
+        import socket
+        from urllib.parse import urlsplit
+
+        endpoint = (self.location.storage_options.get("client_kwargs") or {}).get("endpoint_url")
+        if endpoint:  # a quick answer, not the retries' half minute
+            parts = urlsplit(endpoint)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            try:
+                socket.create_connection((parts.hostname, port), timeout=5).close()
+            except OSError as exc:
+                raise StoreError(
+                    f"The output {self.url}: could not reach the storage endpoint {endpoint} "
+                    f"({type(exc).__name__}: {exc}).",
+                    "check the endpoint (AWS_ENDPOINT_URL), that the server is up and "
+                    "reachable from this machine and the workers, then re-run.",
+                ) from None
+        probe = self._path(f"{LEASE}.probe-{uuid.uuid4().hex}")
+        try:
+            with self.fs.open(probe, "wb") as f:
+                f.write(b"")
+            self.fs.rm_file(probe)
+        except Exception as exc:
+            from ..errors import is_storage_error
+
+            if not is_storage_error(exc):
+                raise
+            raise storage_error(
+                exc, f"Writing to the output {self.url}", location=self.location
+            ) from None
+
     def remove(self, name: str) -> None:
         """Delete the entry ``name`` of this store (a folder with what is in it). Local: a
         symbolic link is removed itself, never followed; a path resolving outside is refused."""
@@ -346,9 +423,13 @@ class RunStore:
         )
 
     def open_array(self, name: str, *, writable: bool = False):
-        """The stored array ``name``, read-only unless ``writable`` (a task writing its part of
-        an array the stage created)."""
-        return self._group("a" if writable else "r")[name]
+        """The stored array ``name``: a `StoredArray` read strictly (an absent or damaged
+        chunk is an error naming the array and the chunk, never fill values); with
+        ``writable``, the zarr array itself, for a task writing its part of an array the
+        stage created."""
+        if writable:
+            return self._group("a")[name]
+        return open_stored(self.location.child(name))
 
     def read_array(self, name: str) -> np.ndarray:
         return self.open_array(name)[...]
@@ -365,7 +446,11 @@ class RunStore:
         """The group's arrays: in memory, except those named in ``lazy`` (of at least one
         dimension), which stay in the store as `StoredRows`."""
         g = self._group("r")[name]
-        return {k: StoredRows(v) if k in lazy and v.ndim else v[...] for k, v in g.arrays()}
+        out = {}
+        for key, _ in g.arrays():
+            arr = self.open_array(f"{name}/{key}")
+            out[key] = StoredRows(arr) if key in lazy and arr.ndim else arr[...]
+        return out
 
     # ---- files -----------------------------------------------------------------------------
     def write_bytes(self, name: str, data: bytes) -> None:
@@ -394,8 +479,17 @@ class RunStore:
             raise
 
     def read_bytes(self, name: str) -> bytes:
-        with self.fs.open(self._path(name), "rb") as f:
-            return f.read()
+        """A small file of the store; absent: `FileNotFoundError`; a failing storage: a
+        `StoreError` whose fix fits the kind of location."""
+        try:
+            with self.fs.open(self._path(name), "rb") as f:
+                return f.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise FileNotFoundError(self._path(name)) from None
+        except OSError as exc:
+            raise storage_error(
+                exc, f"Reading {self.location.child(name)}", location=self.location
+            ) from None
 
     def write_json(self, name: str, obj) -> None:
         self.write_bytes(
@@ -407,22 +501,49 @@ class RunStore:
 
     # ---- stages and commit -----------------------------------------------------------------
     def stage_marker(self, stage: str) -> dict | None:
+        """The stage's marker; None when absent or not readable JSON (a marker cut short:
+        the stage is redone)."""
         try:
-            return self.read_json(f"{STAGES}/{stage}.json")
-        except FileNotFoundError:
+            marker = self.read_json(f"{STAGES}/{stage}.json")
+        except (FileNotFoundError, ValueError):
             return None
+        return marker if isinstance(marker, dict) else None
 
-    def mark_stage(self, stage: str, fingerprint: str, info: dict) -> None:
+    def mark_stage(self, stage: str, fingerprint: str, info: dict, *, guard) -> None:
+        """Commit ``stage``: its marker, written once ``guard()`` (the run's check that it
+        still holds the lease and reads the input it validated; None where no run is
+        concerned, e.g. a graph-cache entry) has passed."""
+        if guard is not None:
+            guard()
         self.write_json(
             f"{STAGES}/{stage}.json",
             {"stage": stage, "fingerprint": fingerprint, "time": time.time(), **info},
         )
 
-    def commit(self, manifest: dict) -> None:
+    def commit(self, manifest: dict, *, guard) -> None:
+        """Write the manifest, then ``_COMMITTED``, once ``guard()`` has passed (see
+        `mark_stage`)."""
+        if guard is not None:
+            guard()
         self.write_json(MANIFEST, manifest)
         self.write_json(
             COMMITTED, {"fingerprint": manifest.get("fingerprint"), "time": time.time()}
         )
+
+    def stages_done(self) -> list[dict]:
+        """The markers of the committed stages (name, fingerprint, time), oldest first."""
+        try:
+            names = self.fs.ls(self._path(STAGES), detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        out = []
+        for name in names:
+            if name.endswith(".json"):
+                try:
+                    out.append(self.read_json(f"{STAGES}/{_name(name)}"))
+                except (OSError, ValueError):
+                    continue
+        return sorted(out, key=lambda m: m.get("time", 0))
 
 
 def _jsonable(o):
@@ -457,7 +578,7 @@ def open_output(uri, *, storage_options: dict | None = None) -> RunStore:
     UncommittedOutputError
         The store has no ``_COMMITTED`` marker: its run did not finish.
     """
-    store = RunStore(uri, storage_options=storage_options)
+    store = RunStore(uri, storage_options=storage_options, role="run store")
     if not store.exists():
         raise StoreError(f"No run output at {store.url}.", "check the path.")
     if not store.is_run_store():
@@ -523,17 +644,10 @@ def save_array(
     import dask.array as da
     import zarr
 
-    loc = parse_uri(uri, role="output", storage_options=storage_options)
+    loc = parse_store(uri, role="array's location", storage_options=storage_options)
     fs, root = fsspec.core.url_to_fs(loc.url, **loc.storage_options)
     if fs.exists(root) and not overwrite:
-        raise OutputExistsError(
-            f"{loc.url} exists already.", "pass overwrite=True or another path."
-        )
-    if loc.fragment:
-        raise InputError(
-            f"save_array writes one array at a path; found a #fragment in {loc}.",
-            f"pass the array's own path, e.g. {loc.url}/{loc.fragment}.",
-        )
+        raise OutputExistsError(f"{loc} exists already.", "pass overwrite=True or another path.")
     darr = arr if hasattr(arr, "dask") else da.from_array(np.asarray(arr), chunks=chunks or "auto")
     if chunks is not None:
         darr = darr.rechunk(chunks)

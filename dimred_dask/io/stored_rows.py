@@ -33,8 +33,8 @@ class StoredRows:
 
     Parameters
     ----------
-    array : zarr.Array
-        The stored array (at least 1-D).
+    array : StoredArray
+        The stored array (at least 1-D), read strictly (`io.zarr_arrays.StoredArray`).
     """
 
     def __init__(self, array):
@@ -91,7 +91,5 @@ class StoredRows:
 
     def to_dask(self, rows: int | None = None):
         """A dask array over the stored chunks (or row blocks of ``rows``)."""
-        import dask.array as da
-
-        out = da.from_zarr(self._array)
+        out = self._array.to_dask()
         return out if rows is None else out.rechunk({0: rows})

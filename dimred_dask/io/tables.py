@@ -413,7 +413,7 @@ def open_csv(loc: Location, columns, row_chunk, urls: list[str] | None = None):
         )
     except Exception as exc:
         if is_storage_error(exc):
-            raise storage_error(exc, f"Opening {loc}") from None
+            raise storage_error(exc, f"Opening {loc}", location=loc) from None
         raise InputError(
             f"Could not read {loc} as CSV ({type(exc).__name__}: {exc}).",
             "check that it is a valid CSV file.",
@@ -431,7 +431,7 @@ def open_csv(loc: Location, columns, row_chunk, urls: list[str] | None = None):
         arr = frame.to_dask_array(lengths=True)
     except Exception as exc:
         if is_storage_error(exc):
-            raise storage_error(exc, f"Reading {loc}") from None
+            raise storage_error(exc, f"Reading {loc}", location=loc) from None
         raise _csv_value_error(loc, chosen, exc) from None
     if row_chunk:
         arr = arr.rechunk({0: row_chunk})

@@ -98,24 +98,24 @@ def _zarr_node(loc: Location, allow_missing: bool = False):
         raise
     except Exception as exc:  # zarr raises several types for 'not zarr'
         if is_storage_error(exc):
-            raise storage_error(exc, f"Opening {loc.url}") from None
+            raise storage_error(exc, f"Opening {loc.url}", location=loc) from None
         raise InputError(
             f"{loc.url} is not a readable Zarr array or group ({type(exc).__name__}: {exc}).",
             "check that the path is a Zarr store.",
         ) from None
-    if loc.fragment:
+    if loc.element:
         try:
-            node = node[loc.fragment]
+            node = node[loc.element]
         except (KeyError, TypeError):
             raise InputError(
-                f"No array {loc.fragment!r} in the Zarr group {loc.url}.",
+                f"No array {loc.element!r} in the Zarr group {loc.url}.",
                 "list the group's arrays (zarr.open(...).tree()) and fix the #path.",
             ) from None
     if isinstance(node, zarr.Group):
         names = sorted(k for k, v in node.arrays())
         raise InputError(
             f"{loc.url} is a Zarr group, not an array; its arrays: {names or 'none'}.",
-            f"name one with {loc.url}#<array>, e.g. #{names[0] if names else 'data'}.",
+            f"name one with {loc.with_element('<array>')}, e.g. #{names[0] if names else 'data'}.",
         )
     return node
 
@@ -132,13 +132,13 @@ def chunk_inventory(node, loc: Location) -> dict:
     import itertools
 
     fs, path = _fs(loc)
-    base = path.rstrip("/") + (f"/{loc.fragment.strip('/')}" if loc.fragment else "")
+    base = path.rstrip("/") + (f"/{loc.element.strip('/')}" if loc.element else "")
     grid, _ = _object_grid(node)
     try:
         listed = fs.find(base)
     except Exception as exc:
         if is_storage_error(exc):
-            raise storage_error(exc, f"Listing {loc}") from None
+            raise storage_error(exc, f"Listing {loc}", location=loc) from None
         raise
     prefix = base.rstrip("/") + "/"
     present = {p[len(prefix) :] for p in listed if p.startswith(prefix)}
@@ -152,17 +152,34 @@ def chunk_inventory(node, loc: Location) -> dict:
     return {"chunk_objects": int(np.prod(grid)) if grid else 1, "missing": missing}
 
 
+def _row_span(key, n: int) -> tuple[int, int]:
+    """The first and one past the last row a read's key touches."""
+    rows = key[0] if isinstance(key, tuple) and key else key
+    if isinstance(rows, slice):
+        start, stop, _ = rows.indices(n)
+        return start, max(start + 1, stop)
+    if rows is Ellipsis or rows is None or (isinstance(key, tuple) and not key):
+        return 0, n
+    idx = np.asarray(rows).ravel()
+    if idx.size == 0:
+        return 0, 1
+    if idx.dtype == bool:
+        idx = np.flatnonzero(idx)
+    idx = np.where(idx < 0, idx + n, idx)
+    return int(idx.min()), int(idx.max()) + 1
+
+
 class _ZarrRows:
     """Row-range reader of a Zarr array whose failures name the chunk: an absent chunk object
     (StrictStore) or one that does not decode is an `InputError` with its key, never fill
     values or a codec's bare error. Picklable (the zarr array holds a store and a path)."""
 
-    def __init__(self, node, where: str):
-        self.node, self.where = node, where
+    def __init__(self, node, where: str, location: Location | None = None):
+        self.node, self.where, self.location = node, where, location
         self.shape, self.dtype, self.ndim = tuple(node.shape), node.dtype, node.ndim
 
     def __getitem__(self, key):
-        with read_errors(self.where, lambda exc: self._decode_error(key, exc)):
+        with read_errors(self.location or self.where, lambda exc: self._decode_error(key, exc)):
             return np.asarray(self.node[key])
 
     def _decode_error(self, key, exc) -> InputError:
@@ -170,8 +187,12 @@ class _ZarrRows:
         import itertools
 
         grid, extent = _object_grid(self.node)
-        rows = key[0] if isinstance(key, tuple) else key
-        start, stop, _ = rows.indices(self.shape[0])
+        if not self.shape:  # a 0-d array: one chunk
+            return InputError(
+                f"Could not decode the Zarr array {self.where} ({type(exc).__name__}: {exc}).",
+                DAMAGED_FIX,
+            )
+        start, stop = _row_span(key, self.shape[0])
         bad = None
         first, last = start // extent[0], max(start, stop - 1) // extent[0]
         for coords in itertools.product(range(first, last + 1), *(range(g) for g in grid[1:])):
@@ -191,10 +212,62 @@ class _ZarrRows:
         )
 
 
+class StoredArray(_ZarrRows):
+    """A Zarr array a run wrote (its embedding, model, graph, checkpoints, a graph-cache
+    entry), read strictly as an input is: an absent chunk is an error (never fill values), a
+    chunk that does not decode is an `InputError` naming the array and the chunk, a failing
+    storage a `StoreError` whose fix fits the kind of location. NumPy-style reads by slice
+    (``a[...]``, ``a[lo:hi]``), by listed rows (``a.oindex[rows, :]``,
+    `get_orthogonal_selection`); picklable (the zarr array holds a store and a path)."""
+
+    def __init__(self, node, loc: Location):
+        super().__init__(node, str(loc), loc)
+        self.chunks = tuple(node.chunks)
+        self.nchunks = int(node.nchunks)
+        self.store = node.store
+
+    def __getattr__(self, name):
+        """The zarr array's metadata (``compressors``, ``attrs``, ``fill_value`` ...)."""
+        if name.startswith("_") or "node" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.node, name)
+
+    def get_orthogonal_selection(self, selection):
+        with read_errors(self.location, lambda exc: self._decode_error(selection, exc)):
+            return np.asarray(self.node.get_orthogonal_selection(selection))
+
+    @property
+    def oindex(self):
+        return _OIndex(self)
+
+    def to_dask(self):
+        """A lazy dask array in the stored chunks, each read on the worker that runs it."""
+        import dask.array as da
+
+        return da.from_array(
+            self, chunks=self.chunks, asarray=False, fancy=False, lock=False, name=False
+        )
+
+
+class _OIndex:
+    def __init__(self, array: StoredArray):
+        self.array = array
+
+    def __getitem__(self, selection):
+        selection = selection if isinstance(selection, tuple) else (selection,)
+        return self.array.get_orthogonal_selection(selection)
+
+
+def open_stored(loc: Location) -> StoredArray:
+    """The array at ``loc`` (a run store's ``<store>/<name>``) as a `StoredArray`; refused
+    (`InputError`) when there is none or it holds Python objects."""
+    return StoredArray(_safe_node(loc), loc)
+
+
 def _raw_metadata(loc: Location) -> str:
     """The array's metadata document as text (v3 zarr.json or v2 .zarray), or ''."""
     fs, path = _fs(loc)
-    base = path.rstrip("/") + (f"/{loc.fragment.strip('/')}" if loc.fragment else "")
+    base = path.rstrip("/") + (f"/{loc.element.strip('/')}" if loc.element else "")
     for name in ("zarr.json", ".zarray"):
         try:
             return fs.cat_file(f"{base}/{name}").decode("utf-8", "replace")
@@ -239,7 +312,7 @@ def open_zarr(loc: Location, opts):
     )
     name = "zarr-" + tokenize(
         loc.url,
-        loc.fragment,
+        loc.element,
         tuple(node.shape),
         str(node.dtype),
         node.metadata.to_dict(),
