@@ -703,9 +703,13 @@ def main(argv=None) -> int:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # not one of ours: a bug, or a failure nothing here recognises
+        from dimred_dask.errors import storage_error
+
         from ._process import prefect_api_failure
 
         typed = prefect_api_failure(exc)
+        if typed is None and isinstance(exc, OSError) and exc.errno is not None:
+            typed = storage_error(exc, "The run")  # a disk or system failure, with its fix
         if typed is not None:
             if debug:
                 traceback.print_exc()

@@ -53,7 +53,7 @@ from .stages import (
     check_observer,
     chunk_sample,
     notify,
-    stage_errors,
+    in_stage,
     stage_progress,
     stage_reusable,
 )
@@ -78,6 +78,7 @@ def _fingerprints(spec: dict, v: dict) -> dict:
 
 
 @task(name="knn", **TASK_OPTS)
+@in_stage("knn")
 def knn_stage(spec: dict, v: dict) -> dict:
     """The kNN graph the method needs (flows/knn.py): reused from this run's store, from the
     shared cache, or computed; checked for connectivity before anything is written."""
@@ -98,45 +99,44 @@ def knn_stage(spec: dict, v: dict) -> dict:
     from_workers = writes_from_workers(inp.array, request)
     graph = None if cache is None or from_workers else cache.load(fp)
     attrs = {"method": spec["method"], "version": dimred_dask.__version__}
-    with stage_errors("knn", **_mem(spec, v)):
-        prepared = from_workers
-        if prepared:
+    prepared = from_workers
+    if prepared:
+        store.prepare(v["mode"], attrs)
+        if cache is not None:  # copied on a worker: the graph never comes here
+            graph = cache.copy_to(fp, store)
+    source = "cache" if graph is not None else None
+    if graph is None:
+        sink = None
+        if prepared:  # the partitioned backend writes the graph; it never comes here
+            sink = StoreGraph.create(store, inp.array.shape[0], request["n_neighbors"])
+        with stage_progress(f"kNN graph ({request['n_neighbors']} neighbours)"):
+            graph, quality = build_graph(inp.array, request, sink=sink)
+        if quality.get("warning"):
+            get_run_logger().warning("%s", quality["warning"])
+    components = None
+    if isinstance(graph, StoreGraph):  # written from the workers, checked there
+        components = check_stored(graph, store, request, spec["method"])  # may refuse
+        write_graph_attrs(store, graph)
+        chunks = stored_chunks(store)
+    else:
+        graph = connect(graph, inp.array, request, spec["method"])  # may refuse
+        if not prepared:  # nothing was written before a refusal
             store.prepare(v["mode"], attrs)
-            if cache is not None:  # copied on a worker: the graph never comes here
-                graph = cache.copy_to(fp, store)
-        source = "cache" if graph is not None else None
-        if graph is None:
-            sink = None
-            if prepared:  # the partitioned backend writes the graph; it never comes here
-                sink = StoreGraph.create(store, inp.array.shape[0], request["n_neighbors"])
-            with stage_progress(f"kNN graph ({request['n_neighbors']} neighbours)"):
-                graph, quality = build_graph(inp.array, request, sink=sink)
-            if quality.get("warning"):
-                get_run_logger().warning("%s", quality["warning"])
-        components = None
-        if isinstance(graph, StoreGraph):  # written from the workers, checked there
-            components = check_stored(graph, store, request, spec["method"])  # may refuse
-            write_graph_attrs(store, graph)
-            chunks = stored_chunks(store)
-        else:
-            graph = connect(graph, inp.array, request, spec["method"])  # may refuse
-            if not prepared:  # nothing was written before a refusal
-                store.prepare(v["mode"], attrs)
-            chunks = save_graph(store, graph)["chunks"]
-        problems = cache.problems if cache is not None else []
-        for problem in problems:  # a bad cache entry: named, set aside, the graph rebuilt
-            get_run_logger().warning("%s", problem)
-        info = {
-            "needed": True,
-            "fingerprint": fp,
-            "stored_chunks": chunks,
-            "source": source or "computed",
-            "cache": cache.url if cache else None,
-            **({"cache_problems": problems} if problems else {}),
-            "written_from_workers": isinstance(graph, StoreGraph),
-            **graph_summary(graph, components),
-        }
-        store.mark_stage("knn", fp, {"info": info}, guard=stage_guard(spec, v, "knn"))
+        chunks = save_graph(store, graph)["chunks"]
+    problems = cache.problems if cache is not None else []
+    for problem in problems:  # a bad cache entry: named, set aside, the graph rebuilt
+        get_run_logger().warning("%s", problem)
+    info = {
+        "needed": True,
+        "fingerprint": fp,
+        "stored_chunks": chunks,
+        "source": source or "computed",
+        "cache": cache.url if cache else None,
+        **({"cache_problems": problems} if problems else {}),
+        "written_from_workers": isinstance(graph, StoreGraph),
+        **graph_summary(graph, components),
+    }
+    store.mark_stage("knn", fp, {"info": info}, guard=stage_guard(spec, v, "knn"))
     if cache is not None and source is None:
         info["cached"] = cache.save(fp, graph)
     notify("stage", stage="knn", fingerprint=fp, output=spec["output"])
@@ -157,6 +157,7 @@ def _kernel_intact(store: RunStore, info: dict) -> bool:
 
 
 @task(name="kernel", **TASK_OPTS)
+@in_stage("kernel")
 def kernel_stage(spec: dict, v: dict) -> dict:
     """Write the n x n kernel or distance matrix the method's solver reads several times
     (square chunks, in the run's store), or say that the method does not need one.
@@ -190,29 +191,28 @@ def kernel_stage(spec: dict, v: dict) -> dict:
     itemsize = inp.array.dtype.itemsize
     side = int(max(256, min(v["shape"][0], (KERNEL_CHUNK_BYTES // itemsize) ** 0.5)))
     params = {k: val for k, val in need.items() if k != "kind"}
-    with stage_errors("kernel", **_mem(spec, v)):
-        if need["kind"] == "kernel":
-            M = pairwise_kernels(inp.array, square_chunks=side, **params)
-        else:
-            M = pairwise_distances(inp.array, square_chunks=side, **params)
-        store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
-        # raw chunks: zstd keeps 85-93 % of a kernel or distance matrix's bytes, and the
-        # solver would decode the whole matrix again on each of its passes
-        target = store.create_array(KERNEL_ARRAY, M.shape, (side, side), M.dtype, compressors=None)
-        with stage_progress(f"{need['kind']} matrix -> store"):
-            compute(da.store(M, target, lock=False, compute=False), stage="kernel matrix")
-        info = {
-            "needed": True,
-            "array": KERNEL_ARRAY,
-            "kind": need["kind"],
-            "shape": list(M.shape),
-            "chunk": side,
-            "dtype": str(M.dtype),
-            "bytes": int(M.nbytes),
-            "stored_chunks": int(target.nchunks),
-            "fingerprint": fp,
-        }
-        store.mark_stage("kernel", fp, {"info": info}, guard=stage_guard(spec, v, "kernel"))
+    if need["kind"] == "kernel":
+        M = pairwise_kernels(inp.array, square_chunks=side, **params)
+    else:
+        M = pairwise_distances(inp.array, square_chunks=side, **params)
+    store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
+    # raw chunks: zstd keeps 85-93 % of a kernel or distance matrix's bytes, and the
+    # solver would decode the whole matrix again on each of its passes
+    target = store.create_array(KERNEL_ARRAY, M.shape, (side, side), M.dtype, compressors=None)
+    with stage_progress(f"{need['kind']} matrix -> store"):
+        compute(da.store(M, target, lock=False, compute=False), stage="kernel matrix")
+    info = {
+        "needed": True,
+        "array": KERNEL_ARRAY,
+        "kind": need["kind"],
+        "shape": list(M.shape),
+        "chunk": side,
+        "dtype": str(M.dtype),
+        "bytes": int(M.nbytes),
+        "stored_chunks": int(target.nchunks),
+        "fingerprint": fp,
+    }
+    store.mark_stage("kernel", fp, {"info": info}, guard=stage_guard(spec, v, "kernel"))
     if cache is not None:
         info["cached"] = cache.point_to("kernel", fp, store.url, "kernel", KERNEL_ARRAY, info)
     notify("stage", stage="kernel", fingerprint=fp, output=spec["output"])
@@ -220,6 +220,7 @@ def kernel_stage(spec: dict, v: dict) -> dict:
 
 
 @task(name="fit", **TASK_OPTS)
+@in_stage("fit")
 def fit(spec: dict, v: dict) -> dict:
     t0 = time.perf_counter()
 
@@ -247,7 +248,7 @@ def fit(spec: dict, v: dict) -> dict:
         extras["run"] = {"output": spec["output"], "fingerprint": fp}
     if adapter.needs_actions:
         extras["actions"] = open_actions(spec).array
-    with stage_errors("fit", **_mem(spec, v)), stage_progress(f"fit {spec['method']}"):
+    with stage_progress(f"fit {spec['method']}"):
         model = adapter.fit(inp.array, v["params"], **extras)  # first pass checks finiteness
     summary = adapter.summary(model)
     _refuse_unconverged(spec["method"], summary.get("convergence") or [])
@@ -261,15 +262,14 @@ def fit(spec: dict, v: dict) -> dict:
             choice["why"],
             f"; then {choice['fallback']}" if choice.get("fallback") else "",
         )
-    with stage_errors("fit", **_mem(spec, v)):
-        store.prepare(
-            v["mode"],
-            {"method": spec["method"], "version": dimred_dask.__version__},
-            keep=(SCRATCH,),
-        )  # what this fit wrote for the transform stage
-        adapter.save(model, store)
-        info = {"model": summary}
-        store.mark_stage("fit", fp, {"info": info}, guard=stage_guard(spec, v, "fit"))
+    store.prepare(
+        v["mode"],
+        {"method": spec["method"], "version": dimred_dask.__version__},
+        keep=(SCRATCH,),
+    )  # what this fit wrote for the transform stage
+    adapter.save(model, store)
+    info = {"model": summary}
+    store.mark_stage("fit", fp, {"info": info}, guard=stage_guard(spec, v, "fit"))
     notify("stage", stage="fit", fingerprint=fp, output=spec["output"])
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
 
@@ -291,16 +291,8 @@ def _refuse_unconverged(method: str, records: list[dict]) -> None:
             )
 
 
-def _mem(spec: dict, v: dict) -> dict:
-    """`stage_errors`' context of a stage: the workers' memory, the chunks, the output."""
-    return {
-        "worker_memory": v.get("worker_memory"),
-        "chunk_bytes": v.get("chunk_bytes"),
-        "output": spec["output"],
-    }
-
-
 @task(name="transform-write", **TASK_OPTS)
+@in_stage("transform")
 def transform_write(spec: dict, v: dict) -> dict:
     t0 = time.perf_counter()
     adapter, store = get_method(spec["method"]), RunStore(spec["output"])
@@ -311,36 +303,36 @@ def transform_write(spec: dict, v: dict) -> dict:
     import dask.array as da
 
     inp = open_run_input(spec, v)
-    with stage_errors("transform", **_mem(spec, v)):
-        Y = adapter.transform(adapter.load(store), inp.array)
-        if len(set(Y.chunks[0][:-1])) > 1 or Y.chunks[0][-1] > Y.chunks[0][0]:
-            Y = Y.rechunk({0: max(Y.chunks[0])})  # one task per stored chunk: no shared writes
-        # coordinates (every method's are floats) hardly compress (zstd keeps over 90 % of
-        # their bytes) and compressing them takes CPU the pass needs: stored raw
-        target = store.create_array(
-            "embedding", Y.shape, (Y.chunks[0][0], Y.shape[1]), Y.dtype, compressors=None
+    Y = adapter.transform(adapter.load(store), inp.array)
+    if len(set(Y.chunks[0][:-1])) > 1 or Y.chunks[0][-1] > Y.chunks[0][0]:
+        Y = Y.rechunk({0: max(Y.chunks[0])})  # one task per stored chunk: no shared writes
+    # coordinates (every method's are floats) hardly compress (zstd keeps over 90 % of
+    # their bytes) and compressing them takes CPU the pass needs: stored raw
+    target = store.create_array(
+        "embedding", Y.shape, (Y.chunks[0][0], Y.shape[1]), Y.dtype, compressors=None
+    )
+    with stage_progress("transform + write embedding"):
+        compute(da.store(Y, target, lock=False, compute=False), stage="transform + write")
+    info = {
+        "embedding_shape": list(Y.shape),
+        "embedding_dtype": str(Y.dtype),
+        "embedding_chunks": [int(Y.chunks[0][0]), int(Y.shape[1])],
+        "stored_chunks": int(target.nchunks),
+    }
+    if store.chunk_count("embedding") != info["stored_chunks"]:
+        raise StageError(
+            f"Stage 'transform': {store.chunk_count('embedding')} of "
+            f"{info['stored_chunks']} embedding chunks are in the store.",
+            "re-run the same command; the stage will be redone.",
         )
-        with stage_progress("transform + write embedding"):
-            compute(da.store(Y, target, lock=False, compute=False), stage="transform + write")
-        info = {
-            "embedding_shape": list(Y.shape),
-            "embedding_dtype": str(Y.dtype),
-            "embedding_chunks": [int(Y.chunks[0][0]), int(Y.shape[1])],
-            "stored_chunks": int(target.nchunks),
-        }
-        if store.chunk_count("embedding") != info["stored_chunks"]:
-            raise StageError(
-                f"Stage 'transform': {store.chunk_count('embedding')} of "
-                f"{info['stored_chunks']} embedding chunks are in the store.",
-                "re-run the same command; the stage will be redone.",
-            )
-        store.mark_stage("transform", fp, {"info": info}, guard=stage_guard(spec, v, "transform"))
-        store.remove(SCRATCH)  # single-pass PCA's row sketch: the embedding is made from it
+    store.mark_stage("transform", fp, {"info": info}, guard=stage_guard(spec, v, "transform"))
+    store.remove(SCRATCH)  # single-pass PCA's row sketch: the embedding is made from it
     notify("stage", stage="transform", fingerprint=fp, output=spec["output"])
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
 
 
 @task(name="evaluate", **TASK_OPTS)
+@in_stage("evaluate")
 def evaluate(spec: dict, v: dict) -> dict:
     t0 = time.perf_counter()
     adapter, store = get_method(spec["method"]), RunStore(spec["output"])
@@ -360,8 +352,7 @@ def evaluate(spec: dict, v: dict) -> dict:
             check_chunks=False,
             allow_missing_chunks=True,
         )
-    with stage_errors("evaluate", **_mem(spec, v)):
-        Xs, Ys, Xo = compute(inp.array[idx], Y[idx], original.array[idx], stage="sample")
+    Xs, Ys, Xo = compute(inp.array[idx], Y[idx], original.array[idx], stage="sample")
     k = int(min(10, max(1, len(idx) // 2 - 1)))
     result = {
         "sample": how,

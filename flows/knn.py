@@ -305,7 +305,7 @@ class GraphCache:
             graph = load_graph(entry)
             expected = self._expected(entry)
         except (OSError, KeyError, ValueError) as exc:
-            self._reject(entry, f"could not be read ({type(exc).__name__}: {exc})")
+            self._reject(entry, f"could not be read ({getattr(exc, 'problem', exc)})")
             return None
         digest = GraphDigest()
         digest.update(graph.indices, graph.distances)
@@ -331,7 +331,7 @@ class GraphCache:
             )
         except (OSError, KeyError, ValueError) as exc:
             store.remove("graph")
-            self._reject(entry, f"could not be read ({type(exc).__name__}: {exc})")
+            self._reject(entry, f"could not be read ({getattr(exc, 'problem', exc)})")
             return None
         if expected is None or copied["digest"] != expected:
             store.remove("graph")

@@ -17,7 +17,7 @@ from dimred_dask._compute import compute
 from dimred_dask.io import RunStore, embedding_png
 
 from .guard import stage_guard
-from .stages import chunk_sample, notify
+from .stages import chunk_sample, in_stage, notify
 
 TASK_OPTS = {"cache_policy": NO_CACHE, "persist_result": False}
 PLOT_POINTS = 50_000
@@ -46,6 +46,7 @@ def flow_run_id() -> str | None:
 
 
 @task(name="publish", **TASK_OPTS)
+@in_stage("publish")
 def publish(spec: dict, v: dict, stages: dict, cluster: dict, fingerprint: str) -> dict:
     """Writes the plot and the manifest, commits the run (``_COMMITTED``) and publishes the
     summary artifacts to the Prefect UI."""

@@ -119,6 +119,30 @@ def _fmt_bytes(n) -> str:
     return "unknown" if not n else f"{n / 2**20:,.0f} MiB"
 
 
+def stage_context(spec: dict, v: dict) -> dict:
+    """`stage_errors`' context of a run's stage: the workers' memory, the chunks, the output."""
+    return {
+        "worker_memory": v.get("worker_memory"),
+        "chunk_bytes": v.get("chunk_bytes"),
+        "output": spec["output"],
+    }
+
+
+def in_stage(stage: str):
+    """Run a stage's task body ``fn(spec, v, ...)`` inside `stage_errors`: every failure of
+    the stage, its writes to the run store included, reaches the caller typed."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def body(spec, v, *args, **kwargs):
+            with stage_errors(stage, **stage_context(spec, v)):
+                return fn(spec, v, *args, **kwargs)
+
+        return body
+
+    return wrap
+
+
 @contextlib.contextmanager
 def stage_errors(stage: str, *, output=None, worker_memory=None, chunk_bytes=None):
     """Turn infrastructure failures inside a stage into errors that name the stage, the

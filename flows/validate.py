@@ -137,11 +137,11 @@ def check_run(spec: dict) -> dict:
     )
     labels_fp = _check_labels(spec, adapter, inp)
     actions_fp = _check_actions(spec, adapter, inp)
+    need, what = _output_bytes(params, inp, graph_request, matrix)
+    RunStore(spec.get("root") or spec["output"]).check_room(need, what=what)  # a chain: all
     mode = RunStore(spec["output"]).check_writable(
         spec["overwrite"], committed_ok=bool(spec.get("internal"))
     )
-    need, what = _output_bytes(params, inp, graph_request, matrix)
-    RunStore(spec.get("root") or spec["output"]).check_room(need, what=what)  # a chain: all
     return {
         "input": inp,
         "params": params,

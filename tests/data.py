@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+
 import numpy as np
 
 
@@ -20,3 +23,19 @@ def zarr_input(tmp_path, rng, *, n: int, d: int, chunk_rows: int):
     uri = str(tmp_path / "in.zarr")
     save_array(X, uri, chunks=(chunk_rows, d))
     return uri, X
+
+
+def tree(path) -> dict:
+    """Every file and link under ``path`` (links not followed) with its content's digest: two
+    calls compare equal exactly when nothing under ``path`` changed."""
+    out = {}
+    for folder, dirs, files in os.walk(path):
+        for name in dirs + files:
+            full = os.path.join(folder, name)
+            rel = os.path.relpath(full, path)
+            if os.path.islink(full):
+                out[rel] = ("link", os.readlink(full))
+            elif os.path.isfile(full):
+                with open(full, "rb") as f:
+                    out[rel] = hashlib.sha256(f.read()).hexdigest()
+    return out

@@ -8,6 +8,11 @@
 - ``DIMRED_TEST_KILL=checkpoint:<n>``: the worker that wrote the n-th checkpoint of an
   optimisation SIGKILLs itself right after writing it, once when
   ``DIMRED_TEST_KILL_ONCE=<file>`` is set (the file records that it fired).
+- ``DIMRED_TEST_REWRITE=<stage>:<target>:<source>``: right after that stage committed, the
+  bytes of ``source`` are written over the file ``target`` in place (a producer rewriting a
+  chunk of the input while the run reads it).
+- ``DIMRED_TEST_FAIL=after:<stage>``: the flow raises right after that stage committed (a
+  run stopped part way, in this process).
 """
 
 from __future__ import annotations
@@ -37,6 +42,16 @@ def observe(event: str, **details) -> None:
                 f.write(json.dumps({**details, "pid": os.getpid(), "time": time.time()}) + "\n")
         if kill == f"after:{details['stage']}":
             os.kill(os.getpid(), signal.SIGKILL)
+        stage, _, paths = os.environ.get("DIMRED_TEST_REWRITE", "").partition(":")
+        if paths and stage == details["stage"]:
+            target, _, source = paths.partition(":")
+            with open(source, "rb") as f:
+                data = f.read()
+            with open(target, "r+b") as f:  # in place: the same file, other bytes
+                f.write(data)
+                f.truncate()
+        if os.environ.get("DIMRED_TEST_FAIL") == f"after:{details['stage']}":
+            raise RuntimeError(f"stopped by the test after the {details['stage']} stage")
     elif event == "checkpoint" and kill == f"checkpoint:{details['count']}":
         once = os.environ.get("DIMRED_TEST_KILL_ONCE")
         if once:

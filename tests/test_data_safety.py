@@ -4,7 +4,6 @@ session's Dask workers and Prefect API), with a checksum of the data that must s
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
@@ -13,21 +12,7 @@ import zarr
 
 from dimred_dask import PCA, InputError, StoreError
 from dimred_dask.io import RunStore, open_input, open_output
-
-
-def _tree(path) -> dict:
-    """Every file and link under ``path`` (links not followed) with its content's digest."""
-    out = {}
-    for folder, dirs, files in os.walk(path):
-        for name in dirs + files:
-            full = os.path.join(folder, name)
-            rel = os.path.relpath(full, path)
-            if os.path.islink(full):
-                out[rel] = ("link", os.readlink(full))
-            elif os.path.isfile(full):
-                with open(full, "rb") as f:
-                    out[rel] = hashlib.sha256(f.read()).hexdigest()
-    return out
+from tests.data import tree as _tree
 
 
 def _data(n=400, d=6, seed=0):

@@ -11,6 +11,7 @@ the picture, per-stage commit markers, and ``_COMMITTED`` written last (docs/des
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -20,7 +21,13 @@ import uuid
 import fsspec
 import numpy as np
 
-from ..errors import OutputExistsError, StoreError, UncommittedOutputError, storage_error
+from ..errors import (
+    OutputExistsError,
+    StoreError,
+    UncommittedOutputError,
+    is_storage_error,
+    storage_error,
+)
 from .stored_rows import StoredRows, model_chunks
 from .uris import parse_store
 from .zarr_arrays import open_stored
@@ -135,14 +142,29 @@ class RunStore:
     def _path(self, name: str) -> str:
         return f"{self.root.rstrip('/')}/{name}"
 
+    @contextlib.contextmanager
+    def _storage(self, doing: str):
+        """A failure of the storage under this store (unreachable, denied, a disk full) as
+        the `StoreError` whose fix fits the kind of location; absent paths pass as they are."""
+        try:
+            yield
+        except (FileNotFoundError, NotADirectoryError):
+            raise
+        except StoreError:
+            raise
+        except Exception as exc:
+            if not is_storage_error(exc):
+                raise
+            raise storage_error(exc, f"{doing} {self.url}", location=self.location) from None
+
     # ---- state -----------------------------------------------------------------------------
     def _entries(self) -> list[str]:
         try:
-            return [
-                e for e in self.fs.ls(self.root, detail=False) if not _name(e).startswith(LEASE)
-            ]
+            with self._storage("Listing"):
+                listed = self.fs.ls(self.root, detail=False)
         except (FileNotFoundError, NotADirectoryError):
             return []
+        return [e for e in listed if not _name(e).startswith(LEASE)]
 
     def exists(self) -> bool:
         """Whether the location holds anything but a lease."""
@@ -157,12 +179,14 @@ class RunStore:
     def chunk_count(self, name: str) -> int:
         """Stored chunk objects of the array ``name`` (Zarr v3 keys under ``<name>/c/``)."""
         try:
-            return len(self.fs.find(self._path(f"{name}/c")))
+            with self._storage("Listing"):
+                return len(self.fs.find(self._path(f"{name}/c")))
         except FileNotFoundError:
             return 0
 
     def committed(self) -> bool:
-        return self.fs.exists(self._path(COMMITTED))
+        with self._storage("Reading"):
+            return self.fs.exists(self._path(COMMITTED))
 
     def is_run_store(self) -> bool:
         try:
@@ -284,8 +308,8 @@ class RunStore:
         free = st.f_bavail * st.f_frsize
         if need > free:
             raise StoreError(
-                f"{where} needs about {need / 2**20:,.1f} MiB for {what}; the disk of "
-                f"{folder} has {free / 2**20:,.1f} MiB free.",
+                f"{where} needs about {_size(need)} for {what}; the disk of {folder} has "
+                f"{_size(free)} free.",
                 "free space on that disk (df -h shows it) or choose an output on another disk.",
             )
 
@@ -312,8 +336,6 @@ class RunStore:
                 f.write(b"")
             self.fs.rm_file(probe)
         except Exception as exc:
-            from ..errors import is_storage_error
-
             if not is_storage_error(exc):
                 raise
             raise storage_error(
@@ -544,6 +566,13 @@ class RunStore:
                 except (OSError, ValueError):
                     continue
         return sorted(out, key=lambda m: m.get("time", 0))
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _jsonable(o):
