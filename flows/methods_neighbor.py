@@ -18,11 +18,13 @@ Each checkpoint written is announced to the observer ``DIMRED_HOOK`` names, if a
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from dimred_dask import metrics
 from dimred_dask._progress import report
-from dimred_dask.errors import InputError
+from dimred_dask.errors import DimredWarning, InputError
 from dimred_dask.io import RunStore
 from dimred_dask.linalg import take_rows
 from dimred_dask.methods._neighbor_runs import EmbeddingSet
@@ -102,14 +104,28 @@ class StoreCheckpoint:
         )
 
     def load(self) -> dict | None:
+        """The latest checkpoint's state, or None: none written, or one that cannot be read
+        (named in a warning; the optimisation then starts from its beginning, never from a
+        damaged state)."""
         store = RunStore(self.output)
         try:
             meta = store.read_json(f"{self.prefix}/latest.json")
+        except (FileNotFoundError, ValueError):
+            return None
+        try:
             it = int(meta["iteration"])
             state = {
                 name: store.read_array(f"{self.prefix}/{it}/{name}") for name in meta["arrays"]
             }
-        except (FileNotFoundError, KeyError, ValueError):
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            warnings.warn(
+                DimredWarning(
+                    f"The checkpoint {store.location.child(self.prefix)} could not be read "
+                    f"({getattr(exc, 'problem', exc)}); the optimisation starts again from its "
+                    "beginning."
+                ),
+                stacklevel=2,
+            )
             return None
         return {**state, "iteration": it, "rng": meta.get("rng"), "loss": meta.get("loss")}
 

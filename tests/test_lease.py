@@ -677,3 +677,20 @@ def test_s3_lease_takeover_and_refusal(bucket):
     store.fs.invalidate_cache()
     assert store.fs.find(store.root) == []
     assert store.fs.exists(bucket)  # the bucket is never removed
+
+
+def test_s3_another_hosts_lease_by_its_heartbeat_on_the_stores_clock(bucket, monkeypatch):
+    """On S3 the heartbeat's age is the lease's LastModified against a probe's, both the
+    server's: a fresh lease holds whatever this host's clock says, and lapses after its ttl."""
+    store = RunStore(f"s3://{bucket}/runs/foreign")
+    _plant(store, LEASE, _foreign(ttl=2.0, expires_in=-86400.0))
+    _clock(monkeypatch, 86400.0)
+    with pytest.raises(LeaseHeldError, match=r"last heartbeat was \d+ s ago"):
+        Lease(store).acquire()
+    monkeypatch.undo()
+    time.sleep(3.5)  # past its ttl by the server's clock (LastModified has 1 s steps)
+    lease = Lease(store, holder="re-run").acquire()
+    assert _lease_token(store) == lease.token
+    store.fs.invalidate_cache()
+    assert [p.rsplit("/", 1)[-1] for p in store.fs.find(store.root)] == [LEASE]  # no probe left
+    lease.release()
