@@ -289,7 +289,29 @@ def parse_uri(
 
 def parse_store(uri, *, role: str = "output", storage_options: dict | None = None) -> Location:
     """`parse_uri` for a store of its own (an output, a graph cache, a run store read back):
-    a location that would name an element inside a container is refused."""
+    a location that would name an element inside a container is refused.
+
+    Parameters
+    ----------
+    uri : str, os.PathLike or Location
+        The path or URL of the store.
+    role : str, default "output"
+        What the location is, named in error messages.
+    storage_options : dict or None, default None
+        fsspec options of the storage, over those of the environment.
+
+    Returns
+    -------
+    Location
+        The store's location (its ``element`` is None).
+
+    Raises
+    ------
+    InputError
+        As `parse_uri`; also a location that would name an element (a ``#`` after an
+        existing file or store, or in a URL), with the ``file://...%23...`` form of a local
+        folder whose name holds the ``#`` in its fix.
+    """
     return parse_uri(uri, role=role, storage_options=storage_options, element=False)
 
 
