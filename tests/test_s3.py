@@ -132,3 +132,16 @@ def test_s3_matrix_in_square_chunks_read_through_zarr(client, bucket, rng):
     fsspec.filesystem("s3", **opts).rm(f"{bucket}/run.zarr/kernel/matrix/c/1/2")
     with pytest.raises(InputError, match="c/1/2"):
         open_matrix(url).array.compute()
+
+
+def test_the_s3_servers_port_is_held_from_the_sessions_start():
+    """The endpoint the workers inherit names a port this session holds from its start: no
+    other process can bind it before (or after) the server starts serving from it."""
+    import errno
+    import socket
+
+    from tests.conftest import S3_PORT
+
+    with socket.socket() as s, pytest.raises(OSError) as taken:
+        s.bind(("127.0.0.1", S3_PORT))
+    assert taken.value.errno == errno.EADDRINUSE
