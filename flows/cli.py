@@ -494,18 +494,9 @@ def cmd_demo(args) -> int:
 def cmd_inspect(args) -> int:
     """A finished run's manifest summary (exit 0); an unfinished one's progress: the stages
     it committed and who holds its lease (exit 3)."""
-    from dimred_dask.errors import StoreError
-    from dimred_dask.io import RunStore
+    from dimred_dask.io import open_run_store
 
-    store = RunStore(_location(args.uri, "run store", store=True), role="run store")
-    if not store.exists():
-        raise StoreError(f"No run output at {store.url}.", "check the path.")
-    if not store.is_run_store():
-        raise StoreError(
-            f"{store.url} is not a dimred-dask run store (no zarr.json with the run "
-            "attribute); inspect reads the outputs of `dimred-dask run`.",
-            "give the --output of a run.",
-        )
+    store = open_run_store(_location(args.uri, "run store", store=True))
     if not store.committed():
         report = unfinished_report(store)
         if args.json:

@@ -40,7 +40,6 @@ import numpy as np
 import dimred_dask
 from dimred_dask._compute import compute
 from dimred_dask._validation import is_dask
-from dimred_dask.blocks.union_find import component_labels
 from dimred_dask.errors import DimredWarning, InputError
 from dimred_dask.graphs import (
     KNN_BACKENDS,
@@ -52,6 +51,7 @@ from dimred_dask.graphs import (
     knn_graph,
     sample_recall,
 )
+from dimred_dask.graphs.connectivity import disconnected_error, index_components, sizes_text
 from dimred_dask.graphs.knn import TARGET_RECALL, check_target_recall, choose_backend
 from dimred_dask.io import Lease, LeaseHeldError, RunStore, digest_of, parse_store, parse_uri
 
@@ -553,11 +553,8 @@ def writes_from_workers(X, request: dict) -> bool:
 
 def _stored_components(graph: StoreGraph) -> tuple[int, str]:
     """(components, their sizes as `check_connected` states them) of a stored graph."""
-    from dimred_dask.graphs.connectivity import sizes_text
-
-    idx = np.asarray(RunStore(graph.output).open_array("graph/indices")[:], dtype=np.int64)
-    labels = component_labels(idx, np.empty(0, np.int64), np.empty(0, np.int64))
-    return int(labels.max()) + 1, sizes_text(labels)
+    count, labels = index_components(RunStore(graph.output).open_array("graph/indices")[:])
+    return count, sizes_text(labels)
 
 
 def check_stored(graph: StoreGraph, store: RunStore, request: dict, method: str) -> int:
@@ -566,8 +563,6 @@ def check_stored(graph: StoreGraph, store: RunStore, request: dict, method: str)
     method needs one component, is removed from the store (this run wrote it) and refused
     with `DisconnectedGraphError`. Returns the count."""
     from dask import delayed
-
-    from dimred_dask.graphs.connectivity import disconnected_error
 
     (out,) = compute(delayed(_stored_components)(graph), stage="kNN graph: components")
     count, sizes = out

@@ -135,8 +135,8 @@ def test_s3_matrix_in_square_chunks_read_through_zarr(client, bucket, rng):
 
 
 def test_the_s3_servers_port_is_held_from_the_sessions_start():
-    """The endpoint the workers inherit names a port this session holds from its start: no
-    other process can bind it before (or after) the server starts serving from it."""
+    """The endpoint the workers inherit names a port the test process holds from its start:
+    no other process can bind it before (or after) the server starts serving from it."""
     import errno
     import socket
 

@@ -129,6 +129,27 @@ def graph_components(graph: KNNGraph, extra=None) -> tuple[int, np.ndarray]:
     return (int(labels.max()) + 1 if labels.size else 0), labels
 
 
+def index_components(indices) -> tuple[int, np.ndarray]:
+    """The connected components of a graph given by its n x k neighbour lists alone (rows
+    short of k padded with -1), as `graph_components` numbers them.
+
+    Parameters
+    ----------
+    indices : array-like of int, shape (n, k)
+        Each row's neighbours.
+
+    Returns
+    -------
+    count : int
+        The number of components.
+    labels : numpy.ndarray of int64, shape (n,)
+        The component of each row.
+    """
+    none = np.empty(0, np.int64)
+    labels = component_labels(np.ascontiguousarray(indices, dtype=np.int64), none, none)
+    return (int(labels.max()) + 1 if labels.size else 0), labels
+
+
 def sizes_text(labels: np.ndarray, limit: int = 8) -> str:
     """The components' count and largest sizes, for messages ("3 components of sizes ...")."""
     sizes = np.sort(np.bincount(labels))[::-1]

@@ -4,7 +4,7 @@ from .fingerprint import array_fingerprint, digest_of
 from .lease import Lease, LeaseHeldError
 from .plot import embedding_png
 from .read import InputArray, open_input, open_matrix, plan_row_chunk
-from .store import RunStore, open_output, save_array
+from .store import RunStore, open_output, open_run_store, save_array
 from .stored_rows import StoredRows
 from .uris import Location, check_output_location, parse_store, parse_uri, run_storage_options
 
@@ -21,6 +21,7 @@ __all__ = [
     "open_input",
     "open_matrix",
     "open_output",
+    "open_run_store",
     "parse_store",
     "parse_uri",
     "plan_row_chunk",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import fsspec
 
-from ..errors import DimredError, StoreError, is_storage_error, storage_error
+from ..errors import DimredError, InputError, StoreError, is_storage_error, storage_error
 from .uris import Location
 
 TARGET_CHUNK_BYTES = 64 * 2**20
@@ -110,3 +110,15 @@ class OpenOptions:
     row_chunk: int | None = None
     check_chunks: bool = True
     allow_missing: bool = False
+
+
+def missing_chunks_error(where: str, keys: list[str], total: int | None) -> InputError:
+    shown = ", ".join(keys[:10]) + (f" and {len(keys) - 10} more" if len(keys) > 10 else "")
+    of = f" of its {total} chunk objects" if total else ""
+    return InputError(
+        f"The Zarr array {where} is incomplete: {len(keys)}{of} missing ({shown}). Reading "
+        "them would give fill values, not data.",
+        "restore the missing chunks (re-copy the array); or, if zarr left them out because "
+        "they held only the fill value (write_empty_chunks=False), pass "
+        "--allow-missing-chunks to read them as the fill value.",
+    )

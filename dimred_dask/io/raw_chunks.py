@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from .base import read_errors, row_range
+from .base import missing_chunks_error, read_errors, row_range
 
 __all__ = ["RawLayout", "RawRows", "RawTiles", "TileLayout", "raw_layout", "tile_layout"]
 
@@ -168,8 +168,6 @@ class _ChunkFiles:
             fd = _open(path, direct)
         except FileNotFoundError:
             if not self.allow_missing:
-                from .zarr_arrays import missing_chunks_error
-
                 raise missing_chunks_error(self.where, [key], None) from None
             fill = self.layout.fill_value
             np.frombuffer(dest, dtype=self.dtype)[...] = 0 if fill is None else fill

@@ -583,6 +583,38 @@ def _jsonable(o):
     return str(o)
 
 
+def open_run_store(uri, *, storage_options: dict | None = None) -> RunStore:
+    """Open a run's store, finished or not (`open_output` also requires ``_COMMITTED``).
+
+    Parameters
+    ----------
+    uri : str, os.PathLike or Location
+        The run's output location (`parse_store`).
+    storage_options : dict or None, default None
+        fsspec options of the storage, over those of the environment.
+
+    Returns
+    -------
+    RunStore
+        The store.
+
+    Raises
+    ------
+    StoreError
+        Nothing is at ``uri``, or it is not a dimred-dask run store.
+    """
+    store = RunStore(uri, storage_options=storage_options, role="run store")
+    if not store.exists():
+        raise StoreError(f"No run output at {store.url}.", "check the path.")
+    if not store.is_run_store():
+        raise StoreError(
+            f"{store.url} is not a dimred-dask run store (no {ROOT_DOC} with the "
+            "run attribute); it reads the outputs of `dimred-dask run`.",
+            "give the --output of a run.",
+        )
+    return store
+
+
 def open_output(uri, *, storage_options: dict | None = None) -> RunStore:
     """Open a finished run's store for reading.
 
@@ -607,15 +639,7 @@ def open_output(uri, *, storage_options: dict | None = None) -> RunStore:
     UncommittedOutputError
         The store has no ``_COMMITTED`` marker: its run did not finish.
     """
-    store = RunStore(uri, storage_options=storage_options, role="run store")
-    if not store.exists():
-        raise StoreError(f"No run output at {store.url}.", "check the path.")
-    if not store.is_run_store():
-        raise StoreError(
-            f"{store.url} is not a dimred-dask run store (no {ROOT_DOC} with the "
-            "run attribute); inspect reads the outputs of `dimred-dask run`.",
-            "give the --output of a run.",
-        )
+    store = open_run_store(uri, storage_options=storage_options)
     if not store.committed():
         raise UncommittedOutputError(
             f"The output {store.url} has no {COMMITTED} marker: its run did not finish, so its "

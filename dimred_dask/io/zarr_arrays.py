@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError, InputTypeError, StoreError, is_storage_error, storage_error
-from .base import fs_of as _fs, plan_row_chunk, read_errors
+from .base import fs_of as _fs, missing_chunks_error, plan_row_chunk, read_errors
 from .raw_chunks import DAMAGED_FIX, RawRows, RawTiles, raw_layout, tile_layout
 from .uris import Location
 
@@ -66,18 +66,6 @@ def strict_store(loc: Location, allow_missing: bool = False):
         )
     )
     return _STRICT(inner, str(loc), allow_missing)
-
-
-def missing_chunks_error(where: str, keys: list[str], total: int | None) -> InputError:
-    shown = ", ".join(keys[:10]) + (f" and {len(keys) - 10} more" if len(keys) > 10 else "")
-    of = f" of its {total} chunk objects" if total else ""
-    return InputError(
-        f"The Zarr array {where} is incomplete: {len(keys)}{of} missing ({shown}). Reading "
-        "them would give fill values, not data.",
-        "restore the missing chunks (re-copy the array); or, if zarr left them out because "
-        "they held only the fill value (write_empty_chunks=False), pass "
-        "--allow-missing-chunks to read them as the fill value.",
-    )
 
 
 def _zarr_node(loc: Location, allow_missing: bool = False):
