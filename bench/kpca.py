@@ -379,7 +379,7 @@ def main_big(args) -> int:
     ``embedding_`` (n x 2 float32) to Zarr. m = 1000 landmarks by default: the cost is O(n m^2)
     (the features Phi = k(X, L) U S^-1/2 and their r x r scatter), 4x less than m = 2000, and
     on this data the in-memory run shows m = 2000 is already exact to ~1e-5 (see
-    RESULTS.md). gamma (median heuristic on 1000 sampled rows) is computed before the timer.
+    HISTORY.md). gamma (median heuristic on 1000 sampled rows) is computed before the timer.
     """
     from distributed import Client
 

@@ -5,7 +5,7 @@ process already has; else a new `LocalCluster` of worker processes sized from th
 (one worker process per core with two threads each, memory split evenly, 10% held back for
 the OS). Workers run BLAS single-threaded (distributed sets OPENBLAS_NUM_THREADS=1), so the
 second thread overlaps reading the next chunk with computing on the current one (see
-bench/RESULTS.md, "PCA out of core").
+bench/HISTORY.md, "PCA out of core — 2026-11-22").
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ shared cache. The genes are therefore cut into ranges whose slice of Q (and of t
 in L2, and each product sweeps the block's rows once per range, reading each row's stored values
 of that range only (CSR rows have sorted column indices, so a row's part in a range is one
 contiguous slice, found once per block). Y is streamed in row order, which the hardware
-prefetches (measurements in bench/RESULTS.md, sparse PCA).
+prefetches (measurements in bench/HISTORY.md, sparse PCA).
 
 Sums: each row's X Q is accumulated in the block's dtype (as SciPy's product does), centred in
 float64; X^T Y is accumulated in the block's dtype over the block's rows (the caller sums blocks

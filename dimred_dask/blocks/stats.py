@@ -10,7 +10,7 @@ product, so the product has no cancellation; the exact correction to the block's
 applied in float64. float64 blocks are multiplied in float64. float32 blocks are multiplied
 in float32 over panels of at most ``PANEL_ROWS`` rows, each panel's d x d product added to a
 float64 accumulator: this is twice as fast as a float64 product (0.40 s against 0.85 s for
-200 000 x 512 on the 2-core machine of bench/RESULTS.md) and was measured at 2e-8 relative
+200 000 x 512 on the 2-core machine of bench/HISTORY.md) and was measured at 2e-8 relative
 error of the scatter matrix there; tests check it against a float64 oracle.
 """
 

@@ -12,7 +12,7 @@ broken by the smaller index. Backends (``backend=``):
   refinement), with pynndescent's defaults. For data too large for the caches
   (``nndescent.LOCALITY_MIN_BYTES`` and up) the rows are first put in the leaf order of one
   random projection tree, so that neighbours' neighbours are read from nearby memory
-  (``locality_order``; see bench/RESULTS.md, "kNN stage at 1 000 000 x 50, rows in locality
+  (``locality_order``; see bench/HISTORY.md, "kNN stage at 1 000 000 x 50, rows in locality
   order"), and the graph is mapped back to the given row numbers.
   For dask input it runs as one task on one worker, using that worker's cores (numba
   threads); the data are gathered there (n x d must fit in one worker), and the graph comes

@@ -32,7 +32,7 @@ def _nndescent_kw(n: int, random_state, extra) -> dict:
         else int(check_random_state(random_state).integers(2**31 - 1))
     )
     # pynndescent's defaults: an earlier stop (delta 0.01) made no difference on a quiet
-    # machine at 1 000 000 x 50 (bench/RESULTS.md, third kNN run)
+    # machine at 1 000 000 x 50 (bench/HISTORY.md, third kNN run)
     return {"random_state": int(seed), **dict(extra or {})}
 
 
@@ -41,8 +41,8 @@ def _nndescent_kw(n: int, random_state, extra) -> dict:
 # caches). Rows are first put in the leaf order of one random projection tree, so that near
 # rows sit near each other in memory; the graph is mapped back to the given row numbers.
 # The order costs one tree and one gather of the rows, far less than the reads it saves (see
-# the kNN section of bench/RESULTS.md). Below this size the data fit in the caches and the
-# order buys nothing.
+# bench/HISTORY.md, "kNN stage at 1 000 000 x 50, rows in locality order"). Below this size
+# the data fit in the caches and the order buys nothing.
 LOCALITY_MIN_BYTES = 32 * 2**20
 LOCALITY_LEAF = 256  # rows per leaf of the ordering tree
 _GATHER_ROWS = 65_536  # rows per block when the ordered float32 copy is gathered from other input

@@ -35,7 +35,7 @@ __all__ = ["RawLayout", "RawRows", "RawTiles", "TileLayout", "raw_layout", "tile
 # Whole chunks of an array larger than DIRECT_SHARE of the machine's memory are read with
 # O_DIRECT: from the disk into the output without the page cache, which such an array cannot
 # stay in anyway, and the kernel's copy out of the page cache costs system time that the
-# pass's compute needs (bench/RESULTS.md, the read path).
+# pass's compute needs (bench/HISTORY.md, the read path).
 # Smaller arrays are read through the page cache (a second pass finds them there).
 DIRECT_READS = True
 DIRECT_SHARE = 0.5

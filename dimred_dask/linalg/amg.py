@@ -12,7 +12,7 @@ first level (no product with M), Pᵀ M_l P below. Levels stop at ``coarse_size`
 operator is inverted densely (a symmetric pseudo-inverse: M's constant null vector survives
 every level; Jacobi there instead if aggregation stalled above ``DENSE_COARSE_MAX`` rows). On
 the kNN graph of high-dimensional data (the 50-D mixture) the coarse operators are denser than
-A, so a V-cycle costs several products with M (see bench/RESULTS.md, "LLE at n = 1 000 000 on
+A, so a V-cycle costs several products with M (see bench/HISTORY.md, "LLE at n = 1 000 000 on
 the 50-D mixture with LOBPCG on I - W").
 
 Application (`AMG.solve`): one V-cycle for M y = r from y = 0, ``sweeps`` damped Jacobi

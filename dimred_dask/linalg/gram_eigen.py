@@ -4,7 +4,7 @@ For LLE, A = I - W (n x n, k + 1 nonzeros a row) and M = Aᵀ A has ~n k² nonze
 bottom eigenvalues tiny and clustered (6.6e-15 and 6.1e-14 at n = 1 000 000 on the swiss
 roll), so only an inverse resolves them. Factorising M itself (shift-invert ARPACK) fills in,
 which at a million rows takes many times the memory and the time of the route below (see
-bench/RESULTS.md, "LLE at n = 1 000 000 with the factored solver"). A has the sparsity of the
+bench/HISTORY.md, "LLE at n = 1 000 000 with the factored solver"). A has the sparsity of the
 kNN graph, and its LU is far smaller than M's (COLAMD ordering both), and
 (Aᵀ A)⁻¹ = A⁻¹ A⁻ᵀ is two triangular solve pairs with it.
 

@@ -5,7 +5,7 @@ product Aᵀ(A X) costs less than M X, and M is never formed. This is LOBPCG
 (Knyazev 2001) written for this case rather than ``scipy.sparse.linalg.lobpcg`` on a
 LinearOperator, whose iterations spend most of their time outside the products; here the
 dense steps run on one BLAS thread (see BLAS_THREADS) in preallocated blocks (see
-bench/RESULTS.md, "LLE at n = 1 000 000 on the 50-D mixture with LOBPCG on I - W").
+bench/HISTORY.md, "LLE at n = 1 000 000 on the 50-D mixture with LOBPCG on I - W").
 
 Per iteration: R = M X - X Λ, W = T R (T the preconditioner: Jacobi or `amg.AMG`), the
 constraint vector ``null`` (LLE: the constant, M's exact eigenvector with eigenvalue 0)
@@ -50,7 +50,7 @@ THREADS = 1
 # a solve.
 # BLAS_THREADS: the dense steps (n x 3p times 3p x p) run with one BLAS thread: OpenBLAS's
 # threads made these thin products slower, not faster, on a loaded 2-core machine (see
-# bench/RESULTS.md, "LLE at n = 1 000 000 on the 50-D mixture with LOBPCG on I - W").
+# bench/HISTORY.md, "LLE at n = 1 000 000 on the 50-D mixture with LOBPCG on I - W").
 MAXITER = 1000
 REFRESH = 20
 START_ROWS = 65536  # the start block is drawn in runs of this many rows, one seed a run

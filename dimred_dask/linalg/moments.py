@@ -128,7 +128,7 @@ def block_tasks(X, fn, *args) -> list:
     so a worker's threads each read then compute, out of step with one another, and the block
     is freed when its task ends: with a read task and a kernel task per block, a pass took
     about the sum of its read and its compute, as the workers read and computed in lockstep
-    (bench/RESULTS.md, PCA out of core in one pass)."""
+    (bench/HISTORY.md, PCA out of core in one pass)."""
     from dask import delayed
 
     if X.numblocks[1] != 1:

@@ -29,7 +29,7 @@ reads every other whole. Rows given in a locality order (reverse Cuthill-McKee, 
 `gram_lobpcg`) keep the halos small. ``reorder`` defaults to it for the Gram kind only (LLE,
 as the in-process solver does): on the kNN graph of wide data it did not make a product
 faster, and for the Laplacian it cost the caller memory without changing the solve's time
-(bench/RESULTS.md, "Sparse eigensolvers on the workers").
+(bench/HISTORY.md, "Sparse eigensolvers on the workers").
 
 Arithmetic: every step is the in-process solver's (the same tolerance, refresh of the
 recurrences every ``REFRESH`` iterations, the same Gram cut-off); the sums over blocks are

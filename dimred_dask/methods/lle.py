@@ -82,7 +82,7 @@ LLE_EIGEN_SOLVERS = SPARSE_EIGEN_SOLVERS + ("factored", "amg")
 # kNN graphs of high-dimensional data (the LU of I - W stays sparse on a low-dimensional
 # manifold but not there, and shift-invert on M becomes impractical), whereas LOBPCG needs the
 # bottom eigenvalues not too small against M's diagonal: true on high-dimensional data, not on
-# a low-dimensional manifold such as the swiss roll, where it stalls. See bench/RESULTS.md.
+# a low-dimensional manifold such as the swiss roll, where it stalls. See bench/HISTORY.md.
 FACTORIZE_MAX_DIM = 8
 
 
