@@ -15,9 +15,11 @@ step, as ``--n-components`` does. The PCA step keeps 50 components unless told o
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 
 from dimred_dask.errors import InputError
+
+from .request import ChainStep, RunRequest, expand_output
 
 __all__ = [
     "SEPARATOR",
@@ -25,7 +27,7 @@ __all__ = [
     "FIRST_STEPS",
     "PCA_DEFAULT_COMPONENTS",
     "chain_steps",
-    "expand_output",
+    "expand_output",  # re-exported from flows.request, where requests are built
 ]
 
 SEPARATOR = "+"
@@ -73,54 +75,41 @@ def _split_params(method: str, names: list[str], params: dict) -> dict[str, dict
     return out
 
 
-def chain_steps(spec: dict, available) -> list[dict]:
-    """The run's steps: ``[spec]`` for one method, two step specs for a chain."""
-    if not is_chain(spec["method"]):
-        return [spec]
-    names = _names(spec["method"], available)
-    params = _split_params(spec["method"], names, spec.get("params") or {})
-    root = spec["output"].rstrip("/")
+def chain_steps(req: RunRequest, available) -> list[RunRequest]:
+    """The run's steps: ``[req]`` for one method, two step requests for a chain (each with
+    its `ChainStep`)."""
+    if not is_chain(req.method):
+        return [req]
+    names = _names(req.method, available)
+    params = _split_params(req.method, names, req.params)
+    root = req.output.rstrip("/")
     first_out = f"{root}/{STEPS}/{names[0]}"
-    first = {
-        **spec,
-        "method": names[0],
-        "params": params[names[0]],
-        "output": first_out,
-        "root": root,
-        "internal": True,
-        "overwrite": False,
-        "labels": None,
-        "actions": None,
-        "default_components": "n_components" not in params[names[0]],
-    }
-    last = {
-        **spec,
-        "method": names[1],
-        "params": params[names[1]],
-        "input": f"{first_out}/embedding",
-        "columns": None,
-        "root": root,
-        "internal_input": True,
-        "overwrite": False,
-        "allow_missing_chunks": False,
-        "evaluate_input": spec["input"],
-        "evaluate_columns": spec.get("columns"),
-        "chain": {
-            "method": spec["method"],
-            "input": spec["input"],
-            "steps": names,
-            "step_outputs": {names[0]: first_out},
-        },
-    }
-    return [first, last]
-
-
-def expand_output(output: str, when: datetime.datetime | None = None) -> str:
-    """``{date}`` in an output path becomes the run's UTC date (YYYY-MM-DD), so that a
-    scheduled job writes each night's result next to yesterday's instead of over it."""
-    if "{date}" not in str(output):
-        return output
-    when = when or datetime.datetime.now(datetime.timezone.utc)
-    return str(output).replace(
-        "{date}", when.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d")
+    role = ChainStep(
+        chain=req.method,
+        steps=tuple(names),
+        root=root,
+        input=req.input,
+        columns=req.columns,
+        first_output=first_out,
+        final=False,
     )
+    first = req.but(
+        method=names[0],
+        params=params[names[0]],
+        output=first_out,
+        overwrite=False,
+        labels=None,
+        actions=None,
+        step=role,
+        default_components="n_components" not in params[names[0]],
+    )
+    last = req.but(
+        method=names[1],
+        params=params[names[1]],
+        input=f"{first_out}/embedding",
+        columns=None,
+        overwrite=False,
+        allow_missing_chunks=False,
+        step=dataclasses.replace(role, final=True),
+    )
+    return [first, last]

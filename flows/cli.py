@@ -405,7 +405,7 @@ def _target_recall(value: str):
 
 
 def _run_arguments(args) -> dict:
-    """`run`'s options as the arguments of `flows.embed.embed` (and `run_spec`), less the
+    """`run`'s options as the arguments of `flows.embed.embed` (and `RunRequest.build`), less the
     scheduler and the credentials block."""
     columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
     cache = args.graph_cache
@@ -442,9 +442,10 @@ def preflight_run(args) -> None:
     check_scheduler(args.scheduler)
     if args.credentials_block:
         return
-    from .validate import preflight, run_spec
+    from .request import RunRequest
+    from .validate import preflight
 
-    preflight(run_spec(_run_arguments(args)))
+    preflight(RunRequest.build(**_run_arguments(args)))
 
 
 def cmd_run(args) -> int:

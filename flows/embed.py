@@ -22,7 +22,6 @@ from dimred_dask.io import (
     Lease,
     RunStore,
     digest_of,
-    open_input,
     open_matrix,
     run_storage_options,
 )
@@ -47,8 +46,9 @@ from .knn import (
 from .guard import stage_guard
 from .methods import SCRATCH, get_method
 from .publish import TASK_OPTS, flow_run_id, publish
-from .inputs import open_actions, open_labels, open_run_input
-from .validate import run_spec, validate
+from .inputs import open_actions, open_judged_input, open_labels, open_run_input
+from .request import RunRequest, Validated
+from .validate import validate
 from .stages import (
     check_observer,
     chunk_sample,
@@ -59,49 +59,49 @@ from .stages import (
 )
 
 
-def _fingerprints(spec: dict, v: dict) -> dict:
+def _fingerprints(req: RunRequest, v: Validated) -> dict:
     fit = digest_of(
         "fit",
-        v["input_fingerprint"]["digest"],
-        spec["method"],
-        v["params"],
+        v.input_fingerprint["digest"],
+        req.method,
+        v.params,
         dimred_dask.__version__,
-        v.get("labels_fingerprint"),
-        (v.get("kernel") or {}).get("fingerprint"),
-        (v.get("knn") or {}).get("fingerprint"),
+        v.labels_fingerprint,
+        (v.kernel or {}).get("fingerprint"),
+        (v.knn or {}).get("fingerprint"),
         # only when given, so that runs without actions keep their fingerprints
-        *([v["actions_fingerprint"]] if v.get("actions_fingerprint") else []),
+        *([v.actions_fingerprint] if v.actions_fingerprint else []),
     )
     transform = digest_of("transform", fit)
-    evaluate = digest_of("evaluate", transform, spec["sample_size"])
+    evaluate = digest_of("evaluate", transform, req.sample_size)
     return {"fit": fit, "transform": transform, "evaluate": evaluate}
 
 
 @task(name="knn", **TASK_OPTS)
 @in_stage("knn")
-def knn_stage(spec: dict, v: dict) -> dict:
+def knn_stage(req: RunRequest, v: Validated) -> dict:
     """The kNN graph the method needs (flows/knn.py): reused from this run's store, from the
     shared cache, or computed; checked for connectivity before anything is written."""
     t0 = time.perf_counter()
-    request = v.get("graph_request")
+    request = v.graph_request
     if request is None:
         return {"needed": False, "reused": False, "seconds": time.perf_counter() - t0}
-    store = RunStore(spec["output"])
-    fp = graph_fingerprint(v["input_fingerprint"]["digest"], request)
-    marker = stage_reusable(store, v["mode"], "knn", fp)
+    store = RunStore(req.output)
+    fp = graph_fingerprint(v.input_fingerprint["digest"], request)
+    marker = stage_reusable(store, v.mode, "knn", fp)
     if (
         marker is not None and stored_chunks(store) == marker["info"]["stored_chunks"]
     ):  # this run's own copy, wherever the stage first had it from
         info = {**marker["info"], "source": "run store"}
         return {**info, "reused": True, "seconds": time.perf_counter() - t0}
-    inp = open_run_input(spec, v)
-    cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location)
+    inp = open_run_input(req, v)
+    cache = resolve_cache(req.graph_cache, req.output, inp.location)
     from_workers = writes_from_workers(inp.array, request)
     graph = None if cache is None or from_workers else cache.load(fp)
-    attrs = {"method": spec["method"], "version": dimred_dask.__version__}
+    attrs = {"method": req.method, "version": dimred_dask.__version__}
     prepared = from_workers
     if prepared:
-        store.prepare(v["mode"], attrs)
+        store.prepare(v.mode, attrs)
         if cache is not None:  # copied on a worker: the graph never comes here
             graph = cache.copy_to(fp, store)
     source = "cache" if graph is not None else None
@@ -115,13 +115,13 @@ def knn_stage(spec: dict, v: dict) -> dict:
             get_run_logger().warning("%s", quality["warning"])
     components = None
     if isinstance(graph, StoreGraph):  # written from the workers, checked there
-        components = check_stored(graph, store, request, spec["method"])  # may refuse
+        components = check_stored(graph, store, request, req.method)  # may refuse
         write_graph_attrs(store, graph)
         chunks = stored_chunks(store)
     else:
-        graph = connect(graph, inp.array, request, spec["method"])  # may refuse
+        graph = connect(graph, inp.array, request, req.method)  # may refuse
         if not prepared:  # nothing was written before a refusal
-            store.prepare(v["mode"], attrs)
+            store.prepare(v.mode, attrs)
         chunks = save_graph(store, graph)["chunks"]
     problems = cache.problems if cache is not None else []
     for problem in problems:  # a bad cache entry: named, set aside, the graph rebuilt
@@ -136,10 +136,10 @@ def knn_stage(spec: dict, v: dict) -> dict:
         "written_from_workers": isinstance(graph, StoreGraph),
         **graph_summary(graph, components),
     }
-    store.mark_stage("knn", fp, {"info": info}, guard=stage_guard(spec, v, "knn"))
+    store.mark_stage("knn", fp, {"info": info}, guard=stage_guard(req, v, "knn"))
     if cache is not None and source is None:
         info["cached"] = cache.save(fp, graph)
-    notify("stage", stage="knn", fingerprint=fp, output=spec["output"])
+    notify("stage", stage="knn", fingerprint=fp, output=req.output)
     return {**info, "reused": source == "cache", "seconds": time.perf_counter() - t0}
 
 
@@ -158,7 +158,7 @@ def _kernel_intact(store: RunStore, info: dict) -> bool:
 
 @task(name="kernel", **TASK_OPTS)
 @in_stage("kernel")
-def kernel_stage(spec: dict, v: dict) -> dict:
+def kernel_stage(req: RunRequest, v: Validated) -> dict:
     """Write the n x n kernel or distance matrix the method's solver reads several times
     (square chunks, in the run's store), or say that the method does not need one.
 
@@ -167,35 +167,35 @@ def kernel_stage(spec: dict, v: dict) -> dict:
     kNN graphs use, points to it; the pointer is checked against that store's stage marker
     and chunk count, so an overwritten or damaged store is never read)."""
     t0 = time.perf_counter()
-    adapter, store = get_method(spec["method"]), RunStore(spec["output"])
-    need = adapter.matrix(v["params"], tuple(v["shape"])) if adapter.matrix else None
+    adapter, store = get_method(req.method), RunStore(req.output)
+    need = adapter.matrix(v.params, tuple(v.shape)) if adapter.matrix else None
     if need is None:
         return {"needed": False, "reused": False, "seconds": time.perf_counter() - t0}
     import dask.array as da
 
     from dimred_dask.pairwise import pairwise_distances, pairwise_kernels
 
-    fp = digest_of("kernel", v["input_fingerprint"]["digest"], need, dimred_dask.__version__)
-    marker = stage_reusable(store, v["mode"], "kernel", fp)
+    fp = digest_of("kernel", v.input_fingerprint["digest"], need, dimred_dask.__version__)
+    marker = stage_reusable(store, v.mode, "kernel", fp)
     if marker is not None and _kernel_intact(store, marker["info"]):
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
-    inp = open_run_input(spec, v)
-    cache = resolve_cache(spec.get("graph_cache"), spec["output"], inp.location)
+    inp = open_run_input(req, v)
+    cache = resolve_cache(req.graph_cache, req.output, inp.location)
     found = cache.find_array("kernel", fp) if cache is not None else None
     if found is not None and found["store"] != store.url:
         # the same matrix, committed by an earlier run in its own store: read it there
-        store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
+        store.prepare(v.mode, {"method": req.method, "version": dimred_dask.__version__})
         info = {**found["info"], "store": found["store"], "source": "cache"}
-        store.mark_stage("kernel", fp, {"info": info}, guard=stage_guard(spec, v, "kernel"))
+        store.mark_stage("kernel", fp, {"info": info}, guard=stage_guard(req, v, "kernel"))
         return {**info, "reused": True, "seconds": time.perf_counter() - t0}
     itemsize = inp.array.dtype.itemsize
-    side = int(max(256, min(v["shape"][0], (KERNEL_CHUNK_BYTES // itemsize) ** 0.5)))
+    side = int(max(256, min(v.shape[0], (KERNEL_CHUNK_BYTES // itemsize) ** 0.5)))
     params = {k: val for k, val in need.items() if k != "kind"}
     if need["kind"] == "kernel":
         M = pairwise_kernels(inp.array, square_chunks=side, **params)
     else:
         M = pairwise_distances(inp.array, square_chunks=side, **params)
-    store.prepare(v["mode"], {"method": spec["method"], "version": dimred_dask.__version__})
+    store.prepare(v.mode, {"method": req.method, "version": dimred_dask.__version__})
     # raw chunks: zstd keeps 85-93 % of a kernel or distance matrix's bytes, and the
     # solver would decode the whole matrix again on each of its passes
     target = store.create_array(KERNEL_ARRAY, M.shape, (side, side), M.dtype, compressors=None)
@@ -212,46 +212,46 @@ def kernel_stage(spec: dict, v: dict) -> dict:
         "stored_chunks": int(target.nchunks),
         "fingerprint": fp,
     }
-    store.mark_stage("kernel", fp, {"info": info}, guard=stage_guard(spec, v, "kernel"))
+    store.mark_stage("kernel", fp, {"info": info}, guard=stage_guard(req, v, "kernel"))
     if cache is not None:
         info["cached"] = cache.point_to("kernel", fp, store.url, "kernel", KERNEL_ARRAY, info)
-    notify("stage", stage="kernel", fingerprint=fp, output=spec["output"])
+    notify("stage", stage="kernel", fingerprint=fp, output=req.output)
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
 
 
 @task(name="fit", **TASK_OPTS)
 @in_stage("fit")
-def fit(spec: dict, v: dict) -> dict:
+def fit(req: RunRequest, v: Validated) -> dict:
     t0 = time.perf_counter()
 
-    adapter, store = get_method(spec["method"]), RunStore(spec["output"])
-    fp = _fingerprints(spec, v)["fit"]
-    if (marker := stage_reusable(store, v["mode"], "fit", fp)) is not None:
+    adapter, store = get_method(req.method), RunStore(req.output)
+    fp = _fingerprints(req, v)["fit"]
+    if (marker := stage_reusable(store, v.mode, "fit", fp)) is not None:
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
-    inp = open_run_input(spec, v)
+    inp = open_run_input(req, v)
     extras = {}
     if adapter.needs_labels:
-        extras["labels"] = open_labels(spec, v).array
-    if (v.get("kernel") or {}).get("array"):
-        owner = _kernel_store(store, v["kernel"])
+        extras["labels"] = open_labels(req, v).array
+    if (v.kernel or {}).get("array"):
+        owner = _kernel_store(store, v.kernel)
         # square blocks, read as the input is: a local store's raw chunks from their files
         extras["matrix"] = open_matrix(
-            owner.array_url(v["kernel"]["array"]),
+            owner.array_url(v.kernel["array"]),
             storage_options=owner.location.storage_options,
             role="kernel stage's matrix",
         ).array
-    if (v.get("knn") or {}).get("needed"):
+    if (v.knn or {}).get("needed"):
         extras["graph"] = (
-            StoreGraph.open(spec["output"]) if adapter.graph_in_store else load_graph(store)
+            StoreGraph.open(req.output) if adapter.graph_in_store else load_graph(store)
         )
     if adapter.run_context:
-        extras["run"] = {"output": spec["output"], "fingerprint": fp}
+        extras["run"] = {"output": req.output, "fingerprint": fp}
     if adapter.needs_actions:
-        extras["actions"] = open_actions(spec).array
-    with stage_progress(f"fit {spec['method']}"):
-        model = adapter.fit(inp.array, v["params"], **extras)  # first pass checks finiteness
+        extras["actions"] = open_actions(req).array
+    with stage_progress(f"fit {req.method}"):
+        model = adapter.fit(inp.array, v.params, **extras)  # first pass checks finiteness
     summary = adapter.summary(model)
-    _refuse_unconverged(spec["method"], summary.get("convergence") or [])
+    _refuse_unconverged(req.method, summary.get("convergence") or [])
     if (summary.get("sketch") or {}).get("warning"):  # single-pass PCA short of its accuracy
         get_run_logger().warning("%s", summary["sketch"]["warning"])
     choice = summary.get("solver_choice") or {}  # PCA's solver="auto" with max_error
@@ -263,14 +263,14 @@ def fit(spec: dict, v: dict) -> dict:
             f"; then {choice['fallback']}" if choice.get("fallback") else "",
         )
     store.prepare(
-        v["mode"],
-        {"method": spec["method"], "version": dimred_dask.__version__},
+        v.mode,
+        {"method": req.method, "version": dimred_dask.__version__},
         keep=(SCRATCH,),
     )  # what this fit wrote for the transform stage
     adapter.save(model, store)
     info = {"model": summary}
-    store.mark_stage("fit", fp, {"info": info}, guard=stage_guard(spec, v, "fit"))
-    notify("stage", stage="fit", fingerprint=fp, output=spec["output"])
+    store.mark_stage("fit", fp, {"info": info}, guard=stage_guard(req, v, "fit"))
+    notify("stage", stage="fit", fingerprint=fp, output=req.output)
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
 
 
@@ -293,16 +293,16 @@ def _refuse_unconverged(method: str, records: list[dict]) -> None:
 
 @task(name="transform-write", **TASK_OPTS)
 @in_stage("transform")
-def transform_write(spec: dict, v: dict) -> dict:
+def transform_write(req: RunRequest, v: Validated) -> dict:
     t0 = time.perf_counter()
-    adapter, store = get_method(spec["method"]), RunStore(spec["output"])
-    fp = _fingerprints(spec, v)["transform"]
+    adapter, store = get_method(req.method), RunStore(req.output)
+    fp = _fingerprints(req, v)["transform"]
     marker = stage_reusable(store, "resume", "transform", fp)
     if marker is not None and store.chunk_count("embedding") == marker["info"]["stored_chunks"]:
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
     import dask.array as da
 
-    inp = open_run_input(spec, v)
+    inp = open_run_input(req, v)
     Y = adapter.transform(adapter.load(store), inp.array)
     if len(set(Y.chunks[0][:-1])) > 1 or Y.chunks[0][-1] > Y.chunks[0][0]:
         Y = Y.rechunk({0: max(Y.chunks[0])})  # one task per stored chunk: no shared writes
@@ -325,33 +325,25 @@ def transform_write(spec: dict, v: dict) -> dict:
             f"{info['stored_chunks']} embedding chunks are in the store.",
             "re-run the same command; the stage will be redone.",
         )
-    store.mark_stage("transform", fp, {"info": info}, guard=stage_guard(spec, v, "transform"))
+    store.mark_stage("transform", fp, {"info": info}, guard=stage_guard(req, v, "transform"))
     store.remove(SCRATCH)  # single-pass PCA's row sketch: the embedding is made from it
-    notify("stage", stage="transform", fingerprint=fp, output=spec["output"])
+    notify("stage", stage="transform", fingerprint=fp, output=req.output)
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
 
 
 @task(name="evaluate", **TASK_OPTS)
 @in_stage("evaluate")
-def evaluate(spec: dict, v: dict) -> dict:
+def evaluate(req: RunRequest, v: Validated) -> dict:
     t0 = time.perf_counter()
-    adapter, store = get_method(spec["method"]), RunStore(spec["output"])
-    fp = _fingerprints(spec, v)["evaluate"]
+    adapter, store = get_method(req.method), RunStore(req.output)
+    fp = _fingerprints(req, v)["evaluate"]
     if (marker := stage_reusable(store, "resume", "evaluate", fp)) is not None:
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
 
-    inp = open_run_input(spec, v)
-    idx, how = chunk_sample(inp.array.chunks[0], spec["sample_size"])
+    inp = open_run_input(req, v)
+    idx, how = chunk_sample(inp.array.chunks[0], req.sample_size)
     Y = store.open_array("embedding").to_dask()
-    original = inp
-    if spec.get("evaluate_input"):  # a chain's final step: judged against the run's own input
-        original = open_input(
-            spec["evaluate_input"],
-            columns=spec.get("evaluate_columns"),
-            as_float=True,
-            check_chunks=False,
-            allow_missing_chunks=True,
-        )
+    original = open_judged_input(req, inp)  # a chain's final step: against the chain's input
     Xs, Ys, Xo = compute(inp.array[idx], Y[idx], original.array[idx], stage="sample")
     k = int(min(10, max(1, len(idx) // 2 - 1)))
     result = {
@@ -362,8 +354,8 @@ def evaluate(spec: dict, v: dict) -> dict:
         "knn_recall": metrics.knn_recall(Xo, Ys, k),  # sparse products, not densified
         **adapter.sample_metrics(adapter.load(store), Xs, Ys),
     }
-    store.mark_stage("evaluate", fp, {"info": result}, guard=stage_guard(spec, v, "evaluate"))
-    notify("stage", stage="evaluate", fingerprint=fp, output=spec["output"])
+    store.mark_stage("evaluate", fp, {"info": result}, guard=stage_guard(req, v, "evaluate"))
+    notify("stage", stage="evaluate", fingerprint=fp, output=req.output)
     return {**result, "reused": False, "seconds": time.perf_counter() - t0}
 
 
@@ -451,39 +443,52 @@ def embed(
     improving a graph short of it (default: four times its first build); a graph that ends
     short is kept with a warning in the log and the manifest (flows/knn.py).
     """
-    # the flow's parameters as they came (the first statement: locals() holds only them)
-    arguments = {k: v for k, v in locals().items() if k not in ("scheduler", "credentials_block")}
-    spec = run_spec(arguments, when=_scheduled_start())
+    req = RunRequest.build(
+        input=input,
+        output=output,
+        method=method,
+        params=params,
+        overwrite=overwrite,
+        columns=columns,
+        sample_size=sample_size,
+        chunk_rows=chunk_rows,
+        labels=labels,
+        graph_cache=graph_cache,
+        actions=actions,
+        allow_missing_chunks=allow_missing_chunks,
+        knn_target_recall=knn_target_recall,
+        knn_recall_budget=knn_recall_budget,
+        when=_scheduled_start(),
+    )
     if credentials_block:
         with run_storage_options("s3", _block_credentials(credentials_block)):
-            return _embed(spec, scheduler)
-    return _embed(spec, scheduler)
+            return _embed(req, scheduler)
+    return _embed(req, scheduler)
 
 
-def _embed(spec: dict, scheduler) -> dict:
+def _embed(req: RunRequest, scheduler) -> dict:
     from .methods import METHODS
 
-    steps = chain_steps(spec, METHODS)
+    steps = chain_steps(req, METHODS)
     check_observer()  # a DIMRED_HOOK that cannot be imported is refused before any work
     with cluster_client(scheduler) as client:
         if len(steps) == 1:
-            v = validate(spec)
+            v = validate(req)
             manifest = _leased(
-                spec["output"],
-                lambda lease: _run_stages(spec, {**_mode_now(spec, v), "lease": lease}, client),
+                req.output,
+                lambda lease: _run_stages(req, _mode_now(req, v).but(lease=lease), client),
             )
         else:
-            manifest = _run_chain(spec, steps, client)
+            manifest = _run_chain(req, steps, client)
     get_run_logger().info("committed %s (%s)", manifest["output"], manifest["timings"])
     return manifest
 
 
-def _mode_now(spec: dict, v: dict) -> dict:
+def _mode_now(req: RunRequest, v: Validated) -> Validated:
     """``v`` with the output's mode as it is once the lease is held: another run may have
     committed the output, or left it unfinished, since the validate stage looked."""
-    store = RunStore(spec["output"])
-    mode = store.check_writable(spec["overwrite"], committed_ok=bool(spec.get("internal")))
-    return {**v, "mode": mode}
+    store = RunStore(req.output)
+    return v.but(mode=store.check_writable(req.overwrite, committed_ok=req.inner_step))
 
 
 def _leased(output: str, body):
@@ -504,26 +509,26 @@ def _leased(output: str, body):
         lease.release(remove_empty_root=not done and not existed)
 
 
-def _run_stages(spec: dict, v: dict, client, earlier: list | None = None) -> dict:
+def _run_stages(req: RunRequest, v: Validated, client, earlier: list | None = None) -> dict:
     """knn -> kernel -> fit -> transform + write -> evaluate -> publish, for a validated run."""
-    stages = {"validate": {"seconds": v["seconds"], "reused": False}}
-    stages["knn"] = knn_stage(spec, v)
+    stages = {"validate": {"seconds": v.seconds, "reused": False}}
+    stages["knn"] = knn_stage(req, v)
     if stages["knn"]["needed"]:
-        v = {**v, "knn": stages["knn"], "mode": "resume"}
-    stages["kernel"] = kernel_stage(spec, v)
+        v = v.but(knn=stages["knn"], mode="resume")
+    stages["kernel"] = kernel_stage(req, v)
     if stages["kernel"]["needed"]:
         # the kernel stage prepared the store: later stages resume in it
-        v = {**v, "kernel": stages["kernel"], "mode": "resume"}
-    stages["fit"] = fit(spec, v)
-    stages["transform"] = transform_write(spec, v)
-    stages["evaluate"] = evaluate(spec, v)
+        v = v.but(kernel=stages["kernel"], mode="resume")
+    stages["fit"] = fit(req, v)
+    stages["transform"] = transform_write(req, v)
+    stages["evaluate"] = evaluate(req, v)
     if earlier:
         stages["earlier_steps"] = earlier
-    fingerprint = _fingerprints(spec, v)["evaluate"]
-    return publish(spec, v, stages, describe_cluster(client), fingerprint)
+    fingerprint = _fingerprints(req, v)["evaluate"]
+    return publish(req, v, stages, describe_cluster(client), fingerprint)
 
 
-def _run_chain(spec: dict, steps: list[dict], client) -> dict:
+def _run_chain(req: RunRequest, steps: list[RunRequest], client) -> dict:
     """PCA, then the final method on PCA's embedding, in one run store (flows/chain.py).
 
     Everything that can be checked before the first step runs is checked first: the input,
@@ -531,25 +536,25 @@ def _run_chain(spec: dict, steps: list[dict], client) -> dict:
     shape PCA will give it when its number of components is fixed."""
     first, last = steps
     v1 = validate(first)
-    k = v1["params"]["n_components"]
+    k = v1.params["n_components"]
     if isinstance(k, int):
-        get_method(last["method"]).check(last["params"], (v1["shape"][0], k))
-    root = RunStore(spec["output"])
-    root.check_writable(spec["overwrite"])  # refused before the lease is taken
-    attrs = {"method": spec["method"], "version": dimred_dask.__version__}
+        get_method(last.method).check(last.params, (v1.shape[0], k))
+    root = RunStore(req.output)
+    root.check_writable(req.overwrite)  # refused before the lease is taken
+    attrs = {"method": req.method, "version": dimred_dask.__version__}
 
     def body(lease):
         nonlocal v1
-        now = root.check_writable(spec["overwrite"])  # again, now that the lease is held
+        now = root.check_writable(req.overwrite)  # again, now that the lease is held
         if now in ("new", "overwrite"):
             root.prepare(now, attrs)  # the chain's store first, its steps inside
-            v1 = {**v1, "mode": "new", "lease": lease}
+            v1 = v1.but(mode="new", lease=lease)
         else:
-            v1 = {**_mode_now(first, v1), "lease": lease}
+            v1 = _mode_now(first, v1).but(lease=lease)
         m1 = _run_stages(first, v1, client)
         v2 = validate(last)
         # the final step also checks the chain's own input (its evaluation reads it)
-        v2 = {**v2, "lease": lease, "sources": v2["sources"] + v1["sources"]}
+        v2 = v2.but(lease=lease, sources=v2.sources + v1.sources)
         summary = {
             "method": m1["method"],
             "output": m1["output"],
@@ -563,4 +568,4 @@ def _run_chain(spec: dict, steps: list[dict], client) -> dict:
         }
         return _run_stages(last, v2, client, earlier=[summary])
 
-    return _leased(spec["output"], body)
+    return _leased(req.output, body)

@@ -28,6 +28,7 @@ from dimred_dask.io.identity import changed_sources, source_files
 from dimred_dask.io.lease import LEASE, Lease
 
 from .inputs import open_run_input
+from .request import RunRequest, Validated
 
 __all__ = ["sources_of", "stage_guard"]
 
@@ -39,19 +40,19 @@ FIX = (
 )
 
 
-def sources_of(spec: dict) -> list[dict]:
+def sources_of(req: RunRequest) -> list[dict]:
     """The listings of the run's inputs now (validate): the input and, when given, the
     labels and the actions."""
     out = []
     for role in ("input", "labels", "actions"):
-        if spec.get(role):
-            loc = parse_uri(spec[role], role=role)
+        if getattr(req, role):
+            loc = parse_uri(getattr(req, role), role=role)
             out.append({"role": role, "uri": str(loc), "files": source_files(loc)})
     return out
 
 
-def _check_lease(v: dict, stage: str) -> None:
-    ref = v.get("lease")
+def _check_lease(v: Validated, stage: str) -> None:
+    ref = v.lease
     if not ref:
         return
     if not Lease.existing(RunStore(ref["store"]), ref["token"]).holds():
@@ -64,8 +65,8 @@ def _check_lease(v: dict, stage: str) -> None:
         )
 
 
-def _check_listings(v: dict, stage: str) -> None:
-    for source in v.get("sources") or []:
+def _check_listings(v: Validated, stage: str) -> None:
+    for source in v.sources or ():
         now = source_files(parse_uri(source["uri"], role=source["role"]))
         changes = changed_sources(source["files"], now)
         if changes:
@@ -76,22 +77,22 @@ def _check_listings(v: dict, stage: str) -> None:
             )
 
 
-def _check_content(spec: dict, v: dict, stage: str) -> None:
-    before = v["input_fingerprint"]
+def _check_content(req: RunRequest, v: Validated, stage: str) -> None:
+    before = v.input_fingerprint
     try:
-        inp = open_run_input(spec, v)
-        if list(inp.shape) != list(v["shape"]):
+        inp = open_run_input(req, v)
+        if list(inp.shape) != list(v.shape):
             raise InputChangedError(
-                f"Stage {stage!r} did not commit: the input {spec['input']} changed while the "
-                f"run read it: its shape is now {list(inp.shape)}, was {v['shape']}.",
+                f"Stage {stage!r} did not commit: the input {req.input} changed while the "
+                f"run read it: its shape is now {list(inp.shape)}, was {list(v.shape)}.",
                 FIX,
             )
-        now = array_fingerprint(inp.array, {"source": v["input_meta"]})
+        now = array_fingerprint(inp.array, {"source": v.input_meta})
     except InputChangedError:
         raise
     except Exception as exc:  # it no longer opens as it did
         raise InputChangedError(
-            f"Stage {stage!r} did not commit: the input {spec['input']} changed while the run "
+            f"Stage {stage!r} did not commit: the input {req.input} changed while the run "
             f"read it: it no longer opens as validated ({type(exc).__name__}: {exc}).",
             FIX,
         ) from None
@@ -106,7 +107,7 @@ def _check_content(spec: dict, v: dict, stage: str) -> None:
         f"rows {starts[i]}-{starts[i + 1] - 1}" for i in bad[:5] if i + 1 < len(starts)
     )
     raise InputChangedError(
-        f"Stage {stage!r} did not commit: the input {spec['input']} changed while the run "
+        f"Stage {stage!r} did not commit: the input {req.input} changed while the run "
         f"read it: the bytes of {len(bad)} hashed chunk(s) differ from what validate hashed"
         + (f" ({rows})" if rows else "")
         + ".",
@@ -114,7 +115,7 @@ def _check_content(spec: dict, v: dict, stage: str) -> None:
     )
 
 
-def stage_guard(spec: dict, v: dict, stage: str, *, final: bool = False):
+def stage_guard(req: RunRequest, v: Validated, stage: str, *, final: bool = False):
     """The check `RunStore.mark_stage` / `RunStore.commit` call before committing ``stage``:
     the lease is still this run's, the inputs' listings are unchanged, and (``final``, or an
     input of at most `FULL_HASH_BYTES`) so is the input's content fingerprint. Raises
@@ -123,8 +124,7 @@ def stage_guard(spec: dict, v: dict, stage: str, *, final: bool = False):
     def check() -> None:
         _check_lease(v, stage)
         _check_listings(v, stage)
-        small = (v.get("input_bytes") or 0) <= FULL_HASH_BYTES
-        if v.get("input_fingerprint") and (final or small):
-            _check_content(spec, v, stage)
+        if v.input_fingerprint and (final or v.input_bytes <= FULL_HASH_BYTES):
+            _check_content(req, v, stage)
 
     return check

@@ -6,37 +6,56 @@ from __future__ import annotations
 
 from dimred_dask.io import open_input
 
-__all__ = ["open_actions", "open_labels", "open_run_input"]
+from .request import RunRequest, Validated
+
+__all__ = ["open_actions", "open_labels", "open_run_input", "open_judged_input"]
 
 
-def open_run_input(spec: dict, v: dict | None = None, *, check_chunks: bool = False):
+def open_run_input(
+    req: RunRequest, v: Validated | None = None, *, row_chunk=None, check_chunks: bool = False
+):
     """The run's input as the methods see it: floating point (integers and booleans converted
-    by one rule, `float_dtype`), in the planned row chunks. Absent Zarr chunks are refused on
-    every read; ``check_chunks`` also lists them all at once (the validate stage)."""
+    by one rule, `float_dtype`), in the planned row chunks (``v``'s, or ``row_chunk``).
+    Absent Zarr chunks are refused on every read; ``check_chunks`` also lists them all at
+    once (the validate stage)."""
     return open_input(
-        spec["input"],
-        columns=spec.get("columns"),
-        row_chunk=(v or {}).get("row_chunk") or spec.get("chunk_rows"),
+        req.input,
+        columns=list(req.columns) if req.columns is not None else None,
+        row_chunk=(v.row_chunk if v is not None else row_chunk) or req.chunk_rows,
         as_float=True,
         check_chunks=check_chunks,
-        allow_missing_chunks=bool(spec.get("allow_missing_chunks")),
+        allow_missing_chunks=req.allow_missing_chunks,
     )
 
 
-def open_labels(spec: dict, v: dict | None = None):
+def open_judged_input(req: RunRequest, inp):
+    """What the embedding is judged against: the run's own input (for a chain's final step,
+    the chain's input rather than the first step's embedding; else ``inp``)."""
+    if not req.reads_own_step:
+        return inp
     return open_input(
-        spec["labels"],
+        req.step.input,
+        columns=list(req.step.columns) if req.step.columns is not None else None,
+        as_float=True,
+        check_chunks=False,
+        allow_missing_chunks=True,
+    )
+
+
+def open_labels(req: RunRequest, v: Validated | None = None):
+    return open_input(
+        req.labels,
         allow_1d=True,
         role="labels",
-        row_chunk=(v or {}).get("row_chunk"),
-        allow_missing_chunks=bool(spec.get("allow_missing_chunks")),
+        row_chunk=v.row_chunk if v is not None else None,
+        allow_missing_chunks=req.allow_missing_chunks,
     )
 
 
-def open_actions(spec: dict):
+def open_actions(req: RunRequest):
     return open_input(
-        spec["actions"],
+        req.actions,
         allow_1d=True,
         role="actions",
-        allow_missing_chunks=bool(spec.get("allow_missing_chunks")),
+        allow_missing_chunks=req.allow_missing_chunks,
     )

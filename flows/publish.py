@@ -17,6 +17,7 @@ from dimred_dask._compute import compute
 from dimred_dask.io import RunStore, embedding_png
 
 from .guard import stage_guard
+from .request import RunRequest, Validated
 from .stages import chunk_sample, in_stage, notify
 
 TASK_OPTS = {"cache_policy": NO_CACHE, "persist_result": False}
@@ -47,40 +48,40 @@ def flow_run_id() -> str | None:
 
 @task(name="publish", **TASK_OPTS)
 @in_stage("publish")
-def publish(spec: dict, v: dict, stages: dict, cluster: dict, fingerprint: str) -> dict:
+def publish(req: RunRequest, v: Validated, stages: dict, cluster: dict, fingerprint: str) -> dict:
     """Writes the plot and the manifest, commits the run (``_COMMITTED``) and publishes the
     summary artifacts to the Prefect UI."""
     t0 = time.perf_counter()
 
-    store = RunStore(spec["output"])
+    store = RunStore(req.output)
     Y = store.open_array("embedding").to_dask()
     idx, _ = chunk_sample(Y.chunks[0], PLOT_POINTS, max_chunks=64, seed=1)
     (Yp,) = compute(Y[idx], stage="plot sample")
     store.write_bytes(
         "embedding.png",
-        embedding_png(Yp, title=f"{spec['method']} of {spec['input']}", n_total=Y.shape[0]),
+        embedding_png(Yp, title=f"{req.method} of {req.input}", n_total=Y.shape[0]),
     )
     stages = {**stages, "publish": {"seconds": time.perf_counter() - t0, "reused": False}}
-    chain = spec.get("chain")
+    chain = req.step if req.reads_own_step else None  # a chain's manifest: its final step's
     first = (stages.get("earlier_steps") or [{}])[0]
     manifest = {
-        "method": chain["method"] if chain else spec["method"],
+        "method": chain.chain if chain else req.method,
         "params": {
             **{s["method"]: s["params"] for s in stages.get("earlier_steps", [])},
-            spec["method"]: v["params"],
+            req.method: v.params,
         }
         if chain
-        else v["params"],
-        "input": chain["input"] if chain else spec["input"],
-        "input_meta": first.get("input_meta", v["input_meta"]),
+        else v.params,
+        "input": chain.input if chain else req.input,
+        "input_meta": first.get("input_meta", v.input_meta),
         "input_fingerprint": _fingerprint_summary(
-            first.get("input_fingerprint", v["input_fingerprint"])
+            first.get("input_fingerprint", v.input_fingerprint)
         ),
         "chunking": {
-            "row_chunk": v["row_chunk"],
-            "n_chunks": v["n_chunks"],
-            "chunk_bytes": v["chunk_bytes"],
-            "worker_memory_limit": v["worker_memory"],
+            "row_chunk": v.row_chunk,
+            "n_chunks": v.n_chunks,
+            "chunk_bytes": v.chunk_bytes,
+            "worker_memory_limit": v.worker_memory,
         },
         "output": store.url,
         "fingerprint": fingerprint,
@@ -106,8 +107,8 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict, fingerprint: str) 
             if stages.get("knn", {}).get("needed")
             else None
         ),
-        "labels": spec.get("labels"),
-        "actions": spec.get("actions"),
+        "labels": req.labels,
+        "actions": req.actions,
         "model": stages["fit"]["model"],
         "convergence": stages["fit"]["model"].get("convergence") or [],
         "metrics": {
@@ -117,14 +118,14 @@ def publish(spec: dict, v: dict, stages: dict, cluster: dict, fingerprint: str) 
     }
     if chain:  # the final step of a chain: what each step was, and where it is
         manifest["chain"] = {
-            "steps": chain["steps"],
-            "step_outputs": chain["step_outputs"],
-            "final_step_input": spec["input"],
-            "final_step_input_meta": v["input_meta"],
+            "steps": list(chain.steps),
+            "step_outputs": {chain.steps[0]: chain.first_output},
+            "final_step_input": req.input,
+            "final_step_input_meta": v.input_meta,
             "earlier": stages.get("earlier_steps", []),
         }
-    store.commit(manifest, guard=stage_guard(spec, v, "publish", final=True))
-    notify("stage", stage="publish", fingerprint=manifest["fingerprint"], output=spec["output"])
+    store.commit(manifest, guard=stage_guard(req, v, "publish", final=True))
+    notify("stage", stage="publish", fingerprint=manifest["fingerprint"], output=req.output)
     _artifacts(manifest)
     return manifest
 

@@ -119,24 +119,21 @@ def _fmt_bytes(n) -> str:
     return "unknown" if not n else f"{n / 2**20:,.0f} MiB"
 
 
-def stage_context(spec: dict, v: dict) -> dict:
-    """`stage_errors`' context of a run's stage: the workers' memory, the chunks, the output."""
-    return {
-        "worker_memory": v.get("worker_memory"),
-        "chunk_bytes": v.get("chunk_bytes"),
-        "output": spec["output"],
-    }
+def stage_context(req, v) -> dict:
+    """`stage_errors`' context of a run's stage (a request and what validate found): the
+    workers' memory, the chunks, the output."""
+    return {"worker_memory": v.worker_memory, "chunk_bytes": v.chunk_bytes, "output": req.output}
 
 
 def in_stage(stage: str):
-    """Run a stage's task body ``fn(spec, v, ...)`` inside `stage_errors`: every failure of
+    """Run a stage's task body ``fn(req, v, ...)`` inside `stage_errors`: every failure of
     the stage, its writes to the run store included, reaches the caller typed."""
 
     def wrap(fn):
         @functools.wraps(fn)
-        def body(spec, v, *args, **kwargs):
-            with stage_errors(stage, **stage_context(spec, v)):
-                return fn(spec, v, *args, **kwargs)
+        def body(req, v, *args, **kwargs):
+            with stage_errors(stage, **stage_context(req, v)):
+                return fn(req, v, *args, **kwargs)
 
         return body
 

@@ -17,7 +17,6 @@ from prefect import get_run_logger, task
 from dimred_dask._compute import compute, smallest_worker_memory
 from dimred_dask._validation import check_array
 from dimred_dask.errors import InputError, StageError
-from dimred_dask.graphs.knn import TARGET_RECALL
 from dimred_dask.io import (
     RunStore,
     array_fingerprint,
@@ -29,12 +28,13 @@ from dimred_dask.io import (
 from dimred_dask.io.base import TARGET_CHUNK_BYTES
 from dimred_dask.methods import accepts_sparse, check_sparse_input
 
-from .chain import PCA_DEFAULT_COMPONENTS, chain_steps, expand_output
+from .chain import PCA_DEFAULT_COMPONENTS, chain_steps
 from .knn import normalize_request, resolve_cache
 from .methods import get_method
 from .publish import TASK_OPTS
 from .guard import sources_of
 from .inputs import open_actions, open_labels, open_run_input
+from .request import Checked, RunRequest, Validated
 from .stages import check_observer
 
 
@@ -43,7 +43,7 @@ from .stages import check_observer
 CHUNK_MEMORY_SHARE = 0.25
 
 
-def _plan_chunks(spec: dict, inp) -> tuple[int, int | None]:
+def _plan_chunks(req: RunRequest, inp) -> tuple[int, int | None]:
     """Rows per chunk from the workers' memory, or the forced ``chunk_rows`` if it fits."""
     n, d = inp.shape
     itemsize = inp.array.dtype.itemsize
@@ -51,8 +51,8 @@ def _plan_chunks(spec: dict, inp) -> tuple[int, int | None]:
         d = max(1, int(round(inp.meta.get("density", 1.0) * d)))
         itemsize += 4
     memory = smallest_worker_memory()
-    if spec.get("chunk_rows"):
-        rows = int(spec["chunk_rows"])
+    if req.chunk_rows:
+        rows = int(req.chunk_rows)
         largest = min(rows, n) * d * itemsize  # a chunk holds at most the input's rows
         if memory and largest > CHUNK_MEMORY_SHARE * memory:
             raise StageError(
@@ -72,33 +72,12 @@ def _plan_chunks(spec: dict, inp) -> tuple[int, int | None]:
     return plan_row_chunk(n, d, itemsize, base=base, target_bytes=target), memory
 
 
-def run_spec(arguments: dict, when=None) -> dict:
-    """A run's description as its stages read it: the arguments of `flows.embed.embed` but
-    the scheduler and the credentials block, with ``{date}`` in the output replaced (``when``:
-    the run's scheduled start; None: now)."""
-    spec = dict(arguments)
-    # every location in canonical form, parsed once here: what the stages use, print and
-    # write in the manifest is what was parsed (flows re-parse it to the same location)
-    spec["output"] = str(parse_store(expand_output(spec["output"], when)))
-    spec["input"] = str(parse_uri(spec["input"]))
-    for role in ("labels", "actions"):
-        if spec.get(role):
-            spec[role] = str(parse_uri(spec[role], role=role))
-    cache = spec.get("graph_cache")
-    if cache and str(cache).strip().lower() not in ("", "none", "off", "false"):
-        spec["graph_cache"] = str(parse_store(cache, role="graph cache"))
-    spec["params"] = dict(spec.get("params") or {})
-    spec["sample_size"] = int(spec["sample_size"])
-    spec["allow_missing_chunks"] = bool(spec["allow_missing_chunks"])
-    return spec
-
-
-def check_run(spec: dict) -> dict:
+def check_run(req: RunRequest) -> Checked:
     """Every check of a run that reads no more than the inputs' metadata (and the labels or
     actions, which are small); write nothing. Raises the typed error of the first check
     that fails. Returns what the checks found, for `validate`."""
-    adapter = get_method(spec["method"])
-    rows = spec.get("chunk_rows")
+    adapter = get_method(req.method)
+    rows = req.chunk_rows
     if rows is not None and (
         isinstance(rows, bool) or not isinstance(rows, numbers.Integral) or rows < 1
     ):
@@ -107,49 +86,40 @@ def check_run(spec: dict) -> dict:
             "leave --chunk-rows out (planned from the workers' memory), or pass e.g. "
             "--chunk-rows 10000.",
         )
-    inp = open_run_input(spec, check_chunks=True)
-    _check_locations(spec, inp)
+    inp = open_run_input(req, check_chunks=True)
+    _check_locations(req, inp)
     where = f"'{inp.location}'"
-    check_sparse_input(spec["method"], inp.array, spec["params"], where=where)  # fix: a chain
+    check_sparse_input(req.method, inp.array, req.params, where=where)  # fix: a chain
     check_array(
         inp.array,
-        method=spec["method"].upper(),
+        method=req.method.upper(),
         where=where,  # metadata only
-        accept_sparse=accepts_sparse(spec["method"]),
+        accept_sparse=accepts_sparse(req.method),
     )
-    if spec["sample_size"] < 10:
+    if req.sample_size < 10:
         raise InputError(
-            f"sample_size must be at least 10; found {spec['sample_size']}.",
+            f"sample_size must be at least 10; found {req.sample_size}.",
             "pass --sample-size 2000 (the default) or more.",
         )
-    params = dict(spec["params"])
-    if spec.get("default_components"):  # a chain's PCA step: 50 components, or fewer if need be
+    params = dict(req.params)
+    if req.default_components:  # a chain's PCA step: 50 components, or fewer if need be
         params["n_components"] = min(PCA_DEFAULT_COMPONENTS, *inp.shape)
     params = adapter.check(params, inp.shape)
     matrix = adapter.matrix(params, inp.shape) if adapter.matrix else None
     if matrix is not None:
-        _check_room_for_matrix(spec, matrix["kind"], inp.shape[0], inp.array.dtype.itemsize)
+        _check_room_for_matrix(req, matrix["kind"], inp.shape[0], inp.array.dtype.itemsize)
     request = adapter.graph(params, inp.shape) if adapter.graph else None
     graph_request = (
-        normalize_request({**request, **_recall_request(spec)}, inp.shape, spec["method"])
+        normalize_request({**request, **req.recall_request}, inp.shape, req.method)
         if request is not None
         else None
     )
-    labels_fp = _check_labels(spec, adapter, inp)
-    actions_fp = _check_actions(spec, adapter, inp)
+    labels_fp = _check_labels(req, adapter, inp)
+    actions_fp = _check_actions(req, adapter, inp)
     need, what = _output_bytes(params, inp, graph_request, matrix)
-    RunStore(spec.get("root") or spec["output"]).check_room(need, what=what)  # a chain: all
-    mode = RunStore(spec["output"]).check_writable(
-        spec["overwrite"], committed_ok=bool(spec.get("internal"))
-    )
-    return {
-        "input": inp,
-        "params": params,
-        "mode": mode,
-        "graph_request": graph_request,
-        "labels_fingerprint": labels_fp,
-        "actions_fingerprint": actions_fp,
-    }
+    RunStore(req.root).check_room(need, what=what)  # a chain: all of it
+    mode = RunStore(req.output).check_writable(req.overwrite, committed_ok=req.inner_step)
+    return Checked(inp, params, mode, graph_request, labels_fp, actions_fp)
 
 
 def _output_bytes(params: dict, inp, graph_request, matrix) -> tuple[int, str]:
@@ -168,12 +138,12 @@ def _output_bytes(params: dict, inp, graph_request, matrix) -> tuple[int, str]:
     return sum(b for b, _ in parts), " and ".join(w for _, w in parts)
 
 
-def _check_room_for_matrix(spec: dict, kind: str, n: int, itemsize: int) -> None:
+def _check_room_for_matrix(req: RunRequest, kind: str, n: int, itemsize: int) -> None:
     """Refuse a kernel stage whose n x n matrix would not fit on the output's local disk
     (its free space now; an object store's room is not known, so not checked there)."""
     import shutil
 
-    out = parse_store(spec["output"])
+    out = parse_store(req.output)
     if not out.is_local:
         return
     need = n * n * itemsize
@@ -183,7 +153,7 @@ def _check_room_for_matrix(spec: dict, kind: str, n: int, itemsize: int) -> None
     free = shutil.disk_usage(folder).free
     if need > free:
         raise InputError(
-            f"{spec['method']} writes the {n} x {n} {kind} matrix to the run store: "
+            f"{req.method} writes the {n} x {n} {kind} matrix to the run store: "
             f"{need / 2**30:,.1f} GiB, more than the {free / 2**30:,.1f} GiB free on the "
             f"disk of {out.url}.",
             "use the method's landmark route (kpca --param solver=nystrom, --method "
@@ -192,7 +162,7 @@ def _check_room_for_matrix(spec: dict, kind: str, n: int, itemsize: int) -> None
         )
 
 
-def preflight(spec: dict) -> None:
+def preflight(req: RunRequest) -> None:
     """The checks of a run's validate stage, made before a Prefect flow run or a Dask cluster
     exists (the CLI makes them first, so that a mistyped parameter or path is refused in a
     second, not after a cluster has started). Raises what `validate` would raise; the flow
@@ -200,27 +170,27 @@ def preflight(spec: dict) -> None:
     against the shape its first step will give it, as the flow does."""
     from .methods import METHODS
 
-    steps = chain_steps(spec, METHODS)
+    steps = chain_steps(req, METHODS)
     check_observer()
     found = check_run(steps[0])
     if len(steps) == 2:  # the chain's own store, as `_run_chain` checks it
-        RunStore(spec["output"]).check_writable(spec["overwrite"])
-        k = found["params"]["n_components"]
+        RunStore(req.output).check_writable(req.overwrite)
+        k = found.params["n_components"]
         if isinstance(k, int):
-            get_method(steps[1]["method"]).check(steps[1]["params"], (found["input"].shape[0], k))
+            get_method(steps[1].method).check(steps[1].params, (found.input.shape[0], k))
 
 
 @task(name="validate", **TASK_OPTS)
-def validate(spec: dict) -> dict:
+def validate(req: RunRequest) -> Validated:
     """Check everything that can be checked without a full pass; plan the row chunks from
     the workers' memory; fingerprint the input. Writes nothing."""
     t0 = time.perf_counter()
-    sources = sources_of(spec)  # before anything is read: a later change shows against it
-    found = check_run(spec)
-    inp = found.pop("input")
-    row_chunk, memory = _plan_chunks(spec, inp)
+    sources = sources_of(req)  # before anything is read: a later change shows against it
+    found = check_run(req)
+    inp = found.input
+    row_chunk, memory = _plan_chunks(req, inp)
     checked = inp.meta  # the chunk inventory is taken once, by the first open
-    inp = open_run_input(spec, {"row_chunk": row_chunk})
+    inp = open_run_input(req, row_chunk=row_chunk)
     inp.meta = {**checked, **inp.meta}
     fp = array_fingerprint(inp.array, {"source": inp.meta})
     get_run_logger().info(
@@ -230,59 +200,56 @@ def validate(spec: dict) -> dict:
         inp.array.dtype,
         fp["digest"],
         fp["hashed"],
-        found["mode"],
+        found.mode,
     )
-    return {
-        **found,
-        "input_meta": inp.meta,
-        "input_fingerprint": fp,
-        "input_bytes": int(inp.array.nbytes),
-        "sources": sources,
-        "shape": list(inp.shape),
-        "row_chunk": row_chunk,
-        "worker_memory": memory,
-        "chunk_bytes": row_chunk * inp.shape[1] * inp.array.dtype.itemsize,
-        "n_chunks": len(inp.array.chunks[0]),
-        "seconds": time.perf_counter() - t0,
-    }
+    return Validated(
+        params=found.params,
+        mode=found.mode,
+        graph_request=found.graph_request,
+        labels_fingerprint=found.labels_fingerprint,
+        actions_fingerprint=found.actions_fingerprint,
+        input_meta=inp.meta,
+        input_fingerprint=fp,
+        input_bytes=int(inp.array.nbytes),
+        sources=tuple(sources),
+        shape=tuple(inp.shape),
+        row_chunk=row_chunk,
+        worker_memory=memory,
+        chunk_bytes=row_chunk * inp.shape[1] * inp.array.dtype.itemsize,
+        n_chunks=len(inp.array.chunks[0]),
+        seconds=time.perf_counter() - t0,
+    )
 
 
-def _recall_request(spec: dict) -> dict:
-    return {
-        "target_recall": spec.get("knn_target_recall", TARGET_RECALL),
-        "recall_budget": spec.get("knn_recall_budget"),
-    }
-
-
-def _check_locations(spec: dict, inp) -> None:
+def _check_locations(req: RunRequest, inp) -> None:
     """The output is none of the run's inputs, lies in none and contains none (after symbolic
     links): the input, the labels, the actions and the shared graph cache."""
-    out = parse_store(spec.get("root") or spec["output"])  # a chain: all of it
-    others = [("labels", spec.get("labels")), ("actions", spec.get("actions"))]
+    out = parse_store(req.root)  # a chain: all of it
+    others = [("labels", req.labels), ("actions", req.actions)]
     inputs = [(role, parse_uri(uri, role=role)) for role, uri in others if uri]
-    if not spec.get("internal_input"):  # a chain's later step reads its own earlier step
+    if not req.reads_own_step:  # a chain's later step reads its own earlier step
         inputs.insert(0, ("input", inp.location))
-    cache = resolve_cache(spec.get("graph_cache"), spec.get("root") or spec["output"], inp.location)
+    cache = resolve_cache(req.graph_cache, req.root, inp.location)
     if cache is not None:
         inputs.append(("graph cache", parse_store(cache.url, role="graph cache")))
     check_output_location(out, *inputs)
 
 
-def _check_labels(spec: dict, adapter, inp) -> str | None:
+def _check_labels(req: RunRequest, adapter, inp) -> str | None:
     """Labels (supervised methods): present exactly when needed, one row per input row."""
     if not adapter.needs_labels:
-        if spec.get("labels"):
+        if req.labels:
             raise InputError(
-                f"Method {spec['method']!r} is unsupervised; found --labels {spec['labels']}.",
+                f"Method {req.method!r} is unsupervised; found --labels {req.labels}.",
                 "drop --labels, or use --method spca/kspca.",
             )
         return None
-    if not spec.get("labels"):
+    if not req.labels:
         raise InputError(
-            f"Method {spec['method']!r} needs labels (one per row of the input); found none.",
+            f"Method {req.method!r} needs labels (one per row of the input); found none.",
             "pass --labels URI (a 1-D array or one column).",
         )
-    lab = open_labels(spec)
+    lab = open_labels(req)
     if lab.shape[0] != inp.shape[0]:
         raise InputError(
             f"The labels {lab.location} have {lab.shape[0]} rows; the input has {inp.shape[0]}.",
@@ -291,25 +258,25 @@ def _check_labels(spec: dict, adapter, inp) -> str | None:
     return array_fingerprint(lab.array, {"source": lab.meta})["digest"]
 
 
-def _check_actions(spec: dict, adapter, inp) -> str | None:
+def _check_actions(req: RunRequest, adapter, inp) -> str | None:
     """Actions (sequence methods): present exactly when needed, n - 1 of them, labels."""
     if not adapter.needs_actions:
-        if spec.get("actions"):
+        if req.actions:
             raise InputError(
-                f"Method {spec['method']!r} takes no actions; found --actions {spec['actions']}.",
+                f"Method {req.method!r} takes no actions; found --actions {req.actions}.",
                 "drop --actions, or use --method are.",
             )
         return None
-    if not spec.get("actions"):
+    if not req.actions:
         raise InputError(
-            f"Method {spec['method']!r} needs the actions taken between "
+            f"Method {req.method!r} needs the actions taken between "
             f"consecutive rows ({inp.shape[0] - 1} for {inp.shape[0]} rows); "
             "found none.",
             "pass --actions URI (a 1-D array of n - 1 labels).",
         )
     from dimred_dask.methods.are import check_actions
 
-    act = open_actions(spec)
+    act = open_actions(req)
     (values,) = compute(act.array, stage="actions")  # n - 1 labels: small
     check_actions(values, inp.shape[0], where=str(act.location))
     return array_fingerprint(act.array, {"source": act.meta})["digest"]
