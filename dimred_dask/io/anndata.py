@@ -15,6 +15,8 @@ Every layout anndata itself reads is read, under the paths anndata gives its ele
   the neighbour graphs kept in ``uns/neighbors`` (``distances``, ``connectivities``) are
   ``#obsp/distances`` and ``#obsp/connectivities``, as anndata moves them there on reading.
   A path as stored (``#raw.X``) reads too.
+- ``#obs/<column>`` is a column of ``obs`` read as labels (`dimred_dask.io.obs`): in every
+  dataframe layout anndata reads, the compound ``obs`` of older files included.
 
 Dense elements are read by row range like any HDF5 dataset or Zarr array (a field of a
 compound dataset: only that field, in HDF5); sparse ones through `dimred_dask.io.sparse`:
@@ -43,8 +45,10 @@ from ..errors import (
     storage_error,
 )
 from .hdf5 import (
+    H5Rows,
     H5Sparse,
     dense_dataset,
+    field_layout,
     h5_file,
     is_array,
     open_sparse_group,
@@ -231,8 +235,8 @@ def _resolve(root, loc: Location, kind: str) -> tuple[Element, object]:
     if found.field or sparse_layout(node):
         return found, node
     fix = (
-        "name a numeric matrix with #path (e.g. #X or #obsm/X_pca), or store the columns "
-        "wanted as an array."
+        "name a numeric matrix with #path (e.g. #X or #obsm/X_pca), a column of obs as "
+        "labels with #obs/<column>, or store the columns wanted as an array."
     )
     if not is_array(node):
         encoding = text_attr(node, "encoding-type") or "group"
@@ -257,9 +261,26 @@ def _resolve(root, loc: Location, kind: str) -> tuple[Element, object]:
     return found, node
 
 
+def _is_column(loc: Location) -> bool:
+    return (loc.element or "").strip("/").startswith("obs/")
+
+
 def open_h5ad(loc: Location, opts):
     """(dask array, meta) of an element of an ``.h5ad`` file."""
     with h5_file(loc) as (f, _):
+        if _is_column(loc):
+            from .obs import open_column
+
+            check_anndata(f, loc, "file")
+
+            def rows_of(stored: str, field: str | None):
+                node = f[stored]
+                shape, dtype = (
+                    field_layout(node, field) if field else (tuple(node.shape), node.dtype)
+                )
+                return H5Rows(loc, stored, shape, dtype, field)
+
+            return open_column(f, loc, opts, "file", rows_of, lambda stored: None)
         found, node = _resolve(f, loc, "file")
         meta = found.meta()
         if sparse_layout(node):
@@ -289,11 +310,46 @@ def _zarr_root(loc: Location, allow_missing: bool):
         ) from None
 
 
+class FieldRows:
+    """Row-range reader of one field of a compound array, through a reader of its records.
+    Picklable when that reader is."""
+
+    def __init__(self, records, field: str):
+        self.records, self.field = records, field
+        sub = np.dtype(records.dtype).fields[field][0]
+        self.shape = tuple(records.shape) + tuple(sub.shape)
+        self.dtype, self.ndim = np.dtype(sub.base), len(self.shape)
+
+    def __getitem__(self, key):
+        rows, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+        block = np.asarray(self.records[rows])[self.field]
+        return block[(slice(None),) + rest] if rest and self.ndim > 1 else block
+
+
 def open_anndata_zarr(loc: Location, opts):
     """(dask array, meta) of an element of an AnnData-Zarr store."""
-    from .zarr_arrays import _ZarrRows, open_zarr
+    from .zarr_arrays import _ZarrRows, open_zarr, refuse_object_codecs
 
     root = _zarr_root(loc, opts.allow_missing)
+    if _is_column(loc):
+        from .obs import open_column
+
+        check_anndata(root, loc, "store")
+
+        def rows_of(stored: str, field: str | None):
+            node = root[stored]
+            where = loc.with_element(stored)
+            refuse_object_codecs(node, where)
+            reader = _ZarrRows(node, where)
+            return FieldRows(reader, field) if field else reader
+
+        def check(stored: list[str]):
+            parts = [(root[s], Location(loc.url, s, loc.storage_options)) for s in stored]
+            where = loc.with_element(loc.element.strip("/"))
+            return lambda: _check_arrays(parts, where, opts.allow_missing)
+
+        arr, meta = open_column(root, loc, opts, "store", rows_of, check)
+        return arr, {**meta, "zarr_format": root.metadata.zarr_format}
     found, node = _resolve(root, loc, "store")
     meta = {**found.meta(), "zarr_format": root.metadata.zarr_format}
     if not sparse_layout(node):

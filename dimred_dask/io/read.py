@@ -5,7 +5,8 @@ Formats (`detect_format`, from the suffix, and for a folder from what it holds):
 - Zarr v3 / v2 arrays, or an array in a group (``uri#path``); AnnData-Zarr stores (a Zarr
   group whose root says ``encoding-type: anndata``, or that holds ``obs`` and ``var``) and
   ``.h5ad`` files in every layout anndata reads, element X or the one named by
-  ``#layers/counts``, ``#obsm/X_pca``, ``#raw/X`` (`dimred_dask.io.anndata`);
+  ``#layers/counts``, ``#obsm/X_pca``, ``#raw/X`` (`dimred_dask.io.anndata`), a column of
+  obs as labels by ``#obs/louvain`` (`dimred_dask.io.obs`);
 - HDF5 datasets ``file.h5#group/dataset`` (`dimred_dask.io.hdf5`);
 - ``.npy`` files; SciPy sparse ``.npz`` files (`dimred_dask.io.npz`);
 - Parquet (a file or a folder; scalar and list columns) and CSV (`dimred_dask.io.tables`);
@@ -173,7 +174,8 @@ def open_input(
         Rows per dask chunk; None: about 64 MiB per chunk (`plan_row_chunk`), a multiple of
         the stored chunk.
     allow_1d : bool, default False
-        Return a 1-D array (labels, targets) as one column.
+        Return a 1-D array (labels, targets) as one column; an AnnData obs column
+        (``#obs/<column>``) is read only so.
     role : str, default "input"
         What the array is, named in error messages.
     as_float : bool, default False
@@ -194,7 +196,8 @@ def open_input(
         `Location`, its format and ``meta``: ``format``, ``shape``, ``dtype``, ``sparse``;
         for sparse input ``nnz``, ``density`` and ``layout`` (csr / csc as stored); for
         AnnData ``element`` (and ``stored_as`` / ``field`` where an older layout keeps it
-        elsewhere); for shards ``shards`` (their count).
+        elsewhere), for an obs column ``column``, ``encoding`` and, coded, ``categories``;
+        for shards ``shards`` (their count).
 
     Raises
     ------
@@ -238,6 +241,8 @@ def open_input(
         row_chunk,
         check_chunks,
         allow_missing_chunks,
+        allow_1d,
+        role,
     )
     arr, meta = _open(loc, fmt, opts)
     meta.pop("_reader", None)
