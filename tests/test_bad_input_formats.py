@@ -48,6 +48,13 @@ def _case(tmp_path, cid):
     if cid == "no-such-element":
         path = save_h5ad(_counts(), str(tmp_path / "cells.h5ad"))
         return f"{path}#layers/counts", "pca", InputError, r"No element 'layers/counts'"
+    if cid == "obs-column-as-input":
+        import pandas as pd
+
+        types = pd.Index(["B", "T"], dtype=object)  # anndata 0.12.6 writes object strings
+        obs = {"cell_type": pd.Categorical.from_codes(np.arange(120) % 2, categories=types)}
+        path = save_h5ad(_counts(), str(tmp_path / "cells.h5ad"), obs=obs)
+        return f"{path}#obs/cell_type", "pca", InputTypeError, r"column of obs.*--labels.*#X"
     if cid == "glob-matches-nothing":
         (tmp_path / "sh").mkdir()
         np.save(tmp_path / "sh" / "part-0.npy", np.ones((30, 4), np.float32))
@@ -91,6 +98,7 @@ CASES = [
     "h5ad-without-X",
     "h5ad-strings",
     "no-such-element",
+    "obs-column-as-input",
     "glob-matches-nothing",
     "shard-widths",
     "shard-dtypes",

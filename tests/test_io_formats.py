@@ -1,13 +1,18 @@
 """Readers of the formats users keep data in, against what their own libraries read: AnnData
-(.h5ad and AnnData-Zarr v2 / v3; X, layers, obsm, raw; CSR and CSC), HDF5 datasets (h5py),
-SciPy sparse .npz (compressed and not), shards (glob or folder) and Parquet list columns;
-locally and from a real S3-compatible server; and every bad input refused by name."""
+(.h5ad and AnnData-Zarr v2 / v3; X, layers, obsm, raw; CSR and CSC; the older layout of
+anndata < 0.7, in scanpy's bundled pbmc68k_reduced and in files written as it wrote them; obs
+columns as labels), HDF5 datasets (h5py), SciPy sparse .npz (compressed and not), shards
+(glob or folder) and Parquet list columns; locally and from a real S3-compatible server; and
+every bad input refused by name."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import json
 import os
 import pickle
+import re
 import warnings
 
 import numpy as np
@@ -44,7 +49,7 @@ def _write(adata, path, zarr_format=None, **kw):
             adata.write_h5ad(path, **kw)
         else:
             with ad.settings.override(zarr_write_format=zarr_format):
-                adata.write_zarr(path)
+                adata.write_zarr(path, **kw)
 
 
 def _blocks(arr, **kw):
@@ -104,6 +109,363 @@ def test_h5ad_elements_equal_what_anndata_reads(tmp_path, cells):
         dense = open_input(f"{path}#{element}", row_chunk=64)
         assert dense.meta["element"] == element and dense.meta["sparse"] is False
         np.testing.assert_array_equal(dense.array.compute(scheduler="sync"), expected)
+
+
+def _read(uri, **kw):
+    """(input, its values as one dense NumPy array) of ``uri``, read block by block."""
+    inp = open_input(uri, **kw)
+    blocks = _blocks(inp.array)
+    return inp, sp.vstack(blocks).toarray() if inp.meta["sparse"] else np.concatenate(blocks)
+
+
+def _dense(m):
+    return m.toarray() if sp.issparse(m) else np.asarray(m)
+
+
+def _labels(uri, **kw):
+    """(labels, their values) of ``uri``, opened as a run opens its labels (open_labels)."""
+    inp = open_input(uri, allow_1d=True, role="labels", **kw)
+    return inp, np.concatenate(_blocks(inp.array))[:, 0]
+
+
+def _quietly(read, path):
+    """anndata's own read of an older file (it warns about the layout)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return read(path)
+
+
+@pytest.mark.parametrize("name", ["cells.h5ad", "cells.zarr"])
+def test_a_missing_element_is_refused_listing_every_matrix_by_its_path(tmp_path, cells, name):
+    cells.obsm["X_umap"] = np.ones((300, 2))
+    cells.raw = cells
+    _write(cells, tmp_path / name, zarr_format=3)
+    listing = ["X", "raw/X", "obsm/X_pca", "obsm/X_umap", "layers/counts", "layers/dense"]
+    with pytest.raises(InputError, match=re.escape(f"its matrices: {listing}")):
+        open_input(f"{tmp_path / name}#layers/nope")
+
+
+def _pbmc68k_reduced() -> str:
+    """scanpy's bundled pbmc68k_reduced: a real .h5ad in anndata < 0.7's layout (raw.X an
+    h5sparse group, compound obs / var / obsm / varm, neighbour graphs in uns)."""
+    spec = importlib.util.find_spec("scanpy")
+    if spec is None:
+        pytest.skip("scanpy is not installed")
+    return os.path.join(spec.submodule_search_locations[0], "datasets", "10x_pbmc68k_reduced.h5ad")
+
+
+def test_pbmc68k_reduced_in_the_older_layout_reads_as_anndata_reads_it():
+    import anndata as ad
+
+    path = _pbmc68k_reduced()
+    back = _quietly(ad.read_h5ad, path)
+    for element, expected in (
+        ("X", back.X),
+        ("raw/X", back.raw.X),
+        ("obsm/X_pca", back.obsm["X_pca"]),
+        ("obsm/X_umap", back.obsm["X_umap"]),
+        ("obsp/distances", back.obsp["distances"]),
+    ):
+        inp, got = _read(f"{path}#{element}", row_chunk=128)
+        assert inp.meta["element"] == element and inp.shape == expected.shape
+        np.testing.assert_array_equal(got, _dense(expected))
+    raw = open_input(f"{path}#raw/X")
+    _has(raw.meta, sparse=True, layout="csr", stored_as="raw.X", nnz=back.raw.X.nnz)
+    listing = [
+        "X",
+        "raw/X",
+        "obsm/X_pca",
+        "obsm/X_umap",
+        "obsp/connectivities",
+        "obsp/distances",
+        "varm/PCs",
+    ]
+    with pytest.raises(InputError, match=re.escape(f"its matrices: {listing}")):
+        open_input(f"{path}#layers/counts")
+    for column in ("louvain", "bulk_labels", "phase"):
+        inp, codes = _labels(f"{path}#obs/{column}", row_chunk=128)
+        np.testing.assert_array_equal(codes, back.obs[column].cat.codes.to_numpy())
+        assert inp.meta["categories"] == list(back.obs[column].cat.categories)
+        assert inp.array.dtype == back.obs[column].cat.codes.dtype
+    inp, genes = _labels(f"{path}#obs/n_genes")
+    np.testing.assert_array_equal(genes, back.obs["n_genes"].to_numpy())
+    assert "categories" not in inp.meta
+    with pytest.raises(InputTypeError, match=r"(?s)#obs/louvain is a column of obs.*--labels.*#X"):
+        open_input(f"{path}#obs/louvain")
+
+
+def _write_anndata_06(path, rng, n=40, d=6, d_raw=9):
+    """An .h5ad as anndata < 0.7 wrote one: X an h5sparse group; raw.X a dataset beside
+    raw.var and raw.varm; obs, var, obsm, varm compound datasets (the index the first field,
+    text as fixed-width bytes, a categorical as its codes with its categories in
+    uns/<column>_categories); the neighbour graph in uns/neighbors."""
+    import h5py
+
+    def records(fields, size):
+        return np.zeros(size, dtype=fields)
+
+    with h5py.File(path, "w") as f:
+
+        def h5sparse(name, m):
+            group = f.create_group(name)
+            group.attrs["h5sparse_format"] = "csr"
+            group.attrs["h5sparse_shape"] = np.array(m.shape)
+            for key in ("data", "indices", "indptr"):
+                group[key] = getattr(m, key)
+
+        h5sparse("X", sp.random(n, d, density=0.3, format="csr", random_state=3, dtype=np.float32))
+        f["raw.X"] = rng.standard_normal((n, d_raw)).astype(np.float32)
+        raw_var = records([("index", "S4")], d_raw)
+        raw_var["index"] = [b"r%d" % i for i in range(d_raw)]
+        f["raw.var"] = raw_var
+        raw_varm = records([("PCs", "<f8", (2,))], d_raw)
+        raw_varm["PCs"] = rng.standard_normal((d_raw, 2))
+        f["raw.varm"] = raw_varm
+        obs = records(
+            [
+                ("index", "S4"),
+                ("louvain", "i1"),
+                ("batch", "i1"),
+                ("barcode", "S5"),
+                ("n_counts", "<f4"),
+            ],
+            n,
+        )
+        obs["index"] = [b"c%d" % i for i in range(n)]
+        obs["louvain"] = rng.integers(0, 3, n)
+        obs["batch"] = np.arange(n) % 3  # codes past its one category: anndata keeps numbers
+        obs["barcode"] = [b"AC%03d" % (n - i) for i in range(n)]
+        obs["n_counts"] = rng.random(n)
+        f["obs"] = obs
+        var = records([("index", "S4"), ("highly_variable", "?")], d)
+        var["index"] = [b"g%d" % i for i in range(d)]
+        f["var"] = var
+        obsm = records([("X_pca", "<f4", (3,)), ("X_umap", "<f8", (2,))], n)
+        obsm["X_pca"], obsm["X_umap"] = rng.standard_normal((n, 3)), rng.standard_normal((n, 2))
+        f["obsm"] = obsm
+        varm = records([("PCs", "<f8", (3,))], d)
+        varm["PCs"] = rng.standard_normal((d, 3))
+        f["varm"] = varm
+        f["uns/louvain_categories"] = np.array([b"B", b"NK", b"T"])
+        f["uns/batch_categories"] = np.array([b"only"])
+        h5sparse(
+            "uns/neighbors/distances", sp.random(n, n, density=0.1, format="csr", random_state=4)
+        )
+
+
+def test_h5ad_written_as_anndata_0_6_did_reads_as_anndata_reads_it(tmp_path, rng):
+    import anndata as ad
+
+    path = tmp_path / "old.h5ad"
+    _write_anndata_06(path, rng)
+    back = _quietly(ad.read_h5ad, path)
+    for element, expected, stored in (
+        ("X", back.X, None),
+        ("raw/X", back.raw.X, "raw.X"),
+        ("obsm/X_pca", back.obsm["X_pca"], "obsm"),
+        ("obsm/X_umap", back.obsm["X_umap"], "obsm"),
+        ("varm/PCs", back.varm["PCs"], "varm"),
+        ("raw/varm/PCs", back.raw.varm["PCs"], "raw.varm"),
+        ("obsp/distances", back.obsp["distances"], "uns/neighbors/distances"),
+    ):
+        inp, got = _read(f"{path}#{element}", row_chunk=16)
+        assert inp.meta["element"] == element and inp.meta.get("stored_as") == stored
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, _dense(expected))
+    listing = [
+        "X",
+        "raw/X",
+        "obsm/X_pca",
+        "obsm/X_umap",
+        "obsp/distances",
+        "varm/PCs",
+        "raw/varm/PCs",
+    ]
+    with pytest.raises(InputError, match=re.escape(f"its matrices: {listing}")):
+        open_input(f"{path}#layers/counts")
+    inp, codes = _labels(f"{path}#obs/louvain", row_chunk=16)
+    np.testing.assert_array_equal(codes, back.obs["louvain"].cat.codes.to_numpy())
+    assert inp.meta["categories"] == ["B", "NK", "T"] == list(back.obs["louvain"].cat.categories)
+    inp, batch = _labels(f"{path}#obs/batch")  # anndata left it numeric: so do we
+    assert back.obs["batch"].dtype == np.int8 and "categories" not in inp.meta
+    np.testing.assert_array_equal(batch, back.obs["batch"].to_numpy())
+    inp, barcodes = _labels(f"{path}#obs/barcode", row_chunk=16)  # text: codes of sorted values
+    text = pd.Categorical(back.obs["barcode"])
+    np.testing.assert_array_equal(barcodes, text.codes)
+    assert inp.meta["categories"] == list(text.categories)
+    _, counts = _labels(f"{path}#obs/n_counts")
+    np.testing.assert_array_equal(counts, back.obs["n_counts"].to_numpy())
+    with pytest.raises(InputError, match=r"No column 'index'.*\['louvain', 'batch', 'barcode'"):
+        _labels(f"{path}#obs/index")
+    with pytest.raises(InputTypeError, match=r"#obs is a table of records"):
+        open_input(f"{path}#obs")
+
+
+def test_anndata_zarr_store_of_anndata_0_6_reads_as_anndata_reads_it(tmp_path, rng):
+    """No anndata attributes at its root (obs and var say what it is); raw.X an h5sparse
+    group; obs a compound array, its categories in uns."""
+    import anndata as ad
+    import zarr
+
+    n, d, path = 30, 5, tmp_path / "old.zarr"
+    raw = sp.random(n, d + 2, density=0.3, format="csr", random_state=5, dtype=np.float32)
+    root = zarr.open_group(path, mode="w", zarr_format=2)
+    root.create_array("X", data=rng.standard_normal((n, d)).astype(np.float32), chunks=(8, d))
+    group = root.create_group("raw.X")
+    group.attrs.update(h5sparse_format="csr", h5sparse_shape=[n, d + 2])
+    for key in ("data", "indices", "indptr"):
+        group.create_array(key, data=getattr(raw, key))
+    root.create_group("uns").create_array("louvain_categories", data=np.array([b"a", b"b"]))
+    obs = np.zeros(n, dtype=[("index", "S3"), ("louvain", "i1")])
+    obs["index"], obs["louvain"] = [b"c%d" % i for i in range(n)], rng.integers(0, 2, n)
+    var = np.zeros(d, dtype=[("index", "S3")])
+    var["index"] = [b"g%d" % i for i in range(d)]
+    for name, table in (("obs", obs), ("var", var)):  # as zarr 2 wrote them
+        (path / name).mkdir()
+        meta = {"zarr_format": 2, "shape": [len(table)], "chunks": [len(table)], "order": "C"}
+        meta.update(dtype=[list(f) for f in table.dtype.descr], compressor=None)
+        (path / name / ".zarray").write_text(json.dumps({**meta, "fill_value": None}))
+        (path / name / "0").write_bytes(table.tobytes())
+    back = _quietly(ad.read_zarr, path)
+    inp, got = _read(str(path), row_chunk=8)
+    assert inp.meta["format"] == "anndata-zarr"
+    np.testing.assert_array_equal(got, back.X)
+    inp, got = _read(f"{path}#raw/X", row_chunk=8)
+    _has(inp.meta, format="anndata-zarr", sparse=True, stored_as="raw.X")
+    np.testing.assert_array_equal(got, back.raw.X.toarray())
+    inp, codes = _labels(f"{path}#obs/louvain", row_chunk=8)
+    np.testing.assert_array_equal(codes, back.obs["louvain"].cat.codes.to_numpy())
+    assert inp.meta["categories"] == ["a", "b"] and inp.meta["missing_chunks"] == 0
+    with pytest.raises(InputError, match=re.escape("its matrices: ['X', 'raw/X']")):
+        open_input(f"{path}#obsm/X_pca")
+
+
+@pytest.mark.parametrize("name,zarr_format", [("o.h5ad", None), ("o2.zarr", 2), ("o3.zarr", 3)])
+def test_obs_columns_open_as_labels(tmp_path, name, zarr_format):
+    import anndata as ad
+    import cloudpickle
+
+    n, r = 50, np.random.default_rng(7)
+    cell_type = r.choice(["B", "NK", "T"], n).astype(object)
+    cell_type[[1, 3]] = None  # missing: code -1, as in pandas
+    with _object_strings():
+        obs = pd.DataFrame(
+            {
+                "cell_type": pd.Categorical(cell_type, categories=["B", "NK", "T"]),
+                "stage": pd.Categorical(r.choice([3, 1, 2], n), ordered=True),
+                "donor": np.array([f"d{i % 7}" for i in r.permutation(n)], dtype=object),
+                "n_genes": r.integers(100, 900, n),
+                "score": r.random(n),
+                "doublet": r.random(n) < 0.2,
+                "n_umis": pd.array(r.integers(0, 9, n), dtype="Int64"),
+            },
+            index=[f"c{i}" for i in range(n)],
+        )
+        obs.loc["c4", "n_umis"] = pd.NA
+    path = tmp_path / name
+    adata = _adata(np.ones((n, 2), np.float32), obs=obs)
+    _write(adata, path, zarr_format, convert_strings_to_categoricals=False)
+    back = ad.read_h5ad(path) if zarr_format is None else ad.read_zarr(path)
+    for column in ("cell_type", "stage"):
+        inp, codes = _labels(f"{path}#obs/{column}", row_chunk=16)
+        np.testing.assert_array_equal(codes, back.obs[column].cat.codes.to_numpy())
+        assert inp.meta["categories"] == list(back.obs[column].cat.categories)
+        assert inp.meta["ordered"] is back.obs[column].cat.ordered
+        assert inp.meta["encoding"] == "categorical"
+    assert len(cloudpickle.dumps(dict(inp.array.dask))) < 20_000  # no data in the graph
+    inp, donors = _labels(f"{path}#obs/donor", row_chunk=16)  # kept as text by the writer
+    text = pd.Categorical(back.obs["donor"])
+    assert inp.meta["encoding"] == "string-array"
+    np.testing.assert_array_equal(donors, text.codes)
+    assert inp.meta["categories"] == list(text.categories)
+    for column in ("n_genes", "score", "doublet"):
+        inp, got = _labels(f"{path}#obs/{column}", row_chunk=16)
+        assert got.dtype == back.obs[column].dtype and "categories" not in inp.meta
+        np.testing.assert_array_equal(got, back.obs[column].to_numpy())
+    with pytest.raises(InputError, match=r"obs/n_umis has missing \(NA\) values at rows 4\."):
+        _labels(f"{path}#obs/n_umis", row_chunk=16)
+    with pytest.raises(
+        InputTypeError,
+        match=r"(?s)The input .*#obs/cell_type is a column of obs.*Fix: pass it as --labels"
+        r".*\['X'\]",
+    ):
+        open_input(f"{path}#obs/cell_type")
+    with pytest.raises(InputError, match=r"No column 'nope' .*\['cell_type', 'stage', 'donor'"):
+        _labels(f"{path}#obs/nope")
+
+
+def test_obs_of_anndata_0_7_codes_with_a_reference_to_their_categories(tmp_path):
+    """The dataframe layout of anndata 0.7 (encoding-version 0.1.0): a categorical is its
+    codes, whose ``categories`` attribute refers to a dataset in obs/__categories."""
+    import anndata as ad
+    import h5py
+
+    path, n, text = tmp_path / "v07.h5ad", 6, h5py.special_dtype(vlen=str)
+    with h5py.File(path, "w") as f:
+        f.attrs.update({"encoding-type": "anndata", "encoding-version": "0.1.0"})
+        f["X"] = np.ones((n, 2), np.float32)
+        for name, size, order in (("obs", n, ["cell_type", "score"]), ("var", 2, [])):
+            group = f.create_group(name)
+            group.attrs.update({"encoding-type": "dataframe", "encoding-version": "0.1.0"})
+            group.attrs["_index"] = "_index"
+            group.attrs["column-order"] = np.array(order, dtype=object if order else float)
+            group.create_dataset("_index", data=[f"{name}{i}" for i in range(size)], dtype=text)
+        obs = f["obs"]
+        obs.create_dataset("__categories/cell_type", data=["B", "T"], dtype=text)
+        obs["cell_type"] = np.array([1, 0, 1, 1, -1, 0], dtype=np.int8)
+        obs["cell_type"].attrs["categories"] = obs["__categories/cell_type"].ref
+        obs["__categories/cell_type"].attrs["ordered"] = True
+        obs["score"] = np.linspace(0, 1, n)
+    back = _quietly(ad.read_h5ad, path)
+    inp, codes = _labels(f"{path}#obs/cell_type")
+    np.testing.assert_array_equal(codes, back.obs["cell_type"].cat.codes.to_numpy())
+    assert inp.meta["categories"] == ["B", "T"] and inp.meta["ordered"] is True
+    _, score = _labels(f"{path}#obs/score")
+    np.testing.assert_array_equal(score, back.obs["score"].to_numpy())
+
+
+def test_obs_column_shards_must_share_their_categories(tmp_path):
+    def shard(i, values, categories):
+        with _object_strings():
+            obs = pd.DataFrame(
+                {"cell_type": pd.Categorical(values, categories=categories)},
+                index=[f"s{i}c{j}" for j in range(len(values))],
+            )
+        _write(_adata(np.ones((len(values), 2), np.float32), obs=obs), tmp_path / f"s-{i}.h5ad")
+
+    shard(0, ["B", "T", "T"], ["B", "T"])
+    shard(1, ["T", "B"], ["B", "T"])
+    inp, codes = _labels(f"{tmp_path}/s-*.h5ad#obs/cell_type")
+    _has(inp.meta, format="h5ad-shards", shards=2, categories=["B", "T"])
+    np.testing.assert_array_equal(codes, [0, 1, 1, 1, 0])
+    shard(2, ["NK"], ["B", "NK", "T"])
+    with pytest.raises(
+        InputError,
+        match=r"(?s)code their column differently: .*s-2\.h5ad#obs/cell_type has the categories "
+        r"\['B', 'NK', 'T'\].*Fix: write every shard with the same categories",
+    ):
+        _labels(f"{tmp_path}/s-*.h5ad#obs/cell_type")
+
+
+def test_a_run_takes_its_labels_from_an_obs_column(client, prefect_api, tmp_path):
+    """Supervised PCA of pbmc68k_reduced's X with its louvain clusters as the labels, both
+    from the file: the run's labels are the codes anndata gives them."""
+    import anndata as ad
+    from flows.embed import embed
+
+    from dimred_dask import SupervisedPCA
+    from dimred_dask.io import open_output
+
+    path = _pbmc68k_reduced()
+    back = _quietly(ad.read_h5ad, path)
+    out = str(tmp_path / "spca.zarr")
+    labels = f"{path}#obs/louvain"
+    m = embed(path, out, method="spca", params={"n_components": 2}, labels=labels)
+    assert m["labels"] == labels and m["stages"]["fit"] == "computed"
+    Y = open_output(out).read_array("embedding").astype(np.float64)
+    ref = SupervisedPCA(2).fit(back.X, back.obs["louvain"].cat.codes.to_numpy())
+    expected = ref.transform(back.X).astype(np.float64)
+    np.testing.assert_allclose(Y * np.sign(np.sum(Y * expected, axis=0)), expected, atol=1e-3)
 
 
 def test_csc_is_read_by_rows_and_refused_above_the_scan_limit(tmp_path, cells, monkeypatch):
@@ -369,8 +731,8 @@ def test_bad_anndata_inputs_are_refused_by_name(tmp_path, cells):
     for uri in (f"{tmp_path}/frame.h5ad#layers/nope", f"{tmp_path}/cells.zarr#obsm/nope"):
         with pytest.raises(
             InputError,
-            match=r"No element '.*nope'.*\[('X', )?'layers/counts', "
-            r"'layers/dense', 'obsm/X_pca'\]",
+            match=r"No element '.*nope'.*\[('X', )?'obsm/X_pca', "
+            r"'layers/counts', 'layers/dense'\]",
         ):
             open_input(uri)
 

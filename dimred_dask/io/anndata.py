@@ -1,14 +1,30 @@
 """AnnData inputs: ``.h5ad`` files and AnnData-Zarr stores (a Zarr group whose root carries
-anndata's ``encoding-type: anndata``), v2 and v3, locally and on object storage.
+anndata's ``encoding-type: anndata``, or an older one without it that holds ``obs`` and
+``var``), v2 and v3, locally and on object storage.
 
-The element read is ``X`` unless the URI names another: ``cells.h5ad#layers/counts``,
-``#obsm/X_pca``, ``#raw/X`` (any dense array or sparse matrix of the file). Dense elements are
-read by row range like any HDF5 dataset or Zarr array; sparse ones (CSR and CSC, as anndata
-writes them) through `dimred_dask.io.sparse`: each task opens the file or store itself and
-reads only its rows' range of ``indptr``, ``indices`` and ``data``. A CSC element is read by
-scanning it once per row block (anndata's own ``CSCDataset[a:b]`` would load all of it in every
-task), so it is allowed up to ``SCAN_MAX_BYTES`` and refused above with the fix (convert it to
-CSR once). Observation and variable tables (``obs``, ``var``) are never read.
+Every layout anndata itself reads is read, under the paths anndata gives its elements:
+
+- ``#X`` (the default), ``#layers/<name>``, ``#obsm/<name>``, ``#obsp/<name>``,
+  ``#varm/<name>``, ``#varp/<name>``, ``#raw/X``, ``#raw/varm/<name>``: a dense array or a
+  sparse matrix (CSR or CSC, with anndata's ``encoding-type`` or as an h5sparse group with
+  ``h5sparse_format`` and ``h5sparse_shape``).
+- The older layout (anndata < 0.7, still common in public data): ``raw.X``, ``raw.var`` and
+  ``raw.varm`` at the top level, named with a dot, are read as ``#raw/X``, ``#raw/var``
+  and ``#raw/varm/<name>``; ``obsm`` and ``varm`` stored as one compound dataset, one field
+  per matrix, give ``#obsm/<field>`` and ``#varm/<field>``;
+  the neighbour graphs kept in ``uns/neighbors`` (``distances``, ``connectivities``) are
+  ``#obsp/distances`` and ``#obsp/connectivities``, as anndata moves them there on reading.
+  A path as stored (``#raw.X``) reads too.
+- ``#obs/<column>`` is a column of ``obs`` read as labels (`dimred_dask.io.obs`): in every
+  dataframe layout anndata reads, the compound ``obs`` of older files included.
+
+Dense elements are read by row range like any HDF5 dataset or Zarr array (a field of a
+compound dataset: only that field, in HDF5); sparse ones through `dimred_dask.io.sparse`:
+each task opens the file or store itself and reads only its rows' range of ``indptr``,
+``indices`` and ``data``. A CSC element is read by scanning it once per row block (anndata's
+own ``CSCDataset[a:b]`` would load all of it in every task), so it is allowed up to
+``SCAN_MAX_BYTES`` and refused above with the fix (convert it to CSR once). A path that
+names nothing is refused with every matrix the file holds, under the path that reads it.
 
 Zarr-based elements keep the Zarr rules: their chunk objects are listed once when
 ``check_chunks``, and an absent chunk is refused by name unless missing chunks are allowed.
@@ -16,10 +32,23 @@ Zarr-based elements keep the Zarr rules: their chunk objects are listed once whe
 
 from __future__ import annotations
 
-from ..errors import InputError, InputTypeError, StoreError, is_storage_error, storage_error
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import (
+    DimredError,
+    InputError,
+    InputTypeError,
+    StoreError,
+    is_storage_error,
+    storage_error,
+)
 from .hdf5 import (
+    H5Rows,
     H5Sparse,
     dense_dataset,
+    field_layout,
     h5_file,
     is_array,
     open_sparse_group,
@@ -30,28 +59,147 @@ from .hdf5 import (
 from .sparse import Ranges
 from .uris import Location
 
-SLOTS = ("layers", "obsm", "obsp", "varm", "varp")
+SLOTS = ("obsm", "layers", "obsp", "varm", "varp")  # listed in this order, after X and raw/X
+GRAPHS = ("distances", "connectivities")  # uns/neighbors/<name> of older files: obsp/<name>
+
+
+@dataclass(frozen=True)
+class Element:
+    """An element as anndata names it (``path``) and where the file keeps it: the node
+    ``stored`` and, in a compound dataset, its ``field``."""
+
+    path: str
+    stored: str
+    field: str | None = None
+
+    def meta(self) -> dict:
+        moved = self.stored != self.path or self.field
+        return {
+            "element": self.path,
+            **({"stored_as": self.stored} if moved else {}),
+            **({"field": self.field} if self.field else {}),
+        }
+
+
+def child(root, path: str, strict: bool = False):
+    """The node at ``path`` in ``root``, or None when there is none. A node its library
+    cannot open (zarr cannot open a compound array whose fields hold several values) is None
+    in a listing and refused by name when it is the one asked for (``strict``)."""
+    try:
+        return root[path] if path in root else None
+    except KeyError:
+        return None
+    except DimredError:
+        raise
+    except Exception as exc:
+        if is_storage_error(exc) and not type(exc).__module__.startswith("h5py"):
+            raise
+        if not strict:
+            return None
+        name = getattr(root, "filename", None) or getattr(root.store, "where", "the store")
+        raise InputError(
+            f"The element {path!r} of {name} cannot be opened ({type(exc).__name__}: {exc}).",
+            "write it again with a current anndata (read_h5ad / read_zarr, then write).",
+        ) from None
 
 
 def is_matrix(node) -> bool:
-    import numpy as np
+    return bool(sparse_layout(node)) or (
+        is_array(node) and not np.dtype(node.dtype).names and np.dtype(node.dtype).kind in "fiub"
+    )
 
-    return bool(sparse_layout(node)) or (is_array(node) and np.dtype(node.dtype).kind in "fiub")
+
+def numeric_fields(node) -> list[str]:
+    """The fields of a compound dataset that hold numbers: the matrices of the ``obsm`` /
+    ``varm`` that anndata < 0.7 wrote, one field each."""
+    dtype = np.dtype(node.dtype)
+    return [k for k in dtype.names or () if dtype.fields[k][0].base.kind in "fiub"]
+
+
+def _member(root, container: str, name: str, path: str, strict: bool) -> Element | None:
+    """``name`` in ``container``: a member of a group, or a numeric field of a compound
+    dataset (``path`` is how anndata names it)."""
+    node = child(root, container, strict)
+    if node is None:
+        return None
+    if is_array(node):
+        return Element(path, container, name) if name in numeric_fields(node) else None
+    stored = f"{container}/{name}"
+    return Element(path, stored) if child(root, stored, strict) is not None else None
+
+
+def _is_graph(node) -> bool:
+    """What anndata moves from ``uns/neighbors`` to ``obsp``: a sparse or 2-D matrix."""
+    return bool(sparse_layout(node)) or (is_array(node) and len(node.shape) == 2)
+
+
+def _check_raw(root, where: str) -> None:
+    """anndata refuses a file that keeps raw twice: a ``raw`` group and ``raw.*`` entries."""
+    modern = child(root, "raw")
+    legacy = sorted(k for k in root.keys() if k.startswith("raw."))
+    if modern is not None and not is_array(modern) and len(modern.keys()) and legacy:
+        raise InputError(
+            f"{where} keeps raw twice: a raw group and the older {legacy} (anndata refuses "
+            "to read such a file).",
+            "remove one of them (keep the raw group), e.g. with h5py: del f['raw.X'].",
+        )
+
+
+def locate(root, element: str, strict: bool = False) -> Element | None:
+    """Where ``root`` keeps the element anndata names ``element`` (in any of its layouts),
+    or None."""
+    head, _, rest = element.partition("/")
+    if head == "obsp" and rest in GRAPHS:  # anndata moves these over any obsp/<name>
+        graph = f"uns/neighbors/{rest}"
+        node = child(root, graph, strict)
+        if node is not None and _is_graph(node):
+            return Element(element, graph)
+    if child(root, element, strict) is not None:
+        return Element(element, element)
+    if head == "raw" and rest:
+        sub, _, name = rest.partition("/")
+        if not name:
+            stored = f"raw.{sub}"
+            return Element(element, stored) if child(root, stored, strict) is not None else None
+        if "/" not in name:
+            return _member(root, f"raw.{sub}", name, element, strict)
+    if head in SLOTS and rest and "/" not in rest:
+        return _member(root, head, rest, element, strict)
+    return None
+
+
+def _names(root, container: str) -> list[str]:
+    node = child(root, container)
+    if node is None:
+        return []
+    return numeric_fields(node) if is_array(node) else sorted(node.keys())
+
+
+def _holds_matrix(root, element: str) -> bool:
+    try:
+        found = locate(root, element)
+    except InputError:
+        return False
+    if found is None:
+        return False
+    return found.field is not None or is_matrix(child(root, found.stored))
 
 
 def elements(root) -> list[str]:
-    """The matrices an AnnData file holds, as #paths: X, layers/..., obsm/..., raw/X ..."""
-    found = ["X"] if "X" in root and is_matrix(root["X"]) else []
+    """Every matrix an AnnData file holds, under the #path that reads it: X, raw/X, obsm/...,
+    layers/..., obsp/..., varm/..., varp/..., raw/varm/...; in any layout anndata reads."""
+    candidates = ["X", "raw/X"]
     for slot in SLOTS:
-        if slot in root and not is_array(root[slot]):
-            found += [f"{slot}/{k}" for k in sorted(root[slot].keys()) if is_matrix(root[slot][k])]
-    if "raw" in root and not is_array(root["raw"]) and "X" in root["raw"]:
-        found.append("raw/X")
-    return found
+        names = set(_names(root, slot))
+        if slot == "obsp":
+            names |= {g for g in GRAPHS if child(root, f"uns/neighbors/{g}") is not None}
+        candidates += [f"{slot}/{k}" for k in sorted(names)]
+    raw_varm = set(_names(root, "raw/varm")) | set(_names(root, "raw.varm"))
+    candidates += [f"raw/varm/{k}" for k in sorted(raw_varm)]
+    return [path for path in candidates if _holds_matrix(root, path)]
 
 
-def _resolve(root, loc: Location, kind: str):
-    """(element path, node) named by ``loc``'s #path (X by default); refused by name."""
+def check_anndata(root, loc: Location, kind: str) -> None:
     if text_attr(root, "encoding-type") != "anndata" and not ("obs" in root and "var" in root):
         raise InputError(
             f"{loc.url} is not an AnnData {kind} (its root has no "
@@ -59,25 +207,37 @@ def _resolve(root, loc: Location, kind: str):
             "write it with anndata, or read a plain array: a .h5 / .zarr path "
             "with #path naming the dataset.",
         )
+
+
+def _resolve(root, loc: Location, kind: str) -> tuple[Element, object]:
+    """(element, node) named by ``loc``'s #path (X by default); refused by name."""
+    check_anndata(root, loc, kind)
     element = (loc.element or "X").strip("/")
-    if element not in root:
-        found = elements(root)
+    if element.startswith("raw/"):
+        _check_raw(root, f"The AnnData {kind} {loc.url}")
+    found = locate(root, element, strict=True)
+    if found is None:
+        listed = elements(root)
         if element == "X":
             raise InputError(
                 f"The AnnData {kind} {loc.url} has no X (written with X=None); "
-                f"its matrices: {found or 'none'}.",
+                f"its matrices: {listed or 'none'}.",
                 f"name one with {loc.with_element('<path>')}, e.g. "
-                f"#{found[0] if found else 'layers/counts'}.",
+                f"#{listed[0] if listed else 'layers/counts'}.",
             )
         raise InputError(
             f"No element {element!r} in the AnnData {kind} {loc.url}; its "
-            f"matrices: {found or 'none'}.",
-            f"fix the #path, e.g. {loc.with_element(found[0] if found else 'X')}.",
+            f"matrices: {listed or 'none'}.",
+            f"fix the #path, e.g. {loc.with_element(listed[0] if listed else 'X')}.",
         )
-    node = root[element]
+    node = child(root, found.stored, strict=True)
     where = loc.with_element(element)
-    if sparse_layout(node):
-        return element, node
+    if found.field or sparse_layout(node):
+        return found, node
+    fix = (
+        "name a numeric matrix with #path (e.g. #X or #obsm/X_pca), a column of obs as "
+        "labels with #obs/<column>, or store the columns wanted as an array."
+    )
     if not is_array(node):
         encoding = text_attr(node, "encoding-type") or "group"
         extra = (
@@ -88,21 +248,45 @@ def _resolve(root, loc: Location, kind: str):
         raise InputTypeError(
             f"The element {where} is a {encoding}{extra}, not a numeric "
             f"matrix; matrices of the {kind}: {elements(root) or 'none'}.",
-            "name a numeric matrix with #path (e.g. #X or #obsm/X_pca), or "
-            "store the columns wanted as an array.",
+            fix,
+        )
+    if np.dtype(node.dtype).names:  # a compound dataset: a table of anndata < 0.7
+        raise InputTypeError(
+            f"The element {where} is a table of records (fields "
+            f"{list(np.dtype(node.dtype).names)[:10]}), not a numeric matrix; matrices of "
+            f"the {kind}: {elements(root) or 'none'}.",
+            fix,
         )
     refuse_non_numeric(node.dtype, where, "element")
-    return element, node
+    return found, node
+
+
+def _is_column(loc: Location) -> bool:
+    return (loc.element or "").strip("/").startswith("obs/")
 
 
 def open_h5ad(loc: Location, opts):
     """(dask array, meta) of an element of an ``.h5ad`` file."""
     with h5_file(loc) as (f, _):
-        element, node = _resolve(f, loc, "file")
-        meta = {"element": element}
+        if _is_column(loc):
+            from .obs import open_column
+
+            check_anndata(f, loc, "file")
+
+            def rows_of(stored: str, field: str | None):
+                node = f[stored]
+                shape, dtype = (
+                    field_layout(node, field) if field else (tuple(node.shape), node.dtype)
+                )
+                return H5Rows(loc, stored, shape, dtype, field)
+
+            return open_column(f, loc, opts, "file", rows_of, lambda stored: None)
+        found, node = _resolve(f, loc, "file")
+        meta = found.meta()
         if sparse_layout(node):
-            return open_sparse_group(node, loc, element, H5Sparse(loc, element), opts, meta)
-        return dense_dataset(node, loc, element, opts, meta)
+            source = H5Sparse(loc, found.stored)
+            return open_sparse_group(node, loc, found.stored, source, opts, meta)
+        return dense_dataset(node, loc, found.stored, opts, meta, found.field)
 
 
 def _zarr_root(loc: Location, allow_missing: bool):
@@ -126,28 +310,68 @@ def _zarr_root(loc: Location, allow_missing: bool):
         ) from None
 
 
+class FieldRows:
+    """Row-range reader of one field of a compound array, through a reader of its records.
+    Picklable when that reader is."""
+
+    def __init__(self, records, field: str):
+        self.records, self.field = records, field
+        sub = np.dtype(records.dtype).fields[field][0]
+        self.shape = tuple(records.shape) + tuple(sub.shape)
+        self.dtype, self.ndim = np.dtype(sub.base), len(self.shape)
+
+    def __getitem__(self, key):
+        rows, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+        block = np.asarray(self.records[rows])[self.field]
+        return block[(slice(None),) + rest] if rest and self.ndim > 1 else block
+
+
 def open_anndata_zarr(loc: Location, opts):
     """(dask array, meta) of an element of an AnnData-Zarr store."""
-    from .zarr_arrays import _ZarrRows, open_zarr
+    from .zarr_arrays import _ZarrRows, open_zarr, refuse_object_codecs
 
     root = _zarr_root(loc, opts.allow_missing)
-    element, node = _resolve(root, loc, "store")
-    meta = {"element": element, "zarr_format": root.metadata.zarr_format}
+    if _is_column(loc):
+        from .obs import open_column
+
+        check_anndata(root, loc, "store")
+
+        def rows_of(stored: str, field: str | None):
+            node = root[stored]
+            where = loc.with_element(stored)
+            refuse_object_codecs(node, where)
+            reader = _ZarrRows(node, where)
+            return FieldRows(reader, field) if field else reader
+
+        def check(stored: list[str]):
+            parts = [(root[s], Location(loc.url, s, loc.storage_options)) for s in stored]
+            where = loc.with_element(loc.element.strip("/"))
+            return lambda: _check_arrays(parts, where, opts.allow_missing)
+
+        arr, meta = open_column(root, loc, opts, "store", rows_of, check)
+        return arr, {**meta, "zarr_format": root.metadata.zarr_format}
+    found, node = _resolve(root, loc, "store")
+    meta = {**found.meta(), "zarr_format": root.metadata.zarr_format}
     if not sparse_layout(node):
-        arr, zmeta = open_zarr(Location(loc.url, element, loc.storage_options), opts)
+        arr, zmeta = open_zarr(Location(loc.url, found.stored, loc.storage_options), opts)
+        if found.field:  # a field of a compound array: the records' reader is no row reader
+            arr = arr[found.field]
+            zmeta.pop("_reader", None)
         return arr, {**zmeta, **meta, "sparse": False}
-    where = loc.with_element(element)
+    where = loc.with_element(found.stored)
     names = ("indptr", "indices", "data")
     source = Ranges(where, [_ZarrRows(node[k], f"{where}/{k}") for k in names])
-    arr, smeta = open_sparse_group(node, loc, element, source, opts, meta)
+    arr, smeta = open_sparse_group(node, loc, found.stored, source, opts, meta)
     if opts.check_chunks:
-        parts = [(node[k], Location(loc.url, f"{element}/{k}", loc.storage_options)) for k in names]
+        parts = [
+            (node[k], Location(loc.url, f"{found.stored}/{k}", loc.storage_options)) for k in names
+        ]
         smeta["_check"] = lambda: _check_arrays(parts, where, opts.allow_missing)
     return arr, smeta
 
 
 def _check_arrays(parts, where: str, allow_missing: bool) -> dict:
-    """The chunk inventory of a sparse element's three arrays (one listing each)."""
+    """The chunk inventory of an element's arrays (one listing each)."""
     from .zarr_arrays import chunk_inventory, missing_chunks_error
 
     total, missing = 0, []

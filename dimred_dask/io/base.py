@@ -110,6 +110,8 @@ class OpenOptions:
     row_chunk: int | None = None
     check_chunks: bool = True
     allow_missing: bool = False
+    allow_1d: bool = False  # labels, actions: a 1-D array (an obs column) is what is wanted
+    role: str = "input"
 
 
 def missing_chunks_error(where: str, keys: list[str], total: int | None) -> InputError:

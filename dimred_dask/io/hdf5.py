@@ -109,14 +109,16 @@ def failure(exc, recorder, where: str, what: str, opening: bool = False) -> Dimr
 
 
 class H5Slices:
-    """Slices of one open h5py dataset; a failure names the element and the range."""
+    """Slices of one open h5py dataset (or of one field of a compound dataset); a failure
+    names the element and the range."""
 
-    def __init__(self, dataset, where: str, recorder):
+    def __init__(self, dataset, where: str, recorder, field: str | None = None):
         self.dataset, self.where, self.recorder = dataset, where, recorder
+        self.view = dataset.fields(field) if field else dataset
 
     def __getitem__(self, key):
         try:
-            return np.asarray(self.dataset[key])
+            return np.asarray(self.view[key])
         except Exception as exc:
             start, stop, _ = row_range(key, self.dataset.shape[0])
             raise failure(
@@ -128,17 +130,19 @@ class H5Slices:
 
 
 class H5Rows:
-    """Row-range reader of a dense HDF5 dataset. Picklable: a location and a dataset name."""
+    """Row-range reader of a dense HDF5 dataset, or of one field of a compound dataset (the
+    ``obsm`` / ``varm`` of anndata < 0.7: one field per matrix). Picklable: a location, a
+    dataset name and the field."""
 
-    def __init__(self, loc: Location, name: str, shape, dtype):
+    def __init__(self, loc: Location, name: str, shape, dtype, field: str | None = None):
         self.loc, self.name, self.shape = loc, name, tuple(int(s) for s in shape)
-        self.dtype, self.ndim = np.dtype(dtype), len(self.shape)
+        self.dtype, self.ndim, self.field = np.dtype(dtype), len(self.shape), field
 
     def __getitem__(self, key):
         start, stop, cols = row_range(key, self.shape[0])
         where = self.loc.with_element(self.name.lstrip("/"))
         with h5_file(self.loc) as (f, recorder):
-            block = H5Slices(f[self.name], where, recorder)[start:stop]
+            block = H5Slices(f[self.name], where, recorder, self.field)[start:stop]
         return block if self.ndim == 1 else block[:, cols]
 
 
@@ -293,27 +297,38 @@ def open_hdf5(loc: Location, opts):
         return dense_dataset(node, loc, name, opts, {})
 
 
-def dense_dataset(node, loc: Location, name: str, opts, fmt_meta: dict):
-    """(dask array, meta) of a dense h5py dataset read by rows from the file at ``loc``."""
+def field_layout(node, field: str) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of one field of a compound dataset: its rows times the field's own
+    shape (``('X_pca', '<f4', (50,))`` in a dataset of n records is an n x 50 matrix)."""
+    sub = np.dtype(node.dtype).fields[field][0]
+    return tuple(node.shape) + tuple(sub.shape), np.dtype(sub.base)
+
+
+def dense_dataset(node, loc: Location, name: str, opts, fmt_meta: dict, field: str | None = None):
+    """(dask array, meta) of a dense h5py dataset (or of its ``field``, for a compound one)
+    read by rows from the file at ``loc``."""
     import dask.array as da
     from dask.base import tokenize
 
-    where = loc.with_element(name)
-    refuse_non_numeric(node.dtype, where, "dataset")
-    shape, dtype = tuple(node.shape), np.dtype(node.dtype)
+    where = loc.with_element(name) + (f"[{field!r}]" if field else "")
+    if field:
+        shape, dtype = field_layout(node, field)
+    else:
+        shape, dtype = tuple(node.shape), np.dtype(node.dtype)
+    refuse_non_numeric(dtype, where, "dataset")
     if len(shape) not in (1, 2):
         return da.empty(shape, dtype=dtype, chunks=-1), {}
     n, d = (shape + (1,))[:2]
     base = node.chunks[0] if node.chunks else 1
     rows = opts.row_chunk or plan_row_chunk(n, d, dtype.itemsize, base=base)
-    reader = H5Rows(loc, name, shape, dtype)
+    reader = H5Rows(loc, name, shape, dtype, field)
     arr = da.from_array(
         reader,
         chunks=(rows,) + shape[1:],
         asarray=False,
         fancy=False,
         lock=False,
-        name="hdf5-" + tokenize(loc.url, name, shape, str(dtype)),
+        name="hdf5-" + tokenize(loc.url, name, shape, str(dtype), *([field] if field else [])),
     )
     return arr, {
         **fmt_meta,

@@ -3,8 +3,10 @@
 Formats (`detect_format`, from the suffix, and for a folder from what it holds):
 
 - Zarr v3 / v2 arrays, or an array in a group (``uri#path``); AnnData-Zarr stores (a Zarr
-  group whose root says ``encoding-type: anndata``) and ``.h5ad`` files, element X or the
-  one named by ``#layers/counts``, ``#obsm/X_pca``, ``#raw/X`` (`dimred_dask.io.anndata`);
+  group whose root says ``encoding-type: anndata``, or that holds ``obs`` and ``var``) and
+  ``.h5ad`` files in every layout anndata reads, element X or the one named by
+  ``#layers/counts``, ``#obsm/X_pca``, ``#raw/X`` (`dimred_dask.io.anndata`), a column of
+  obs as labels by ``#obs/louvain`` (`dimred_dask.io.obs`);
 - HDF5 datasets ``file.h5#group/dataset`` (`dimred_dask.io.hdf5`);
 - ``.npy`` files; SciPy sparse ``.npz`` files (`dimred_dask.io.npz`);
 - Parquet (a file or a folder; scalar and list columns) and CSV (`dimred_dask.io.tables`);
@@ -75,25 +77,47 @@ def suffix_format(path: str) -> str | None:
     return next((fmt for suffix, fmt in SUFFIXES.items() if low.endswith(suffix)), None)
 
 
-def _root_attributes(loc: Location) -> dict | None:
-    """The attributes of the Zarr node at ``loc.url`` (v3 or v2), or None if it is none."""
+def _zarr_document(loc: Location, names) -> tuple[str, object] | None:
+    """(name, parsed JSON) of the first of the metadata documents ``names`` at ``loc.url``."""
     fs, path = _fs(loc)
-    for name, attrs_of in (
-        ("zarr.json", lambda doc: doc.get("attributes", {})),
-        (".zattrs", lambda doc: doc),
-        (".zgroup", lambda doc: {}),
-        (".zarray", lambda doc: {}),
-    ):
+    for name in names:
         try:
-            doc = json.loads(fs.cat_file(f"{path.rstrip('/')}/{name}"))
+            return name, json.loads(fs.cat_file(f"{path.rstrip('/')}/{name}"))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError):
             continue
         except Exception as exc:
             if is_storage_error(exc):
                 raise storage_error(exc, f"Opening {loc.url}", location=loc) from None
             raise
-        return attrs_of(doc) if isinstance(doc, dict) else {}
     return None
+
+
+def _root_attributes(loc: Location) -> tuple[dict, bool] | None:
+    """(attributes, whether it is a group) of the Zarr node at ``loc.url`` (v3 or v2), or
+    None if it is none."""
+    found = _zarr_document(loc, ("zarr.json", ".zattrs", ".zgroup", ".zarray"))
+    if found is None:
+        return None
+    name, doc = found
+    doc = doc if isinstance(doc, dict) else {}
+    if name == "zarr.json":
+        return doc.get("attributes", {}), doc.get("node_type") == "group"
+    if name == ".zattrs":
+        return doc, _zarr_document(loc, (".zgroup",)) is not None
+    return {}, name == ".zgroup"
+
+
+def _older_anndata(loc: Location) -> bool:
+    """Whether a Zarr group without anndata's root attributes holds ``obs`` and ``var`` (an
+    AnnData-Zarr store anndata < 0.7 wrote)."""
+    return all(
+        _zarr_document(
+            Location(f"{loc.url.rstrip('/')}/{part}", None, loc.storage_options),
+            ("zarr.json", ".zarray", ".zgroup"),
+        )
+        is not None
+        for part in ("obs", "var")
+    )
 
 
 def detect_format(loc: Location) -> str:
@@ -106,9 +130,12 @@ def detect_format(loc: Location) -> str:
     fmt = suffix_format(loc.url)
     if fmt not in (None, "zarr"):
         return fmt
-    attrs = _root_attributes(loc)
-    if attrs is not None:
-        return "anndata-zarr" if attrs.get("encoding-type") == "anndata" else "zarr"
+    root = _root_attributes(loc)
+    if root is not None:
+        attrs, group = root
+        if attrs.get("encoding-type") == "anndata" or (group and _older_anndata(loc)):
+            return "anndata-zarr"
+        return "zarr"
     fs, path = _fs(loc)
     if fmt is None and fs.isdir(path):
         found, _ = classify(loc, suffix_format)
@@ -147,7 +174,8 @@ def open_input(
         Rows per dask chunk; None: about 64 MiB per chunk (`plan_row_chunk`), a multiple of
         the stored chunk.
     allow_1d : bool, default False
-        Return a 1-D array (labels, targets) as one column.
+        Return a 1-D array (labels, targets) as one column; an AnnData obs column
+        (``#obs/<column>``) is read only so.
     role : str, default "input"
         What the array is, named in error messages.
     as_float : bool, default False
@@ -167,7 +195,9 @@ def open_input(
         The dask array (of ``scipy.sparse.csr_matrix`` row blocks for sparse input), its
         `Location`, its format and ``meta``: ``format``, ``shape``, ``dtype``, ``sparse``;
         for sparse input ``nnz``, ``density`` and ``layout`` (csr / csc as stored); for
-        AnnData ``element``; for shards ``shards`` (their count).
+        AnnData ``element`` (and ``stored_as`` / ``field`` where an older layout keeps it
+        elsewhere), for an obs column ``column``, ``encoding`` and, coded, ``categories``;
+        for shards ``shards`` (their count).
 
     Raises
     ------
@@ -211,6 +241,8 @@ def open_input(
         row_chunk,
         check_chunks,
         allow_missing_chunks,
+        allow_1d,
+        role,
     )
     arr, meta = _open(loc, fmt, opts)
     meta.pop("_reader", None)

@@ -188,6 +188,25 @@ def _check_alike(locations, opened, loc: Location) -> None:
             )
 
 
+def _check_categories(locations, opened, loc: Location) -> None:
+    """Codes (an obs column read as labels) mean the same classes in every shard."""
+    first = opened[0][1].get("categories")
+    for shard, (_, meta) in zip(locations[1:], opened[1:]):
+        if meta.get("categories") != first:
+
+            def shown(cats):
+                return "none" if cats is None else f"{cats[:10]}{' ...' if len(cats) > 10 else ''}"
+
+            raise InputError(
+                f"The shards of {loc} code their column differently: {shard} has the "
+                f"categories {shown(meta.get('categories'))}, the first shard "
+                f"{locations[0]} {shown(first)}, so one code would mean different classes.",
+                "write every shard with the same categories (e.g. adata.obs[col] = "
+                "adata.obs[col].cat.set_categories(all_categories) before writing), or read "
+                "the labels from one file.",
+            )
+
+
 def open_shards(loc: Location, fmt: str, paths: list[str], opener, opts):
     """(dask array, meta) of the shards ``paths`` of format ``fmt``, in order."""
     import dask.array as da
@@ -196,12 +215,12 @@ def open_shards(loc: Location, fmt: str, paths: list[str], opener, opts):
     locations = [shard_location(loc, p) for p in paths]
     opened = _open_all(locations, opener, opts)
     _check_alike(locations, opened, loc)
+    _check_categories(locations, opened, loc)
     readers = [meta.get("_reader") for _, meta in opened]
     metas = [meta for _, meta in opened]
     arr0, meta0 = opened[0]
-    common = {
-        k: v for k, v in meta0.items() if k in ("element", "layout", "zarr_format", "compressed")
-    }
+    kept = ("element", "layout", "zarr_format", "compressed", "column", "categories", "ordered")
+    common = {k: v for k, v in meta0.items() if k in kept}
     common.update(shards=len(paths), first_shard=str(locations[0]), last_shard=str(locations[-1]))
     checks = [m.pop("_check") for m in metas if "_check" in m]
     if checks:

@@ -276,6 +276,21 @@ def _refuse_pickle(node, loc: Location) -> None:
         )
 
 
+def refuse_object_codecs(node, where: str) -> None:
+    """Refuse an array decoded into Python objects by anything but zarr's text codecs: text
+    (``vlen-utf8`` / ``vlen-bytes``, zarr's string dtype) passes; a pickle codec (or any other
+    object codec) would build whatever the data says, so it is refused before any chunk is
+    read."""
+    text = str(node.metadata.to_dict()).lower()
+    kind = np.dtype(node.dtype).kind
+    if "pickle" in text or (kind == "O" and not ("vlen-utf8" in text or "vlen-bytes" in text)):
+        raise InputTypeError(
+            f"The Zarr array {where} holds Python objects decoded by a pickle or another "
+            "object codec; decoding it would run code from the data.",
+            "rewrite it with a numeric or a string dtype (anndata writes text as vlen-utf8).",
+        )
+
+
 def _safe_node(loc: Location, allow_missing: bool = False):
     """The strict zarr array at ``loc``, refused if it holds Python objects or a pickle codec:
     checked in the raw metadata before zarr would build any codec, then in zarr's."""
