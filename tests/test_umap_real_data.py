@@ -2,7 +2,7 @@
 scikit-learn, 1797 rows, 10 labels), both with their defaults on the same array.
 
 Measured in the 2-D map: the 10-nearest-neighbour label accuracy (5-fold cross-validated
-KNeighborsClassifier(10)) and the trustworthiness (k = 10), averaged over seeds.
+KNeighborsClassifier(10)) and the trustworthiness (k = 10), averaged over ``SEEDS``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sklearn.neighbors import KNeighborsClassifier  # noqa: E402
 
 from dimred_dask import UMAP  # noqa: E402
 
-SEEDS = (0, 1)
+SEEDS = (0,)  # one seed keeps the test short (umap-learn's first call compiles for ~20 s)
 # ours may be below umap-learn's mean 10-NN label accuracy by at most this much: about the
 # spread of umap-learn's own mean between sets of seeds (on 5 000 MNIST digits its mean over
 # seeds 0-3 is 0.927, over seeds 0-7 0.932), while the one-ended attraction this test guards
