@@ -30,6 +30,8 @@ def main(argv=None) -> int:
             "models",
             "numba-cache",
             "flow-peak",
+            "real-umap",
+            "real-tsne",
         ],
         help="which benchmark",
     )
@@ -205,7 +207,19 @@ def main(argv=None) -> int:
         help="flow-peak: the methods run through the flow, comma-separated, each "
         "optionally with parameters (laplacian:eigen_solver=lobpcg;tol=1e-6)",
     )
+    p.add_argument(
+        "--csv",
+        default=None,
+        help="real-umap, real-tsne: also a local CSV of rows, the label last (reduced to 50 PCs)",
+    )
+    p.add_argument(
+        "--seeds", type=int, nargs="+", default=None, help="real-umap, real-tsne: the seeds"
+    )
     args = p.parse_args(argv)
+    if args.name in ("real-umap", "real-tsne"):
+        from . import real_data
+
+        return real_data.main(args)
     if args.name == "flow-peak":
         from . import flow_peak
 

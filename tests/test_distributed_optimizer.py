@@ -86,8 +86,9 @@ def test_distributed_umap_is_the_single_worker_embedding(client, blobs):
     info = many.info
     assert info["optimizer"] == "distributed" and info["blocks"] == 2
     assert sorted(info["blocks_per_worker"]) == [1, 1]
-    # positions down to each block and back up, float32: (blocks + 1) x n x 2 x 4 bytes
-    assert info["bytes_per_iteration"] == 3 * 1500 * 2 * 4
+    # positions down to each block and back up, float32: (blocks + 1) x n x 2 x 4 bytes; and
+    # each block's pull sums on the other ends of its edges, int64: blocks x n x 2 x 8 bytes
+    assert info["bytes_per_iteration"] == 3 * 1500 * 2 * 4 + 2 * 1500 * 2 * 8
     assert one.info["optimizer"] == "single"
 
 

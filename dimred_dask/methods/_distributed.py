@@ -14,12 +14,16 @@ interpolation grid.
   potentials, adds its rows' attraction over its rows of P and makes its rows' step.
 - UMAP, per epoch: the positions of the previous epoch go to every block, each runs the epoch
   over its rows' edges (negative samples drawn from those positions, as the single-worker
-  optimiser also does: the staleness is one epoch in both) and sends its rows back. Rows are
-  keyed by their global number, so the embedding is the single-worker one bit for bit.
+  optimiser also does: the staleness is one epoch in both) and sends its rows back with the
+  pulls its edges put on their other ends, summed per vertex in fixed point (`pull_sums`, an
+  (n, d) int64 array); the coordinator adds those sums (exact integers) and moves every vertex
+  by them (`apply_pulls`). Rows are keyed by their global number, so the embedding is the
+  single-worker one bit for bit.
 
 What crosses the network per synchronisation is the positions, once down per block and once
-up in blocks, and for t-SNE the grid's charges up and potentials down per block: O(n x d +
-B x grid), reported as ``bytes_per_iteration`` in the fit's info.
+up in blocks (for UMAP also each block's n x d int64 pull sums), and for t-SNE the grid's
+charges up and potentials down per block: O(n x d + B x grid) (UMAP: O(B x n x d)),
+reported as ``bytes_per_iteration`` in the fit's info.
 
 Dask actors rather than tasks: a block's P and state stay in one worker's memory for hundreds
 of iterations, and an actor's method call goes from the coordinator straight to that worker
@@ -42,7 +46,7 @@ import numpy as np
 from .._compute import smallest_worker_memory, workers
 from ..blocks.tsne_gradient import GridSpec, Interpolation
 from ..blocks.tsne_kernels import fused_step, kl_attractive_part
-from ..blocks.umap_kernels import sgd_epoch
+from ..blocks.umap_kernels import apply_pulls, pull_sums, sgd_epoch
 from ..errors import InputError, StageError
 from ..graphs import KNNGraph
 from ..graphs.affinities import GraphRows
@@ -252,6 +256,9 @@ class UMAPBlock:
     def epoch(self, Yref, a, b, gamma, alpha, epoch: int, seed: int):
         t0 = time.perf_counter()
         Yb = Yref[self.start : self.stop].copy()
+        shape = (self.indices.size, Yb.shape[1])
+        if getattr(self, "pulls", None) is None or self.pulls.shape != shape:
+            self.pulls = np.zeros(shape, dtype=np.float32)
         with threads(self.nt):
             sgd_epoch(
                 Yb,
@@ -270,10 +277,12 @@ class UMAPBlock:
                 seed,
                 self.start,
                 NO_KEYS,
-                np.float32(2.0),
+                np.float32(1.0),
                 True,
+                self.pulls,
             )
-        return Yb, time.perf_counter() - t0
+            sums = pull_sums(self.indices, self.pulls, Yref.shape[0])
+        return Yb, sums, time.perf_counter() - t0
 
     def ce_part(self, Y, a: float, b: float):
         from .umap import edge_terms
@@ -576,11 +585,15 @@ def optimize_umap_distributed(
                 t_it = time.perf_counter()
                 out = blocks.call("epoch", Y, a, b, gamma, alpha, epoch, s["random_state"])
                 t1 = time.perf_counter()
-                Y = np.concatenate([y for y, _ in out])
+                Y = np.concatenate([y for y, _, _ in out])
+                sums = out[0][1].copy()
+                for _, part, _ in out[1:]:
+                    sums += part  # int64 fixed point: exact, the single worker's integers
+                apply_pulls(Y, sums, alpha)
                 clock["coordinator"] += time.perf_counter() - t1
-                clock["blocks"] += max(t for _, t in out)
+                clock["blocks"] += max(t for _, _, t in out)
                 clock["wall"] += time.perf_counter() - t_it
-                moved += Y.nbytes * (len(bounds) + 1)
+                moved += Y.nbytes * (len(bounds) + 1) + sum(p.nbytes for _, p, _ in out)
                 epochs += 1
                 epoch += 1
                 if (

@@ -18,7 +18,7 @@ import numpy as np
 
 from .._validation import is_dask
 from ._base import refuse_nonfinite_block
-from ..blocks.umap_kernels import sgd_epoch
+from ..blocks.umap_kernels import no_pulls, sgd_epoch
 from ..graphs.affinities import fuzzy_rows
 from ..graphs.query import reference_topk
 
@@ -82,6 +82,7 @@ def _place_block(X_new, X_train, Y_train, params: dict):
             keys,
             np.float32(1.0),
             False,
+            no_pulls(d),
         )
     return Y
 

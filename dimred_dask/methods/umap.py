@@ -5,7 +5,8 @@ graph (rho_i, sigma_i per row, blockwise; fuzzy union) -> a, b fitted from ``min
 ``spread`` -> initial layout (spectral from the graph Laplacian through the shared sparse
 eigensolver, PCA fallback with a warning; or PCA; or random) -> SGD epochs with negative
 sampling (``blocks.umap_kernels``: each edge sampled in proportion to its weight, the
-learning rate decaying linearly to 0, ``negative_sample_rate`` repulsions per attraction).
+learning rate decaying linearly to 0, ``negative_sample_rate`` repulsions per attraction, each
+attraction's step also taken, opposite, by the edge's other end, as umap-learn does).
 
 The loss reported is the fuzzy cross-entropy over unordered pairs
 CE = sum_{i<j} p log(p/q) + (1 - p) log((1 - p)/(1 - q)), q = 1 / (1 + a d^2b): exact over the
@@ -24,7 +25,7 @@ import numpy as np
 
 from .._compute import active_client
 from .._validation import check_array
-from ..blocks.umap_kernels import sgd_epoch
+from ..blocks.umap_kernels import apply_pulls, pull_sums, sgd_epoch
 from ..errors import InputError
 from ..graphs.affinities import affinities, affinities_delayed, affinity_row_blocks_delayed, find_ab
 from ..linalg.convergence import completed
@@ -226,6 +227,7 @@ def optimize_umap(P, Y0, s: dict, *, checkpoint=None, progress=None):
     else:
         start, Y = 0, np.array(Y0, dtype=np.float32)
         nxt, nxt_neg = eps.copy(), eps_neg.copy()
+    pulls = np.zeros((indices.size, Y.shape[1]), dtype=np.float32)
     t0 = time.perf_counter()
     for epoch in range(start, n_epochs):
         alpha = np.float32(s["learning_rate"] * (1.0 - epoch / n_epochs))
@@ -246,9 +248,11 @@ def optimize_umap(P, Y0, s: dict, *, checkpoint=None, progress=None):
             s["random_state"],
             0,
             NO_KEYS,
-            np.float32(2.0),
+            np.float32(1.0),
             True,
+            pulls,
         )
+        apply_pulls(Y, pull_sums(indices, pulls, Y.shape[0]), alpha)
         done = epoch + 1
         if progress is not None and s["callback_every"] and done % s["callback_every"] == 0:
             progress(done, n_epochs, None)
