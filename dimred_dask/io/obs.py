@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError, InputTypeError
-from .anndata import Element, child, elements
+from .anndata_layout import Element, child, elements
 from .base import plan_row_chunk, row_range
 from .hdf5 import is_array, text_attr
 from .uris import Location

@@ -50,7 +50,8 @@ from ..blocks.umap_kernels import apply_pulls, pull_sums, sgd_epoch
 from ..errors import InputError, StageError
 from ..graphs import KNNGraph
 from ..graphs.affinities import GraphRows
-from ._neighbor_runs import delayed_literal, threads
+from ._neighbor_runs import delayed_literal, learning_rate_of, threads
+from ._umap_parts import edge_schedule, edge_terms
 
 __all__ = [
     "OPTIMIZERS",
@@ -237,8 +238,6 @@ class UMAPBlock:
     def edges(self, w_max: float, n_epochs: int, negative_sample_rate: int) -> int:
         """This block's edges with the epochs per sample relative to the strongest edge of the
         whole graph (`umap._edges` on these rows); the number kept."""
-        from .umap import edge_schedule
-
         self.indptr, self.indices, self.eps, self.eps_neg = edge_schedule(
             self.P, n_epochs, negative_sample_rate, w_max=w_max
         )
@@ -285,8 +284,6 @@ class UMAPBlock:
         return Yb, sums, time.perf_counter() - t0
 
     def ce_part(self, Y, a: float, b: float):
-        from .umap import edge_terms
-
         return edge_terms(self.P, self.start, Y, a, b)
 
 
@@ -420,8 +417,6 @@ def optimize_tsne_distributed(
     """The t-SNE gradient descent of `tsne.optimize_tsne` over row blocks on the workers.
     ``P_blocks``: lazy row blocks of P (``bounds``); ``initial``: (iteration, Y, update,
     gains) to start from. Returns (Y, kl, info)."""
-    from .tsne import learning_rate_of
-
     if s["gradient"] != "fft":
         raise InputError(
             "optimizer='distributed' computes t-SNE's repulsion on an "

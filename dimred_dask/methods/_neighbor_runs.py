@@ -430,3 +430,9 @@ class EmbeddingSet:
             list(scalars["losses"]),
             list(scalars.get("info") or []),
         )
+
+
+def learning_rate_of(s: dict, n: int, exaggeration: float) -> float:
+    """t-SNE's step: n / exaggeration for ``learning_rate="auto"`` (as openTSNE), else the
+    setting's."""
+    return n / exaggeration if s["learning_rate"] == "auto" else float(s["learning_rate"])

@@ -54,6 +54,7 @@ from ._neighbor_runs import (
     fit_then_place,
     fitted_reference,
     graph_ref,
+    learning_rate_of,
     like_input,
     pca_init,
     random_init,
@@ -214,10 +215,6 @@ class TSNEModel(HasConvergence):
 
 
 # --------------------------------------------------------------------------- optimiser
-
-
-def learning_rate_of(s: dict, n: int, exaggeration: float) -> float:
-    return n / exaggeration if s["learning_rate"] == "auto" else float(s["learning_rate"])
 
 
 def _start(Y0, n: int, s: dict, state):
