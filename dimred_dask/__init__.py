@@ -54,9 +54,17 @@ def _method_names() -> list[str]:
     return [name for name in _methods().__all__ if name not in _METHODS_ONLY]
 
 
+# a finished run's model, to place new rows (`dimred_dask.runs`), also imported on first use
+_RUNS = ("load_model", "RunModel")
+
+
 def __getattr__(name: str):
     if name == "__all__":
-        value = [*_method_names(), *_ERRORS, "__version__"]
+        value = [*_method_names(), *_RUNS, *_ERRORS, "__version__"]
+    elif name in _RUNS:
+        import importlib
+
+        value = getattr(importlib.import_module(f"{__name__}.runs"), name)
     elif name.startswith("__") or name not in _method_names():
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     else:
@@ -66,7 +74,7 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_method_names()))
+    return sorted(set(globals()) | set(_method_names()) | set(_RUNS))
 
 
 if TYPE_CHECKING:  # the names as static analysis and documentation tools should see them

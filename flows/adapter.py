@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from dimred_dask.errors import InputError
+from dimred_dask.runs import STORED_ARRAYS
 
 __all__ = [
     "MethodAdapter",
@@ -51,14 +52,6 @@ def save_model(model, store) -> None:
     for name, value in model.arrays().items():
         store.write_array(f"model/{name}", value)
     store.write_attrs("model", model.scalars())
-
-
-# A model's arrays with a row per training row: left in the run store when a model is loaded,
-# read by the rows a transform needs (on the workers for dask input), so loading a model costs
-# the size of its small arrays, never the training data's.
-STORED_ARRAYS = frozenset(
-    {"X_fit_", "embedding_", "reference_", "alphas_", "proj_", "mds_embedding_", "mds_proj_"}
-)  # Isomap's MDS of the geodesics
 
 
 def model_loader(cls):

@@ -12,6 +12,8 @@ import traceback
 
 from dimred_dask.errors import DimredError, InputError
 
+from .summary import print_placement, print_summary, print_unfinished, unfinished_report
+
 EPILOG = """examples:
   dimred-dask demo
   dimred-dask run --input data.zarr --output out.zarr --method pca --n-components 16
@@ -25,6 +27,7 @@ EPILOG = """examples:
   dimred-dask run --input walk.zarr --actions actions.zarr --output are.zarr --method are
   dimred-dask run --input cells.zarr --output map.zarr --method pca+umap \\
       --param pca.n_components=50 --param umap.n_neighbors=30
+  dimred-dask transform --model map.zarr --input new-cells.zarr --output placed.zarr
   dimred-dask inspect out.zarr
   dimred-dask unlock out.zarr      # the lease of a run whose machine was lost
 
@@ -216,6 +219,63 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
+    tr = sub.add_parser(
+        "transform",
+        help="place the rows of a new input on a finished run's map (a run store of its own)",
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
+    )
+    tr.add_argument(
+        "--model",
+        required=True,
+        metavar="RUN",
+        help="the committed run whose map "
+        "places the rows (its --output; a chain places through every step)",
+    )
+    tr.add_argument(
+        "--input",
+        required=True,
+        metavar="URI",
+        help="the new rows, in any format `run` reads, with the training data's columns",
+    )
+    tr.add_argument(
+        "--output", required=True, metavar="URI", help="where the placement's run store goes"
+    )
+    tr.add_argument("--columns", help="comma-separated numeric columns of a Parquet/CSV input")
+    tr.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    tr.add_argument(
+        "--chunk-rows",
+        type=int,
+        metavar="N",
+        help="rows per chunk (default: planned from the workers' memory)",
+    )
+    tr.add_argument(
+        "--allow-missing-chunks",
+        action="store_true",
+        help="read absent chunks of a Zarr input as its fill value",
+    )
+    tr.add_argument(
+        "--drift-warn",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="warn when more than this share of the new rows lie farther from "
+        "their nearest training rows than 99 %% of the training rows do "
+        "(default 0.05)",
+    )
+    tr.add_argument(
+        "--scheduler",
+        metavar="ADDR",
+        help="tcp://host:port of an existing Dask scheduler (default: a local cluster)",
+    )
+    tr.add_argument(
+        "--credentials-block",
+        metavar="NAME",
+        help="a Prefect Secret block with the object storage credentials",
+    )
+    tr.add_argument("--json", action="store_true", help="print the manifest as JSON")
+
     demo = sub.add_parser(
         "demo", help="make a synthetic dataset and embed it end to end", parents=[common]
     )
@@ -256,114 +316,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     met.add_argument("method", nargs="?", help="a method: its parameters and their defaults")
     return p
-
-
-def print_summary(m: dict, stream=None) -> None:
-    met, model = m.get("metrics", {}), m.get("model", {})
-    w = (stream or sys.stdout).write  # looked up per call: sys.stdout may have been replaced
-    w(f"output      {m['output']}\n")
-    w(f"method      {m['method']}  params {json.dumps(m['params'], sort_keys=True)}\n")
-    w(f"input       {m['input']}  shape {m['input_meta']['shape']} {m['input_meta']['dtype']}\n")
-    w(f"            {_input_kind(m['input_meta'])}\n")
-    for step in (m.get("chain") or {}).get("earlier", []):
-        w(
-            f"step        {step['method']} -> {step['output']}  "
-            f"({', '.join(f'{k} {v:.2f}s' for k, v in step['timings'].items())})\n"
-        )
-    if "explained_variance_ratio_total" in model:
-        w(
-            f"explained variance ratio (total of {model['n_components']}): "
-            f"{model['explained_variance_ratio_total']:.6f}\n"
-        )
-    choice = model.get("solver_choice") or {}
-    if choice.get("max_error") is not None:  # PCA's solver="auto" weighing single-pass
-        w(f"solver      {choice['solver']}: {choice['why']}\n")
-        if choice.get("fallback"):
-            w(f"            then {choice['fallback']}\n")
-    sketch = model.get("sketch")
-    if sketch:  # single-pass PCA
-        est = sketch.get("embedding_error_estimate")
-        w(
-            f"single-pass sketch of {sketch['width']} columns: captured variance "
-            f"{sketch['captured_variance']:.6f}, embedding error estimate "
-            + (f"{est:.2e}" if est is not None else "not available")
-            + "\n"
-        )
-        if sketch.get("warning"):
-            w(f"warning     {sketch['warning']}\n")
-    for k in ("trustworthiness", "knn_recall", "reconstruction_error"):
-        if k in met:
-            w(f"{k:<22}{met[k]:.6f}\n")
-    graph = m.get("graph") or {}
-    if graph:
-        search = graph.get("recall_search") or {}
-        recall = graph.get("recall")
-        w(
-            f"knn graph   {graph.get('n_neighbors')} neighbours, {graph.get('backend')}, "
-            f"{graph.get('components')} component(s), recall "
-            + (f"{recall:.3f}" if recall is not None else "not measured")
-            + (
-                f" (target {search['target']:g}, {len(search['rounds'])} build(s))"
-                if search.get("rounds")
-                else ""
-            )
-            + f", {graph.get('source')}\n"
-        )
-        if graph.get("recall_warning"):
-            w(f"warning     {graph['recall_warning']}\n")
-    if "sample" in met:
-        w(f"metrics sample        {met['sample']} (k = {met.get('n_neighbors')})\n")
-    for e in model.get("embeddings", []):  # t-SNE / UMAP / SNE: one line per setting
-        sample = e.get("fit_sample")
-        w(
-            f"embedding {e['index']:<3} {json.dumps(e['params'], sort_keys=True)}  "
-            f"{e['loss_name']} {e['loss']:.4f}  trustworthiness {e['trustworthiness']:.4f}  "
-            f"({e['array']})"
-            + (
-                f"; fit on {sample['rows']} of {sample['of']} rows (seed {sample['seed']}), the "
-                f"others placed in {sample['place_seconds']:.1f} s"
-                if sample
-                else ""
-            )
-            + "\n"
-        )
-    records = m.get("convergence") or []
-    if records:
-        handled = [f"{r.get('solver')} {r['handled_by']}" for r in records if r.get("handled_by")]
-        w(
-            f"convergence {len(records)} solve(s): "
-            f"{sum(bool(r.get('converged')) for r in records)} converged"
-            + (f"; {'; '.join(handled)}" if handled else "")
-            + "\n"
-        )
-    w(
-        "timings     "
-        + ", ".join(f"{k} {v:.2f}s ({m['stages'][k]})" for k, v in m["timings"].items())
-        + "\n"
-    )
-    if m.get("flow_run_id"):
-        w(f"flow run    {m['flow_run_id']}\n")
-
-
-def _input_kind(meta: dict) -> str:
-    """How the input is kept: its format, dense or sparse (density), shards, element."""
-    parts = [meta.get("format", "?")]
-    if meta.get("element"):
-        parts.append(f"element {meta['element']}")
-    if meta.get("sparse"):
-        parts.append(
-            f"sparse, {meta.get('nnz', 0):,} stored values "
-            f"(density {100 * meta.get('density', 0):.2f} %)"
-        )
-    else:
-        parts.append("dense")
-    if meta.get("shards"):
-        parts.append(f"{meta['shards']} shards")
-    if meta.get("stored_dtype"):
-        parts.append(f"stored as {meta['stored_dtype']}")
-    if meta.get("missing_chunks"):
-        parts.append(f"{meta['missing_chunks']} missing chunks read as fill value")
-    return ", ".join(parts)
 
 
 def _quiet_logs(debug: bool = False) -> None:
@@ -463,6 +415,52 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _transform_arguments(args) -> dict:
+    from .transform import DRIFT_WARN
+
+    return dict(
+        model=_location(args.model, "model", store=True),
+        input=_location(args.input, "input"),
+        output=_location(args.output, "output", store=True),
+        overwrite=args.overwrite,
+        columns=[c.strip() for c in args.columns.split(",")] if args.columns else None,
+        chunk_rows=args.chunk_rows,
+        allow_missing_chunks=args.allow_missing_chunks,
+        drift_warn=DRIFT_WARN if args.drift_warn is None else args.drift_warn,
+    )
+
+
+def preflight_transform(args) -> None:
+    """`preflight_run` for a placement: its services, then every check of its validate stage
+    (the model, its training rows' fingerprint, the input, the output) in this process."""
+    from dimred_dask.cluster import check_scheduler
+
+    from ._process import check_prefect_api
+
+    check_prefect_api()
+    check_scheduler(args.scheduler)
+    if args.credentials_block:
+        return
+    from .transform import PlaceRequest, check_placement
+
+    check_placement(PlaceRequest.build(**_transform_arguments(args)))
+
+
+def cmd_transform(args) -> int:
+    from .transform import transform
+
+    manifest = transform(
+        **_transform_arguments(args),
+        scheduler=args.scheduler,
+        credentials_block=args.credentials_block,
+    )
+    if args.json:
+        print(json.dumps(manifest, indent=2, sort_keys=True))
+    else:
+        print_placement(manifest)
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -508,81 +506,11 @@ def cmd_inspect(args) -> int:
     manifest = store.read_json("manifest.json")
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
+    elif manifest.get("kind") == "placement":
+        print_placement(manifest)
     else:
         print_summary(manifest)
     return 0
-
-
-def unfinished_report(store) -> dict:
-    """Where an unfinished run stands: its committed stages (of its steps too, for a chain)
-    and its lease (holder, how it is judged), from the store alone."""
-    import time
-
-    from dimred_dask.io import Lease, RunStore
-
-    def stages(s):
-        return [
-            {"stage": m.get("stage"), "time": m.get("time"), "fingerprint": m.get("fingerprint")}
-            for m in s.stages_done()
-        ]
-
-    steps = {}
-    try:
-        names = store.fs.ls(store._path("steps"), detail=False)
-    except (FileNotFoundError, NotADirectoryError):
-        names = []
-    for entry in sorted(names):
-        name = entry.rstrip("/").rsplit("/", 1)[-1]
-        steps[name] = stages(RunStore(store.location.child(f"steps/{name}")))
-    lease = Lease(store).status()
-    return {
-        "output": store.url,
-        "committed": False,
-        "stages": stages(store),
-        "steps": steps,
-        "lease": lease and {k: v for k, v in lease.items() if k not in ("token", "digest")},
-        "now": time.time(),
-    }
-
-
-def print_unfinished(report: dict, stream=None) -> None:
-    import time
-
-    w = (stream or sys.stdout).write
-
-    def listed(stages):
-        if not stages:
-            return "none"
-        return ", ".join(
-            f"{s['stage']} ({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(s['time']))})"
-            if s.get("time")
-            else str(s["stage"])
-            for s in stages
-        )
-
-    w(f"output      {report['output']}\n")
-    w("status      unfinished: no _COMMITTED marker (its contents may be partial)\n")
-    for name, stages in report["steps"].items():
-        w(f"step {name:<7}stages committed: {listed(stages)}\n")
-    w(f"stages      committed: {listed(report['stages'])}\n")
-    lease = report["lease"]
-    if lease is None:
-        w("lease       none: no run is writing it\n")
-        w("next        run the same command again to finish it (committed stages are reused)\n")
-        return
-    holder = (
-        f"{lease.get('holder')} (host {lease.get('host')}, pid {lease.get('pid')}; "
-        f"{lease.get('why')})"
-    )
-    if lease["stale"]:
-        w(f"lease       stale, left by {holder}\n")
-        w("next        run the same command again: it takes the stale lease over\n")
-    else:
-        w(f"lease       held by {holder}\n")
-        w(
-            "next        that run is still writing it; if it is gone (its machine was "
-            f"lost), dimred-dask unlock {report['output']}\n"
-        )
 
 
 def cmd_unlock(args) -> int:
@@ -654,7 +582,7 @@ def main(argv=None) -> int:
     quiet_prefect_env()
     _quiet_logs(debug)
     previous = os.environ.get("DIMRED_TERMINAL_PROGRESS")
-    if args.command in ("run", "demo") and previous is None:
+    if args.command in ("run", "transform", "demo") and previous is None:
         os.environ["DIMRED_TERMINAL_PROGRESS"] = "1"  # for this command only
     from ._process import (
         interruptible,
@@ -670,14 +598,19 @@ def main(argv=None) -> int:
         ):
             if args.command == "run":
                 preflight_run(args)
+            elif args.command == "transform":
+                preflight_transform(args)
             elif args.command == "demo":
                 from ._process import check_prefect_api
 
                 check_prefect_api()
-            server = start_temporary_server() if args.command in ("run", "demo") else None
+            server = (
+                start_temporary_server() if args.command in ("run", "transform", "demo") else None
+            )
             try:
                 return {
                     "run": cmd_run,
+                    "transform": cmd_transform,
                     "demo": cmd_demo,
                     "inspect": cmd_inspect,
                     "unlock": cmd_unlock,

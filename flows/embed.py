@@ -8,7 +8,6 @@ after a crash reuses every stage whose marker matches. ``_COMMITTED`` is written
 
 from __future__ import annotations
 
-import os
 import time
 
 from prefect import flow, get_run_logger, task
@@ -17,9 +16,8 @@ import dimred_dask
 from dimred_dask import metrics
 from dimred_dask._compute import compute
 from dimred_dask.cluster import cluster_client, describe_cluster
-from dimred_dask.errors import InputError, StageError
+from dimred_dask.errors import StageError
 from dimred_dask.io import (
-    Lease,
     RunStore,
     digest_of,
     open_matrix,
@@ -45,9 +43,10 @@ from .knn import (
 )
 from .guard import stage_guard
 from .methods import SCRATCH, get_method
-from .publish import TASK_OPTS, flow_run_id, publish
+from .publish import TASK_OPTS, publish
 from .inputs import open_actions, open_judged_input, open_labels, open_run_input
 from .request import RunRequest, Validated
+from .running import block_credentials, leased, scheduled_start
 from .validate import validate
 from .stages import (
     check_observer,
@@ -291,6 +290,34 @@ def _refuse_unconverged(method: str, records: list[dict]) -> None:
             )
 
 
+def write_rows(store: RunStore, name: str, Y, stage: str) -> dict:
+    """Compute the lazy rows ``Y`` on the workers into the store's array ``name`` (raw chunks
+    of Y's rows: coordinates hardly compress, zstd keeps over 90 % of their bytes, and
+    compressing them takes CPU the pass needs), one task per stored chunk; what the stage's
+    marker records of it. A write that left chunks out is a `StageError`."""
+    import dask.array as da
+
+    if len(set(Y.chunks[0][:-1])) > 1 or Y.chunks[0][-1] > Y.chunks[0][0]:
+        Y = Y.rechunk({0: max(Y.chunks[0])})  # one task per stored chunk: no shared writes
+    chunks = (Y.chunks[0][0], *Y.shape[1:])
+    target = store.create_array(name, Y.shape, chunks, Y.dtype, compressors=None)
+    with stage_progress(f"{stage} + write {name}"):
+        compute(da.store(Y, target, lock=False, compute=False), stage=f"{stage} + write")
+    info = {
+        f"{name}_shape": list(Y.shape),
+        f"{name}_dtype": str(Y.dtype),
+        f"{name}_chunks": [int(c) for c in chunks],
+        "stored_chunks": int(target.nchunks),
+    }
+    if store.chunk_count(name) != info["stored_chunks"]:
+        raise StageError(
+            f"Stage {stage!r}: {store.chunk_count(name)} of {info['stored_chunks']} {name} "
+            "chunks are in the store.",
+            "re-run the same command; the stage will be redone.",
+        )
+    return info
+
+
 @task(name="transform-write", **TASK_OPTS)
 @in_stage("transform")
 def transform_write(req: RunRequest, v: Validated) -> dict:
@@ -300,31 +327,10 @@ def transform_write(req: RunRequest, v: Validated) -> dict:
     marker = stage_reusable(store, "resume", "transform", fp)
     if marker is not None and store.chunk_count("embedding") == marker["info"]["stored_chunks"]:
         return {**marker["info"], "reused": True, "seconds": time.perf_counter() - t0}
-    import dask.array as da
 
     inp = open_run_input(req, v)
     Y = adapter.transform(adapter.load(store), inp.array)
-    if len(set(Y.chunks[0][:-1])) > 1 or Y.chunks[0][-1] > Y.chunks[0][0]:
-        Y = Y.rechunk({0: max(Y.chunks[0])})  # one task per stored chunk: no shared writes
-    # coordinates (every method's are floats) hardly compress (zstd keeps over 90 % of
-    # their bytes) and compressing them takes CPU the pass needs: stored raw
-    target = store.create_array(
-        "embedding", Y.shape, (Y.chunks[0][0], Y.shape[1]), Y.dtype, compressors=None
-    )
-    with stage_progress("transform + write embedding"):
-        compute(da.store(Y, target, lock=False, compute=False), stage="transform + write")
-    info = {
-        "embedding_shape": list(Y.shape),
-        "embedding_dtype": str(Y.dtype),
-        "embedding_chunks": [int(Y.chunks[0][0]), int(Y.shape[1])],
-        "stored_chunks": int(target.nchunks),
-    }
-    if store.chunk_count("embedding") != info["stored_chunks"]:
-        raise StageError(
-            f"Stage 'transform': {store.chunk_count('embedding')} of "
-            f"{info['stored_chunks']} embedding chunks are in the store.",
-            "re-run the same command; the stage will be redone.",
-        )
+    info = write_rows(store, "embedding", Y, "transform")
     store.mark_stage("transform", fp, {"info": info}, guard=stage_guard(req, v, "transform"))
     store.remove(SCRATCH)  # single-pass PCA's row sketch: the embedding is made from it
     notify("stage", stage="transform", fingerprint=fp, output=req.output)
@@ -357,50 +363,6 @@ def evaluate(req: RunRequest, v: Validated) -> dict:
     store.mark_stage("evaluate", fp, {"info": result}, guard=stage_guard(req, v, "evaluate"))
     notify("stage", stage="evaluate", fingerprint=fp, output=req.output)
     return {**result, "reused": False, "seconds": time.perf_counter() - t0}
-
-
-def _scheduled_start():
-    """The run's scheduled start (a deployment's schedule), or None (now)."""
-    try:
-        from prefect.runtime import flow_run
-
-        return flow_run.scheduled_start_time
-    except Exception:
-        return None
-
-
-S3_SECRET_KEYS = {
-    "aws_access_key_id": "key",
-    "aws_secret_access_key": "secret",
-    "aws_session_token": "token",
-    "key": "key",
-    "secret": "secret",
-    "token": "token",
-}
-
-
-def _block_credentials(name: str) -> dict:
-    """s3fs options from a Prefect Secret block holding a JSON object with
-    aws_access_key_id / aws_secret_access_key (and optionally aws_session_token)."""
-    from prefect.blocks.system import Secret
-
-    try:
-        value = Secret.load(name).get()
-    except ValueError as exc:
-        raise InputError(
-            f"No Prefect Secret block named {name!r} ({exc}).",
-            "create it: Secret(value={'aws_access_key_id': ..., "
-            "'aws_secret_access_key': ...}).save(name)",
-        ) from None
-    if not isinstance(value, dict) or not {"key", "secret"} <= {
-        S3_SECRET_KEYS.get(k) for k in value
-    }:
-        raise InputError(
-            f"The Secret block {name!r} must hold a JSON object with "
-            "aws_access_key_id and aws_secret_access_key (its value is not shown).",
-            "save it again with those two fields.",
-        )
-    return {S3_SECRET_KEYS[k]: v for k, v in value.items() if k in S3_SECRET_KEYS}
 
 
 @flow(name="embed", log_prints=True)
@@ -458,10 +420,10 @@ def embed(
         allow_missing_chunks=allow_missing_chunks,
         knn_target_recall=knn_target_recall,
         knn_recall_budget=knn_recall_budget,
-        when=_scheduled_start(),
+        when=scheduled_start(),
     )
     if credentials_block:
-        with run_storage_options("s3", _block_credentials(credentials_block)):
+        with run_storage_options("s3", block_credentials(credentials_block)):
             return _embed(req, scheduler)
     return _embed(req, scheduler)
 
@@ -474,7 +436,7 @@ def _embed(req: RunRequest, scheduler) -> dict:
     with cluster_client(scheduler) as client:
         if len(steps) == 1:
             v = validate(req)
-            manifest = _leased(
+            manifest = leased(
                 req.output,
                 lambda lease: _run_stages(req, _mode_now(req, v).but(lease=lease), client),
             )
@@ -489,24 +451,6 @@ def _mode_now(req: RunRequest, v: Validated) -> Validated:
     committed the output, or left it unfinished, since the validate stage looked."""
     store = RunStore(req.output)
     return v.but(mode=store.check_writable(req.overwrite, committed_ok=req.inner_step))
-
-
-def _leased(output: str, body):
-    """Run ``body(lease)`` holding the output's lease (renewed while it runs); ``lease`` is
-    ``{"store", "token"}``, which every stage's commit guard checks (`flows.guard`). A run
-    that fails removes the folder the lease made if it is left empty, never a folder that
-    was there."""
-    store = RunStore(output)
-    existed = store.location.is_local and os.path.lexists(store.root)
-    lease = Lease(store, holder=f"flow run {flow_run_id()}").acquire()
-    done = False
-    try:
-        with lease.keepalive():
-            result = body({"store": store.url, "token": lease.token})
-            done = True
-            return result
-    finally:
-        lease.release(remove_empty_root=not done and not existed)
 
 
 def _run_stages(req: RunRequest, v: Validated, client, earlier: list | None = None) -> dict:
@@ -568,4 +512,4 @@ def _run_chain(req: RunRequest, steps: list[RunRequest], client) -> dict:
         }
         return _run_stages(last, v2, client, earlier=[summary])
 
-    return _leased(req.output, body)
+    return leased(req.output, body)

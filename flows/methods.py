@@ -23,6 +23,7 @@ from dimred_dask.pairwise import check_metric
 from dimred_dask.methods.kpca import KernelPCAModel, check_kpca_params, kernel_pca
 from dimred_dask.methods.pca import SOLVERS, PCAModel, check_max_error, pca, plan_solver
 from dimred_dask.methods.specs import SPECS
+from dimred_dask.runs import RunModel, load_model  # noqa: F401 (a run's model, for new rows)
 
 from .adapter import (
     MethodAdapter,
@@ -334,99 +335,3 @@ def get_method(name: str) -> MethodAdapter:
             f"Unknown method {name!r}; available: {sorted(METHODS)}.",
             f"pass --method with one of {', '.join(sorted(METHODS))}.",
         ) from None
-
-
-def load_model(output, *, storage_options: dict | None = None):
-    """The fitted model of a finished run, ready to ``transform`` new rows.
-
-    Parameters
-    ----------
-    output : str
-        The run's output (a local folder, ``file://`` or ``s3://`` URI), as given to
-        ``dimred-dask run --output``; for a chain, its final step.
-    storage_options : dict, optional
-        fsspec options for object storage (endpoint, credentials).
-
-    Returns
-    -------
-    RunModel
-        The method's model (``PCAModel``, ``LLEModel``, ...; attribute ``model``), whose
-        ``transform`` checks new rows first. Its arrays with a row per
-        training row (``X_fit``, the training embedding, geodesics, eigenvector coefficients)
-        stay in the run store and are read by the rows ``transform`` needs, in the process
-        that runs each block (a Dask worker for dask input).
-
-    Raises
-    ------
-    StoreError, UncommittedOutputError
-        Not a run store, or its run did not finish.
-    InputError
-        The method's model places no new rows (t-SNE, SNE, UMAP and spectral clustering runs
-        keep their embeddings only; a landmark MVU run from before its training rows were kept
-        in the run store).
-    """
-    from dimred_dask.io import open_output
-
-    store = open_output(output, storage_options=storage_options)
-    method = store.read_json("manifest.json")["method"]
-    model = get_method(method).load(store)
-    # a model without transform, or without its training rows (a landmark MVU run store
-    # written before they were kept there)
-    if not hasattr(model, "transform") or getattr(model, "X_fit", True) is None:
-        estimator = SPECS[method].estimator.__name__ if method in SPECS else None
-        raise InputError(
-            f"The {method} run at {store.url} keeps its embeddings only; its "
-            "model places no new rows.",
-            f"fit dimred_dask.{estimator} on the rows and call its transform."
-            if estimator and hasattr(SPECS[method].estimator, "transform")
-            else "run the method on all the rows to embed: it places no new rows.",
-        )
-    return RunModel(method, model)
-
-
-def _n_features(model) -> int | None:
-    """The number of columns the model's transform takes (None when it cannot tell)."""
-    for name in ("n_features_in", "X_fit", "mean", "landmarks", "components"):
-        value = getattr(model, name, None)
-        if isinstance(value, (int, np.integer)):
-            return int(value)
-        shape = getattr(value, "shape", None)
-        if shape:
-            return int(shape[-1] if name in ("X_fit", "landmarks", "components") else shape[0])
-    return None
-
-
-class RunModel:
-    """A finished run's model (`load_model`): ``transform`` checks new rows as the
-    estimators do (a 2-D finite float array of the training rows' columns) before placing
-    them; every other attribute is the model's."""
-
-    def __init__(self, method: str, model):
-        self.method, self.model, self.n_features = method, model, _n_features(model)
-
-    def __getattr__(self, name):
-        return getattr(self.model, name)
-
-    def __repr__(self) -> str:
-        return f"RunModel({self.method!r}, {type(self.model).__name__})"
-
-    def transform(self, X):
-        """Place the rows of X (NumPy, SciPy sparse where the method takes it, or dask for a
-        lazy result computed where it runs)."""
-        from dimred_dask._validation import check_array
-        from dimred_dask.methods import accepts_sparse
-
-        X = check_array(
-            X,
-            method=self.method.upper(),
-            where="X",
-            min_samples=1,
-            accept_sparse=accepts_sparse(self.method),
-        )
-        if self.n_features is not None and X.shape[1] != self.n_features:
-            raise InputError(
-                f"The {self.method.upper()} model was fitted on {self.n_features} "
-                f"columns; X has {X.shape[1]}.",
-                "pass rows with the training data's columns, in its order.",
-            )
-        return self.model.transform(X)

@@ -15,6 +15,7 @@ from prefect.cache_policies import NO_CACHE
 import dimred_dask
 from dimred_dask._compute import compute
 from dimred_dask.io import RunStore, embedding_png
+from dimred_dask.runs import MODEL_FORMAT, PLACING_METHODS, REFERRING_METHODS
 
 from .guard import stage_guard
 from .request import RunRequest, Validated
@@ -24,7 +25,7 @@ TASK_OPTS = {"cache_policy": NO_CACHE, "persist_result": False}
 PLOT_POINTS = 50_000
 
 
-def _versions() -> dict:
+def versions() -> dict:
     out = {"python": platform.python_version(), "dimred-dask": dimred_dask.__version__}
     for pkg in ("numpy", "scipy", "dask", "distributed", "zarr", "prefect"):
         try:
@@ -32,6 +33,20 @@ def _versions() -> dict:
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+def _placement(req: RunRequest, v: Validated, store: RunStore) -> dict:
+    """What the run's model keeps for placing new rows (`dimred_dask.runs`): whether it places
+    any, its size, and the rows outside its model it refers to."""
+    places = req.method in PLACING_METHODS
+    refers = None
+    if places and req.method in REFERRING_METHODS:
+        refers = (
+            {"rows": req.input, "in_store": True}
+            if req.reads_own_step
+            else {"rows": req.input, "fingerprint": v.input_fingerprint["digest"]}
+        )
+    return {"places_new_rows": places, "model_bytes": store.size("model"), "refers_to": refers}
 
 
 def _fingerprint_summary(fp: dict) -> dict:
@@ -85,7 +100,7 @@ def publish(req: RunRequest, v: Validated, stages: dict, cluster: dict, fingerpr
         },
         "output": store.url,
         "fingerprint": fingerprint,
-        "versions": _versions(),
+        "versions": versions(),
         "cluster": cluster,
         "flow_run_id": flow_run_id(),
         "timings": {k: round(s["seconds"], 4) for k, s in stages.items() if k != "earlier_steps"},
@@ -107,8 +122,11 @@ def publish(req: RunRequest, v: Validated, stages: dict, cluster: dict, fingerpr
             if stages.get("knn", {}).get("needed")
             else None
         ),
+        "columns": list(req.columns) if req.columns else None,
         "labels": req.labels,
         "actions": req.actions,
+        "model_format": MODEL_FORMAT,
+        "placement": _placement(req, v, store),
         "model": stages["fit"]["model"],
         "convergence": stages["fit"]["model"].get("convergence") or [],
         "metrics": {

@@ -43,7 +43,7 @@ from .stages import check_observer
 CHUNK_MEMORY_SHARE = 0.25
 
 
-def _plan_chunks(req: RunRequest, inp) -> tuple[int, int | None]:
+def plan_chunks(req: RunRequest, inp) -> tuple[int, int | None]:
     """Rows per chunk from the workers' memory, or the forced ``chunk_rows`` if it fits."""
     n, d = inp.shape
     itemsize = inp.array.dtype.itemsize
@@ -188,7 +188,7 @@ def validate(req: RunRequest) -> Validated:
     sources = sources_of(req)  # before anything is read: a later change shows against it
     found = check_run(req)
     inp = found.input
-    row_chunk, memory = _plan_chunks(req, inp)
+    row_chunk, memory = plan_chunks(req, inp)
     checked = inp.meta  # the chunk inventory is taken once, by the first open
     inp = open_run_input(req, row_chunk=row_chunk)
     inp.meta = {**checked, **inp.meta}

@@ -323,9 +323,13 @@ def test_k8s_config_points_at_the_daskcluster_and_prefect_worker_uses_it():
 # --------------------------------------------------------------------------- Prefect
 
 
+def _flow_def(path: str, name: str) -> ast.FunctionDef:
+    tree = ast.parse((ROOT / path).read_text())
+    return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
 def _embed_flow() -> ast.FunctionDef:
-    tree = ast.parse((ROOT / "flows" / "embed.py").read_text())
-    return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "embed")
+    return _flow_def("flows/embed.py", "embed")
 
 
 def test_prefect_deployments_resolve_and_are_scheduled():
@@ -335,12 +339,11 @@ def test_prefect_deployments_resolve_and_are_scheduled():
     for name, dep in deployments.items():
         path, _, func = dep["entrypoint"].partition(":")
         assert (ROOT / path).is_file(), name
-        assert dep["entrypoint"] == "flows/embed.py:embed", name
-        embed = _embed_flow()
-        assert embed.name == func
-        decorators = [d.func if isinstance(d, ast.Call) else d for d in embed.decorator_list]
+        assert dep["entrypoint"] in ("flows/embed.py:embed", "flows/transform.py:transform")
+        fn = _flow_def(path, func)
+        decorators = [d.func if isinstance(d, ast.Call) else d for d in fn.decorator_list]
         assert any(isinstance(d, ast.Name) and d.id == "flow" for d in decorators)
-        args = [a.arg for a in embed.args.args + embed.args.kwonlyargs]
+        args = [a.arg for a in fn.args.args + fn.args.kwonlyargs]
         assert set(dep.get("parameters") or {}) <= set(args), name
 
         crons = [s for s in dep["schedules"] if "cron" in s]
@@ -361,6 +364,13 @@ def test_prefect_deployments_resolve_and_are_scheduled():
     chain = deployments["pca-umap-nightly"]["parameters"]
     assert chain["method"] == "pca+umap" and "{date}" in chain["output"]
     assert chain["overwrite"] is False and chain["params"]["pca.n_components"] == 50
+    # the nightly placement: a fixed model, the night's dated input, a dated output
+    place = deployments["place-nightly"]["parameters"]
+    assert "{date}" in place["input"] and "{date}" in place["output"]
+    assert "{date}" not in place["model"] and place["overwrite"] is False
+    transform = _flow_def("flows/transform.py", "transform")
+    n_required = len(transform.args.args) - len(transform.args.defaults)
+    assert {a.arg for a in transform.args.args[:n_required]} == {"model", "input", "output"}
 
 
 def test_prefect_pull_step_matches_the_image():

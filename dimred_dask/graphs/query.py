@@ -36,7 +36,7 @@ def _key(X: np.ndarray, metric: str) -> tuple:
     return (X.shape, str(X.dtype), metric, digest)
 
 
-def _index(X_train: np.ndarray, metric: str):
+def _index(X_train: np.ndarray, metric: str, key=None):
     import numba
 
     from .nndescent import pynndescent_cached
@@ -44,7 +44,7 @@ def _index(X_train: np.ndarray, metric: str):
     NNDescent = pynndescent_cached().NNDescent
 
     x = np.ascontiguousarray(X_train, dtype=np.float32)
-    key = _key(x, metric)
+    key = (key, metric) if key is not None else _key(x, metric)
     with _LOCK:
         index = _INDEX.get(key)
         if index is None:
@@ -68,12 +68,14 @@ def _index(X_train: np.ndarray, metric: str):
     return index
 
 
-def reference_topk(X_new, X_train, k: int, metric: str = "euclidean"):
+def reference_topk(X_new, X_train, k: int, metric: str = "euclidean", key=None):
     """(indices (len(X_new), k) int64, distances float64) of the nearest rows of ``X_train``
-    to each row of ``X_new``, nearest first (exact up to EXACT_REFERENCE_MAX training rows)."""
+    to each row of ``X_new``, nearest first (exact up to EXACT_REFERENCE_MAX training rows).
+    ``key``: what names the training rows (e.g. their location and fingerprint), so that the
+    index is found again without hashing them; None hashes their bytes."""
     if X_train.shape[0] <= EXACT_REFERENCE_MAX:
         return block_topk(X_new, X_train, k, metric=metric)
-    index = _index(X_train, metric)
+    index = _index(X_train, metric, key)
     idx, dist = index.query(
         np.ascontiguousarray(X_new, dtype=np.float32), k=k, epsilon=QUERY_EPSILON
     )

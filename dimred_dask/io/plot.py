@@ -10,7 +10,12 @@ SCATTER_MAX = 20_000
 
 
 def embedding_png(
-    Y: np.ndarray, *, title: str = "", n_total: int | None = None, labels: np.ndarray | None = None
+    Y: np.ndarray,
+    *,
+    title: str = "",
+    n_total: int | None = None,
+    labels: np.ndarray | None = None,
+    background: np.ndarray | None = None,
 ) -> bytes:
     """A PNG picture of the first two dimensions of an embedding.
 
@@ -29,6 +34,9 @@ def embedding_png(
         "n of n_total points").
     labels : numpy.ndarray of shape (n,) or None, default None
         Values colouring the points (matplotlib's ``tab10`` colour map).
+    background : array-like of shape (m, k) or None, default None
+        Points drawn first, in light grey, under the others (a map that new rows were
+        placed on).
 
     Returns
     -------
@@ -44,6 +52,10 @@ def embedding_png(
     fig, ax = plt.subplots(figsize=(6, 6), dpi=100)
     x = Y[:, 0]
     y = Y[:, 1] if Y.shape[1] > 1 else np.zeros_like(x)
+    if background is not None:
+        B = np.asarray(background, dtype=np.float64)
+        by = B[:, 1] if B.shape[1] > 1 else np.zeros(len(B))
+        ax.scatter(B[:, 0], by, s=2, c="0.8", alpha=0.5, linewidths=0, label="map")
     if len(Y) > SCATTER_MAX:
         hb = ax.hexbin(x, y, gridsize=120, bins="log", cmap="viridis", mincnt=1)
         fig.colorbar(hb, ax=ax, label="points (log)")

@@ -552,6 +552,14 @@ class RunStore:
             COMMITTED, {"fingerprint": manifest.get("fingerprint"), "time": time.time()}
         )
 
+    def size(self, name: str) -> int:
+        """Bytes stored under the entry ``name`` (0 when absent)."""
+        try:
+            with self._storage("Listing"):
+                return int(self.fs.du(self._path(name)))
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+
     def stages_done(self) -> list[dict]:
         """The markers of the committed stages (name, fingerprint, time), oldest first."""
         try:

@@ -167,6 +167,12 @@ def check_fit_sample(value, n: int, method: str, graph=None, init=None) -> int |
     return int(value)
 
 
+def fit_sample_rows(n: int, size: int, seed: int) -> np.ndarray:
+    """The sorted rows a fit on ``size`` of ``n`` rows with ``seed`` is made on (`fit_then_place`;
+    a run's model finds them again from its recorded sample)."""
+    return np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+
+
 def fit_then_place(sweep, place, X, size: int, seed: int, stage: str, **kw) -> list:
     """`sweep` on ``size`` rows of X drawn without replacement with ``seed`` (recorded), then
     every row placed into each embedding by ``place(X_fit, Y_fit, X, params)`` (dask X: one
@@ -176,7 +182,7 @@ def fit_then_place(sweep, place, X, size: int, seed: int, stage: str, **kw) -> l
     from ..linalg.landmarks import take_rows
 
     n = X.shape[0]
-    rows = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+    rows = fit_sample_rows(n, size, seed)
     Xs = np.asarray(take_rows(X, rows, "fit sample"))
     models = sweep(Xs, fit_sample=None, **kw)
     for m in models:

@@ -3,13 +3,13 @@
 For each new point: its ``n_neighbors`` nearest training points (exact up to 20 000 training
 points, else from an index over them, `graphs.query`), memberships exp(-max(0, d - rho) /
 sigma) with local connectivity one less than the fit's, an initial position at the
-membership-weighted mean of those neighbours' positions, then SGD epochs (a
-third of the fit's, at least 30... as umap-learn: 100 up to 10 000 training points, else 30)
-moving only the new points: attraction to their neighbours, repulsion from random training
-points. The generator of a row is keyed by the row's values (a hash of its bytes), so a row's
-position depends on the row alone: not on how the rows are chunked, ordered or batched with
-others (nor does its sampling schedule: epochs per sample are relative to membership 1);
-dask input is one task per chunk.
+membership-weighted mean of those neighbours' positions, then SGD epochs (as umap-learn:
+100 up to 10 000 training points, else 30) moving only the new points, from a quarter of the
+fit's learning rate (as umap-learn's): attraction to their neighbours, repulsion from random
+training points. The generator of a row is keyed by the row's values (a hash of its
+bytes), so a row's position depends on the row alone: not on how the rows are chunked,
+ordered or batched with others (nor does its sampling schedule: epochs per sample are
+relative to membership 1); dask input is one task per chunk.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ..blocks.umap_kernels import no_pulls, sgd_epoch
 from ..graphs.affinities import fuzzy_rows
 from ..graphs.query import reference_topk
 
-__all__ = ["umap_transform"]
+__all__ = ["umap_transform", "place_rows"]
 
 
 def _epochs(params: dict, n_ref: int) -> int:
@@ -39,11 +39,14 @@ def row_keys(X: np.ndarray) -> np.ndarray:
     return h
 
 
-def _place_block(X_new, X_train, Y_train, params: dict):
+def place_rows(X_new, X_train, Y_train, params: dict, key=None):
+    """Positions of the rows of ``X_new`` (NumPy) in the embedding ``Y_train`` (float32) of
+    ``X_train``; ``params``: the fit's setting (``n_neighbors``, ``metric``, ``a``, ``b``
+    ...); ``key`` names the training rows for the search index (`graphs.query`)."""
     X_new = np.asarray(X_new, dtype=np.float64)
     n_ref, d = Y_train.shape
     k = int(min(params["n_neighbors"], n_ref))
-    idx, dist = reference_topk(X_new, X_train, k, metric=params["metric"])
+    idx, dist = reference_topk(X_new, X_train, k, metric=params["metric"], key=key)
     vals, _, _ = fuzzy_rows(dist, float(k), max(0.0, params["local_connectivity"] - 1.0))
     w = vals / np.maximum(vals.sum(axis=1, keepdims=True), 1e-300)
     Y = np.ascontiguousarray((w[:, :, None] * Y_train[idx]).sum(axis=1), dtype=np.float32)
@@ -62,7 +65,7 @@ def _place_block(X_new, X_train, Y_train, params: dict):
     Yref = np.ascontiguousarray(Y_train, dtype=np.float32)
     keys = row_keys(X_new)
     for epoch in range(n_epochs):
-        alpha = np.float32(params["learning_rate"] * (1.0 - epoch / n_epochs))
+        alpha = np.float32(params["learning_rate"] / 4.0 * (1.0 - epoch / n_epochs))
         sgd_epoch(
             Y,
             Yref,
@@ -94,11 +97,11 @@ def umap_transform(X_train, Y_train, X_new, params: dict):
     X_train = np.asarray(X_train.compute() if is_dask(X_train) else X_train, dtype=np.float64)
     d = Y_train.shape[1]
     if not is_dask(X_new):
-        return _place_block(X_new, X_train, Y_train, params).astype(np.asarray(X_new).dtype)
+        return place_rows(X_new, X_train, Y_train, params).astype(np.asarray(X_new).dtype)
     X_new = X_new if X_new.numblocks[1] == 1 else X_new.rechunk({1: -1})
 
     def block(x, block_info=None):
         refuse_nonfinite_block(x, "UMAP transform", block_info)
-        return _place_block(x, X_train, Y_train, params).astype(x.dtype)
+        return place_rows(x, X_train, Y_train, params).astype(x.dtype)
 
     return X_new.map_blocks(block, chunks=(X_new.chunks[0], (d,)), dtype=X_new.dtype)

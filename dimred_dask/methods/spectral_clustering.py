@@ -58,6 +58,7 @@ __all__ = [
     "AFFINITIES",
     "CUTS",
     "check_spectral_params",
+    "place_spectral_rows",
 ]
 
 AFFINITIES = ("knn", "gaussian")
@@ -88,6 +89,51 @@ class SpectralClusteringModel(ArrayModel):
     def summary(self) -> dict:
         """`ArrayModel.summary` and the size of each cluster."""
         return {**super().summary(), "cluster_sizes": np.bincount(np.asarray(self.labels)).tolist()}
+
+
+def place_spectral_rows(
+    X_new, X_train, embedding, centres, n_neighbors: int, metric: str, key=None
+):
+    """A new row's place in a spectral clustering: its position in the spectral embedding
+    is the mean of its ``n_neighbors`` nearest training rows' positions, weighted by a
+    Gaussian of their distances (its width the row's median neighbour distance: the
+    out-of-sample extension of a Laplacian embedding by its graph, Bengio et al. 2004), and
+    its cluster the nearest of the k-means ``centres`` there, as the training rows'.
+
+    Parameters
+    ----------
+    X_new : numpy.ndarray, shape (m, d)
+        The new rows.
+    X_train : numpy.ndarray, shape (n, d)
+        The training rows.
+    embedding : numpy.ndarray, shape (n, k)
+        The training rows' spectral embedding (the one the centres were found in).
+    centres : numpy.ndarray, shape (n_clusters, k)
+        The k-means centres.
+    n_neighbors : int
+        Training rows each new row is placed by.
+    metric : str
+        The distance between rows.
+    key : object or None, default None
+        Names the training rows for the search index (`graphs.query.reference_topk`).
+
+    Returns
+    -------
+    Y : numpy.ndarray, shape (m, k)
+        The new rows' positions.
+    labels : numpy.ndarray of int64, shape (m,)
+        Their clusters.
+    """
+    from ..graphs.query import reference_topk
+
+    k = int(min(n_neighbors, X_train.shape[0]))
+    idx, dist = reference_topk(np.asarray(X_new, np.float64), X_train, k, metric=metric, key=key)
+    width = np.maximum(np.median(dist, axis=1, keepdims=True), 1e-12)
+    w = np.exp(-((dist / width) ** 2))
+    w /= np.maximum(w.sum(axis=1, keepdims=True), 1e-300)
+    Y = (w[:, :, None] * np.asarray(embedding, np.float64)[idx]).sum(axis=1)
+    labels, _ = assign(Y, centres)
+    return Y, labels
 
 
 def check_spectral_params(params: dict, shape: tuple) -> None:
