@@ -38,7 +38,7 @@ __all__ = [
     "STORED_ARRAYS",
     "NEIGHBOUR_METHODS",
     "REFERRING_METHODS",
-    "PLACING_METHODS",
+    "placing_methods",
     "MODEL_FORMAT",
     "training_reference",
 ]
@@ -52,27 +52,14 @@ STORED_ARRAYS = frozenset(
 NEIGHBOUR_METHODS = ("tsne", "umap", "sne")
 # the methods whose models place against the training rows, which they refer to (`Reference`)
 REFERRING_METHODS = (*NEIGHBOUR_METHODS, "spectral")
-# every method whose model places new rows (all seventeen); `load_model` refuses anything
-# else (a placement's own store) naming them
-PLACING_METHODS = (
-    "pca",
-    "kpca",
-    "spca",
-    "kspca",
-    "mds",
-    "landmark-mds",
-    "isomap",
-    "landmark-isomap",
-    "lle",
-    "laplacian",
-    "spectral",
-    "tsne",
-    "umap",
-    "sne",
-    "mvu",
-    "landmark-mvu",
-    "are",
-)
+def placing_methods() -> tuple:
+    """Every method whose model places new rows: those whose spec names a model (all
+    seventeen); `load_model` refuses anything else (a placement's own store) naming them."""
+    from .methods.specs import SPECS
+
+    return tuple(name for name, spec in SPECS.items() if spec.model is not None)
+
+
 # the layout of what a run keeps for placing; a run store of a later layout is refused
 MODEL_FORMAT = 1
 DRIFT_NEIGHBOURS = 5  # a row's drift: its mean distance to this many nearest training rows
@@ -402,7 +389,7 @@ def load_model(run, *, storage_options: dict | None = None, verify: bool = True)
             f"{store.url} holds rows placed on the map of {manifest.get('model')}, not a "
             "fitted run: it has no model of its own to place rows with.",
             f"give the run that fitted the map ({manifest.get('model')}) as the model; "
-            f"methods whose runs place new rows: {', '.join(PLACING_METHODS)}.",
+            f"methods whose runs place new rows: {', '.join(placing_methods())}.",
         )
     chain = manifest.get("chain")
     if not chain:
@@ -426,10 +413,10 @@ def _step_model(store: RunStore, manifest: dict, method: str, verify: bool, inne
             "place its rows with the dimred-dask version that wrote it "
             f"({(manifest.get('versions') or {}).get('dimred-dask', 'a later one')}) or newer.",
         )
-    if method not in PLACING_METHODS:
+    if method not in placing_methods():
         raise InputError(
             f"The {method} run at {store.url} has no model that places new rows.",
-            f"methods that place new rows: {', '.join(PLACING_METHODS)}.",
+            f"methods that place new rows: {', '.join(placing_methods())}.",
         )
     attrs = store.read_attrs("model")
     if method in NEIGHBOUR_METHODS:

@@ -15,7 +15,7 @@ from prefect.cache_policies import NO_CACHE
 import dimred_dask
 from dimred_dask._compute import compute
 from dimred_dask.io import RunStore, embedding_png
-from dimred_dask.runs import MODEL_FORMAT, PLACING_METHODS, REFERRING_METHODS
+from dimred_dask.runs import MODEL_FORMAT, REFERRING_METHODS, placing_methods
 
 from .guard import stage_guard
 from .request import RunRequest, Validated
@@ -38,7 +38,7 @@ def versions() -> dict:
 def _placement(req: RunRequest, v: Validated, store: RunStore) -> dict:
     """What the run's model keeps for placing new rows (`dimred_dask.runs`): whether it places
     any, its size, and the rows outside its model it refers to."""
-    places = req.method in PLACING_METHODS
+    places = req.method in placing_methods()
     refers = None
     if places and req.method in REFERRING_METHODS:
         refers = (
