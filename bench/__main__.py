@@ -32,6 +32,7 @@ def main(argv=None) -> int:
             "flow-peak",
             "real-umap",
             "real-tsne",
+            "transform",
         ],
         help="which benchmark",
     )
@@ -99,7 +100,8 @@ def main(argv=None) -> int:
         "--fit-sample",
         type=int,
         default=None,
-        help="umap/tsne --big: fit on this many rows, place the others",
+        help="umap/tsne --big: fit on this many rows, place the others; transform: the map's "
+        "fit sample",
     )
     p.add_argument(
         "--optimizer",
@@ -215,7 +217,17 @@ def main(argv=None) -> int:
     p.add_argument(
         "--seeds", type=int, nargs="+", default=None, help="real-umap, real-tsne: the seeds"
     )
+    p.add_argument(
+        "--new-rows",
+        type=int,
+        default=None,
+        help="transform: rows placed (default: as many as --rows)",
+    )
     args = p.parse_args(argv)
+    if args.name == "transform":
+        from . import transform
+
+        return transform.main(args)
     if args.name in ("real-umap", "real-tsne"):
         from . import real_data
 
