@@ -52,6 +52,8 @@ STORED_ARRAYS = frozenset(
 NEIGHBOUR_METHODS = ("tsne", "umap", "sne")
 # the methods whose models place against the training rows, which they refer to (`Reference`)
 REFERRING_METHODS = (*NEIGHBOUR_METHODS, "spectral")
+
+
 def placing_methods() -> tuple:
     """Every method whose model places new rows: those whose spec names a model (all
     seventeen); `load_model` refuses anything else (a placement's own store) naming them."""
