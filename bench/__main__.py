@@ -7,8 +7,8 @@ import os
 import sys
 
 
-def main(argv=None) -> int:
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+def _parser() -> argparse.ArgumentParser:
+    """Every benchmark's options (one parser: most options apply to several benchmarks)."""
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument(
         "name",
@@ -223,7 +223,20 @@ def main(argv=None) -> int:
         default=None,
         help="transform: rows placed (default: as many as --rows)",
     )
-    args = p.parse_args(argv)
+    p.add_argument(
+        "--maps",
+        nargs="+",
+        default=None,
+        choices=["umap", "tsne"],
+        help="transform: the maps fitted and placed on (default: umap and tsne; umap only with "
+        "--fit-sample)",
+    )
+    return p
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    args = _parser().parse_args(argv)
     if args.name == "transform":
         from . import transform
 

@@ -11,7 +11,7 @@ for each, our workers' peak memory, the model's size against the input's.
 
 ``--big``: 1 000 000 + 1 000 000 rows, ours only (the peers' transform is timed at
 ``--rows``, default 200 000). ``--fit-sample N --new-rows M``: a map fitted on a sample of N of
-``--rows`` rows, then M rows placed (ours only).
+``--rows`` rows, then M rows placed (ours only). ``--maps umap``: the UMAP map only.
 """
 
 from __future__ import annotations
@@ -93,7 +93,9 @@ def main(args) -> int:
 
             Xn = open_input(new).array
             Xt = np.asarray(open_input(train).array.compute()) if peers else None
-            methods = ("umap",) if fit_sample else ("umap", "tsne")
+            methods = tuple(
+                getattr(args, "maps", None) or (("umap",) if fit_sample else ("umap", "tsne"))
+            )
             maps, fitted = {}, {}
             for method in methods:
                 params = {"fit_sample": fit_sample} if fit_sample else {}

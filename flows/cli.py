@@ -165,6 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="labels / targets, one per input row (supervised: spca, kspca)",
     )
     run.add_argument(
+        "--eval-labels",
+        metavar="URI",
+        help="class labels the embedding is judged by, one per input row (any method; an "
+        "AnnData file's #obs/<column>): KNC and kNN accuracy in the manifest, the picture "
+        "coloured by them",
+    )
+    run.add_argument(
         "--actions",
         metavar="URI",
         help="the actions between consecutive rows, n - 1 labels (sequence methods: are)",
@@ -371,6 +378,7 @@ def _run_arguments(args) -> dict:
         sample_size=args.sample_size,
         chunk_rows=args.chunk_rows,
         labels=_location(args.labels, "labels"),
+        eval_labels=_location(args.eval_labels, "eval labels"),
         graph_cache=cache
         and (cache if cache.lower() == "none" else _location(cache, "graph cache", store=True)),
         actions=_location(args.actions, "actions"),

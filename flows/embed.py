@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 from prefect import flow, get_run_logger, task
 
 import dimred_dask
+
 from dimred_dask import metrics
 from dimred_dask._compute import compute
 from dimred_dask.cluster import cluster_client, describe_cluster
@@ -44,10 +46,16 @@ from .knn import (
 from .guard import stage_guard
 from .methods import SCRATCH, get_method
 from .publish import TASK_OPTS, publish
-from .inputs import open_actions, open_judged_input, open_labels, open_run_input
+from .inputs import (
+    open_actions,
+    open_class_labels,
+    open_judged_input,
+    open_labels,
+    open_run_input,
+)
 from .request import RunRequest, Validated
 from .running import block_credentials, leased, scheduled_start
-from .validate import validate
+from .validate import check_final_step_labels, validate
 from .stages import (
     check_observer,
     chunk_sample,
@@ -72,7 +80,13 @@ def _fingerprints(req: RunRequest, v: Validated) -> dict:
         *([v.actions_fingerprint] if v.actions_fingerprint else []),
     )
     transform = digest_of("transform", fit)
-    evaluate = digest_of("evaluate", transform, req.sample_size)
+    evaluate = digest_of(
+        "evaluate",
+        transform,
+        req.sample_size,
+        MEASURES,
+        v.eval_labels_fingerprint,
+    )
     return {"fit": fit, "transform": transform, "evaluate": evaluate}
 
 
@@ -337,6 +351,11 @@ def transform_write(req: RunRequest, v: Validated) -> dict:
     return {**info, "reused": False, "seconds": time.perf_counter() - t0}
 
 
+# the measures of the evaluate stage (in its fingerprint: a store evaluated with fewer is
+# evaluated again)
+MEASURES = ("trustworthiness", "knn_recall", "cpd", "knc", "knn_accuracy")
+
+
 @task(name="evaluate", **TASK_OPTS)
 @in_stage("evaluate")
 def evaluate(req: RunRequest, v: Validated) -> dict:
@@ -350,7 +369,14 @@ def evaluate(req: RunRequest, v: Validated) -> dict:
     idx, how = chunk_sample(inp.array.chunks[0], req.sample_size)
     Y = store.open_array("embedding").to_dask()
     original = open_judged_input(req, inp)  # a chain's final step: against the chain's input
-    Xs, Ys, Xo = compute(inp.array[idx], Y[idx], original.array[idx], stage="sample")
+    labels = open_class_labels(req, v)
+    Xs, Ys, Xo, *ls = compute(
+        inp.array[idx],
+        Y[idx],
+        original.array[idx],
+        *([labels.array[idx]] if labels is not None else []),
+        stage="sample",
+    )
     k = int(min(10, max(1, len(idx) // 2 - 1)))
     result = {
         "sample": how,
@@ -358,8 +384,13 @@ def evaluate(req: RunRequest, v: Validated) -> dict:
         "n_neighbors": k,  # a sparse
         "trustworthiness": metrics.trustworthiness(Xo, Ys, k),  # sample's distances:
         "knn_recall": metrics.knn_recall(Xo, Ys, k),  # sparse products, not densified
+        "cpd": metrics.cpd(Xo, Ys),
+        "cpd_points": int(min(metrics.CPD_POINTS, len(idx))),
         **adapter.sample_metrics(adapter.load(store), Xs, Ys),
     }
+    if labels is not None:
+        result["class_labels"] = str(labels.location)
+        result.update(metrics.label_metrics(Xo, Ys, np.ravel(ls[0])))
     store.mark_stage("evaluate", fp, {"info": result}, guard=stage_guard(req, v, "evaluate"))
     notify("stage", stage="evaluate", fingerprint=fp, output=req.output)
     return {**result, "reused": False, "seconds": time.perf_counter() - t0}
@@ -383,6 +414,7 @@ def embed(
     allow_missing_chunks: bool = False,
     knn_target_recall: float | None = TARGET_RECALL,
     knn_recall_budget: float | None = None,
+    eval_labels: str | None = None,
 ) -> dict:
     """Embed the array at ``input`` with ``method`` and write the run's store at ``output``.
 
@@ -393,7 +425,10 @@ def embed(
     ``graph_cache``: where kNN graphs are shared between runs (flows/knn.py; default
     ``.dimred-cache`` next to the output, ``"none"`` to turn it off). ``actions``: the URI of
     the actions of a sequence method (are): n - 1 labels, action i taken between rows i and
-    i + 1. ``method`` may be a chain, ``pca+<method>`` (flows/chain.py): PCA, then the method
+    i + 1. ``eval_labels``: the URI of class labels the embedding is judged by, one per
+    input row (a 1-D array, a column, an AnnData ``#obs/<column>``), for any method: the
+    manifest then holds KNC and the kNN classification accuracy, and the picture is coloured
+    by them. ``method`` may be a chain, ``pca+<method>`` (flows/chain.py): PCA, then the method
     on PCA's embedding, in one run store; ``params`` then address a step as
     ``pca.n_components`` / ``umap.n_neighbors`` (a name without a step is the final step's).
     ``output`` may hold ``{date}``, replaced by the run's UTC date (its scheduled start for a
@@ -415,6 +450,7 @@ def embed(
         sample_size=sample_size,
         chunk_rows=chunk_rows,
         labels=labels,
+        eval_labels=eval_labels,
         graph_cache=graph_cache,
         actions=actions,
         allow_missing_chunks=allow_missing_chunks,
@@ -483,6 +519,7 @@ def _run_chain(req: RunRequest, steps: list[RunRequest], client) -> dict:
     k = v1.params["n_components"]
     if isinstance(k, int):
         get_method(last.method).check(last.params, (v1.shape[0], k))
+    check_final_step_labels(last, v1.shape[0])
     root = RunStore(req.output)
     root.check_writable(req.overwrite)  # refused before the lease is taken
     attrs = {"method": req.method, "version": dimred_dask.__version__}

@@ -42,11 +42,16 @@ FIX = (
 
 def sources_of(req: RunRequest) -> list[dict]:
     """The listings of the run's inputs now (validate): the input and, when given, the
-    labels and the actions."""
+    labels, the actions and the labels for evaluation."""
     out = []
-    for role in ("input", "labels", "actions"):
-        if getattr(req, role):
-            loc = parse_uri(getattr(req, role), role=role)
+    for role, name in (
+        ("input", "input"),
+        ("labels", "labels"),
+        ("actions", "actions"),
+        ("eval labels", "eval_labels"),
+    ):
+        if getattr(req, name):
+            loc = parse_uri(getattr(req, name), role=role)
             out.append({"role": role, "uri": str(loc), "files": source_files(loc)})
     return out
 

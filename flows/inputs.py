@@ -4,6 +4,8 @@ guard)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from dimred_dask.io import open_input
 
 from .request import RunRequest, Validated
@@ -50,6 +52,30 @@ def open_labels(req: RunRequest, v: Validated | None = None):
         row_chunk=v.row_chunk if v is not None else None,
         allow_missing_chunks=req.allow_missing_chunks,
     )
+
+
+def open_eval_labels(req: RunRequest, v: Validated | None = None):
+    """The labels the embedding is judged by (``--eval-labels``), one per input row."""
+    return open_input(
+        req.eval_labels,
+        allow_1d=True,
+        role="eval labels",
+        row_chunk=v.row_chunk if v is not None else None,
+        allow_missing_chunks=req.allow_missing_chunks,
+    )
+
+
+def open_class_labels(req: RunRequest, v: Validated):
+    """The classes a run's embedding is judged by and its picture coloured by: the labels for
+    evaluation, else a supervised method's labels when they are classes (integers or
+    booleans; a regression's targets are not); None without either. (Validation refuses
+    ``--labels`` for a method that takes none, so labels here are a supervised method's.)"""
+    if req.eval_labels:
+        return open_eval_labels(req, v)
+    if req.labels:
+        lab = open_labels(req, v)
+        return lab if np.dtype(lab.array.dtype).kind in "biu" else None
+    return None
 
 
 def open_actions(req: RunRequest):

@@ -18,6 +18,7 @@ from dimred_dask.io import RunStore, embedding_png
 from dimred_dask.runs import MODEL_FORMAT, REFERRING_METHODS, placing_methods
 
 from .guard import stage_guard
+from .inputs import open_class_labels
 from .request import RunRequest, Validated
 from .stages import chunk_sample, in_stage, notify
 
@@ -71,10 +72,18 @@ def publish(req: RunRequest, v: Validated, stages: dict, cluster: dict, fingerpr
     store = RunStore(req.output)
     Y = store.open_array("embedding").to_dask()
     idx, _ = chunk_sample(Y.chunks[0], PLOT_POINTS, max_chunks=64, seed=1)
-    (Yp,) = compute(Y[idx], stage="plot sample")
+    classes = open_class_labels(req, v)
+    Yp, *lp = compute(
+        Y[idx], *([classes.array[idx]] if classes is not None else []), stage="plot sample"
+    )
     store.write_bytes(
         "embedding.png",
-        embedding_png(Yp, title=f"{req.method} of {req.input}", n_total=Y.shape[0]),
+        embedding_png(
+            Yp,
+            title=f"{req.method} of {req.input}",
+            n_total=Y.shape[0],
+            labels=np.ravel(lp[0]) if lp else None,
+        ),
     )
     stages = {**stages, "publish": {"seconds": time.perf_counter() - t0, "reused": False}}
     chain = req.step if req.reads_own_step else None  # a chain's manifest: its final step's
@@ -124,6 +133,7 @@ def publish(req: RunRequest, v: Validated, stages: dict, cluster: dict, fingerpr
         ),
         "columns": list(req.columns) if req.columns else None,
         "labels": req.labels,
+        "eval_labels": req.eval_labels,
         "actions": req.actions,
         "model_format": MODEL_FORMAT,
         "placement": _placement(req, v, store),

@@ -60,6 +60,7 @@ class RunRequest:
     sample_size: int = 2000
     chunk_rows: int | None = None
     labels: str | None = None
+    eval_labels: str | None = None  # labels the embedding is judged by (KNC, kNN accuracy)
     graph_cache: str | None = None
     actions: str | None = None
     allow_missing_chunks: bool = False
@@ -81,6 +82,7 @@ class RunRequest:
         sample_size: int = 2000,
         chunk_rows: int | None = None,
         labels=None,
+        eval_labels=None,
         graph_cache=None,
         actions=None,
         allow_missing_chunks: bool = False,
@@ -106,6 +108,7 @@ class RunRequest:
             sample_size=int(sample_size),
             chunk_rows=chunk_rows,
             labels=str(parse_uri(labels, role="labels")) if labels else None,
+            eval_labels=str(parse_uri(eval_labels, role="eval labels")) if eval_labels else None,
             graph_cache=cache,
             actions=str(parse_uri(actions, role="actions")) if actions else None,
             allow_missing_chunks=bool(allow_missing_chunks),
@@ -148,6 +151,7 @@ class Checked:
     graph_request: dict | None
     labels_fingerprint: str | None
     actions_fingerprint: str | None
+    eval_labels_fingerprint: str | None
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,7 @@ class Validated:
     graph_request: dict | None
     labels_fingerprint: str | None
     actions_fingerprint: str | None
+    eval_labels_fingerprint: str | None
     input_meta: dict
     input_fingerprint: dict
     input_bytes: int

@@ -43,9 +43,17 @@ def print_summary(m: dict, stream=None) -> None:
         )
         if sketch.get("warning"):
             w(f"warning     {sketch['warning']}\n")
-    for k in ("trustworthiness", "knn_recall", "reconstruction_error"):
-        if k in met:
+    for k in ("trustworthiness", "knn_recall", "cpd", "reconstruction_error"):
+        if met.get(k) is not None:
             w(f"{k:<22}{met[k]:.6f}\n")
+    if met.get("class_labels"):
+        knc = met.get("knc")
+        w(
+            f"classes               {met['n_classes']} in {met['class_labels']}: knn_accuracy "
+            f"{met['knn_accuracy']:.6f} (k = {met['knn_accuracy_neighbors']}), knc "
+            + (f"{knc:.6f} (k = {met['knc_neighbors']})" if knc is not None else "not defined")
+            + "\n"
+        )
     graph = m.get("graph") or {}
     if graph:
         search = graph.get("recall_search") or {}

@@ -11,6 +11,9 @@ from __future__ import annotations
 import numbers
 import os
 import time
+from types import SimpleNamespace
+
+import numpy as np
 
 from prefect import get_run_logger, task
 
@@ -33,7 +36,7 @@ from .knn import normalize_request, resolve_cache
 from .methods import get_method
 from .publish import TASK_OPTS
 from .guard import sources_of
-from .inputs import open_actions, open_labels, open_run_input
+from .inputs import open_actions, open_eval_labels, open_labels, open_run_input
 from .request import Checked, RunRequest, Validated
 from .stages import check_observer
 
@@ -116,10 +119,11 @@ def check_run(req: RunRequest) -> Checked:
     )
     labels_fp = _check_labels(req, adapter, inp)
     actions_fp = _check_actions(req, adapter, inp)
+    eval_fp = _check_eval_labels(req, inp)
     need, what = _output_bytes(params, inp, graph_request, matrix)
     RunStore(req.root).check_room(need, what=what)  # a chain: all of it
     mode = RunStore(req.output).check_writable(req.overwrite, committed_ok=req.inner_step)
-    return Checked(inp, params, mode, graph_request, labels_fp, actions_fp)
+    return Checked(inp, params, mode, graph_request, labels_fp, actions_fp, eval_fp)
 
 
 def _output_bytes(params: dict, inp, graph_request, matrix) -> tuple[int, str]:
@@ -208,6 +212,7 @@ def validate(req: RunRequest) -> Validated:
         graph_request=found.graph_request,
         labels_fingerprint=found.labels_fingerprint,
         actions_fingerprint=found.actions_fingerprint,
+        eval_labels_fingerprint=found.eval_labels_fingerprint,
         input_meta=inp.meta,
         input_fingerprint=fp,
         input_bytes=int(inp.array.nbytes),
@@ -225,7 +230,7 @@ def _check_locations(req: RunRequest, inp) -> None:
     """The output is none of the run's inputs, lies in none and contains none (after symbolic
     links): the input, the labels, the actions and the shared graph cache."""
     out = parse_store(req.root)  # a chain: all of it
-    others = [("labels", req.labels), ("actions", req.actions)]
+    others = [("labels", req.labels), ("actions", req.actions), ("eval labels", req.eval_labels)]
     inputs = [(role, parse_uri(uri, role=role)) for role, uri in others if uri]
     if not req.reads_own_step:  # a chain's later step reads its own earlier step
         inputs.insert(0, ("input", inp.location))
@@ -233,6 +238,12 @@ def _check_locations(req: RunRequest, inp) -> None:
     if cache is not None:
         inputs.append(("graph cache", parse_store(cache.url, role="graph cache")))
     check_output_location(out, *inputs)
+
+
+def check_final_step_labels(req: RunRequest, n_rows: int) -> None:
+    """A chain's final step's labels, before the chain's first step writes: present exactly
+    when its method needs them, one per row of the chain's input (``n_rows``)."""
+    _check_labels(req, get_method(req.method), SimpleNamespace(shape=(n_rows,)))
 
 
 def _check_labels(req: RunRequest, adapter, inp) -> str | None:
@@ -254,6 +265,36 @@ def _check_labels(req: RunRequest, adapter, inp) -> str | None:
         raise InputError(
             f"The labels {lab.location} have {lab.shape[0]} rows; the input has {inp.shape[0]}.",
             "pass the labels of exactly these rows, in order.",
+        )
+    return array_fingerprint(lab.array, {"source": lab.meta})["digest"]
+
+
+def _check_eval_labels(req: RunRequest, inp) -> str | None:
+    """Labels for evaluation (any method): one per input row, of a type a class can be."""
+    if not req.eval_labels:
+        return None
+    lab = open_eval_labels(req)
+    columns = lab.shape[1] if lab.array.ndim == 2 else 1
+    if lab.shape[0] != inp.shape[0] or columns != 1:
+        found = (
+            f"{columns} columns"
+            if columns != 1
+            else f"{lab.shape[0]} rows; the input has {inp.shape[0]}"
+        )
+        raise InputError(
+            f"The labels for evaluation {lab.location} have {found}: one label per input row "
+            "is needed.",
+            "pass --eval-labels with a 1-D array or one column (an AnnData file: "
+            "#obs/<column>) holding the class of exactly these rows, in order.",
+        )
+    kind = np.dtype(lab.array.dtype).kind
+    if kind not in "biu":
+        raise InputError(
+            f"The labels for evaluation {lab.location} are of dtype {lab.array.dtype}; classes "
+            "are needed (integers, booleans, or the categories or strings of an AnnData obs "
+            "column, read as their codes).",
+            "pass a column of class labels (float labels: store them as integers); a continuous "
+            "value cannot be counted as classes.",
         )
     return array_fingerprint(lab.array, {"source": lab.meta})["digest"]
 

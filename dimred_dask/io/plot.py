@@ -65,7 +65,7 @@ def embedding_png(
             y,
             s=3,
             c=labels if labels is not None else "tab:blue",
-            cmap="tab10" if labels is not None else None,
+            cmap=(None if labels is None else "tab10" if len(np.unique(labels)) <= 10 else "tab20"),
             alpha=0.6,
             linewidths=0,
         )

@@ -1,4 +1,5 @@
-"""Quality measures of an embedding, computed on row samples of in-memory arrays."""
+"""Quality measures of an embedding, computed on row samples of in-memory arrays: the
+neighbourhoods kept (`quality`), the global and class structure kept (`structure`)."""
 
 from .quality import (
     explained_variance_summary,
@@ -7,10 +8,17 @@ from .quality import (
     sample_rows,
     trustworthiness,
 )
+from .structure import CPD_POINTS, cpd, knc, knc_neighbors, knn_accuracy, label_metrics
 
 __all__ = [
+    "CPD_POINTS",
+    "cpd",
     "explained_variance_summary",
+    "knc",
+    "knc_neighbors",
+    "knn_accuracy",
     "knn_recall",
+    "label_metrics",
     "reconstruction_error",
     "sample_rows",
     "trustworthiness",
