@@ -2,8 +2,10 @@
 
 Ours (``dimred_dask.UMAP`` / ``dimred_dask.TSNE``) against umap-learn / openTSNE, each with its
 defaults on the same array and the same seeds. Measured in the map: the 10-nearest-neighbour
-label accuracy (5-fold cross-validated ``KNeighborsClassifier(10)``) and the trustworthiness
-(k = 10), per seed and their mean.
+label accuracy (5-fold cross-validated ``KNeighborsClassifier(10)``), the trustworthiness
+(k = 10), and Kobak & Berens's CPD (Spearman correlation of pairwise distances, 1000 rows)
+and KNC (nearest class means kept, `dimred_dask.metrics.knc_neighbors`), per seed and their
+mean.
 
 The data sets ship inside installed packages (nothing is downloaded): scikit-learn's
 ``load_digits`` (1797 x 64), ``load_wine`` and ``load_breast_cancer`` (standardised), scanpy's
@@ -59,14 +61,21 @@ def data_sets(csv: str | None = None) -> dict:
     }
 
 
-def scores(X, y, Y) -> tuple[float, float]:
-    """(10-NN label accuracy, 5-fold; trustworthiness, k = 10) of the map Y."""
+def scores(X, y, Y) -> tuple[float, float, float, float]:
+    """(10-NN label accuracy, 5-fold; trustworthiness, k = 10; CPD; KNC) of the map Y."""
     from sklearn.manifold import trustworthiness
     from sklearn.model_selection import cross_val_score
     from sklearn.neighbors import KNeighborsClassifier
 
+    from dimred_dask.metrics import cpd, knc
+
     acc = cross_val_score(KNeighborsClassifier(10), Y, y, cv=5).mean()
-    return float(acc), float(trustworthiness(X, Y, n_neighbors=10))
+    return (
+        float(acc),
+        float(trustworthiness(X, Y, n_neighbors=10)),
+        cpd(X, Y),
+        knc(X, Y, y),
+    )
 
 
 def _fit(method: str, who: str, X, seed: int):
@@ -90,7 +99,7 @@ def _fit(method: str, who: str, X, seed: int):
 def main(args) -> int:
     method = args.name.split("-", 1)[1]
     seeds = SEEDS if not getattr(args, "seeds", None) else tuple(args.seeds)
-    print(f"{'data':16s} {'who':5s} seed  accuracy  trust.    seconds")
+    print(f"{'data':16s} {'who':5s} seed  accuracy  trust.    cpd      knc      seconds")
     for name, (X, y) in data_sets(getattr(args, "csv", None)).items():
         for who in ("ours", "peer"):
             rows = []
@@ -101,8 +110,14 @@ def main(args) -> int:
                     Y = _fit(method, who, X, seed)
                 dt = time.perf_counter() - t0
                 rows.append(scores(X, y, Y))
-                acc, tw = rows[-1]
-                print(f"{name:16s} {who:5s} {seed:4d}  {acc:.4f}    {tw:.4f}   {dt:.1f}")
+                acc, tw, c, k = rows[-1]
+                print(
+                    f"{name:16s} {who:5s} {seed:4d}  {acc:.4f}    {tw:.4f}   {c:.4f}   {k:.4f}"
+                    f"   {dt:.1f}"
+                )
             m = np.mean(rows, axis=0)
-            print(f"{name:16s} {who:5s} mean  {m[0]:.4f}    {m[1]:.4f}", flush=True)
+            print(
+                f"{name:16s} {who:5s} mean  {m[0]:.4f}    {m[1]:.4f}   {m[2]:.4f}   {m[3]:.4f}",
+                flush=True,
+            )
     return 0

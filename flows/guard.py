@@ -50,7 +50,7 @@ def sources_of(req: RunRequest) -> list[dict]:
         ("actions", "actions"),
         ("eval labels", "eval_labels"),
     ):
-        if getattr(req, name):
+        if getattr(req, name, None):  # a placement has an input only
             loc = parse_uri(getattr(req, name), role=role)
             out.append({"role": role, "uri": str(loc), "files": source_files(loc)})
     return out

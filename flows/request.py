@@ -163,7 +163,6 @@ class Validated:
     graph_request: dict | None
     labels_fingerprint: str | None
     actions_fingerprint: str | None
-    eval_labels_fingerprint: str | None
     input_meta: dict
     input_fingerprint: dict
     input_bytes: int
@@ -174,6 +173,7 @@ class Validated:
     chunk_bytes: int
     n_chunks: int
     seconds: float
+    eval_labels_fingerprint: str | None = None  # a run's labels for evaluation
     lease: dict | None = None  # {"store", "token"} once the run holds the lease
     knn: dict | None = None  # the kNN stage's result
     kernel: dict | None = None  # the kernel stage's result

@@ -80,6 +80,7 @@ class PlaceRequest:
     # what the shared input openers and the commit guard ask of a run's request
     labels = None
     actions = None
+    eval_labels = None
     step = None
     reads_own_step = False
 
