@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 
-
 from ._measure import machine, timed, timed_in_turns
 from .kpca import median_gamma
 

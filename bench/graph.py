@@ -299,11 +299,10 @@ def main_isomap_exact(args) -> int:
     import dask.array as da
     from distributed import wait
     from scipy.spatial import procrustes
-
-    from dimred_dask.methods.isomap import isomap_on_workers
     from sklearn.manifold import Isomap as SkIsomap
 
     from dimred_dask import Isomap
+    from dimred_dask.methods.isomap import isomap_on_workers
 
     sizes = [args.rows] if args.rows else [10_000, 20_000]
     print(

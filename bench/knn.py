@@ -208,12 +208,11 @@ def main(args) -> int:
 
 
 def _partitioned(X, limit: int, tuned: dict) -> dict:
+    import dask
     import dask.array as da
     from distributed import Client, LocalCluster, wait
 
     from dimred_dask.graphs import knn_graph, sample_recall
-
-    import dask
 
     hard = {
         "distributed.worker.memory.target": False,

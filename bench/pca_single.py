@@ -250,10 +250,9 @@ def _embedding_error(sp_out: str, ex_out: str) -> dict:
 
 
 def main_single_pass(args) -> int:
+    import dask.array as da
     import psutil
     from distributed import Client, LocalCluster
-
-    import dask.array as da
 
     from dimred_dask.cluster import local_cluster_size
     from dimred_dask.io import save_array

@@ -8,15 +8,16 @@ from .errors import (
     DimredError,
     DimredWarning,
     DisconnectedGraphError,
+    InfeasibleError,
     InputError,
     InputTypeError,
     NotFittedError,
     OutputExistsError,
+    SolverError,
     StageError,
     StoreError,
     UncommittedOutputError,
 )
-from .errors import InfeasibleError, SolverError
 
 # The estimators and functions are imported on first use (PEP 562): `import dimred_dask` and
 # its errors stay cheap for the CLI's commands that need no method (inspect, --help) and for

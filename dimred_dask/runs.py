@@ -260,9 +260,11 @@ class SpectralMap:
 def _place(X, method: str, setting: dict, reference: Reference):
     from .methods._tsne_transform import (
         TRANSFORM_DEFAULTS,
-        place_rows as tsne_rows,
         reference_grid,
         sne_place_rows,
+    )
+    from .methods._tsne_transform import (
+        place_rows as tsne_rows,
     )
     from .methods._umap_transform import place_rows as umap_rows
 

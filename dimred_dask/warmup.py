@@ -25,8 +25,7 @@ __all__ = ["warm"]
 
 
 def _steps():
-    from .graphs import knn_graph
-    from .graphs import query
+    from .graphs import knn_graph, query
     from .methods import TSNE, UMAP, Isomap
 
     rng = np.random.default_rng(0)

@@ -14,11 +14,11 @@ import numpy as np
 from prefect import flow, get_run_logger, task
 
 import dimred_dask
-
 from dimred_dask import metrics
 from dimred_dask._compute import compute
 from dimred_dask.cluster import cluster_client, describe_cluster
 from dimred_dask.errors import StageError
+from dimred_dask.graphs.knn import TARGET_RECALL
 from dimred_dask.io import (
     RunStore,
     digest_of,
@@ -27,8 +27,14 @@ from dimred_dask.io import (
 )
 
 from .chain import chain_steps
-from dimred_dask.graphs.knn import TARGET_RECALL
-
+from .guard import stage_guard
+from .inputs import (
+    open_actions,
+    open_class_labels,
+    open_judged_input,
+    open_labels,
+    open_run_input,
+)
 from .knn import (
     StoreGraph,
     build_graph,
@@ -43,27 +49,19 @@ from .knn import (
     write_graph_attrs,
     writes_from_workers,
 )
-from .guard import stage_guard
 from .methods import SCRATCH, get_method
 from .publish import TASK_OPTS, publish
-from .inputs import (
-    open_actions,
-    open_class_labels,
-    open_judged_input,
-    open_labels,
-    open_run_input,
-)
 from .request import RunRequest, Validated
 from .running import block_credentials, leased, scheduled_start
-from .validate import check_final_step_labels, validate
 from .stages import (
     check_observer,
     chunk_sample,
-    notify,
     in_stage,
+    notify,
     stage_progress,
     stage_reusable,
 )
+from .validate import check_final_step_labels, validate
 
 
 def _fingerprints(req: RunRequest, v: Validated) -> dict:

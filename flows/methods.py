@@ -18,11 +18,11 @@ from dimred_dask import metrics
 from dimred_dask._validation import check_n_components, is_dask
 from dimred_dask.errors import DimredWarning, InputError, StageError
 from dimred_dask.linalg import LANDMARK_METHODS, choose_eigen_solver
-from dimred_dask.methods.mds import MDSModel, classical_mds
-from dimred_dask.pairwise import check_metric
 from dimred_dask.methods.kpca import KernelPCAModel, check_kpca_params, kernel_pca
+from dimred_dask.methods.mds import MDSModel, classical_mds
 from dimred_dask.methods.pca import SOLVERS, PCAModel, check_max_error, pca, plan_solver
 from dimred_dask.methods.specs import SPECS
+from dimred_dask.pairwise import check_metric
 from dimred_dask.runs import RunModel, load_model  # noqa: F401 (a run's model, for new rows)
 
 from .adapter import (
@@ -32,7 +32,6 @@ from .adapter import (
     model_loader,
     training_embedding,
 )
-
 
 PCA_DEFAULTS = SPECS["pca"].flow_defaults()
 

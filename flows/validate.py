@@ -14,7 +14,6 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
-
 from prefect import get_run_logger, task
 
 from dimred_dask._compute import compute, smallest_worker_memory
@@ -32,14 +31,13 @@ from dimred_dask.io.base import TARGET_CHUNK_BYTES
 from dimred_dask.methods import accepts_sparse, check_sparse_input
 
 from .chain import PCA_DEFAULT_COMPONENTS, chain_steps
+from .guard import sources_of
+from .inputs import open_actions, open_eval_labels, open_labels, open_run_input
 from .knn import normalize_request, resolve_cache
 from .methods import get_method
 from .publish import TASK_OPTS
-from .guard import sources_of
-from .inputs import open_actions, open_eval_labels, open_labels, open_run_input
 from .request import Checked, RunRequest, Validated
 from .stages import check_observer
-
 
 # A chunk may use at most this share of a worker's memory: the kernels hold the chunk, a
 # panel buffer and their output, and the worker may run two tasks at once.

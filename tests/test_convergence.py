@@ -5,10 +5,9 @@ solves report progress while they run."""
 
 from __future__ import annotations
 
-import re
-
 import importlib
 import json
+import re
 import warnings
 
 import numpy as np

@@ -12,12 +12,12 @@ from __future__ import annotations
 import ast
 import re
 import shlex
-import tomllib
 import zoneinfo
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]

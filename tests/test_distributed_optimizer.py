@@ -19,10 +19,10 @@ from dimred_dask.blocks.tsne_gradient import GridSpec, Interpolation, potentials
 from dimred_dask.errors import InputError, StageError
 from dimred_dask.graphs import knn_graph
 from dimred_dask.graphs.affinities import GraphRows, affinities, affinity_row_blocks_delayed
-from dimred_dask.metrics import trustworthiness
 from dimred_dask.methods import tsne, umap
 from dimred_dask.methods._distributed import block_bounds, plan_optimizer
 from dimred_dask.methods._neighbor_runs import MemoryCheckpoint, delayed_literal
+from dimred_dask.metrics import trustworthiness
 
 
 @pytest.fixture(scope="module")

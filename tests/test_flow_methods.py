@@ -82,9 +82,8 @@ def test_kpca_nystrom_needs_no_kernel_matrix(client, prefect_api, clustered, tmp
 
 
 def test_mds_distance_stage_precomputed_and_landmark(client, prefect_api, clustered, tmp_path):
-    from flows.embed import embed
-
     from dimred_dask import MDS
+    from flows.embed import embed
 
     uri, X, _ = clustered
     ref = MDS(2, solver="dense").fit(X.astype(np.float64))
@@ -125,9 +124,8 @@ def test_mds_distance_stage_precomputed_and_landmark(client, prefect_api, cluste
 
 
 def test_supervised_methods_take_labels_from_a_uri(client, prefect_api, clustered, tmp_path):
-    from flows.embed import embed
-
     from dimred_dask import SupervisedPCA
+    from flows.embed import embed
 
     uri, X, y = clustered
     y_uri = str(tmp_path / "y.zarr")

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from dimred_dask.errors import InputError
 from dimred_dask._compute import workers
+from dimred_dask.errors import InputError
 from dimred_dask.io import open_output, save_array
 from tests import hooks
 

@@ -451,10 +451,10 @@ def test_a_run_takes_its_labels_from_an_obs_column(client, prefect_api, tmp_path
     """Supervised PCA of pbmc68k_reduced's X with its louvain clusters as the labels, both
     from the file: the run's labels are the codes anndata gives them."""
     import anndata as ad
-    from flows.embed import embed
 
     from dimred_dask import SupervisedPCA
     from dimred_dask.io import open_output
+    from flows.embed import embed
 
     path = _pbmc68k_reduced()
     back = _quietly(ad.read_h5ad, path)

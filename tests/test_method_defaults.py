@@ -11,9 +11,9 @@ import pathlib
 
 import numpy as np
 import pytest
+from sklearn.base import BaseEstimator
 
 import dimred_dask.methods as methods
-from sklearn.base import BaseEstimator
 from dimred_dask.methods.specs import SPECS
 from flows.methods import METHODS
 

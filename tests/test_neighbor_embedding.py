@@ -20,11 +20,11 @@ from dimred_dask.graphs.affinities import (
     tsne_affinities,
     umap_affinities,
 )
-from dimred_dask.metrics import trustworthiness
 from dimred_dask.methods._neighbor_runs import MemoryCheckpoint
 from dimred_dask.methods.sne import sne
 from dimred_dask.methods.tsne import TSNE, tsne
 from dimred_dask.methods.umap import UMAP, umap
+from dimred_dask.metrics import trustworthiness
 
 # The calibration target: each row's entropy equals log2(perplexity) to 1e-5 bits
 # (the bisection stops at 1e-10 nats).

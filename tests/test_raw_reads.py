@@ -13,8 +13,7 @@ import pytest
 import zarr
 
 from dimred_dask import InputError
-from dimred_dask.io import open_input, open_matrix
-from dimred_dask.io import zarr_arrays
+from dimred_dask.io import open_input, open_matrix, zarr_arrays
 
 
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:

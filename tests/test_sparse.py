@@ -19,7 +19,11 @@ from dimred_dask.errors import InputTypeError
 from dimred_dask.graphs import knn_graph, sample_recall
 from dimred_dask.io.fingerprint import _hash_block, array_fingerprint
 from dimred_dask.methods import (
+    MDS,
+    SNE,
     SPARSE_METHODS,
+    TSNE,
+    UMAP,
     ActionRespectingEmbedding,
     Isomap,
     KernelPCA,
@@ -29,12 +33,8 @@ from dimred_dask.methods import (
     LandmarkMVU,
     LaplacianEigenmaps,
     LocallyLinearEmbedding,
-    MDS,
     MaximumVarianceUnfolding,
-    SNE,
     SpectralClustering,
-    TSNE,
-    UMAP,
     accepts_sparse,
     check_sparse_input,
     make_chain,

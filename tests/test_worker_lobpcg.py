@@ -314,8 +314,7 @@ def test_auto_takes_the_workers_above_the_arpack_limit(client):
 def test_auto_with_b_takes_the_in_process_lobpcg_above_the_arpack_limit(client, monkeypatch):
     """The workers' LOBPCG solves M x = lambda x only: with B, "auto" takes SciPy's LOBPCG
     above the ARPACK limit even with two workers; asked for by name it is still refused."""
-    from dimred_dask.linalg import bottom_eigsh, bottom_eigsh_checked
-    from dimred_dask.linalg import sparse_eigen
+    from dimred_dask.linalg import bottom_eigsh, bottom_eigsh_checked, sparse_eigen
 
     n = 300
     monkeypatch.setattr(sparse_eigen, "DENSE_MAX_SPARSE", 50)

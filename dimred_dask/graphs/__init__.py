@@ -10,20 +10,20 @@ from .connectivity import (
     join_components,
     symmetrize,
 )
-from .knn import EXACT_MAX, KNN_BACKENDS, KNNGraph, check_n_neighbors, knn_graph, sample_recall
 from .geodesic import (
     dijkstra_block,
     geodesic_matrix,
-    geodesic_rows,
     geodesic_matrix_on_workers,
+    geodesic_rows,
     geodesic_rows_on_workers,
     geodesics_through_neighbours,
 )
+from .knn import EXACT_MAX, KNN_BACKENDS, KNNGraph, check_n_neighbors, knn_graph, sample_recall
+from .landmark import edge_normals, laplacian_basis, reconstruction_basis
 from .laplacian import WEIGHTS, graph_weights, laplacian
+from .sdp import bandwidth_order, clique_dependencies, edge_list, maximal_cliques
 from .spectral import SpectralResult, spectral_embedding
 from .weights import check_reg, reconstruction_weights
-from .sdp import bandwidth_order, clique_dependencies, edge_list, maximal_cliques
-from .landmark import edge_normals, laplacian_basis, reconstruction_basis
 
 __all__ = [
     "KNNGraph",

@@ -26,12 +26,14 @@ import numpy as np
 from ..blocks.affinity_kernels import (
     MERGE_FUZZY,
     MERGE_SUM,
-    membership_rows as _membership,
     perplexity_rows,
     reverse_entries,
     smooth_knn_rows,
     symmetric_merge,
     symmetric_merge_rows,
+)
+from ..blocks.affinity_kernels import (
+    membership_rows as _membership,
 )
 from ..errors import InputError
 from .knn import KNNGraph

@@ -28,9 +28,9 @@ from scipy.sparse.linalg import splu
 from .._compute import active_client, compute
 from .._validation import is_dask
 from ..errors import InputError
+from .connectivity import graph_csr
 from .knn import KNNGraph
 from .laplacian import graph_weights, laplacian
-from .connectivity import graph_csr
 from .weights import reconstruction_weights
 
 __all__ = [

@@ -31,8 +31,8 @@ import scipy.sparse as sp
 
 from .._compute import active_client, workers
 from ..errors import InputError
-from ..linalg.sparse_eigen import bottom_eigsh, fallback_solvers
 from ..linalg.convergence import solve_with_fallbacks
+from ..linalg.sparse_eigen import bottom_eigsh, fallback_solvers
 from ..linalg.worker_lobpcg import WorkerRows, bottom_eigsh_lobpcg_workers
 from .affinities import GraphRows, graph_rows
 from .knn import KNNGraph

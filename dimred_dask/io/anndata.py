@@ -32,7 +32,6 @@ Zarr-based elements keep the Zarr rules: their chunk objects are listed once whe
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from ..errors import (
@@ -42,7 +41,7 @@ from ..errors import (
     is_storage_error,
     storage_error,
 )
-from .obs import open_column
+from .anndata_layout import Element, check_anndata, check_raw, child, elements, locate
 from .hdf5 import (
     H5Rows,
     H5Sparse,
@@ -55,7 +54,7 @@ from .hdf5 import (
     sparse_layout,
     text_attr,
 )
-from .anndata_layout import Element, check_anndata, check_raw, child, elements, locate
+from .obs import open_column
 from .sparse import Ranges
 from .uris import Location
 

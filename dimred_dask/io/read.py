@@ -26,17 +26,23 @@ from dataclasses import dataclass, field
 import fsspec
 import numpy as np
 
-from ..errors import DimredError, InputError, InputTypeError, is_storage_error, storage_error
 from .._validation import float_dtype
+from ..errors import DimredError, InputError, InputTypeError, is_storage_error, storage_error
 from .anndata import open_anndata_zarr, open_h5ad
 from .base import (
     OpenOptions,
-    exists as _exists,
-    fs_of as _fs,
-    is_folder as _is_folder,
     plan_row_chunk,
     read_errors,
     row_range,
+)
+from .base import (
+    exists as _exists,
+)
+from .base import (
+    fs_of as _fs,
+)
+from .base import (
+    is_folder as _is_folder,
 )
 from .hdf5 import H5_SUFFIXES, open_hdf5
 from .npz import open_npz

@@ -25,8 +25,8 @@ import contextlib
 
 import numpy as np
 
-from ..errors import InputError
 from .._validation import describe_nonfinite
+from ..errors import InputError
 from .base import read_errors, row_range
 
 SCAN_MAX_BYTES = 512 * 2**20  # a CSC element (or a deflated .npz) read by scanning, at most

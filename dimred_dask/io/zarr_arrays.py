@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError, InputTypeError, StoreError, is_storage_error, storage_error
-from .base import fs_of as _fs, missing_chunks_error, plan_row_chunk, read_errors
+from .base import fs_of as _fs
+from .base import missing_chunks_error, plan_row_chunk, read_errors
 from .raw_chunks import DAMAGED_FIX, RawRows, RawTiles, raw_layout, tile_layout
 from .uris import Location
 

@@ -2,6 +2,7 @@
 eigensolvers, Nyström, SDPs. Every iterative solve leaves a convergence record
 (``linalg.convergence``)."""
 
+from .amg import AMG, amg_hierarchy
 from .eigen import (
     DENSE_MAX,
     EIGEN_SOLVERS,
@@ -10,7 +11,8 @@ from .eigen import (
     top_and_bottom_eigh,
     top_eigh,
 )
-from .moments import column_stats, row_blocks
+from .gram_eigen import GRAM_SHIFT, bottom_eigsh_gram
+from .gram_lobpcg import PRECONDITIONERS, bottom_eigsh_lobpcg
 from .landmarks import (
     LANDMARK_METHODS,
     LANDMARK_ROWS,
@@ -18,6 +20,7 @@ from .landmarks import (
     resolve_landmark_method,
     take_rows,
 )
+from .moments import column_stats, row_blocks
 from .nystrom import (
     NystromMap,
     nystrom_error,
@@ -26,6 +29,8 @@ from .nystrom import (
     nystrom_map,
     nystrom_top_eigh,
 )
+from .pca_solvers import Spectrum, covariance_eigh, dual_eigh, randomized_eigh, tsqr_svd
+from .sdp import SDP_SOLVERS, face_basis, haar_basis, max_trace_sdp
 from .sparse_eigen import (
     ARPACK_MAX,
     DENSE_MAX_SPARSE,
@@ -34,11 +39,6 @@ from .sparse_eigen import (
     bottom_eigsh_checked,
     fallback_solvers,
 )
-from .gram_eigen import GRAM_SHIFT, bottom_eigsh_gram
-from .gram_lobpcg import PRECONDITIONERS, bottom_eigsh_lobpcg
-from .amg import AMG, amg_hierarchy
-from .pca_solvers import Spectrum, covariance_eigh, dual_eigh, randomized_eigh, tsqr_svd
-from .sdp import SDP_SOLVERS, face_basis, haar_basis, max_trace_sdp
 
 __all__ = [
     "column_stats",

@@ -12,9 +12,9 @@ import numpy as np
 
 from .._compute import compute
 from .._validation import format_rows, is_dask, is_sparse_input, nonfinite_error
-from ..errors import InputError
 from ..blocks.sparse import sparse_block_stats
 from ..blocks.stats import BlockStats, block_stats, merge_many, merge_stats, tree_reduce
+from ..errors import InputError
 
 NUMPY_BLOCK_ROWS = 32768
 

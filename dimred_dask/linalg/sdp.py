@@ -44,9 +44,9 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 
+from .._progress import report
 from .._validation import check_fits_in_memory
 from ..errors import InputError
-from .._progress import report
 from .conic import solve_problem
 
 __all__ = [

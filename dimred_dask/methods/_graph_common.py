@@ -14,7 +14,6 @@ from .._compute import compute
 from .._validation import check_array, is_dask, nonfinite_error
 from ..blocks.neighbors import block_topk, streamed_topk
 from ..errors import InputError
-from ..graphs.affinities import is_graph_source
 from ..graphs import (
     KNNGraph,
     check_connected,
@@ -23,6 +22,7 @@ from ..graphs import (
     join_components,
     knn_graph,
 )
+from ..graphs.affinities import is_graph_source
 from ._base import HasConvergence, is_stored, kept, row_blocks
 
 __all__ = [

@@ -18,11 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import is_dask
-from ._base import refuse_nonfinite_block
 from ..blocks.tsne_gradient import Interpolation, InterpolationGrid, point_z
 from ..blocks.tsne_kernels import attraction, exact_repulsion, gains_step
 from ..graphs.affinities import SparseAffinity, conditional_rows
 from ..graphs.query import reference_topk
+from ._base import refuse_nonfinite_block
 
 __all__ = ["tsne_transform", "TRANSFORM_DEFAULTS", "place_rows", "reference_grid", "sne_place_rows"]
 

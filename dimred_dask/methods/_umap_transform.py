@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import is_dask
-from ._base import refuse_nonfinite_block
 from ..blocks.umap_kernels import no_pulls, sgd_epoch
 from ..graphs.affinities import fuzzy_rows
 from ..graphs.query import reference_topk
+from ._base import refuse_nonfinite_block
 
 __all__ = ["umap_transform", "place_rows"]
 

@@ -25,8 +25,8 @@ from .._validation import check_array, is_dask
 from ..errors import InputError
 from ..graphs.sdp import edge_list
 from ._distance_sdp import distance_sdp, kernel_embedding
+from ._spec import DOCS_SDP, KNN_STAGE, SDP_FUNCTION_ONLY, MethodSpec
 from .mvu import EXACT_MAX, SDPEmbeddingModel, SDPEstimator, check_exact_sdp_params, prepare_graph
-from ._spec import DOCS_SDP, KNN_STAGE, MethodSpec, SDP_FUNCTION_ONLY
 
 __all__ = [
     "ActionRespectingEmbedding",

@@ -47,11 +47,11 @@ from ..graphs import (
 )
 from ..linalg import choose_landmarks
 from ..pairwise import check_metric
-from ._base import ModelTransform, DimredEstimator, column_signs, like_input
+from ._base import DimredEstimator, ModelTransform, column_signs, like_input
 from ._graph_common import fit_graph, graph_for_fit, training_rows
 from ._isomap_model import IsomapModel
-from .mds import MDS_SOLVERS, classical_mds
 from ._spec import DOCS_GRAPH, KNN_STAGE, MethodSpec
+from .mds import MDS_SOLVERS, classical_mds
 
 __all__ = [
     "Isomap",

@@ -52,8 +52,6 @@ from .._validation import (
 )
 from ..blocks.kernels import kernel_block
 from ..errors import DimredWarning, InputError
-from ..linalg.convergence import record, require_converged
-from ..linalg.threaded import one_blas_thread
 from ..linalg import (
     DENSE_MAX,
     choose_landmarks,
@@ -66,11 +64,13 @@ from ..linalg import (
     take_rows,
     top_eigh,
 )
+from ..linalg.convergence import record, require_converged
+from ..linalg.threaded import one_blas_thread
 from ..pairwise import center_stats, check_kernel, double_center, pairwise_kernels
 from ._base import (
-    ModelTransform,
     DimredEstimator,
     HasConvergence,
+    ModelTransform,
     column_signs,
     is_stored,
     kept,

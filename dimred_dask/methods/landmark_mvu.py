@@ -35,8 +35,8 @@ from .._validation import check_array, check_flags, is_dask
 from ..errors import InputError
 from ..graphs import check_reg
 from ..graphs.landmark import (
-    edge_sums,
     edge_normals,
+    edge_sums,
     laplacian_basis,
     reconstruction_basis,
     row_gram,
@@ -48,8 +48,8 @@ from ..linalg.conic import solve_problem
 from ..linalg.sdp import solver_options
 from ._base import column_signs
 from ._distance_sdp import check_solver_status
+from ._spec import DOCS_SDP, KNN_STAGE, SDP_FUNCTION_ONLY, MethodSpec
 from .mvu import DEFAULT_MAX_ITER, SDPEmbeddingModel, SDPEstimator, check_sdp_params, prepare_graph
-from ._spec import DOCS_SDP, KNN_STAGE, MethodSpec, SDP_FUNCTION_ONLY
 
 __all__ = [
     "LandmarkMVU",

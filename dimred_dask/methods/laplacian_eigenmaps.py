@@ -18,7 +18,6 @@ training data approximates ``embedding_`` without equalling it.
 from __future__ import annotations
 
 import numbers
-
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,7 +34,7 @@ from ..graphs import (
 from ..graphs.worker_laplacian import spectral_embedding_workers
 from ..linalg import SPARSE_EIGEN_SOLVERS
 from ..linalg.sparse_eigen import choose_sparse_solver
-from ._base import ModelTransform, DimredEstimator, like_input, rows_at, rowwise
+from ._base import DimredEstimator, ModelTransform, like_input, rows_at, rowwise
 from ._graph_common import (
     ArrayModel,
     check_n_components_graph,

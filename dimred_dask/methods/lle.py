@@ -43,6 +43,7 @@ import scipy.sparse as sp
 
 from .._validation import check_array
 from ..blocks.neighbors import reconstruction_weights_block
+from ..errors import InputError
 from ..graphs import check_n_neighbors, check_reg, reconstruction_weights
 from ..graphs.worker_lle import lle_operator_on_workers
 from ..linalg import (
@@ -53,11 +54,10 @@ from ..linalg import (
     bottom_eigsh_gram,
     bottom_eigsh_lobpcg,
 )
-from ..errors import InputError
 from ..linalg.convergence import solve_with_fallbacks
 from ..linalg.sparse_eigen import workers_at_hand
 from ..linalg.worker_lobpcg import WorkerRows, bottom_eigsh_lobpcg_workers
-from ._base import ModelTransform, DimredEstimator, like_input, rows_at, rowwise
+from ._base import DimredEstimator, ModelTransform, like_input, rows_at, rowwise
 from ._graph_common import (
     ArrayModel,
     check_n_components_graph,

@@ -50,13 +50,13 @@ from ._mds_parts import (
     _check_metric,
     _check_n_components,
     _check_solver,
-    _MDSBase,
-    _Triangulating,
     _eigen,
     _kruskal_stress,
+    _MDSBase,
     _shift,
     _squared_matrix,
     _stress_rows,
+    _Triangulating,
 )
 from ._precomputed import (
     as_square,

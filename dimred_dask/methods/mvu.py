@@ -42,18 +42,18 @@ from ..graphs import (
 )
 from ..graphs.sdp import edge_list
 from ..linalg.sdp import SDP_FORMULATIONS, solver_options
-from ._distance_sdp import distance_sdp, kernel_embedding
 from ._base import (
-    ModelTransform,
     DimredEstimator,
     HasConvergence,
+    ModelTransform,
     kept,
     like_input,
     rows_at,
     rowwise,
 )
+from ._distance_sdp import distance_sdp, kernel_embedding
 from ._graph_common import built_graph, new_neighbours
-from ._spec import DOCS_SDP, KNN_STAGE, MethodSpec, SDP_FUNCTION_ONLY
+from ._spec import DOCS_SDP, KNN_STAGE, SDP_FUNCTION_ONLY, MethodSpec
 
 __all__ = [
     "MaximumVarianceUnfolding",

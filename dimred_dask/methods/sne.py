@@ -22,19 +22,19 @@ from ..linalg.convergence import completed
 from ._base import DimredEstimator
 from ._graph_common import fit_graph
 from ._neighbor_runs import (
-    one_run,
     check_float,
     check_int,
     expand_sweep,
     graph_ref,
     like_input,
+    one_run,
     pca_init,
     random_init,
     run_tasks,
     threads,
 )
+from ._spec import DOCS_NEIGHBOUR, KNN_STAGE, OPTIMISER_SUPPLIED, MethodSpec
 from .tsne import INIT_STD, TSNEModel
-from ._spec import DOCS_NEIGHBOUR, KNN_STAGE, MethodSpec, OPTIMISER_SUPPLIED
 
 __all__ = [
     "SNE",

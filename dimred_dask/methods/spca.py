@@ -65,11 +65,11 @@ from ..linalg.cross_moments import CrossStats, cross_stats
 from ..linalg.pca_solvers import _complete_basis
 from ..pairwise import check_kernel, pairwise_kernels
 from ._base import DimredEstimator, like_input, rowwise, sign_fix
-from ._spca_models import KernelSupervisedPCAModel, SupervisedPCAModel
 from ._labels import LABEL_KERNELS, align_labels, check_choice, label_factor, prepare_labels
+from ._spca_models import KernelSupervisedPCAModel, SupervisedPCAModel
+from ._spec import DOCS_LINEAR, MethodSpec
 from .hsic import DENSE_MAX_SAMPLES, nystrom_factor
 from .pca import pca
-from ._spec import DOCS_LINEAR, MethodSpec
 
 __all__ = [
     "SupervisedPCA",

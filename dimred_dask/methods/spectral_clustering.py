@@ -25,7 +25,6 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from sklearn.base import BaseEstimator, ClusterMixin
 
 from .._compute import compute, persisted
@@ -48,8 +47,8 @@ from ..linalg.sparse_eigen import choose_sparse_solver
 from ..pairwise import check_kernel
 from ._base import PortableFn, like_input
 from ._graph_common import ArrayModel, graph_for_fit
-from .laplacian_eigenmaps import check_weights
 from ._spec import DOCS_GRAPH, MethodSpec
+from .laplacian_eigenmaps import check_weights
 
 __all__ = [
     "SpectralClustering",

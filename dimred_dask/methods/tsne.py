@@ -44,7 +44,6 @@ from ._distributed import (
 from ._graph_common import fit_graph
 from ._neighbor_runs import (
     TaskProgress,
-    one_run,
     check_choice,
     check_fit_sample,
     check_float,
@@ -56,13 +55,14 @@ from ._neighbor_runs import (
     graph_ref,
     learning_rate_of,
     like_input,
+    one_run,
     pca_init,
     random_init,
     run_tasks,
     threads,
     threads_per_task,
 )
-from ._spec import DOCS_NEIGHBOUR, MethodSpec, NEIGHBOUR_ADDS, OPTIMISER_SUPPLIED
+from ._spec import DOCS_NEIGHBOUR, NEIGHBOUR_ADDS, OPTIMISER_SUPPLIED, MethodSpec
 
 __all__ = [
     "TSNE",

@@ -40,7 +40,6 @@ from ._distributed import (
 from ._graph_common import fit_graph
 from ._neighbor_runs import (
     TaskProgress,
-    one_run,
     check_choice,
     check_fit_sample,
     check_float,
@@ -51,14 +50,15 @@ from ._neighbor_runs import (
     fitted_reference,
     graph_ref,
     like_input,
+    one_run,
     pca_init,
     run_tasks,
     threads,
     threads_per_task,
 )
+from ._spec import DOCS_NEIGHBOUR, NEIGHBOUR_ADDS, OPTIMISER_SUPPLIED, MethodSpec
 from ._umap_init import scale_layout, spectral_layout
 from ._umap_parts import combine_cross_entropy, cross_entropy, edge_schedule
-from ._spec import DOCS_NEIGHBOUR, MethodSpec, NEIGHBOUR_ADDS, OPTIMISER_SUPPLIED
 
 __all__ = [
     "UMAP",

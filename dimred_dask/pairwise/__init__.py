@@ -1,7 +1,6 @@
 """Blockwise distance and kernel matrices between chunked arrays, and double centering."""
 
 from ..blocks.kernels import KERNELS, METRICS
-from .params import check_kernel, check_metric
 from .matrix import (
     CentredOperator,
     blockwise,
@@ -10,6 +9,7 @@ from .matrix import (
     pairwise_distances,
     pairwise_kernels,
 )
+from .params import check_kernel, check_metric
 
 __all__ = [
     "KERNELS",
