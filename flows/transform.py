@@ -240,7 +240,14 @@ def place(req: PlaceRequest, v: Validated) -> dict:
 
 def drift_reference(model_uri: str) -> Reference:
     """The training rows the drift is measured against: those of the map's last step (a
-    chain's reduced rows), a sample of `DRIFT_REFERENCE_MAX` above that size."""
+    chain's reduced rows). A map that places rows by their neighbours among the training
+    rows (t-SNE, UMAP, SNE, spectral clustering) gives its own reference, so that the search
+    index each worker built for the placement serves the drift too (same rows, same key:
+    found in the worker's cache, not built again); another map's rows are sampled to
+    `DRIFT_REFERENCE_MAX` above that size."""
+    last = load_model(model_uri, verify=False).steps[-1]  # validate checked the rows
+    if isinstance(getattr(last, "reference", None), Reference):
+        return last.reference
     store = open_output(model_uri)
     manifest = store.read_json("manifest.json")
     chain = manifest.get("chain")
