@@ -47,6 +47,15 @@ def place_rows(X_new, X_train, Y_train, params: dict, key=None):
     n_ref, d = Y_train.shape
     k = int(min(params["n_neighbors"], n_ref))
     idx, dist = reference_topk(X_new, X_train, k, metric=params["metric"], key=key)
+    if params["metric"] == "euclidean":
+        # the found neighbours' distances again, directly: the search's ||a||^2 + ||b||^2 -
+        # 2 a.b leaves a row's distance to its own copy at ~1e-8, a value that depends on
+        # the rows searched together, and the membership's rho (the nearest distance above
+        # 0) jumps with it; directly, a copy is at 0 whatever the batch
+        ref = np.asarray(X_train)
+        for a in range(0, len(idx), 4096):  # 4096 x k x d at a time
+            diff = X_new[a : a + 4096, None, :] - ref[idx[a : a + 4096]]
+            dist[a : a + 4096] = np.sqrt(np.einsum("ijk,ijk->ij", diff, diff))
     vals, _, _ = fuzzy_rows(dist, float(k), max(0.0, params["local_connectivity"] - 1.0))
     w = vals / np.maximum(vals.sum(axis=1, keepdims=True), 1e-300)
     Y = np.ascontiguousarray((w[:, :, None] * Y_train[idx]).sum(axis=1), dtype=np.float32)
