@@ -44,25 +44,24 @@ def open_judged_input(req: RunRequest, inp):
     )
 
 
-def open_labels(req: RunRequest, v: Validated | None = None):
+def _open_labels(uri: str, role: str, req: RunRequest, v: Validated | None):
+    """A 1-D input of one value per input row (labels of either kind), in the run's chunks."""
     return open_input(
-        req.labels,
+        uri,
         allow_1d=True,
-        role="labels",
+        role=role,
         row_chunk=v.row_chunk if v is not None else None,
         allow_missing_chunks=req.allow_missing_chunks,
     )
+
+
+def open_labels(req: RunRequest, v: Validated | None = None):
+    return _open_labels(req.labels, "labels", req, v)
 
 
 def open_eval_labels(req: RunRequest, v: Validated | None = None):
     """The labels the embedding is judged by (``--eval-labels``), one per input row."""
-    return open_input(
-        req.eval_labels,
-        allow_1d=True,
-        role="eval labels",
-        row_chunk=v.row_chunk if v is not None else None,
-        allow_missing_chunks=req.allow_missing_chunks,
-    )
+    return _open_labels(req.eval_labels, "eval labels", req, v)
 
 
 def open_class_labels(req: RunRequest, v: Validated):
