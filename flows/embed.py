@@ -394,7 +394,10 @@ def evaluate(req: RunRequest, v: Validated) -> dict:
     return {**result, "reused": False, "seconds": time.perf_counter() - t0}
 
 
-@flow(name="embed", log_prints=True)
+# log_prints stays off (whatever PREFECT_LOGGING_LOG_PRINTS says): Prefect then replaces
+# builtins.print, and numba refuses to compile code that calls print (pynndescent's
+# NN-descent, compiled in this process on its first graph, does)
+@flow(name="embed", log_prints=False)
 def embed(
     input: str,
     output: str,

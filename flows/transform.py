@@ -388,7 +388,8 @@ def _artifact(m: dict) -> None:
         pass
 
 
-@flow(name="transform", log_prints=True)
+# log_prints off, as the embed flow's (numba cannot compile under a replaced print)
+@flow(name="transform", log_prints=False)
 def transform(
     model: str,
     input: str,

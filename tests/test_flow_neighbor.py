@@ -195,3 +195,28 @@ def test_bad_input_refused_before_anything_is_written(
         embed(uri, str(out), method=method, params=params)
     assert "Fix:" in str(err.value)
     assert not out.exists() or not os.listdir(out)
+
+
+def test_numba_compiles_in_the_flow_process_whatever_prefects_print_setting(
+    client, prefect_api, tmp_path
+):
+    """NN-descent on a fit sample is compiled in the flow's own process on its first graph;
+    pynndescent's kernels call print, and numba refuses to compile them once Prefect's
+    log_prints has replaced builtins.print (a TypingError that failed every sampled UMAP
+    fit of a fresh process). A fresh process, with PREFECT_LOGGING_LOG_PRINTS set."""
+    import subprocess
+    import sys
+
+    X = np.random.default_rng(0).standard_normal((600, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", X)
+    env = {**os.environ, "PREFECT_API_URL": prefect_api, "PREFECT_LOGGING_LOG_PRINTS": "true"}
+    args = ["run", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "out")]
+    args += ["--method", "umap", "--scheduler", client.scheduler.address]
+    for p in ("fit_sample=300", "knn_backend=nndescent", "n_epochs=20"):
+        args += ["--param", p]
+    cli = os.path.join(os.path.dirname(sys.executable), "dimred-dask")
+    done = subprocess.run([cli, *args], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "TypingError" not in done.stderr
+    Y = open_output(str(tmp_path / "out")).open_array("embedding").to_dask().compute()
+    assert Y.shape == (600, 2) and np.isfinite(Y).all()
