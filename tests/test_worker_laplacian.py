@@ -306,3 +306,60 @@ def test_landmark_mvus_laplacian_basis_is_solved_and_left_on_the_workers(client,
     Qw = Q.compute()
     np.testing.assert_allclose(Qw.T @ Qw, np.eye(6), atol=1e-8)
     assert np.linalg.norm(Qw - ref @ (ref.T @ Qw), axis=0).max() <= r / gap
+
+
+def _roll_laplacian(n: int):
+    X = make_swiss_roll(n, random_state=0)[0]
+    g = knn_graph(X, 10, backend="exact")
+    W, _ = graph_weights(graph_csr(g))
+    L, deg = laplacian(W, normed=True)
+    return g, L, deg
+
+
+def test_the_multigrid_lobpcg_converges_where_jacobis_stalls():
+    """The normalised Laplacian of a swiss roll's 10-NN graph: its bottom eigenvalues are
+    tiny and close (1e-4 and less at 10 000 points, closer as n grows), where LOBPCG with
+    a Jacobi preconditioner stalls; with the smoothed-aggregation V-cycle it converges in a
+    few dozen iterations to shift-invert ARPACK's eigenpairs."""
+    from dimred_dask.errors import ConvergenceWarning
+    from dimred_dask.linalg import bottom_eigsh
+
+    _, L, _ = _roll_laplacian(10_000)
+    ref = bottom_eigsh(L, 3, solver="arpack", tol=1e-12)
+    with pytest.warns(ConvergenceWarning, match="LOBPCG did not reach"):
+        jacobi = bottom_eigsh(L, 3, solver="lobpcg", tol=1e-8, maxiter=150)
+    assert not jacobi.convergence["converged"]
+    amg = bottom_eigsh(L, 3, solver="amg", tol=1e-8, maxiter=150)
+    rec = amg.convergence
+    assert rec["converged"] and rec["iterations"] < 150 and rec["multigrid"]["levels"] >= 2
+    np.testing.assert_allclose(amg.values[1:], ref.values[1:], rtol=1e-6)
+    cos = np.abs(np.sum(amg.vectors[:, 1:] * ref.vectors[:, 1:], axis=0))
+    np.testing.assert_allclose(cos, 1.0, atol=1e-6)
+
+
+def test_a_stalled_worker_solve_above_the_arpack_limit_continues_with_the_multigrid(
+    client, tmp_path, monkeypatch
+):
+    """Above ARPACK_MAX rows (made small here) a worker-side LOBPCG that stops short is
+    not refused: the operator is assembled on one worker and solved there by the
+    multigrid-preconditioned LOBPCG; both solves are in the record, and the embedding is
+    the in-process shift-invert one."""
+    from dimred_dask.graphs.spectral import spectral_embedding
+    from dimred_dask.linalg import sparse_eigen
+
+    g, _, _ = _roll_laplacian(5000)
+    source = _stored(g, tmp_path / "run")
+    ref = spectral_embedding(graph_weights(graph_csr(g))[0], 2, solver="arpack", tol=1e-12)
+    monkeypatch.setattr(sparse_eigen, "ARPACK_MAX", 1000)
+    with pytest.warns(Warning, match="amg"):
+        res, _ = spectral_embedding_workers(source, 2, tol=1e-10, maxiter=3)
+    first, second = res.convergence
+    assert first["solver"] == "lobpcg-workers" and not first["converged"]
+    assert second["solver"].startswith("lobpcg (scipy, smoothed-aggregation")
+    assert second["converged"]
+    assert res.solver == "amg"
+    np.testing.assert_allclose(res.eigenvalues, ref.eigenvalues, rtol=1e-6)
+    cos = np.abs(np.sum(res.embedding * ref.embedding, axis=0)) / (
+        np.linalg.norm(res.embedding, axis=0) * np.linalg.norm(ref.embedding, axis=0)
+    )
+    np.testing.assert_allclose(cos, 1.0, atol=1e-6)

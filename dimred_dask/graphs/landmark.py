@@ -136,7 +136,7 @@ def laplacian_basis(graph: KNNGraph, m: int, *, solver: str = "auto", random_sta
         The kNN graph, connected (with its extra edges).
     m : int
         The columns of Q, at most n - 2.
-    solver : {"auto", "dense", "arpack", "lobpcg", "lobpcg-workers"}, default "auto"
+    solver : {"auto", "dense", "arpack", "lobpcg", "amg", "lobpcg-workers"}, default "auto"
         The first eigensolver tried (``linalg.sparse_eigen``).
     random_state : int, numpy Generator or None, default 0
         Seeds the iterative eigensolvers.

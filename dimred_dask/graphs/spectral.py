@@ -78,7 +78,7 @@ def spectral_embedding(
         L = D - W (orthonormal columns).
     drop_first : bool, default True
         Compute one more eigenvector and drop the first (constant for a connected graph).
-    solver : {"auto", "dense", "arpack", "lobpcg", "lobpcg-workers"}, default "auto"
+    solver : {"auto", "dense", "arpack", "lobpcg", "amg", "lobpcg-workers"}, default "auto"
         The first eigensolver tried (``linalg.sparse_eigen``).
     tol : float, default 1e-8
         The iterative solvers' tolerance.

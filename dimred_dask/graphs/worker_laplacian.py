@@ -26,6 +26,8 @@ The result is the in-process operator's, up to the rounding of ``t``'s sum.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -246,9 +248,10 @@ def bottom_on_workers(
     keep: bool = False,
 ):
     """The ``want`` smallest eigenpairs of a symmetric operator held on the workers, by the
-    worker-side LOBPCG; a solve that stops short is retried by the in-process solvers on
-    the gathered operator while n is small enough for them (`fallback_solvers`), else
-    refused.
+    worker-side LOBPCG; a solve that stops short is retried on the whole operator, assembled
+    on one worker, by the robust solver of its size (`fallback_solvers`: dense, shift-invert
+    ARPACK, or LOBPCG with a multigrid preconditioner above ``ARPACK_MAX`` rows); refused when
+    that stops short too.
 
     Parameters
     ----------
@@ -294,8 +297,11 @@ def bottom_on_workers(
                 client=client,
                 keep=keep,
             )
-        else:  # small enough for a robust in-process solver
-            eig = bottom_eigsh(L.gather(client), want, solver=s, tol=tol, random_state=random_state)
+        else:  # a robust solver on the whole operator, assembled on one worker
+            eig = L.on_a_worker(
+                client,
+                partial(bottom_eigsh, k=want, solver=s, tol=tol, random_state=random_state),
+            )
         return eig, eig.convergence
 
     return solve_with_fallbacks(
@@ -328,9 +334,9 @@ def spectral_embedding_workers(
     built (`laplacian_on_workers`) and solved (worker-side LOBPCG) on the Dask workers.
 
     Laplacian eigenmaps (Belkin & Niyogi 2003) and spectral clustering (Shi & Malik 2000;
-    von Luxburg 2007). A solve that stops short is retried as `spectral_embedding` retries
-    it (shift-invert ARPACK or dense while the matrix is small enough for them, the operator
-    then gathered into this process), else refused.
+    von Luxburg 2007). A solve that stops short is retried as `bottom_on_workers` retries it
+    (dense, shift-invert ARPACK, or multigrid-preconditioned LOBPCG by size, on the operator
+    assembled on one worker), else refused.
 
     Parameters
     ----------
@@ -356,7 +362,7 @@ def spectral_embedding_workers(
         The cluster (None: the current client).
     keep : bool, default False
         Leave the eigenvectors on the workers: the embedding is then a dask array of one
-        chunk a row block, scaled and sign-fixed there (an in-process fallback solve's
+        chunk a row block, scaled and sign-fixed there (a fallback solve's
         embedding is NumPy all the same).
 
     Returns

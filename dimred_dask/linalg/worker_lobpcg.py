@@ -132,12 +132,27 @@ class WorkerRows:
 
     def gather(self, client):
         """A in this process (CSR, the original numbering), for the in-process solvers."""
-        A = sp.vstack(client.gather(self.rows), format="csr")
-        if self.order is None:
-            return A
-        inv = np.empty(self.n, np.int64)
-        inv[np.concatenate(client.gather(self.order))] = np.arange(self.n)
-        return A[inv][:, inv].tocsr()
+        order = None if self.order is None else client.gather(self.order)
+        return _assembled(client.gather(self.rows), order, self.n)
+
+    def on_a_worker(self, client, fn):
+        """``fn(A)`` run on one worker, A assembled there (CSR, the original numbering) from
+        the blocks the workers hold: an in-process solver on the whole operator without
+        bringing it into this process, which receives what ``fn`` returns."""
+        return client.submit(_solve_assembled, fn, self.rows, self.order, self.n).result()
+
+
+def _assembled(rows, order, n: int):
+    A = sp.vstack(rows, format="csr")
+    if order is None:
+        return A
+    inv = np.empty(n, np.int64)
+    inv[np.concatenate(order)] = np.arange(n)
+    return A[inv][:, inv].tocsr()
+
+
+def _solve_assembled(fn, rows, order, n: int):
+    return fn(_assembled(rows, order, n))
 
 
 def _rayleigh_ritz(G, H, p):

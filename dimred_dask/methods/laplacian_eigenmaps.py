@@ -185,11 +185,12 @@ def laplacian_eigenmaps(
         Heat-kernel weights w_ij = exp(-d_ij^2 / t), or binary weights.
     t : float or None, default None
         Heat kernel width (None: mean squared edge length).
-    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "lobpcg-workers"}, default "auto"
-        The eigensolver; a solve that stops short is retried with shift-invert ARPACK or
-        dense (see ``graphs.spectral``). "lobpcg-workers": LOBPCG with the Laplacian's rows
-        and its n x p blocks on the Dask workers; "auto" takes it above 200 000 rows when a
-        client has two or more workers.
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "amg", "lobpcg-workers"}, default "auto"
+        The eigensolver; a solve that stops short is retried with dense, shift-invert
+        ARPACK or, above 200 000 rows, "amg" (LOBPCG with a smoothed-aggregation multigrid
+        preconditioner; see ``linalg.sparse_eigen``). "lobpcg-workers": LOBPCG with the
+        Laplacian's rows and its n x p blocks on the Dask workers; "auto" takes it above
+        200 000 rows when a client has two or more workers, "amg" there otherwise.
     tol : float, default 1e-8
         The eigensolver's tolerance.
     max_iter : int or None, default None
@@ -304,7 +305,7 @@ class LaplacianEigenmaps(ModelTransform, DimredEstimator):
     n_components : int in [1, n_samples - 2]
     n_neighbors : int
     weights : {"heat", "binary"}; t : heat kernel width (None: mean squared edge length)
-    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "lobpcg-workers"}; tol
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "amg", "lobpcg-workers"}; tol
     max_iter : int or None, the eigensolver's iterations (None: its own default)
     metric, knn_backend, join_components, random_state : the kNN graph's
 

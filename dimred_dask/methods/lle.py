@@ -76,7 +76,7 @@ __all__ = [
     "check_lle_params",
 ]
 
-LLE_EIGEN_SOLVERS = SPARSE_EIGEN_SOLVERS + ("factored", "amg")
+LLE_EIGEN_SOLVERS = SPARSE_EIGEN_SOLVERS + ("factored",)  # "amg": its own multigrid on I - W
 # "auto" factorises (shift-invert ARPACK on M, or the factored solver) only for data of at
 # most this many columns; above it, LOBPCG on products with I - W. Factorisations fill in on
 # kNN graphs of high-dimensional data (the LU of I - W stays sparse on a low-dimensional

@@ -263,7 +263,7 @@ def spectral_clustering(
         The Gaussian (Nyström) affinity's m, an int in [n_clusters, n_samples].
     landmarks : {"auto", "uniform", "maxmin", "kmeans++", "kmeans"}, default "kmeans++"
         The Gaussian (Nyström) affinity's choice of landmarks.
-    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "lobpcg-workers"}, default "auto"
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "amg", "lobpcg-workers"}, default "auto"
         The sparse eigensolver's (kNN affinity).
     tol : float, default 1e-8
         The sparse eigensolver's tolerance.
