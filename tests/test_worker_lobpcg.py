@@ -347,3 +347,20 @@ def test_memory_note_tells_a_tight_solve_from_a_roomy_one():
     assert not memory_note(bounds, 22, 3 * 2**30)[1]
     assert "10 float64 arrays" in memory_note(bounds, 22, 3 * 2**30, gram=True)[0]
     assert not memory_note(bounds, 22, 0)[1]  # no limit set: nothing to compare with
+
+
+def test_a_stall_is_judged_by_the_residuals_rate_over_the_last_window():
+    """Once a window from STALL_AFTER on: a residual falling 10x per 100 iterations from 1e-3
+    reaches 1e-8 by iteration 700 of 1000 (not stalled); one falling 2x per 100 would need
+    about 1900 (stalled), as would one that does not fall; none is judged between windows."""
+    from dimred_dask.linalg.worker_lobpcg import STALL_AFTER, STALL_WINDOW, _stalled
+
+    def history(factor_per_window, at=STALL_AFTER, start=1e-3):
+        return [start * factor_per_window ** ((i - at) / STALL_WINDOW) for i in range(at + 1)]
+
+    assert not _stalled(history(0.1), 1e-8, 1000)
+    assert _stalled(history(0.5), 1e-8, 1000)
+    assert _stalled(history(1.0), 1e-8, 1000)
+    assert not _stalled(history(0.5)[:-1], 1e-8, 1000)  # not at a window's end
+    assert not _stalled(history(0.5)[: STALL_AFTER - STALL_WINDOW + 1], 1e-8, 1000)
+    assert not _stalled(history(0.5, start=1e-9), 1e-8, 1000)  # converged

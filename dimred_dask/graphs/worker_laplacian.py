@@ -248,7 +248,8 @@ def bottom_on_workers(
     keep: bool = False,
 ):
     """The ``want`` smallest eigenpairs of a symmetric operator held on the workers, by the
-    worker-side LOBPCG; a solve that stops short is retried on the whole operator, assembled
+    worker-side LOBPCG (told to stop early when it stalls, where a fallback follows); a
+    solve that stops short is retried on the whole operator, assembled
     on one worker, by the robust solver of its size (`fallback_solvers`: dense, shift-invert
     ARPACK, or LOBPCG with a multigrid preconditioner above ``ARPACK_MAX`` rows); refused when
     that stops short too.
@@ -296,6 +297,7 @@ def bottom_on_workers(
                 random_state=random_state,
                 client=client,
                 keep=keep,
+                stall=bool(fallbacks),  # a stalled solve continues with the fallback
             )
         else:  # a robust solver on the whole operator, assembled on one worker
             eig = L.on_a_worker(
@@ -304,9 +306,10 @@ def bottom_on_workers(
             )
         return eig, eig.convergence
 
+    fallbacks = fallback_solvers("lobpcg-workers", L.shape[0])
     return solve_with_fallbacks(
         attempt,
-        ["lobpcg-workers"] + fallback_solvers("lobpcg-workers", L.shape[0]),
+        ["lobpcg-workers"] + fallbacks,
         step=step,
         method=method,
         fix=fix,

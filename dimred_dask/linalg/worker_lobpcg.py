@@ -85,6 +85,11 @@ log = logging.getLogger("dimred_dask")
 
 WORKER_KINDS = ("gram", "symmetric")
 MAX_RESTARTS = 2  # worker losses survived by one solve
+# ``stall=True``: from STALL_AFTER iterations on, once every STALL_WINDOW, a solve whose
+# largest wanted residual, at its rate over the last window, would not reach the tolerance
+# by maxiter stops (its caller continues with a robust solver rather than wait for maxiter)
+STALL_AFTER = 200
+STALL_WINDOW = 100
 GATHER_TIMEOUT = 900.0  # seconds for one round of small results; longer counts as a loss
 # a product's task takes in the rows cut from other blocks up to the larger of this and its
 # own block's rows; past that, further tasks add the rest (one part at a time)
@@ -333,10 +338,13 @@ class _Solve:
         qX = sum(m[1] for m in mom)
         return self.each("minus_null", None, qX)
 
-    def run(self, k, tol_abs, maxiter, progress, keep=False):
+    def run(self, k, tol_abs, maxiter, progress, keep=False, stall=False):
         """The iteration; returns (values, vectors, iterations, residuals), the vectors
-        gathered here (n x k) or, ``keep``, one future a row block left on the workers."""
+        gathered here (n x k) or, ``keep``, one future a row block left on the workers.
+        ``stall``: stop early when the residuals' rate over the last ``STALL_WINDOW``
+        iterations would not reach ``tol_abs`` within ``maxiter`` (`_stalled`)."""
         p, nb = self.p, len(self.bounds)
+        history = []
         after = self.away(None)
         after = self.product("X", "MX", [after] * nb)
         G, H = _sum(self.gather(self.each("start_grams", [after] * nb)))
@@ -350,7 +358,12 @@ class _Solve:
             res = np.sqrt(sum(s[0] for s in small))
             if progress is not None:
                 progress(it, res[:k])
-            if (res[:k] <= tol_abs).all() or it >= maxiter:
+            history.append(float(res[:k].max()))
+            if (
+                (res[:k] <= tol_abs).all()
+                or it >= maxiter
+                or (stall and _stalled(history, tol_abs, maxiter))
+            ):
                 self.gather(mw)
                 break
             XW = sum(s[1] for s in small)
@@ -390,6 +403,20 @@ class _Solve:
             pass
 
 
+def _stalled(history, tol_abs: float, maxiter: int) -> bool:
+    """Whether the largest wanted residual, at the rate it fell over the last STALL_WINDOW
+    iterations, would still be above ``tol_abs`` at ``maxiter`` (checked once a window,
+    from STALL_AFTER iterations on)."""
+    it = len(history) - 1
+    if it < STALL_AFTER or it % STALL_WINDOW:
+        return False
+    then, now = history[it - STALL_WINDOW], history[it]
+    if now <= tol_abs:
+        return False
+    rate = np.log(max(then, 1e-300) / max(now, 1e-300)) / STALL_WINDOW  # per iteration
+    return rate <= 0 or it + np.log(now / tol_abs) / rate > maxiter
+
+
 def bottom_eigsh_lobpcg_workers(
     A,
     k: int,
@@ -405,6 +432,7 @@ def bottom_eigsh_lobpcg_workers(
     client=None,
     progress=None,
     keep: bool = False,
+    stall: bool = False,
 ) -> Eigen:
     """The ``k`` smallest eigenpairs of M (``kind="gram"``: M = A^T A; ``"symmetric"``:
     M = A) orthogonal to ``null``, by LOBPCG with its blocks on the Dask workers.
@@ -442,6 +470,11 @@ def bottom_eigsh_lobpcg_workers(
         to the caller's progress reporter (the CLI's bar, the flow's progress artifact) as
         the iteration against ``maxiter`` and the largest wanted residual against the
         tolerance.
+    stall : bool, default False
+        Stop early, unconverged, once the largest wanted residual falls too slowly to reach
+        the tolerance within ``maxiter``: judged every ``STALL_WINDOW`` iterations from
+        ``STALL_AFTER`` on, by its rate over the last window (for a caller with a robust
+        solver to continue with: the record's status says "stalled").
     keep : bool, default False
         Leave the vectors on the workers: ``Eigen.vectors`` is then a dask array of one
         chunk a row block, each the result of a task held where the block was solved
@@ -551,7 +584,7 @@ def bottom_eigsh_lobpcg_workers(
         try:
             solve = _Solve(client, A, At, bounds, q, p, seed)
             w, v, it, res = solve.run(
-                k, tol_abs, limit, progress or _reporter(k, tol_abs, limit), keep
+                k, tol_abs, limit, progress or _reporter(k, tol_abs, limit), keep, stall
             )
             break
         except _Lost as exc:
@@ -596,7 +629,11 @@ def bottom_eigsh_lobpcg_workers(
         iterations=it,
         residual=float(res[:k].max()),
         tol=tol_abs,
-        status="converged" if converged else f"stopped at maxiter={limit}",
+        status="converged"
+        if converged
+        else f"stopped at maxiter={limit}"
+        if it >= limit
+        else f"stalled at iteration {it}: its rate would not reach the tolerance by {limit}",
         maxiter=limit,
         block=p,
         blocks=nb,
