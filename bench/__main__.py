@@ -154,6 +154,13 @@ def _parser() -> argparse.ArgumentParser:
         "graph, --repeat rounds",
     )
     p.add_argument(
+        "--tol",
+        type=float,
+        default=1e-6,
+        help="lle, spectral: the eigensolver's tolerance (default 1e-6; the methods' own "
+        "default is 1e-8)",
+    )
+    p.add_argument(
         "--only",
         default=None,
         help="lle, spectral: only the data set whose name starts with this "

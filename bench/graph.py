@@ -458,7 +458,11 @@ def main_graph_method(args, which: str) -> int:
     sets = [("swiss roll", swiss_roll(n), "nndescent"), ("50-D mixture", mixture(n), "nndescent")]
     if args.only:
         sets = [s for s in sets if s[0].startswith(args.only)]
-    print(f"# bench {which}: n = {n:,}, k = {K}; {machine()}; load {os.getloadavg()}", flush=True)
+    print(
+        f"# bench {which}: n = {n:,}, k = {K}, tol {args.tol:g}; {machine()}; load "
+        f"{os.getloadavg()}",
+        flush=True,
+    )
     # LLE: "auto" = the factored solver (LU of I - W) on the 3-D roll above 200 000 rows,
     # LOBPCG on products with I - W (Jacobi) on the 50-D mixture
     roll_solver = "auto" if which == "lle" else "arpack"
@@ -467,7 +471,7 @@ def main_graph_method(args, which: str) -> int:
     solve, name = (lle, "LLE") if which == "lle" else (laplacian_eigenmaps, "Laplacian eigenmaps")
 
     def fit(Xd, g, s):
-        return solve(Xd, n_components=2, n_neighbors=K, graph=g, eigen_solver=s, tol=1e-6)
+        return solve(Xd, n_components=2, n_neighbors=K, graph=g, eigen_solver=s, tol=args.tol)
 
     cluster, client = _cluster(getattr(args, "workers", None) or 2, args.worker_memory)
     try:
