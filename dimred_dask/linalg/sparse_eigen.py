@@ -136,6 +136,7 @@ def bottom_eigsh(
     maxiter: int | None = None,
     random_state=0,
     X0=None,
+    stall: bool = False,
 ) -> Eigen:
     """The ``k`` smallest eigenpairs of symmetric ``A`` (sparse or dense), optionally with ``B``.
 
@@ -175,6 +176,9 @@ def bottom_eigsh(
     X0 : array-like of shape (n,) or (n, j), or None, default None
         ``lobpcg`` and ``amg``: initial vectors, the first columns of the start block (e.g.
         eigenvectors of a coarser problem).
+    stall : bool, default False
+        ``lobpcg-workers`` only: stop early, unconverged, when the residuals fall too slowly
+        to reach ``tol`` within ``maxiter`` (`worker_lobpcg.bottom_eigsh_lobpcg_workers`).
 
     Returns
     -------
@@ -222,7 +226,13 @@ def bottom_eigsh(
         from .worker_lobpcg import bottom_eigsh_lobpcg_workers
 
         return bottom_eigsh_lobpcg_workers(
-            A, k, kind="symmetric", tol=tol, maxiter=maxiter, random_state=random_state
+            A,
+            k,
+            kind="symmetric",
+            tol=tol,
+            maxiter=maxiter,
+            random_state=random_state,
+            stall=stall,
         )
     return _lobpcg(A, B, k, tol, maxiter, random_state, X0, amg=solver == "amg")
 
@@ -234,7 +244,8 @@ def bottom_eigsh_checked(
 
     When ``solver`` (after ``auto`` is resolved) stops short, the `fallback_solvers` are
     tried in turn, with their default ``maxiter`` and no ``X0`` (the ones given are the
-    first solver's).
+    first solver's); a first ``lobpcg-workers`` with a fallback to follow stops as soon as
+    it stalls (``stall``).
 
     Parameters
     ----------
@@ -280,19 +291,18 @@ def bottom_eigsh_checked(
     n = A.shape[0]
     first = choose_sparse_solver(solver, n, generalised=kw.get("B") is not None)
 
+    fallbacks = fallback_solvers(first, n)
+
     def attempt(s):
-        eig = bottom_eigsh(
-            A, k, solver=s, **(kw if s == first else {**kw, "maxiter": None, "X0": None})
-        )
+        more = {"stall": bool(fallbacks)} if s == first else {"maxiter": None, "X0": None}
+        eig = bottom_eigsh(A, k, solver=s, **{**kw, **more})
         return eig, eig.convergence
 
     fix = fix or (
         "raise maxiter or loosen tol; or pass solver='arpack' (shift-invert, up to "
         f"{ARPACK_MAX} rows) or 'dense' (up to {DENSE_MAX_SPARSE})."
     )
-    return solve_with_fallbacks(
-        attempt, [first] + fallback_solvers(first, n), step=step, method=method, fix=fix
-    )
+    return solve_with_fallbacks(attempt, [first] + fallbacks, step=step, method=method, fix=fix)
 
 
 def _todense(M):
