@@ -24,9 +24,10 @@ Solvers (``solver=``):
   (Vaněk, Mandel & Brezina 1996; pyamg's ``smoothed_aggregation_solver``, built on A plus a
   shift of 1e-5 times its mean diagonal, as scikit-learn's spectral embedding does), in
   memory. On graph Laplacians the preconditioner removes the dependence on n that stalls
-  Jacobi: the normalised Laplacian of a 600 000-point swiss roll's 10-NN graph converges to
-  1e-8 in 59 iterations, where Jacobi's LOBPCG stops at 1000 with residuals of 1e-7 (see
-  bench/RESULTS.md, "Laplacian eigenmaps above 200 000 rows").
+  Jacobi: on the normalised Laplacian of a 100 000-point swiss roll's 10-NN graph it
+  converges to 1e-8 in 41 iterations, where Jacobi's LOBPCG stops at 1000 with a residual of
+  4.9e-8; at 600 000 points it takes 59 (see bench/RESULTS.md, "Laplacian eigenmaps above
+  200 000 rows").
 - ``lobpcg-workers``: the same kind of LOBPCG with the matrix's rows and the iteration's
   n x p blocks on the Dask workers (`worker_lobpcg`); the caller's process keeps only
   p x p and 3p x 3p matrices. Needs an active ``distributed.Client``; no ``B``. See
