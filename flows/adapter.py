@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from dimred_dask.errors import InputError
+from dimred_dask.graphs.request import GraphRequest
 from dimred_dask.runs import STORED_ARRAYS
 
 __all__ = [
@@ -197,17 +198,8 @@ def adapter_from_spec(spec) -> MethodAdapter:
 def _graph_request(need):
     """The adapter's ``graph``: the kNN stage's request from the method's parameters."""
 
-    def graph(params: dict, shape: tuple) -> dict | None:
+    def graph(params: dict, shape: tuple) -> GraphRequest | None:
         kind = need(params) if callable(need) else need
-        if not kind:
-            return None
-        return {
-            "n_neighbors": params["n_neighbors"],
-            "metric": params["metric"],
-            "backend": params["knn_backend"],
-            "join_components": params["join_components"],
-            "random_state": params["random_state"],
-            "connected": kind == "connected",
-        }
+        return GraphRequest.of_params(params, kind == "connected") if kind else None
 
     return graph

@@ -119,8 +119,8 @@ def knn_stage(req: RunRequest, v: Validated) -> dict:
     if graph is None:
         sink = None
         if prepared:  # the partitioned backend writes the graph; it never comes here
-            sink = StoreGraph.create(store, inp.array.shape[0], request["n_neighbors"])
-        with stage_progress(f"kNN graph ({request['n_neighbors']} neighbours)"):
+            sink = StoreGraph.create(store, inp.array.shape[0], request.n_neighbors)
+        with stage_progress(f"kNN graph ({request.n_neighbors} neighbours)"):
             graph, quality = build_graph(inp.array, request, sink=sink)
         if quality.get("warning"):
             get_run_logger().warning("%s", quality["warning"])

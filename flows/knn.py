@@ -1,10 +1,10 @@
 """The knn stage: one kNN graph per dataset and parameter set, shared by every graph method.
 
-A method's adapter asks for a graph with ``adapter.graph(params, shape)`` -> None or a request:
-
-    {"n_neighbors": 15, "metric": "euclidean", "metric_kwds": {}, "backend": "auto",
-     "join_components": False, "connected": True, "nndescent_kwds": {}, "n_partitions": None,
-     "recall_sample": 1000, "target_recall": 0.9, "recall_budget": None}
+A method's adapter asks for a graph with ``adapter.graph(params, shape)`` -> None or a
+`dimred_dask.graphs.request.GraphRequest` (n_neighbors, metric and its parameters, backend,
+join_components, connected, NN-descent's options, n_partitions, recall_sample, target_recall,
+recall_budget), checked once against the input's shape by the validate stage
+(`normalize_request`) and carried as that value to the build.
 
 ``target_recall`` / ``recall_budget``: NN-descent and the partitioned backend measure their
 recall on a sample and build again while short of the target (NN-descent with a denser
@@ -40,19 +40,17 @@ import numpy as np
 import dimred_dask
 from dimred_dask._compute import compute
 from dimred_dask._validation import is_dask
-from dimred_dask.errors import DimredWarning, InputError
+from dimred_dask.errors import DimredWarning
 from dimred_dask.graphs import (
-    KNN_BACKENDS,
     KNNGraph,
     check_connected,
-    check_n_neighbors,
     graph_components,
     join_components,
-    knn_graph,
     sample_recall,
 )
 from dimred_dask.graphs.connectivity import disconnected_error, index_components, sizes_text
-from dimred_dask.graphs.knn import TARGET_RECALL, check_target_recall, choose_backend
+from dimred_dask.graphs.knn import choose_backend
+from dimred_dask.graphs.request import GraphRequest
 from dimred_dask.io import Lease, LeaseHeldError, RunStore, digest_of, parse_store, parse_uri
 
 __all__ = [
@@ -69,49 +67,17 @@ __all__ = [
 ]
 
 CACHE_ENV = "DIMRED_GRAPH_CACHE"
-REQUEST_DEFAULTS = {
-    "n_neighbors": 15,
-    "metric": "euclidean",
-    "metric_kwds": {},
-    "backend": "auto",
-    "join_components": False,
-    "connected": True,
-    "nndescent_kwds": {},
-    "n_partitions": None,
-    "recall_sample": 1000,
-    "random_state": 0,
-    "target_recall": TARGET_RECALL,
-    "recall_budget": None,
-}
 GRAPH_ROWS_PER_CHUNK = 262_144
 
 
-def normalize_request(request: dict, shape: tuple, method: str) -> dict:
-    """The request with defaults filled in and checked (no data read): InputError if bad."""
-    unknown = sorted(set(request) - set(REQUEST_DEFAULTS))
-    if unknown:
-        raise InputError(
-            f"Unknown kNN graph option(s) {unknown} from method {method!r}.",
-            f"use only {sorted(REQUEST_DEFAULTS)}.",
-        )
-    r = {**REQUEST_DEFAULTS, **request}
-    r["n_neighbors"] = check_n_neighbors(r["n_neighbors"], shape[0], method)
-    if r["backend"] not in KNN_BACKENDS:
-        raise InputError(
-            f"knn_backend must be one of {', '.join(KNN_BACKENDS)}; found {r['backend']!r}.",
-            "pass --param knn_backend=auto.",
-        )
-    check_target_recall(r["target_recall"], r["recall_budget"])
-    if not isinstance(r["join_components"], bool):
-        raise InputError(
-            f"join_components must be true or false; found {r['join_components']!r}.",
-            "pass --param join_components=true.",
-        )
-    return r
+def normalize_request(request, shape: tuple, method: str) -> GraphRequest:
+    """The request (a `GraphRequest` or a mapping of its fields) with defaults filled in and
+    checked against the input's shape, no data read: `GraphRequest.checked`."""
+    return GraphRequest.checked(request, shape[0], method)
 
 
-def graph_fingerprint(input_digest: str, request: dict) -> str:
-    content = {k: v for k, v in request.items() if k != "connected"}
+def graph_fingerprint(input_digest: str, request: GraphRequest) -> str:
+    content = {k: v for k, v in request.as_dict().items() if k != "connected"}
     return digest_of("knn", input_digest, content, dimred_dask.__version__)
 
 
@@ -454,30 +420,18 @@ def resolve_cache(graph_cache: str | None, output: str, input_url) -> GraphCache
 # --------------------------------------------------------------------------- compute
 
 
-def build_graph(X, request: dict, sink: StoreGraph | None = None) -> tuple:
-    """Compute the graph of ``X`` for a normalised request; (graph, {"recall": ...}). With a
+def build_graph(X, request: GraphRequest, sink: StoreGraph | None = None) -> tuple:
+    """Compute the graph of ``X`` for a checked request; (graph, {"recall": ...}). With a
     ``sink`` the partitioned backend writes it there from the workers and returns the sink."""
-    graph = knn_graph(
-        X,
-        request["n_neighbors"],
-        metric=request["metric"],
-        metric_kwds=request["metric_kwds"] or None,
-        backend=request["backend"],
-        random_state=request["random_state"],
-        n_partitions=request["n_partitions"],
-        nndescent_kwds=request["nndescent_kwds"] or None,
-        target_recall=request["target_recall"],
-        recall_budget=request["recall_budget"],
-        sink=sink,
-    )
+    graph = request.build(X, sink=sink)
     quality = {}
-    if graph.backend != "exact" and request["recall_sample"]:
+    if graph.backend != "exact" and request.recall_sample:
         quality = sample_recall(
-            X, graph, int(request["recall_sample"]), random_state=request["random_state"]
+            X, graph, int(request.recall_sample), random_state=request.random_state
         )
     elif graph.backend == "exact":
         quality = {"recall": 1.0, "why": "exact backend"}
-    short = recall_shortfall(graph, quality, request["target_recall"])
+    short = recall_shortfall(graph, quality, request.target_recall)
     if short:
         quality["warning"] = short
         warnings.warn(DimredWarning(short), stacklevel=2)
@@ -527,27 +481,25 @@ def recall_shortfall(graph: KNNGraph, quality: dict, target) -> str | None:
     )
 
 
-def connect(graph: KNNGraph, X, request: dict, method: str) -> KNNGraph:
+def connect(graph: KNNGraph, X, request: GraphRequest, method: str) -> KNNGraph:
     """Apply the request's connectivity rule: join, refuse, or leave as it is."""
-    if request["join_components"] and not graph.info.get("joined_components"):
+    if request.join_components and not graph.info.get("joined_components"):
         count, _ = graph_components(graph)
         if count > 1:
             graph, _ = join_components(graph, X)
             graph.info["components_before_join"] = int(count)
-    if request["connected"] and not graph.info.get("extra_edges"):
+    if request.connected and not graph.info.get("extra_edges"):
         check_connected(graph, method=method)  # DisconnectedGraphError: sizes and the fix
     return graph
 
 
-def writes_from_workers(X, request: dict) -> bool:
+def writes_from_workers(X, request: GraphRequest) -> bool:
     """Whether the graph is written from the tasks that make it: the partitioned backend on
     dask input, unless components are to be joined (that changes the graph before it is
     written). A connectivity check is made where the stored graph is (`check_stored`)."""
-    if not is_dask(X) or request["join_components"]:
+    if not is_dask(X) or request.join_components:
         return False
-    chosen = choose_backend(
-        request["backend"], X.shape[0], X, request["n_neighbors"], request["metric"]
-    )
+    chosen = choose_backend(request.backend, X.shape[0], X, request.n_neighbors, request.metric)
     return chosen == "partitioned"
 
 
@@ -557,7 +509,7 @@ def _stored_components(graph: StoreGraph) -> tuple[int, str]:
     return count, sizes_text(labels)
 
 
-def check_stored(graph: StoreGraph, store: RunStore, request: dict, method: str) -> int:
+def check_stored(graph: StoreGraph, store: RunStore, request: GraphRequest, method: str) -> int:
     """The connectivity rule for a graph written from the workers: its components counted in
     a task (one worker reads the indices, not this process); a disconnected graph, when the
     method needs one component, is removed from the store (this run wrote it) and refused
@@ -566,7 +518,7 @@ def check_stored(graph: StoreGraph, store: RunStore, request: dict, method: str)
 
     (out,) = compute(delayed(_stored_components)(graph), stage="kNN graph: components")
     count, sizes = out
-    if count > 1 and request["connected"]:
+    if count > 1 and request.connected:
         store.remove("graph")
         raise disconnected_error(method, graph.n_neighbors, graph.n_samples, sizes)
     return count

@@ -25,6 +25,7 @@ import numpy as np
 from dimred_dask import metrics
 from dimred_dask._progress import report
 from dimred_dask.errors import DimredWarning, InputError
+from dimred_dask.graphs.request import GraphRequest
 from dimred_dask.io import RunStore
 from dimred_dask.linalg import take_rows
 from dimred_dask.methods._neighbor_runs import EmbeddingSet
@@ -168,17 +169,17 @@ class _Family:
             **params,
         }
 
-    def graph(self, params: dict, shape: tuple) -> dict | None:
+    def graph(self, params: dict, shape: tuple) -> GraphRequest | None:
         settings = self._check(dict(params), shape[0])
         if (settings[0].get("fit_sample") or shape[0]) < shape[0]:
             return None  # fitted on a sample: the method builds that sample's graph itself
-        return {
-            "n_neighbors": self._k_of(settings),
-            "metric": settings[0]["metric"],
-            "backend": settings[0]["knn_backend"],
-            "connected": False,
-            "nndescent_kwds": settings[0].get("nndescent_kwds") or {},
-        }
+        return GraphRequest(
+            n_neighbors=self._k_of(settings),
+            metric=settings[0]["metric"],
+            backend=settings[0]["knn_backend"],
+            connected=False,
+            nndescent_kwds=settings[0].get("nndescent_kwds") or {},
+        )
 
     def fit(self, X, params: dict, graph=None, run=None, **_):
         n_settings = len(self._check(dict(params), X.shape[0]))

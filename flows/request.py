@@ -15,6 +15,7 @@ import datetime
 from dataclasses import dataclass, field
 
 from dimred_dask.graphs.knn import TARGET_RECALL
+from dimred_dask.graphs.request import GraphRequest
 from dimred_dask.io import parse_store, parse_uri
 
 __all__ = ["ChainStep", "Checked", "RunRequest", "Validated", "expand_output"]
@@ -148,7 +149,7 @@ class Checked:
     input: object  # the opened input (`dimred_dask.io.InputArray`)
     params: dict
     mode: str  # "new", "resume" or "overwrite"
-    graph_request: dict | None
+    graph_request: GraphRequest | None
     labels_fingerprint: str | None
     actions_fingerprint: str | None
     eval_labels_fingerprint: str | None
@@ -160,7 +161,7 @@ class Validated:
 
     params: dict
     mode: str
-    graph_request: dict | None
+    graph_request: GraphRequest | None
     labels_fingerprint: str | None
     actions_fingerprint: str | None
     input_meta: dict

@@ -111,7 +111,7 @@ def check_run(req: RunRequest) -> Checked:
         _check_room_for_matrix(req, matrix["kind"], inp.shape[0], inp.array.dtype.itemsize)
     request = adapter.graph(params, inp.shape) if adapter.graph else None
     graph_request = (
-        normalize_request({**request, **req.recall_request}, inp.shape, req.method)
+        normalize_request(request.but(**req.recall_request), inp.shape, req.method)
         if request is not None
         else None
     )
@@ -134,7 +134,7 @@ def _output_bytes(params: dict, inp, graph_request, matrix) -> tuple[int, str]:
     k = k if isinstance(k, int) and not isinstance(k, bool) else d
     parts = [(n * k * itemsize, f"the {n} x {k} embedding")]
     if graph_request is not None:
-        parts.append((n * graph_request["n_neighbors"] * 16, "the kNN graph"))
+        parts.append((n * graph_request.n_neighbors * 16, "the kNN graph"))
     if matrix is not None:
         parts.append((n * n * itemsize, f"the {n} x {n} {matrix['kind']} matrix"))
     return sum(b for b, _ in parts), " and ".join(w for _, w in parts)

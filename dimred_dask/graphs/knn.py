@@ -83,9 +83,12 @@ __all__ = [
     "check_sparse_knn",
     "TARGET_RECALL",
     "check_target_recall",
+    "KNNBackend",
+    "BACKENDS",
+    "BuildOptions",
+    "check_backend",
 ]
 
-KNN_BACKENDS = ("auto", "exact", "nndescent", "partitioned")
 # auto: brute force up to this many rows (n^2 d flops: still a short in-memory product, and the
 # graph is exact)
 EXACT_MAX = 20_000
@@ -178,40 +181,155 @@ def check_n_neighbors(n_neighbors, n: int, method: str = "the kNN graph") -> int
     return int(n_neighbors)
 
 
-def _check_metric(metric, backend: str, metric_kwds: dict) -> None:
-    if backend == "exact" and metric not in METRICS:
-        raise InputError(
-            f"The exact kNN backend supports the metrics {', '.join(METRICS)}; found {metric!r}.",
-            "pass backend='nndescent' for other metrics.",
-        )
-    if backend != "exact" and metric not in NNDESCENT_METRICS:
-        raise InputError(
+@dataclass(frozen=True)
+class BuildOptions:
+    """What a build takes besides the rows, k and the metric (`knn_graph`'s keywords)."""
+
+    random_state: object = 0
+    n_partitions: int | None = None
+    overlap: int = 2
+    nndescent_kwds: dict | None = None
+    target_recall: float | None = TARGET_RECALL
+    recall_budget: float | None = None
+    sink: object = None
+
+
+class KNNBackend:
+    """One way of building the kNN graph: its name, the metrics it computes, whether it takes
+    sparse rows, and `build` (the first graph and, for the approximate backends, the search
+    for a stated recall on a sample of rows). The registry is `BACKENDS`."""
+
+    name = ""
+    metrics: tuple = ()
+    takes_sparse = True
+    sparse_fix = ""  # the fix of the refusal of sparse rows, for a backend that takes none
+
+    def check(self, metric, metric_kwds: dict, sparse: bool = False, where: str = "X") -> None:
+        """Refuse (`InputError`, `InputTypeError`) a metric, its parameters or sparse rows
+        this backend cannot take."""
+        if metric not in self.metrics:
+            raise self.unknown_metric(metric)
+        if metric == "minkowski" and float(metric_kwds.get("p", 2.0)) < 1:
+            raise InputError(
+                f"The minkowski metric needs p >= 1; found p={metric_kwds['p']!r}.",
+                "pass metric_kwds={'p': 2}.",
+            )
+        if sparse:
+            self.check_sparse(metric, where)
+
+    def unknown_metric(self, metric) -> InputError:
+        return InputError(
             f"Unknown kNN metric {metric!r}; the metrics are {', '.join(NNDESCENT_METRICS)}.",
             "pass metric='euclidean'.",
         )
-    if metric == "minkowski" and float(metric_kwds.get("p", 2.0)) < 1:
-        raise InputError(
-            f"The minkowski metric needs p >= 1; found p={metric_kwds['p']!r}.",
-            "pass metric_kwds={'p': 2}.",
+
+    def check_sparse(self, metric, where: str = "X") -> None:
+        if metric not in SPARSE_KNN_METRICS:
+            raise InputTypeError(
+                f"The kNN graph of sparse input is built for the metrics "
+                f"{', '.join(SPARSE_KNN_METRICS)} (from sparse inner products); found "
+                f"metric={metric!r} with sparse {where}.",
+                "pass metric='euclidean' or 'cosine', or reduce with PCA first (--method "
+                "pca+<method>) and use any metric on the dense embedding.",
+            )
+        if not self.takes_sparse:
+            raise InputTypeError(
+                f"The {self.name} kNN backend needs dense rows (k-means cells); found sparse "
+                f"{where}.",
+                self.sparse_fix,
+            )
+
+    def build(self, X, k: int, metric: str, metric_kwds: dict, options: BuildOptions):
+        """(indices, distances, info); distances None when the graph was written to the
+        options' sink (its ranges' summaries in ``info["ranges"]``)."""
+        raise NotImplementedError
+
+
+class ExactBackend(KNNBackend):
+    """Brute force, blockwise (a k-d tree for low-dimensional euclidean rows)."""
+
+    name = "exact"
+    metrics = tuple(METRICS)
+
+    def unknown_metric(self, metric) -> InputError:
+        return InputError(
+            f"The exact kNN backend supports the metrics {', '.join(METRICS)}; found {metric!r}.",
+            "pass backend='nndescent' for other metrics.",
         )
+
+    def build(self, X, k, metric, metric_kwds, options):
+        idx, dist = _exact(X, k, metric, metric_kwds)
+        return idx, dist, {}
+
+
+class NNDescentBackend(KNNBackend):
+    """pynndescent's NN-descent in one task, rebuilt denser until the recall target."""
+
+    name = "nndescent"
+    metrics = tuple(NNDESCENT_METRICS)
+
+    def build(self, X, k, metric, metric_kwds, options):
+        o = options
+        return _nndescent_any(
+            X,
+            k,
+            metric,
+            metric_kwds,
+            o.random_state,
+            o.nndescent_kwds,
+            o.target_recall,
+            o.recall_budget,
+        )
+
+
+class PartitionedBackend(KNNBackend):
+    """NN-descent in k-means cells, one task a cell, each row in ``overlap`` cells (doubled
+    until the recall target); writes the graph to a sink from the tasks on dask input."""
+
+    name = "partitioned"
+    metrics = tuple(NNDESCENT_METRICS)
+    takes_sparse = False
+    sparse_fix = (
+        "pass backend='nndescent' (takes CSR rows) or 'exact', or reduce "
+        "with PCA first (--method pca+<method>)."
+    )
+
+    def build(self, X, k, metric, metric_kwds, options):
+        o = options
+        sink = o.sink if is_dask(X) else None
+        return _partitioned_to_target(
+            X,
+            k,
+            metric,
+            metric_kwds,
+            o.random_state,
+            (o.n_partitions, o.overlap),
+            o.nndescent_kwds,
+            sink,
+            (o.target_recall, o.recall_budget),
+        )
+
+
+BACKENDS: dict[str, KNNBackend] = {
+    b.name: b for b in (ExactBackend(), NNDescentBackend(), PartitionedBackend())
+}
+KNN_BACKENDS = ("auto", *BACKENDS)
+
+
+def check_backend(backend, option: str = "backend") -> str:
+    """``backend`` if it is ``auto`` or a registered backend, else `InputError` (``option``:
+    the option's name as the caller spells it, e.g. ``knn_backend``)."""
+    if backend not in KNN_BACKENDS:
+        raise InputError(
+            f"{option} must be one of {', '.join(KNN_BACKENDS)}; found {backend!r}.",
+            f"pass {option}='auto' (exact up to {EXACT_MAX} rows, nndescent above).",
+        )
+    return backend
 
 
 def check_sparse_knn(metric: str, backend: str, where: str = "X") -> None:
     """Refuse (`InputTypeError`) a metric or backend that cannot take sparse rows."""
-    if metric not in SPARSE_KNN_METRICS:
-        raise InputTypeError(
-            f"The kNN graph of sparse input is built for the metrics "
-            f"{', '.join(SPARSE_KNN_METRICS)} (from sparse inner products); found "
-            f"metric={metric!r} with sparse {where}.",
-            "pass metric='euclidean' or 'cosine', or reduce with PCA first (--method "
-            "pca+<method>) and use any metric on the dense embedding.",
-        )
-    if backend == "partitioned":
-        raise InputTypeError(
-            f"The partitioned kNN backend needs dense rows (k-means cells); found sparse {where}.",
-            "pass backend='nndescent' (takes CSR rows) or 'exact', or reduce "
-            "with PCA first (--method pca+<method>).",
-        )
+    BACKENDS.get(backend, BACKENDS["exact"]).check_sparse(metric, where)
 
 
 # auto: NN-descent gathers X into one task; above this share of the smallest worker's memory
@@ -230,12 +348,7 @@ def choose_backend(backend: str, n: int, X=None, k: int = 15, metric: str = "euc
     """The backend for ``backend`` (``auto``: exact up to EXACT_MAX rows; NN-descent above,
     unless dense dask X would take more than GATHER_SHARE of a worker's memory in its one
     task: then partitioned)."""
-    if backend not in KNN_BACKENDS:
-        raise InputError(
-            f"kNN backend must be one of {', '.join(KNN_BACKENDS)}; found {backend!r}.",
-            f"pass backend='auto' (exact up to {EXACT_MAX} rows, nndescent above).",
-        )
-    if backend != "auto":
+    if check_backend(backend) != "auto":
         return backend
     if n <= EXACT_MAX:
         return "exact"
@@ -337,31 +450,13 @@ def knn_graph(
     check_target_recall(target_recall, recall_budget)
     metric_kwds = dict(metric_kwds or {})
     asked, backend = backend, choose_backend(backend, n, X, k, metric)
-    _check_metric(metric, backend, metric_kwds)
-    if is_sparse_input(X):
-        check_sparse_knn(metric, backend, where)
+    builder = BACKENDS[backend]
+    builder.check(metric, metric_kwds, is_sparse_input(X), where)
+    options = BuildOptions(
+        random_state, n_partitions, overlap, nndescent_kwds, target_recall, recall_budget, sink
+    )
     t0 = time.perf_counter()
-    if backend == "exact":
-        idx, dist = _exact(X, k, metric, metric_kwds)
-        info = {}
-    elif backend == "nndescent":
-        idx, dist, info = _nndescent_any(
-            X, k, metric, metric_kwds, random_state, nndescent_kwds, target_recall, recall_budget
-        )
-    else:
-        if sink is not None and not is_dask(X):
-            sink = None
-        idx, dist, info = _partitioned_to_target(
-            X,
-            k,
-            metric,
-            metric_kwds,
-            random_state,
-            (n_partitions, overlap),
-            nndescent_kwds,
-            sink,
-            (target_recall, recall_budget),
-        )
+    idx, dist, info = builder.build(X, k, metric, metric_kwds, options)
     if dist is None:  # written to the sink: the ranges' summaries stand for the arrays
         ranges = info.pop("ranges")
         zero = all(r["finite"] for r in ranges) and max(r["max"] for r in ranges) == 0
