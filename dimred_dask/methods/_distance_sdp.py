@@ -1,9 +1,10 @@
-"""The semidefinite program under maximum variance unfolding, landmark MVU and action
-respecting embedding (`methods.mvu`): ``distance_sdp`` solves max tr(K) under the edges'
-distance constraints (Weinberger & Saul 2006), with the cliques' affine dependencies built
-in (face reduction) and a second attempt in the reversed order; ``check_solver_status``
-turns the solver's status into the product's errors; ``kernel_embedding`` is the kernel PCA
-of the solution."""
+"""The semidefinite program under maximum variance unfolding and action respecting embedding
+(`methods.mvu`, `methods.are`): ``distance_sdp`` solves max tr(K) under the edges' distance
+constraints (Weinberger & Saul 2006), with the cliques' affine dependencies built in (face
+reduction) and a second attempt in the reversed order; ``check_solver_status`` turns the
+solver's status into the product's errors (landmark MVU's too); ``kernel_embedding`` is the
+kernel PCA of the solution. What else the three methods share is in
+``methods._sdp_family``."""
 
 from __future__ import annotations
 
@@ -142,30 +143,15 @@ def distance_sdp(
     SolverError
         The solver did not reach "optimal" (unless "optimal_inaccurate" is allowed).
     """
+    # the problem as given (all but allow_inaccurate): each attempt solves it in its order
+    problem = {k: v for k, v in locals().items() if k != "allow_inaccurate"}
     t0 = time.perf_counter()
     rcm = bandwidth_order(n, I, J)
     attempts, records, res = [], [], None
     orders = (rcm, rcm[::-1].copy()) if formulation == "dual" else (rcm,)
     for i, order in enumerate(orders):
         label = f"{method} SDP" + (" (reversed order)" if i else "")
-        res, K, info = _solve_in_order(
-            n,
-            I,
-            J,
-            d2,
-            order,
-            extra,
-            constraints,
-            slack_penalty,
-            face_reduction,
-            formulation,
-            solver,
-            tol,
-            max_iter,
-            method,
-            verbose,
-            label,
-        )
+        res, K, info = _solve_in_order(order, label, **problem)
         attempts.append(res.status)
         if records:
             records[-1]["handled_by"] = "solved again in the reversed order"
@@ -199,11 +185,13 @@ def distance_sdp(
 
 
 def _solve_in_order(
+    order,
+    label,
+    *,
     n,
     I,
     J,
     d2,
-    order,
     extra,
     constraints,
     slack_penalty,
@@ -214,8 +202,10 @@ def _solve_in_order(
     max_iter,
     method,
     verbose,
-    label,
 ):
+    """One attempt of `distance_sdp`: its problem written in ``order`` (a permutation of the
+    points) and solved; returns (the solver's result, K in the original order or None, the
+    problem's info)."""
     E = I.size
     inv = np.empty(n, dtype=np.int64)
     inv[order] = np.arange(n)

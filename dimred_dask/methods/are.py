@@ -23,10 +23,17 @@ import numpy as np
 
 from .._validation import check_array, is_dask
 from ..errors import InputError
-from ..graphs.sdp import edge_list
 from ._distance_sdp import distance_sdp, kernel_embedding
+from ._sdp_family import EXACT_MAX as EXACT_MAX
+from ._sdp_family import (
+    SDPEmbeddingModel,
+    SDPEstimator,
+    SDPFit,
+    check_exact_sdp_params,
+    check_exact_size,
+    check_one_of,
+)
 from ._spec import DOCS_SDP, KNN_STAGE, SDP_FUNCTION_ONLY, MethodSpec
-from .mvu import EXACT_MAX, SDPEmbeddingModel, SDPEstimator, check_exact_sdp_params, prepare_graph
 
 __all__ = [
     "ActionRespectingEmbedding",
@@ -40,6 +47,7 @@ __all__ = [
 
 ACTION_PAIRS = ("all", "neighbors")
 MAX_ACTION_PAIRS = 50_000  # action constraints above this: refuse, suggest "neighbors"
+_ARE = "Action respecting embedding"  # the method's name in messages
 
 
 def check_actions(actions, n: int, *, where: str = "actions") -> np.ndarray:
@@ -126,11 +134,12 @@ def action_constraints(codes: np.ndarray, pairs: str = "all", graph_pairs=None):
     InputError
         An unknown ``pairs``, or more than ``MAX_ACTION_PAIRS`` action constraints.
     """
-    if pairs not in ACTION_PAIRS:
-        raise InputError(
-            f"action_pairs must be one of {', '.join(ACTION_PAIRS)}; found {pairs!r}.",
-            "pass action_pairs='all' (every pair, as in the method).",
-        )
+    check_one_of(
+        pairs,
+        ACTION_PAIRS,
+        "action_pairs",
+        "pass action_pairs='all' (every pair, as in the method).",
+    )
     ii, jj = [], []
     for a in np.unique(codes):
         steps = np.nonzero(codes == a)[0]
@@ -198,13 +207,8 @@ def check_are_params(params: dict, shape: tuple) -> dict:
     InputError
         A parameter out of range, or more than ``EXACT_MAX`` rows.
     """
-    method = "Action respecting embedding"
-    p = check_exact_sdp_params(params, shape, method)
-    if shape[0] > EXACT_MAX:
-        raise InputError(
-            f"{method} solves an n x n SDP; n = {shape[0]} is above {EXACT_MAX}.",
-            "embed a shorter (or subsampled) sequence.",
-        )
+    p = check_exact_sdp_params(params, shape, _ARE)
+    check_exact_size(shape[0], _ARE, "embed a shorter (or subsampled) sequence.")
     return p
 
 
@@ -309,70 +313,28 @@ def action_respecting_embedding(
     SolverError
         The SDP solver did not reach "optimal" (unless ``allow_inaccurate``).
     """
-    X = check_array(X, method="Action respecting embedding", where=where)
+    params = dict(locals())  # the keywords as given, read by the checks, graph and solver
+    X = check_array(params.pop("X"), method=_ARE, where=where)
     n = X.shape[0]
     codes = check_actions(actions, n)
-    params = {
-        "n_components": n_components,
-        "n_neighbors": n_neighbors,
-        "constraints": constraints,
-        "slack_penalty": slack_penalty,
-        "face_reduction": face_reduction,
-        "formulation": formulation,
-        "solver": solver,
-        "tol": tol,
-        "max_iter": max_iter,
-        "allow_inaccurate": allow_inaccurate,
-        "join_components": join_components,
-        "reg": reg,
-    }
-    p = check_are_params(params, X.shape)
-    reg = p["reg"]
-    graph = prepare_graph(
-        X,
-        graph,
-        p["n_neighbors"],
-        metric=metric,
-        knn_backend=knn_backend,
-        join=join_components,
-        random_state=random_state,
-        method="Action respecting embedding",
-    )
-    I, J, d = edge_list(graph)
+    fit, (I, J, d) = SDPFit.start(X, params, check_are_params, _ARE)
     extra = action_constraints(codes, action_pairs, graph_pairs=I * n + J)
-    K, info = distance_sdp(
-        n,
-        I,
-        J,
-        d**2,
-        extra=extra,
-        constraints=constraints,
-        slack_penalty=slack_penalty,
-        face_reduction=face_reduction,
-        formulation=formulation,
-        solver=solver,
-        tol=p["tol"],
-        max_iter=p["max_iter"],
-        allow_inaccurate=allow_inaccurate,
-        method="Action respecting embedding",
-        verbose=verbose,
-    )
-    Y, lam, kinfo = kernel_embedding(K, int(n_components), "Action respecting embedding")
+    K, info = distance_sdp(n, I, J, d**2, extra=extra, **fit.solver_keywords())
+    Y, lam, kinfo = kernel_embedding(K, int(n_components), fit.method)
     Y = Y.astype(X.dtype)
     act = _action_violation(K, extra)
-    info.update(
+    return fit.exact_model(
+        "are",
+        Y,
+        lam,
+        K,
+        info,
         kinfo,
-        convergence=info["convergence"] + kinfo["convergence"],
         n_edges=int(I.size),
         n_action_constraints=int(extra[0].size // 2),
         n_actions=int(codes.max()) + 1 if codes.size else 0,
         max_action_violation_over_mean=act / float(np.mean(d**2)),
         action_steps=action_steps(Y, codes),
-        metric=graph.metric,
-    )
-    X_fit = np.asarray(X.compute() if is_dask(X) else X)
-    return SDPEmbeddingModel(
-        "are", Y, lam, X_fit, p["n_neighbors"], reg, K if keep_kernel else None, info
     )
 
 
@@ -435,7 +397,7 @@ class ActionRespectingEmbedding(SDPEstimator):
         self.random_state = random_state
 
     def fit(self, X, actions=None):
-        X = check_array(X, method="Action respecting embedding")
+        X = check_array(X, method=_ARE)
         model = action_respecting_embedding(X, actions, **self.get_params())
         self.action_steps_ = model.info["action_steps"]
         return self._set(model, X)

@@ -42,14 +42,22 @@ from ..graphs.landmark import (
     row_gram,
     svec_index,
 )
-from ..graphs.sdp import edge_list
 from ..linalg import choose_landmarks
 from ..linalg.conic import solve_problem
 from ..linalg.sdp import solver_options
 from ._base import column_signs
 from ._distance_sdp import check_solver_status
+from ._sdp_family import (
+    DEFAULT_MAX_ITER,
+    SDPEmbeddingModel,
+    SDPEstimator,
+    SDPFit,
+    check_one_of,
+    check_sdp_params,
+    is_count,
+    is_positive,
+)
 from ._spec import DOCS_SDP, KNN_STAGE, SDP_FUNCTION_ONLY, MethodSpec
-from .mvu import DEFAULT_MAX_ITER, SDPEmbeddingModel, SDPEstimator, check_sdp_params, prepare_graph
 
 __all__ = [
     "LandmarkMVU",
@@ -155,34 +163,22 @@ def check_landmark_params(n: int, *, n_components, n_landmarks, basis, landmarks
     InputError
         Any of ``n_landmarks``, ``basis``, ``landmarks``, ``penalty`` out of range.
     """
-    if basis not in LANDMARK_BASES:
-        raise InputError(
-            f"basis must be one of {', '.join(LANDMARK_BASES)}; found {basis!r}.",
-            "pass basis='auto' (LLE weights onto the landmarks up to "
-            f"{RECONSTRUCTION_MAX} rows, the graph Laplacian's eigenvectors above).",
-        )
-    if landmarks not in LANDMARK_CHOICES:
-        raise InputError(
-            f"landmarks must be one of {', '.join(LANDMARK_CHOICES)}; found {landmarks!r}.",
-            "pass landmarks='maxmin'.",
-        )
-    if (
-        not isinstance(n_landmarks, (int, np.integer))
-        or isinstance(n_landmarks, bool)
-        or not n_components < n_landmarks < n
-    ):
+    check_one_of(
+        basis,
+        LANDMARK_BASES,
+        "basis",
+        "pass basis='auto' (LLE weights onto the landmarks up to "
+        f"{RECONSTRUCTION_MAX} rows, the graph Laplacian's eigenvectors above).",
+    )
+    check_one_of(landmarks, LANDMARK_CHOICES, "landmarks", "pass landmarks='maxmin'.")
+    if not is_count(n_landmarks) or not n_components < n_landmarks < n:
         raise InputError(
             f"Landmark MVU needs n_components = {n_components} < n_landmarks < "
             f"n_samples = {n}; found n_landmarks={n_landmarks!r}.",
             f"pass n_landmarks between {n_components + 1} and {n - 1} (20 to 60 "
             "is usual: the SDP is over an m x m matrix).",
         )
-    if not (
-        isinstance(penalty, (int, float))
-        and not isinstance(penalty, bool)
-        and np.isfinite(penalty)
-        and penalty > 0
-    ):
+    if not is_positive(penalty):
         raise InputError(
             f"penalty must be a positive number; found {penalty!r}.",
             "pass penalty=100 (the default).",
@@ -440,36 +436,13 @@ def landmark_mvu(
     SolverError
         The SDP solver did not reach "optimal" (unless ``allow_inaccurate``).
     """
+    params = dict(locals())  # the keywords as given, read by the checks and the graph
     t0 = time.perf_counter()
-    X = check_array(X, method="Landmark MVU", where=where)
+    X = check_array(params.pop("X"), method="Landmark MVU", where=where)
     n = X.shape[0]
-    params = {
-        "n_components": n_components,
-        "n_neighbors": n_neighbors,
-        "n_landmarks": n_landmarks,
-        "basis": basis,
-        "landmarks": landmarks,
-        "penalty": penalty,
-        "reg": reg,
-        "solver": solver,
-        "tol": tol,
-        "max_iter": max_iter,
-        "allow_inaccurate": allow_inaccurate,
-        "join_components": join_components,
-    }
-    p = check_landmark_mvu_params(params, X.shape)
-    reg = p["reg"]
-    graph = prepare_graph(
-        X,
-        graph,
-        p["n_neighbors"],
-        metric=metric,
-        knn_backend=knn_backend,
-        join=join_components,
-        random_state=random_state,
-        method="Landmark MVU",
-    )
-    I, J, d2 = edge_list(graph)  # the largest arrays this process holds: kept small
+    fit, (I, J, d2) = SDPFit.start(X, params, check_landmark_mvu_params, "Landmark MVU")
+    p, graph, reg = fit.p, fit.graph, fit.p["reg"]
+    # the edges are the largest arrays this process holds: kept small
     rows = np.int32 if n < 2**31 else np.int64
     I, J = I.astype(rows), J.astype(rows)
     d2 **= 2
@@ -544,12 +517,7 @@ def landmark_mvu(
     }
     if lm is not None:
         info["landmarks"] = lm.tolist() if lm.size <= 1000 else None
-    X_fit = None
-    if keep_training_rows:
-        X_fit = np.asarray(X.compute() if is_dask(X) else X)
-    return SDPEmbeddingModel(
-        "landmark-mvu", Y.astype(X.dtype), lam, X_fit, p["n_neighbors"], reg, None, info
-    )
+    return fit.model("landmark-mvu", Y.astype(X.dtype), lam, info, keep_rows=keep_training_rows)
 
 
 class _Status:
