@@ -34,12 +34,19 @@ def _steps():
     def graph():
         knn_graph(X, 10, backend="nndescent", target_recall=None)
 
+    def sparse_graph():  # CSR rows (counts): pynndescent's sparse kernels, compiled apart
+        import scipy.sparse as sp
+
+        S = sp.random(600, 200, density=0.05, format="csr", random_state=0, dtype=np.float32)
+        knn_graph(S, 10, backend="nndescent", target_recall=None)
+
     def index():  # above EXACT_REFERENCE_MAX training rows, new rows go through an index
         train = rng.standard_normal((query.EXACT_REFERENCE_MAX + 1, 8)).astype(np.float32)
         query.reference_topk(X[:50], train, 5)
 
     return [
         ("kNN graph (NN-descent)", graph),
+        ("kNN graph of sparse rows (NN-descent)", sparse_graph),
         ("kNN index and its query", index),
         ("UMAP", lambda: UMAP(n_epochs=20, random_state=0).fit_transform(X)),
         ("t-SNE", lambda: TSNE(n_iter=250, random_state=0).fit_transform(X)),

@@ -13,6 +13,7 @@ def test_warmup_runs_every_numba_path_once():
     lines = out.getvalue().splitlines()
     assert [line.rsplit(" (", 1)[0].split(": ")[1] for line in lines] == [
         "kNN graph (NN-descent)",
+        "kNN graph of sparse rows (NN-descent)",
         "kNN index and its query",
         "UMAP",
         "t-SNE",
