@@ -109,11 +109,11 @@ def test_a_method_whose_spec_has_model_and_check_needs_no_flow_code():
     # the graph methods: the kNN stage's request from the parameters, the functions' checks
     spectral = METHODS["spectral"]
     p = spectral.check({}, (100, 5))
-    assert spectral.graph(p, (100, 5))["connected"] is False  # cut along its components
+    assert spectral.graph(p, (100, 5)).connected is False  # cut along its components
     assert spectral.graph({**p, "affinity": "gaussian"}, (100, 5)) is None  # Nyström: none
     lle = METHODS["lle"]
     request = lle.graph(lle.check({"n_neighbors": 7}, (100, 5)), (100, 5))
-    assert request["connected"] is True and request["n_neighbors"] == 7
+    assert request.connected is True and request.n_neighbors == 7
     with pytest.raises(InputError, match="n_neighbors > n_components"):
         lle.check({"n_neighbors": 3, "n_components": 3}, (100, 5))
     with pytest.raises(InputError, match="geodesic matrix"):
