@@ -1,10 +1,16 @@
 """What the graph methods (Isomap, landmark Isomap, LLE, Laplacian eigenmaps, spectral
-clustering) share: parameter checks, the training rows' neighbours of new points, and
-save/load of their fitted models; and the one kNN-graph getter (`fit_graph`: given and
-checked, or built) that they and the neighbour embeddings (t-SNE, SNE, UMAP) use."""
+clustering) share: parameter checks, the training rows' neighbours of new points, save/load
+of their fitted models and the placing of new rows, the estimators' ``__init__`` (their
+function's keywords) and the LLE / Laplacian eigenmaps estimator, the specs; and the one
+kNN-graph getter (`fit_graph`: given and checked, or built) that they and the neighbour
+embeddings (t-SNE, SNE, UMAP) use. No method module imports another: what two of them
+share is here. Their numpydoc entries are written out in each function's docstring;
+``tests/test_shared_docs.py`` checks that the shared ones are written alike."""
 
 from __future__ import annotations
 
+import inspect
+import math
 import numbers
 from dataclasses import fields
 
@@ -15,6 +21,7 @@ from .._validation import check_array, is_dask, nonfinite_error
 from ..blocks.neighbors import block_topk, streamed_topk
 from ..errors import InputError
 from ..graphs import (
+    WEIGHTS,
     KNNGraph,
     check_connected,
     check_n_neighbors,
@@ -23,14 +30,33 @@ from ..graphs import (
     knn_graph,
 )
 from ..graphs.affinities import is_graph_source
-from ._base import HasConvergence, is_stored, kept, row_blocks
+from ..linalg import SPARSE_EIGEN_SOLVERS
+from ._base import (
+    DimredEstimator,
+    HasConvergence,
+    ModelTransform,
+    is_stored,
+    kept,
+    like_input,
+    row_blocks,
+    rowwise,
+)
+from ._spec import DOCS_GRAPH, KNN_STAGE, MethodSpec
 
 __all__ = [
     "ArrayModel",
+    "GraphEmbedding",
+    "GraphModel",
+    "check_eigen_solver",
     "check_graph",
     "check_n_components_graph",
+    "check_weights",
+    "estimator_of",
     "fit_graph",
+    "graph_info",
+    "graph_spec",
     "is_graph_source",
+    "is_int_in",
     "graph_in_memory",
     "graph_for_fit",
     "new_neighbours",
@@ -92,21 +118,91 @@ def _plain(v):
     return v.item() if isinstance(v, np.generic) else v
 
 
+class GraphModel(ArrayModel):
+    """A graph method's fitted model that places new rows from their ``n_neighbors`` nearest
+    training rows (``X_fit``, in memory or in a run store) by ``metric``: ``_placer()`` gives
+    the function (block, their indices, their distances) -> the block's embedding."""
+
+    _ARRAYS = ("embedding", "eigenvalues", "X_fit")
+
+    @property
+    def n_components(self) -> int:
+        return int(self.embedding.shape[1])
+
+    def transform(self, X):
+        """Embed rows of X (NumPy, or lazily row block by row block for dask)."""
+        dtype = X.dtype
+        place, X_fit, k, metric = self._placer(), self.X_fit, self.n_neighbors, self.metric
+
+        def encode(block):
+            idx, dist = new_neighbours(block, X_fit, k, metric)
+            return place(block, idx, dist).astype(dtype)
+
+        return rowwise(X, encode, self.n_components, dtype)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def is_int_in(value, low, high=math.inf) -> bool:
+    """Whether ``value`` is an int (not a bool) in [low, high]."""
+    return (
+        isinstance(value, numbers.Integral) and not isinstance(value, bool) and low <= value <= high
+    )
+
+
 def check_n_components_graph(n_components, n: int, method: str, *, limit: int | None = None):
     """1 <= n_components <= limit (default n - 2: the graph spectral methods drop one
     eigenvector and need one more than they keep), or `InputError`."""
     limit = n - 2 if limit is None else limit
-    if (
-        not isinstance(n_components, numbers.Integral)
-        or isinstance(n_components, bool)
-        or not 1 <= n_components <= limit
-    ):
+    if not is_int_in(n_components, 1, limit):
         raise InputError(
             f"{method} needs n_components as an int in [1, {limit}] for "
             f"n_samples = {n}; found {n_components!r}.",
             f"pass n_components between 1 and {max(limit, 1)} (2 or 3 is usual).",
         )
     return int(n_components)
+
+
+def check_eigen_solver(eigen_solver, allowed: tuple = SPARSE_EIGEN_SOLVERS) -> None:
+    """`InputError` unless ``eigen_solver`` is one of ``allowed``."""
+    if eigen_solver not in allowed:
+        raise InputError(
+            f"eigen_solver must be one of {', '.join(allowed)}; found {eigen_solver!r}.",
+            "pass eigen_solver='auto'.",
+        )
+
+
+def check_weights(weights, t):
+    """Check the graph weighting of Laplacian eigenmaps and spectral clustering.
+
+    Parameters
+    ----------
+    weights : {"heat", "binary"}
+        Heat-kernel weights exp(-d^2 / t), or binary weights.
+    t : float or None
+        The heat kernel width, a finite number > 0 (None: the mean squared edge length).
+
+    Raises
+    ------
+    InputError
+        An unknown ``weights``, or ``t`` not None and not a finite number > 0.
+    """
+    if weights not in WEIGHTS:
+        raise InputError(
+            f"weights must be one of {', '.join(WEIGHTS)}; found {weights!r}.",
+            "pass weights='heat' (exp(-d^2/t)) or 'binary'.",
+        )
+    if t is not None and (
+        isinstance(t, (bool, np.bool_))
+        or not isinstance(t, numbers.Real)
+        or not np.isfinite(t)
+        or t <= 0
+    ):
+        raise InputError(
+            f"The heat kernel needs t > 0 (finite); found t={t!r}.",
+            "leave t out (the mean squared edge length) or pass t > 0.",
+        )
 
 
 def graph_in_memory(graph) -> KNNGraph:
@@ -268,6 +364,15 @@ def graph_for_fit(X, graph, p: dict, method: str, *, stored: bool, connected: bo
     return g, False
 
 
+def graph_info(g, n_neighbors) -> dict:
+    """What a fitted model records of its kNN graph ``g`` (``info["graph"]``)."""
+    return {
+        "n_neighbors": n_neighbors,
+        "backend": g.backend,
+        "extra_edges": len(g.info.get("extra_edges", [])),
+    }
+
+
 def built_graph(X, k: int, method: str, **kw) -> KNNGraph:
     """`graphs.knn_graph` of the rows of ``X``. Dask input is checked for finite values by
     the graph's own pass: a row with NaN or inf has no finite distance (or makes the search
@@ -315,3 +420,78 @@ def new_neighbours(block: np.ndarray, X_fit, k: int, metric: str = "euclidean", 
 
 def checked(X, method: str, where: str = "X"):
     return check_array(X, method=method, where=where)
+
+
+# --------------------------------------------------------------------------- estimators, specs
+
+
+def estimator_of(function):
+    """Class decorator: the estimator of ``function``, a graph method's function, which its
+    ``fit`` calls (``_function``). Its ``__init__`` takes ``function``'s keywords but
+    ``graph``, with their defaults (the first also by position), and keeps each as the
+    attribute of its name: scikit-learn's parameters, declared once, with the function. The
+    ``__init__`` is written out and compiled as `dataclasses` writes one, so that its
+    signature and its errors are an ordinary function's."""
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(function).parameters.items()
+        if p.kind is p.KEYWORD_ONLY and name != "graph"
+    }
+    first, *rest = (f"{name}=_defaults[{name!r}]" for name in defaults)
+    body = "".join(f"\n    self.{name} = {name}" for name in defaults)
+    source = f"def __init__(self, {first}, *, {', '.join(rest)}):{body}\n"
+
+    def decorate(cls):
+        namespace = {"_defaults": defaults}
+        exec(source, namespace)  # the source above: the names of function's keywords
+        init = namespace["__init__"]
+        init.__module__, init.__qualname__ = cls.__module__, f"{cls.__qualname__}.__init__"
+        cls.__init__, cls._function = init, staticmethod(function)
+        return cls
+
+    return decorate
+
+
+class GraphEmbedding(ModelTransform, DimredEstimator):
+    """The estimator of LLE and of Laplacian eigenmaps (with `estimator_of`): ``fit`` runs
+    the function with the estimator's parameters and keeps its `GraphModel`; the fitted
+    attributes are the model's embedding (dask for dask input), eigenvalues, those of
+    ``_attributes`` ({attribute: the model's field}), n_components_, n_features_in_ and
+    convergence_."""
+
+    # scikit-learn's estimator checks fit data sets of ~10 rows (k < n), and their random
+    # blobs often give a disconnected kNN graph: join it
+    _check_params = ({"n_neighbors": 5, "join_components": True},)
+    _attributes: dict = {}
+
+    def fit(self, X, y=None):
+        model = self._function(X, **self.get_params(deep=False))
+        self._model = model
+        self.embedding_ = like_input(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
+        self.eigenvalues_ = model.eigenvalues
+        for attribute, name in self._attributes.items():
+            setattr(self, attribute, getattr(model, name))
+        self.n_components_ = model.n_components
+        self.n_features_in_ = int(model.X_fit.shape[1])
+        self.convergence_ = model.convergence
+        return self
+
+    def fit_transform(self, X, y=None):
+        return self.fit(X).embedding_
+
+
+def graph_spec(name: str, estimator, function, model, check, flow_function=None, **more):
+    """The `MethodSpec` of a graph method of dense rows, ``more`` its other fields: by
+    default one that may follow PCA, with the flow's kNN stage first (a connected graph:
+    joined or refused), run by ``flow_function`` in a run."""
+    defaults = {
+        "follows_pca": True,
+        "takes": "dense",
+        "docs": DOCS_GRAPH,
+        "flow_adds": KNN_STAGE,
+        "model": model,
+        "check": check,
+        "knn_graph": "connected",
+        "flow_function": flow_function,
+    }
+    return MethodSpec(name, estimator, function, **{**defaults, **more})

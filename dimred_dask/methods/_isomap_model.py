@@ -9,15 +9,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..graphs import geodesics_through_neighbours
-from ._base import kept, rows_at, rowwise
-from ._graph_common import ArrayModel, new_neighbours
+from ._base import kept, rows_at
+from ._graph_common import GraphModel
 from .mds import MDSModel
 
 __all__ = ["IsomapModel"]
 
 
 @dataclass
-class IsomapModel(ArrayModel):
+class IsomapModel(GraphModel):
     """A fitted (landmark) Isomap. ``reference`` holds the geodesics from every training row
     to the reference points (all n training rows, or the m landmarks): (n, n) or (n, m)."""
 
@@ -33,10 +33,6 @@ class IsomapModel(ArrayModel):
     info: dict = field(default_factory=dict)
 
     _ARRAYS = ("embedding", "reference", "X_fit", "rotation", "offset", "landmark_indices")
-
-    @property
-    def n_components(self) -> int:
-        return int(self.embedding.shape[1])
 
     @property
     def eigenvalues(self) -> np.ndarray:
@@ -80,17 +76,15 @@ class IsomapModel(ArrayModel):
             **kw,
         )
 
-    def transform(self, X):
-        """Embed rows of X (NumPy, or lazily row block by row block for dask)."""
-        dtype = X.dtype
-        X_fit, ref, k = self.X_fit, self.reference, self.n_neighbors
-        mds, rot, off, metric = self.mds, self.rotation, self.offset, self.metric
+    def _placer(self):
+        """A new row's geodesics to the reference points through its neighbours, then the
+        MDS triangulation (and the landmark alignment)."""
+        ref, mds, rot, off = self.reference, self.mds, self.rotation, self.offset
 
-        def encode(block):
-            idx, dist = new_neighbours(block, X_fit, k, metric)
+        def place(block, idx, dist):
             uniq, at = np.unique(idx, return_inverse=True)  # only these rows of ref are read
             g = geodesics_through_neighbours(at.reshape(idx.shape), dist, rows_at(ref, uniq))
             y = np.asarray(mds.transform(g), np.float64)
-            return ((y - off) @ rot).astype(dtype)
+            return (y - off) @ rot
 
-        return rowwise(X, encode, self.n_components, dtype)
+        return place

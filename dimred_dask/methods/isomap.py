@@ -32,7 +32,6 @@ data gives back ``embedding_``.
 from __future__ import annotations
 
 import inspect
-import numbers
 
 import numpy as np
 
@@ -48,10 +47,18 @@ from ..graphs import (
 from ..linalg import choose_landmarks
 from ..pairwise import check_metric
 from ._base import DimredEstimator, ModelTransform, column_signs, like_input
-from ._graph_common import fit_graph, graph_for_fit, training_rows
+from ._graph_common import (
+    estimator_of,
+    fit_graph,
+    graph_for_fit,
+    graph_info,
+    graph_spec,
+    is_int_in,
+    training_rows,
+)
 from ._isomap_model import IsomapModel
-from ._spec import DOCS_GRAPH, KNN_STAGE, MethodSpec
-from .mds import MDS_SOLVERS, classical_mds
+from ._mds_parts import MDS_SOLVERS
+from .mds import classical_mds
 
 __all__ = [
     "Isomap",
@@ -91,11 +98,7 @@ def _check_common_params(n: int, n_components, n_neighbors, metric, method: str,
             "pass metric='euclidean' (the default).",
         )
     check_metric(metric, 2.0)
-    if (
-        not isinstance(n_components, numbers.Integral)
-        or isinstance(n_components, bool)
-        or not 1 <= n_components <= limit
-    ):
+    if not is_int_in(n_components, 1, limit):
         raise InputError(
             f"{method} needs n_components as an int in [1, {limit}] "
             f"(n_samples = {n}); found {n_components!r}.",
@@ -114,7 +117,7 @@ def _check_solver(solver) -> None:
 
 def _check_landmarks(n: int, k: int, m, landmarks) -> int:
     m = min(n, DEFAULT_N_LANDMARKS) if m is None else m
-    if not isinstance(m, numbers.Integral) or isinstance(m, bool) or not k < m <= n:
+    if not is_int_in(m, k + 1, n):
         raise InputError(
             f"LandmarkIsomap needs n_landmarks as an int in [{k + 1}, {n}] "
             f"(more than n_components, at most n_samples); found {m!r}.",
@@ -262,20 +265,7 @@ def isomap(
     SolverError
         The MDS eigensolver did not converge.
     """
-    return _isomap(
-        X,
-        n_components=n_components,
-        n_neighbors=n_neighbors,
-        metric=metric,
-        knn_backend=knn_backend,
-        join_components=join_components,
-        solver=solver,
-        n_oversamples=n_oversamples,
-        n_iter=n_iter,
-        random_state=random_state,
-        graph=graph,
-        on_workers=False,
-    )
+    return _isomap(**locals(), on_workers=False)
 
 
 def isomap_on_workers(X, **params) -> IsomapModel:
@@ -307,35 +297,23 @@ def _with_defaults(fn, params: dict) -> dict:
     return {**defaults, **params}
 
 
-def _isomap(
-    X,
-    *,
-    n_components,
-    n_neighbors,
-    metric,
-    knn_backend,
-    join_components,
-    solver,
-    n_oversamples,
-    n_iter,
-    random_state,
-    graph,
-    on_workers,
-):
+def _isomap(X, *, graph, on_workers, **p):
     X = check_array(X, method="Isomap")
-    X, k = _check_common(X, n_components, n_neighbors, metric, "Isomap", X.shape[0] - 1)
-    _check_solver(solver)
+    X, k = _check_common(
+        X, p["n_components"], p["n_neighbors"], p["metric"], "Isomap", X.shape[0] - 1
+    )
+    _check_solver(p["solver"])
     if not on_workers:
         _check_in_memory(X.shape[0])
     g = fit_graph(
         X,
         graph,
-        n_neighbors,
+        p["n_neighbors"],
         method="Isomap",
-        metric=metric,
-        backend=knn_backend,
-        join_components_=join_components,
-        random_state=random_state,
+        metric=p["metric"],
+        backend=p["knn_backend"],
+        join_components_=p["join_components"],
+        random_state=p["random_state"],
     )
     stats = None
     if on_workers:  # the geodesic rows stay persisted on the workers (n x n)
@@ -346,17 +324,17 @@ def _isomap(
         G,
         n_components=k,
         metric="precomputed",
-        solver=solver,
-        n_oversamples=n_oversamples,
-        n_iter=n_iter,
-        random_state=random_state,
+        solver=p["solver"],
+        n_oversamples=p["n_oversamples"],
+        n_iter=p["n_iter"],
+        random_state=p["random_state"],
         where="the geodesic distance matrix",
         check_input=False,
         stats=stats,
     )
     X_fit = X if on_workers else training_rows(X, "Isomap")
     info = {
-        "graph": _graph_info(g),
+        "graph": graph_info(g, g.n_neighbors),
         "mds_solver": mds.solver,
         "convergence": _mds_records(mds, "the geodesic distances' B"),
     }
@@ -367,8 +345,8 @@ def _isomap(
         X_fit,
         np.eye(k),
         np.zeros(k),
-        int(n_neighbors),
-        metric,
+        int(p["n_neighbors"]),
+        p["metric"],
         None,
         info,
     )
@@ -380,14 +358,6 @@ def _mds_records(mds, what: str) -> list:
         {**r, "step": r["step"].replace(" of B", "") + f" of {what}"}
         for r in mds.info.get("convergence", [])
     ]
-
-
-def _graph_info(g) -> dict:
-    return {
-        "n_neighbors": g.n_neighbors,
-        "backend": g.backend,
-        "extra_edges": len(g.info.get("extra_edges", [])),
-    }
 
 
 # --------------------------------------------------------------------------- landmark Isomap
@@ -450,19 +420,7 @@ def landmark_isomap(
     SolverError
         The landmarks' MDS eigensolver did not converge.
     """
-    return _landmark_isomap(
-        X,
-        n_components=n_components,
-        n_neighbors=n_neighbors,
-        n_landmarks=n_landmarks,
-        landmarks=landmarks,
-        metric=metric,
-        knn_backend=knn_backend,
-        join_components=join_components,
-        random_state=random_state,
-        graph=graph,
-        on_workers=False,
-    )
+    return _landmark_isomap(**locals(), on_workers=False)
 
 
 def landmark_isomap_on_workers(X, **params) -> IsomapModel:
@@ -482,33 +440,14 @@ def landmark_isomap_on_workers(X, **params) -> IsomapModel:
     )
 
 
-def _landmark_isomap(
-    X,
-    *,
-    n_components,
-    n_neighbors,
-    n_landmarks,
-    landmarks,
-    metric,
-    knn_backend,
-    join_components,
-    random_state,
-    graph,
-    on_workers,
-):
+def _landmark_isomap(X, *, graph, on_workers, **p):
     X = check_array(X, method="LandmarkIsomap")
-    n = X.shape[0]
-    X, k = _check_common(X, n_components, n_neighbors, metric, "LandmarkIsomap", n - 2)
-    m = _check_landmarks(n, k, n_landmarks, landmarks)
-    rng = check_random_state(random_state)
-    params = {
-        "n_neighbors": n_neighbors,
-        "metric": metric,
-        "knn_backend": knn_backend,
-        "join_components": join_components,
-        "random_state": random_state,
-    }  # a stored graph is read by the task that builds the adjacency (on the workers)
-    g, _ = graph_for_fit(X, graph, params, "LandmarkIsomap", stored=on_workers)
+    n, metric, landmarks = X.shape[0], p["metric"], p["landmarks"]
+    X, k = _check_common(X, p["n_components"], p["n_neighbors"], metric, "LandmarkIsomap", n - 2)
+    m = _check_landmarks(n, k, p["n_landmarks"], landmarks)
+    rng = check_random_state(p["random_state"])
+    # a stored graph is read by the task that builds the adjacency (on the workers)
+    g, _ = graph_for_fit(X, graph, p, "LandmarkIsomap", stored=on_workers)
     _, idx = choose_landmarks(
         X,
         int(m),
@@ -538,7 +477,7 @@ def _landmark_isomap(
     signs = column_signs(Y[idx])
     rotation, Y = rotation * signs, Y * signs
     info = {
-        "graph": _graph_info(g),
+        "graph": graph_info(g, g.n_neighbors),
         "n_landmarks": int(m),
         "landmark_method": landmarks,
         "convergence": _mds_records(mds, "the landmarks' B"),
@@ -550,7 +489,7 @@ def _landmark_isomap(
         X_fit,
         rotation,
         offset,
-        int(n_neighbors),
+        int(p["n_neighbors"]),
         metric,
         np.asarray(idx),
         info,
@@ -620,6 +559,7 @@ class _IsomapBase(ModelTransform, DimredEstimator):
         return self.fit(X).embedding_
 
 
+@estimator_of(isomap)
 class Isomap(_IsomapBase):
     """Isomap (Tenenbaum, de Silva & Langford 2000) on NumPy or dask arrays: kNN graph,
     Dijkstra geodesics on the workers, classical MDS of the geodesic matrix (its positive
@@ -647,29 +587,6 @@ class Isomap(_IsomapBase):
     # blobs often give a disconnected kNN graph: join it
     _check_params = ({"n_neighbors": 5, "join_components": True},)
 
-    def __init__(
-        self,
-        n_components=2,
-        *,
-        n_neighbors=10,
-        metric="euclidean",
-        knn_backend="auto",
-        join_components=False,
-        solver="auto",
-        n_oversamples=10,
-        n_iter=4,
-        random_state=0,
-    ):
-        self.n_components = n_components
-        self.n_neighbors = n_neighbors
-        self.metric = metric
-        self.knn_backend = knn_backend
-        self.join_components = join_components
-        self.solver = solver
-        self.n_oversamples = n_oversamples
-        self.n_iter = n_iter
-        self.random_state = random_state
-
     def fit(self, X, y=None):
         model = isomap(X, **self.get_params(deep=False))
         self._set(model, X)
@@ -677,6 +594,7 @@ class Isomap(_IsomapBase):
         return self
 
 
+@estimator_of(landmark_isomap)
 class LandmarkIsomap(_IsomapBase):
     """Landmark Isomap (de Silva & Tenenbaum 2003) on NumPy or dask arrays: Dijkstra from m
     landmarks, landmark MDS, triangulation of every point. O(m n log n), no n x n matrix.
@@ -702,27 +620,6 @@ class LandmarkIsomap(_IsomapBase):
     # blobs often give a disconnected kNN graph: join it
     _check_params = ({"n_landmarks": 8, "n_neighbors": 5, "join_components": True},)
 
-    def __init__(
-        self,
-        n_components=2,
-        *,
-        n_neighbors=10,
-        n_landmarks=None,
-        landmarks="maxmin",
-        metric="euclidean",
-        knn_backend="auto",
-        join_components=False,
-        random_state=0,
-    ):
-        self.n_components = n_components
-        self.n_neighbors = n_neighbors
-        self.n_landmarks = n_landmarks
-        self.landmarks = landmarks
-        self.metric = metric
-        self.knn_backend = knn_backend
-        self.join_components = join_components
-        self.random_state = random_state
-
     def fit(self, X, y=None):
         model = landmark_isomap(X, **self.get_params(deep=False))
         self._set(model, X)
@@ -732,35 +629,20 @@ class LandmarkIsomap(_IsomapBase):
 
 
 METHOD_SPECS = (
-    MethodSpec(
-        "isomap",
-        Isomap,
-        isomap,
-        follows_pca=True,
-        takes="dense",
-        docs=DOCS_GRAPH,
-        flow_adds=KNN_STAGE,
-        model=IsomapModel,
-        check=check_isomap_on_workers_params,
-        knn_graph="connected",
-        # the n x n geodesics stay on the workers; the model's large arrays are written to
-        # the run store from there
-        flow_function=isomap_on_workers,
+    # the n x n geodesics stay on the workers; the model's large arrays are written to the
+    # run store from there
+    graph_spec(
+        "isomap", Isomap, isomap, IsomapModel, check_isomap_on_workers_params, isomap_on_workers
     ),
-    MethodSpec(
+    # the m x n geodesics stay on the workers; the model's reference and training rows are
+    # written to the run store from there, and the graph is read there from the store
+    graph_spec(
         "landmark-isomap",
         LandmarkIsomap,
         landmark_isomap,
-        follows_pca=True,
-        takes="dense",
-        docs=DOCS_GRAPH,
-        flow_adds=KNN_STAGE,
-        model=IsomapModel,
-        check=check_landmark_isomap_params,
-        knn_graph="connected",
-        # the m x n geodesics stay on the workers; the model's reference and training rows
-        # are written to the run store from there, and the graph is read there from the store
-        flow_function=landmark_isomap_on_workers,
+        IsomapModel,
+        check_landmark_isomap_params,
+        landmark_isomap_on_workers,
         graph_in_store=True,
     ),
 )

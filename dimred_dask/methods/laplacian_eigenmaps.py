@@ -17,32 +17,27 @@ training data approximates ``embedding_`` without equalling it.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .._validation import check_array
-from ..errors import InputError
-from ..graphs import (
-    WEIGHTS,
-    check_n_neighbors,
-    graph_csr,
-    graph_weights,
-    spectral_embedding,
-)
+from ..graphs import check_n_neighbors, graph_csr, graph_weights, spectral_embedding
 from ..graphs.worker_laplacian import spectral_embedding_workers
-from ..linalg import SPARSE_EIGEN_SOLVERS
 from ..linalg.sparse_eigen import choose_sparse_solver
-from ._base import DimredEstimator, ModelTransform, like_input, rows_at, rowwise
+from ._base import rows_at
 from ._graph_common import (
-    ArrayModel,
+    GraphEmbedding,
+    GraphModel,
+    check_eigen_solver,
     check_n_components_graph,
+    check_weights,
+    estimator_of,
     graph_for_fit,
-    new_neighbours,
+    graph_info,
+    graph_spec,
     training_rows,
 )
-from ._spec import DOCS_GRAPH, KNN_STAGE, MethodSpec
 
 __all__ = [
     "LaplacianEigenmaps",
@@ -54,7 +49,7 @@ __all__ = [
 
 
 @dataclass
-class LaplacianEigenmapsModel(ArrayModel):
+class LaplacianEigenmapsModel(GraphModel):
     embedding: np.ndarray  # (n, k), y^T D y = 1
     eigenvalues: np.ndarray  # (k,) ascending, the dropped 0 excluded
     X_fit: np.ndarray
@@ -65,32 +60,18 @@ class LaplacianEigenmapsModel(ArrayModel):
     solver: str
     info: dict = field(default_factory=dict)
 
-    _ARRAYS = ("embedding", "eigenvalues", "X_fit")
-
-    @property
-    def n_components(self) -> int:
-        return int(self.embedding.shape[1])
-
-    def transform(self, X):
-        dtype = X.dtype
-        X_fit, Y, k, t, metric = (
-            self.X_fit,
-            self.embedding,
-            self.n_neighbors,
-            self.t,
-            self.metric,
-        )  # X_fit and Y in memory or in a run store (rows read as needed)
+    def _placer(self):
+        """The Nystrom formula: a new row's weights to its neighbours, their embedding."""
+        Y, t, binary = self.embedding, self.t, self.weights == "binary"  # Y: in memory or stored
         scale = 1.0 / np.maximum(1.0 - np.asarray(self.eigenvalues, np.float64), 1e-12)
-        binary = self.weights == "binary"
 
-        def encode(block):
-            idx, dist = new_neighbours(block, X_fit, k, metric)
+        def place(block, idx, dist):
             w = np.ones_like(dist) if binary else np.exp(-(dist**2) / t)
             w = w / np.maximum(w.sum(axis=1, keepdims=True), np.finfo(float).tiny)
             y = np.asarray(rows_at(Y, idx), np.float64)
-            return (np.einsum("bk,bkc->bc", w, y) * scale).astype(dtype)
+            return np.einsum("bk,bkc->bc", w, y) * scale
 
-        return rowwise(X, encode, self.n_components, dtype)
+        return place
 
 
 def check_laplacian_params(params: dict, shape: tuple) -> None:
@@ -111,44 +92,7 @@ def check_laplacian_params(params: dict, shape: tuple) -> None:
     """
     check_n_components_graph(params["n_components"], shape[0], "LaplacianEigenmaps")
     check_weights(params["weights"], params["t"])
-    if params["eigen_solver"] not in SPARSE_EIGEN_SOLVERS:
-        raise InputError(
-            f"eigen_solver must be one of {', '.join(SPARSE_EIGEN_SOLVERS)}; "
-            f"found {params['eigen_solver']!r}.",
-            "pass eigen_solver='auto'.",
-        )
-
-
-def check_weights(weights, t):
-    """Check the graph weighting of Laplacian eigenmaps and spectral clustering.
-
-    Parameters
-    ----------
-    weights : {"heat", "binary"}
-        Heat-kernel weights exp(-d^2 / t), or binary weights.
-    t : float or None
-        The heat kernel width, a finite number > 0 (None: the mean squared edge length).
-
-    Raises
-    ------
-    InputError
-        An unknown ``weights``, or ``t`` not None and not a finite number > 0.
-    """
-    if weights not in WEIGHTS:
-        raise InputError(
-            f"weights must be one of {', '.join(WEIGHTS)}; found {weights!r}.",
-            "pass weights='heat' (exp(-d^2/t)) or 'binary'.",
-        )
-    if t is not None and (
-        isinstance(t, (bool, np.bool_))
-        or not isinstance(t, numbers.Real)
-        or not np.isfinite(t)
-        or t <= 0
-    ):
-        raise InputError(
-            f"The heat kernel needs t > 0 (finite); found t={t!r}.",
-            "leave t out (the mean squared edge length) or pass t > 0.",
-        )
+    check_eigen_solver(params["eigen_solver"])
 
 
 def laplacian_eigenmaps(
@@ -223,21 +167,7 @@ def laplacian_eigenmaps(
     SolverError
         No eigensolver converged.
     """
-    return _laplacian_eigenmaps(
-        X,
-        n_components=n_components,
-        n_neighbors=n_neighbors,
-        weights=weights,
-        t=t,
-        eigen_solver=eigen_solver,
-        tol=tol,
-        max_iter=max_iter,
-        metric=metric,
-        knn_backend=knn_backend,
-        join_components=join_components,
-        random_state=random_state,
-        graph=graph,
-    )
+    return _laplacian_eigenmaps(**locals())
 
 
 FIX = (
@@ -272,11 +202,7 @@ def _laplacian_eigenmaps(X, *, keep_rows=True, graph=None, **p) -> LaplacianEige
     info = {
         "first_eigenvalue": res.first_eigenvalue,
         "convergence": res.convergence,
-        "graph": {
-            "n_neighbors": kn,
-            "backend": g.backend,
-            "extra_edges": len(g.info.get("extra_edges", [])),
-        },
+        "graph": graph_info(g, kn),
     }
     return LaplacianEigenmapsModel(
         res.embedding.astype(X.dtype),
@@ -297,7 +223,8 @@ def _laplacian_in_a_run(X, **params) -> LaplacianEigenmapsModel:
     return _laplacian_eigenmaps(X, keep_rows=False, **params)
 
 
-class LaplacianEigenmaps(ModelTransform, DimredEstimator):
+@estimator_of(laplacian_eigenmaps)
+class LaplacianEigenmaps(GraphEmbedding):
     """Laplacian eigenmaps (Belkin & Niyogi 2003) on NumPy or dask arrays.
 
     Parameters
@@ -316,9 +243,7 @@ class LaplacianEigenmaps(ModelTransform, DimredEstimator):
     shift-invert ARPACK or dense, see ``graphs.spectral``)
     """
 
-    # scikit-learn's estimator checks fit data sets of ~10 rows (k < n), and their random
-    # blobs often give a disconnected kNN graph: join it
-    _check_params = ({"n_neighbors": 5, "join_components": True},)
+    _attributes = {"t_": "t"}
     # Nystrom's out-of-sample formula (Bengio et al. 2004) places a training row from its k
     # nearest training rows, itself included: close to the eigenvector entry, not equal (an
     # extension, not a projection); max_iter goes to an external eigensolver (LAPACK, ARPACK,
@@ -332,61 +257,15 @@ class LaplacianEigenmaps(ModelTransform, DimredEstimator):
         "check_transformer_n_iter": "the eigensolver behind max_iter reports no iteration count",
     }
 
-    def __init__(
-        self,
-        n_components=2,
-        *,
-        n_neighbors=10,
-        weights="heat",
-        t=None,
-        eigen_solver="auto",
-        tol=1e-8,
-        max_iter=None,
-        metric="euclidean",
-        knn_backend="auto",
-        join_components=False,
-        random_state=0,
-    ):
-        self.n_components = n_components
-        self.n_neighbors = n_neighbors
-        self.weights = weights
-        self.t = t
-        self.eigen_solver = eigen_solver
-        self.tol = tol
-        self.max_iter = max_iter
-        self.metric = metric
-        self.knn_backend = knn_backend
-        self.join_components = join_components
-        self.random_state = random_state
-
-    def fit(self, X, y=None):
-        model = laplacian_eigenmaps(X, **self.get_params(deep=False))
-        self._model = model
-        self.embedding_ = like_input(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
-        self.eigenvalues_ = model.eigenvalues
-        self.t_ = model.t
-        self.n_components_ = model.n_components
-        self.n_features_in_ = int(model.X_fit.shape[1])
-        self.convergence_ = model.convergence
-        return self
-
-    def fit_transform(self, X, y=None):
-        return self.fit(X).embedding_
-
 
 METHOD_SPECS = (
-    MethodSpec(
+    graph_spec(
         "laplacian",
         LaplacianEigenmaps,
         laplacian_eigenmaps,
-        follows_pca=True,
-        takes="dense",
-        docs=DOCS_GRAPH,
-        flow_adds=KNN_STAGE,
-        model=LaplacianEigenmapsModel,
-        check=check_laplacian_params,
-        knn_graph="connected",
-        flow_function=_laplacian_in_a_run,
+        LaplacianEigenmapsModel,
+        check_laplacian_params,
+        _laplacian_in_a_run,
         graph_in_store=True,
     ),
 )

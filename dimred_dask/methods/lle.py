@@ -57,15 +57,18 @@ from ..linalg import (
 from ..linalg.convergence import solve_with_fallbacks
 from ..linalg.sparse_eigen import workers_at_hand
 from ..linalg.worker_lobpcg import WorkerRows, bottom_eigsh_lobpcg_workers
-from ._base import DimredEstimator, ModelTransform, like_input, rows_at, rowwise
+from ._base import rows_at
 from ._graph_common import (
-    ArrayModel,
+    GraphEmbedding,
+    GraphModel,
+    check_eigen_solver,
     check_n_components_graph,
+    estimator_of,
     graph_for_fit,
-    new_neighbours,
+    graph_info,
+    graph_spec,
     training_rows,
 )
-from ._spec import DOCS_GRAPH, KNN_STAGE, MethodSpec
 
 __all__ = [
     "LocallyLinearEmbedding",
@@ -87,7 +90,7 @@ FACTORIZE_MAX_DIM = 8
 
 
 @dataclass
-class LLEModel(ArrayModel):
+class LLEModel(GraphModel):
     embedding: np.ndarray  # (n, k), (1/n) Y^T Y = I
     eigenvalues: np.ndarray  # (k,) of M, ascending (the dropped ~0 one excluded)
     X_fit: np.ndarray  # (n, d)
@@ -98,28 +101,15 @@ class LLEModel(ArrayModel):
     solver: str
     info: dict = field(default_factory=dict)
 
-    _ARRAYS = ("embedding", "eigenvalues", "X_fit")
+    def _placer(self):
+        """The weights that reconstruct a new row from its neighbours, on their embedding."""
+        X_fit, Y, reg = self.X_fit, self.embedding, self.reg
 
-    @property
-    def n_components(self) -> int:
-        return int(self.embedding.shape[1])
-
-    def transform(self, X):
-        dtype = X.dtype
-        X_fit, Y, k, reg, metric = (
-            self.X_fit,
-            self.embedding,
-            self.n_neighbors,
-            self.reg,
-            self.metric,
-        )
-
-        def encode(block):  # X_fit and Y in memory or in a run store (rows read as needed)
-            idx, _ = new_neighbours(block, X_fit, k, metric)
+        def place(block, idx, _):  # X_fit and Y in memory or in a run store (rows read as needed)
             w = reconstruction_weights_block(np.asarray(block), rows_at(X_fit, idx), reg)
-            return np.einsum("bk,bkc->bc", w, np.asarray(rows_at(Y, idx), np.float64)).astype(dtype)
+            return np.einsum("bk,bkc->bc", w, np.asarray(rows_at(Y, idx), np.float64))
 
-        return rowwise(X, encode, self.n_components, dtype)
+        return place
 
 
 def lle_operator(weights: np.ndarray, indices: np.ndarray):
@@ -325,20 +315,7 @@ def lle(
     SolverError
         No eigensolver (the one asked for and its fallbacks) converged.
     """
-    return _lle(
-        X,
-        n_components=n_components,
-        n_neighbors=n_neighbors,
-        reg=reg,
-        eigen_solver=eigen_solver,
-        tol=tol,
-        max_iter=max_iter,
-        metric=metric,
-        knn_backend=knn_backend,
-        join_components=join_components,
-        random_state=random_state,
-        graph=graph,
-    )
+    return _lle(**locals())
 
 
 def _lle(X, *, keep_rows=True, graph=None, **p) -> LLEModel:
@@ -350,7 +327,7 @@ def _lle(X, *, keep_rows=True, graph=None, **p) -> LLEModel:
     n = X.shape[0]
     k = check_n_components_graph(p["n_components"], n, "LLE")
     reg = check_reg(p["reg"])
-    _check_eigen_solver(p["eigen_solver"])
+    check_eigen_solver(p["eigen_solver"], LLE_EIGEN_SOLVERS)
     solve = (p["tol"], p["max_iter"], p["random_state"])
     solver = choose_lle_solver(p["eigen_solver"], n, int(X.shape[1]))
     g, stored = graph_for_fit(X, graph, p, "LLE", stored=solver == "lobpcg-workers")
@@ -368,17 +345,7 @@ def _lle(X, *, keep_rows=True, graph=None, **p) -> LLEModel:
     s = np.sign(vec[np.argmax(np.abs(vec), axis=0), np.arange(k)])
     vec = vec * np.where(s == 0, 1.0, s)
     vals = np.asarray(vals, np.float64)
-    info.update(
-        {
-            "first_eigenvalue": first,
-            "convergence": records,
-            "graph": {
-                "n_neighbors": kn,
-                "backend": g.backend,
-                "extra_edges": len(g.info.get("extra_edges", [])),
-            },
-        }
-    )
+    info.update({"first_eigenvalue": first, "convergence": records, "graph": graph_info(g, kn)})
     return LLEModel(
         (np.sqrt(n) * vec).astype(X.dtype),
         vals,
@@ -396,14 +363,6 @@ def _lle_in_a_run(X, **params) -> LLEModel:
     """`lle` as a run calls it: the training rows stay where they are (the run store writes
     them from the workers; a loaded model reads them a chunk at a time)."""
     return _lle(X, keep_rows=False, **params)
-
-
-def _check_eigen_solver(eigen_solver) -> None:
-    if eigen_solver not in LLE_EIGEN_SOLVERS:
-        raise InputError(
-            f"eigen_solver must be one of {', '.join(LLE_EIGEN_SOLVERS)}; found {eigen_solver!r}.",
-            "pass eigen_solver='auto'.",
-        )
 
 
 def _check_more_neighbours(n_neighbors: int, k: int) -> None:
@@ -435,11 +394,12 @@ def check_lle_params(params: dict, shape: tuple) -> None:
     n = shape[0]
     k = check_n_components_graph(params["n_components"], n, "LLE")
     check_reg(params["reg"])
-    _check_eigen_solver(params["eigen_solver"])
+    check_eigen_solver(params["eigen_solver"], LLE_EIGEN_SOLVERS)
     _check_more_neighbours(check_n_neighbors(params["n_neighbors"], n, "LLE"), k)
 
 
-class LocallyLinearEmbedding(ModelTransform, DimredEstimator):
+@estimator_of(lle)
+class LocallyLinearEmbedding(GraphEmbedding):
     """LLE (Roweis & Saul 2000) on NumPy or dask arrays.
 
     Parameters
@@ -464,10 +424,7 @@ class LocallyLinearEmbedding(ModelTransform, DimredEstimator):
     """
 
     _method = "LLE"
-
-    # scikit-learn's estimator checks fit data sets of ~10 rows (k < n), and their random
-    # blobs often give a disconnected kNN graph: join it
-    _check_params = ({"n_neighbors": 5, "join_components": True},)
+    _attributes = {"reconstruction_error_": "reconstruction_error"}
     # transform re-solves a training row's reconstruction weights with the row itself among
     # its k nearest training rows (ridge reg * trace(G)): within O(reg) of its embedding,
     # above the check's atol of 0.01
@@ -476,59 +433,15 @@ class LocallyLinearEmbedding(ModelTransform, DimredEstimator):
         "transform re-solves the weights of a training row with itself as a neighbour",
     )
 
-    def __init__(
-        self,
-        n_components=2,
-        *,
-        n_neighbors=10,
-        reg=1e-3,
-        eigen_solver="auto",
-        tol=1e-8,
-        max_iter=None,
-        metric="euclidean",
-        knn_backend="auto",
-        join_components=False,
-        random_state=0,
-    ):
-        self.n_components = n_components
-        self.n_neighbors = n_neighbors
-        self.reg = reg
-        self.eigen_solver = eigen_solver
-        self.tol = tol
-        self.max_iter = max_iter
-        self.metric = metric
-        self.knn_backend = knn_backend
-        self.join_components = join_components
-        self.random_state = random_state
-
-    def fit(self, X, y=None):
-        model = lle(X, **self.get_params(deep=False))
-        self._model = model
-        self.embedding_ = like_input(model.embedding, X if hasattr(X, "chunks") else model.X_fit)
-        self.eigenvalues_ = model.eigenvalues
-        self.reconstruction_error_ = model.reconstruction_error
-        self.n_components_ = model.n_components
-        self.n_features_in_ = int(model.X_fit.shape[1])
-        self.convergence_ = model.convergence
-        return self
-
-    def fit_transform(self, X, y=None):
-        return self.fit(X).embedding_
-
 
 METHOD_SPECS = (
-    MethodSpec(
+    graph_spec(
         "lle",
         LocallyLinearEmbedding,
         lle,
-        follows_pca=True,
-        takes="dense",
-        docs=DOCS_GRAPH,
-        flow_adds=KNN_STAGE,
-        model=LLEModel,
-        check=check_lle_params,
-        knn_graph="connected",
-        flow_function=_lle_in_a_run,
+        LLEModel,
+        check_lle_params,
+        _lle_in_a_run,
         graph_in_store=True,
     ),
 )

@@ -20,7 +20,6 @@ blockwise.
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from dataclasses import dataclass, field
 
@@ -34,21 +33,21 @@ from ..blocks.landmarks import kmeans_plusplus
 from ..errors import ConvergenceWarning, InputError
 from ..graphs import check_n_neighbors, graph_csr, graph_weights, spectral_embedding
 from ..graphs.worker_laplacian import spectral_embedding_workers
-from ..linalg import (
-    LANDMARK_METHODS,
-    SPARSE_EIGEN_SOLVERS,
-    choose_landmarks,
-    nystrom_kernel,
-    nystrom_map,
-    take_rows,
-)
+from ..linalg import LANDMARK_METHODS, choose_landmarks, nystrom_kernel, nystrom_map, take_rows
 from ..linalg.convergence import completed, record
 from ..linalg.sparse_eigen import choose_sparse_solver
 from ..pairwise import check_kernel
 from ._base import PortableFn, like_input
-from ._graph_common import ArrayModel, graph_for_fit
-from ._spec import DOCS_GRAPH, MethodSpec
-from .laplacian_eigenmaps import check_weights
+from ._graph_common import (
+    ArrayModel,
+    check_eigen_solver,
+    check_weights,
+    estimator_of,
+    graph_for_fit,
+    graph_info,
+    graph_spec,
+    is_int_in,
+)
 
 __all__ = [
     "SpectralClustering",
@@ -152,14 +151,7 @@ def check_spectral_params(params: dict, shape: tuple) -> None:
         ``n_clusters``, ``affinity``, ``cut``, ``n_init``, ``eigen_solver``, ``weights`` or
         ``t`` out of range.
     """
-    _check(
-        shape[0],
-        params["n_clusters"],
-        params["affinity"],
-        params["cut"],
-        params["n_init"],
-        params["eigen_solver"],
-    )
+    _check(shape[0], params)
     if params["affinity"] == "knn":
         check_weights(params["weights"], params["t"])
 
@@ -170,12 +162,10 @@ def _graph_needed(params: dict) -> str:
     return "components" if params["affinity"] == "knn" else ""
 
 
-def _check(n, n_clusters, affinity, cut, n_init, eigen_solver):
-    if (
-        not isinstance(n_clusters, numbers.Integral)
-        or isinstance(n_clusters, bool)
-        or not 1 <= n_clusters < n
-    ):
+def _check(n, p: dict) -> None:
+    """The checks of ``n_clusters``, ``affinity``, ``cut``, ``n_init`` and ``eigen_solver``."""
+    n_clusters, affinity, cut, n_init = p["n_clusters"], p["affinity"], p["cut"], p["n_init"]
+    if not is_int_in(n_clusters, 1, n - 1):
         raise InputError(
             f"SpectralClustering needs n_clusters as an int in [1, {n - 1}]; found {n_clusters!r}.",
             "pass n_clusters=2 or more, below n_samples.",
@@ -196,14 +186,9 @@ def _check(n, n_clusters, affinity, cut, n_init, eigen_solver):
             "found affinity='gaussian' with cut='ratio'.",
             "pass cut='normalized', or affinity='knn' for the ratio cut.",
         )
-    if not isinstance(n_init, numbers.Integral) or isinstance(n_init, bool) or n_init < 1:
+    if not is_int_in(n_init, 1):
         raise InputError(f"n_init must be an int >= 1; found {n_init!r}.", "pass n_init=10.")
-    if eigen_solver not in SPARSE_EIGEN_SOLVERS:
-        raise InputError(
-            f"eigen_solver must be one of {', '.join(SPARSE_EIGEN_SOLVERS)}; "
-            f"found {eigen_solver!r}.",
-            "pass eigen_solver='auto'.",
-        )
+    check_eigen_solver(p["eigen_solver"])
 
 
 def spectral_clustering(
@@ -304,62 +289,30 @@ def spectral_clustering(
     ConvergenceWarning
         k-means' best start used all ``max_iter`` Lloyd iterations.
     """
+    return _spectral_clustering(**locals())
+
+
+def _spectral_clustering(X, *, graph, **p) -> SpectralClusteringModel:
     X = check_array(X, method="SpectralClustering")
     n = X.shape[0]
-    _check(n, n_clusters, affinity, cut, n_init, eigen_solver)
-    rng = check_random_state(random_state)
-    k = int(n_clusters)
-    if affinity == "knn":
-        check_weights(weights, t)
-        kn = check_n_neighbors(n_neighbors, n, "SpectralClustering")
-        fix = "pass eigen_solver='arpack' (shift-invert) or 'dense' (small n), or loosen tol."
-        solve = dict(tol=tol, random_state=random_state, method="SpectralClustering", fix=fix)
-        on_workers = choose_sparse_solver(eigen_solver, n) == "lobpcg-workers"
-        params = {
-            "n_neighbors": n_neighbors,
-            "metric": metric,
-            "knn_backend": knn_backend,
-            "join_components": join_components,
-            "random_state": random_state,
-        }
-        g, stored = graph_for_fit(
-            X, graph, params, "SpectralClustering", stored=on_workers, connected=False
-        )
-        if stored:
-            res, t_used = spectral_embedding_workers(
-                g, k, n_neighbors=kn, weights=weights, t=t, normed=cut == "normalized",
-                drop_first=False, keep=is_dask(X), **solve,
-            )  # fmt: skip
-        else:
-            W, t_used = graph_weights(graph_csr(g), weights, t)
-            res = spectral_embedding(
-                W, k, normed=cut == "normalized", drop_first=False, solver=eigen_solver, **solve
-            )
-        # persisted: k-means' sample, its labels and the model's embedding refer to it; for
-        # dask input the vectors stay on the workers, in X's row chunks
-        Y = res.embedding
-        Y = Y.rechunk((X.chunks[0], Y.shape[1])) if is_dask(Y) else like_input(Y, X)
-        Y, vals, solver = persisted(Y), res.eigenvalues, res.solver
-        info = {
-            "t": t_used,
-            "weights": weights,
-            "convergence": res.convergence,
-            "graph": {
-                "n_neighbors": kn,
-                "backend": g.backend,
-                "extra_edges": len(g.info.get("extra_edges", [])),
-            },
-        }
+    _check(n, p)
+    rng = check_random_state(p["random_state"])
+    k = int(p["n_clusters"])
+    if p["affinity"] == "knn":
+        Y, vals, solver, info = _knn_embedding(X, k, graph, p)
     else:
+        landmarks = p["landmarks"]
         if landmarks not in LANDMARK_METHODS:
             raise InputError(
                 f"landmarks must be one of {', '.join(LANDMARK_METHODS)}; found {landmarks!r}.",
                 "pass landmarks='kmeans++'.",
             )
-        Y, vals, info = _nystrom_ncut(X, k, gamma, width, n_landmarks, landmarks, rng)
+        Y, vals, info = _nystrom_ncut(
+            X, k, p["gamma"], p["width"], p["n_landmarks"], landmarks, rng
+        )
         solver = "nystrom"
-    centres, labels, inertia, it = _cluster(Y, k, rng, n_init, max_iter)
-    records = info.get("convergence", []) + [_kmeans_record(Y, it, max_iter)]
+    centres, labels, inertia, it = _cluster(Y, k, rng, p["n_init"], p["max_iter"])
+    records = info.get("convergence", []) + [_kmeans_record(Y, it, p["max_iter"])]
     info.update(
         {"kmeans_iterations": int(it), "n_features": int(X.shape[1]), "convergence": records}
     )
@@ -368,12 +321,46 @@ def spectral_clustering(
         labels,
         centres,  # clustered in float64
         np.asarray(vals, np.float64),
-        affinity,
-        cut,
+        p["affinity"],
+        p["cut"],
         float(inertia),
         solver,
         info,
     )
+
+
+def _knn_embedding(X, k: int, graph, p: dict):
+    """(Y, eigenvalues, solver, info) of the kNN affinity: the ``k`` bottom eigenvectors of
+    the cut's Laplacian of the weighted kNN graph (``graph``, or built)."""
+    n, weights, t = X.shape[0], p["weights"], p["t"]
+    check_weights(weights, t)
+    kn = check_n_neighbors(p["n_neighbors"], n, "SpectralClustering")
+    fix = "pass eigen_solver='arpack' (shift-invert) or 'dense' (small n), or loosen tol."
+    solve = dict(tol=p["tol"], random_state=p["random_state"], method="SpectralClustering", fix=fix)
+    on_workers = choose_sparse_solver(p["eigen_solver"], n) == "lobpcg-workers"
+    g, stored = graph_for_fit(X, graph, p, "SpectralClustering", stored=on_workers, connected=False)
+    normed = p["cut"] == "normalized"
+    if stored:
+        res, t_used = spectral_embedding_workers(
+            g, k, n_neighbors=kn, weights=weights, t=t, normed=normed, drop_first=False,
+            keep=is_dask(X), **solve,
+        )  # fmt: skip
+    else:
+        W, t_used = graph_weights(graph_csr(g), weights, t)
+        res = spectral_embedding(
+            W, k, normed=normed, drop_first=False, solver=p["eigen_solver"], **solve
+        )
+    # persisted: k-means' sample, its labels and the model's embedding refer to it; for
+    # dask input the vectors stay on the workers, in X's row chunks
+    Y = res.embedding
+    Y = Y.rechunk((X.chunks[0], Y.shape[1])) if is_dask(Y) else like_input(Y, X)
+    info = {
+        "t": t_used,
+        "weights": weights,
+        "convergence": res.convergence,
+        "graph": graph_info(g, kn),
+    }
+    return persisted(Y), res.eigenvalues, res.solver, info
 
 
 def _kmeans_record(Y, it: int, max_iter: int) -> dict:
@@ -388,7 +375,7 @@ def _kmeans_record(Y, it: int, max_iter: int) -> dict:
             f"SpectralClustering: k-means' best start used all max_iter={max_iter} "
             "Lloyd iterations; raise max_iter.",
             ConvergenceWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of spectral_clustering
         )
     return record(
         step,
@@ -401,7 +388,7 @@ def _kmeans_record(Y, it: int, max_iter: int) -> dict:
 
 def _nystrom_ncut(X, k, gamma, width, m, landmarks, rng):
     n, d = X.shape
-    if not isinstance(m, numbers.Integral) or isinstance(m, bool) or not k <= m <= n:
+    if not is_int_in(m, k, n):
         raise InputError(
             f"n_landmarks must be an int in [{k}, {n}]; found {m!r}.",
             f"pass n_landmarks between {k} and {n} (a few hundred is usual).",
@@ -478,6 +465,7 @@ def _cluster(Y, k, rng, n_init, max_iter):
     return c, labels, best[1] * n / sample.shape[0], MINIBATCH_STEPS
 
 
+@estimator_of(spectral_clustering)
 class SpectralClustering(ClusterMixin, BaseEstimator):
     """Spectral clustering (Shi & Malik 2000; von Luxburg 2007) on NumPy or dask arrays.
 
@@ -504,47 +492,6 @@ class SpectralClustering(ClusterMixin, BaseEstimator):
     _check_exempt: dict = {}
     _check_not_run = ""
 
-    def __init__(
-        self,
-        n_clusters=2,
-        *,
-        affinity="knn",
-        cut="normalized",
-        n_neighbors=10,
-        weights="binary",
-        t=None,
-        gamma=None,
-        width=None,
-        n_landmarks=500,
-        landmarks="kmeans++",
-        eigen_solver="auto",
-        tol=1e-8,
-        n_init=10,
-        max_iter=300,
-        metric="euclidean",
-        knn_backend="auto",
-        join_components=False,
-        random_state=0,
-    ):
-        self.n_clusters = n_clusters
-        self.affinity = affinity
-        self.cut = cut
-        self.n_neighbors = n_neighbors
-        self.weights = weights
-        self.t = t
-        self.gamma = gamma
-        self.width = width
-        self.n_landmarks = n_landmarks
-        self.landmarks = landmarks
-        self.eigen_solver = eigen_solver
-        self.tol = tol
-        self.n_init = n_init
-        self.max_iter = max_iter
-        self.metric = metric
-        self.knn_backend = knn_backend
-        self.join_components = join_components
-        self.random_state = random_state
-
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
@@ -569,15 +516,14 @@ class SpectralClustering(ClusterMixin, BaseEstimator):
 
 
 METHOD_SPECS = (
-    MethodSpec(
+    graph_spec(
         "spectral",
         SpectralClustering,
         spectral_clustering,
-        takes="dense",
-        docs=DOCS_GRAPH,
+        SpectralClusteringModel,
+        check_spectral_params,
+        follows_pca=False,
         flow_adds="the kNN stage (`affinity=knn`, the default)",
-        model=SpectralClusteringModel,
-        check=check_spectral_params,
         graph_in_store=True,
         knn_graph=_graph_needed,
     ),
