@@ -98,28 +98,13 @@ ROW_BLOCK = 64  # rows per unit of parallel work (one scratch buffer each, no al
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _sgd_row(
-    i,
-    yi,
-    gsum,
-    Yref,
-    indptr,
-    indices,
-    eps,
-    next_sample,
-    eps_neg,
-    next_neg,
-    a,
-    b,
-    gamma,
-    alpha,
-    fepoch,
-    state,
-    m,
-    self_id,
-    attract_factor,
-    pulls,
-):
+def _sgd_row(i, yi, gsum, state, self_id, Yref, edges, curve, fepoch, pulls):
+    """Row i's due edges (attractions, then their negative samples) for any dimension: the
+    position in ``yi``, ``gsum`` scratch. ``edges``: (indptr, indices, eps, next_sample,
+    eps_neg, next_neg); ``curve``: (a, b, gamma, alpha, attract_factor), as in `sgd_epoch`."""
+    indptr, indices, eps, next_sample, eps_neg, next_neg = edges
+    a, b, gamma, alpha, attract_factor = curve
+    m = Yref.shape[0]
     d = yi.shape[0]
     record = pulls.shape[0] > 0
     for e in range(indptr[i], indptr[i + 1]):
@@ -179,28 +164,11 @@ def _clip(g):
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _sgd_row2(
-    i,
-    Y,
-    Yref,
-    indptr,
-    indices,
-    eps,
-    next_sample,
-    eps_neg,
-    next_neg,
-    a,
-    b,
-    gamma,
-    alpha,
-    fepoch,
-    state,
-    m,
-    self_id,
-    attract_factor,
-    pulls,
-):
+def _sgd_row2(i, Y, state, self_id, Yref, edges, curve, fepoch, pulls):
     """`_sgd_row` for 2-D embeddings with the position in registers (same arithmetic)."""
+    indptr, indices, eps, next_sample, eps_neg, next_neg = edges
+    a, b, gamma, alpha, attract_factor = curve
+    m = Yref.shape[0]
     y0 = Y[i, 0]
     y1 = Y[i, 1]
     record = pulls.shape[0] > 0
@@ -281,8 +249,9 @@ def sgd_epoch(
     float32: each edge's attraction step of this epoch (0 when not due), for `pull_sums`;
     shape (0, d): not recorded. a, b, gamma, alpha, attract_factor: float32."""
     n, d = Y.shape
-    m = Yref.shape[0]
     fepoch = np.float64(epoch)
+    edges = (indptr, indices, eps, next_sample, eps_neg, next_neg)
+    curve = (a, b, gamma, alpha, attract_factor)
     nblocks = (n + ROW_BLOCK - 1) // ROW_BLOCK
     for blk in prange(nblocks):
         yi = np.empty(d, dtype=np.float32)
@@ -292,52 +261,11 @@ def sgd_epoch(
             state = row_seed(seed, epoch, key)
             self_id = row_offset + i if skip_self else -1
             if d == 2:
-                _sgd_row2(
-                    i,
-                    Y,
-                    Yref,
-                    indptr,
-                    indices,
-                    eps,
-                    next_sample,
-                    eps_neg,
-                    next_neg,
-                    a,
-                    b,
-                    gamma,
-                    alpha,
-                    fepoch,
-                    state,
-                    m,
-                    self_id,
-                    attract_factor,
-                    pulls,
-                )
+                _sgd_row2(i, Y, state, self_id, Yref, edges, curve, fepoch, pulls)
                 continue
             for k in range(d):
                 yi[k] = Y[i, k]
-            _sgd_row(
-                i,
-                yi,
-                gsum,
-                Yref,
-                indptr,
-                indices,
-                eps,
-                next_sample,
-                eps_neg,
-                next_neg,
-                a,
-                b,
-                gamma,
-                alpha,
-                fepoch,
-                state,
-                m,
-                self_id,
-                attract_factor,
-                pulls,
-            )
+            _sgd_row(i, yi, gsum, state, self_id, Yref, edges, curve, fepoch, pulls)
             for k in range(d):
                 Y[i, k] = yi[k]
 

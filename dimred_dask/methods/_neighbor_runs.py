@@ -50,11 +50,14 @@ __all__ = [
     "check_int",
     "check_float",
     "check_choice",
+    "check_known",
     "TaskProgress",
     "threads_per_task",
     "check_fit_sample",
     "fit_then_place",
     "fitted_reference",
+    "save_due",
+    "report_due",
 ]
 
 
@@ -99,6 +102,15 @@ def check_choice(name, value, choices, method="") -> str:
             f"pass {name}={choices[0]!r}.",
         )
     return value
+
+
+def check_known(params: dict, defaults: dict, method: str) -> None:
+    """`InputError` for any of ``params`` that is not a key of ``defaults``."""
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise InputError(
+            f"Unknown {method} parameter(s) {unknown}.", f"use only {sorted(defaults)}."
+        )
 
 
 def expand_sweep(params: dict, sweepable: tuple) -> list[dict]:
@@ -281,6 +293,33 @@ class MemoryCheckpoint:
 
     def load(self) -> dict | None:
         return dict(self.states[-1]) if self.states else None
+
+
+def save_due(checkpoint, s: dict, done: int, total: int, embedding, loss, **arrays) -> None:
+    """Save the state after ``done`` of ``total`` iterations when a checkpoint is due (every
+    ``checkpoint_every`` of setting ``s``, none after the last): ``iteration``,
+    ``embedding``, the optimiser's ``arrays``, ``rng`` (the seed) and ``loss``."""
+    if (
+        checkpoint is not None
+        and s["checkpoint_every"]
+        and done % s["checkpoint_every"] == 0
+        and done < total
+    ):
+        checkpoint.save(
+            {
+                "iteration": done,
+                "embedding": embedding,
+                **arrays,
+                "rng": {"seed": s["random_state"]},
+                "loss": loss,
+            }
+        )
+
+
+def report_due(progress, s: dict, done: int, total: int, loss) -> None:
+    """``progress(done, total, loss)`` every ``callback_every`` iterations of setting ``s``."""
+    if progress is not None and s["callback_every"] and done % s["callback_every"] == 0:
+        progress(done, total, loss)
 
 
 # --------------------------------------------------------------------------- threads

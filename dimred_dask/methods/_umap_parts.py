@@ -1,13 +1,16 @@
 """The pieces of UMAP's optimisation that the one-worker fit (`methods.umap`) and the fit over
-all workers (`methods._distributed`) share: the edges' sampling schedule and the fuzzy
-cross-entropy, exact over the graph's edges, the non-edges summed exactly up to
-``CE_EXACT_MAX`` points and estimated from ``CE_PAIRS`` random pairs above."""
+all workers (`methods._distributed`) share: the edges' sampling schedule, a setting's SGD
+epoch (`sgd_step`, the transform's too) and the fuzzy cross-entropy, exact over the graph's
+edges, the non-edges summed exactly up to ``CE_EXACT_MAX`` points and estimated from
+``CE_PAIRS`` random pairs above."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["edge_schedule", "cross_entropy", "edge_terms", "combine_cross_entropy"]
+from ..blocks.umap_kernels import sgd_epoch
+
+__all__ = ["edge_schedule", "sgd_step", "cross_entropy", "edge_terms", "combine_cross_entropy"]
 
 CE_EXACT_MAX = 3000
 CE_PAIRS = 200_000
@@ -27,6 +30,29 @@ def edge_schedule(P, n_epochs: int, negative_sample_rate: int, w_max: float | No
     eps = w_max / w[keep]
     eps_neg = eps / negative_sample_rate if negative_sample_rate > 0 else np.full_like(eps, np.inf)
     return indptr, indices, eps, eps_neg
+
+
+def sgd_step(Y, Yref, edges: tuple, s: dict, alpha, epoch: int, keys, skip_self, pulls) -> None:
+    """`sgd_epoch` of the rows of ``Y`` over ``edges`` (indptr, indices, eps, next_sample,
+    eps_neg, next_neg: the last three of `edge_schedule`'s with the next-due epochs, updated in
+    place) with setting ``s``'s a, b, repulsion strength and seed (rows keyed by ``keys``, or
+    numbered from 0 when empty), each attraction taken once."""
+    sgd_epoch(
+        Y,
+        Yref,
+        *edges,
+        np.float32(s["a"]),
+        np.float32(s["b"]),
+        np.float32(s["repulsion_strength"]),
+        alpha,
+        epoch,
+        s["random_state"],
+        0,
+        keys,
+        np.float32(1.0),
+        skip_self,
+        pulls,
+    )
 
 
 def _neg_log_one_minus_q(Y, i, j, a, b):

@@ -17,10 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import is_dask
-from ..blocks.umap_kernels import no_pulls, sgd_epoch
+from ..blocks.umap_kernels import no_pulls
 from ..graphs.affinities import fuzzy_rows
 from ..graphs.query import reference_topk
 from ._base import refuse_nonfinite_block
+from ._umap_parts import sgd_step
 
 __all__ = ["umap_transform", "place_rows"]
 
@@ -70,32 +71,12 @@ def place_rows(X_new, X_train, Y_train, params: dict, key=None):
     eps = 1.0 / flat[keep]
     rate = params["negative_sample_rate"]
     eps_neg = eps / rate if rate > 0 else np.full_like(eps, np.inf)
-    nxt, nxt_neg = eps.copy(), eps_neg.copy()
+    edges = (indptr, indices, eps, eps.copy(), eps_neg, eps_neg.copy())
     Yref = np.ascontiguousarray(Y_train, dtype=np.float32)
     keys = row_keys(X_new)
     for epoch in range(n_epochs):
         alpha = np.float32(params["learning_rate"] / 4.0 * (1.0 - epoch / n_epochs))
-        sgd_epoch(
-            Y,
-            Yref,
-            indptr,
-            indices,
-            eps,
-            nxt,
-            eps_neg,
-            nxt_neg,
-            np.float32(params["a"]),
-            np.float32(params["b"]),
-            np.float32(params["repulsion_strength"]),
-            alpha,
-            epoch,
-            params["random_state"],
-            0,
-            keys,
-            np.float32(1.0),
-            False,
-            no_pulls(d),
-        )
+        sgd_step(Y, Yref, edges, params, alpha, epoch, keys, False, no_pulls(d))
     return Y
 
 

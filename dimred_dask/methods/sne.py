@@ -17,24 +17,33 @@ from .._compute import active_client
 from .._validation import check_array
 from ..blocks.tsne_kernels import gains_step, sne_cost_grad
 from ..errors import InputError
-from ..graphs.affinities import affinities, affinities_delayed, check_perplexity
+from ..graphs.affinities import check_perplexity
 from ..linalg.convergence import completed
-from ._base import DimredEstimator
-from ._graph_common import fit_graph
+from ._embedding_family import (
+    INIT_STD,
+    KNN_RUN_DEFAULTS,
+    PERPLEXITY_CHECKS,
+    NeighbourEstimator,
+    TSNEModel,
+    keep_params,
+    models_of,
+    neighbour_graph,
+    perplexity_affinities,
+    run_settings,
+)
 from ._neighbor_runs import (
     check_float,
     check_int,
+    check_known,
     expand_sweep,
-    graph_ref,
-    like_input,
     one_run,
     pca_init,
     random_init,
-    run_tasks,
+    report_due,
+    save_due,
     threads,
 )
 from ._spec import DOCS_NEIGHBOUR, KNN_STAGE, OPTIMISER_SUPPLIED, MethodSpec
-from .tsne import INIT_STD, TSNEModel
 
 __all__ = [
     "SNE",
@@ -60,12 +69,7 @@ SNE_DEFAULTS = {
     "early_exaggeration": 1.0,
     "early_exaggeration_iter": 0,
     "init": "pca",
-    "n_neighbors": None,
-    "metric": "euclidean",
-    "knn_backend": "auto",
-    "random_state": 0,
-    "checkpoint_every": 50,
-    "callback_every": 50,
+    **KNN_RUN_DEFAULTS,
 }
 SNE_SWEEPABLE = ("perplexity", "random_state", "learning_rate")
 
@@ -93,11 +97,7 @@ def check_sne_params(params: dict, n: int) -> list[dict]:
         An unknown parameter, n above ``SNE_MAX``, a list for a parameter that cannot be
         swept, an empty sweep, or a value out of range.
     """
-    unknown = sorted(set(params) - set(SNE_DEFAULTS))
-    if unknown:
-        raise InputError(
-            f"Unknown SNE parameter(s) {unknown}.", f"use only {sorted(SNE_DEFAULTS)}."
-        )
+    check_known(params, SNE_DEFAULTS, "SNE")
     if n > SNE_MAX:
         raise InputError(
             f"SNE's exact O(n^2) gradient is for at most {SNE_MAX} points; found {n}.",
@@ -162,24 +162,8 @@ def optimize_sne(PP, Y0, s: dict, *, checkpoint=None, progress=None):
             Y, grad, update, gains, mom, s["learning_rate"], s["min_gain"], s["max_step_norm"]
         )
         done = it + 1
-        if progress is not None and s["callback_every"] and done % s["callback_every"] == 0:
-            progress(done, total, cost)
-        if (
-            checkpoint is not None
-            and s["checkpoint_every"]
-            and done % s["checkpoint_every"] == 0
-            and done < total
-        ):
-            checkpoint.save(
-                {
-                    "iteration": done,
-                    "embedding": Y,
-                    "update": update,
-                    "gains": gains,
-                    "rng": {"seed": s["random_state"]},
-                    "loss": cost,
-                }
-            )
+        report_due(progress, s, done, total, cost)
+        save_due(checkpoint, s, done, total, Y, cost, update=update, gains=gains)
     cost, _ = sne_cost_grad(P.indptr, P.indices, P.data, PT.indptr, PT.indices, PT.data, Y)
     return Y, cost, {"seconds": round(time.perf_counter() - t0, 3), "resumed_from": start}
 
@@ -247,36 +231,22 @@ def sne_sweep(
     n = X.shape[0]
     settings = check_sne_params(params, n)
     s0 = settings[0]
-    graph = fit_graph(
-        X,
-        graph,
-        s0["n_neighbors"],
-        method="SNE",
-        metric=s0["metric"],
-        cut=False,
-        connected=False,
-        backend=s0["knn_backend"],
-        random_state=s0["random_state"] or 0,
-    )
+    graph = neighbour_graph(X, graph, s0["n_neighbors"], s0, "SNE")
     Y0 = None
     if s0["init"] == "pca":
         Y0 = pca_init(X, s0["n_components"], s0["random_state"])
         Y0 *= INIT_STD / max(Y0[:, 0].std(), 1e-300)
-    perps = sorted({s["perplexity"] for s in settings})
-    client = active_client()
-    if client is None:
-        Ps = {p: affinities(graph, "sne", perplexity=p) for p in perps}
-    else:
-        ref = graph_ref(graph)
-        Ps = {p: affinities_delayed(ref, n, graph.n_neighbors, "sne", perplexity=p) for p in perps}
-    jobs = [
-        (Ps[s["perplexity"]], Y0, s, checkpoint(i, s) if checkpoint else None)
-        for i, s in enumerate(settings)
-    ]
-    out = run_tasks(
-        sne_task, jobs, shared={}, callback=callback, n_jobs=n_jobs, stage="SNE optimisation"
+    Ps = perplexity_affinities(graph, n, "sne", settings, active_client())
+    out = run_settings(
+        sne_task,
+        lambda s: (Ps[s["perplexity"]], Y0),
+        settings,
+        checkpoint,
+        callback,
+        n_jobs,
+        "SNE optimisation",
     )
-    return [TSNEModel(Y, float(c), s, s["n_iter"], info) for (Y, c, info), s in zip(out, settings)]
+    return models_of(TSNEModel, out, settings, "n_iter")
 
 
 def sne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params) -> TSNEModel:
@@ -312,7 +282,7 @@ def sne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params)
     return one_run(sne_sweep, "sne", SNE_SWEEPABLE, X, graph, checkpoint, callback, n_jobs, params)
 
 
-class SNE(DimredEstimator):
+class SNE(NeighbourEstimator):
     """Stochastic Neighbor Embedding (Hinton & Roweis 2002), exact gradients, for small n.
 
     Parameters
@@ -365,8 +335,8 @@ class SNE(DimredEstimator):
     embedding_, kl_divergence_, n_iter_
     """
 
-    # the checks fit 10-30 rows: the perplexity must stay below n / 3
-    _check_params = ({"perplexity": 3.0, "random_state": 0},)
+    _check_params = PERPLEXITY_CHECKS
+    _fit_transform_name = "SNE"
 
     def __init__(
         self,
@@ -393,21 +363,12 @@ class SNE(DimredEstimator):
         callback=None,
         callback_every=50,
     ):
-        for key, value in locals().items():
-            if key not in ("self", "__class__"):
-                setattr(self, key, value)
+        keep_params(self, locals())
 
     def fit(self, X, y=None, *, graph=None):
-        X = check_array(X, method="SNE", min_samples=4)
-        model = sne(X, graph=graph, **self.get_params(deep=False))
-        self.embedding_, self.kl_divergence_ = model.embedding, model.kl_divergence
-        self.n_iter_, self.info_, self.n_features_in_ = model.n_iter, model.info, X.shape[1]
-        self.convergence_ = model.convergence
+        _, model = self._fit_model(sne, X, graph, "SNE")
+        self.kl_divergence_, self.n_iter_ = model.kl_divergence, model.n_iter
         return self
-
-    def fit_transform(self, X, y=None, *, graph=None):
-        X = check_array(X, method="SNE", min_samples=4)
-        return like_input(self.fit(X, graph=graph).embedding_, X, cast=True)
 
 
 METHOD_SPECS = (

@@ -18,7 +18,6 @@ its embeddings as parallel tasks over one kNN graph. See ``_neighbor_runs`` for 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,14 +25,8 @@ from .._compute import active_client
 from .._validation import check_array
 from ..blocks.tsne_gradient import Interpolation, kl_divergence, potentials, tsne_step
 from ..errors import InputError
-from ..graphs.affinities import (
-    affinities,
-    affinities_delayed,
-    affinity_row_blocks_delayed,
-    check_perplexity,
-)
+from ..graphs.affinities import affinity_row_blocks_delayed, check_perplexity
 from ..linalg.convergence import completed
-from ._base import DimredEstimator, HasConvergence
 from ._distributed import (
     OPTIMIZERS,
     block_bounds,
@@ -41,24 +34,34 @@ from ._distributed import (
     optimize_tsne_distributed,
     plan_optimizer,
 )
-from ._graph_common import fit_graph
+from ._embedding_family import (
+    INIT_STD,
+    KNN_RUN_DEFAULTS,
+    PERPLEXITY_CHECKS,
+    PLACES_INTO_FIT,
+    NeighbourEstimator,
+    TSNEModel,
+    keep_params,
+    models_of,
+    neighbour_graph,
+    perplexity_affinities,
+    run_settings,
+    sample_fit,
+)
 from ._neighbor_runs import (
     TaskProgress,
     check_choice,
-    check_fit_sample,
     check_float,
     check_int,
+    check_known,
     delayed_literal,
     expand_sweep,
-    fit_then_place,
     fitted_reference,
-    graph_ref,
     learning_rate_of,
-    like_input,
     one_run,
     pca_init,
     random_init,
-    run_tasks,
+    save_due,
     threads,
     threads_per_task,
 )
@@ -78,7 +81,6 @@ __all__ = [
 # gradient="auto": exact up to this many points, FFT above: on small n the exact O(n^2)
 # gradient is the faster one, as the FFT interpolation's grid has a fixed cost per iteration
 EXACT_MAX = 3000
-INIT_STD = 1e-4  # the initial embedding's first column has this standard deviation
 GRADIENTS = ("auto", "exact", "fft")
 TSNE_DEFAULTS = {
     "n_components": 2,
@@ -97,12 +99,7 @@ TSNE_DEFAULTS = {
     "n_interpolation_points": 3,
     "min_num_intervals": None,
     "ints_in_interval": 1.0,
-    "n_neighbors": None,
-    "metric": "euclidean",
-    "knn_backend": "auto",
-    "random_state": 0,
-    "checkpoint_every": 50,
-    "callback_every": 50,
+    **KNN_RUN_DEFAULTS,
     "fit_sample": None,
     "optimizer": "auto",
 }
@@ -155,11 +152,7 @@ def check_tsne_params(params: dict, n: int, name: str = "t-SNE") -> list[dict]:
         An unknown parameter, a list for a parameter that cannot be swept, an empty sweep, or a
         value out of range.
     """
-    unknown = sorted(set(params) - set(TSNE_DEFAULTS))
-    if unknown:
-        raise InputError(
-            f"Unknown {name} parameter(s) {unknown}.", f"use only {sorted(TSNE_DEFAULTS)}."
-        )
+    check_known(params, TSNE_DEFAULTS, name)
     p = {**TSNE_DEFAULTS, **params}
     expand_sweep(p, TSNE_SWEEPABLE)  # lists only for the sweepable parameters
     d = check_int("n_components", p["n_components"], 1, 3, method=name)
@@ -199,19 +192,6 @@ def check_tsne_params(params: dict, n: int, name: str = "t-SNE") -> list[dict]:
         s["n_neighbors"] = k
         check_perplexity(s["perplexity"], n, k, name)
     return settings
-
-
-@dataclass
-class TSNEModel(HasConvergence):
-    """A fitted t-SNE embedding and how it was made."""
-
-    embedding: np.ndarray  # (n, n_components) float64
-    kl_divergence: float  # of the fitted rows (all, or the fit sample)
-    params: dict
-    n_iter: int
-    info: dict = field(default_factory=dict)
-    fit_rows: np.ndarray | None = None  # the rows fitted on (fit_sample), or None: all
-    fit_X: np.ndarray | None = field(default=None, repr=False)  # those rows' data
 
 
 # --------------------------------------------------------------------------- optimiser
@@ -276,23 +256,7 @@ def optimize_tsne(P, Y0, s: dict, *, checkpoint=None, progress=None, workers: in
         Y -= Y.mean(axis=0)
         if report:
             progress(it, total, kl)  # the KL of the embedding after `it` iterations
-        done = it + 1
-        if (
-            checkpoint is not None
-            and s["checkpoint_every"]
-            and done % s["checkpoint_every"] == 0
-            and done < total
-        ):
-            checkpoint.save(
-                {
-                    "iteration": done,
-                    "embedding": Y,
-                    "update": update,
-                    "gains": gains,
-                    "rng": {"seed": s["random_state"]},
-                    "loss": kl,
-                }
-            )
+        save_due(checkpoint, s, it + 1, total, Y, kl, update=update, gains=gains)
     Z, _ = potentials(Y, s["gradient"], interp, workers)
     kl = kl_divergence(P.indptr, P.indices, P.data, Y, Z)
     if progress is not None:
@@ -379,19 +343,6 @@ def _initial(X, settings: list[dict]):
     return Y * (INIT_STD / std) if std > 0 else Y
 
 
-def _plan_affinities(graph, settings, kind: str):
-    """{perplexity: P}: computed here (no client) or lazy on the workers (a client)."""
-    perps = sorted({s["perplexity"] for s in settings})
-    client = active_client()
-    if client is None:
-        return {p: affinities(graph, kind, perplexity=p) for p in perps}, None
-    ref = graph_ref(graph)
-    return {
-        p: affinities_delayed(ref, graph.n_samples, graph.n_neighbors, kind, perplexity=p)
-        for p in perps
-    }, client
-
-
 def tsne_sweep(
     X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params
 ) -> list[TSNEModel]:
@@ -454,54 +405,31 @@ def tsne_sweep(
     n = X.shape[0]
     settings = check_tsne_params(params, n)
     s0 = settings[0]
-    size = check_fit_sample(s0.get("fit_sample"), n, "t-SNE", graph, s0["init"])
-    if size:
-        return fit_then_place(
-            tsne_sweep,
-            _place,
-            X,
-            size,
-            s0["random_state"] or 0,
-            "t-SNE",
-            checkpoint=checkpoint,
-            callback=callback,
-            n_jobs=n_jobs,
-            **{k: v for k, v in params.items() if k != "fit_sample"},
-        )
-    graph = fit_graph(
-        X,
-        graph,
-        s0["n_neighbors"],
-        method="t-SNE",
-        metric=s0["metric"],
-        cut=False,
-        connected=False,
-        backend=s0["knn_backend"],
-        random_state=s0["random_state"] or 0,
-    )
+    run = {"checkpoint": checkpoint, "callback": callback, "n_jobs": n_jobs}
+    sampled = sample_fit(tsne_sweep, _place, X, graph, s0, "t-SNE", params, **run)
+    if sampled is not None:
+        return sampled
+    graph = neighbour_graph(X, graph, s0["n_neighbors"], s0, "t-SNE")
     Y0 = _initial(X, settings)
     client = active_client()
     choice = "single" if s0["gradient"] != "fft" else s0["optimizer"]  # blocks: FFT only
     plan = plan_optimizer(choice, n, 2 * n * graph.n_neighbors, s0["n_components"], client)
     if plan["optimizer"] == "distributed":
         out = _distributed(graph, Y0, settings, plan, client, checkpoint, callback, n_jobs)
-        return [
-            TSNEModel(Y, float(kl), s, s["n_iter"], info) for (Y, kl, info), s in zip(out, settings)
-        ]
-    Ps, client = _plan_affinities(graph, settings, "tsne")
+        return models_of(TSNEModel, out, settings, "n_iter")
+    Ps = perplexity_affinities(graph, graph.n_samples, "tsne", settings, client)
     if client is not None and Y0 is not None:
         Y0 = delayed_literal(Y0)
-    jobs = [
-        (Ps[s["perplexity"]], Y0, s, checkpoint(i, s) if checkpoint else None)
-        for i, s in enumerate(settings)
-    ]
-    out = run_tasks(
-        tsne_task, jobs, shared={}, callback=callback, n_jobs=n_jobs, stage="t-SNE optimisation"
+    out = run_settings(
+        tsne_task,
+        lambda s: (Ps[s["perplexity"]], Y0),
+        settings,
+        checkpoint,
+        callback,
+        n_jobs,
+        "t-SNE optimisation",
     )
-    return [
-        TSNEModel(Y, float(kl), s, s["n_iter"], {**info, "optimizer_reason": plan["reason"]})
-        for (Y, kl, info), s in zip(out, settings)
-    ]
+    return models_of(TSNEModel, out, settings, "n_iter", optimizer_reason=plan["reason"])
 
 
 def _place(X_fit, Y_fit, X, params: dict):
@@ -557,7 +485,7 @@ def tsne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params
 # --------------------------------------------------------------------------- estimator
 
 
-class TSNE(DimredEstimator):
+class TSNE(NeighbourEstimator):
     """t-SNE (van der Maaten & Hinton 2008) with FFT-interpolated gradients for large n.
 
     ``transform(X_new)`` places new points against the fixed embedding (``_tsne_transform``),
@@ -628,15 +556,8 @@ class TSNE(DimredEstimator):
     embedding_, kl_divergence_, n_iter_
     """
 
-    # the checks fit 10-30 rows: the perplexity must stay below n / 3
-    _check_params = ({"perplexity": 3.0, "random_state": 0},)
-    # transform places new points into the fixed training embedding (optimising only their
-    # positions), so a training row given again lands near its fitted position, not on it
-    _check_exempt = dict.fromkeys(
-        ("check_transformer_general", "check_transformer_data_not_an_array"),
-        "transform places rows into the fitted embedding: a training row given again lands "
-        "near its fitted position, not on it",
-    )
+    _check_exempt = PLACES_INTO_FIT
+    _check_params = PERPLEXITY_CHECKS
 
     def __init__(
         self,
@@ -669,25 +590,13 @@ class TSNE(DimredEstimator):
         fit_sample=None,
         optimizer="auto",
     ):
-        for key, value in locals().items():
-            if key not in ("self", "__class__"):
-                setattr(self, key, value)
+        keep_params(self, locals())
 
     def fit(self, X, y=None, *, graph=None):
-        X = check_array(X, method="t-SNE", min_samples=4)
-        model = tsne(X, graph=graph, **self.get_params(deep=False))
-        self.embedding_ = model.embedding
-        self.kl_divergence_ = model.kl_divergence
-        self.n_iter_ = model.n_iter
-        self.info_ = model.info
-        self.n_features_in_ = X.shape[1]
-        self.convergence_ = model.convergence
+        X, model = self._fit_model(tsne, X, graph, "t-SNE")
+        self.kl_divergence_, self.n_iter_ = model.kl_divergence, model.n_iter
         self._fit_X, self._fit_Y = fitted_reference(X, model)
         return self
-
-    def fit_transform(self, X, y=None, *, graph=None):
-        X = check_array(X, method=type(self).__name__, min_samples=4)
-        return like_input(self.fit(X, graph=graph).embedding_, X, cast=True)
 
     def transform(self, X):
         X = self._new_rows(X, "t-SNE transform")

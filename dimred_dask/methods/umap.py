@@ -25,11 +25,11 @@ import numpy as np
 
 from .._compute import active_client
 from .._validation import check_array
-from ..blocks.umap_kernels import apply_pulls, pull_sums, sgd_epoch
+from ..blocks.umap_kernels import apply_pulls, pull_sums
 from ..errors import InputError
-from ..graphs.affinities import affinities, affinities_delayed, affinity_row_blocks_delayed, find_ab
+from ..graphs.affinities import affinity_row_blocks_delayed, find_ab
 from ..linalg.convergence import completed
-from ._base import DimredEstimator, HasConvergence
+from ._base import HasConvergence
 from ._distributed import (
     OPTIMIZERS,
     block_bounds,
@@ -37,28 +37,35 @@ from ._distributed import (
     optimize_umap_distributed,
     plan_optimizer,
 )
-from ._graph_common import fit_graph
+from ._embedding_family import (
+    PLACES_INTO_FIT,
+    NeighbourEstimator,
+    keep_params,
+    models_of,
+    neighbour_graph,
+    run_settings,
+    sample_fit,
+    setting_affinities,
+)
 from ._neighbor_runs import (
     TaskProgress,
     check_choice,
-    check_fit_sample,
     check_float,
     check_int,
+    check_known,
     delayed_literal,
     expand_sweep,
-    fit_then_place,
     fitted_reference,
-    graph_ref,
-    like_input,
     one_run,
     pca_init,
-    run_tasks,
+    report_due,
+    save_due,
     threads,
     threads_per_task,
 )
 from ._spec import DOCS_NEIGHBOUR, NEIGHBOUR_ADDS, OPTIMISER_SUPPLIED, MethodSpec
 from ._umap_init import scale_layout, spectral_layout
-from ._umap_parts import combine_cross_entropy, cross_entropy, edge_schedule
+from ._umap_parts import combine_cross_entropy, cross_entropy, edge_schedule, sgd_step
 
 __all__ = [
     "UMAP",
@@ -157,11 +164,7 @@ def check_umap_params(params: dict, n: int) -> list[dict]:
         An unknown parameter, a list for a parameter that cannot be swept, an empty sweep, a
         value out of range, min_dist > spread, or an ``init`` array of the wrong shape.
     """
-    unknown = sorted(set(params) - set(UMAP_DEFAULTS))
-    if unknown:
-        raise InputError(
-            f"Unknown UMAP parameter(s) {unknown}.", f"use only {sorted(UMAP_DEFAULTS)}."
-        )
+    check_known(params, UMAP_DEFAULTS, "UMAP")
     p = {**UMAP_DEFAULTS, **params}
     expand_sweep(p, UMAP_SWEEPABLE)  # lists only for the sweepable parameters
     check_int("n_components", p["n_components"], 1, max(1, n - 2), method="UMAP")
@@ -210,51 +213,16 @@ def optimize_umap(P, Y0, s: dict, *, checkpoint=None, progress=None):
     else:
         start, Y = 0, np.array(Y0, dtype=np.float32)
         nxt, nxt_neg = eps.copy(), eps_neg.copy()
+    edges = (indptr, indices, eps, nxt, eps_neg, nxt_neg)
     pulls = np.zeros((indices.size, Y.shape[1]), dtype=np.float32)
     t0 = time.perf_counter()
     for epoch in range(start, n_epochs):
         alpha = np.float32(s["learning_rate"] * (1.0 - epoch / n_epochs))
-        sgd_epoch(
-            Y,
-            Y.copy(),
-            indptr,
-            indices,
-            eps,
-            nxt,
-            eps_neg,
-            nxt_neg,
-            np.float32(s["a"]),
-            np.float32(s["b"]),
-            np.float32(s["repulsion_strength"]),
-            alpha,
-            epoch,
-            s["random_state"],
-            0,
-            NO_KEYS,
-            np.float32(1.0),
-            True,
-            pulls,
-        )
+        sgd_step(Y, Y.copy(), edges, s, alpha, epoch, NO_KEYS, True, pulls)
         apply_pulls(Y, pull_sums(indices, pulls, Y.shape[0]), alpha)
         done = epoch + 1
-        if progress is not None and s["callback_every"] and done % s["callback_every"] == 0:
-            progress(done, n_epochs, None)
-        if (
-            checkpoint is not None
-            and s["checkpoint_every"]
-            and done % s["checkpoint_every"] == 0
-            and done < n_epochs
-        ):
-            checkpoint.save(
-                {
-                    "iteration": done,
-                    "embedding": Y,
-                    "next_sample": nxt,
-                    "next_negative": nxt_neg,
-                    "rng": {"seed": s["random_state"]},
-                    "loss": None,
-                }
-            )
+        report_due(progress, s, done, n_epochs, None)
+        save_due(checkpoint, s, done, n_epochs, Y, None, next_sample=nxt, next_negative=nxt_neg)
     return Y, {
         "seconds": round(time.perf_counter() - t0, 3),
         "resumed_from": start,
@@ -314,14 +282,7 @@ def _distributed(graph, layouts, settings, plan, client, checkpoint, callback, n
     for i, s in enumerate(settings):
         key = _graph_key(s)
         P_blocks = affinity_row_blocks_delayed(
-            ref,
-            n,
-            graph.n_neighbors,
-            "umap",
-            bounds,
-            n_neighbors=key[0],
-            local_connectivity=key[1],
-            set_op_mix_ratio=key[2],
+            ref, n, graph.n_neighbors, "umap", bounds, **_fuzzy_options(key)
         )
         layout = layouts[key]
         if layout is not None and not isinstance(layout, np.ndarray):
@@ -376,6 +337,11 @@ def _layouts(X, P_by_key: dict, settings: list[dict], client):
 
 def _graph_key(s: dict) -> tuple:
     return (s["n_neighbors"], s["local_connectivity"], s["set_op_mix_ratio"])
+
+
+def _fuzzy_options(key: tuple) -> dict:
+    """The fuzzy graph's keywords (`affinities`) of a `_graph_key`."""
+    return {"n_neighbors": key[0], "local_connectivity": key[1], "set_op_mix_ratio": key[2]}
 
 
 def umap_sweep(
@@ -440,79 +406,29 @@ def umap_sweep(
     n = X.shape[0]
     settings = check_umap_params(params, n)
     s0 = settings[0]
-    size = check_fit_sample(s0["fit_sample"], n, "UMAP", graph, s0["init"])
-    if size:
-        return fit_then_place(
-            umap_sweep,
-            _place,
-            X,
-            size,
-            s0["random_state"],
-            "UMAP",
-            checkpoint=checkpoint,
-            callback=callback,
-            n_jobs=n_jobs,
-            **{k: v for k, v in params.items() if k != "fit_sample"},
-        )
-    k = max(s["n_neighbors"] for s in settings) - 1
-    graph = fit_graph(
-        X,
-        graph,
-        k,
-        method="UMAP",
-        metric=s0["metric"],
-        backend=s0["knn_backend"],
-        cut=False,
-        connected=False,
-        random_state=s0["random_state"],
-        nndescent_kwds=s0["nndescent_kwds"],
-    )
+    run = {"checkpoint": checkpoint, "callback": callback, "n_jobs": n_jobs}
+    sampled = sample_fit(umap_sweep, _place, X, graph, s0, "UMAP", params, **run)
+    if sampled is not None:
+        return sampled
+    graph = neighbour_graph(X, graph, max(s["n_neighbors"] for s in settings) - 1, s0, "UMAP")
     keys = sorted({_graph_key(s) for s in settings})
     client = active_client()
-    if client is None:
-        Ps = {
-            key: affinities(
-                graph,
-                "umap",
-                n_neighbors=key[0],
-                local_connectivity=key[1],
-                set_op_mix_ratio=key[2],
-            )
-            for key in keys
-        }
-    else:
-        ref = graph_ref(graph)
-        Ps = {
-            key: affinities_delayed(
-                ref,
-                n,
-                graph.n_neighbors,
-                "umap",
-                n_neighbors=key[0],
-                local_connectivity=key[1],
-                set_op_mix_ratio=key[2],
-            )
-            for key in keys
-        }
+    Ps = setting_affinities(graph, n, "umap", keys, _fuzzy_options, client)
     layouts = _layouts(X, Ps, settings, client)
     plan = plan_optimizer(s0["optimizer"], n, 2 * n * graph.n_neighbors, s0["n_components"], client)
     if plan["optimizer"] == "distributed":
         out = _distributed(graph, layouts, settings, plan, client, checkpoint, callback, n_jobs)
-        return [
-            UMAPModel(Y, float(ce), s, s["n_epochs"], info)
-            for (Y, ce, info), s in zip(out, settings)
-        ]
-    jobs = [
-        (Ps[_graph_key(s)], layouts[_graph_key(s)], s, checkpoint(i, s) if checkpoint else None)
-        for i, s in enumerate(settings)
-    ]
-    out = run_tasks(
-        umap_task, jobs, shared={}, callback=callback, n_jobs=n_jobs, stage="UMAP optimisation"
+        return models_of(UMAPModel, out, settings, "n_epochs")
+    out = run_settings(
+        umap_task,
+        lambda s: (Ps[_graph_key(s)], layouts[_graph_key(s)]),
+        settings,
+        checkpoint,
+        callback,
+        n_jobs,
+        "UMAP optimisation",
     )
-    return [
-        UMAPModel(Y, float(ce), s, s["n_epochs"], {**info, "optimizer_reason": plan["reason"]})
-        for (Y, ce, info), s in zip(out, settings)
-    ]
+    return models_of(UMAPModel, out, settings, "n_epochs", optimizer_reason=plan["reason"])
 
 
 def _place(X_fit, Y_fit, X, params: dict):
@@ -558,7 +474,7 @@ def umap(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params
     )
 
 
-class UMAP(DimredEstimator):
+class UMAP(NeighbourEstimator):
     """UMAP (McInnes, Healy & Melville 2018) with a deterministic multithreaded SGD.
 
     ``transform(X_new)`` optimises only the new points against the fixed embedding
@@ -625,13 +541,7 @@ class UMAP(DimredEstimator):
     """
 
     _check_params = ({"n_neighbors": 5, "random_state": 0},)
-    # transform places new points into the fixed training embedding (optimising only their
-    # positions), so a training row given again lands near its fitted position, not on it
-    _check_exempt = dict.fromkeys(
-        ("check_transformer_general", "check_transformer_data_not_an_array"),
-        "transform places rows into the fitted embedding: a training row given again lands "
-        "near its fitted position, not on it",
-    )
+    _check_exempt = PLACES_INTO_FIT
 
     def __init__(
         self,
@@ -661,24 +571,15 @@ class UMAP(DimredEstimator):
         fit_sample=None,
         optimizer="auto",
     ):
-        for key, value in locals().items():
-            if key not in ("self", "__class__"):
-                setattr(self, key, value)
+        keep_params(self, locals())
 
     def fit(self, X, y=None, *, graph=None):
-        X = check_array(X, method="UMAP", min_samples=4)
-        model = umap(X, graph=graph, **self.get_params(deep=False))
-        self.embedding_, self.cross_entropy_ = model.embedding, model.cross_entropy
+        X, model = self._fit_model(umap, X, graph, "UMAP")
+        self.cross_entropy_ = model.cross_entropy
         self.a_, self.b_ = model.params["a"], model.params["b"]
-        self.n_epochs_, self.info_, self.params_ = model.n_epochs, model.info, model.params
-        self.n_features_in_ = X.shape[1]
-        self.convergence_ = model.convergence
+        self.n_epochs_, self.params_ = model.n_epochs, model.params
         self._fit_X, self._fit_Y = fitted_reference(X, model)
         return self
-
-    def fit_transform(self, X, y=None, *, graph=None):
-        X = check_array(X, method=type(self).__name__, min_samples=4)
-        return like_input(self.fit(X, graph=graph).embedding_, X, cast=True)
 
     def transform(self, X):
         X = self._new_rows(X, "UMAP transform")
