@@ -363,3 +363,32 @@ def test_a_stalled_worker_solve_above_the_arpack_limit_continues_with_the_multig
         np.linalg.norm(res.embedding, axis=0) * np.linalg.norm(ref.embedding, axis=0)
     )
     np.testing.assert_allclose(cos, 1.0, atol=1e-6)
+
+
+def test_a_multigrid_fallback_that_would_not_fit_on_a_worker_is_not_started(
+    client, tmp_path, monkeypatch
+):
+    """The Laplacian's robust solve on one worker is estimated first (`one_worker_need`):
+    above the share of the smallest worker's memory limit allowed to one task it is not
+    started, and the refusal says why and that more worker memory would do."""
+    from dimred_dask.errors import SolverError
+    from dimred_dask.linalg import sparse_eigen, worker_lobpcg
+    from dimred_dask.linalg.worker_memory import one_worker_need
+
+    g, _, _ = _roll_laplacian(5000)
+    source = _stored(g, tmp_path / "run")
+    monkeypatch.setattr(sparse_eigen, "ARPACK_MAX", 1000)
+    L, _, _ = laplacian_on_workers(source, client=client)
+    operator = L.nbytes(client)
+    held = client.gather(L.rows)
+    assert operator == sum(b.data.nbytes + b.indices.nbytes + b.indptr.nbytes for b in held)
+    need = one_worker_need("amg", "symmetric", 5000, operator, 3)
+    assert need > 12 * operator  # the assembly's copies and the multigrid's hierarchy
+    assert L.room_on_a_worker(client, "amg", 3) is None  # a few MiB of a few GiB: fits
+    monkeypatch.setattr(worker_lobpcg, "MEMORY_SHARE", 1e-6)
+    with pytest.raises(SolverError, match="not run: the operator assembled") as e:
+        spectral_embedding_workers(source, 2, tol=1e-10, maxiter=3)
+    assert "more memory" in e.value.fix
+    first, second = e.value.convergence
+    assert first["solver"] == "lobpcg-workers" and first["handled_by"] == "retried with amg"
+    assert second["solver"] == "amg" and second["not_run"] == "memory"

@@ -146,3 +146,47 @@ def test_lle_through_the_flow_on_the_workers(client, prefect_api, tmp_path):
         ref.transform(new).astype(np.float64),
         atol=1e-4 * np.abs(want).max(),
     )
+
+
+def test_a_worker_solve_that_stops_short_is_retried_on_one_worker(client, solve_graph, tmp_path):
+    """A worker-side LOBPCG that stops short is retried by the robust solver of the size on
+    the operator assembled on one worker (not in the caller's process): both solves are in
+    the record, and the answer is the in-process dense one."""
+    from dimred_dask.errors import ConvergenceWarning
+
+    X, g = solve_graph
+    ref = lle(X, graph=g, eigen_solver="dense")
+    source = _stored(g, tmp_path / "run")
+    Xd = da.from_array(X, chunks=(250, X.shape[1]))
+    with pytest.warns(ConvergenceWarning, match="retried with dense, which converged"):
+        ours = lle(Xd, graph=source, eigen_solver="lobpcg-workers", tol=1e-8, max_iter=3)
+    first, second = ours.info["convergence"][-2:]
+    assert first["solver"] == "lobpcg-workers" and not first["converged"]
+    assert second["solver"] == "dense" and second["converged"]
+    assert ours.solver == "dense"
+    np.testing.assert_allclose(ours.eigenvalues, ref.eigenvalues, rtol=1e-9)
+    signs = np.sign(np.sum(ours.embedding * ref.embedding, axis=0))
+    np.testing.assert_allclose(ours.embedding * signs, ref.embedding, atol=1e-9)
+
+
+def test_a_fallback_that_would_not_fit_on_a_worker_is_not_started(
+    client, solve_graph, tmp_path, monkeypatch
+):
+    """When the operator assembled on one worker and the robust solver's memory would
+    exceed the share of a worker's limit allowed to one task, the fallback is not started
+    (no worker is run out of memory): the refusal says so, with the estimate, and its fix
+    names more worker memory beside the solver's own parameters."""
+    from dimred_dask.errors import SolverError
+    from dimred_dask.linalg import worker_lobpcg
+
+    X, g = solve_graph
+    source = _stored(g, tmp_path / "run")
+    Xd = da.from_array(X, chunks=(250, X.shape[1]))
+    monkeypatch.setattr(worker_lobpcg, "MEMORY_SHARE", 1e-6)  # ~4 KiB of a few GiB
+    with pytest.raises(SolverError, match="not run: the operator assembled on one worker") as e:
+        lle(Xd, graph=source, eigen_solver="lobpcg-workers", tol=1e-8, max_iter=3)
+    assert "GiB there, more than 0% of the smallest worker's memory limit" in e.value.problem
+    assert "raise max_iter or loosen tol" in e.value.fix and "more memory" in e.value.fix
+    first, second = e.value.convergence
+    assert first["solver"] == "lobpcg-workers" and not first["converged"]
+    assert second["solver"] == "dense" and second["not_run"] == "memory"

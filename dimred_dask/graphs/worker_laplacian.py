@@ -300,6 +300,9 @@ def bottom_on_workers(
                 stall=bool(fallbacks),  # a stalled solve continues with the fallback
             )
         else:  # a robust solver on the whole operator, assembled on one worker
+            short = L.room_on_a_worker(client, s, want)
+            if short is not None:  # not started: it would not fit there
+                return None, short
             eig = L.on_a_worker(
                 client,
                 partial(bottom_eigsh, k=want, solver=s, tol=tol, random_state=random_state),
@@ -308,11 +311,7 @@ def bottom_on_workers(
 
     fallbacks = fallback_solvers("lobpcg-workers", L.shape[0])
     return solve_with_fallbacks(
-        attempt,
-        ["lobpcg-workers"] + fallbacks,
-        step=step,
-        method=method,
-        fix=fix,
+        attempt, ["lobpcg-workers"] + fallbacks, step=step, method=method, fix=fix
     )
 
 

@@ -125,6 +125,11 @@ def unconverged_error(method: str, records: list[dict], fix: str) -> SolverError
     tried = ""
     if len(records) > 1:
         tried = " It was tried after " + "; ".join(describe(r) for r in records[:-1]) + "."
+    if any(r.get("not_run") == "memory" for r in records):
+        fix = (
+            f"{(fix or '').rstrip('.')}; or give the workers more memory (the robust solve "
+            "holds the whole operator on one worker)."
+        ).lstrip("; ")
     return SolverError(f"{method}: the solve did not converge: {describe(last)}.{tried}", fix)
 
 

@@ -77,7 +77,7 @@ from .worker_blocks import (
     _halo,
     _rows_summary,
 )
-from .worker_memory import memory_note
+from .worker_memory import MEMORY_SHARE, memory_note, one_worker_need
 
 __all__ = ["bottom_eigsh_lobpcg_workers", "WorkerRows", "WORKER_KINDS", "MAX_RESTARTS"]
 
@@ -140,11 +140,39 @@ class WorkerRows:
         order = None if self.order is None else client.gather(self.order)
         return _assembled(client.gather(self.rows), order, self.n)
 
+    def nbytes(self, client) -> int:
+        """The bytes of A's row blocks' CSR arrays, measured where the blocks are (once
+        they are made)."""
+        return int(sum(client.gather(client.map(_csr_bytes, self.rows, pure=False))))
+
+    def room_on_a_worker(self, client, solver: str, k: int) -> dict | None:
+        """None when ``solver`` on A assembled on one worker (`on_a_worker`, ``k``
+        eigenpairs) fits there (or no worker has a memory limit); else the convergence record
+        of a solve not run (``not_run="memory"``), its status saying why: the estimate
+        (`one_worker_need`) is above ``MEMORY_SHARE`` of the smallest worker's limit."""
+        limit = smallest_worker_memory(client)
+        if not limit:
+            return None
+        need = one_worker_need(solver, self.kind, self.n, self.nbytes(client), k)
+        if need <= MEMORY_SHARE * limit:
+            return None
+        status = (
+            f"not run: the operator assembled on one worker and {solver}'s working memory "
+            f"would take about {need / 2**30:.2f} GiB there, more than "
+            f"{MEMORY_SHARE:.0%} of the smallest worker's memory limit "
+            f"({limit / 2**30:.2f} GiB)"
+        )
+        return record("", solver, converged=False, status=status, not_run="memory")
+
     def on_a_worker(self, client, fn):
         """``fn(A)`` run on one worker, A assembled there (CSR, the original numbering) from
         the blocks the workers hold: an in-process solver on the whole operator without
         bringing it into this process, which receives what ``fn`` returns."""
         return client.submit(_solve_assembled, fn, self.rows, self.order, self.n).result()
+
+
+def _csr_bytes(block) -> int:
+    return int(block.data.nbytes + block.indices.nbytes + block.indptr.nbytes)
 
 
 def _assembled(rows, order, n: int):

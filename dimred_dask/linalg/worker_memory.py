@@ -1,9 +1,11 @@
 """What the worker-side LOBPCG's row blocks hold, against the workers' memory limits: said
-before the solve when it looks tight, and in the error when a worker is lost."""
+before the solve when it looks tight, and in the error when a worker is lost; and what a
+robust solver on the whole operator, assembled on one worker, would take there
+(`one_worker_need`), so that a solve that cannot fit is not started."""
 
 from __future__ import annotations
 
-__all__ = ["memory_note", "BLOCK_ARRAYS", "MEMORY_SHARE"]
+__all__ = ["memory_note", "one_worker_need", "BLOCK_ARRAYS", "MEMORY_SHARE", "ASSEMBLY_COPIES"]
 
 # n_i x p float64 arrays a block holds at its busiest: S and M S (3p columns each), the
 # contiguous copy of the slot a sparse product reads and, in a product, its rows cut for the
@@ -29,3 +31,39 @@ def memory_note(bounds, p: int, limit: int | None, gram: bool = False) -> tuple[
     if limit:
         text += f", its memory limit is {limit / 2**30:.2f} GiB"
     return text, bool(limit) and need > MEMORY_SHARE * limit
+
+
+# copies of the operator's CSR arrays one worker holds while it assembles the operator: the
+# blocks it takes in, their stack, and the two copies of a permutation back to the original
+# numbering (``WorkerRows.on_a_worker``)
+ASSEMBLY_COPIES = 4
+# what each robust solver holds besides the operator, as multiples of the operator's CSR
+# arrays, measured in one process (tracemalloc's peak and the growth of the peak resident
+# size, the larger) on a 100 000-point swiss roll's 10-NN graph, 2-3 eigenpairs:
+# - the normalised Laplacian (1.24 million entries, 14.5 MiB): LOBPCG with the multigrid
+#   preconditioner 114 MiB (7.8x; its hierarchy and LOBPCG's blocks), shift-invert ARPACK
+#   254 MiB (17.5x, its sparse LU; 4.8 GB at 10^6 rows, 33x, beyond its size class)
+# - LLE's I - W (1.1 million entries, 13.0 MiB): the factored solver 299 MiB (23x, the LU
+#   of I - W), shift-invert ARPACK 608 MiB (47x: M = (I - W)^T (I - W) and its LU)
+SOLVER_COPIES = {
+    ("symmetric", "amg"): 8,
+    ("symmetric", "arpack"): 18,
+    ("symmetric", "lobpcg"): 2,
+    ("gram", "factored"): 24,
+    ("gram", "arpack"): 48,
+}
+VECTOR_ARRAYS = 12  # n x k float64 arrays a solver's iteration holds (LOBPCG: X, AX, R, P ...)
+
+
+def one_worker_need(solver: str, kind: str, n: int, operator_bytes: int, k: int) -> int:
+    """Bytes that ``solver`` on the whole n x n operator (``kind`` "symmetric" or "gram",
+    ``operator_bytes`` of CSR arrays, ``k`` eigenpairs) takes on the one worker that
+    assembles it: the assembly's copies (``ASSEMBLY_COPIES``), the solver's own memory (its
+    factorisation or multigrid hierarchy, ``SOLVER_COPIES`` times the operator, as measured;
+    the dense solver's n x n matrices) and its n x k iteration arrays. An estimate, to leave
+    unstarted what cannot fit, not a bound: a factorisation's fill-in depends on the graph."""
+    if solver == "dense":
+        own = 3 * 8 * n * n  # the dense matrix, its eigendecomposition's copy and workspace
+    else:
+        own = SOLVER_COPIES.get((kind, solver), max(SOLVER_COPIES.values())) * operator_bytes
+    return int(ASSEMBLY_COPIES * operator_bytes + own + VECTOR_ARRAYS * 8 * n * max(k, 1))

@@ -37,10 +37,12 @@ y = sum_j w_j y_j.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
 
+from .._compute import active_client
 from .._validation import check_array
 from ..blocks.neighbors import reconstruction_weights_block
 from ..errors import InputError
@@ -173,8 +175,9 @@ def lle_fallbacks(solver: str, n: int) -> list[str]:
 def _bottom(A, k, solver, tol, max_iter, random_state, first=None):
     """The k bottom eigenpairs of M = A^T A after the constant one: (values, vectors, the
     dropped eigenvalue, solver, info, convergence record). ``A`` may be held on the
-    workers (`WorkerRows`, ``first``: the constant's quotient): gathered here for a solver
-    other than ``lobpcg-workers``."""
+    workers (`WorkerRows`, ``first``: the constant's quotient): a solver other than
+    ``lobpcg-workers`` runs on A assembled on one worker (not started, its record saying
+    so, when it would not fit there)."""
     n = A.shape[0]
     if isinstance(A, WorkerRows):
         if solver == "lobpcg-workers":
@@ -182,9 +185,14 @@ def _bottom(A, k, solver, tol, max_iter, random_state, first=None):
                 A, k, kind="gram", tol=tol, maxiter=max_iter, random_state=random_state
             )
             return eig.values, eig.vectors, first, solver, dict(eig.info), eig.convergence
-        from .._compute import active_client
-
-        A = A.gather(active_client())
+        client = active_client()
+        short = A.room_on_a_worker(client, solver, k + 1)
+        if short is not None:
+            return None, None, None, solver, {}, short
+        solve = partial(
+            _bottom, k=k, solver=solver, tol=tol, max_iter=max_iter, random_state=random_state
+        )
+        return A.on_a_worker(client, solve)
     deflated = {  # solvers that keep the constant out of their block
         "lobpcg-workers": lambda: bottom_eigsh_lobpcg_workers(
             A, k, kind="gram", null=np.ones(n), tol=tol, maxiter=max_iter, random_state=random_state
