@@ -12,14 +12,13 @@ from dataclasses import fields
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from .._validation import check_is_fitted, is_dask
+from .._validation import is_dask
 from ..blocks.kernels import METRICS, distance_block
 from ..errors import DimredWarning, InputError
 from ..linalg import choose_eigen_solver, take_rows, top_and_bottom_eigh, top_eigh
 from ..linalg.convergence import diagnostic, require_converged
 from ..pairwise import check_metric, pairwise_distances
 from ._base import (
-    DimredEstimator,
     HasConvergence,
     ModelTransform,
     kept,
@@ -28,6 +27,7 @@ from ._base import (
     rowwise,
     sign_fix,
 )
+from ._linear_family import FittedEmbedding, NamedComponents
 
 MDS_SOLVERS = ("auto", "dense", "randomized", "lanczos")
 STRESS_MAX_ROWS = 2000  # stress is exact up to this many points, sampled above
@@ -219,6 +219,12 @@ def _stress_rows(n: int, rng):
     return np.sort(rng.choice(n, size=STRESS_MAX_ROWS, replace=False)), False
 
 
+def _sample_distances(rows: np.ndarray, shift, metric: dict) -> np.ndarray:
+    """The distances between sampled data ``rows``, less ``shift`` as in the fit."""
+    ref = rows if shift is None else rows - shift.astype(rows.dtype)
+    return distance_block(ref, ref, **metric)
+
+
 def _kruskal_stress(d: np.ndarray, y: np.ndarray) -> float:
     """Stress-1 of an embedding ``y`` of points with distance matrix ``d`` (over i < j)."""
     d = np.asarray(d, np.float64)
@@ -231,6 +237,10 @@ def _kruskal_stress(d: np.ndarray, y: np.ndarray) -> float:
 
 
 # --------------------------------------------------------------------------- models
+
+
+# the arrays both models keep, in this order between their own
+SPECTRUM_ARRAYS = ("eigenvalues", "negative_eigenvalues", "proj", "sq_means")
 
 
 class _Triangulating(HasConvergence):
@@ -330,7 +340,7 @@ def _plain(v):
     return v.item() if isinstance(v, np.generic) else v
 
 
-class _MDSBase(ModelTransform, DimredEstimator):
+class _MDSBase(ModelTransform, FittedEmbedding, NamedComponents):
     _method = "MDS"
 
     def _set_common(self, model):
@@ -343,11 +353,3 @@ class _MDSBase(ModelTransform, DimredEstimator):
         self.stress_ = model.stress
         self.n_components_ = model.n_components
         self.convergence_ = model.convergence
-
-    def fit_transform(self, X, y=None):
-        return self.fit(X).embedding_
-
-    def get_feature_names_out(self, input_features=None):
-        check_is_fitted(self, "embedding_")
-        prefix = type(self).__name__.lower()
-        return np.array([f"{prefix}{i}" for i in range(self.n_components_)], dtype=object)

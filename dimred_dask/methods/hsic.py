@@ -14,7 +14,6 @@ from .._compute import compute
 from .._validation import check_array, check_random_state, is_dask
 from ..blocks.kernels import kernel_block
 from ..errors import InputError
-from ..linalg import choose_landmarks, nystrom_error, nystrom_features, nystrom_map
 from ..linalg.cross_moments import cross_stats
 from ..pairwise import check_kernel, double_center, pairwise_kernels
 from ._labels import (
@@ -22,35 +21,20 @@ from ._labels import (
     align_labels,
     check_choice,
     check_labels,
-    clip_landmarks,
     label_factor,
     label_map,
 )
-from .kpca import held_out_rows
+from ._linear_family import (
+    DENSE_MAX_SAMPLES,  # noqa: F401  (re-exported: methods.hsic.DENSE_MAX_SAMPLES)
+    kernel_and_solver,
+    label_keywords,
+    nystrom_factor,
+    rows_in_memory,
+)
 
 __all__ = ["hsic", "HSICResult", "HSIC_SOLVERS"]
 
 HSIC_SOLVERS = ("auto", "exact", "lowrank")
-# dense kernel SPCA and exact HSIC hold n x n float64 matrices: 32 MB at 2000 rows
-DENSE_MAX_SAMPLES = 2000
-
-
-def nystrom_factor(X, params: dict, n_landmarks, landmarks: str, random_state):
-    """(the Nyström map, Phi with K ~ Phi Phi^T (lazy for dask X), info with the landmarks and
-    the approximation error on held-out rows): the low-rank factor of a kernel on X that HSIC
-    and kernel supervised PCA share."""
-    m = clip_landmarks(n_landmarks, X.shape[0])
-    marks, idx = choose_landmarks(X, m, landmarks, random_state)
-    nmap = nystrom_map(marks, params)
-    held = held_out_rows(X, idx, random_state)  # rows apart from the landmarks, as KernelPCA
-    info = {
-        "n_landmarks": int(m),
-        "landmark_method": landmarks,
-        "kernel_rank": nmap.rank,
-        "approximation_error": nystrom_error(held, nmap),
-        "approximation_error_rows": int(held.shape[0]),
-    }
-    return nmap, nystrom_features(X, nmap), info
 
 
 class HSICResult(NamedTuple):
@@ -71,9 +55,7 @@ def _exact_label_gram(y2, lmap, label_kernel, label_gamma, label_width):
 
 
 def _hsic_exact(X, y2, lmap, params, label_args, perms):
-    if is_dask(X):
-        (X,) = compute(X, stage="HSIC: rows to memory")
-        X = check_array(np.asarray(X), method="HSIC")  # dask input's NaN and inf
+    X = rows_in_memory(X, "HSIC", "HSIC: rows to memory")
     X, n = np.asarray(X), X.shape[0]
     y2 = align_labels(y2, X)
     Kc = double_center(np.asarray(pairwise_kernels(X, **params), dtype=np.float64))
@@ -185,7 +167,7 @@ def hsic(
     """
     method = "HSIC"
     X = check_array(X, method=method, where=where)
-    n, d = X.shape
+    n = X.shape[0]
     check_choice(label_kernel, LABEL_KERNELS, "label_kernel", method, "delta")
     if label_kernel == "identity":
         raise InputError(
@@ -193,9 +175,9 @@ def hsic(
             "every permutation gives the same value.",
             "pass label_kernel='delta' for classes, or 'linear' / 'gaussian' for real targets.",
         )
-    params = check_kernel(kernel, d, gamma=gamma, width=width, degree=degree, coef0=coef0)
-    solver = check_choice(solver, HSIC_SOLVERS, "solver", method, "auto")
-    solver = ("exact" if n <= DENSE_MAX_SAMPLES else "lowrank") if solver == "auto" else solver
+    params, solver = kernel_and_solver(
+        X.shape, kernel, gamma, width, degree, coef0, solver, HSIC_SOLVERS, method
+    )
     if (
         not isinstance(n_permutations, numbers.Integral)
         or isinstance(n_permutations, bool)
@@ -208,15 +190,8 @@ def hsic(
     y2 = align_labels(check_labels(y, n, label_kernel, method=method), X)
     lmap = None
     if solver == "lowrank" or label_kernel != "gaussian":
-        lmap = label_map(
-            y2,
-            label_kernel,
-            gamma=label_gamma,
-            width=label_width,
-            n_landmarks=n_label_landmarks,
-            random_state=random_state,
-            method=method,
-        )
+        labels = label_keywords(label_gamma, label_width, n_label_landmarks, random_state, method)
+        lmap = label_map(y2, label_kernel, **labels)
     perm_rng = check_random_state(random_state)
     perms = [perm_rng.permutation(n) for _ in range(int(n_permutations))]
     if solver == "exact":

@@ -47,7 +47,6 @@ from .._compute import active_client, compute, workers
 from .._validation import (
     check_array,
     check_n_components,
-    check_random_state,
     is_dask,
 )
 from ..blocks.kernels import kernel_block
@@ -61,14 +60,12 @@ from ..linalg import (
     nystrom_map,
     nystrom_top_eigh,
     resolve_landmark_method,
-    take_rows,
     top_eigh,
 )
 from ..linalg.convergence import record, require_converged
 from ..linalg.threaded import one_blas_thread
 from ..pairwise import center_stats, check_kernel, double_center, pairwise_kernels
 from ._base import (
-    DimredEstimator,
     HasConvergence,
     ModelTransform,
     column_signs,
@@ -79,12 +76,17 @@ from ._base import (
     row_range,
     rowwise,
 )
+from ._linear_family import (  # noqa: F401  (HELD_OUT_ROWS: re-exported)
+    HELD_OUT_ROWS,
+    FittedEmbedding,
+    held_out_rows,
+    rows_in_memory,
+)
 from ._spec import DOCS_LINEAR, MethodSpec
 
 __all__ = ["KernelPCA", "KernelPCAModel", "kernel_pca", "KPCA_SOLVERS"]
 
 KPCA_SOLVERS = ("auto", "dense", "randomized", "lanczos", "nystrom")
-HELD_OUT_ROWS = 1000  # rows on which the Nyström approximation error is measured
 PERSIST_SHARE = 0.25  # persist a lazy kernel when it needs at most this share of cluster memory
 
 
@@ -111,8 +113,7 @@ class KernelPCAModel(HasConvergence):
         return int(self.eigenvalues.shape[0])
 
     def _inv_sqrt(self) -> np.ndarray:
-        lam = np.asarray(self.eigenvalues, dtype=np.float64)
-        return np.where(lam > 0, 1.0 / np.sqrt(np.where(lam > 0, lam, 1.0)), 0.0)
+        return _inverse_root(np.asarray(self.eigenvalues, dtype=np.float64))
 
     def training_embedding(self) -> np.ndarray:
         """H K H A Lambda^-1/2 (= A Lambda^1/2 for exact eigenvectors); exact solvers, and
@@ -199,6 +200,11 @@ class KernelPCAModel(HasConvergence):
             info=info,
             **opt,
         )
+
+
+def _inverse_root(lam: np.ndarray) -> np.ndarray:
+    """lambda^-1/2, zero where lambda is not positive (a dropped component)."""
+    return np.where(lam > 0, 1.0 / np.sqrt(np.where(lam > 0, lam, 1.0)), 0.0)
 
 
 def choose_kpca_solver(solver: str, n: int) -> str:
@@ -342,36 +348,31 @@ def kernel_pca(
             "coef0": coef0,
         },
     )
+    # the eigensolvers' keywords (`top_eigh`, `nystrom_top_eigh`)
+    solve = {
+        "n_oversamples": n_oversamples,
+        "n_iter": n_iter,
+        "tol": tol,
+        "random_state": random_state,
+    }
     if solver == "nystrom":
-        return _fit_nystrom(
-            X, k, kern, n_landmarks, landmarks, random_state, n_oversamples, n_iter, tol
-        )
-    return _fit_exact(X, k, kern, solver, n_oversamples, n_iter, tol, random_state, kernel_matrix)
+        return _fit_nystrom(X, k, kern, n_landmarks, landmarks, solve)
+    return _fit_exact(X, k, kern, solver, solve, kernel_matrix)
 
 
-def _fit_exact(X, k, kern, solver, n_oversamples, n_iter, tol, random_state, K):
+def _fit_exact(X, k, kern, solver, solve: dict, K):
     n = X.shape[0]
     if K is None:
         K = pairwise_kernels(X, **kern)
     if is_dask(K):
         K = _maybe_persist(K)
         r, g = compute(*center_stats(K), stage="kernel row means")
-        (X_fit,) = compute(X, stage="training rows") if is_dask(X) else (X,)
-        X_fit = check_array(X_fit, method="KernelPCA")  # dask input's NaN and inf
+        X_fit = rows_in_memory(X, "KernelPCA", "training rows")
     else:
         r, g = center_stats(np.asarray(K))
         X_fit = X
     Kc = double_center(K, (r, g))
-    eig = top_eigh(
-        Kc,
-        k,
-        solver=solver,
-        n_oversamples=n_oversamples,
-        n_iter=n_iter,
-        tol=tol,
-        random_state=random_state,
-        stage="kernel PCA eigensolver",
-    )
+    eig = top_eigh(Kc, k, solver=solver, stage="kernel PCA eigensolver", **solve)
     rec = require_converged(
         {**eig.convergence, "step": f"top {k} eigenpairs of H K H"},
         "KernelPCA",
@@ -381,8 +382,7 @@ def _fit_exact(X, k, kern, solver, n_oversamples, n_iter, tol, random_state, K):
     info["convergence"] = [rec]
     signs = column_signs(eig.vectors)
     alphas = eig.vectors * signs
-    inv = np.where(lam > 0, 1.0 / np.sqrt(np.where(lam > 0, lam, 1.0)), 0.0)
-    embedding = eig.applied() * signs * inv
+    embedding = eig.applied() * signs * _inverse_root(lam)
     info.update({"passes": int(eig.passes) + int(is_dask(K))})
     return KernelPCAModel(
         kern,
@@ -431,27 +431,22 @@ def _drop_nonpositive(values, spectrum, n):
     return lam, info
 
 
-def _fit_nystrom(
-    X, k, kern, m, method, random_state, n_oversamples=20, n_iter=6, tol=0.0
-) -> KernelPCAModel:
+def _fit_nystrom(X, k, kern, m, method, solve: dict) -> KernelPCAModel:
     """Kernel PCA of the Nyström approximation: the top k eigenpairs of the scatter of
-    Phi = C R^-1 (C = k(X, L)), by `_nystrom_spectrum`."""
+    Phi = C R^-1 (C = k(X, L)), by `_nystrom_spectrum`; ``solve``: the eigensolver's
+    keywords (n_oversamples, n_iter, tol, random_state)."""
     if not is_dask(X):  # in memory: parallel in row blocks, BLAS on one thread throughout
         with one_blas_thread():
-            return _fit_nystrom_steps(
-                X, k, kern, m, method, random_state, n_oversamples, n_iter, tol
-            )
-    return _fit_nystrom_steps(X, k, kern, m, method, random_state, n_oversamples, n_iter, tol)
+            return _fit_nystrom_steps(X, k, kern, m, method, solve)
+    return _fit_nystrom_steps(X, k, kern, m, method, solve)
 
 
-def _fit_nystrom_steps(X, k, kern, m, method, random_state, n_oversamples, n_iter, tol):
-    n = X.shape[0]
+def _fit_nystrom_steps(X, k, kern, m, method, solve: dict):
+    n, random_state = X.shape[0], solve["random_state"]
     method = resolve_landmark_method(method, int(m))
     L, idx = choose_landmarks(X, int(m), method, random_state, check_finite="KernelPCA")
     nmap = nystrom_map(L, kern)
-    w, v, c_mean, emb, how = _nystrom_spectrum(
-        X, nmap, min(k, nmap.rank), n_oversamples, n_iter, tol, random_state
-    )
+    w, v, c_mean, emb, how = _nystrom_spectrum(X, nmap, min(k, nmap.rank), solve)
     if w.size < k:  # rank r < k: pad with zero components
         v = np.hstack([v, np.zeros((v.shape[0], k - w.size))])
         emb = None if emb is None else np.hstack([emb, np.zeros((n, k - w.size))])
@@ -521,20 +516,20 @@ class _ScatterOperator:
         return self.nmap.solve_t(np.asarray(W, np.float64))
 
 
-def _nystrom_spectrum(X, nmap, k, n_oversamples, n_iter, tol, random_state):
+def _nystrom_spectrum(X, nmap, k, solve: dict):
     """(eigenvalues, r x k eigenvectors of Phi's scatter, C's column means, the training
     embedding (n, k) or None, info)."""
-    r = nmap.rank
-    subspace = k + n_oversamples <= SUBSPACE_SHARE * r
+    r, block = nmap.rank, k + solve["n_oversamples"]
+    subspace = block <= SUBSPACE_SHARE * r
     if subspace and not is_dask(X):
-        return _in_memory_spectrum(nmap, k, n_oversamples, n_iter, tol, random_state, X)
-    if subspace and _fits_one_task(X, r + k + n_oversamples):
-        return _spectrum_in_one_task(X, nmap, k, n_oversamples, n_iter, tol, random_state)
+        return _in_memory_spectrum(nmap, k, solve, X)
+    if subspace and _fits_one_task(X, r + block):
+        return _spectrum_in_one_task(X, nmap, k, solve)
     C = nystrom_kernel(X, nmap)
     held = _maybe_persist(C) if is_dask(C) else C
-    if (is_dask(held) and held is C) or k + n_oversamples > SUBSPACE_SHARE * r:
+    if (is_dask(held) and held is C) or block > SUBSPACE_SHARE * r:
         stats = column_stats(C, gram=True, method="KernelPCA", stage="Nyström kernel pass")
-        w, v, rec = _top_of_scatter(stats.m2, nmap, k, random_state)
+        w, v, rec = _top_of_scatter(stats.m2, nmap, k, solve["random_state"])
         return (
             w,
             v,
@@ -545,15 +540,8 @@ def _nystrom_spectrum(X, nmap, k, n_oversamples, n_iter, tol, random_state):
     stats = column_stats(held, gram=False, method="KernelPCA", stage="Nyström kernel pass")
     Cc = _maybe_persist(held - stats.mean.astype(held.dtype))
     op = _ScatterOperator(Cc, nmap)
-    eig = top_eigh(
-        op,
-        k,
-        solver="randomized",
-        n_oversamples=n_oversamples,
-        n_iter=n_iter,
-        random_state=random_state,
-        stage="Nyström eigensolver",
-    )
+    # all n_iter + 1 passes of subspace iteration (tol 0), each a pass over the persisted Cc
+    eig = top_eigh(op, k, solver="randomized", stage="Nyström eigensolver", **{**solve, "tol": 0.0})
     return (
         np.asarray(eig.values),
         np.asarray(eig.vectors),
@@ -567,20 +555,12 @@ def _nystrom_spectrum(X, nmap, k, n_oversamples, n_iter, tol, random_state):
     )
 
 
-def _in_memory_spectrum(nmap, k, n_oversamples, n_iter, tol, random_state, *chunks):
+def _in_memory_spectrum(nmap, k, solve: dict, *chunks):
     """`_nystrom_spectrum`'s result from `nystrom_top_eigh` on the rows ``chunks`` (stacked)
     held in memory, under one BLAS thread (see `linalg.threaded.one_blas_thread`)."""
     x = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
     with one_blas_thread():
-        w, v, emb, mean, how = nystrom_top_eigh(
-            x,
-            nmap,
-            k,
-            n_oversamples=n_oversamples,
-            n_iter=n_iter,
-            tol=tol,
-            random_state=random_state,
-        )
+        w, v, emb, mean, how = nystrom_top_eigh(x, nmap, k, **solve)
     return (
         w,
         v,
@@ -614,7 +594,7 @@ def _fits_one_task(X, columns: int) -> bool:
     return bool(limits) and min(limits) > 0 and need <= ONE_TASK_SHARE * min(limits)
 
 
-def _spectrum_in_one_task(X, nmap, k, n_oversamples, n_iter, tol, random_state):
+def _spectrum_in_one_task(X, nmap, k, solve: dict):
     """`_in_memory_spectrum` as one task on one worker, the rows gathered there; the map (R is
     r x r float64: 32 MB at r = 2000) goes to the workers by scatter, not in the graph."""
     from dask import delayed
@@ -622,9 +602,7 @@ def _spectrum_in_one_task(X, nmap, k, n_oversamples, n_iter, tol, random_state):
     X = X if X.numblocks[1] == 1 else X.rechunk({1: -1})
     client = active_client()
     marks = client.scatter(nmap, hash=False) if client is not None else nmap
-    task = delayed(_in_memory_spectrum, pure=True)(
-        marks, k, n_oversamples, n_iter, tol, random_state, *X.to_delayed().ravel()
-    )
+    task = delayed(_in_memory_spectrum, pure=True)(marks, k, solve, *X.to_delayed().ravel())
     (out,) = compute(task, stage="Nyström eigensolver (one worker)")
     w, v, mean, emb, how = out
     return w, v, mean, emb, {**how, "nystrom_eigensolver": "subspace iteration (one worker)"}
@@ -666,18 +644,7 @@ class _ScatterProduct:
         return self.nmap.solve_t(self.S @ self.nmap.solve(Z))
 
 
-def held_out_rows(X, landmark_idx, random_state) -> np.ndarray:
-    n = X.shape[0]
-    seed = random_state if isinstance(random_state, (int, np.integer)) else 0
-    rng = check_random_state(np.random.default_rng([int(seed), 7]))  # apart from the landmarks
-    pool = np.setdiff1d(np.arange(n), landmark_idx) if landmark_idx is not None else np.arange(n)
-    if pool.size == 0:
-        pool = np.arange(n)
-    idx = np.sort(rng.choice(pool, size=min(HELD_OUT_ROWS, pool.size), replace=False))
-    return take_rows(X, idx, "held-out rows")
-
-
-class KernelPCA(ModelTransform, DimredEstimator):
+class KernelPCA(ModelTransform, FittedEmbedding):
     """Kernel PCA on NumPy or dask arrays (Schölkopf, Smola & Müller 1998).
 
     Parameters
@@ -742,8 +709,7 @@ class KernelPCA(ModelTransform, DimredEstimator):
 
     def fit(self, X, y=None):
         X = check_array(X, method="KernelPCA")
-        model = kernel_pca(X, **self.get_params(deep=False))
-        self._model = model
+        self._model = model = kernel_pca(X, **self.get_params(deep=False))
         self.eigenvalues_ = model.eigenvalues
         self.n_features_in_ = X.shape[1]
         self.solver_ = model.solver
@@ -762,9 +728,6 @@ class KernelPCA(ModelTransform, DimredEstimator):
             self.eigenvectors_ = model.alphas
             self.embedding_ = like_input(emb, X)
         return self
-
-    def fit_transform(self, X, y=None):
-        return self.fit(X).embedding_
 
 
 METHOD_SPECS = (

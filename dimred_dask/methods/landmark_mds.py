@@ -18,17 +18,18 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .._validation import check_array, check_random_state
-from ..blocks.kernels import distance_block
 from ..errors import InputError
 from ..linalg import choose_landmarks, column_stats, take_rows
 from ..pairwise import center_stats, double_center
 from ._mds_parts import (
+    SPECTRUM_ARRAYS,
     _check_int,
     _check_metric,
     _check_n_components,
     _eigen,
     _kruskal_stress,
     _MDSBase,
+    _sample_distances,
     _squared_matrix,
     _stress_rows,
     _Triangulating,
@@ -70,16 +71,7 @@ class LandmarkMDSModel(_Triangulating):
     shift: np.ndarray | None = None
     info: dict = field(default_factory=dict)
 
-    _ARRAYS = (
-        "landmarks",
-        "landmark_indices",
-        "eigenvalues",
-        "negative_eigenvalues",
-        "proj",
-        "sq_means",
-        "offset",
-        "shift",
-    )
+    _ARRAYS = ("landmarks", "landmark_indices", *SPECTRUM_ARRAYS, "offset", "shift")
 
     def _reference(self):
         return self.landmarks
@@ -280,8 +272,7 @@ def _align(model: LandmarkMDSModel, X, where: str) -> LandmarkMDSModel:
 def _with_stress(model: LandmarkMDSModel, X, metric: dict, rng) -> LandmarkMDSModel:
     idx, exact = _stress_rows(X.shape[0], rng)
     xs = take_rows(X, idx, "LandmarkMDS: stress sample")
-    ref = xs if model.shift is None else xs - model.shift.astype(xs.dtype)
-    stress = _kruskal_stress(distance_block(ref, ref, **metric), model.transform(xs))
+    stress = _kruskal_stress(_sample_distances(xs, model.shift, metric), model.transform(xs))
     info = {**model.info, "stress_rows": int(idx.size), "stress_exact": exact}
     return replace(model, stress=stress, info=info)
 

@@ -39,7 +39,6 @@ from .._validation import (
     is_dask,
 )
 from ..blocks.centring import double_centred
-from ..blocks.kernels import distance_block
 from ..linalg import choose_eigen_solver
 from ..pairwise import CentredOperator, center_stats
 from ._base import (
@@ -47,12 +46,14 @@ from ._base import (
 )
 from ._mds_parts import (
     MDS_SOLVERS,
+    SPECTRUM_ARRAYS,
     _check_metric,
     _check_n_components,
     _check_solver,
     _eigen,
     _kruskal_stress,
     _MDSBase,
+    _sample_distances,
     _shift,
     _squared_matrix,
     _stress_rows,
@@ -102,16 +103,7 @@ class MDSModel(_Triangulating):
     offset: np.ndarray | None = None  # (k,) always zero here; kept for the shared transform
     info: dict = field(default_factory=dict)
 
-    _ARRAYS = (
-        "embedding",
-        "eigenvalues",
-        "negative_eigenvalues",
-        "proj",
-        "sq_means",
-        "X_fit",
-        "shift",
-        "offset",
-    )
+    _ARRAYS = ("embedding", *SPECTRUM_ARRAYS, "X_fit", "shift", "offset")
 
     def _reference(self):
         return self.X_fit
@@ -239,8 +231,7 @@ def classical_mds(
     if X_fit is None:
         (d_s,) = evaluate(principal_submatrix(D, idx), stage="MDS: stress sample")
     else:
-        xs = X_fit[idx] if shift is None else X_fit[idx] - shift.astype(dtype)
-        d_s = distance_block(xs, xs, **params)
+        d_s = _sample_distances(X_fit[idx], shift, params)
     info.update(
         {
             "stress_rows": int(idx.size),

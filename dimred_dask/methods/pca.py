@@ -34,9 +34,7 @@ import numpy as np
 
 from .._validation import (
     check_array,
-    check_is_fitted,
     check_n_components,
-    check_n_features,
     float_dtype,
     is_dask,
     is_sparse_input,
@@ -45,13 +43,13 @@ from ..errors import DimredWarning, InputError
 from ..linalg import covariance_eigh, dual_eigh, randomized_eigh, tsqr_svd
 from ..linalg.single_pass import single_pass_eigh
 from ._base import (
-    DimredEstimator,
     HasConvergence,
     centred_product,
     rowwise,
     sign_fix,
     sparse_affine,
 )
+from ._linear_family import Projection
 from ._pca_plan import SOLVERS, SPARSE_SOLVERS, plan_solver
 from ._spec import DOCS_PCA, MethodSpec
 
@@ -471,7 +469,7 @@ def _warn_constant(sp, d: int, where: str) -> None:
     )
 
 
-class PCA(DimredEstimator):
+class PCA(Projection):
     """Principal component analysis on NumPy or dask arrays.
 
     Parameters
@@ -512,6 +510,8 @@ class PCA(DimredEstimator):
     noise_variance_, n_components_, n_features_in_, n_samples_, solver_
     """
 
+    _method, _feature_prefix, _fitted_attr = "PCA", "pca", "components_"
+    accepts_sparse = True  # solvers auto, covariance and randomized (SPARSE_SOLVERS)
     _check_params = (
         {},
         {"n_components": 1, "solver": "randomized", "random_state": 0},
@@ -547,18 +547,7 @@ class PCA(DimredEstimator):
         return self
 
     def _fit(self, X):
-        model = pca(
-            X,
-            n_components=self.n_components,
-            solver=self.solver,
-            whiten=self.whiten,
-            n_oversamples=self.n_oversamples,
-            n_iter=self.n_iter,
-            tol=self.tol,
-            random_state=self.random_state,
-            max_error=self.max_error,
-        )
-        self._model = model
+        self._model = model = pca(X, **self.get_params(deep=False))
         self.components_ = model.components
         self.mean_ = model.mean.astype(model.components.dtype)
         self.explained_variance_ = model.explained_variance
@@ -578,20 +567,10 @@ class PCA(DimredEstimator):
             self._model.sketch["rows"] = None
         return emb if emb is not None else self.transform(X)
 
-    accepts_sparse = True  # solvers auto, covariance and randomized (SPARSE_SOLVERS)
-
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = self.solver in SPARSE_SOLVERS
         return tags
-
-    def _checked(self, X, n_features):
-        check_is_fitted(self, "components_")
-        X = check_array(
-            X, method="PCA", min_samples=1, check_finite=not is_dask(X), accept_sparse=True
-        )
-        check_n_features(self, X, n_features)
-        return X
 
     def transform(self, X):
         X = self._checked(X, self.n_features_in_)
@@ -600,10 +579,6 @@ class PCA(DimredEstimator):
     def inverse_transform(self, X):
         X = self._checked(X, self.n_components_)
         return self._model.inverse_transform(X)
-
-    def get_feature_names_out(self, input_features=None):
-        check_is_fitted(self, "components_")
-        return np.array([f"pca{i}" for i in range(self.n_components_)], dtype=object)
 
 
 METHOD_SPECS = (

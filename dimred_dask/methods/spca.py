@@ -57,18 +57,24 @@ import warnings
 import numpy as np
 import scipy.linalg
 
-from .._compute import compute
-from .._validation import check_array, check_is_fitted, check_n_features, is_dask
+from .._validation import check_array
 from ..errors import DimredWarning, InputError
 from ..linalg import column_stats, top_eigh
 from ..linalg.cross_moments import CrossStats, cross_stats
 from ..linalg.pca_solvers import _complete_basis
-from ..pairwise import check_kernel, pairwise_kernels
-from ._base import DimredEstimator, like_input, rowwise, sign_fix
+from ..pairwise import pairwise_kernels
+from ._base import like_input, rowwise, sign_fix
 from ._labels import LABEL_KERNELS, align_labels, check_choice, label_factor, prepare_labels
+from ._linear_family import (
+    FittedEmbedding,
+    Projection,
+    kernel_and_solver,
+    label_keywords,
+    nystrom_factor,
+    rows_in_memory,
+)
 from ._spca_models import KernelSupervisedPCAModel, SupervisedPCAModel
 from ._spec import DOCS_LINEAR, MethodSpec
-from .hsic import DENSE_MAX_SAMPLES, nystrom_factor
 from .pca import pca
 
 __all__ = [
@@ -231,8 +237,8 @@ def check_kernel_supervised_pca_params(params: dict, shape: tuple) -> None:
     p = params
     _check_k(p["n_components"], shape[0], None, KSPCA)
     check_choice(p["label_kernel"], LABEL_KERNELS, "label_kernel", KSPCA, "delta")
-    check_kernel(p["kernel"], shape[1], **{k: p[k] for k in ("gamma", "width", "degree", "coef0")})
-    check_choice(p["solver"], KSPCA_SOLVERS, "solver", KSPCA, "auto")
+    kernel = tuple(p[k] for k in ("kernel", "gamma", "width", "degree", "coef0"))
+    kernel_and_solver(shape, *kernel, p["solver"], KSPCA_SOLVERS, KSPCA)
 
 
 def supervised_pca(
@@ -322,16 +328,8 @@ def supervised_pca(
             "identity",
             info={"solver": sub.solver, "convergence": sub.convergence},
         )
-    y2, lmap = prepare_labels(
-        y,
-        X,
-        label_kernel,
-        gamma=label_gamma,
-        width=label_width,
-        n_landmarks=n_label_landmarks,
-        random_state=random_state,
-        method=method,
-    )
+    labels = label_keywords(label_gamma, label_width, n_label_landmarks, random_state, method)
+    y2, lmap = prepare_labels(y, X, label_kernel, **labels)
     st = cross_stats(
         X,
         label_factor(y2, lmap),
@@ -357,9 +355,7 @@ def supervised_pca(
 
 def _dense_factor(X, params: dict, method: str):
     """(training rows, Phi = V_+ S_+^1/2, V_+ S_+^-1/2) from the positive part of K."""
-    if is_dask(X):
-        (X,) = compute(X, stage="kernel SPCA: rows to memory")
-        X = check_array(np.asarray(X), method=method)  # dask input's NaN and inf
+    X = rows_in_memory(X, method, "kernel SPCA: rows to memory")
     K = pairwise_kernels(X, **params)
     eig = top_eigh(K, K.shape[0], solver="dense", stage="kernel SPCA: eigh(K)")
     keep = eig.values > KERNEL_RANK_RTOL[X.dtype] * max(eig.values[0], 0.0)
@@ -486,24 +482,16 @@ def kernel_supervised_pca(
     """
     method = KSPCA
     X = check_array(X, method=method, where=where)
-    n, d = X.shape
+    n = X.shape[0]
     k = _check_k(n_components, n, None, method)
     check_choice(label_kernel, LABEL_KERNELS, "label_kernel", method, "delta")
-    params = check_kernel(kernel, d, gamma=gamma, width=width, degree=degree, coef0=coef0)
-    solver = check_choice(solver, KSPCA_SOLVERS, "solver", method, "auto")
-    solver = ("dense" if n <= DENSE_MAX_SAMPLES else "nystrom") if solver == "auto" else solver
+    params, solver = kernel_and_solver(
+        X.shape, kernel, gamma, width, degree, coef0, solver, KSPCA_SOLVERS, method
+    )
     y2, lmap = None, None
     if label_kernel != "identity":
-        y2, lmap = prepare_labels(
-            y,
-            X,
-            label_kernel,
-            gamma=label_gamma,
-            width=label_width,
-            n_landmarks=n_label_landmarks,
-            random_state=random_state,
-            method=method,
-        )
+        labels = label_keywords(label_gamma, label_width, n_label_landmarks, random_state, method)
+        y2, lmap = prepare_labels(y, X, label_kernel, **labels)
     if solver == "dense":
         ref, phi, to_coef, info = _dense_factor(X, params, method)
         y2 = None if y2 is None else align_labels(y2, ref)
@@ -531,34 +519,16 @@ def kernel_supervised_pca(
 # ---------------------------------------------------------------- estimators
 
 
-class _SupervisedBase(DimredEstimator):
+class _SupervisedBase(Projection):
     """fit calls the function core with the parameters (their names are its keywords)."""
+
+    _fitted_attr = "n_features_in_"
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.required = self.label_kernel != "identity"
         tags.input_tags.sparse = self.accepts_sparse
         return tags
-
-    def _checked(self, X, n_features):
-        check_is_fitted(self, "n_features_in_")
-        X = check_array(
-            X,
-            method=type(self).__name__,
-            min_samples=1,
-            check_finite=not is_dask(X),
-            accept_sparse=self.accepts_sparse,
-        )
-        check_n_features(self, X, n_features)
-        return X
-
-    def transform(self, X):
-        return self._model.transform(self._checked(X, self.n_features_in_))
-
-    def get_feature_names_out(self, input_features=None):
-        check_is_fitted(self, "n_features_in_")
-        prefix = type(self).__name__.lower()
-        return np.array([f"{prefix}{i}" for i in range(self.n_components_)], dtype=object)
 
 
 class SupervisedPCA(_SupervisedBase):
@@ -617,7 +587,7 @@ class SupervisedPCA(_SupervisedBase):
         return self._model.inverse_transform(self._checked(X, self.n_components_))
 
 
-class KernelSupervisedPCA(_SupervisedBase):
+class KernelSupervisedPCA(_SupervisedBase, FittedEmbedding):
     """Kernel supervised PCA (Barshan et al. 2011), dense or Nyström.
 
     Parameters
@@ -666,9 +636,6 @@ class KernelSupervisedPCA(_SupervisedBase):
         self.n_components_, self.n_features_in_ = m.n_components, m.reference.shape[1]
         self.n_samples_, self.solver_, self.convergence_ = m.n_samples, m.solver, m.convergence
         return self
-
-    def fit_transform(self, X, y=None):
-        return self.fit(X, y).embedding_
 
 
 METHOD_SPECS = (
