@@ -412,7 +412,13 @@ class SDPFit:
 
 
 class SDPEstimator(ModelTransform, DimredEstimator):
-    """Shared fit results and transform of the SDP estimators."""
+    """Shared parameters, fit results and transform of the SDP estimators."""
+
+    def _keep_params(self, values: dict) -> None:
+        """``__init__``'s arguments (its ``locals()``) as the estimator's attributes."""
+        for key, value in values.items():
+            if key != "self":
+                setattr(self, key, value)
 
     def _set(self, model: SDPEmbeddingModel, X):
         self._model = model

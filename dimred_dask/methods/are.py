@@ -379,22 +379,7 @@ class ActionRespectingEmbedding(SDPEstimator):
         reg=1e-3,
         random_state=0,
     ):
-        self.n_components = n_components
-        self.n_neighbors = n_neighbors
-        self.constraints = constraints
-        self.slack_penalty = slack_penalty
-        self.action_pairs = action_pairs
-        self.face_reduction = face_reduction
-        self.formulation = formulation
-        self.solver = solver
-        self.tol = tol
-        self.max_iter = max_iter
-        self.allow_inaccurate = allow_inaccurate
-        self.metric = metric
-        self.knn_backend = knn_backend
-        self.join_components = join_components
-        self.reg = reg
-        self.random_state = random_state
+        self._keep_params(locals())
 
     def fit(self, X, actions=None):
         X = check_array(X, method=_ARE)

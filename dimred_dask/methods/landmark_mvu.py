@@ -47,8 +47,11 @@ from ..linalg.conic import solve_problem
 from ..linalg.sdp import solver_options
 from ._base import column_signs
 from ._distance_sdp import check_solver_status
+
+# the iteration limits stay importable from here: an ``x as x`` import re-exports a name
+# this module does not use itself
+from ._sdp_family import DEFAULT_MAX_ITER as DEFAULT_MAX_ITER
 from ._sdp_family import (
-    DEFAULT_MAX_ITER,
     SDPEmbeddingModel,
     SDPEstimator,
     SDPFit,
@@ -81,6 +84,17 @@ LANDMARK_CHOICES = ("maxmin", "uniform")  # of linalg.LANDMARK_METHODS
 # objective is far below what the landmark approximation itself costs (its relative edge
 # error, docs/methods.md).
 DEFAULT_TOL = 1e-6
+_LANDMARK_MVU = "Landmark MVU"  # the method's name in messages
+# the keywords of a fit that the checks pass on as they are given
+_SDP_CHECK_KEYS = ("n_components", "n_neighbors", "solver", "max_iter")
+_LANDMARK_KEYS = ("n_components", "n_landmarks", "basis", "landmarks", "penalty")
+# what a solve that did not reach "optimal" suggests
+_STATUS_FIX = (
+    "raise max_iter if the iterations ran out; else allow it with "
+    "allow_inaccurate=True (the violations are reported), or lower the penalty "
+    "(a large penalty makes the problem ill-conditioned)."
+)
+_EDGE_CHUNK = 200_000  # the edges whose violations one task sums
 
 
 def check_landmark_mvu_params(params: dict, shape: tuple) -> dict:
@@ -106,28 +120,18 @@ def check_landmark_mvu_params(params: dict, shape: tuple) -> dict:
     InputError
         A parameter out of range.
     """
-    n, method = shape[0], "Landmark MVU"
-    check_flags(params, ("allow_inaccurate", "join_components"), method)
+    n = shape[0]
+    check_flags(params, ("allow_inaccurate", "join_components"), _LANDMARK_MVU)
     p = check_sdp_params(
         n,
-        n_components=params["n_components"],
-        n_neighbors=params["n_neighbors"],
+        **{k: params[k] for k in _SDP_CHECK_KEYS},
         constraints="slack",
         slack_penalty=1.0,
         formulation="dual",
-        solver=params["solver"],
         tol=DEFAULT_TOL if params["tol"] is None else params["tol"],
-        max_iter=params["max_iter"],
-        method=method,
+        method=_LANDMARK_MVU,
     )
-    check_landmark_params(
-        n,
-        n_components=params["n_components"],
-        n_landmarks=params["n_landmarks"],
-        basis=params["basis"],
-        landmarks=params["landmarks"],
-        penalty=params["penalty"],
-    )
+    check_landmark_params(n, **{k: params[k] for k in _LANDMARK_KEYS})
     return {**p, "reg": check_reg(params["reg"])}
 
 
@@ -227,9 +231,9 @@ def _svec_map(B: np.ndarray) -> np.ndarray:
     return outer * so[:, None] * scale[None, :]
 
 
-def _solve_small(C, G, h, c0, B, T, penalty, solver, tol, max_iter, verbose):
-    """The SDP over Z (r x r); returns (L (m x m), status, objective, iterations, seconds,
-    the solve's convergence record)."""
+def _solve_small(C, G, h, c0, B, T, fit: SDPFit):
+    """The SDP over Z (r x r) with the fit's penalty and solver settings; returns
+    (L (m x m), status, objective, iterations, seconds, the solve's convergence record)."""
     import cvxpy as cp
 
     r = B.shape[1]
@@ -244,14 +248,14 @@ def _solve_small(C, G, h, c0, B, T, penalty, solver, tol, max_iter, verbose):
     z = _svec_expr(cp, Z, r)
     gain = cp.trace((B.T @ C @ B) @ Z) / T
     lack = (cp.sum_squares(R @ z - r0) + (c0 - r0 @ r0)) / c0
-    problem = cp.Problem(cp.Maximize(gain - penalty * lack))
+    problem = cp.Problem(cp.Maximize(gain - float(fit.params["penalty"]) * lack))
     t0 = time.perf_counter()
     solved = solve_problem(
         problem,
-        solver_options(solver, tol, max_iter),
-        label="Landmark MVU SDP",
-        tol=tol,
-        verbose=verbose,
+        solver_options(fit.params["solver"], fit.p["tol"], fit.p["max_iter"]),
+        label=f"{_LANDMARK_MVU} SDP",
+        tol=fit.p["tol"],
+        verbose=fit.params["verbose"],
         step=f"penalised {r} x {r} SDP over the landmark kernel",
     )
     seconds = time.perf_counter() - t0
@@ -316,7 +320,7 @@ def _merge_violations(a, b):
     return max(a[0], b[0]), a[1] + b[1], a[2] + b[2], max(a[3], b[3])
 
 
-def _edge_violations(Q, L, I, J, d2, chunk: int = 200_000) -> dict:
+def _edge_violations(Q, L, I, J, d2) -> dict:
     """How far the edges of Q L Q^T are from their lengths, a chunk of edges at a time (on
     the workers when Q is there: `graphs.landmark.edge_sums`)."""
     top, total, count, worst = edge_sums(
@@ -327,7 +331,7 @@ def _edge_violations(Q, L, I, J, d2, chunk: int = 200_000) -> dict:
         J,
         d2,
         L,
-        chunk=chunk,
+        chunk=_EDGE_CHUNK,
         stage="landmark MVU: edge violations",
     )
     return {
@@ -438,9 +442,9 @@ def landmark_mvu(
     """
     params = dict(locals())  # the keywords as given, read by the checks and the graph
     t0 = time.perf_counter()
-    X = check_array(params.pop("X"), method="Landmark MVU", where=where)
+    X = check_array(params.pop("X"), method=_LANDMARK_MVU, where=where)
     n = X.shape[0]
-    fit, (I, J, d2) = SDPFit.start(X, params, check_landmark_mvu_params, "Landmark MVU")
+    fit, (I, J, d2) = SDPFit.start(X, params, check_landmark_mvu_params, _LANDMARK_MVU)
     p, graph, reg = fit.p, fit.graph, fit.p["reg"]
     # the edges are the largest arrays this process holds: kept small
     rows = np.int32 if n < 2**31 else np.int64
@@ -467,31 +471,10 @@ def landmark_mvu(
     timings["normals_seconds"] = round(time.perf_counter() - t, 3)
     T = _variance(X) / scale
     B = _centred_basis(np.asarray(csum), n)
-    L, status, value, iters, secs, rec = _solve_small(
-        C,
-        G,
-        h,
-        c0,
-        B,
-        T,
-        float(penalty),
-        solver,
-        p["tol"],
-        p["max_iter"] if max_iter is not None else DEFAULT_MAX_ITER[solver],
-        verbose,
-    )
+    L, status, value, iters, secs, rec = _solve_small(C, G, h, c0, B, T, fit)
     res = _Status(status, iters, solver, L)
     records = qrecords + [rec]
-    check_solver_status(
-        res,
-        "Landmark MVU",
-        "penalised",
-        allow_inaccurate,
-        records=records,
-        fix="raise max_iter if the iterations ran out; else allow it with "
-        "allow_inaccurate=True (the violations are reported), or lower the penalty "
-        "(a large penalty makes the problem ill-conditioned).",
-    )
+    check_solver_status(res, _LANDMARK_MVU, "penalised", allow_inaccurate, _STATUS_FIX, records)
     L = L * scale
     Y, lam, kinfo = _embedding(Q, C, L, int(n_components))
     info = {
@@ -554,24 +537,10 @@ class LandmarkMVU(SDPEstimator):
         join_components=False,
         random_state=0,
     ):
-        self.n_components = n_components
-        self.n_neighbors = n_neighbors
-        self.n_landmarks = n_landmarks
-        self.basis = basis
-        self.landmarks = landmarks
-        self.penalty = penalty
-        self.reg = reg
-        self.solver = solver
-        self.tol = tol
-        self.max_iter = max_iter
-        self.allow_inaccurate = allow_inaccurate
-        self.metric = metric
-        self.knn_backend = knn_backend
-        self.join_components = join_components
-        self.random_state = random_state
+        self._keep_params(locals())
 
     def fit(self, X, y=None):
-        X = check_array(X, method="Landmark MVU")
+        X = check_array(X, method=_LANDMARK_MVU)
         return self._set(landmark_mvu(X, **self.get_params()), X)
 
 
