@@ -14,22 +14,25 @@ import time
 import numpy as np
 
 from .._compute import active_client
-from .._validation import check_array
 from ..blocks.tsne_kernels import gains_step, sne_cost_grad
 from ..errors import InputError
 from ..graphs.affinities import check_perplexity
-from ..linalg.convergence import completed
 from ._embedding_family import (
     INIT_STD,
     KNN_RUN_DEFAULTS,
     PERPLEXITY_CHECKS,
     NeighbourEstimator,
     TSNEModel,
+    checked_sweep,
     keep_params,
     models_of,
     neighbour_graph,
+    neighbour_specs,
     perplexity_affinities,
+    perplexity_neighbours,
     run_settings,
+    swept_params,
+    task_result,
 )
 from ._neighbor_runs import (
     check_float,
@@ -43,7 +46,7 @@ from ._neighbor_runs import (
     save_due,
     threads,
 )
-from ._spec import DOCS_NEIGHBOUR, KNN_STAGE, OPTIMISER_SUPPLIED, MethodSpec
+from ._spec import KNN_STAGE
 
 __all__ = [
     "SNE",
@@ -103,8 +106,7 @@ def check_sne_params(params: dict, n: int) -> list[dict]:
             f"SNE's exact O(n^2) gradient is for at most {SNE_MAX} points; found {n}.",
             "use t-SNE (--method tsne) for more points.",
         )
-    p = {**SNE_DEFAULTS, **params}
-    expand_sweep(p, SNE_SWEEPABLE)  # lists only for the sweepable parameters
+    p = swept_params(params, SNE_DEFAULTS, SNE_SWEEPABLE)
     check_int("n_components", p["n_components"], 1, 3, method="SNE")
     for key in (
         "n_iter",
@@ -122,11 +124,8 @@ def check_sne_params(params: dict, n: int) -> list[dict]:
             f"SNE init must be 'pca' or 'random'; found {p['init']!r}.", "pass init='pca'."
         )
     settings = expand_sweep(p, SNE_SWEEPABLE)
-    kmax = int(
-        np.ceil(3 * max(check_perplexity(s["perplexity"], n, method="SNE") for s in settings))
-    )
-    k = min(n - 1, kmax) if p["n_neighbors"] is None else p["n_neighbors"]
-    k = check_int("n_neighbors", k, 1, n - 1, method="SNE")
+    perplexities = (check_perplexity(s["perplexity"], n, method="SNE") for s in settings)
+    k = perplexity_neighbours(p["n_neighbors"], perplexities, n, "SNE")
     for s in settings:
         s["perplexity"] = check_perplexity(s["perplexity"], n, k, "SNE")
         s["learning_rate"] = check_float("learning_rate", s["learning_rate"], 0, method="SNE")
@@ -171,15 +170,13 @@ def optimize_sne(PP, Y0, s: dict, *, checkpoint=None, progress=None):
 def sne_task(PP, Y0, setting, checkpoint, *, progress=None, n_jobs=None):
     with threads(n_jobs) as nt:
         Y, cost, info = optimize_sne(PP, Y0, setting, checkpoint=checkpoint, progress=progress)
-    rec = completed(
+    descent = (
         "SNE gradient descent",
         "SNE (exact gradients)",
         setting["n_iter"],
-        loss=cost,
-        loss_name="sum of KL(P_i || Q_i)",
-        resumed_from=info["resumed_from"],
+        "sum of KL(P_i || Q_i)",
     )
-    return Y, cost, {**info, "threads": nt, "convergence": [rec]}
+    return task_result(Y, cost, info, nt, descent)
 
 
 def sne_sweep(
@@ -227,24 +224,17 @@ def sne_sweep(
         rows; an unknown parameter, a list for a parameter that cannot be swept, an empty
         sweep, or a value out of range; a ``graph`` that does not fit X.
     """
-    X = check_array(X, method="SNE", min_samples=4)
+    X, settings, s0 = checked_sweep(X, params, check_sne_params, "SNE")
     n = X.shape[0]
-    settings = check_sne_params(params, n)
-    s0 = settings[0]
     graph = neighbour_graph(X, graph, s0["n_neighbors"], s0, "SNE")
     Y0 = None
     if s0["init"] == "pca":
         Y0 = pca_init(X, s0["n_components"], s0["random_state"])
         Y0 *= INIT_STD / max(Y0[:, 0].std(), 1e-300)
     Ps = perplexity_affinities(graph, n, "sne", settings, active_client())
+    run = {"checkpoint": checkpoint, "callback": callback, "n_jobs": n_jobs}
     out = run_settings(
-        sne_task,
-        lambda s: (Ps[s["perplexity"]], Y0),
-        settings,
-        checkpoint,
-        callback,
-        n_jobs,
-        "SNE optimisation",
+        sne_task, lambda s: (Ps[s["perplexity"]], Y0), settings, "SNE optimisation", **run
     )
     return models_of(TSNEModel, out, settings, "n_iter")
 
@@ -336,7 +326,8 @@ class SNE(NeighbourEstimator):
     """
 
     _check_params = PERPLEXITY_CHECKS
-    _fit_transform_name = "SNE"
+    _function = staticmethod(sne)
+    _fit_name = _fit_transform_name = "SNE"
 
     def __init__(
         self,
@@ -365,24 +356,7 @@ class SNE(NeighbourEstimator):
     ):
         keep_params(self, locals())
 
-    def fit(self, X, y=None, *, graph=None):
-        _, model = self._fit_model(sne, X, graph, "SNE")
-        self.kl_divergence_, self.n_iter_ = model.kl_divergence, model.n_iter
-        return self
 
-
-METHOD_SPECS = (
-    MethodSpec(
-        "sne",
-        SNE,
-        sne,
-        follows_pca=True,
-        takes="dense",
-        docs=DOCS_NEIGHBOUR,
-        flow_adds=KNN_STAGE,
-        more_functions=(sne_sweep,),
-        flow_supplied=OPTIMISER_SUPPLIED,
-        function_defaults=SNE_DEFAULTS,
-        model=TSNEModel,
-    ),
+METHOD_SPECS = neighbour_specs(
+    "sne", SNE, sne, sne_sweep, function_defaults=SNE_DEFAULTS, model=TSNEModel, flow_adds=KNN_STAGE
 )

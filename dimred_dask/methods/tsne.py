@@ -22,50 +22,43 @@ import time
 import numpy as np
 
 from .._compute import active_client
-from .._validation import check_array
 from ..blocks.tsne_gradient import Interpolation, kl_divergence, potentials, tsne_step
 from ..errors import InputError
 from ..graphs.affinities import affinity_row_blocks_delayed, check_perplexity
-from ..linalg.convergence import completed
-from ._distributed import (
-    OPTIMIZERS,
-    block_bounds,
-    block_graphs,
-    optimize_tsne_distributed,
-    plan_optimizer,
-)
+from ._distributed import OPTIMIZERS, optimize_tsne_distributed, plan_optimizer
 from ._embedding_family import (
     INIT_STD,
     KNN_RUN_DEFAULTS,
     PERPLEXITY_CHECKS,
-    PLACES_INTO_FIT,
-    NeighbourEstimator,
+    PlacingEstimator,
     TSNEModel,
+    checked_params,
+    checked_sweep,
+    distributed_blocks,
     keep_params,
     models_of,
     neighbour_graph,
+    neighbour_specs,
     perplexity_affinities,
+    perplexity_neighbours,
     run_settings,
     sample_fit,
+    task_result,
 )
 from ._neighbor_runs import (
     TaskProgress,
     check_choice,
     check_float,
     check_int,
-    check_known,
     delayed_literal,
     expand_sweep,
-    fitted_reference,
     learning_rate_of,
     one_run,
     pca_init,
     random_init,
     save_due,
     threads,
-    threads_per_task,
 )
-from ._spec import DOCS_NEIGHBOUR, NEIGHBOUR_ADDS, OPTIMISER_SUPPLIED, MethodSpec
 
 __all__ = [
     "TSNE",
@@ -152,9 +145,7 @@ def check_tsne_params(params: dict, n: int, name: str = "t-SNE") -> list[dict]:
         An unknown parameter, a list for a parameter that cannot be swept, an empty sweep, or a
         value out of range.
     """
-    check_known(params, TSNE_DEFAULTS, name)
-    p = {**TSNE_DEFAULTS, **params}
-    expand_sweep(p, TSNE_SWEEPABLE)  # lists only for the sweepable parameters
+    p = checked_params(params, TSNE_DEFAULTS, TSNE_SWEEPABLE, name)
     d = check_int("n_components", p["n_components"], 1, 3, method=name)
     grad = check_choice("gradient", p["gradient"], GRADIENTS, method=name)
     check_choice("optimizer", p["optimizer"], OPTIMIZERS, method=name)
@@ -185,9 +176,7 @@ def check_tsne_params(params: dict, n: int, name: str = "t-SNE") -> list[dict]:
             "pass init='pca'.",
         )
     settings = [_check_setting(s, n, name) for s in expand_sweep(p, TSNE_SWEEPABLE)]
-    kmax = int(np.ceil(3 * max(s["perplexity"] for s in settings)))
-    k = min(n - 1, kmax) if p["n_neighbors"] is None else p["n_neighbors"]
-    k = check_int("n_neighbors", k, 1, n - 1, method=name)
+    k = perplexity_neighbours(p["n_neighbors"], (s["perplexity"] for s in settings), n, name)
     for s in settings:
         s["n_neighbors"] = k
         check_perplexity(s["perplexity"], n, k, name)
@@ -227,7 +216,14 @@ def optimize_tsne(P, Y0, s: dict, *, checkpoint=None, progress=None, workers: in
     state = checkpoint.load() if checkpoint is not None else None
     start, Y, update, gains = _start(Y0, n, s, state)
     Ynew = np.empty_like(Y)
-    data32 = P.data.astype(np.float32)
+    fixed = {  # the step's arguments that stay the same for the whole run
+        "min_gain": s["min_gain"],
+        "max_step": s["max_step_norm"],
+        "method": s["gradient"],
+        "interp": interp,
+        "workers": workers,
+        "data32": P.data.astype(np.float32),
+    }
     t0, total, every = time.perf_counter(), s["n_iter"], s["callback_every"]
     for it in range(start, total):
         early = it < s["early_exaggeration_iter"]
@@ -244,13 +240,8 @@ def optimize_tsne(P, Y0, s: dict, *, checkpoint=None, progress=None, workers: in
             exaggeration=exag,
             momentum=s["momentum"] if early else s["final_momentum"],
             learning_rate=learning_rate_of(s, n, exag),
-            min_gain=s["min_gain"],
-            max_step=s["max_step_norm"],
-            method=s["gradient"],
-            interp=interp,
-            workers=workers,
             kl=report,
-            data32=data32,
+            **fixed,
         )
         Y, Ynew = Ynew, Y
         Y -= Y.mean(axis=0)
@@ -275,15 +266,9 @@ def optimize_tsne(P, Y0, s: dict, *, checkpoint=None, progress=None, workers: in
 
 def _finished(Y, kl, info, setting: dict, nt) -> tuple:
     init = setting["init"] if isinstance(setting["init"], str) else "given"
-    rec = completed(
-        "t-SNE gradient descent",
-        f"t-SNE ({info['gradient']} gradients)",
-        setting["n_iter"],
-        loss=kl,
-        loss_name="KL",
-        resumed_from=info["resumed_from"],
-    )
-    return Y, kl, {**info, "threads": nt, "init": init, "convergence": [rec]}
+    solver = f"t-SNE ({info['gradient']} gradients)"
+    descent = ("t-SNE gradient descent", solver, setting["n_iter"], "KL")
+    return task_result(Y, kl, info, nt, descent, init=init)
 
 
 def tsne_task(P, Y0, setting: dict, checkpoint, *, progress=None, n_jobs=None):
@@ -298,10 +283,8 @@ def tsne_task(P, Y0, setting: dict, checkpoint, *, progress=None, n_jobs=None):
 def _distributed(graph, Y0, settings, plan, client, checkpoint, callback, n_jobs) -> list:
     """Each setting's optimisation spread over the workers (`_distributed`), one after the
     other."""
-    n = graph.n_samples
-    bounds = block_bounds(n, plan["blocks"])
-    nt = n_jobs or threads_per_task(len(bounds), client)
-    ref, out = block_graphs(graph, bounds), []
+    n, bounds, nt, ref = distributed_blocks(graph, plan, client, n_jobs)
+    out = []
     for i, s in enumerate(settings):
         P_blocks = affinity_row_blocks_delayed(
             ref, n, graph.n_neighbors, "tsne", bounds, perplexity=s["perplexity"]
@@ -401,10 +384,8 @@ def tsne_sweep(
         list for a parameter that cannot be swept, an empty sweep, or a value out of range;
         ``fit_sample`` with a ``graph`` or an ``init`` array; a ``graph`` that does not fit X.
     """
-    X = check_array(X, method="t-SNE", min_samples=4)
+    X, settings, s0 = checked_sweep(X, params, check_tsne_params, "t-SNE")
     n = X.shape[0]
-    settings = check_tsne_params(params, n)
-    s0 = settings[0]
     run = {"checkpoint": checkpoint, "callback": callback, "n_jobs": n_jobs}
     sampled = sample_fit(tsne_sweep, _place, X, graph, s0, "t-SNE", params, **run)
     if sampled is not None:
@@ -421,13 +402,7 @@ def tsne_sweep(
     if client is not None and Y0 is not None:
         Y0 = delayed_literal(Y0)
     out = run_settings(
-        tsne_task,
-        lambda s: (Ps[s["perplexity"]], Y0),
-        settings,
-        checkpoint,
-        callback,
-        n_jobs,
-        "t-SNE optimisation",
+        tsne_task, lambda s: (Ps[s["perplexity"]], Y0), settings, "t-SNE optimisation", **run
     )
     return models_of(TSNEModel, out, settings, "n_iter", optimizer_reason=plan["reason"])
 
@@ -485,7 +460,7 @@ def tsne(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params
 # --------------------------------------------------------------------------- estimator
 
 
-class TSNE(NeighbourEstimator):
+class TSNE(PlacingEstimator):
     """t-SNE (van der Maaten & Hinton 2008) with FFT-interpolated gradients for large n.
 
     ``transform(X_new)`` places new points against the fixed embedding (``_tsne_transform``),
@@ -556,8 +531,9 @@ class TSNE(NeighbourEstimator):
     embedding_, kl_divergence_, n_iter_
     """
 
-    _check_exempt = PLACES_INTO_FIT
     _check_params = PERPLEXITY_CHECKS
+    _function, _place = staticmethod(tsne), staticmethod(_place)
+    _fit_name = "t-SNE"
 
     def __init__(
         self,
@@ -592,43 +568,7 @@ class TSNE(NeighbourEstimator):
     ):
         keep_params(self, locals())
 
-    def fit(self, X, y=None, *, graph=None):
-        X, model = self._fit_model(tsne, X, graph, "t-SNE")
-        self.kl_divergence_, self.n_iter_ = model.kl_divergence, model.n_iter
-        self._fit_X, self._fit_Y = fitted_reference(X, model)
-        return self
 
-    def transform(self, X):
-        X = self._new_rows(X, "t-SNE transform")
-        return _place(
-            self._fit_X,
-            self._fit_Y,
-            X,
-            {
-                k: getattr(self, k)
-                for k in (
-                    "metric",
-                    "gradient",
-                    "n_interpolation_points",
-                    "min_num_intervals",
-                    "ints_in_interval",
-                )
-            },
-        )
-
-
-METHOD_SPECS = (
-    MethodSpec(
-        "tsne",
-        TSNE,
-        tsne,
-        follows_pca=True,
-        takes="dense",
-        docs=DOCS_NEIGHBOUR,
-        flow_adds=NEIGHBOUR_ADDS,
-        more_functions=(tsne_sweep,),
-        flow_supplied=OPTIMISER_SUPPLIED,
-        function_defaults=TSNE_DEFAULTS,
-        model=TSNEModel,
-    ),
+METHOD_SPECS = neighbour_specs(
+    "tsne", TSNE, tsne, tsne_sweep, function_defaults=TSNE_DEFAULTS, model=TSNEModel
 )

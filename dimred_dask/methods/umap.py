@@ -24,46 +24,38 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._compute import active_client
-from .._validation import check_array
 from ..blocks.umap_kernels import apply_pulls, pull_sums
 from ..errors import InputError
 from ..graphs.affinities import affinity_row_blocks_delayed, find_ab
-from ..linalg.convergence import completed
 from ._base import HasConvergence
-from ._distributed import (
-    OPTIMIZERS,
-    block_bounds,
-    block_graphs,
-    optimize_umap_distributed,
-    plan_optimizer,
-)
+from ._distributed import OPTIMIZERS, optimize_umap_distributed, plan_optimizer
 from ._embedding_family import (
-    PLACES_INTO_FIT,
-    NeighbourEstimator,
+    PlacingEstimator,
+    checked_params,
+    checked_sweep,
+    distributed_blocks,
     keep_params,
     models_of,
     neighbour_graph,
+    neighbour_specs,
     run_settings,
     sample_fit,
     setting_affinities,
+    task_result,
 )
 from ._neighbor_runs import (
     TaskProgress,
     check_choice,
     check_float,
     check_int,
-    check_known,
     delayed_literal,
     expand_sweep,
-    fitted_reference,
     one_run,
     pca_init,
     report_due,
     save_due,
     threads,
-    threads_per_task,
 )
-from ._spec import DOCS_NEIGHBOUR, NEIGHBOUR_ADDS, OPTIMISER_SUPPLIED, MethodSpec
 from ._umap_init import scale_layout, spectral_layout
 from ._umap_parts import combine_cross_entropy, cross_entropy, edge_schedule, sgd_step
 
@@ -164,9 +156,7 @@ def check_umap_params(params: dict, n: int) -> list[dict]:
         An unknown parameter, a list for a parameter that cannot be swept, an empty sweep, a
         value out of range, min_dist > spread, or an ``init`` array of the wrong shape.
     """
-    check_known(params, UMAP_DEFAULTS, "UMAP")
-    p = {**UMAP_DEFAULTS, **params}
-    expand_sweep(p, UMAP_SWEEPABLE)  # lists only for the sweepable parameters
+    p = checked_params(params, UMAP_DEFAULTS, UMAP_SWEEPABLE, "UMAP")
     check_int("n_components", p["n_components"], 1, max(1, n - 2), method="UMAP")
     if p["n_epochs"] is None:
         p["n_epochs"] = 500 if n <= 10_000 else 200
@@ -246,19 +236,13 @@ def _initial(layout, setting: dict, n: int):
 
 
 def _finished(Y, ce, ce_how, info, how, records, setting, nt) -> tuple:
-    sgd = completed(
+    sgd = (
         "UMAP layout optimisation (SGD epochs)",
         "umap sgd",
         setting["n_epochs"],
-        loss=ce,
-        loss_name="cross-entropy",
-        resumed_from=info["resumed_from"],
+        "cross-entropy",
     )
-    return (
-        Y,
-        ce,
-        {**info, "threads": nt, "init": how, "loss": ce_how, "convergence": list(records) + [sgd]},
-    )
+    return task_result(Y, ce, info, nt, sgd, records, init=how, loss=ce_how)
 
 
 def umap_task(P, layout, setting: dict, checkpoint, *, progress=None, n_jobs=None):
@@ -275,10 +259,8 @@ def umap_task(P, layout, setting: dict, checkpoint, *, progress=None, n_jobs=Non
 
 def _distributed(graph, layouts, settings, plan, client, checkpoint, callback, n_jobs) -> list:
     """Each setting's epochs spread over the workers (`_distributed`), one after the other."""
-    n = graph.n_samples
-    bounds = block_bounds(n, plan["blocks"])
-    nt = n_jobs or threads_per_task(len(bounds), client)
-    ref, out = block_graphs(graph, bounds), []
+    n, bounds, nt, ref = distributed_blocks(graph, plan, client, n_jobs)
+    out = []
     for i, s in enumerate(settings):
         key = _graph_key(s)
         P_blocks = affinity_row_blocks_delayed(
@@ -402,10 +384,8 @@ def umap_sweep(
         (also min_dist > spread, an ``init`` array of the wrong shape); ``fit_sample`` with a
         ``graph`` or an ``init`` array; a ``graph`` that does not fit X.
     """
-    X = check_array(X, method="UMAP", min_samples=4)
+    X, settings, s0 = checked_sweep(X, params, check_umap_params, "UMAP")
     n = X.shape[0]
-    settings = check_umap_params(params, n)
-    s0 = settings[0]
     run = {"checkpoint": checkpoint, "callback": callback, "n_jobs": n_jobs}
     sampled = sample_fit(umap_sweep, _place, X, graph, s0, "UMAP", params, **run)
     if sampled is not None:
@@ -423,10 +403,8 @@ def umap_sweep(
         umap_task,
         lambda s: (Ps[_graph_key(s)], layouts[_graph_key(s)]),
         settings,
-        checkpoint,
-        callback,
-        n_jobs,
         "UMAP optimisation",
+        **run,
     )
     return models_of(UMAPModel, out, settings, "n_epochs", optimizer_reason=plan["reason"])
 
@@ -474,7 +452,7 @@ def umap(X, *, graph=None, checkpoint=None, callback=None, n_jobs=None, **params
     )
 
 
-class UMAP(NeighbourEstimator):
+class UMAP(PlacingEstimator):
     """UMAP (McInnes, Healy & Melville 2018) with a deterministic multithreaded SGD.
 
     ``transform(X_new)`` optimises only the new points against the fixed embedding
@@ -541,7 +519,8 @@ class UMAP(NeighbourEstimator):
     """
 
     _check_params = ({"n_neighbors": 5, "random_state": 0},)
-    _check_exempt = PLACES_INTO_FIT
+    _function, _place = staticmethod(umap), staticmethod(_place)
+    _fit_name = "UMAP"
 
     def __init__(
         self,
@@ -573,31 +552,17 @@ class UMAP(NeighbourEstimator):
     ):
         keep_params(self, locals())
 
-    def fit(self, X, y=None, *, graph=None):
-        X, model = self._fit_model(umap, X, graph, "UMAP")
+    def _keep(self, model) -> None:
+        """What fit keeps of the model besides its embedding: its cross-entropy, ``a``,
+        ``b``, epochs and settings (what transform places new rows with)."""
         self.cross_entropy_ = model.cross_entropy
         self.a_, self.b_ = model.params["a"], model.params["b"]
         self.n_epochs_, self.params_ = model.n_epochs, model.params
-        self._fit_X, self._fit_Y = fitted_reference(X, model)
-        return self
 
-    def transform(self, X):
-        X = self._new_rows(X, "UMAP transform")
-        return _place(self._fit_X, self._fit_Y, X, self.params_)
+    def _place_params(self) -> dict:
+        return self.params_
 
 
-METHOD_SPECS = (
-    MethodSpec(
-        "umap",
-        UMAP,
-        umap,
-        follows_pca=True,
-        takes="dense",
-        docs=DOCS_NEIGHBOUR,
-        flow_adds=NEIGHBOUR_ADDS,
-        more_functions=(umap_sweep,),
-        flow_supplied=OPTIMISER_SUPPLIED,
-        function_defaults=UMAP_DEFAULTS,
-        model=UMAPModel,
-    ),
+METHOD_SPECS = neighbour_specs(
+    "umap", UMAP, umap, umap_sweep, function_defaults=UMAP_DEFAULTS, model=UMAPModel
 )
