@@ -40,6 +40,13 @@ class DimredEstimator(TransformerMixin, BaseEstimator):
         tags.input_tags.sparse = False
         return tags
 
+    def _keep_params(self, values: dict) -> None:
+        """``__init__``'s arguments (its ``locals()``) as the estimator's attributes, as
+        scikit-learn's ``get_params`` reads them (the signature stays written out)."""
+        for key, value in values.items():
+            if key not in ("self", "__class__"):
+                setattr(self, key, value)
+
     def _new_rows(self, X, method: str | None = None):
         """New rows for ``transform``, checked: the estimator is fitted, X is a finite 2-D
         numeric array (NumPy; dask is checked in its first pass) with the fit's columns."""

@@ -45,7 +45,6 @@ __all__ = [
     "PLACES_INTO_FIT",
     "NeighbourEstimator",
     "PlacingEstimator",
-    "keep_params",
     "neighbour_specs",
     "swept_params",
     "checked_params",
@@ -220,13 +219,6 @@ PLACES_INTO_FIT = dict.fromkeys(
     "transform places rows into the fitted embedding: a training row given again lands "
     "near its fitted position, not on it",
 )
-
-
-def keep_params(estimator, values: dict) -> None:
-    """``__init__``'s arguments (its ``locals()``) as the estimator's attributes."""
-    for key, value in values.items():
-        if key not in ("self", "__class__"):
-            setattr(estimator, key, value)
 
 
 class NeighbourEstimator(DimredEstimator):

@@ -414,12 +414,6 @@ class SDPFit:
 class SDPEstimator(ModelTransform, DimredEstimator):
     """Shared parameters, fit results and transform of the SDP estimators."""
 
-    def _keep_params(self, values: dict) -> None:
-        """``__init__``'s arguments (its ``locals()``) as the estimator's attributes."""
-        for key, value in values.items():
-            if key != "self":
-                setattr(self, key, value)
-
     def _set(self, model: SDPEmbeddingModel, X):
         self._model = model
         self.embedding_ = like_input(model.embedding, X)

@@ -693,19 +693,7 @@ class KernelPCA(ModelTransform, FittedEmbedding):
         tol=0.0,
         random_state=0,
     ):
-        self.n_components = n_components
-        self.kernel = kernel
-        self.gamma = gamma
-        self.width = width
-        self.degree = degree
-        self.coef0 = coef0
-        self.solver = solver
-        self.n_landmarks = n_landmarks
-        self.landmarks = landmarks
-        self.n_oversamples = n_oversamples
-        self.n_iter = n_iter
-        self.tol = tol
-        self.random_state = random_state
+        self._keep_params(locals())
 
     def fit(self, X, y=None):
         X = check_array(X, method="KernelPCA")

@@ -311,12 +311,7 @@ class LandmarkMDS(_MDSBase):
         p=2.0,
         random_state=0,
     ):
-        self.n_components = n_components
-        self.n_landmarks = n_landmarks
-        self.landmarks = landmarks
-        self.metric = metric
-        self.p = p
-        self.random_state = random_state
+        self._keep_params(locals())
 
     def fit(self, X, y=None):
         X = check_array(X, method="LandmarkMDS")

@@ -353,13 +353,7 @@ class MDS(_MDSBase):
         n_iter=4,
         random_state=0,
     ):
-        self.n_components = n_components
-        self.metric = metric
-        self.p = p
-        self.solver = solver
-        self.n_oversamples = n_oversamples
-        self.n_iter = n_iter
-        self.random_state = random_state
+        self._keep_params(locals())
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

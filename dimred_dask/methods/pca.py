@@ -531,14 +531,7 @@ class PCA(Projection):
         random_state=None,
         max_error=None,
     ):
-        self.n_components = n_components
-        self.solver = solver
-        self.whiten = whiten
-        self.n_oversamples = n_oversamples
-        self.n_iter = n_iter
-        self.tol = tol
-        self.random_state = random_state
-        self.max_error = max_error
+        self._keep_params(locals())
 
     def fit(self, X, y=None):
         self._fit(X)

@@ -24,7 +24,6 @@ from ._embedding_family import (
     NeighbourEstimator,
     TSNEModel,
     checked_sweep,
-    keep_params,
     models_of,
     neighbour_graph,
     neighbour_specs,
@@ -354,7 +353,7 @@ class SNE(NeighbourEstimator):
         callback=None,
         callback_every=50,
     ):
-        keep_params(self, locals())
+        self._keep_params(locals())
 
 
 METHOD_SPECS = neighbour_specs(

@@ -35,7 +35,6 @@ from ._embedding_family import (
     checked_params,
     checked_sweep,
     distributed_blocks,
-    keep_params,
     models_of,
     neighbour_graph,
     neighbour_specs,
@@ -566,7 +565,7 @@ class TSNE(PlacingEstimator):
         fit_sample=None,
         optimizer="auto",
     ):
-        keep_params(self, locals())
+        self._keep_params(locals())
 
 
 METHOD_SPECS = neighbour_specs(

@@ -34,7 +34,6 @@ from ._embedding_family import (
     checked_params,
     checked_sweep,
     distributed_blocks,
-    keep_params,
     models_of,
     neighbour_graph,
     neighbour_specs,
@@ -550,7 +549,7 @@ class UMAP(PlacingEstimator):
         fit_sample=None,
         optimizer="auto",
     ):
-        keep_params(self, locals())
+        self._keep_params(locals())
 
     def _keep(self, model) -> None:
         """What fit keeps of the model besides its embedding: its cross-entropy, ``a``,
