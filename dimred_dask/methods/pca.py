@@ -209,9 +209,9 @@ class PCAModel(HasConvergence):
         )
 
 
-def _spectrum(
-    X, solver, k_request, n_oversamples, n_iter, tol, random_state, where, row_sketch=None
-):
+def _spectrum(X, solver, k_request, sketch: dict, where, row_sketch=None):
+    """The spectrum by ``solver``; ``sketch``: the randomized solvers' ``n_oversamples``,
+    ``n_iter``, ``tol`` and ``random_state`` (single-pass takes the first and the last)."""
     if solver == "covariance":
         return covariance_eigh(X, where=where)
     if solver == "tsqr":
@@ -225,23 +225,9 @@ def _spectrum(
             "pass an int n_components, or use solver='covariance' / 'tsqr' / 'dual'.",
         )
     if solver == "single-pass":
-        return single_pass_eigh(
-            X,
-            k_request,
-            n_oversamples=n_oversamples,
-            random_state=random_state,
-            row_sketch=row_sketch,
-            where=where,
-        )
-    return randomized_eigh(
-        X,
-        k_request,
-        n_oversamples=n_oversamples,
-        n_iter=n_iter,
-        tol=tol,
-        random_state=random_state,
-        where=where,
-    )
+        once = {key: sketch[key] for key in ("n_oversamples", "random_state")}
+        return single_pass_eigh(X, k_request, **once, row_sketch=row_sketch, where=where)
+    return randomized_eigh(X, k_request, **sketch, where=where)
 
 
 def pca(
@@ -341,9 +327,13 @@ def pca(
             f"PCA needs tol >= 0 (0: run all n_iter + 1 passes); found {tol!r}.",
             "pass e.g. tol=1e-4 with a larger n_iter, or leave tol=0.",
         )
-    sp = _spectrum(
-        X, solver, k_request, n_oversamples, n_iter, tol, random_state, where, row_sketch
-    )
+    settings = {
+        "n_oversamples": n_oversamples,
+        "n_iter": n_iter,
+        "tol": tol,
+        "random_state": random_state,
+    }
+    sp = _spectrum(X, solver, k_request, settings, where, row_sketch)
     sketch = None
     if solver == "single-pass":
         sp, sketch = sp
@@ -354,7 +344,7 @@ def pca(
                 f"the sketch's estimated embedding error {est:.3g} is above max_error "
                 f"{max_error:g}: refitted with {solver} (exact; more passes over the data)"
             )
-            sp = _spectrum(X, solver, k_request, n_oversamples, n_iter, tol, random_state, where)
+            sp = _spectrum(X, solver, k_request, settings, where)
     _warn_constant(sp, d, where)
     total = sp.total_variance
     ratio_all = sp.variances / total if total > 0 else np.zeros_like(sp.variances)
