@@ -89,29 +89,6 @@ def attraction(indptr, indices, data, Y, Yref, scale, out):
             out[i, k] = scale * acc[k]
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _gain_update(i, k, g, update, gains, momentum, learning_rate, min_gain):
-    """Coordinate (i, k) of `gains_step` for the gradient g: its gain (+0.2, or x0.8 floored
-    at ``min_gain``) and its momentum step, stored in ``update`` and returned."""
-    if (update[i, k] > 0.0) != (g > 0.0):
-        gains[i, k] += 0.2
-    else:
-        gains[i, k] = max(gains[i, k] * 0.8, min_gain)
-    u = momentum * update[i, k] - learning_rate * gains[i, k] * g
-    update[i, k] = u
-    return u
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _clip_update(i, d, norm, max_step, update):
-    """Row i's step scaled to the norm ``max_step`` when longer (``norm``: its squared norm;
-    ``max_step`` 0: no clipping)."""
-    if max_step > 0.0 and norm > max_step * max_step:
-        s = max_step / np.sqrt(norm)
-        for k in range(d):
-            update[i, k] *= s
-
-
 @njit(parallel=True, cache=True, nogil=True, fastmath=True)
 def fused_step(
     indptr,
@@ -142,9 +119,17 @@ def fused_step(
         norm = 0.0
         for k in range(d):
             g = exaggeration * acc[k] - (Y[i, k] * phi[i, 0] - phi[i, 1 + k]) * inv_z
-            u = _gain_update(i, k, g, update, gains, momentum, learning_rate, min_gain)
+            if (update[i, k] > 0.0) != (g > 0.0):
+                gains[i, k] += 0.2
+            else:
+                gains[i, k] = max(gains[i, k] * 0.8, min_gain)
+            u = momentum * update[i, k] - learning_rate * gains[i, k] * g
+            update[i, k] = u
             norm += u * u
-        _clip_update(i, d, norm, max_step, update)
+        if max_step > 0.0 and norm > max_step * max_step:
+            s = max_step / np.sqrt(norm)
+            for k in range(d):
+                update[i, k] *= s
         for k in range(d):
             Ynew[i, k] = Y[i, k] + update[i, k]
 
@@ -275,12 +260,6 @@ def _node(i, m, boxes, weights, p, N, d):
     return flat, w
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _node2(i, a, c, boxes, weights, p, N):
-    """`_node` in 2-D: node (a, c) of point i's box, (its flat index, its weight)."""
-    return (boxes[i, 0] * p + a) * N + boxes[i, 1] * p + c, weights[i, 0, a] * weights[i, 1, c]
-
-
 @njit(cache=True, nogil=True)
 def _scatter2(Y, boxes, weights, p, N, g, b_lo, b_hi):
     """The points whose first box index is in [b_lo, b_hi), in index order."""
@@ -351,9 +330,14 @@ def interp_gather(boxes, weights, p, N, pot, phi):
             s1 = 0.0
             s2 = 0.0
             s3 = 0.0
+            b0 = boxes[i, 0] * p
+            b1 = boxes[i, 1] * p
             for a in range(p):
+                wa = weights[i, 0, a]
+                row = (b0 + a) * N + b1
                 for c in range(p):
-                    f, w = _node2(i, a, c, boxes, weights, p, N)
+                    w = wa * weights[i, 1, c]
+                    f = row + c
                     s0 += w * pot[f, 0]
                     s1 += w * pot[f, 1]
                     s2 += w * pot[f, 2]
@@ -382,9 +366,18 @@ def gains_step(Y, grad, update, gains, momentum, learning_rate, min_gain, max_st
     for i in prange(n):
         norm = 0.0
         for k in range(d):
-            u = _gain_update(i, k, grad[i, k], update, gains, momentum, learning_rate, min_gain)
+            g = grad[i, k]
+            if (update[i, k] > 0.0) != (g > 0.0):
+                gains[i, k] += 0.2
+            else:
+                gains[i, k] = max(gains[i, k] * 0.8, min_gain)
+            u = momentum * update[i, k] - learning_rate * gains[i, k] * g
+            update[i, k] = u
             norm += u * u
-        _clip_update(i, d, norm, max_step, update)
+        if max_step > 0.0 and norm > max_step * max_step:
+            s = max_step / np.sqrt(norm)
+            for k in range(d):
+                update[i, k] *= s
         for k in range(d):
             Y[i, k] += update[i, k]
 
