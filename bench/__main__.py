@@ -33,6 +33,7 @@ def _parser() -> argparse.ArgumentParser:
             "real-umap",
             "real-tsne",
             "transform",
+            "solver-memory",
         ],
         help="which benchmark",
     )
@@ -248,6 +249,10 @@ def main(argv=None) -> int:
         from . import transform
 
         return transform.main(args)
+    if args.name == "solver-memory":
+        from . import solver_memory
+
+        return solver_memory.main(args)
     if args.name in ("real-umap", "real-tsne"):
         from . import real_data
 

@@ -38,13 +38,13 @@ def memory_note(bounds, p: int, limit: int | None, gram: bool = False) -> tuple[
 # numbering (``WorkerRows.on_a_worker``)
 ASSEMBLY_COPIES = 4
 # what each robust solver holds besides the operator, as multiples of the operator's CSR
-# arrays, measured in one process (tracemalloc's peak and the growth of the peak resident
-# size, the larger) on a 100 000-point swiss roll's 10-NN graph, 2-3 eigenpairs:
-# - the normalised Laplacian (1.24 million entries, 14.5 MiB): LOBPCG with the multigrid
-#   preconditioner 114 MiB (7.8x; its hierarchy and LOBPCG's blocks), shift-invert ARPACK
-#   254 MiB (17.5x, its sparse LU; 4.8 GB at 10^6 rows, 33x, beyond its size class)
-# - LLE's I - W (1.1 million entries, 13.0 MiB): the factored solver 299 MiB (23x, the LU
-#   of I - W), shift-invert ARPACK 608 MiB (47x: M = (I - W)^T (I - W) and its LU)
+# arrays: `python -m bench solver-memory` (bench/RESULTS.md), one process per solve, the larger
+# of tracemalloc's peak and the growth of the peak resident size, on a 100 000-point swiss
+# roll's 10-NN graph: the normalised Laplacian (1.24 million entries, 14.5 MiB, 3 eigenpairs)
+# with the multigrid LOBPCG 6.8x (7.8x for the generalised problem L y = lambda D y) and
+# shift-invert ARPACK 16.4x (its sparse LU; 4.8 GB at 10^6 rows, 33x, beyond its size class);
+# LLE's I - W (1.1 million entries, 13.0 MiB) with the factored solver 23.1x (the LU of
+# I - W) and shift-invert ARPACK 46.9x (M = (I - W)^T (I - W) and its LU); rounded up
 SOLVER_COPIES = {
     ("symmetric", "amg"): 8,
     ("symmetric", "arpack"): 18,
