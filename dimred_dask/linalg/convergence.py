@@ -38,7 +38,12 @@ __all__ = [
     "require_converged",
     "diagnostic",
     "RECORD_KEYS",
+    "NOT_RUN_MEMORY",
 ]
+
+# a record's ``not_run`` when the solve was not started for want of a worker's memory: the
+# refusal's fix then names more worker memory
+NOT_RUN_MEMORY = "memory"
 
 RECORD_KEYS = (
     "step",
@@ -125,7 +130,7 @@ def unconverged_error(method: str, records: list[dict], fix: str) -> SolverError
     tried = ""
     if len(records) > 1:
         tried = " It was tried after " + "; ".join(describe(r) for r in records[:-1]) + "."
-    if any(r.get("not_run") == "memory" for r in records):
+    if any(r.get("not_run") == NOT_RUN_MEMORY for r in records):
         fix = (
             f"{(fix or '').rstrip('.')}; or give the workers more memory (the robust solve "
             "holds the whole operator on one worker)."

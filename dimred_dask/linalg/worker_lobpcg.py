@@ -66,7 +66,7 @@ from .._compute import smallest_worker_memory, wait_done, workers
 from .._progress import report
 from .._validation import check_random_state
 from ..errors import ConvergenceWarning, DimredWarning, InputError, StageError
-from .convergence import record
+from .convergence import NOT_RUN_MEMORY, record
 from .eigen import Eigen
 from .gram_lobpcg import MAXITER, REFRESH, _orth_coef, _rcm
 from .worker_blocks import (
@@ -148,7 +148,7 @@ class WorkerRows:
     def room_on_a_worker(self, client, solver: str, k: int) -> dict | None:
         """None when ``solver`` on A assembled on one worker (`on_a_worker`, ``k``
         eigenpairs) fits there (or no worker has a memory limit); else the convergence record
-        of a solve not run (``not_run="memory"``), its status saying why: the estimate
+        of a solve not run (``not_run=NOT_RUN_MEMORY``), its status saying why: the estimate
         (`one_worker_need`) is above ``MEMORY_SHARE`` of the smallest worker's limit."""
         limit = smallest_worker_memory(client)
         if not limit:
@@ -162,7 +162,7 @@ class WorkerRows:
             f"{MEMORY_SHARE:.0%} of the smallest worker's memory limit "
             f"({limit / 2**30:.2f} GiB)"
         )
-        return record("", solver, converged=False, status=status, not_run="memory")
+        return record("", solver, converged=False, status=status, not_run=NOT_RUN_MEMORY)
 
     def on_a_worker(self, client, fn):
         """``fn(A)`` run on one worker, A assembled there (CSR, the original numbering) from

@@ -48,7 +48,6 @@ ASSEMBLY_COPIES = 4
 SOLVER_COPIES = {
     ("symmetric", "amg"): 8,
     ("symmetric", "arpack"): 18,
-    ("symmetric", "lobpcg"): 2,
     ("gram", "factored"): 24,
     ("gram", "arpack"): 48,
 }
